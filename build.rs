@@ -45,7 +45,9 @@ fn generate(root: &Path, out: &Path, api: spec::VendoredApi) -> Result<(), Strin
     let mut settings = progenitor::GenerationSettings::default();
     settings
         .with_interface(progenitor::InterfaceStyle::Builder)
-        .with_tag(progenitor::TagStyle::Merged);
+        .with_tag(progenitor::TagStyle::Merged)
+        // Ordered maps keep request bodies (env, labels) byte-stable from run to run.
+        .with_map_type("::std::collections::BTreeMap");
     let tokens = progenitor::Generator::new(&settings)
         .generate_tokens(&openapi)
         .map_err(|e| format!("{}: progenitor: {e}", api.name))?;

@@ -1,4 +1,8 @@
 //! smol-mcp: an MCP server that gives an AI agent smol machines to work in.
 
+pub mod error;
+pub mod fleet;
 pub mod generated;
+pub mod operations;
 pub mod spec;
+pub mod transport;

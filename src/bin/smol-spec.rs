@@ -7,12 +7,18 @@ use anyhow::{Context, bail};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["vendor", raw, out] => {
             let text = std::fs::read_to_string(raw).with_context(|| format!("reading {raw}"))?;
             let doc: serde_json::Value =
                 serde_json::from_str(&text).with_context(|| format!("{raw} is not JSON"))?;
-            let rendered = smol_mcp::spec::vendor::render(&smol_mcp::spec::vendor::facts_only(&doc));
+            let rendered =
+                smol_mcp::spec::vendor::render(&smol_mcp::spec::vendor::facts_only(&doc));
             if *out == "-" {
                 print!("{rendered}");
             } else {

@@ -76,7 +76,7 @@ fn restore_required_prose(doc: &mut serde_json::Value, api: &str) {
     if let Some(info) = doc.get_mut("info").and_then(Value::as_object_mut) {
         info.insert("title".into(), Value::String(api.to_owned()));
     }
-    let mut describe = |responses: &mut Value| {
+    let describe = |responses: &mut Value| {
         if let Some(map) = responses.as_object_mut() {
             for response in map.values_mut().filter_map(Value::as_object_mut) {
                 if !response.contains_key("$ref") {

@@ -171,19 +171,25 @@ pub fn operation_enum_source(
     };
     s.push_str("    pub fn operation_id(self) -> &'static str {\n        match self {\n");
     s.push_str(&arms(&|op| rust_str(&op.operation_id)));
-    s.push_str("        }\n    }\n\n    pub fn method(self) -> &'static str {\n        match self {\n");
+    s.push_str(
+        "        }\n    }\n\n    pub fn method(self) -> &'static str {\n        match self {\n",
+    );
     s.push_str(&arms(&|op| rust_str(&op.method)));
-    s.push_str("        }\n    }\n\n    pub fn path(self) -> &'static str {\n        match self {\n");
+    s.push_str(
+        "        }\n    }\n\n    pub fn path(self) -> &'static str {\n        match self {\n",
+    );
     s.push_str(&arms(&|op| rust_str(&op.path)));
     s.push_str(
         "        }\n    }\n\n    \
          /// The reason recorded in the overrides when this server deliberately does not call it.\n    \
          pub fn omission_reason(self) -> Option<&'static str> {\n        match self {\n",
     );
-    s.push_str(&arms(&|op| match overrides.omission_for(&op.operation_id) {
-        Some(o) => format!("Some({})", rust_str(&o.reason)),
-        None => "None".to_owned(),
-    }));
+    s.push_str(&arms(
+        &|op| match overrides.omission_for(&op.operation_id) {
+            Some(o) => format!("Some({})", rust_str(&o.reason)),
+            None => "None".to_owned(),
+        },
+    ));
     s.push_str("        }\n    }\n}\n");
     s
 }

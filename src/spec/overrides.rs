@@ -67,7 +67,10 @@ pub enum FixStatus {
     /// Every patch's target already holds what the fix would write: upstream fixed it.
     NoLongerNeeded,
     /// Some patch finds neither the expected value nor the replacement.
-    NoLongerMatches { pointer: String, found: Option<Value> },
+    NoLongerMatches {
+        pointer: String,
+        found: Option<Value>,
+    },
 }
 
 #[derive(Debug)]
@@ -185,7 +188,10 @@ impl Overrides {
             .ok_or_else(|| OverrideError::Malformed("`omissions` must be a list".into()))?
         {
             omissions.push(Omission {
-                operation: o.get("operation").and_then(Value::as_str).map(str::to_owned),
+                operation: o
+                    .get("operation")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
                 method: text(o, "method", "omission")?,
                 path: text(o, "path", "omission")?,
                 reason: text(o, "reason", "omission")?,

@@ -1,0 +1,761 @@
+//! The cloud fleet: the smol cloud REST API, through the generated smolcloud client, plus the
+//! one route progenitor cannot express (files; see `file_url`).
+
+use super::model::{
+    Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, LogPage, Machine, PublishedPort,
+    Usage,
+};
+use super::upstream::{from_response, map_error, retry_read, snippet, transport, within};
+use crate::error::{ErrorKind, FleetError, FleetResult};
+use crate::generated::smolcloud::{self, types};
+use base64::Engine as _;
+use progenitor_client::Error as ClientError;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+/// RFC 5737 TEST-NET-1: unroutable. "No egress" goes out as an allow-list of it, because the
+/// service refuses an empty allow-list (400) and its `blocked` mode has not been verified end to
+/// end the way this form has.
+pub const DENY_CIDR: &str = "192.0.2.0/24";
+/// The largest file the cloud's file routes take.
+pub const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
+
+const READ: Duration = Duration::from_secs(30);
+const LIFECYCLE: Duration = Duration::from_secs(180);
+const DELETE: Duration = Duration::from_secs(120);
+const BRANCH: Duration = Duration::from_secs(300);
+const FILES: Duration = Duration::from_secs(120);
+const EXEC_DEFAULT_SECS: u64 = 120;
+const EXEC_SLACK: Duration = Duration::from_secs(30);
+
+const ROUTE_UNKNOWN: u8 = 0;
+const ROUTE_PRESENT: u8 = 1;
+const ROUTE_ABSENT: u8 = 2;
+
+#[derive(Debug)]
+pub struct CloudFleet {
+    client: smolcloud::Client,
+    http: reqwest::Client,
+    base_url: String,
+    /// Whether this control plane serves the files route, learned on first use. Until a 2xx has
+    /// been seen from it, a 404/405/501 may mean the route is missing, and the transfer goes
+    /// through exec instead; once the exec path has worked, the route is not tried again.
+    files_route: AtomicU8,
+}
+
+impl CloudFleet {
+    pub fn new(base_url: &str, token: &str) -> FleetResult<Self> {
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        let http = crate::transport::cloud_http_client(token)?;
+        Ok(CloudFleet {
+            client: smolcloud::Client::new_with_client(&base_url, http.clone()),
+            http,
+            base_url,
+            files_route: AtomicU8::new(ROUTE_UNKNOWN),
+        })
+    }
+
+    /// Every per-machine route takes the `mach-` id; a name costs one list call.
+    pub async fn resolve(&self, machine: &str) -> FleetResult<String> {
+        if machine.starts_with("mach-") {
+            return Ok(machine.to_owned());
+        }
+        self.list()
+            .await?
+            .into_iter()
+            .find(|m| m.name == machine)
+            .map(|m| m.id)
+            .ok_or_else(|| {
+                FleetError::new(
+                    ErrorKind::NotFound,
+                    format!("get machine {machine}"),
+                    format!("machine '{machine}' not found on the cloud fleet"),
+                )
+            })
+    }
+
+    pub async fn list(&self) -> FleetResult<Vec<Machine>> {
+        let ctx = "list machines";
+        retry_read(|| {
+            within(ctx, READ, async {
+                match self.client.machine_list().send().await {
+                    Ok(r) => Ok(r.into_inner().into_iter().map(view).collect()),
+                    Err(e) => Err(map_error(ctx, e).await),
+                }
+            })
+        })
+        .await
+    }
+
+    pub async fn get(&self, machine: &str) -> FleetResult<Machine> {
+        let id = self.resolve(machine).await?;
+        self.get_by_id(machine, &id).await
+    }
+
+    async fn get_by_id(&self, label: &str, id: &str) -> FleetResult<Machine> {
+        let ctx = format!("get machine {label}");
+        retry_read(|| {
+            within(&ctx, READ, async {
+                match self.client.machine_get().id(id).send().await {
+                    Ok(r) => Ok(view(r.into_inner())),
+                    Err(e) => Err(map_error(&ctx, e).await),
+                }
+            })
+        })
+        .await
+    }
+
+    /// Creates a machine, which the service leaves stopped.
+    pub async fn create(&self, spec: &CreateSpec) -> FleetResult<Machine> {
+        let ctx = format!("create machine {}", spec.name);
+        let body = create_body(spec).map_err(|(kind, why)| FleetError::new(kind, &ctx, why))?;
+        // Never retried: a create that failed late may still have made the machine.
+        within(&ctx, LIFECYCLE, async {
+            match self.client.machine_create().body(body).send().await {
+                Ok(r) => Ok(view(r.into_inner())),
+                Err(e) => Err(map_error(&ctx, e).await),
+            }
+        })
+        .await
+    }
+
+    /// Starts a machine and reads it back (the start answer may be an empty 202; override
+    /// cloud-start-stop-bodies-ignored). Branchability is fixed at create on cloud.
+    pub async fn start(&self, machine: &str) -> FleetResult<Machine> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("start machine {machine}");
+        within(&ctx, LIFECYCLE, async {
+            match self.client.machine_start().id(&id).send().await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(map_error(&ctx, e).await),
+            }
+        })
+        .await?;
+        self.get_by_id(machine, &id).await
+    }
+
+    pub async fn stop(&self, machine: &str) -> FleetResult<Machine> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("stop machine {machine}");
+        within(&ctx, LIFECYCLE, async {
+            match self.client.machine_stop().id(&id).send().await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(map_error(&ctx, e).await),
+            }
+        })
+        .await?;
+        self.get_by_id(machine, &id).await
+    }
+
+    /// Deletes a machine and returns the settled bill (override cloud-delete-include-usage).
+    pub async fn delete(&self, machine: &str) -> FleetResult<Deleted> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("delete machine {machine}");
+        let settled = within(&ctx, DELETE, async {
+            match self
+                .client
+                .machine_delete()
+                .id(&id)
+                .include_usage(true)
+                .send()
+                .await
+            {
+                Ok(r) => Ok(find_total_micros(&serde_json::Value::Object(
+                    r.into_inner(),
+                ))),
+                // A control plane that ignores includeUsage answers the plain 204.
+                Err(ClientError::UnexpectedResponse(r)) if r.status().is_success() => Ok(None),
+                Err(e) => Err(map_error(&ctx, e).await),
+            }
+        })
+        .await?;
+        let usage_micros = match settled {
+            Some(micros) => Some(micros),
+            // The usage route keeps answering for 30 days after a delete.
+            None => self.usage(&id).await.ok().and_then(|u| u.total_micros),
+        };
+        Ok(Deleted {
+            deleted: machine.to_owned(),
+            usage_micros,
+        })
+    }
+
+    /// Runs a command; a stopped machine is started by it and left running. Never retried.
+    pub async fn exec(&self, machine: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
+        let id = self.resolve(machine).await?;
+        self.exec_by_id(machine, &id, spec).await
+    }
+
+    async fn exec_by_id(&self, label: &str, id: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
+        let ctx = format!("exec in {label}");
+        let limit =
+            Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS)) + EXEC_SLACK;
+        let body = types::MachineCommandRequest {
+            command: types::CommandSpec::Array(spec.command.argv()),
+            cwd: spec.workdir.clone(),
+            env: spec.env.clone(),
+            stdin: spec.stdin.clone(),
+            stream: None,
+            timeout_seconds: spec
+                .timeout_secs
+                .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+        };
+        within(&ctx, limit, async {
+            let sent = self
+                .client
+                .machine_exec()
+                .id(id)
+                // Both families: the text is capped at 1 MiB, the base64 twin is byte-exact.
+                .output(types::MachineExecOutput::Both)
+                .body(body)
+                .send()
+                .await;
+            match sent {
+                Ok(r) => {
+                    let out = r.into_inner();
+                    let (stdout, stdout_cut) =
+                        exact_or_text(out.stdout_b64.as_deref(), out.stdout, out.stdout_truncated);
+                    let (stderr, stderr_cut) =
+                        exact_or_text(out.stderr_b64.as_deref(), out.stderr, out.stderr_truncated);
+                    Ok(ExecOutput {
+                        exit_code: out.exit_code,
+                        stdout,
+                        stderr,
+                        stdout_cut_upstream: stdout_cut,
+                        stderr_cut_upstream: stderr_cut,
+                    })
+                }
+                Err(e) => Err(map_error(&ctx, e).await),
+            }
+        })
+        .await
+    }
+
+    /// The files route is `/v1/machines/{id}/files/{path suffix}` with the suffix's slashes kept
+    /// (override cloud-files-route). progenitor percent-encodes `/` in path parameters, so this
+    /// one route is called with the same HTTP client but a hand-built URL.
+    fn file_url(&self, id: &str, path: &str) -> FleetResult<String> {
+        let suffix = path_suffix(path);
+        if suffix.is_empty() {
+            return Err(FleetError::new(
+                ErrorKind::Invalid,
+                format!("file {path}"),
+                "the path names no file (it is empty or only slashes)",
+            ));
+        }
+        Ok(format!(
+            "{}/v1/machines/{}/files/{suffix}",
+            self.base_url,
+            encode_segment(id)
+        ))
+    }
+
+    pub async fn read_file(&self, machine: &str, path: &str) -> FleetResult<Vec<u8>> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("read {path} in {machine}");
+        if self.files_route.load(Ordering::Relaxed) != ROUTE_ABSENT {
+            let url = self.file_url(&id, path)?;
+            let response = within(&ctx, FILES, async {
+                self.http
+                    .get(&url)
+                    .send()
+                    .await
+                    .map_err(|e| transport(&ctx, &e))
+            })
+            .await?;
+            let status = response.status();
+            if status.is_success() {
+                self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
+                let bytes = within(&ctx, FILES, async {
+                    response.bytes().await.map_err(|e| transport(&ctx, &e))
+                })
+                .await?;
+                return Ok(bytes.to_vec());
+            }
+            let err = from_response(&ctx, response).await;
+            if !self.route_may_be_missing(status.as_u16(), &err) {
+                return Err(err);
+            }
+        }
+        let script = format!("base64 < {}", shell_quote(path));
+        let out = self.fallback_exec(machine, &id, &ctx, script, None).await?;
+        if out.stdout_cut_upstream {
+            return Err(FleetError::new(
+                ErrorKind::Unsupported,
+                ctx,
+                "the file is larger than one exec answer carries, and this control plane has no \
+                 files route to read it whole",
+            ));
+        }
+        let text: String = String::from_utf8_lossy(&out.stdout)
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| FleetError::new(ErrorKind::BadResponse, ctx, format!("base64: {e}")))
+    }
+
+    pub async fn write_file(&self, machine: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64> {
+        let len = bytes.len() as u64;
+        let ctx = format!("write {path} in {machine}");
+        if len > MAX_FILE_BYTES {
+            return Err(FleetError::new(
+                ErrorKind::Invalid,
+                ctx,
+                format!(
+                    "{len} bytes is more than the {MAX_FILE_BYTES} bytes a cloud file may hold"
+                ),
+            ));
+        }
+        let id = self.resolve(machine).await?;
+        if self.files_route.load(Ordering::Relaxed) != ROUTE_ABSENT {
+            let url = self.file_url(&id, path)?;
+            let limit = FILES + super::local::transfer_time(len);
+            let response = within(&ctx, limit, async {
+                self.http
+                    .put(&url)
+                    .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                    .body(bytes.clone())
+                    .send()
+                    .await
+                    .map_err(|e| transport(&ctx, &e))
+            })
+            .await?;
+            let status = response.status();
+            if status.is_success() {
+                self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
+                return Ok(len);
+            }
+            let err = from_response(&ctx, response).await;
+            if !self.route_may_be_missing(status.as_u16(), &err) {
+                return Err(err);
+            }
+        }
+        let quoted = shell_quote(path);
+        let script = format!("mkdir -p \"$(dirname {quoted})\" && base64 -d > {quoted}");
+        let stdin = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        self.fallback_exec(machine, &id, &ctx, script, Some(stdin))
+            .await?;
+        Ok(len)
+    }
+
+    fn route_may_be_missing(&self, status: u16, err: &FleetError) -> bool {
+        // "file not found: <path>" is the route itself answering about the file.
+        let about_the_file = err.message.starts_with("file not found");
+        matches!(status, 404 | 405 | 501)
+            && !about_the_file
+            && self.files_route.load(Ordering::Relaxed) != ROUTE_PRESENT
+    }
+
+    async fn fallback_exec(
+        &self,
+        machine: &str,
+        id: &str,
+        ctx: &str,
+        script: String,
+        stdin: Option<String>,
+    ) -> FleetResult<ExecOutput> {
+        let mut spec = ExecSpec::new(super::model::Command::Argv(vec![
+            "sh".into(),
+            "-c".into(),
+            script,
+        ]));
+        spec.stdin = stdin;
+        spec.timeout_secs = Some(FILES.as_secs());
+        let out = self.exec_by_id(machine, id, &spec).await?;
+        if out.exit_code != 0 {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let kind = if stderr.contains("No such file") {
+                ErrorKind::NotFound
+            } else {
+                ErrorKind::Upstream
+            };
+            return Err(FleetError::new(
+                kind,
+                ctx,
+                format!("exit {}: {}", out.exit_code, snippet(&stderr, 200)),
+            ));
+        }
+        self.files_route.store(ROUTE_ABSENT, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// Branches a running branchable machine. Control planes from before the branch vocabulary
+    /// only have `/fork` (same body), so a 404 on `/branches` is retried there.
+    pub async fn branch(
+        &self,
+        source: &str,
+        child: &str,
+        branchable: bool,
+    ) -> FleetResult<Machine> {
+        let id = self.resolve(source).await?;
+        let ctx = format!("branch machine {source} into {child}");
+        let body = types::BranchRequest {
+            branchable: branchable.then_some(true),
+            freeze_source: None,
+            labels: None,
+            name: child.to_owned(),
+            ports: Vec::new(),
+        };
+        within(&ctx, BRANCH, async {
+            match self
+                .client
+                .machine_branch()
+                .id(&id)
+                .body(body.clone())
+                .send()
+                .await
+            {
+                Ok(r) => return Ok(view(r.into_inner())),
+                Err(e) => {
+                    let err = map_error(&ctx, e).await;
+                    if !err.is_not_found() {
+                        return Err(err);
+                    }
+                }
+            }
+            match self.client.machine_fork().id(&id).body(body).send().await {
+                Ok(r) => Ok(view(r.into_inner())),
+                Err(e) => Err(map_error(&ctx, e).await),
+            }
+        })
+        .await
+    }
+
+    /// The control plane's event log (what happened to the machine, not what ran in it). The
+    /// route has no tail or since parameter, so the whole log is read and paged here.
+    pub async fn logs(
+        &self,
+        machine: &str,
+        tail: usize,
+        cursor: Option<&str>,
+    ) -> FleetResult<LogPage> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("events of {machine}");
+        let events = retry_read(|| {
+            within(&ctx, READ, async {
+                match self.client.machine_events().id(&id).send().await {
+                    Ok(r) => Ok(r.into_inner()),
+                    Err(e) => Err(map_error(&ctx, e).await),
+                }
+            })
+        })
+        .await?;
+        Ok(page_by_event_id(events, tail, cursor))
+    }
+
+    pub async fn usage(&self, machine: &str) -> FleetResult<Usage> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("usage of {machine}");
+        let u = retry_read(|| {
+            within(&ctx, READ, async {
+                match self.client.machine_usage().id(&id).send().await {
+                    Ok(r) => Ok(r.into_inner()),
+                    Err(e) => Err(map_error(&ctx, e).await),
+                }
+            })
+        })
+        .await?;
+        Ok(Usage {
+            machine_id: u.machine_id.unwrap_or(id),
+            uptime_seconds: u.usage.and_then(|u| u.total_uptime_seconds),
+            total_micros: u.cost.as_ref().map(|c| c.total_micros),
+            amount_due_micros: u.cost.and_then(|c| c.amount_due_micros),
+        })
+    }
+
+    pub async fn account(&self) -> FleetResult<Account> {
+        let ctx = "account";
+        let a = retry_read(|| {
+            within(ctx, READ, async {
+                match self.client.account_get().send().await {
+                    Ok(r) => Ok(r.into_inner()),
+                    Err(e) => Err(map_error(ctx, e).await),
+                }
+            })
+        })
+        .await?;
+        Ok(Account {
+            tenant_id: a.tenant_id,
+            status: a.status,
+            period_uptime_seconds: a.period_usage.total_uptime_seconds,
+            period_total_micros: Some(a.period_cost.total_micros),
+            period_amount_due_micros: a.period_cost.amount_due_micros,
+            plan: a.plan.and_then(|p| p.name),
+        })
+    }
+}
+
+fn create_body(spec: &CreateSpec) -> Result<types::CreateMachineRequest, (ErrorKind, String)> {
+    if !spec.mounts.is_empty() {
+        return Err((
+            ErrorKind::Unsupported,
+            "mounts are local only: a cloud machine has no host file system to mount from".into(),
+        ));
+    }
+    if spec.overlay_gb.is_some() {
+        return Err((
+            ErrorKind::Unsupported,
+            "overlayGb is local only: a cloud machine has one disk, sized with storageGb".into(),
+        ));
+    }
+    if spec.cmd.is_some() {
+        return Err((
+            ErrorKind::Unsupported,
+            "a workload command is local only: the cloud create request takes none".into(),
+        ));
+    }
+    if !spec.ports.is_empty() && spec.egress == Egress::Blocked {
+        return Err((
+            ErrorKind::Refused,
+            format!(
+                "refusing to create {} on cloud with a published port and blocked egress: \
+                 create it with network open, with allowHosts/allowCidrs naming what it needs, \
+                 or without ports",
+                spec.name
+            ),
+        ));
+    }
+    let network = match &spec.egress {
+        Egress::Open => types::MachineNetwork::Open,
+        Egress::Blocked => types::MachineNetwork::AllowCidrs {
+            cidrs: vec![DENY_CIDR.to_owned()],
+            hosts: Vec::new(),
+        },
+        Egress::Allow { hosts, cidrs } => types::MachineNetwork::AllowCidrs {
+            cidrs: cidrs.clone(),
+            hosts: hosts.clone(),
+        },
+    };
+    let mut ports = Vec::new();
+    for p in &spec.ports {
+        let port = NonZeroU32::new(u32::from(p.guest))
+            .ok_or((ErrorKind::Invalid, "port 0 cannot be published".to_owned()))?;
+        ports.push(types::PortRequest { port });
+    }
+    Ok(types::CreateMachineRequest {
+        name: Some(spec.name.clone()),
+        source: types::MachineSource::Image(spec.image.clone()),
+        resources: Some(types::MachineResources {
+            cpus: Some(i32::try_from(spec.cpus).unwrap_or(i32::MAX)),
+            memory_mb: Some(i32::try_from(spec.memory_mb).unwrap_or(i32::MAX)),
+            disk_gb: spec.storage_gb.map(i64::from),
+        }),
+        network: Some(network),
+        ports,
+        branchable: spec.branchable.then_some(true),
+        env: spec.env.clone(),
+        labels: spec.labels.clone(),
+        ttl_seconds: spec
+            .ttl_seconds
+            .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+        auto_stop_seconds: spec
+            .auto_stop_seconds
+            .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+        // `ephemeral` deletes a machine once it stops, and a cloud machine is created stopped:
+        // the sweep removed it before the start (observed 404). TTL and auto-stop replace it.
+        ephemeral: None,
+        mounts: Vec::new(),
+        workdir: None,
+    })
+}
+
+fn view(info: types::MachineInfo) -> Machine {
+    let network = match info.network {
+        Some(n) => describe_network(&n),
+        None => "unknown".to_owned(),
+    };
+    Machine {
+        name: info.name.clone().unwrap_or_else(|| info.id.clone()),
+        id: info.id,
+        state: info.state,
+        cpus: info
+            .resources
+            .as_ref()
+            .and_then(|r| r.cpus)
+            .and_then(|c| u32::try_from(c).ok()),
+        memory_mb: info
+            .resources
+            .as_ref()
+            .and_then(|r| r.memory_mb)
+            .and_then(|m| u32::try_from(m).ok()),
+        network,
+        image: info.source.and_then(|s| s.reference),
+        url: info.url,
+        pid: None,
+        created_at: info.created_at,
+        branchable: info.branchable.or(info.forkable).unwrap_or(false),
+        ports: info
+            .ports
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|p| {
+                Some(PublishedPort {
+                    guest: u16::try_from(p.port).ok()?,
+                    host: p
+                        .host_port
+                        .and_then(|h| u16::try_from(h).ok())
+                        .filter(|h| *h != 0),
+                })
+            })
+            .collect(),
+        upstream_ready: info.ready,
+    }
+}
+
+/// Reads the record's network the way it was asked for: the deny list reads as `blocked`.
+fn describe_network(n: &types::MachineNetworkRecord) -> String {
+    let cidrs = n.cidrs.clone().unwrap_or_default();
+    let hosts = n.hosts.clone().unwrap_or_default();
+    match n.mode.as_deref() {
+        Some("open") => "open".into(),
+        Some("blocked") => "blocked".into(),
+        Some("allowCidrs") if hosts.is_empty() && (cidrs.is_empty() || cidrs == [DENY_CIDR]) => {
+            // The record's echo of the list is unreliable ([] seen for a deny list).
+            "blocked".into()
+        }
+        Some("allowCidrs") => Egress::Allow { hosts, cidrs }.describe(),
+        Some(other) => other.to_owned(),
+        None => "unknown".into(),
+    }
+}
+
+fn exact_or_text(b64: Option<&str>, text: String, cut: Option<bool>) -> (Vec<u8>, bool) {
+    if let Some(b64) = b64.filter(|b| !b.is_empty()) {
+        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(b64) {
+            return (bytes, false);
+        }
+    }
+    (text.into_bytes(), cut.unwrap_or(false))
+}
+
+/// The settled bill's nesting has moved between releases; take the first numeric `totalMicros`.
+pub(crate) fn find_total_micros(v: &serde_json::Value) -> Option<i64> {
+    match v {
+        serde_json::Value::Object(map) => map
+            .get("totalMicros")
+            .and_then(serde_json::Value::as_i64)
+            .or_else(|| map.values().find_map(find_total_micros)),
+        serde_json::Value::Array(items) => items.iter().find_map(find_total_micros),
+        _ => None,
+    }
+}
+
+pub(crate) fn page_by_event_id(
+    events: Vec<types::EventInfo>,
+    tail: usize,
+    cursor: Option<&str>,
+) -> LogPage {
+    let after = cursor
+        .and_then(|c| c.strip_prefix("e:"))
+        .and_then(|id| events.iter().position(|e| e.id == id));
+    let start = match after {
+        Some(i) => i + 1,
+        // No cursor, a foreign one, or an id that has rolled out of the log: the tail.
+        None => events.len().saturating_sub(tail),
+    };
+    let next = match events.last() {
+        Some(last) => format!("e:{}", last.id),
+        None => cursor.unwrap_or_default().to_owned(),
+    };
+    LogPage {
+        lines: events[start.min(events.len())..]
+            .iter()
+            .map(|e| format!("{} {} {}", e.created_at, e.level.to_uppercase(), e.message))
+            .collect(),
+        cursor: next,
+    }
+}
+
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+fn encode_segment(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// `/workspace/a b.txt` -> `workspace/a%20b.txt`: no leading slash, empty segments dropped,
+/// each segment percent-encoded.
+pub(crate) fn path_suffix(path: &str) -> String {
+    path.split('/')
+        .filter(|s| !s.is_empty())
+        .map(encode_segment)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Single-quotes a word for `sh`.
+pub(crate) fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(id: &str) -> types::EventInfo {
+        types::EventInfo {
+            created_at: "2026-09-08T14:47:37Z".into(),
+            id: id.into(),
+            level: "info".into(),
+            message: format!("event {id}"),
+        }
+    }
+
+    #[test]
+    fn events_page_by_id() {
+        let log = || vec![event("ev-1"), event("ev-2"), event("ev-3")];
+        let page = page_by_event_id(log(), 2, None);
+        assert_eq!(
+            page.lines,
+            [
+                "2026-09-08T14:47:37Z INFO event ev-2",
+                "2026-09-08T14:47:37Z INFO event ev-3"
+            ]
+        );
+        assert_eq!(page.cursor, "e:ev-3");
+        assert_eq!(page_by_event_id(log(), 2, Some("e:ev-1")).lines.len(), 2);
+        assert!(page_by_event_id(log(), 2, Some("e:ev-3")).lines.is_empty());
+        assert_eq!(page_by_event_id(log(), 1, Some("e:gone")).lines.len(), 1);
+        assert_eq!(page_by_event_id(vec![], 5, Some("e:x")).cursor, "e:x");
+    }
+
+    #[test]
+    fn total_micros_is_found_at_any_depth() {
+        assert_eq!(
+            find_total_micros(
+                &json!({"machineId": "m", "cost": {"cpuMicros": 3, "totalMicros": 1879}})
+            ),
+            Some(1879)
+        );
+        assert_eq!(find_total_micros(&json!({})), None);
+    }
+
+    #[test]
+    fn suffixes_and_quoting() {
+        assert_eq!(path_suffix("/workspace/a b.txt"), "workspace/a%20b.txt");
+        assert_eq!(path_suffix("//x//y?#%"), "x/y%3F%23%25");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn the_deny_list_reads_as_blocked() {
+        let rec = |cidrs: Vec<&str>| types::MachineNetworkRecord {
+            mode: Some("allowCidrs".into()),
+            cidrs: Some(cidrs.into_iter().map(String::from).collect()),
+            hosts: None,
+        };
+        assert_eq!(describe_network(&rec(vec![DENY_CIDR])), "blocked");
+        assert_eq!(describe_network(&rec(vec![])), "blocked");
+        assert_eq!(
+            describe_network(&rec(vec!["10.0.0.0/8"])),
+            "allow(10.0.0.0/8)"
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! The one machine vocabulary both fleets are translated into. Nothing here knows about HTTP or
+//! either API's field names; `local.rs` and `cloud.rs` translate to and from it.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The fleet a machine lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FleetKind {
+    Local,
+    Cloud,
+}
+
+impl FleetKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FleetKind::Local => "local",
+            FleetKind::Cloud => "cloud",
+        }
+    }
+}
+
+/// A machine as the tools report it, whichever fleet answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Machine {
+    /// What every other call takes: the name locally, the `mach-` id on cloud.
+    pub id: String,
+    pub name: String,
+    pub state: String,
+    pub cpus: Option<u32>,
+    pub memory_mb: Option<u32>,
+    /// `open`, `blocked`, or `allow(host,...,cidr,...)`.
+    pub network: String,
+    pub image: Option<String>,
+    /// The cloud ingress address of the first published port; always null locally.
+    pub url: Option<String>,
+    pub pid: Option<i64>,
+    /// RFC 3339, UTC.
+    pub created_at: Option<String>,
+    pub branchable: bool,
+    pub ports: Vec<PublishedPort>,
+    /// Whether the fleet itself reports the machine as serving (cloud `ready`); `None` locally.
+    #[serde(skip)]
+    pub upstream_ready: Option<bool>,
+}
+
+impl Machine {
+    /// Both APIs use more than one word for "the VM is up".
+    pub fn is_running(&self) -> bool {
+        matches!(self.state.as_str(), "running" | "started")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishedPort {
+    pub guest: u16,
+    /// The host (local) or node (cloud) side, once placed.
+    pub host: Option<u16>,
+}
+
+/// Egress policy, as asked for at create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Egress {
+    Open,
+    Blocked,
+    /// Only these destinations. Never both empty (that is `Blocked`).
+    Allow {
+        hosts: Vec<String>,
+        cidrs: Vec<String>,
+    },
+}
+
+impl Egress {
+    /// The reading every machine view uses.
+    pub fn describe(&self) -> String {
+        match self {
+            Egress::Open => "open".to_owned(),
+            Egress::Blocked => "blocked".to_owned(),
+            Egress::Allow { hosts, cidrs } => {
+                let all: Vec<&str> = hosts.iter().chain(cidrs).map(String::as_str).collect();
+                format!("allow({})", all.join(","))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMapping {
+    pub guest: u16,
+    /// Local only; defaults to the guest port. The cloud allocates its own.
+    pub host: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub source: String,
+    pub target: String,
+    pub readonly: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateSpec {
+    pub name: String,
+    pub image: String,
+    pub cpus: u32,
+    pub memory_mb: u32,
+    pub egress: Egress,
+    pub ports: Vec<PortMapping>,
+    /// Local only.
+    pub mounts: Vec<Mount>,
+    pub storage_gb: Option<u32>,
+    /// Local only.
+    pub overlay_gb: Option<u32>,
+    pub env: BTreeMap<String, String>,
+    pub branchable: bool,
+    /// The workload command. Local only: the cloud create has no such field in the API this
+    /// server is built on.
+    pub cmd: Option<Vec<String>>,
+    /// Cloud only: the control plane's backstop for a machine whose owner died.
+    pub ttl_seconds: Option<u64>,
+    /// Cloud only.
+    pub auto_stop_seconds: Option<u64>,
+    /// Cloud only.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl CreateSpec {
+    /// A spec with defaults for everything but the name and image.
+    pub fn new(name: impl Into<String>, image: impl Into<String>) -> Self {
+        CreateSpec {
+            name: name.into(),
+            image: image.into(),
+            cpus: 2,
+            memory_mb: 2048,
+            egress: Egress::Blocked,
+            ports: Vec::new(),
+            mounts: Vec::new(),
+            storage_gb: None,
+            overlay_gb: None,
+            env: BTreeMap::new(),
+            branchable: false,
+            cmd: None,
+            ttl_seconds: None,
+            auto_stop_seconds: None,
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Argv(Vec<String>),
+    /// Run with `sh -c` on both fleets, so that a string means the same thing everywhere.
+    Shell(String),
+}
+
+impl Command {
+    pub fn argv(&self) -> Vec<String> {
+        match self {
+            Command::Argv(argv) => argv.clone(),
+            Command::Shell(script) => vec!["sh".into(), "-c".into(), script.clone()],
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecSpec {
+    pub command: Command,
+    pub workdir: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub stdin: Option<String>,
+    pub timeout_secs: Option<u64>,
+}
+
+impl ExecSpec {
+    pub fn new(command: Command) -> Self {
+        ExecSpec {
+            command,
+            workdir: None,
+            env: BTreeMap::new(),
+            stdin: None,
+            timeout_secs: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Upstream cut the stream before answering (the cloud's 1 MiB text cap, when no byte-exact
+    /// copy came with it).
+    pub stdout_cut_upstream: bool,
+    pub stderr_cut_upstream: bool,
+}
+
+impl ExecOutput {
+    /// Both APIs report a server-side timeout as exit 124 with this marker on stderr.
+    pub fn timed_out(&self) -> bool {
+        self.exit_code == 124 && String::from_utf8_lossy(&self.stderr).contains("command timed out")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogPage {
+    pub lines: Vec<String>,
+    /// Pass back to get only what arrived since.
+    pub cursor: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deleted {
+    pub deleted: String,
+    /// The settled cost on cloud, in micro-dollars (1,000,000 = 1 USD); null locally.
+    pub usage_micros: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PulledImage {
+    pub reference: String,
+    pub digest: Option<String>,
+    pub size: Option<i64>,
+    pub architecture: Option<String>,
+    pub os: Option<String>,
+    pub layer_count: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub machine_id: String,
+    pub uptime_seconds: Option<i64>,
+    pub total_micros: Option<i64>,
+    pub amount_due_micros: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Account {
+    pub tenant_id: String,
+    pub status: String,
+    pub period_uptime_seconds: Option<i64>,
+    pub period_total_micros: Option<i64>,
+    pub period_amount_due_micros: Option<i64>,
+    pub plan: Option<String>,
+}
+
+/// Seconds since the Unix epoch as RFC 3339 UTC (the local API's `createdAt` is epoch seconds,
+/// the cloud's is already RFC 3339).
+pub fn epoch_to_rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_seconds_render_as_utc() {
+        assert_eq!(epoch_to_rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(epoch_to_rfc3339(1_788_878_857), "2026-09-08T14:47:37Z");
+        assert_eq!(epoch_to_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn egress_reads_hosts_first() {
+        let allow = Egress::Allow {
+            hosts: vec!["pypi.org".into()],
+            cidrs: vec!["10.0.0.0/8".into()],
+        };
+        assert_eq!(allow.describe(), "allow(pypi.org,10.0.0.0/8)");
+    }
+
+    #[test]
+    fn only_the_marked_exit_124_is_a_timeout() {
+        let mut out = ExecOutput {
+            exit_code: 124,
+            stdout: vec![],
+            stderr: b"\ncommand timed out after 2000ms".to_vec(),
+            stdout_cut_upstream: false,
+            stderr_cut_upstream: false,
+        };
+        assert!(out.timed_out());
+        out.stderr = b"timeout(1) said so".to_vec();
+        assert!(!out.timed_out());
+    }
+}
