@@ -105,15 +105,15 @@ impl LocalFleet {
             branchable: branchable.then_some(true),
             ..Default::default()
         };
+        let mut request = self.client.start_machine().name(name).body(body);
+        if branchable {
+            // 1.32.2 documents `branchable` in the body; the `forkable` query is what the
+            // engine's own refusal names ("start it with --forkable") and what earlier
+            // releases read. Both ask for the same thing.
+            request = request.forkable(true);
+        }
         within(&ctx, START, async {
-            match self
-                .client
-                .start_machine()
-                .name(name)
-                .body(body)
-                .send()
-                .await
-            {
+            match request.send().await {
                 Ok(r) => Ok(view(r.into_inner())),
                 Err(e) => Err(map_error(&ctx, e).await),
             }

@@ -4,7 +4,7 @@
 pub mod cloud;
 pub mod local;
 pub mod model;
-pub(crate) mod upstream;
+pub mod upstream;
 
 use crate::error::{ErrorKind, FleetError, FleetResult};
 pub use cloud::CloudFleet;

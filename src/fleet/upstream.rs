@@ -52,14 +52,22 @@ pub(crate) async fn map_error<E: ErrorBody>(context: &str, err: ClientError<E>) 
         ClientError::CommunicationError(e) | ClientError::ResponseBodyError(e) => {
             transport(context, &e)
         }
-        ClientError::InvalidResponsePayload(bytes, e) => FleetError::new(
-            ErrorKind::BadResponse,
-            context,
-            format!(
-                "unexpected response shape: {e} (body starts: {})",
-                snippet(&String::from_utf8_lossy(&bytes), 200)
-            ),
-        ),
+        // Also what a documented error status with an undocumented body (plain text) becomes:
+        // progenitor does not say which status it was, so the body itself is the message.
+        ClientError::InvalidResponsePayload(bytes, e) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let (message, code) = parse_error_text(&text);
+            let mut err = FleetError::new(
+                ErrorKind::BadResponse,
+                context,
+                match message {
+                    Some(m) => format!("{m} (an answer not in the documented shape: {e})"),
+                    None => format!("an empty answer where the API documents a body: {e}"),
+                },
+            );
+            err.upstream_code = code;
+            err
+        }
         ClientError::InvalidRequest(why) => FleetError::new(ErrorKind::Invalid, context, why),
         ClientError::InvalidUpgrade(e) => transport(context, &e),
         ClientError::Custom(why) => FleetError::new(ErrorKind::Upstream, context, why),
@@ -101,7 +109,7 @@ pub(crate) fn snippet(text: &str, max_chars: usize) -> String {
 
 /// An error from a raw response whose body may be empty, plain text, `{code, error}` JSON, or
 /// RFC 9457 problem+json: the cloud uses all four depending on status and release.
-pub(crate) async fn from_response(context: &str, response: reqwest::Response) -> FleetError {
+pub async fn from_response(context: &str, response: reqwest::Response) -> FleetError {
     let status = response.status().as_u16();
     let request_id = request_id(response.headers());
     let retry_after = response
@@ -159,7 +167,7 @@ fn is_transient(e: &FleetError) -> bool {
 }
 
 /// The message is the first string among `detail`, `error`, `message`, `title`.
-pub(crate) fn parse_error_text(text: &str) -> (Option<String>, Option<String>) {
+pub fn parse_error_text(text: &str) -> (Option<String>, Option<String>) {
     let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text) else {
         let trimmed = text.trim();
         return ((!trimmed.is_empty()).then(|| snippet(trimmed, 500)), None);

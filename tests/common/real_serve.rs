@@ -1,0 +1,112 @@
+//! A real `smolvm serve` from the pinned engine that scripts/fetch-smolvm.sh unpacks, on a Unix
+//! socket in a temp dir, with its own state dir and guest-rollout port so it never meets another
+//! serve on the host. Killed when dropped.
+
+use smol_mcp::transport::LocalEndpoint;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const PINNED_SMOLVM: &str = "1.32.2";
+
+/// The engine binary: `$SMOLVM_BIN`, else `.smolvm/<pinned>/smol-vmm`. A missing binary fails
+/// the test (it is not skipped): `scripts/fetch-smolvm.sh` installs it.
+pub fn smolvm_binary() -> PathBuf {
+    let path = std::env::var_os("SMOLVM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(".smolvm")
+                .join(PINNED_SMOLVM)
+                .join("smol-vmm")
+        });
+    assert!(
+        path.exists(),
+        "no smolvm engine at {}: run scripts/fetch-smolvm.sh first",
+        path.display()
+    );
+    path
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+pub struct RealServe {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub endpoint: LocalEndpoint,
+}
+
+impl RealServe {
+    pub async fn start() -> RealServe {
+        let dir = tempfile::Builder::new()
+            .prefix("smolvm-it-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("api.sock");
+        let mut command = Command::new(smolvm_binary());
+        command
+            .arg("serve")
+            .arg("start")
+            .arg("--listen")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--guest-rollout-port")
+            .arg(free_port().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap());
+        if is_root() {
+            // The engine drops guest processes to another uid unless told not to; as root in a
+            // container that uid cannot reach the state dir.
+            command.env("SMOLVM_VM_UID_DROP", "off");
+        }
+        let child = command.spawn().unwrap();
+        let endpoint = LocalEndpoint::Unix(socket);
+        let serve = RealServe {
+            child,
+            dir,
+            endpoint,
+        };
+        serve.wait_healthy().await;
+        serve
+    }
+
+    async fn wait_healthy(&self) {
+        let fleet = smol_mcp::fleet::LocalFleet::new(self.endpoint.clone()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if fleet.health().await.is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "smolvm serve did not answer /health within 30 s; its log:\n{}",
+                std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for RealServe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
