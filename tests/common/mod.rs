@@ -1,3 +1,4 @@
 #![allow(dead_code)]
 
+pub mod fake_serve;
 pub mod real_serve;

@@ -1,0 +1,263 @@
+//! An in-process stand-in for `smolvm serve` on a Unix socket: it follows the 1.32.2 spec's
+//! shapes (every response carries the schema's required fields), keeps a little state so flows
+//! make sense, and records every request for snapshot tests.
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+pub type ExecHook = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+
+#[derive(Default)]
+pub struct FakeState {
+    pub requests: Vec<Value>,
+    pub machines: BTreeMap<String, Value>,
+    pub files: BTreeMap<(String, String), Vec<u8>>,
+    pub logs: BTreeMap<String, Vec<String>>,
+    pub exec_hook: Option<ExecHook>,
+}
+
+#[derive(Clone)]
+pub struct FakeServe {
+    pub state: Arc<Mutex<FakeState>>,
+    pub socket: PathBuf,
+    _dir: Arc<tempfile::TempDir>,
+}
+
+/// A MachineInfo with every field the spec requires.
+pub fn machine_info(name: &str, state: &str) -> Value {
+    json!({
+        "name": name, "state": state, "cpus": 2, "memoryMb": 2048, "mounts": [], "ports": [],
+        "network": false, "gpu": false, "cuda": false, "blockIo": "sync", "diskDurability": "full",
+        "branchable": false, "forkable": false, "branchpointHeld": false, "forkpointHeld": false,
+        "createdAt": 1_788_878_857, "image": "alpine", "storageGb": 20, "overlayGb": 10
+    })
+}
+
+fn api_error(status: StatusCode, code: &str, message: String) -> Response {
+    (status, axum::Json(json!({"error": message, "code": code}))).into_response()
+}
+
+fn envelope(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap, body: &[u8]) -> Value {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let content_type = header("content-type");
+    let body = if body.is_empty() {
+        Value::Null
+    } else if content_type.as_deref() == Some("application/json") {
+        serde_json::from_slice(body).unwrap_or_else(|_| json!({"invalidJson": String::from_utf8_lossy(body)}))
+    } else {
+        json!({"octets": body.len(), "utf8": String::from_utf8_lossy(body)})
+    };
+    json!({
+        "method": method.as_str(),
+        "path": uri.path(),
+        "query": uri.query(),
+        "headers": {
+            "content-type": content_type,
+            "accept": header("accept"),
+            "api-version": header("api-version"),
+        },
+        "body": body,
+    })
+}
+
+impl FakeServe {
+    pub async fn start() -> FakeServe {
+        let dir = tempfile::Builder::new().prefix("fake-serve-").tempdir().unwrap();
+        let socket = dir.path().join("api.sock");
+        let state = Arc::new(Mutex::new(FakeState::default()));
+        let app = Router::new().fallback(handle).with_state(state.clone());
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeServe {
+            state,
+            socket,
+            _dir: Arc::new(dir),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    pub fn endpoint(&self) -> smol_mcp::transport::LocalEndpoint {
+        smol_mcp::transport::LocalEndpoint::Unix(self.socket.clone())
+    }
+
+    /// The requests recorded so far, emptying the record.
+    pub fn take_requests(&self) -> Vec<Value> {
+        std::mem::take(&mut self.state.lock().unwrap().requests)
+    }
+
+    pub fn add_machine(&self, name: &str, state: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .machines
+            .insert(name.to_owned(), machine_info(name, state));
+    }
+
+    pub fn set_exec(&self, hook: impl Fn(&Value) -> Value + Send + Sync + 'static) {
+        self.state.lock().unwrap().exec_hook = Some(Arc::new(hook));
+    }
+
+    pub fn push_log(&self, name: &str, line: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .logs
+            .entry(name.to_owned())
+            .or_default()
+            .push(line.to_owned());
+    }
+}
+
+/// What exec answers by default: `echo` echoes, `sh -c "exit N"` exits N, anything else prints ok.
+pub fn default_exec(request: &Value) -> Value {
+    let argv: Vec<&str> = request["command"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let (code, stdout) = match argv.as_slice() {
+        ["echo", rest @ ..] => (0, format!("{}\n", rest.join(" "))),
+        ["sh", "-c", script] if script.starts_with("exit ") => {
+            (script[5..].trim().parse().unwrap_or(1), String::new())
+        }
+        _ => (0, "ok\n".to_owned()),
+    };
+    exec_response(code, stdout.as_bytes(), b"")
+}
+
+pub fn exec_response(code: i32, stdout: &[u8], stderr: &[u8]) -> Value {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    json!({
+        "exitCode": code,
+        "stdout": String::from_utf8_lossy(stdout), "stderr": String::from_utf8_lossy(stderr),
+        "stdoutB64": b64(stdout), "stderrB64": b64(stderr)
+    })
+}
+
+async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes: Bytes = axum::body::to_bytes(body, 256 * 1024 * 1024).await.unwrap_or_default();
+    let mut st = state.lock().unwrap();
+    st.requests
+        .push(envelope(&parts.method, &parts.uri, &parts.headers, &bytes));
+    let json_body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let path = parts.uri.path().to_owned();
+    let segments: Vec<String> = path
+        .trim_start_matches('/')
+        .splitn(5, '/')
+        .map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned())
+        .collect();
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let not_found = |name: &str| {
+        api_error(StatusCode::NOT_FOUND, "NOT_FOUND", format!("machine '{name}' not found"))
+    };
+    match (parts.method.as_str(), seg.as_slice()) {
+        ("GET", ["health"]) => axum::Json(json!({
+            "status": "ok", "version": "1.32.2", "nested_virt": false,
+            "machines": {"total": st.machines.len(), "running": 0}, "uptime_seconds": 1
+        }))
+        .into_response(),
+        ("GET", ["api", "v1", "machines"]) => {
+            let machines: Vec<Value> = st.machines.values().cloned().collect();
+            axum::Json(json!({ "machines": machines })).into_response()
+        }
+        ("POST", ["api", "v1", "machines"]) => {
+            let name = json_body["name"].as_str().unwrap_or("generated").to_owned();
+            if st.machines.contains_key(&name) {
+                return api_error(StatusCode::CONFLICT, "CONFLICT", format!("machine '{name}' already exists"));
+            }
+            let mut info = machine_info(&name, "created");
+            for key in ["image", "cpus", "memoryMb", "network", "allowedHosts", "allowedCidrs", "ports", "storageGb", "overlayGb"] {
+                if let Some(v) = json_body.get(key) {
+                    info[key] = v.clone();
+                }
+            }
+            st.machines.insert(name, info.clone());
+            axum::Json(info).into_response()
+        }
+        (method, ["api", "v1", "machines", name, rest @ ..]) => {
+            let name = name.to_string();
+            let Some(info) = st.machines.get(&name).cloned() else {
+                return not_found(&name);
+            };
+            let rest: Vec<&str> = rest.first().map(|r| r.splitn(2, '/').collect()).unwrap_or_default();
+            match (method, rest.as_slice()) {
+                ("GET", []) => axum::Json(info).into_response(),
+                ("DELETE", []) => {
+                    st.machines.remove(&name);
+                    axum::Json(json!({ "deleted": name })).into_response()
+                }
+                ("POST", ["start"]) | ("POST", ["stop"]) => {
+                    let mut info = info;
+                    info["state"] = json!(if rest[0] == "start" { "running" } else { "stopped" });
+                    if rest[0] == "start" && parts.uri.query().is_some_and(|q| q.contains("forkable=true")) {
+                        info["branchable"] = json!(true);
+                        info["forkable"] = json!(true);
+                    }
+                    st.machines.insert(name, info.clone());
+                    axum::Json(info).into_response()
+                }
+                ("POST", ["branches"]) => {
+                    if info["branchable"] != json!(true) || info["state"] != json!("running") {
+                        return api_error(StatusCode::CONFLICT, "CONFLICT", format!(
+                            "agent operation failed: fork: golden '{name}' is not running forkable; start it with `machine start --forkable --name {name}`"));
+                    }
+                    let child = json_body["name"].as_str().unwrap_or("child").to_owned();
+                    let mut info = machine_info(&child, "running");
+                    info["parentMachine"] = json!(name);
+                    st.machines.insert(child, info.clone());
+                    axum::Json(info).into_response()
+                }
+                ("POST", ["exec"]) => {
+                    let hook = st.exec_hook.clone();
+                    let answer = match hook {
+                        Some(h) => h(&json_body),
+                        None => default_exec(&json_body),
+                    };
+                    axum::Json(answer).into_response()
+                }
+                ("GET", ["files", file]) => match st.files.get(&(name.clone(), file.to_string())) {
+                    Some(bytes) => (
+                        [(header::CONTENT_TYPE, "application/octet-stream")],
+                        Body::from(bytes.clone()),
+                    )
+                        .into_response(),
+                    None => api_error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR", format!(
+                        "agent operation failed: read file: {file}: No such file or directory")),
+                },
+                ("PUT", ["files", file]) => {
+                    let size = bytes.len();
+                    st.files.insert((name, file.to_string()), bytes.to_vec());
+                    axum::Json(json!({"path": file, "size": size})).into_response()
+                }
+                ("GET", ["logs"]) => {
+                    let Some(lines) = st.logs.get(&name) else {
+                        return api_error(StatusCode::NOT_FOUND, "NOT_FOUND", format!(
+                            "machine '{name}' has no logs yet — it may not have been started"));
+                    };
+                    let body: String = lines.iter().map(|l| format!("event: log\ndata: {l}\n\n")).collect();
+                    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+                }
+                ("POST", ["images", "pull"]) => axum::Json(json!({"image": {
+                    "reference": json_body["image"], "digest": "sha256:0123", "size": 3_500_000,
+                    "architecture": "amd64", "os": "linux", "layerCount": 1
+                }}))
+                .into_response(),
+                _ => api_error(StatusCode::NOT_FOUND, "NOT_FOUND", format!("no route {method} {path}")),
+            }
+        }
+        _ => api_error(StatusCode::NOT_FOUND, "NOT_FOUND", format!("no route {path}")),
+    }
+}

@@ -1,0 +1,138 @@
+//! Pins every request the local fleet sends to `smolvm serve` (method, path, query, the headers
+//! that matter, body), against the in-process fake on a Unix socket.
+
+mod common;
+
+use common::fake_serve::{FakeServe, exec_response};
+use insta::assert_json_snapshot;
+use smol_mcp::fleet::{
+    Command, CreateSpec, Egress, ExecSpec, LocalFleet, Mount, PortMapping,
+};
+
+async fn fleet() -> (FakeServe, LocalFleet) {
+    let fake = FakeServe::start().await;
+    let fleet = LocalFleet::new(fake.endpoint()).unwrap();
+    (fake, fleet)
+}
+
+#[tokio::test]
+async fn create_with_each_egress_policy() {
+    let (fake, fleet) = fleet().await;
+    let mut open = CreateSpec::new("m-open", "python:3.12-alpine");
+    open.egress = Egress::Open;
+    open.env.insert("B".into(), "2".into());
+    open.env.insert("A".into(), "1".into());
+    let created = fleet.create(&open).await.unwrap();
+    assert_eq!(created.network, "open");
+    fleet.create(&CreateSpec::new("m-blocked", "alpine")).await.unwrap();
+    let mut allow = CreateSpec::new("m-allow", "alpine");
+    allow.egress = Egress::Allow {
+        hosts: vec!["pypi.org".into(), "files.pythonhosted.org".into()],
+        cidrs: vec!["10.0.0.0/8".into()],
+    };
+    let allowed = fleet.create(&allow).await.unwrap();
+    assert_eq!(allowed.network, "allow(pypi.org,files.pythonhosted.org,10.0.0.0/8)");
+    let mut hosts_only = CreateSpec::new("m-hosts", "alpine");
+    hosts_only.egress = Egress::Allow {
+        hosts: vec!["example.com".into()],
+        cidrs: vec![],
+    };
+    fleet.create(&hosts_only).await.unwrap();
+    assert_json_snapshot!("local_create_egress", fake.take_requests());
+}
+
+#[tokio::test]
+async fn create_with_ports_mounts_disks_and_a_workload_command() {
+    let (fake, fleet) = fleet().await;
+    let mut spec = CreateSpec::new("m-full", "nginx:alpine");
+    spec.cpus = 4;
+    spec.memory_mb = 4096;
+    spec.egress = Egress::Open;
+    spec.ports = vec![
+        PortMapping { guest: 80, host: Some(8081) },
+        PortMapping { guest: 8080, host: None },
+    ];
+    spec.mounts = vec![
+        Mount { source: "/srv/data".into(), target: "/data".into(), readonly: true },
+        Mount { source: "/srv/work".into(), target: "/work".into(), readonly: false },
+    ];
+    spec.storage_gb = Some(40);
+    spec.overlay_gb = Some(5);
+    spec.cmd = Some(vec!["sh".into(), "-c".into(), "while true; do sleep 3600; done".into()]);
+    // Cloud-only fields are not sent to the local engine.
+    spec.ttl_seconds = Some(3600);
+    spec.auto_stop_seconds = Some(900);
+    spec.labels.insert("owner".into(), "x".into());
+    let created = fleet.create(&spec).await.unwrap();
+    assert_eq!(created.ports.len(), 2);
+    assert_json_snapshot!("local_create_ports_mounts", fake.take_requests());
+}
+
+#[tokio::test]
+async fn branchable_is_asked_for_at_start_and_branch_names_the_child() {
+    let (fake, fleet) = fleet().await;
+    let mut spec = CreateSpec::new("m-src", "alpine");
+    spec.branchable = true;
+    fleet.create(&spec).await.unwrap();
+    let started = fleet.start("m-src", true).await.unwrap();
+    assert!(started.branchable);
+    let child = fleet.branch("m-src", "m-child", false).await.unwrap();
+    assert_eq!(child.name, "m-child");
+    assert_json_snapshot!("local_create_start_branch", fake.take_requests());
+}
+
+#[tokio::test]
+async fn start_stop_delete_get_list() {
+    let (fake, fleet) = fleet().await;
+    fake.add_machine("m1", "created");
+    assert!(fleet.start("m1", false).await.unwrap().is_running());
+    assert!(!fleet.stop("m1").await.unwrap().is_running());
+    assert_eq!(fleet.list().await.unwrap().len(), 1);
+    assert_eq!(fleet.get("m1").await.unwrap().state, "stopped");
+    assert_eq!(fleet.delete("m1").await.unwrap().deleted, "m1");
+    assert!(fleet.get("m1").await.unwrap_err().is_not_found());
+    assert_json_snapshot!("local_lifecycle", fake.take_requests());
+}
+
+#[tokio::test]
+async fn exec_with_argv_and_with_a_string() {
+    let (fake, fleet) = fleet().await;
+    fake.add_machine("m1", "running");
+    fake.set_exec(|_| exec_response(3, b"out\xff\n", b"err\n"));
+    let mut argv = ExecSpec::new(Command::Argv(vec!["python3".into(), "-c".into(), "print(1)".into()]));
+    argv.workdir = Some("/work".into());
+    argv.env.insert("FOO".into(), "bar".into());
+    argv.stdin = Some("input text".into());
+    argv.timeout_secs = Some(30);
+    let out = fleet.exec("m1", &argv).await.unwrap();
+    assert_eq!(out.exit_code, 3);
+    assert_eq!(out.stdout, b"out\xff\n", "bytes come from the exact base64 twin");
+    assert_eq!(out.stderr, b"err\n");
+    fleet
+        .exec("m1", &ExecSpec::new(Command::Shell("ls / | wc -l".into())))
+        .await
+        .unwrap();
+    assert_json_snapshot!("local_exec", fake.take_requests());
+}
+
+#[tokio::test]
+async fn files_logs_pull_and_health() {
+    let (fake, fleet) = fleet().await;
+    fake.add_machine("m1", "running");
+    assert_eq!(fleet.write_file("m1", "/root/a b.txt", b"hello\n".to_vec()).await.unwrap(), 6);
+    assert_eq!(fleet.read_file("m1", "/root/a b.txt").await.unwrap(), b"hello\n");
+    let missing = fleet.read_file("m1", "/nope").await.unwrap_err();
+    assert_eq!(missing.upstream_code.as_deref(), Some("INTERNAL_ERROR"));
+    for line in ["boot", "ready", "third"] {
+        fake.push_log("m1", line);
+    }
+    let first = fleet.logs("m1", 2, None).await.unwrap();
+    assert_eq!(first.lines, ["ready", "third"]);
+    fake.push_log("m1", "fourth");
+    let next = fleet.logs("m1", 2, Some(&first.cursor)).await.unwrap();
+    assert_eq!(next.lines, ["fourth"]);
+    let image = fleet.pull_image("m1", "python:3.12-alpine").await.unwrap();
+    assert_eq!(image.reference, "python:3.12-alpine");
+    assert_eq!(fleet.health().await.unwrap().version, "1.32.2");
+    assert_json_snapshot!("local_files_logs_pull_health", fake.take_requests());
+}
