@@ -1,4 +1,5 @@
 #![allow(dead_code)]
 
+pub mod fake_cloud;
 pub mod fake_serve;
 pub mod real_serve;
