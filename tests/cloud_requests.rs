@@ -1,6 +1,8 @@
 //! Pins every request the cloud fleet sends to the smol cloud API (method, path, query, the
 //! headers that matter, body), against the wiremock fake that behaves like the service.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::fake_cloud::{FakeCloud, TOKEN, exec_answer};
@@ -22,19 +24,28 @@ async fn create_with_each_egress_policy() {
     open.env.insert("A".into(), "1".into());
     let created = fleet.create(&open).await.unwrap();
     assert!(created.id.starts_with("mach-"));
-    assert_eq!(created.state, "stopped", "the service creates machines stopped");
+    assert_eq!(
+        created.state, "stopped",
+        "the service creates machines stopped"
+    );
     assert_eq!(
         created.image.as_deref(),
         Some("registry.smolmachines.com/library/alpine:3.20")
     );
-    let blocked = fleet.create(&CreateSpec::new("c-blocked", "alpine:3.20")).await.unwrap();
+    let blocked = fleet
+        .create(&CreateSpec::new("c-blocked", "alpine:3.20"))
+        .await
+        .unwrap();
     assert_eq!(blocked.network, "blocked");
     let mut allow = CreateSpec::new("c-allow", "alpine:3.20");
     allow.egress = Egress::Allow {
         hosts: vec!["pypi.org".into()],
         cidrs: vec!["10.0.0.0/8".into()],
     };
-    assert_eq!(fleet.create(&allow).await.unwrap().network, "allow(pypi.org,10.0.0.0/8)");
+    assert_eq!(
+        fleet.create(&allow).await.unwrap().network,
+        "allow(pypi.org,10.0.0.0/8)"
+    );
     assert_json_snapshot!("cloud_create_egress", fake.take_requests());
 }
 
@@ -44,8 +55,14 @@ async fn create_with_ports_disk_branchable_and_ephemeral_timers() {
     let mut spec = CreateSpec::new("mcp-1234abcd", "python:3.12-alpine");
     spec.cpus = 1;
     spec.memory_mb = 256;
-    spec.egress = Egress::Allow { hosts: vec!["pypi.org".into()], cidrs: vec![] };
-    spec.ports = vec![PortMapping { guest: 8080, host: Some(9999) }];
+    spec.egress = Egress::Allow {
+        hosts: vec!["pypi.org".into()],
+        cidrs: vec![],
+    };
+    spec.ports = vec![PortMapping {
+        guest: 8080,
+        host: Some(9999),
+    }];
     spec.storage_gb = Some(40);
     spec.branchable = true;
     spec.ttl_seconds = Some(3600);
@@ -62,19 +79,35 @@ async fn create_with_ports_disk_branchable_and_ephemeral_timers() {
 async fn create_refusals_send_nothing() {
     let (fake, fleet) = fleet().await;
     let mut ported = CreateSpec::new("c-port", "alpine");
-    ported.ports = vec![PortMapping { guest: 80, host: None }];
+    ported.ports = vec![PortMapping {
+        guest: 80,
+        host: None,
+    }];
     let err = fleet.create(&ported).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Refused);
     assert!(err.message.contains("network open"), "{err}");
     let mut mounted = CreateSpec::new("c-mount", "alpine");
-    mounted.mounts = vec![Mount { source: "/a".into(), target: "/b".into(), readonly: false }];
-    assert_eq!(fleet.create(&mounted).await.unwrap_err().kind, ErrorKind::Unsupported);
+    mounted.mounts = vec![Mount {
+        source: "/a".into(),
+        target: "/b".into(),
+        readonly: false,
+    }];
+    assert_eq!(
+        fleet.create(&mounted).await.unwrap_err().kind,
+        ErrorKind::Unsupported
+    );
     let mut overlay = CreateSpec::new("c-overlay", "alpine");
     overlay.overlay_gb = Some(5);
-    assert_eq!(fleet.create(&overlay).await.unwrap_err().kind, ErrorKind::Unsupported);
+    assert_eq!(
+        fleet.create(&overlay).await.unwrap_err().kind,
+        ErrorKind::Unsupported
+    );
     let mut cmd = CreateSpec::new("c-cmd", "alpine");
     cmd.cmd = Some(vec!["sleep".into(), "1".into()]);
-    assert_eq!(fleet.create(&cmd).await.unwrap_err().kind, ErrorKind::Unsupported);
+    assert_eq!(
+        fleet.create(&cmd).await.unwrap_err().kind,
+        ErrorKind::Unsupported
+    );
     assert!(fake.take_requests().is_empty());
 }
 
@@ -88,13 +121,23 @@ async fn lifecycle_resolves_names_and_reads_back() {
     assert_eq!(started.upstream_ready, Some(true));
     assert!(!fleet.stop(&id).await.unwrap().is_running());
     let deleted = fleet.delete("web").await.unwrap();
-    assert_eq!(deleted.usage_micros, Some(1810), "the settled bill from includeUsage");
+    assert_eq!(
+        deleted.usage_micros,
+        Some(1810),
+        "the settled bill from includeUsage"
+    );
     let gone = fleet.get(&id).await.unwrap_err();
     assert_eq!(gone.kind, ErrorKind::NotFound);
     assert_eq!(gone.message, "machine not found");
-    assert!(gone.request_id.is_some(), "x-request-id is kept for the operators");
+    assert!(
+        gone.request_id.is_some(),
+        "x-request-id is kept for the operators"
+    );
     let unknown = fleet.get("never-made").await.unwrap_err();
-    assert_eq!(unknown.message, "machine 'never-made' not found on the cloud fleet");
+    assert_eq!(
+        unknown.message,
+        "machine 'never-made' not found on the cloud fleet"
+    );
     assert_json_snapshot!("cloud_lifecycle", fake.take_requests());
 }
 
@@ -113,7 +156,9 @@ async fn exec_with_argv_and_with_a_string() {
     let (fake, fleet) = fleet().await;
     let id = fake.add_machine("w", "started");
     fake.with(|st| {
-        st.exec_hook = Some(std::sync::Arc::new(|_| exec_answer(42, b"partial\xfe", b"boom\n")))
+        st.exec_hook = Some(std::sync::Arc::new(|_| {
+            exec_answer(42, b"partial\xfe", b"boom\n")
+        }))
     });
     let mut argv = ExecSpec::new(Command::Argv(vec!["make".into(), "test".into()]));
     argv.workdir = Some("/workspace".into());
@@ -121,7 +166,10 @@ async fn exec_with_argv_and_with_a_string() {
     argv.stdin = Some("yes\n".into());
     argv.timeout_secs = Some(60);
     let out = fleet.exec(&id, &argv).await.unwrap();
-    assert_eq!(out.exit_code, 42, "a failing command is a 200 with its exit code");
+    assert_eq!(
+        out.exit_code, 42,
+        "a failing command is a 200 with its exit code"
+    );
     assert_eq!(out.stdout, b"partial\xfe");
     assert!(!out.stdout_cut_upstream);
     fleet
@@ -140,7 +188,10 @@ async fn exec_text_past_the_cap_is_reported_cut() {
             serde_json::json!({"stdout": "head", "stderr": "", "exitCode": 0, "stdoutTruncated": true})
         }))
     });
-    let out = fleet.exec(&id, &ExecSpec::new(Command::Shell("yes".into()))).await.unwrap();
+    let out = fleet
+        .exec(&id, &ExecSpec::new(Command::Shell("yes".into())))
+        .await
+        .unwrap();
     assert!(out.stdout_cut_upstream, "no byte-exact twin came back");
 }
 
@@ -148,8 +199,17 @@ async fn exec_text_past_the_cap_is_reported_cut() {
 async fn files_through_the_route() {
     let (fake, fleet) = fleet().await;
     let id = fake.add_machine("f", "stopped");
-    assert_eq!(fleet.write_file(&id, "/workspace/a b.txt", b"hi\n".to_vec()).await.unwrap(), 3);
-    assert_eq!(fleet.read_file(&id, "/workspace/a b.txt").await.unwrap(), b"hi\n");
+    assert_eq!(
+        fleet
+            .write_file(&id, "/workspace/a b.txt", b"hi\n".to_vec())
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        fleet.read_file(&id, "/workspace/a b.txt").await.unwrap(),
+        b"hi\n"
+    );
     let missing = fleet.read_file(&id, "/workspace/none").await.unwrap_err();
     assert_eq!(missing.kind, ErrorKind::NotFound);
     assert_eq!(missing.message, "file not found: workspace/none");
@@ -161,8 +221,14 @@ async fn files_through_exec_where_the_route_is_missing() {
     let (fake, fleet) = fleet().await;
     let id = fake.add_machine("f", "started");
     fake.with(|st| st.files_route_missing = true);
-    fleet.write_file(&id, "/tmp/it's.bin", vec![0, 159, 146, 150]).await.unwrap();
-    assert_eq!(fleet.read_file(&id, "/tmp/it's.bin").await.unwrap(), vec![0, 159, 146, 150]);
+    fleet
+        .write_file(&id, "/tmp/it's.bin", vec![0, 159, 146, 150])
+        .await
+        .unwrap();
+    assert_eq!(
+        fleet.read_file(&id, "/tmp/it's.bin").await.unwrap(),
+        vec![0, 159, 146, 150]
+    );
     let missing = fleet.read_file(&id, "/tmp/none").await.unwrap_err();
     assert_eq!(missing.kind, ErrorKind::NotFound);
     assert_json_snapshot!("cloud_files_exec_fallback", fake.take_requests());
@@ -180,25 +246,37 @@ async fn branch_and_its_fork_fallback() {
     assert_eq!(child.name, "child-1");
     assert!(child.branchable);
     fake.with(|st| st.branches_route_missing = true);
-    assert_eq!(fleet.branch(&src, "child-2", false).await.unwrap().name, "child-2");
+    assert_eq!(
+        fleet.branch(&src, "child-2", false).await.unwrap().name,
+        "child-2"
+    );
     assert_json_snapshot!("cloud_branch", fake.take_requests());
 }
 
 #[tokio::test]
 async fn events_account_and_usage() {
     let (fake, fleet) = fleet().await;
-    let created = fleet.create(&CreateSpec::new("ev", "alpine")).await.unwrap();
+    let created = fleet
+        .create(&CreateSpec::new("ev", "alpine"))
+        .await
+        .unwrap();
     fleet.start(&created.id).await.unwrap();
     let page = fleet.logs(&created.id, 1, None).await.unwrap();
     assert_eq!(page.lines, ["2026-09-08T14:47:39Z INFO machine started"]);
     assert_eq!(page.cursor, "e:ev-2");
     fleet.stop(&created.id).await.unwrap();
-    let next = fleet.logs(&created.id, 1, Some(&page.cursor)).await.unwrap();
+    let next = fleet
+        .logs(&created.id, 1, Some(&page.cursor))
+        .await
+        .unwrap();
     assert_eq!(next.lines, ["2026-09-08T14:47:40Z INFO machine stopped"]);
     let account = fleet.account().await.unwrap();
     assert_eq!(account.status, "active");
     assert_eq!(account.period_total_micros, Some(1810));
-    assert_eq!(fleet.usage(&created.id).await.unwrap().total_micros, Some(1812));
+    assert_eq!(
+        fleet.usage(&created.id).await.unwrap().total_micros,
+        Some(1812)
+    );
     assert_json_snapshot!("cloud_events_account_usage", fake.take_requests());
 }
 
@@ -210,5 +288,8 @@ async fn a_bad_key_is_reported_without_echoing_it() {
     assert_eq!(err.kind, ErrorKind::Unauthorized);
     assert_eq!(err.status, Some(401));
     assert!(!err.to_string().contains("smk_wrong"));
-    assert!(!format!("{fleet:?}").contains("smk_wrong"), "the token stays out of Debug");
+    assert!(
+        !format!("{fleet:?}").contains("smk_wrong"),
+        "the token stays out of Debug"
+    );
 }

@@ -2,6 +2,8 @@
 //! it). This test fails when the two differ; `UPDATE_GENERATED=1 cargo test --test
 //! generated_in_sync` rewrites the mirror.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::path::Path;
 
 macro_rules! out_file {

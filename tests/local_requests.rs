@@ -1,13 +1,13 @@
 //! Pins every request the local fleet sends to `smolvm serve` (method, path, query, the headers
 //! that matter, body), against the in-process fake on a Unix socket.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::fake_serve::{FakeServe, exec_response};
 use insta::assert_json_snapshot;
-use smol_mcp::fleet::{
-    Command, CreateSpec, Egress, ExecSpec, LocalFleet, Mount, PortMapping,
-};
+use smol_mcp::fleet::{Command, CreateSpec, Egress, ExecSpec, LocalFleet, Mount, PortMapping};
 
 async fn fleet() -> (FakeServe, LocalFleet) {
     let fake = FakeServe::start().await;
@@ -24,14 +24,20 @@ async fn create_with_each_egress_policy() {
     open.env.insert("A".into(), "1".into());
     let created = fleet.create(&open).await.unwrap();
     assert_eq!(created.network, "open");
-    fleet.create(&CreateSpec::new("m-blocked", "alpine")).await.unwrap();
+    fleet
+        .create(&CreateSpec::new("m-blocked", "alpine"))
+        .await
+        .unwrap();
     let mut allow = CreateSpec::new("m-allow", "alpine");
     allow.egress = Egress::Allow {
         hosts: vec!["pypi.org".into(), "files.pythonhosted.org".into()],
         cidrs: vec!["10.0.0.0/8".into()],
     };
     let allowed = fleet.create(&allow).await.unwrap();
-    assert_eq!(allowed.network, "allow(pypi.org,files.pythonhosted.org,10.0.0.0/8)");
+    assert_eq!(
+        allowed.network,
+        "allow(pypi.org,files.pythonhosted.org,10.0.0.0/8)"
+    );
     let mut hosts_only = CreateSpec::new("m-hosts", "alpine");
     hosts_only.egress = Egress::Allow {
         hosts: vec!["example.com".into()],
@@ -49,16 +55,34 @@ async fn create_with_ports_mounts_disks_and_a_workload_command() {
     spec.memory_mb = 4096;
     spec.egress = Egress::Open;
     spec.ports = vec![
-        PortMapping { guest: 80, host: Some(8081) },
-        PortMapping { guest: 8080, host: None },
+        PortMapping {
+            guest: 80,
+            host: Some(8081),
+        },
+        PortMapping {
+            guest: 8080,
+            host: None,
+        },
     ];
     spec.mounts = vec![
-        Mount { source: "/srv/data".into(), target: "/data".into(), readonly: true },
-        Mount { source: "/srv/work".into(), target: "/work".into(), readonly: false },
+        Mount {
+            source: "/srv/data".into(),
+            target: "/data".into(),
+            readonly: true,
+        },
+        Mount {
+            source: "/srv/work".into(),
+            target: "/work".into(),
+            readonly: false,
+        },
     ];
     spec.storage_gb = Some(40);
     spec.overlay_gb = Some(5);
-    spec.cmd = Some(vec!["sh".into(), "-c".into(), "while true; do sleep 3600; done".into()]);
+    spec.cmd = Some(vec![
+        "sh".into(),
+        "-c".into(),
+        "while true; do sleep 3600; done".into(),
+    ]);
     // Cloud-only fields are not sent to the local engine.
     spec.ttl_seconds = Some(3600);
     spec.auto_stop_seconds = Some(900);
@@ -99,14 +123,21 @@ async fn exec_with_argv_and_with_a_string() {
     let (fake, fleet) = fleet().await;
     fake.add_machine("m1", "running");
     fake.set_exec(|_| exec_response(3, b"out\xff\n", b"err\n"));
-    let mut argv = ExecSpec::new(Command::Argv(vec!["python3".into(), "-c".into(), "print(1)".into()]));
+    let mut argv = ExecSpec::new(Command::Argv(vec![
+        "python3".into(),
+        "-c".into(),
+        "print(1)".into(),
+    ]));
     argv.workdir = Some("/work".into());
     argv.env.insert("FOO".into(), "bar".into());
     argv.stdin = Some("input text".into());
     argv.timeout_secs = Some(30);
     let out = fleet.exec("m1", &argv).await.unwrap();
     assert_eq!(out.exit_code, 3);
-    assert_eq!(out.stdout, b"out\xff\n", "bytes come from the exact base64 twin");
+    assert_eq!(
+        out.stdout, b"out\xff\n",
+        "bytes come from the exact base64 twin"
+    );
     assert_eq!(out.stderr, b"err\n");
     fleet
         .exec("m1", &ExecSpec::new(Command::Shell("ls / | wc -l".into())))
@@ -119,8 +150,17 @@ async fn exec_with_argv_and_with_a_string() {
 async fn files_logs_pull_and_health() {
     let (fake, fleet) = fleet().await;
     fake.add_machine("m1", "running");
-    assert_eq!(fleet.write_file("m1", "/root/a b.txt", b"hello\n".to_vec()).await.unwrap(), 6);
-    assert_eq!(fleet.read_file("m1", "/root/a b.txt").await.unwrap(), b"hello\n");
+    assert_eq!(
+        fleet
+            .write_file("m1", "/root/a b.txt", b"hello\n".to_vec())
+            .await
+            .unwrap(),
+        6
+    );
+    assert_eq!(
+        fleet.read_file("m1", "/root/a b.txt").await.unwrap(),
+        b"hello\n"
+    );
     let missing = fleet.read_file("m1", "/nope").await.unwrap_err();
     assert_eq!(missing.upstream_code.as_deref(), Some("INTERNAL_ERROR"));
     for line in ["boot", "ready", "third"] {

@@ -1,6 +1,8 @@
 //! Every override holds against the vendored spec, and one whose expectation no longer holds
 //! stops the pipeline build.rs runs with an error that names it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use serde_json::{Value, json};
 use smol_mcp::spec::overrides::{FixStatus, Overrides, Patch};
 use smol_mcp::spec::{VENDORED_APIS, VendoredApi, effective, operations};

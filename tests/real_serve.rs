@@ -2,6 +2,8 @@
 //! the CI hosts (paravirtual KVM), so nothing here starts a machine: this covers health, create,
 //! list, get, stop, delete and the API's refusals, with the engine's own messages.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::real_serve::{PINNED_SMOLVM, RealServe};

@@ -623,10 +623,10 @@ fn describe_network(n: &types::MachineNetworkRecord) -> String {
 }
 
 fn exact_or_text(b64: Option<&str>, text: String, cut: Option<bool>) -> (Vec<u8>, bool) {
-    if let Some(b64) = b64.filter(|b| !b.is_empty()) {
-        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(b64) {
-            return (bytes, false);
-        }
+    if let Some(b64) = b64.filter(|b| !b.is_empty())
+        && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(b64)
+    {
+        return (bytes, false);
     }
     (text.into_bytes(), cut.unwrap_or(false))
 }

@@ -88,10 +88,10 @@ fn schema_3_0(schema: &mut Value) {
         map.remove(*keyword);
     }
     type_arrays(map);
-    if let Some(Value::Array(examples)) = map.remove("examples") {
-        if let Some(first) = examples.into_iter().next() {
-            map.insert("example".into(), first);
-        }
+    if let Some(Value::Array(examples)) = map.remove("examples")
+        && let Some(first) = examples.into_iter().next()
+    {
+        map.insert("example".into(), first);
     }
     if let Some(value) = map.remove("const") {
         map.insert("enum".into(), Value::Array(vec![value]));
@@ -188,10 +188,10 @@ fn nullable_union(map: &mut Map<String, Value>, combinator: &str) {
 
 /// In 3.0 a `$ref` replaces its whole object; keep the siblings by moving the ref into `allOf`.
 fn ref_with_siblings(map: &mut Map<String, Value>) {
-    if map.contains_key("$ref") && map.keys().any(|k| k != "$ref" && k != "description") {
-        if let Some(reference) = map.remove("$ref") {
-            map.insert("allOf".into(), json!([{ "$ref": reference }]));
-        }
+    if map.keys().any(|k| k != "$ref" && k != "description")
+        && let Some(reference) = map.remove("$ref")
+    {
+        map.insert("allOf".into(), json!([{ "$ref": reference }]));
     }
 }
 

@@ -320,10 +320,10 @@ fn remove_pointer(doc: &mut Value, pointer: &str) {
             map.remove(&key);
         }
         Some(Value::Array(items)) => {
-            if let Ok(i) = key.parse::<usize>() {
-                if i < items.len() {
-                    items.remove(i);
-                }
+            if let Ok(i) = key.parse::<usize>()
+                && i < items.len()
+            {
+                items.remove(i);
             }
         }
         _ => {}

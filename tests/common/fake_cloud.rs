@@ -146,28 +146,48 @@ fn envelope(request: &Request) -> Value {
 /// `... base64 -d > 'p'` read and write the fake's files, as the fallback file path does.
 fn default_exec(st: &mut CloudState, id: &str, body: &Value) -> Value {
     let argv: Vec<String> = match &body["command"] {
-        Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
         Value::String(s) => vec!["sh".into(), "-c".into(), s.clone()],
         _ => vec![],
     };
     let b64 = base64::engine::general_purpose::STANDARD;
     let unquote = |s: &str| s.trim().trim_matches('\'').to_owned();
-    let (code, stdout, stderr): (i32, Vec<u8>, Vec<u8>) = match argv.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    let (code, stdout, stderr): (i32, Vec<u8>, Vec<u8>) = match argv
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["echo", rest @ ..] => (0, format!("{}\n", rest.join(" ")).into_bytes(), vec![]),
         ["sh", "-c", script] if script.starts_with("exit ") => {
             (script[5..].trim().parse().unwrap_or(1), vec![], vec![])
         }
         ["sh", "-c", script] if script.starts_with("base64 < ") => {
             let path = unquote(&script["base64 < ".len()..]);
-            match st.files.get(&(id.to_owned(), path.trim_start_matches('/').to_owned())) {
+            match st
+                .files
+                .get(&(id.to_owned(), path.trim_start_matches('/').to_owned()))
+            {
                 Some(bytes) => (0, b64.encode(bytes).into_bytes(), vec![]),
-                None => (1, vec![], format!("sh: can't open {path}: No such file or directory\n").into_bytes()),
+                None => (
+                    1,
+                    vec![],
+                    format!("sh: can't open {path}: No such file or directory\n").into_bytes(),
+                ),
             }
         }
         ["sh", "-c", script] if script.contains("base64 -d > ") => {
             let path = unquote(script.rsplit("base64 -d > ").next().unwrap_or_default());
-            let data = b64.decode(body["stdin"].as_str().unwrap_or_default()).unwrap_or_default();
-            st.files.insert((id.to_owned(), path.trim_start_matches('/').to_owned()), data);
+            let data = b64
+                .decode(body["stdin"].as_str().unwrap_or_default())
+                .unwrap_or_default();
+            st.files.insert(
+                (id.to_owned(), path.trim_start_matches('/').to_owned()),
+                data,
+            );
             (0, vec![], vec![])
         }
         _ => (0, b"ok\n".to_vec(), vec![]),
@@ -210,37 +230,57 @@ fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
     let query = request.url.query().unwrap_or_default().to_owned();
     let parts: Vec<&str> = path.trim_start_matches('/').splitn(4, '/').collect();
     match (request.method.as_str(), parts.as_slice()) {
-        ("GET", ["v1", "account"]) => json_answer(200, json!({
-            "tenantId": "tenant-test", "status": "active", "effectiveMaxCpus": 16,
-            "effectiveMaxMemoryMb": 65536, "effectiveMaxMachines": 20,
-            "periodUsage": {"tenantId": "tenant-test", "from": "2026-11-01T00:00:00Z", "to": "2026-11-29T00:00:00Z",
-                            "totalUptimeSeconds": 157, "cpuHours": 0.08, "memoryGbHours": 0.09, "machineCount": 90},
-            "periodCost": {"cpuMicros": 10, "memoryMicros": 20, "execMicros": 0, "totalMicros": 1810, "amountDueMicros": 0},
-            "plan": {"name": "Standard", "rateBaseHourMicros": 40000}
-        })),
+        ("GET", ["v1", "account"]) => json_answer(
+            200,
+            json!({
+                "tenantId": "tenant-test", "status": "active", "effectiveMaxCpus": 16,
+                "effectiveMaxMemoryMb": 65536, "effectiveMaxMachines": 20,
+                "periodUsage": {"tenantId": "tenant-test", "from": "2026-11-01T00:00:00Z", "to": "2026-11-29T00:00:00Z",
+                                "totalUptimeSeconds": 157, "cpuHours": 0.08, "memoryGbHours": 0.09, "machineCount": 90},
+                "periodCost": {"cpuMicros": 10, "memoryMicros": 20, "execMicros": 0, "totalMicros": 1810, "amountDueMicros": 0},
+                "plan": {"name": "Standard", "rateBaseHourMicros": 40000}
+            }),
+        ),
         ("GET", ["v1", "machines"]) => {
             json_answer(200, Value::Array(st.machines.values().cloned().collect()))
         }
         ("POST", ["v1", "machines"]) => {
             let Some(source) = body.get("source") else {
-                return text(422, "Failed to deserialize the JSON body into the target type: missing field `source`");
+                return text(
+                    422,
+                    "Failed to deserialize the JSON body into the target type: missing field `source`",
+                );
             };
             let name = body["name"].as_str().unwrap_or("generated-name").to_owned();
             if st.machines.values().any(|m| m["name"] == json!(name)) {
                 return text(409, &format!("machine name '{name}' already exists"));
             }
             if body["network"]["mode"] == json!("allowCidrs")
-                && body["network"]["cidrs"].as_array().is_none_or(Vec::is_empty)
-                && body["network"]["hosts"].as_array().is_none_or(Vec::is_empty)
+                && body["network"]["cidrs"]
+                    .as_array()
+                    .is_none_or(Vec::is_empty)
+                && body["network"]["hosts"]
+                    .as_array()
+                    .is_none_or(Vec::is_empty)
             {
-                return text(400, "allowCidrs network mode requires at least one CIDR or host");
+                return text(
+                    400,
+                    "allowCidrs network mode requires at least one CIDR or host",
+                );
             }
             let id = st.new_id();
             let mut rec = record(&id, &name, "stopped");
             let reference = source["reference"].as_str().unwrap_or_default();
             // The service resolves the reference itself and records what it resolved to.
             rec["source"] = json!({"type": "smolmachine", "reference": format!("registry.smolmachines.com/library/{reference}"), "arch": "amd64"});
-            for (key, target) in [("network", "network"), ("env", "env"), ("ttlSeconds", "ttlSeconds"), ("autoStopSeconds", "autoStopSeconds"), ("branchable", "branchable"), ("labels", "labels")] {
+            for (key, target) in [
+                ("network", "network"),
+                ("env", "env"),
+                ("ttlSeconds", "ttlSeconds"),
+                ("autoStopSeconds", "autoStopSeconds"),
+                ("branchable", "branchable"),
+                ("labels", "labels"),
+            ] {
                 if let Some(v) = body.get(key) {
                     rec[target] = v.clone();
                 }
@@ -249,7 +289,12 @@ fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
                 rec["resources"] = r.clone();
             }
             if let Some(ports) = body["ports"].as_array() {
-                rec["ports"] = Value::Array(ports.iter().map(|p| json!({"port": p["port"], "hostPort": null})).collect());
+                rec["ports"] = Value::Array(
+                    ports
+                        .iter()
+                        .map(|p| json!({"port": p["port"], "hostPort": null}))
+                        .collect(),
+                );
             }
             st.machines.insert(id.clone(), rec.clone());
             st.event(&id, "machine created");
@@ -290,19 +335,25 @@ fn machine_route(
             st.machines.remove(id);
             st.deleted.push(id.to_owned());
             if query.contains("includeUsage=true") && !st.delete_ignores_include_usage {
-                json_answer(200, json!({
-                    "machineId": id, "from": "2026-11-01T00:00:00Z", "to": "2026-11-29T00:00:00Z",
-                    "usage": {"totalUptimeSeconds": 157, "cpuHours": 0.08, "memoryGbHours": 0.09},
-                    "cost": {"cpuMicros": 30, "memoryMicros": 36, "execMicros": 0, "baseMicros": 1744, "totalMicros": 1810}
-                }))
+                json_answer(
+                    200,
+                    json!({
+                        "machineId": id, "from": "2026-11-01T00:00:00Z", "to": "2026-11-29T00:00:00Z",
+                        "usage": {"totalUptimeSeconds": 157, "cpuHours": 0.08, "memoryGbHours": 0.09},
+                        "cost": {"cpuMicros": 30, "memoryMicros": 36, "execMicros": 0, "baseMicros": 1744, "totalMicros": 1810}
+                    }),
+                )
             } else {
                 ResponseTemplate::new(204)
             }
         }
-        ("GET", "usage") => json_answer(200, json!({
-            "machineId": id, "usage": {"totalUptimeSeconds": 160},
-            "cost": {"cpuMicros": 30, "memoryMicros": 36, "execMicros": 0, "totalMicros": 1812}
-        })),
+        ("GET", "usage") => json_answer(
+            200,
+            json!({
+                "machineId": id, "usage": {"totalUptimeSeconds": 160},
+                "cost": {"cpuMicros": 30, "memoryMicros": 36, "execMicros": 0, "totalMicros": 1812}
+            }),
+        ),
         ("POST", "start") => {
             set_state(st, "started");
             st.event(id, "machine started");
@@ -331,12 +382,20 @@ fn machine_route(
             }
             json_answer(200, answer)
         }
-        ("GET", "events") => json_answer(200, Value::Array(st.events.get(id).cloned().unwrap_or_default())),
+        ("GET", "events") => json_answer(
+            200,
+            Value::Array(st.events.get(id).cloned().unwrap_or_default()),
+        ),
         ("POST", "branches") if st.branches_route_missing => text(404, "not found"),
         ("POST", "branches") | ("POST", "fork") => {
             if rec["branchable"] != json!(true) || rec["state"] != json!("started") {
                 let name = rec["name"].as_str().unwrap_or(id);
-                return text(409, &format!("machine '{name}' is not branchable, recreate it with `branchable: true`, start it, and branch the new machine"));
+                return text(
+                    409,
+                    &format!(
+                        "machine '{name}' is not branchable, recreate it with `branchable: true`, start it, and branch the new machine"
+                    ),
+                );
             }
             let child_id = st.new_id();
             let child_name = body["name"].as_str().unwrap_or("child");
@@ -357,7 +416,8 @@ fn machine_route(
             }
             match method {
                 "PUT" => {
-                    st.files.insert((id.to_owned(), suffix), request.body.clone());
+                    st.files
+                        .insert((id.to_owned(), suffix), request.body.clone());
                     ResponseTemplate::new(204)
                 }
                 "GET" => match st.files.get(&(id.to_owned(), suffix.clone())) {

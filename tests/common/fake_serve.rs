@@ -46,12 +46,18 @@ fn api_error(status: StatusCode, code: &str, message: String) -> Response {
 }
 
 fn envelope(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap, body: &[u8]) -> Value {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
     let content_type = header("content-type");
     let body = if body.is_empty() {
         Value::Null
     } else if content_type.as_deref() == Some("application/json") {
-        serde_json::from_slice(body).unwrap_or_else(|_| json!({"invalidJson": String::from_utf8_lossy(body)}))
+        serde_json::from_slice(body)
+            .unwrap_or_else(|_| json!({"invalidJson": String::from_utf8_lossy(body)}))
     } else {
         json!({"octets": body.len(), "utf8": String::from_utf8_lossy(body)})
     };
@@ -70,7 +76,10 @@ fn envelope(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap, body: &
 
 impl FakeServe {
     pub async fn start() -> FakeServe {
-        let dir = tempfile::Builder::new().prefix("fake-serve-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("fake-serve-")
+            .tempdir()
+            .unwrap();
         let socket = dir.path().join("api.sock");
         let state = Arc::new(Mutex::new(FakeState::default()));
         let app = Router::new().fallback(handle).with_state(state.clone());
@@ -148,7 +157,9 @@ pub fn exec_response(code: i32, stdout: &[u8], stderr: &[u8]) -> Value {
 
 async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let bytes: Bytes = axum::body::to_bytes(body, 256 * 1024 * 1024).await.unwrap_or_default();
+    let bytes: Bytes = axum::body::to_bytes(body, 256 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
     let mut st = state.lock().unwrap();
     st.requests
         .push(envelope(&parts.method, &parts.uri, &parts.headers, &bytes));
@@ -157,11 +168,19 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
     let segments: Vec<String> = path
         .trim_start_matches('/')
         .splitn(5, '/')
-        .map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
         .collect();
     let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
     let not_found = |name: &str| {
-        api_error(StatusCode::NOT_FOUND, "NOT_FOUND", format!("machine '{name}' not found"))
+        api_error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("machine '{name}' not found"),
+        )
     };
     match (parts.method.as_str(), seg.as_slice()) {
         ("GET", ["health"]) => axum::Json(json!({
@@ -176,10 +195,24 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         ("POST", ["api", "v1", "machines"]) => {
             let name = json_body["name"].as_str().unwrap_or("generated").to_owned();
             if st.machines.contains_key(&name) {
-                return api_error(StatusCode::CONFLICT, "CONFLICT", format!("machine '{name}' already exists"));
+                return api_error(
+                    StatusCode::CONFLICT,
+                    "CONFLICT",
+                    format!("machine '{name}' already exists"),
+                );
             }
             let mut info = machine_info(&name, "created");
-            for key in ["image", "cpus", "memoryMb", "network", "allowedHosts", "allowedCidrs", "ports", "storageGb", "overlayGb"] {
+            for key in [
+                "image",
+                "cpus",
+                "memoryMb",
+                "network",
+                "allowedHosts",
+                "allowedCidrs",
+                "ports",
+                "storageGb",
+                "overlayGb",
+            ] {
                 if let Some(v) = json_body.get(key) {
                     info[key] = v.clone();
                 }
@@ -192,7 +225,10 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             let Some(info) = st.machines.get(&name).cloned() else {
                 return not_found(&name);
             };
-            let rest: Vec<&str> = rest.first().map(|r| r.splitn(2, '/').collect()).unwrap_or_default();
+            let rest: Vec<&str> = rest
+                .first()
+                .map(|r| r.splitn(2, '/').collect())
+                .unwrap_or_default();
             match (method, rest.as_slice()) {
                 ("GET", []) => axum::Json(info).into_response(),
                 ("DELETE", []) => {
@@ -201,8 +237,17 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 }
                 ("POST", ["start"]) | ("POST", ["stop"]) => {
                     let mut info = info;
-                    info["state"] = json!(if rest[0] == "start" { "running" } else { "stopped" });
-                    if rest[0] == "start" && parts.uri.query().is_some_and(|q| q.contains("forkable=true")) {
+                    info["state"] = json!(if rest[0] == "start" {
+                        "running"
+                    } else {
+                        "stopped"
+                    });
+                    if rest[0] == "start"
+                        && parts
+                            .uri
+                            .query()
+                            .is_some_and(|q| q.contains("forkable=true"))
+                    {
                         info["branchable"] = json!(true);
                         info["forkable"] = json!(true);
                     }
@@ -211,8 +256,13 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 }
                 ("POST", ["branches"]) => {
                     if info["branchable"] != json!(true) || info["state"] != json!("running") {
-                        return api_error(StatusCode::CONFLICT, "CONFLICT", format!(
-                            "agent operation failed: fork: golden '{name}' is not running forkable; start it with `machine start --forkable --name {name}`"));
+                        return api_error(
+                            StatusCode::CONFLICT,
+                            "CONFLICT",
+                            format!(
+                                "agent operation failed: fork: golden '{name}' is not running forkable; start it with `machine start --forkable --name {name}`"
+                            ),
+                        );
                     }
                     let child = json_body["name"].as_str().unwrap_or("child").to_owned();
                     let mut info = machine_info(&child, "running");
@@ -234,8 +284,13 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         Body::from(bytes.clone()),
                     )
                         .into_response(),
-                    None => api_error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR", format!(
-                        "agent operation failed: read file: {file}: No such file or directory")),
+                    None => api_error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "INTERNAL_ERROR",
+                        format!(
+                            "agent operation failed: read file: {file}: No such file or directory"
+                        ),
+                    ),
                 },
                 ("PUT", ["files", file]) => {
                     let size = bytes.len();
@@ -244,10 +299,18 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 }
                 ("GET", ["logs"]) => {
                     let Some(lines) = st.logs.get(&name) else {
-                        return api_error(StatusCode::NOT_FOUND, "NOT_FOUND", format!(
-                            "machine '{name}' has no logs yet — it may not have been started"));
+                        return api_error(
+                            StatusCode::NOT_FOUND,
+                            "NOT_FOUND",
+                            format!(
+                                "machine '{name}' has no logs yet — it may not have been started"
+                            ),
+                        );
                     };
-                    let body: String = lines.iter().map(|l| format!("event: log\ndata: {l}\n\n")).collect();
+                    let body: String = lines
+                        .iter()
+                        .map(|l| format!("event: log\ndata: {l}\n\n"))
+                        .collect();
                     ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
                 }
                 ("POST", ["images", "pull"]) => axum::Json(json!({"image": {
@@ -255,9 +318,17 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     "architecture": "amd64", "os": "linux", "layerCount": 1
                 }}))
                 .into_response(),
-                _ => api_error(StatusCode::NOT_FOUND, "NOT_FOUND", format!("no route {method} {path}")),
+                _ => api_error(
+                    StatusCode::NOT_FOUND,
+                    "NOT_FOUND",
+                    format!("no route {method} {path}"),
+                ),
             }
         }
-        _ => api_error(StatusCode::NOT_FOUND, "NOT_FOUND", format!("no route {path}")),
+        _ => api_error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("no route {path}"),
+        ),
     }
 }
