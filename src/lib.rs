@@ -1,8 +1,10 @@
 //! smol-mcp: an MCP server that gives an AI agent smol machines to work in.
 
+pub mod config;
 pub mod error;
 pub mod fleet;
 pub mod generated;
 pub mod operations;
+pub mod server;
 pub mod spec;
 pub mod transport;

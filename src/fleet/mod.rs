@@ -11,10 +11,11 @@ pub use cloud::CloudFleet;
 pub use local::LocalFleet;
 pub use model::*;
 
-#[derive(Debug)]
+/// A handle on one fleet; cheap to clone.
+#[derive(Debug, Clone)]
 pub enum Fleet {
-    Local(LocalFleet),
-    Cloud(CloudFleet),
+    Local(std::sync::Arc<LocalFleet>),
+    Cloud(std::sync::Arc<CloudFleet>),
 }
 
 fn local_only(what: &str, why: &str) -> FleetError {

@@ -1,11 +1,12 @@
 //! The one machine vocabulary both fleets are translated into. Nothing here knows about HTTP or
 //! either API's field names; `local.rs` and `cloud.rs` translate to and from it.
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The fleet a machine lives on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FleetKind {
     Local,
@@ -22,7 +23,7 @@ impl FleetKind {
 }
 
 /// A machine as the tools report it, whichever fleet answered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Machine {
     /// What every other call takes: the name locally, the `mach-` id on cloud.
@@ -53,7 +54,7 @@ impl Machine {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PublishedPort {
     pub guest: u16,
@@ -213,7 +214,7 @@ pub struct LogPage {
     pub cursor: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Deleted {
     pub deleted: String,
@@ -221,7 +222,7 @@ pub struct Deleted {
     pub usage_micros: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PulledImage {
     pub reference: String,

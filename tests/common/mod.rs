@@ -2,4 +2,5 @@
 
 pub mod fake_cloud;
 pub mod fake_serve;
+pub mod mcp;
 pub mod real_serve;

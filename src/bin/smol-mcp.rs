@@ -1,0 +1,91 @@
+//! `smol-mcp`: the MCP server on stdio. One session per process; when the client goes away
+//! (stdin EOF) or the process is told to stop (SIGINT, SIGTERM), the session's ephemeral machines
+//! are deleted and a smolvm serve this process started is stopped.
+
+use anyhow::Context;
+use rmcp::ServiceExt;
+use smol_mcp::config::Config;
+use smol_mcp::server::{Backend, SmolMcp};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::signal::unix::{SignalKind, signal};
+
+enum End {
+    Eof,
+    Interrupt,
+    Terminate,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SMOL_MCP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .with_env_filter(filter)
+        .init();
+}
+
+async fn run() -> anyhow::Result<ExitCode> {
+    let config = Config::load().context("configuration")?;
+    let backend = Arc::new(Backend::new(config).context("startup")?);
+    let session = format!("stdio-{}-{:08x}", std::process::id(), rand::random::<u32>());
+    {
+        let backend = backend.clone();
+        tokio::spawn(async move { backend.sweep_orphans_at_start().await });
+    }
+    let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let server = SmolMcp::new(backend.clone(), session.clone());
+    let serving = async {
+        let (stdin, stdout) = rmcp::transport::stdio_pipes();
+        match server.serve((stdin, stdout)).await {
+            Ok(running) => {
+                let _ = running.waiting().await;
+            }
+            Err(e) => tracing::info!(error = %e, "the client went away before the session started"),
+        }
+    };
+    let end = tokio::select! {
+        _ = serving => End::Eof,
+        _ = interrupt.recv() => End::Interrupt,
+        _ = terminate.recv() => End::Terminate,
+    };
+    let (reason, code) = match end {
+        End::Eof => ("stdin closed", 0),
+        End::Interrupt => ("SIGINT", 130),
+        End::Terminate => ("SIGTERM", 143),
+    };
+    tracing::info!("{reason}: cleaning up");
+    let cleanup = backend.shutdown(&session).await;
+    if !cleanup.failed.is_empty() {
+        tracing::error!(failed = ?cleanup.failed, "some ephemeral machines could not be deleted; they stay recorded for the next start");
+    }
+    Ok(ExitCode::from(code))
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("smol-mcp: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = match runtime.block_on(run()) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::from(1)
+        }
+    };
+    // A pending read on stdin cannot be cancelled; do not wait for it at runtime shutdown.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
+}

@@ -1,0 +1,253 @@
+//! What a server process holds for its sessions: the mode, the fleets (the local one started on
+//! first use), the ephemeral record, and the clean-up when a session or the process ends.
+
+use super::ToolError;
+use super::catalog::Mode;
+use super::ephemeral::{Entry, Record, ensure_runtime_dir};
+use super::local_serve::LocalServe;
+use crate::config::{Config, TargetsSetting};
+use crate::error::ErrorKind;
+use crate::fleet::{CloudFleet, Fleet, FleetKind};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Record(#[from] super::ephemeral::RecordError),
+    #[error("cloud fleet: {0}")]
+    Cloud(crate::error::FleetError),
+}
+
+pub struct Backend {
+    pub config: Arc<Config>,
+    pub mode: Mode,
+    pub record: Record,
+    local: tokio::sync::Mutex<Option<LocalServe>>,
+    cloud: Option<Arc<CloudFleet>>,
+    cloud_account_ok: tokio::sync::OnceCell<()>,
+}
+
+/// What ended up deleted, and what could not be.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Cleanup {
+    pub deleted: Vec<String>,
+    pub failed: Vec<(String, String)>,
+}
+
+pub fn resolve_mode(config: &Config) -> Mode {
+    match config.targets {
+        TargetsSetting::Local => Mode::Single(FleetKind::Local),
+        TargetsSetting::Cloud => Mode::Single(FleetKind::Cloud),
+        TargetsSetting::Both => Mode::Both,
+        TargetsSetting::Auto if config.cloud_token.is_empty() => Mode::Single(FleetKind::Local),
+        TargetsSetting::Auto => Mode::Both,
+    }
+}
+
+impl Backend {
+    pub fn new(config: Config) -> Result<Backend, StartupError> {
+        ensure_runtime_dir(&config.runtime_dir)?;
+        let mode = resolve_mode(&config);
+        let cloud = if config.cloud_token.is_empty() {
+            None
+        } else {
+            Some(Arc::new(
+                CloudFleet::new(&config.cloud_url, config.cloud_token.expose())
+                    .map_err(StartupError::Cloud)?,
+            ))
+        };
+        Ok(Backend {
+            record: Record::new(&config.runtime_dir),
+            config: Arc::new(config),
+            mode,
+            local: tokio::sync::Mutex::new(None),
+            cloud,
+            cloud_account_ok: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    pub fn serves(&self, kind: FleetKind) -> bool {
+        match self.mode {
+            Mode::Both => true,
+            Mode::Single(k) => k == kind,
+        }
+    }
+
+    /// The fleet for a call. The local serve is found or started here, on first use.
+    pub async fn fleet(&self, kind: FleetKind) -> Result<Fleet, ToolError> {
+        match kind {
+            FleetKind::Cloud => self
+                .cloud
+                .clone()
+                .map(Fleet::Cloud)
+                .ok_or_else(|| {
+                    ToolError::new(
+                        "CLOUD_NOT_CONFIGURED",
+                        "the cloud fleet is not configured: set SMOL_CLOUD_TOKEN (and SMOL_CLOUD_URL if it is not the default)",
+                    )
+                }),
+            FleetKind::Local => {
+                let mut local = self.local.lock().await;
+                if local.is_none() {
+                    let serve = LocalServe::acquire(&self.config).await?;
+                    let fleet = Fleet::Local(Arc::new(serve.fleet.clone()));
+                    *local = Some(serve);
+                    drop(local);
+                    // A first local call is also when a crashed predecessor's machines can be
+                    // reached; deleting them must not hold up this call.
+                    let record = self.record.clone();
+                    let orphan_fleet = fleet.clone();
+                    tokio::spawn(async move {
+                        sweep(&record, &orphan_fleet, None).await;
+                    });
+                    return Ok(fleet);
+                }
+                match local.as_ref() {
+                    Some(serve) => Ok(Fleet::Local(Arc::new(serve.fleet.clone()))),
+                    None => Err(ToolError::new("INTERNAL", "the local fleet vanished")),
+                }
+            }
+        }
+    }
+
+    /// Before the first cloud create: the account must be able to pay for a machine.
+    pub async fn check_cloud_account(&self) -> Result<(), ToolError> {
+        let Some(cloud) = &self.cloud else {
+            return Ok(());
+        };
+        self.cloud_account_ok
+            .get_or_try_init(|| async {
+                let account = cloud.account().await.map_err(ToolError::from)?;
+                if account.status != "active" {
+                    return Err(ToolError::new(
+                        "ACCOUNT_NOT_ACTIVE",
+                        format!(
+                            "the cloud account {} is {}, not active, so it cannot create machines",
+                            account.tenant_id, account.status
+                        ),
+                    ));
+                }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    pub fn remember(&self, fleet: FleetKind, name: &str, session: &str) -> Result<(), ToolError> {
+        self.record
+            .add(Entry {
+                fleet,
+                name: name.to_owned(),
+                id: name.to_owned(),
+                owner_pid: std::process::id(),
+                session: session.to_owned(),
+            })
+            .map_err(ToolError::record)
+    }
+
+    pub fn remember_id(&self, fleet: FleetKind, name: &str, id: &str) {
+        if let Err(e) = self.record.set_id(fleet, name, id) {
+            tracing::warn!(error = %e, "could not record the id of {name}");
+        }
+    }
+
+    pub fn forget(&self, fleet: FleetKind, name_or_id: &str) {
+        if let Err(e) = self.record.remove(fleet, name_or_id) {
+            tracing::warn!(error = %e, "could not update the ephemeral record for {name_or_id}");
+        }
+    }
+
+    /// At startup: delete what a dead process left, wherever that needs no new serve. Cloud
+    /// orphans always; local ones if a serve already answers (otherwise the first local call does it).
+    pub async fn sweep_orphans_at_start(self: &Arc<Self>) {
+        if let Some(cloud) = &self.cloud {
+            sweep(&self.record, &Fleet::Cloud(cloud.clone()), None).await;
+        }
+        let has_local_orphans = self
+            .record
+            .orphaned(FleetKind::Local)
+            .is_ok_and(|o| !o.is_empty());
+        if has_local_orphans {
+            let endpoint = if self.config.local_url.is_empty() {
+                Ok(crate::transport::LocalEndpoint::Unix(
+                    self.config.runtime_dir.join("api.sock"),
+                ))
+            } else {
+                crate::transport::LocalEndpoint::parse(&self.config.local_url)
+            };
+            if let Ok(fleet) = endpoint.and_then(crate::fleet::LocalFleet::new)
+                && fleet.health().await.is_ok()
+            {
+                sweep(&self.record, &Fleet::Local(Arc::new(fleet)), None).await;
+            }
+        }
+    }
+
+    /// Deletes this session's ephemeral machines (and any a dead process left) on every fleet
+    /// that was used. Never fails; what could not be deleted is reported and stays recorded.
+    pub async fn cleanup_session(&self, session: &str) -> Cleanup {
+        let mut total = Cleanup::default();
+        if let Some(cloud) = &self.cloud {
+            let c = sweep(&self.record, &Fleet::Cloud(cloud.clone()), Some(session)).await;
+            total.deleted.extend(c.deleted);
+            total.failed.extend(c.failed);
+        }
+        let local = self.local.lock().await;
+        if let Some(serve) = local.as_ref() {
+            let fleet = Fleet::Local(Arc::new(serve.fleet.clone()));
+            drop(local);
+            let c = sweep(&self.record, &fleet, Some(session)).await;
+            total.deleted.extend(c.deleted);
+            total.failed.extend(c.failed);
+        }
+        total
+    }
+
+    /// At process exit: the session's machines, then the serve if this process started it.
+    pub async fn shutdown(&self, session: &str) -> Cleanup {
+        let cleanup = self.cleanup_session(session).await;
+        if let Some(serve) = self.local.lock().await.take() {
+            serve.stop().await;
+        }
+        cleanup
+    }
+}
+
+/// Deletes the recorded machines of `session` (or only orphans when `None`) on one fleet.
+async fn sweep(record: &Record, fleet: &Fleet, session: Option<&str>) -> Cleanup {
+    let kind = fleet.kind();
+    let entries = match session {
+        Some(s) => record.owned_or_orphaned(s, kind),
+        None => record.orphaned(kind),
+    };
+    let entries = match entries {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the ephemeral record; nothing deleted");
+            return Cleanup {
+                deleted: vec![],
+                failed: vec![("(the machine record)".into(), e.to_string())],
+            };
+        }
+    };
+    let mut cleanup = Cleanup::default();
+    for entry in entries {
+        match fleet.delete(&entry.id).await {
+            Ok(_) => {
+                let _ = record.remove(kind, &entry.name);
+                cleanup.deleted.push(entry.name);
+            }
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                let _ = record.remove(kind, &entry.name);
+            }
+            Err(e) => cleanup.failed.push((entry.name, e.to_string())),
+        }
+    }
+    if !cleanup.deleted.is_empty() {
+        tracing::info!(fleet = kind.as_str(), deleted = ?cleanup.deleted, "deleted ephemeral machines");
+    }
+    for (name, why) in &cleanup.failed {
+        tracing::warn!(fleet = kind.as_str(), %name, %why, "could not delete an ephemeral machine");
+    }
+    cleanup
+}

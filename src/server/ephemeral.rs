@@ -1,0 +1,299 @@
+//! The record of ephemeral machines: which machines, on which fleet, belong to which session of
+//! which process. It lives in the runtime directory, so it survives a crash of the process that
+//! wrote it: the next start finds entries whose process is dead and deletes those machines, on
+//! the local fleet and on cloud alike.
+
+use crate::fleet::FleetKind;
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{0}")]
+    RuntimeDir(String),
+    #[error(
+        "{path} is not a valid machine record ({why}). Machines this server created may still be \
+         running: list them, delete what is not needed, then remove the file"
+    )]
+    Corrupt { path: String, why: String },
+    #[error("{path}: {why}")]
+    Io { path: String, why: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub fleet: FleetKind,
+    pub name: String,
+    /// What the fleet calls it (the `mach-` id on cloud); the name until create answers.
+    pub id: String,
+    pub owner_pid: u32,
+    pub session: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct RecordFile {
+    machines: Vec<Entry>,
+}
+
+/// Creates the runtime directory with mode 0700, or checks that an existing one is a directory
+/// owned by this user that nobody else can reach: the engine's socket lives in it, and anything
+/// that can reach that socket can create machines on this host.
+pub fn ensure_runtime_dir(dir: &Path) -> Result<(), RecordError> {
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            RecordError::RuntimeDir(format!("cannot create {}: {e}", parent.display()))
+        })?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(RecordError::RuntimeDir(format!(
+                "cannot create {}: {e}; set SMOL_MCP_RUNTIME_DIR to somewhere else",
+                dir.display()
+            )));
+        }
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| RecordError::RuntimeDir(format!("{}: {e}", dir.display())))?;
+    if !meta.is_dir() {
+        return Err(RecordError::RuntimeDir(format!(
+            "{} exists and is not a directory; set SMOL_MCP_RUNTIME_DIR to somewhere else",
+            dir.display()
+        )));
+    }
+    let me = nix::unistd::getuid().as_raw();
+    if meta.uid() != me {
+        return Err(RecordError::RuntimeDir(format!(
+            "{} belongs to uid {} and this process runs as {me}; refusing to put a socket in a \
+             directory another user owns. Set SMOL_MCP_RUNTIME_DIR to somewhere else",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(RecordError::RuntimeDir(format!(
+            "{} is mode {:o} and must be 700: anything that can reach the socket in it can create \
+             a machine on this host. Fix the mode, or set SMOL_MCP_RUNTIME_DIR to somewhere else",
+            dir.display(),
+            meta.permissions().mode() & 0o777
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a process is still there (a zombie or one we may not signal counts as alive).
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::EPERM) => true,
+        Err(_) => false,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Record {
+    path: PathBuf,
+    lock_path: PathBuf,
+}
+
+impl Record {
+    pub fn new(runtime_dir: &Path) -> Record {
+        Record {
+            path: runtime_dir.join("ephemeral.json"),
+            lock_path: runtime_dir.join("ephemeral.lock"),
+        }
+    }
+
+    fn io(&self, why: impl std::fmt::Display) -> RecordError {
+        RecordError::Io {
+            path: self.path.display().to_string(),
+            why: why.to_string(),
+        }
+    }
+
+    /// Runs `change` on the record under an exclusive lock (several processes share the file).
+    fn update<R>(&self, change: impl FnOnce(&mut Vec<Entry>) -> R) -> Result<R, RecordError> {
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&self.lock_path)
+            .map_err(|e| self.io(e))?;
+        lock.lock().map_err(|e| self.io(e))?;
+        let mut entries = self.read_unlocked()?;
+        let result = change(&mut entries);
+        self.write_unlocked(&entries)?;
+        drop(lock);
+        Ok(result)
+    }
+
+    fn read_unlocked(&self) -> Result<Vec<Entry>, RecordError> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(e)),
+        };
+        serde_json::from_str::<RecordFile>(&text)
+            .map(|f| f.machines)
+            .map_err(|e| RecordError::Corrupt {
+                path: self.path.display().to_string(),
+                why: e.to_string(),
+            })
+    }
+
+    fn write_unlocked(&self, entries: &[Entry]) -> Result<(), RecordError> {
+        let tmp = self
+            .path
+            .with_extension(format!("{}.tmp", std::process::id()));
+        let text = serde_json::to_string_pretty(&RecordFile {
+            machines: entries.to_vec(),
+        })
+        .map_err(|e| self.io(e))?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| self.io(e))?;
+        file.write_all(text.as_bytes()).map_err(|e| self.io(e))?;
+        file.sync_all().map_err(|e| self.io(e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| self.io(e))
+    }
+
+    pub fn entries(&self) -> Result<Vec<Entry>, RecordError> {
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.lock_path)
+            .map_err(|e| self.io(e))?;
+        lock.lock_shared().map_err(|e| self.io(e))?;
+        self.read_unlocked()
+    }
+
+    pub fn add(&self, entry: Entry) -> Result<(), RecordError> {
+        self.update(|entries| {
+            entries.retain(|e| !(e.fleet == entry.fleet && e.name == entry.name));
+            entries.push(entry);
+        })
+    }
+
+    pub fn set_id(&self, fleet: FleetKind, name: &str, id: &str) -> Result<(), RecordError> {
+        self.update(|entries| {
+            for e in entries
+                .iter_mut()
+                .filter(|e| e.fleet == fleet && e.name == name)
+            {
+                e.id = id.to_owned();
+            }
+        })
+    }
+
+    /// Removes a machine by name or id (delete-machine may be given either).
+    pub fn remove(&self, fleet: FleetKind, name_or_id: &str) -> Result<(), RecordError> {
+        self.update(|entries| {
+            entries.retain(|e| !(e.fleet == fleet && (e.name == name_or_id || e.id == name_or_id)))
+        })
+    }
+
+    /// Entries of this session, and entries whose process has died.
+    pub fn owned_or_orphaned(
+        &self,
+        session: &str,
+        fleet: FleetKind,
+    ) -> Result<Vec<Entry>, RecordError> {
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| e.fleet == fleet && (e.session == session || !process_alive(e.owner_pid)))
+            .collect())
+    }
+
+    pub fn orphaned(&self, fleet: FleetKind) -> Result<Vec<Entry>, RecordError> {
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| e.fleet == fleet && !process_alive(e.owner_pid))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, pid: u32, session: &str) -> Entry {
+        Entry {
+            fleet: FleetKind::Local,
+            name: name.into(),
+            id: name.into(),
+            owner_pid: pid,
+            session: session.into(),
+        }
+    }
+
+    #[test]
+    fn the_runtime_dir_is_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b/rt");
+        ensure_runtime_dir(&dir).unwrap();
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        ensure_runtime_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = ensure_runtime_dir(&dir).unwrap_err().to_string();
+        assert!(err.contains("must be 700"), "{err}");
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(
+            ensure_runtime_dir(&file)
+                .unwrap_err()
+                .to_string()
+                .contains("not a directory")
+        );
+    }
+
+    #[test]
+    fn own_and_dead_sessions_are_found_live_siblings_are_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let record = Record::new(tmp.path());
+        let me = std::process::id();
+        // A pid that is not running: the largest pid_max allows is never handed out here.
+        let dead = 4_194_303;
+        record.add(entry("mine", me, "s1")).unwrap();
+        record.add(entry("sibling", me, "s2")).unwrap();
+        record.add(entry("orphan", dead, "s9")).unwrap();
+        let found: Vec<String> = record
+            .owned_or_orphaned("s1", FleetKind::Local)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(found, ["mine", "orphan"]);
+        assert_eq!(record.orphaned(FleetKind::Local).unwrap().len(), 1);
+        assert!(record.orphaned(FleetKind::Cloud).unwrap().is_empty());
+        record.set_id(FleetKind::Local, "mine", "id-1").unwrap();
+        record.remove(FleetKind::Local, "id-1").unwrap();
+        assert_eq!(record.entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_corrupt_record_is_an_error_not_an_empty_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("ephemeral.json"), "{oops").unwrap();
+        let err = Record::new(tmp.path()).entries().unwrap_err().to_string();
+        assert!(err.contains("may still be running"), "{err}");
+    }
+}

@@ -1,0 +1,247 @@
+//! The local engine: a `smolvm serve` this server finds or starts on the first local call
+//! (never at connect: a client that only uses the cloud never needs smolvm), and stops at exit
+//! if it started it.
+
+use crate::config::Config;
+use crate::error::{ErrorKind, FleetError, FleetResult};
+use crate::fleet::LocalFleet;
+use crate::fleet::local::Health;
+use crate::transport::LocalEndpoint;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Environment variables passed to the serve; nothing else (no cloud token, no HTTP token).
+const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+];
+
+pub fn serve_env(all: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    all.filter(|(k, _)| PASSED_ENV.contains(&k.as_str()) || k.starts_with("SMOLVM_"))
+        .collect()
+}
+
+#[derive(Debug)]
+pub struct LocalServe {
+    pub fleet: LocalFleet,
+    pub version: String,
+    /// The serve process, when this server started it.
+    child: Option<tokio::process::Child>,
+}
+
+fn unavailable(message: String) -> FleetError {
+    FleetError::new(ErrorKind::Unsupported, "local fleet", message)
+}
+
+/// Compares dotted versions numerically; a suffix after the digits is ignored (`1.32.2-rc1`).
+pub fn version_at_least(found: &str, wanted: &str) -> bool {
+    let parts = |v: &str| -> Vec<u64> {
+        v.split('.')
+            .map(|p| {
+                p.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+                    .parse()
+                    .unwrap_or(0)
+            })
+            .collect()
+    };
+    let (f, w) = (parts(found), parts(wanted));
+    for i in 0..f.len().max(w.len()) {
+        let (a, b) = (
+            f.get(i).copied().unwrap_or(0),
+            w.get(i).copied().unwrap_or(0),
+        );
+        if a != b {
+            return a > b;
+        }
+    }
+    true
+}
+
+fn check_version(health: &Health, wanted: &str) -> FleetResult<()> {
+    if wanted.is_empty() || version_at_least(&health.version, wanted) {
+        return Ok(());
+    }
+    Err(unavailable(format!(
+        "smolvm serve reports version {} and this server needs at least {wanted}: upgrade smolvm, \
+         or set SMOL_MCP_MIN_SMOLVM to accept the older engine (an empty value turns the check off)",
+        health.version
+    )))
+}
+
+impl LocalServe {
+    /// Uses the serve at `localUrl` (or the runtime directory's socket) if one answers there;
+    /// otherwise starts one.
+    pub async fn acquire(config: &Config) -> FleetResult<LocalServe> {
+        let endpoint = if config.local_url.is_empty() {
+            LocalEndpoint::Unix(config.runtime_dir.join("api.sock"))
+        } else {
+            LocalEndpoint::parse(&config.local_url)?
+        };
+        let fleet = LocalFleet::new(endpoint.clone())?;
+        if let Ok(health) = fleet.health().await
+            && health.status == "ok"
+        {
+            check_version(&health, &config.min_smolvm)?;
+            tracing::info!(version = %health.version, listen = %endpoint.listen_arg(), "using a running smolvm serve");
+            return Ok(LocalServe {
+                fleet,
+                version: health.version,
+                child: None,
+            });
+        }
+        Self::spawn(config, endpoint, fleet).await
+    }
+
+    async fn spawn(
+        config: &Config,
+        endpoint: LocalEndpoint,
+        fleet: LocalFleet,
+    ) -> FleetResult<LocalServe> {
+        if let LocalEndpoint::Unix(socket) = &endpoint {
+            // A socket file left by a serve that is gone would make the new one fail to bind.
+            let _ = std::fs::remove_file(socket);
+        }
+        let log_path: PathBuf = config.runtime_dir.join("serve.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| unavailable(format!("cannot open {}: {e}", log_path.display())))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| unavailable(format!("{}: {e}", log_path.display())))?;
+        let listen = endpoint.listen_arg();
+        let mut command = tokio::process::Command::new(&config.smolvm);
+        command
+            .args(["serve", "start", "--listen", &listen])
+            .env_clear()
+            .envs(serve_env(std::env::vars()))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .kill_on_drop(false);
+        let mut child = command.spawn().map_err(|e| {
+            unavailable(format!(
+                "could not run {} ({e}). The local fleet needs smolvm (SMOLVM names the binary) and \
+                 a hypervisor on this host; use the cloud fleet where there is neither",
+                config.smolvm
+            ))
+        })?;
+        let deadline = Instant::now() + Duration::from_secs(config.serve_start_timeout_secs);
+        loop {
+            if let Ok(health) = fleet.health().await {
+                tracing::info!(version = %health.version, %listen, pid = child.id(), "started smolvm serve");
+                let serve = LocalServe {
+                    fleet,
+                    version: health.version.clone(),
+                    child: Some(child),
+                };
+                if let Err(e) = check_version(&health, &config.min_smolvm) {
+                    serve.stop().await;
+                    return Err(e);
+                }
+                return Ok(serve);
+            }
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() >= deadline {
+                let _ = child.start_kill();
+                let tail = log_tail(&log_path);
+                let what = match exited {
+                    Some(status) => format!("exited ({status}) without answering /health"),
+                    None => format!(
+                        "did not answer /health within {} s",
+                        config.serve_start_timeout_secs
+                    ),
+                };
+                let hint = if tail.contains("10081") {
+                    " Another smolvm serve already holds the guest rollout port 127.0.0.1:10081: \
+                     set SMOL_LOCAL_URL to its address, or SMOLVM_GUEST_ROLLOUT_HOST_PORT to a free port."
+                } else {
+                    ""
+                };
+                return Err(unavailable(format!(
+                    "smolvm serve {what} ({} serve start --listen {listen}).{hint} Its log ends: {tail}",
+                    config.smolvm
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn owned(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Stops a serve this server started: SIGTERM, then SIGKILL after 10 s. Machines outlive
+    /// the serve; the ephemeral ones have been deleted before this runs.
+    pub async fn stop(mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("note: no packed assets"))
+        .collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert!(version_at_least("1.32.2", "1.32.0"));
+        assert!(version_at_least("1.32.2-rc1", "1.32.2"));
+        assert!(!version_at_least("1.9.0", "1.14.0"));
+        assert!(!version_at_least("0.5.20", "1.14.0"));
+        assert!(version_at_least("2", "1.99.99"));
+    }
+
+    #[test]
+    fn the_serve_gets_no_secrets() {
+        let env = vec![
+            ("PATH".to_string(), "/bin".to_string()),
+            ("SMOLVM_VM_UID_DROP".to_string(), "off".to_string()),
+            ("SMOL_CLOUD_TOKEN".to_string(), "smk".to_string()),
+            ("SMOL_MCP_AUTH_TOKEN".to_string(), "t".to_string()),
+            ("AWS_SECRET_ACCESS_KEY".to_string(), "x".to_string()),
+        ];
+        let kept: Vec<String> = serve_env(env.into_iter())
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(kept, ["PATH", "SMOLVM_VM_UID_DROP"]);
+    }
+}

@@ -1,0 +1,116 @@
+//! What each tool answers, as structured content (and its output schema).
+
+use crate::fleet::Machine;
+use schemars::JsonSchema;
+use serde::Serialize;
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MachineList {
+    pub machines: Vec<Machine>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Created {
+    pub machine: Machine,
+    /// Deleted when this session ends (the name has the ephemeral prefix).
+    pub ephemeral: bool,
+    /// A command has run in the machine.
+    pub ready: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Started {
+    pub machine: Machine,
+    /// A command has run in the machine (false when wait was false).
+    pub ready: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Stopped {
+    pub machine: Machine,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Overflow {
+    /// stdout or stderr.
+    pub stream: String,
+    /// Where the whole stream was written inside the machine.
+    pub path: String,
+    /// The whole stream's length.
+    pub bytes: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandRun {
+    pub stdout: String,
+    pub stderr: String,
+    /// The command's exit status; non-zero is a result, not an error.
+    pub exit_code: i32,
+    /// The command hit its timeout and was killed (exit 124).
+    pub timed_out: bool,
+    /// Some output was left out of stdout or stderr.
+    pub truncated: bool,
+    /// Streams written whole into the machine because they were over the budget.
+    pub overflow: Vec<Overflow>,
+    /// The machine was stopped and this command started it (it is left running).
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOnce {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub truncated: bool,
+    /// The throwaway machine's name (already deleted).
+    pub machine: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileRead {
+    pub path: String,
+    pub content: String,
+    /// utf8 or base64.
+    pub encoding: String,
+    /// The whole file's length in bytes.
+    pub size: u64,
+    /// Where this page starts.
+    pub offset: u64,
+    /// This page's length in bytes.
+    pub bytes: u64,
+    /// This page reaches the end of the file.
+    pub eof: bool,
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileWritten {
+    pub path: String,
+    /// Bytes written.
+    pub size: u64,
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Branched {
+    /// The child.
+    pub machine: Machine,
+    pub ready: bool,
+    /// The child is deleted when this session ends.
+    pub ephemeral: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Logs {
+    pub lines: Vec<String>,
+    /// Pass it back as cursor to get only what arrives after these lines.
+    pub cursor: String,
+    /// Older lines of this page were left out to fit the output budget.
+    pub truncated: bool,
+}

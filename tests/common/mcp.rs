@@ -1,0 +1,107 @@
+//! An in-process MCP client talking to the server over an in-memory pipe, as a real client would.
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+use smol_mcp::config::Config;
+use smol_mcp::server::{Backend, SmolMcp};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+pub struct Harness {
+    pub client: RunningService<RoleClient, ()>,
+    pub backend: Arc<Backend>,
+    pub session: String,
+    pub runtime: tempfile::TempDir,
+}
+
+/// The answer of one tool call.
+#[derive(Debug)]
+pub struct Answer {
+    pub is_error: bool,
+    pub structured: Value,
+    pub text: String,
+}
+
+pub fn config(env: &[(&str, &str)], runtime: &Path) -> Config {
+    let mut vars: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    vars.insert("SMOL_MCP_RUNTIME_DIR".into(), runtime.display().to_string());
+    vars.entry("SMOL_MCP_READY_TIMEOUT_SECS".into())
+        .or_insert("5".into());
+    Config::from_sources(&vars, Path::new("/nonexistent/config.json")).unwrap()
+}
+
+impl Harness {
+    pub async fn start(env: &[(&str, &str)]) -> Harness {
+        let runtime = tempfile::Builder::new()
+            .prefix("smol-mcp-rt-")
+            .tempdir()
+            .unwrap();
+        let rt_dir = runtime.path().join("rt");
+        let backend = Arc::new(Backend::new(config(env, &rt_dir)).unwrap());
+        let session = format!("test-{:08x}", rand::random::<u32>());
+        let server = SmolMcp::new(backend.clone(), session.clone());
+        let (server_io, client_io) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            if let Ok(running) = server.serve(server_io).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let client = ().serve(client_io).await.unwrap();
+        Harness {
+            client,
+            backend,
+            session,
+            runtime,
+        }
+    }
+
+    pub async fn call(&self, tool: &str, args: Value) -> Answer {
+        let Value::Object(map) = args else {
+            panic!("arguments must be an object")
+        };
+        let result = self
+            .client
+            .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
+            .await
+            .unwrap();
+        let text = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Answer {
+            is_error: result.is_error == Some(true),
+            structured: result.structured_content.unwrap_or(Value::Null),
+            text,
+        }
+    }
+
+    /// Calls a tool that must succeed and returns its structured result.
+    pub async fn ok(&self, tool: &str, args: Value) -> Value {
+        let answer = self.call(tool, args).await;
+        assert!(!answer.is_error, "{tool} failed: {}", answer.text);
+        answer.structured
+    }
+
+    /// Calls a tool that must fail and returns its error text.
+    pub async fn err(&self, tool: &str, args: Value) -> String {
+        let answer = self.call(tool, args).await;
+        assert!(
+            answer.is_error,
+            "{tool} should have failed: {}",
+            answer.text
+        );
+        answer.text
+    }
+
+    pub fn record_path(&self) -> std::path::PathBuf {
+        self.runtime.path().join("rt").join("ephemeral.json")
+    }
+}

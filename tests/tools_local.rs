@@ -1,0 +1,399 @@
+//! Every tool on the local fleet, through an MCP client, against the fake serve.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::fake_serve::{FakeServe, exec_response};
+use common::mcp::Harness;
+use serde_json::json;
+
+async fn setup() -> (FakeServe, Harness) {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    (fake, h)
+}
+
+#[tokio::test]
+async fn create_run_files_logs_delete() {
+    let (fake, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "env": {"A": "1"}}),
+        )
+        .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    assert!(name.starts_with("mcp-"), "{name}");
+    assert_eq!(created["ephemeral"], true);
+    assert_eq!(created["ready"], true);
+    assert_eq!(created["machine"]["state"], "running");
+    assert_eq!(
+        created["machine"]["network"], "blocked",
+        "no egress by default"
+    );
+
+    let listed = h.ok("list-machines", json!({})).await;
+    assert_eq!(listed["machines"][0]["name"], name.as_str());
+    assert_eq!(
+        h.ok("get-machine", json!({"name": name})).await["state"],
+        "running"
+    );
+
+    let failed = h
+        .ok("run-command", json!({"name": name, "command": "exit 3"}))
+        .await;
+    assert_eq!(failed["exitCode"], 3, "a failing command is a result");
+    assert_eq!(failed["startedMachine"], false);
+    let echoed = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": ["echo", "hi"], "timeoutSecs": 5}),
+        )
+        .await;
+    assert_eq!(echoed["stdout"], "hi\n");
+
+    let written = h
+        .ok(
+            "write-file",
+            json!({"name": name, "path": "/root/notes.txt", "content": "héllo wörld"}),
+        )
+        .await;
+    assert_eq!(written["size"], 13);
+    let page = h
+        .ok(
+            "read-file",
+            json!({"name": name, "path": "/root/notes.txt", "length": 2}),
+        )
+        .await;
+    assert_eq!(page["content"], "h", "a page never splits a character");
+    assert_eq!(page["bytes"], 1);
+    assert_eq!(page["eof"], false);
+    let rest = h
+        .ok(
+            "read-file",
+            json!({"name": name, "path": "/root/notes.txt", "offset": 1}),
+        )
+        .await;
+    assert_eq!(rest["content"], "éllo wörld");
+    assert_eq!(rest["eof"], true);
+    assert_eq!(rest["size"], 13);
+    let b64 = h
+        .ok(
+            "read-file",
+            json!({"name": name, "path": "/root/notes.txt", "encoding": "base64"}),
+        )
+        .await;
+    assert_eq!(b64["content"], "aMOpbGxvIHfDtnJsZA==");
+
+    for line in ["boot", "ready", "third"] {
+        fake.push_log(&name, line);
+    }
+    let logs = h.ok("machine-logs", json!({"name": name, "tail": 2})).await;
+    assert_eq!(logs["lines"], json!(["ready", "third"]));
+    fake.push_log(&name, "fourth");
+    let more = h
+        .ok(
+            "machine-logs",
+            json!({"name": name, "cursor": logs["cursor"]}),
+        )
+        .await;
+    assert_eq!(more["lines"], json!(["fourth"]));
+
+    let pulled = h
+        .ok(
+            "pull-image",
+            json!({"name": name, "image": "python:3.12-alpine"}),
+        )
+        .await;
+    assert_eq!(pulled["reference"], "python:3.12-alpine");
+
+    let stopped = h.ok("stop-machine", json!({"name": name})).await;
+    assert_eq!(stopped["machine"]["state"], "stopped");
+    let restarted = h.ok("start-machine", json!({"name": name})).await;
+    assert_eq!(restarted["ready"], true);
+
+    let deleted = h.ok("delete-machine", json!({"name": name})).await;
+    assert_eq!(deleted["deleted"], name.as_str());
+    assert_eq!(deleted["usageMicros"], serde_json::Value::Null);
+    assert!(
+        h.err("get-machine", json!({"name": name}))
+            .await
+            .starts_with("NOT_FOUND")
+    );
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(
+        !record.contains(&name),
+        "delete-machine forgets it: {record}"
+    );
+}
+
+#[tokio::test]
+async fn output_past_the_budget_keeps_head_and_tail_and_spills_the_rest() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_OUTPUT_BYTES", "300"),
+    ])
+    .await;
+    fake.add_machine("big", "running");
+    let long: Vec<u8> = (0..4096).map(|i| b'a' + (i % 26) as u8).collect();
+    let expected_tail = String::from_utf8(long[long.len() - 100..].to_vec()).unwrap();
+    fake.set_exec(move |req| {
+        if req["command"][0] == "echo" {
+            common::fake_serve::default_exec(req)
+        } else {
+            exec_response(0, &long, b"")
+        }
+    });
+    let r = h
+        .ok("run-command", json!({"name": "big", "command": "yes"}))
+        .await;
+    assert_eq!(r["truncated"], true);
+    let stdout = r["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("abcdefgh"), "{stdout}");
+    assert!(stdout.contains("[... 3796 bytes dropped ...]"), "{stdout}");
+    assert!(stdout.contains(&expected_tail[..50]));
+    let overflow = &r["overflow"][0];
+    assert_eq!(overflow["stream"], "stdout");
+    assert_eq!(overflow["bytes"], 4096);
+    let path = overflow["path"].as_str().unwrap();
+    assert!(
+        path.starts_with("/tmp/smol-mcp-") && path.ends_with(".stdout"),
+        "{path}"
+    );
+    let stored = fake
+        .state
+        .lock()
+        .unwrap()
+        .files
+        .get(&("big".to_string(), path.to_string()))
+        .cloned();
+    assert_eq!(
+        stored.map(|b| b.len()),
+        Some(4096),
+        "the whole stream is in the machine"
+    );
+}
+
+#[tokio::test]
+async fn run_once_deletes_its_machine_on_every_path() {
+    let (fake, h) = setup().await;
+    let r = h
+        .ok(
+            "run-once",
+            json!({"image": "alpine", "command": ["echo", "hello"]}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "hello\n");
+    assert!(r["machine"].as_str().unwrap().starts_with("mcp-once-"));
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+
+    fake.set_exec(|req| {
+        if req["command"][0] == "echo" {
+            common::fake_serve::default_exec(req)
+        } else {
+            exec_response(124, b"", b"\ncommand timed out after 1000ms")
+        }
+    });
+    let timed = h
+        .ok(
+            "run-once",
+            json!({"image": "alpine", "command": "sleep 600", "timeoutSecs": 1}),
+        )
+        .await;
+    assert_eq!(timed["timedOut"], true);
+    assert_eq!(timed["exitCode"], 124);
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+
+    // A start that fails: the machine still goes.
+    fake.set_exec(|_| exec_response(1, b"", b"not ready"));
+    let err = h
+        .err("run-once", json!({"image": "alpine", "command": "true"}))
+        .await;
+    assert!(err.starts_with("NOT_READY"), "{err}");
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(!record.contains("mcp-once-"), "{record}");
+}
+
+#[tokio::test]
+async fn a_failed_start_deletes_an_unnamed_machine_and_keeps_a_named_one() {
+    let (fake, h) = setup().await;
+    fake.set_exec(|_| exec_response(1, b"", b"boot failed"));
+    let err = h.err("create-machine", json!({"image": "alpine"})).await;
+    assert!(
+        err.starts_with("NOT_READY") && err.contains("was deleted again"),
+        "{err}"
+    );
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "alpine", "name": "keep-me"}),
+        )
+        .await;
+    assert!(err.contains("keep-me was created and is left"), "{err}");
+    assert!(fake.state.lock().unwrap().machines.contains_key("keep-me"));
+}
+
+#[tokio::test]
+async fn branch_children_with_the_prefix_are_ephemeral() {
+    let (fake, h) = setup().await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "src", "branchable": true}),
+    )
+    .await;
+    let refused = h
+        .err("branch-machine", json!({"name": "mcp-x", "childName": "c"}))
+        .await;
+    assert!(refused.starts_with("NOT_FOUND"), "{refused}");
+    let child = h
+        .ok(
+            "branch-machine",
+            json!({"name": "src", "childName": "mcp-child"}),
+        )
+        .await;
+    assert_eq!(child["ephemeral"], true);
+    assert_eq!(child["ready"], true);
+    fake.add_machine("plain", "running");
+    let not_branchable = h
+        .err(
+            "branch-machine",
+            json!({"name": "plain", "childName": "c2"}),
+        )
+        .await;
+    assert!(
+        not_branchable.starts_with("CONFLICT") && not_branchable.contains("forkable"),
+        "{not_branchable}"
+    );
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.deleted, ["mcp-child"]);
+    let machines: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(machines, ["plain", "src"], "named machines persist");
+}
+
+#[tokio::test]
+async fn bad_input_names_the_argument_and_sends_nothing() {
+    let (fake, h) = setup().await;
+    let cases = [
+        (
+            "create-machine",
+            json!({"image": "alpine", "bogus": 1}),
+            "unknown field `bogus`",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "cpus": 0}),
+            "cpus: 0 is out of range: give 1 to 64",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "name": "no spaces"}),
+            "name: \"no spaces\"",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "ports": [{"guest": 70000}]}),
+            "ports[0].guest: 70000 is not a port",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "allowCidrs": ["10.0.0.0/99"]}),
+            "allowCidrs: \"10.0.0.0/99\"",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "network": "off"}),
+            "network",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "target": "local"}),
+            "target: not an argument",
+        ),
+        (
+            "run-command",
+            json!({"name": "m", "command": []}),
+            "command: an argv array needs",
+        ),
+        (
+            "run-command",
+            json!({"name": "m", "command": "x", "timeoutSecs": 901}),
+            "timeoutSecs: 901 is not accepted: give 1 to 900",
+        ),
+        (
+            "read-file",
+            json!({"name": "m", "path": "etc/hosts"}),
+            "path: \"etc/hosts\" is not accepted: give an absolute path",
+        ),
+        (
+            "write-file",
+            json!({"name": "m", "path": "/x", "content": "@@", "encoding": "base64"}),
+            "content: not valid base64",
+        ),
+        (
+            "machine-logs",
+            json!({"name": "m", "tail": 0}),
+            "tail: 0 is out of range",
+        ),
+        ("get-machine", json!({}), "missing field `name`"),
+    ];
+    for (tool, args, expected) in cases {
+        let err = h.err(tool, args.clone()).await;
+        assert!(
+            err.starts_with("INVALID_ARGUMENT: "),
+            "{tool} {args}: {err}"
+        );
+        assert!(err.contains(expected), "{tool} {args}: {err}");
+    }
+    assert!(
+        fake.take_requests().is_empty(),
+        "nothing reached the engine"
+    );
+}
+
+#[tokio::test]
+async fn session_cleanup_deletes_only_ephemeral_machines() {
+    let (fake, h) = setup().await;
+    let a = h.ok("create-machine", json!({"image": "alpine"})).await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "persistent"}),
+    )
+    .await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "mcp-mine"}),
+    )
+    .await;
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let mut deleted = cleanup.deleted.clone();
+    deleted.sort();
+    let mut expected = vec![
+        a["machine"]["name"].as_str().unwrap().to_owned(),
+        "mcp-mine".to_owned(),
+    ];
+    expected.sort();
+    assert_eq!(deleted, expected);
+    let machines: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(machines, ["persistent"]);
+}
