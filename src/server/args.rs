@@ -57,9 +57,11 @@ pub enum CommandArg {
 #[serde(deny_unknown_fields)]
 pub struct PortArg {
     /// Port inside the machine, 1 to 65535.
+    #[schemars(range(min = 1, max = 65535))]
     pub guest: u32,
     /// Local only: the host port, 1 to 65535; defaults to the guest port. The cloud allocates
     /// its own and reports it on the machine.
+    #[schemars(range(min = 1, max = 65535))]
     pub host: Option<u32>,
 }
 
@@ -101,8 +103,10 @@ pub struct CreateArgs {
     /// Machine name: 1 to 63 letters, digits, dots, underscores or dashes, starting with a letter or digit. Omitted: a generated mcp-<8 hex> name, and the machine is deleted when this session ends. A name with the mcp- prefix is ephemeral the same way; any other name persists.
     pub name: Option<String>,
     /// Virtual CPUs, 1 to 64. Default from the server's configuration (2).
+    #[schemars(range(min = 1, max = 64))]
     pub cpus: Option<u32>,
     /// Memory in MiB, 128 to 262144. Default from the server's configuration (2048).
+    #[schemars(range(min = 128, max = 262144))]
     pub memory_mb: Option<u32>,
     /// Egress: open or blocked. Default blocked unless the operator configured otherwise. A registry image still has to be pulled, which needs egress on the local fleet: pass open, or allowHosts naming the registry.
     pub network: Option<Network>,
@@ -113,10 +117,12 @@ pub struct CreateArgs {
     /// TCP ports to publish, at most 16. On cloud a machine with a published port cannot also have blocked egress, and the machine's url reports the ingress address once something listens.
     pub ports: Option<Vec<PortArg>>,
     /// Disk size in GiB, 1 to 16384.
+    #[schemars(range(min = 1, max = 16384))]
     pub storage_gb: Option<u32>,
     /// Local only: host directories to mount, at most 16.
     pub mounts: Option<Vec<MountArg>>,
     /// Local only: size in GiB of the writable overlay over the image, 1 to 16384.
+    #[schemars(range(min = 1, max = 16384))]
     pub overlay_gb: Option<u32>,
     /// Environment variables of the machine's workload and of every command run in it.
     pub env: Option<BTreeMap<String, String>>,
@@ -152,6 +158,7 @@ pub struct RunCommandArgs {
     /// Text written to the command's standard input, then closed.
     pub stdin: Option<String>,
     /// Seconds before the command is killed (exit 124, timedOut true). Default and ceiling from the server's configuration (120 and 900).
+    #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
 }
 
@@ -171,10 +178,13 @@ pub struct RunOnceArgs {
     /// Text written to the command's standard input, then closed.
     pub stdin: Option<String>,
     /// Seconds before the command is killed. Default and ceiling from the server's configuration.
+    #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
     /// Virtual CPUs, 1 to 64.
+    #[schemars(range(min = 1, max = 64))]
     pub cpus: Option<u32>,
     /// Memory in MiB, 128 to 262144.
+    #[schemars(range(min = 128, max = 262144))]
     pub memory_mb: Option<u32>,
     /// Egress: open or blocked. Default blocked unless the operator configured otherwise.
     pub network: Option<Network>,
@@ -199,6 +209,7 @@ pub struct ReadFileArgs {
     /// Byte to start at. Default 0.
     pub offset: Option<u64>,
     /// Bytes to return, at least 1. Default: to the end of the file, or as many as the output budget allows; eof says whether the end was reached.
+    #[schemars(range(min = 1))]
     pub length: Option<u64>,
 }
 
@@ -242,6 +253,7 @@ pub struct LogsArgs {
     /// The machine's name (or its mach- id on cloud).
     pub name: String,
     /// Lines from the end, 1 to 10000. Ignored when a cursor is given. Default from the server's configuration (100).
+    #[schemars(range(min = 1, max = 10000))]
     pub tail: Option<u64>,
     /// The cursor a previous call returned for this machine: only what arrived since is returned.
     pub cursor: Option<String>,

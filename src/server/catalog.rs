@@ -51,6 +51,7 @@ pub const TOOL_NAMES: [&str; 13] = [
 ];
 
 fn schema<T: JsonSchema>(contract: Contract) -> JsonObject {
+    let input = matches!(contract, Contract::Deserialize);
     let mut generator = SchemaSettings::draft2020_12()
         .with(|s| {
             s.inline_subschemas = true;
@@ -59,7 +60,12 @@ fn schema<T: JsonSchema>(contract: Contract) -> JsonObject {
         })
         .into_generator();
     let mut value = generator.root_schema_for::<T>().to_value();
-    simplify(&mut value);
+    if input {
+        simplify(&mut value);
+    } else {
+        // Results really carry nulls (url locally, pid on cloud): keep them, drop only formats.
+        drop_integer_formats(&mut value);
+    }
     if let Value::Object(map) = &mut value {
         map.remove("title");
         map.remove("$schema");
@@ -121,6 +127,23 @@ fn simplify(value: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(simplify),
+        _ => {}
+    }
+}
+
+fn drop_integer_formats(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f.starts_with("uint") || f.starts_with("int"))
+            {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_integer_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_integer_formats),
         _ => {}
     }
 }
@@ -316,16 +339,21 @@ mod tests {
     }
 
     #[test]
-    fn schemas_are_portable() {
-        let text = serde_json::to_string(
-            &tools(Mode::Both)
-                .iter()
-                .map(|t| (&t.input_schema, &t.output_schema))
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
-        assert!(!text.contains("\"null\""), "no null types");
-        assert!(!text.contains("$defs") && !text.contains("$ref"));
-        assert!(!text.contains("uint"));
+    fn input_schemas_are_portable_and_outputs_keep_their_nulls() {
+        let tools = tools(Mode::Both);
+        let inputs =
+            serde_json::to_string(&tools.iter().map(|t| &t.input_schema).collect::<Vec<_>>())
+                .unwrap();
+        assert!(!inputs.contains("\"null\""), "no null types in inputs");
+        let all = serde_json::to_string(&tools).unwrap();
+        assert!(!all.contains("$defs") && !all.contains("$ref"));
+        assert!(!all.contains("uint"));
+        let get = tools.iter().find(|t| t.name == "get-machine").unwrap();
+        let url = &get.output_schema.as_ref().unwrap()["properties"]["url"]["type"];
+        assert_eq!(
+            url,
+            &serde_json::json!(["string", "null"]),
+            "url is null locally"
+        );
     }
 }

@@ -29,6 +29,8 @@ pub struct CloudState {
     pub files_route_missing: bool,
     pub branches_route_missing: bool,
     pub delete_ignores_include_usage: bool,
+    /// The account's status (`active` when unset).
+    pub account_status: Option<String>,
 }
 
 #[derive(Clone)]
@@ -233,7 +235,7 @@ fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
         ("GET", ["v1", "account"]) => json_answer(
             200,
             json!({
-                "tenantId": "tenant-test", "status": "active", "effectiveMaxCpus": 16,
+                "tenantId": "tenant-test", "status": st.account_status.clone().unwrap_or("active".into()), "effectiveMaxCpus": 16,
                 "effectiveMaxMemoryMb": 65536, "effectiveMaxMachines": 20,
                 "periodUsage": {"tenantId": "tenant-test", "from": "2026-11-01T00:00:00Z", "to": "2026-11-29T00:00:00Z",
                                 "totalUptimeSeconds": 157, "cpuHours": 0.08, "memoryGbHours": 0.09, "machineCount": 90},

@@ -22,6 +22,8 @@ pub struct FakeState {
     pub files: BTreeMap<(String, String), Vec<u8>>,
     pub logs: BTreeMap<String, Vec<String>>,
     pub exec_hook: Option<ExecHook>,
+    /// How long an exec that is not a readiness probe (`echo`) takes to answer.
+    pub exec_delay: Option<std::time::Duration>,
 }
 
 #[derive(Clone)]

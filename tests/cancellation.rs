@@ -1,0 +1,100 @@
+//! notifications/cancelled ends a readiness wait or a command wait at once, and what the call
+//! created is still cleaned up.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::fake_serve::{FakeServe, exec_response};
+use common::mcp::Harness;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::service::PeerRequestOptions;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+async fn call_then_cancel(h: &Harness, tool: &str, args: serde_json::Value, after: Duration) {
+    let serde_json::Value::Object(map) = args else {
+        panic!()
+    };
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new(tool.to_owned()).with_arguments(map),
+    ));
+    let handle = h
+        .client
+        .peer()
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    tokio::time::sleep(after).await;
+    handle.cancel(Some("test".into())).await.unwrap();
+}
+
+async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not happen within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test]
+async fn cancelling_a_readiness_wait_ends_it_and_deletes_the_unnamed_machine() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", "120"),
+    ])
+    .await;
+    // The machine never becomes ready.
+    fake.set_exec(|_| exec_response(1, b"", b"still booting"));
+    call_then_cancel(
+        &h,
+        "create-machine",
+        json!({"image": "alpine"}),
+        Duration::from_millis(600),
+    )
+    .await;
+    assert_eq!(
+        fake.state.lock().unwrap().machines.len(),
+        1,
+        "created before the cancel"
+    );
+    let took = until(
+        "deleting the machine after the cancel",
+        Duration::from_secs(3),
+        || fake.state.lock().unwrap().machines.is_empty(),
+    )
+    .await;
+    assert!(
+        took < Duration::from_secs(2),
+        "the wait ended at once ({took:?}), not at its 120 s deadline"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_command_ends_run_once_and_its_machine_goes() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    fake.state.lock().unwrap().exec_delay = Some(Duration::from_secs(60));
+    call_then_cancel(
+        &h,
+        "run-once",
+        json!({"image": "alpine", "command": "sleep 60"}),
+        Duration::from_millis(600),
+    )
+    .await;
+    until(
+        "run-once's machine to be deleted after the cancel",
+        Duration::from_secs(3),
+        || fake.state.lock().unwrap().machines.is_empty(),
+    )
+    .await;
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(!record.contains("mcp-once-"), "{record}");
+}

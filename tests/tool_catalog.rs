@@ -1,0 +1,91 @@
+//! The tool catalog as a client sees it (tools/list): names, descriptions, schemas, annotations.
+//! Any change to what the model is shown shows up as a snapshot diff.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::mcp::Harness;
+use serde_json::Value;
+
+async fn catalog(env: &[(&str, &str)]) -> Value {
+    let h = Harness::start(env).await;
+    let tools = h.client.list_all_tools().await.unwrap();
+    serde_json::to_value(tools).unwrap()
+}
+
+#[tokio::test]
+async fn local_only_catalog() {
+    let tools = catalog(&[("SMOL_MCP_TARGETS", "local")]).await;
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "list-machines",
+            "get-machine",
+            "create-machine",
+            "start-machine",
+            "stop-machine",
+            "delete-machine",
+            "run-command",
+            "run-once",
+            "read-file",
+            "write-file",
+            "branch-machine",
+            "machine-logs",
+            "pull-image"
+        ]
+    );
+    for tool in tools.as_array().unwrap() {
+        let name = tool["name"].as_str().unwrap();
+        assert!(
+            tool["description"].as_str().unwrap().len() > 80,
+            "{name} needs a real description"
+        );
+        let annotations = &tool["annotations"];
+        for hint in [
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        ] {
+            assert!(annotations[hint].is_boolean(), "{name} lacks {hint}");
+        }
+        assert!(tool["outputSchema"].is_object(), "{name}");
+        for (arg, schema) in tool["inputSchema"]["properties"].as_object().unwrap() {
+            assert!(
+                schema["description"]
+                    .as_str()
+                    .is_some_and(|d| !d.is_empty()),
+                "{name}.{arg} has no description"
+            );
+        }
+        assert_eq!(
+            tool["inputSchema"]["additionalProperties"], false,
+            "{name} refuses unknown arguments"
+        );
+    }
+    insta::assert_json_snapshot!("catalog_local", tools);
+}
+
+#[tokio::test]
+async fn both_fleets_catalog_requires_target() {
+    let tools = catalog(&[("SMOL_MCP_TARGETS", "both")]).await;
+    for tool in tools.as_array().unwrap() {
+        assert_eq!(
+            tool["inputSchema"]["required"][0], "target",
+            "{}",
+            tool["name"]
+        );
+        assert_eq!(
+            tool["inputSchema"]["properties"]["target"]["enum"],
+            serde_json::json!(["local", "cloud"])
+        );
+    }
+    insta::assert_json_snapshot!("catalog_both", tools);
+}

@@ -1,0 +1,242 @@
+//! Every tool on the cloud fleet, and the two-fleet mode, through an MCP client, against the
+//! fake cloud (and the fake serve for the local half).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::fake_cloud::{FakeCloud, TOKEN};
+use common::fake_serve::FakeServe;
+use common::mcp::Harness;
+use serde_json::json;
+
+async fn setup() -> (FakeCloud, Harness) {
+    let cloud = FakeCloud::start().await;
+    let url = cloud.url();
+    let h = Harness::start(&[
+        ("SMOL_CLOUD_URL", url.as_str()),
+        ("SMOL_CLOUD_TOKEN", TOKEN),
+        ("SMOL_MCP_TARGETS", "cloud"),
+    ])
+    .await;
+    (cloud, h)
+}
+
+#[tokio::test]
+async fn the_worked_flow_on_cloud() {
+    let (cloud, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine:3.20", "cpus": 1, "memoryMb": 256}),
+        )
+        .await;
+    let m = &created["machine"];
+    let id = m["id"].as_str().unwrap().to_owned();
+    let name = m["name"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("mach-"));
+    assert_eq!(m["network"], "blocked");
+    assert_eq!(m["image"], "registry.smolmachines.com/library/alpine:3.20");
+    assert_eq!(created["ready"], true);
+    let body = cloud
+        .take_requests()
+        .into_iter()
+        .find(|r| r["method"] == "POST" && r["path"] == "/v1/machines")
+        .unwrap()["body"]
+        .clone();
+    assert_eq!(
+        body["ttlSeconds"], 3600,
+        "ephemeral cloud machines carry the backstop timers"
+    );
+    assert_eq!(body["autoStopSeconds"], 900);
+    assert!(
+        body.get("ephemeral").is_none(),
+        "never the service's own ephemeral flag"
+    );
+
+    // By name: resolved to the id with one list call.
+    let r = h
+        .ok("run-command", json!({"name": name, "command": "exit 42"}))
+        .await;
+    assert_eq!(r["exitCode"], 42);
+    h.ok(
+        "write-file",
+        json!({"name": name, "path": "/workspace/a b.txt", "content": "0123456789"}),
+    )
+    .await;
+    let page = h
+        .ok(
+            "read-file",
+            json!({"name": id, "path": "/workspace/a b.txt", "offset": 4, "length": 3}),
+        )
+        .await;
+    assert_eq!(page["content"], "456");
+    assert_eq!(page["size"], 10);
+    let logs = h.ok("machine-logs", json!({"name": id})).await;
+    assert!(
+        logs["lines"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("INFO machine created")
+    );
+    assert!(logs["cursor"].as_str().unwrap().starts_with("e:"));
+
+    let stopped = h.ok("stop-machine", json!({"name": id})).await;
+    assert_eq!(stopped["machine"]["state"], "stopped");
+    let again = h
+        .ok("run-command", json!({"name": id, "command": ["echo", "x"]}))
+        .await;
+    assert_eq!(
+        again["startedMachine"], true,
+        "the command started the stopped machine"
+    );
+
+    let pull = h
+        .err("pull-image", json!({"name": id, "image": "alpine"}))
+        .await;
+    assert!(
+        pull.starts_with("UNSUPPORTED") && pull.contains("local only"),
+        "{pull}"
+    );
+
+    let deleted = h.ok("delete-machine", json!({"name": name})).await;
+    assert_eq!(deleted["usageMicros"], 1810, "the settled bill");
+    assert!(cloud.with(|st| st.machines.is_empty()));
+}
+
+#[tokio::test]
+async fn cloud_refusals_come_before_any_request() {
+    let (cloud, h) = setup().await;
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "nginx", "ports": [{"guest": 80}]}),
+        )
+        .await;
+    assert!(
+        err.starts_with("REFUSED") && err.contains("published port and blocked egress"),
+        "{err}"
+    );
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "a", "mounts": [{"source": "/a", "target": "/b"}]}),
+        )
+        .await;
+    assert!(
+        err.starts_with("UNSUPPORTED") && err.contains("mounts are local only"),
+        "{err}"
+    );
+    let creates = cloud
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["method"] == "POST")
+        .count();
+    assert_eq!(creates, 0);
+    // An allow-list with a port is fine.
+    h.ok(
+        "create-machine",
+        json!({"image": "nginx", "ports": [{"guest": 80}], "allowHosts": ["pypi.org"]}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_suspended_account_is_refused_before_create() {
+    let (cloud, h) = setup().await;
+    cloud.with(|st| st.account_status = Some("suspended".into()));
+    let err = h.err("create-machine", json!({"image": "alpine"})).await;
+    assert!(
+        err.starts_with("ACCOUNT_NOT_ACTIVE") && err.contains("suspended"),
+        "{err}"
+    );
+    assert!(
+        cloud.take_requests().iter().all(|r| r["method"] == "GET"),
+        "no machine was created"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_key_is_reported_without_echoing_it() {
+    let cloud = FakeCloud::start().await;
+    let url = cloud.url();
+    let h = Harness::start(&[
+        ("SMOL_CLOUD_URL", url.as_str()),
+        ("SMOL_CLOUD_TOKEN", "smk_wrong"),
+        ("SMOL_MCP_TARGETS", "cloud"),
+    ])
+    .await;
+    let err = h.err("create-machine", json!({"image": "alpine"})).await;
+    assert!(
+        err.starts_with("UNAUTHORIZED") && err.contains("account"),
+        "{err}"
+    );
+    assert!(!err.contains("smk_wrong"));
+}
+
+#[tokio::test]
+async fn run_once_on_cloud_deletes_its_machine() {
+    let (cloud, h) = setup().await;
+    let r = h
+        .ok(
+            "run-once",
+            json!({"image": "alpine", "command": ["echo", "hello"]}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "hello\n");
+    assert!(cloud.with(|st| st.machines.is_empty()));
+}
+
+#[tokio::test]
+async fn both_fleets_need_a_target_on_every_call() {
+    let cloud = FakeCloud::start().await;
+    let serve = FakeServe::start().await;
+    let (curl, surl) = (cloud.url(), serve.url());
+    let h = Harness::start(&[
+        ("SMOL_CLOUD_URL", curl.as_str()),
+        ("SMOL_CLOUD_TOKEN", TOKEN),
+        ("SMOL_LOCAL_URL", surl.as_str()),
+    ])
+    .await;
+    let err = h.err("list-machines", json!({})).await;
+    assert!(err.contains("target: required"), "{err}");
+    let err = h.err("list-machines", json!({"target": "mars"})).await;
+    assert!(
+        err.contains("target") && err.contains("local") && err.contains("cloud"),
+        "{err}"
+    );
+    serve.add_machine("here", "running");
+    cloud.add_machine("there", "started");
+    let local = h.ok("list-machines", json!({"target": "local"})).await;
+    assert_eq!(local["machines"][0]["name"], "here");
+    let remote = h.ok("list-machines", json!({"target": "cloud"})).await;
+    assert_eq!(remote["machines"][0]["name"], "there");
+    let tools = h.client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 13);
+    for t in tools {
+        let required = t.input_schema["required"].as_array().unwrap();
+        assert!(required.contains(&json!("target")), "{}", t.name);
+    }
+}
+
+#[tokio::test]
+async fn a_crashed_session_s_cloud_machines_are_deleted_at_the_next_start() {
+    let (cloud, h) = setup().await;
+    let created = h.ok("create-machine", json!({"image": "alpine"})).await;
+    let id = created["machine"]["id"].as_str().unwrap().to_owned();
+    // Pretend the owning process died: rewrite the record's pid to one that is not running.
+    let path = h.record_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let pid = std::process::id().to_string();
+    std::fs::write(
+        &path,
+        text.replace(&format!("\"ownerPid\": {pid}"), "\"ownerPid\": 4194303"),
+    )
+    .unwrap();
+    h.backend.sweep_orphans_at_start().await;
+    assert!(
+        cloud.with(|st| !st.machines.contains_key(&id)),
+        "the orphan was deleted"
+    );
+    assert!(!std::fs::read_to_string(&path).unwrap().contains(&id));
+}
