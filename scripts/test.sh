@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need (the pinned smolvm engine) and runs every test.
-# Safe to re-run; a fresh clone needs nothing else than a Rust toolchain, python3 with pip and
-# network access to PyPI and crates.io.
+# The test command: installs what the tests need, then runs every test.
+#  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for the real-serve tests;
+#  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for the end-to-end tests.
+# Safe to re-run. A fresh clone needs a Rust toolchain, python3 with venv and pip, and access to
+# crates.io and PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-smolvm.sh 1.32.2 >/dev/null
+if ! .venv/bin/python -c 'import mcp' 2>/dev/null \
+   || ! .venv/bin/pip freeze 2>/dev/null | grep -qx -f <(grep -v '^#' tests/clients/requirements.txt); then
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
+fi
 cargo test --locked "$@"

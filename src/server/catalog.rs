@@ -114,13 +114,8 @@ fn simplify(value: &mut Value) {
             {
                 map.remove("format");
             }
-            if map
-                .get("enum")
-                .is_some_and(|e| e.as_array().is_some_and(|a| a.contains(&Value::Null)))
-            {
-                if let Some(Value::Array(options)) = map.get_mut("enum") {
-                    options.retain(|o| !o.is_null());
-                }
+            if let Some(Value::Array(options)) = map.get_mut("enum") {
+                options.retain(|o| !o.is_null());
             }
             for child in map.values_mut() {
                 simplify(child);
@@ -160,10 +155,10 @@ fn apply_mode(mut input: JsonObject, mode: Mode) -> JsonObject {
             let required = input
                 .entry("required")
                 .or_insert_with(|| Value::Array(Vec::new()));
-            if let Value::Array(list) = required {
-                if !list.iter().any(|v| v == "target") {
-                    list.insert(0, Value::String("target".into()));
-                }
+            if let Value::Array(list) = required
+                && !list.iter().any(|v| v == "target")
+            {
+                list.insert(0, Value::String("target".into()));
             }
         }
     }

@@ -4,3 +4,4 @@ pub mod fake_cloud;
 pub mod fake_serve;
 pub mod mcp;
 pub mod real_serve;
+pub mod stdio;

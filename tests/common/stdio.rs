@@ -1,0 +1,114 @@
+//! The stdio server binary as a child process, spoken to with raw JSON-RPC lines.
+
+use serde_json::{Value, json};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+pub const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp");
+
+/// The environment the server runs with in tests: only what is named here, so a developer's
+/// own SMOL_CLOUD_TOKEN or config file never leaks into a test.
+pub fn server_env(runtime_dir: &std::path::Path, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".into(), runtime_dir.display().to_string()),
+        (
+            "XDG_CONFIG_HOME".into(),
+            runtime_dir.join("config").display().to_string(),
+        ),
+        (
+            "SMOL_MCP_RUNTIME_DIR".into(),
+            runtime_dir.join("rt").display().to_string(),
+        ),
+        ("SMOL_MCP_READY_TIMEOUT_SECS".into(), "5".into()),
+        ("SMOL_MCP_LOG".into(), "warn".into()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+pub struct StdioServer {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl StdioServer {
+    pub async fn spawn(env: Vec<(String, String)>) -> StdioServer {
+        let mut child = Command::new(SERVER)
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut server = StdioServer {
+            child,
+            stdin,
+            lines,
+        };
+        let init = server
+            .request(
+                0,
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "smol-mcp-tests", "version": "0"}
+                }),
+            )
+            .await;
+        assert_eq!(init["result"]["serverInfo"]["name"], "smol-mcp");
+        server.notify("notifications/initialized").await;
+        server
+    }
+
+    async fn send(&mut self, message: Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    pub async fn notify(&mut self, method: &str) {
+        self.send(json!({"jsonrpc": "2.0", "method": method})).await;
+    }
+
+    pub async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let line = self
+                .lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the server closed stdout");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    /// Calls a tool and returns its structured result, failing the test on a tool error.
+    pub async fn tool(&mut self, id: u64, name: &str, args: Value) -> Value {
+        let answer = self
+            .request(id, "tools/call", json!({"name": name, "arguments": args}))
+            .await;
+        let result = &answer["result"];
+        assert_eq!(result["isError"], false, "{name}: {answer}");
+        result["structuredContent"].clone()
+    }
+
+    /// Closes stdin, as a client does when it goes away.
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
+    }
+}

@@ -1,0 +1,284 @@
+//! The stdio server as a process: driven by the official Python MCP client (pinned in
+//! tests/clients/requirements.txt, installed by scripts/test.sh), and by raw JSON-RPC to check
+//! what happens when a client goes away or the process is killed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::fake_serve::FakeServe;
+use common::real_serve::RealServe;
+use common::stdio::{SERVER, StdioServer, server_env};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn python() -> PathBuf {
+    let path = std::env::var_os("SMOL_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
+    assert!(
+        path.exists(),
+        "no Python MCP client at {}: run scripts/test.sh",
+        path.display()
+    );
+    path
+}
+
+/// Runs a plan through the Python client and returns its report.
+async fn python_plan(env: Vec<(String, String)>, calls: Value) -> Value {
+    let env: serde_json::Map<String, Value> = env
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let plan = json!({"server": SERVER, "env": env, "calls": calls});
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/stdio_plan.py");
+    let out = tokio::process::Command::new(python())
+        .arg(script)
+        .arg(plan.to_string())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the Python client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn python_client_lists_the_tools_and_drives_the_real_serve_control_plane() {
+    let serve = RealServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = format!(
+        "unix://{}",
+        match &serve.endpoint {
+            smol_mcp::transport::LocalEndpoint::Unix(p) => p.display().to_string(),
+            _ => unreachable!(),
+        }
+    );
+    let env = server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)]);
+    let report = python_plan(
+        env,
+        json!([
+            {"tool": "list-machines"},
+            // Must boot: fails on hosts where guests cannot boot (or cannot pull), and leaves nothing.
+            {"tool": "create-machine", "args": {"image": "alpine", "cpus": 1, "memoryMb": 256}},
+            {"tool": "list-machines"},
+            // A named machine is left for inspection when its start fails.
+            {"tool": "create-machine", "args": {"image": "alpine", "name": "e2e-kept", "cpus": 1, "memoryMb": 256}},
+            {"tool": "list-machines"},
+            {"tool": "get-machine", "args": {"name": "e2e-kept"}},
+            {"tool": "stop-machine", "args": {"name": "e2e-kept"}},
+            {"tool": "delete-machine", "args": {"name": "e2e-kept"}},
+            {"tool": "get-machine", "args": {"name": "e2e-kept"}},
+            {"tool": "list-machines"}
+        ]),
+    )
+    .await;
+    assert_eq!(report["server"], "smol-mcp");
+    assert_eq!(report["tools"].as_array().unwrap().len(), 13);
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(calls[0]["structured"]["machines"], json!([]));
+    let failed = &calls[1];
+    if failed["isError"] == true {
+        let text = failed["text"].as_str().unwrap();
+        assert!(
+            text.contains("start machine mcp-"),
+            "the error says what failed: {text}"
+        );
+        assert!(text.contains("was deleted again"), "{text}");
+        assert_eq!(
+            calls[2]["structured"]["machines"],
+            json!([]),
+            "nothing left behind"
+        );
+    } else {
+        // A host where guests boot and the image can be pulled: the machine is ephemeral.
+        assert_eq!(failed["structured"]["ready"], true);
+    }
+    let kept = &calls[3];
+    if kept["isError"] == true {
+        assert!(
+            kept["text"]
+                .as_str()
+                .unwrap()
+                .contains("e2e-kept was created and is left")
+        );
+    }
+    let names: Vec<&str> = calls[4]["structured"]["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert!(names.contains(&"e2e-kept"), "{names:?}");
+    assert_eq!(calls[5]["structured"]["name"], "e2e-kept");
+    assert_eq!(calls[5]["structured"]["image"], "alpine");
+    assert_eq!(calls[6]["isError"], false, "{}", calls[6]["text"]);
+    assert_eq!(calls[7]["structured"]["deleted"], "e2e-kept");
+    assert!(calls[8]["text"].as_str().unwrap().starts_with("NOT_FOUND"));
+    let after: Vec<&str> = calls[9]["structured"]["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert!(!after.contains(&"e2e-kept"));
+}
+
+#[tokio::test]
+async fn python_client_worked_flow_against_the_fake() {
+    let fake = FakeServe::start().await;
+    for line in ["booting", "ready"] {
+        fake.push_log("mcp-flow", line);
+    }
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let report = python_plan(
+        server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)]),
+        json!([
+            {"tool": "create-machine", "args": {"image": "python:3.12-alpine", "name": "mcp-flow"}},
+            {"tool": "run-command", "args": {"name": "mcp-flow", "command": "exit 7"}},
+            {"tool": "write-file", "args": {"name": "mcp-flow", "path": "/work/data.txt", "content": "abcdefghij"}},
+            {"tool": "read-file", "args": {"name": "mcp-flow", "path": "/work/data.txt", "length": 4}},
+            {"tool": "read-file", "args": {"name": "mcp-flow", "path": "/work/data.txt", "offset": 4, "length": 4}},
+            {"tool": "read-file", "args": {"name": "mcp-flow", "path": "/work/data.txt", "offset": 8}},
+            {"tool": "machine-logs", "args": {"name": "mcp-flow", "tail": 1}},
+            {"tool": "delete-machine", "args": {"name": "mcp-flow"}}
+        ]),
+    )
+    .await;
+    let c = report["calls"].as_array().unwrap();
+    for (i, call) in c.iter().enumerate() {
+        assert_eq!(call["isError"], false, "call {i}: {}", call["text"]);
+    }
+    assert_eq!(c[0]["structured"]["ready"], true);
+    assert_eq!(c[1]["structured"]["exitCode"], 7);
+    assert_eq!(c[2]["structured"]["size"], 10);
+    let pages: Vec<(&str, bool)> = c[3..6]
+        .iter()
+        .map(|p| {
+            (
+                p["structured"]["content"].as_str().unwrap(),
+                p["structured"]["eof"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(pages, [("abcd", false), ("efgh", false), ("ij", true)]);
+    assert_eq!(c[6]["structured"]["lines"], json!(["ready"]));
+    assert_eq!(c[7]["structured"]["deleted"], "mcp-flow");
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+}
+
+#[tokio::test]
+async fn stdin_eof_deletes_the_session_s_machines_and_ends_the_process() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let mut server = StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
+    let created = server
+        .tool(1, "create-machine", json!({"image": "alpine"}))
+        .await;
+    server
+        .tool(
+            2,
+            "create-machine",
+            json!({"image": "alpine", "name": "stays"}),
+        )
+        .await;
+    let ephemeral = created["machine"]["name"].as_str().unwrap().to_owned();
+    assert_eq!(fake.state.lock().unwrap().machines.len(), 2);
+    let start = Instant::now();
+    server.close_stdin();
+    let status = tokio::time::timeout(Duration::from_secs(10), server.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "ended promptly: {:?}",
+        start.elapsed()
+    );
+    let machines: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(
+        machines,
+        ["stays"],
+        "{ephemeral} was deleted, the named one stays"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_cleans_up_and_exits_143() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let mut server = StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
+    server
+        .tool(1, "create-machine", json!({"image": "alpine"}))
+        .await;
+    let pid = nix::unistd::Pid::from_raw(server.child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), server.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+}
+
+#[tokio::test]
+async fn a_sigkilled_server_s_machines_are_deleted_by_the_next_start() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let mut first = StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
+    first
+        .tool(1, "create-machine", json!({"image": "alpine"}))
+        .await;
+    first
+        .tool(
+            2,
+            "create-machine",
+            json!({"image": "alpine", "name": "named-survives"}),
+        )
+        .await;
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    assert_eq!(
+        fake.state.lock().unwrap().machines.len(),
+        2,
+        "a killed process cleans nothing"
+    );
+
+    let mut second = StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
+    let start = Instant::now();
+    while fake.state.lock().unwrap().machines.len() > 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the orphan was not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let machines: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(machines, ["named-survives"]);
+    second.close_stdin();
+    second.child.wait().await.unwrap();
+}
