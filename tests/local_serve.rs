@@ -1,0 +1,150 @@
+//! The local serve's lifecycle with the real engine: started on the first local call (not at
+//! connect) on a socket in a private runtime directory, with an environment that carries no
+//! token, checked against the minimum version, and stopped when the server exits.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::real_serve::{free_port, smolvm_binary};
+use common::stdio::{StdioServer, server_env};
+use serde_json::json;
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+/// Pids of running `serve start` processes whose command line names `socket`.
+fn serves_on(socket: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains("serve start") && cmdline.contains(socket) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_serve_starts_on_the_first_local_call_and_stops_at_exit() {
+    let rt = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let bin = smolvm_binary().display().to_string();
+    let mut extra = vec![
+        ("SMOLVM", bin.as_str()),
+        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
+        ("SMOL_CLOUD_TOKEN", "smk_must_not_reach_the_serve"),
+        ("SMOL_MCP_TARGETS", "local"),
+    ];
+    if common::real_serve::is_root() {
+        extra.push(("SMOLVM_VM_UID_DROP", "off"));
+    }
+    let mut server = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    let runtime = rt.path().join("rt");
+    let socket = runtime.join("api.sock").display().to_string();
+    assert!(serves_on(&socket).is_empty(), "no serve at connect");
+
+    let listed = server.tool(1, "list-machines", json!({})).await;
+    assert_eq!(listed["machines"], json!([]));
+    let pids = serves_on(&socket);
+    assert_eq!(pids.len(), 1, "one serve, started by the first local call");
+    let mode = std::fs::metadata(&runtime).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let environ =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap())
+            .into_owned();
+    assert!(
+        !environ.contains("SMOL_CLOUD_TOKEN") && !environ.contains("smk_"),
+        "the serve gets no token"
+    );
+    assert!(
+        environ.contains("SMOLVM_GUEST_ROLLOUT_HOST_PORT="),
+        "SMOLVM_* settings pass through"
+    );
+
+    server.close_stdin();
+    tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let start = Instant::now();
+    while !serves_on(&socket).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the serve this server started is stopped at exit"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_engine_below_the_minimum_version_is_refused_and_stopped() {
+    let rt = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let bin = smolvm_binary().display().to_string();
+    let mut extra = vec![
+        ("SMOLVM", bin.as_str()),
+        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
+        ("SMOL_MCP_MIN_SMOLVM", "99.0"),
+    ];
+    if common::real_serve::is_root() {
+        extra.push(("SMOLVM_VM_UID_DROP", "off"));
+    }
+    let mut server = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    let answer = server
+        .request(
+            1,
+            "tools/call",
+            json!({"name": "list-machines", "arguments": {}}),
+        )
+        .await;
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("version 1.32.2")
+            && text.contains("99.0")
+            && text.contains("SMOL_MCP_MIN_SMOLVM"),
+        "{text}"
+    );
+    let socket = rt.path().join("rt/api.sock").display().to_string();
+    let start = Instant::now();
+    while !serves_on(&socket).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the refused serve is stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.close_stdin();
+    server.child.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_non_loopback_serve_address_is_refused() {
+    let rt = tempfile::tempdir().unwrap();
+    let mut server = StdioServer::spawn(server_env(
+        rt.path(),
+        &[("SMOL_LOCAL_URL", "http://192.0.2.10:8080")],
+    ))
+    .await;
+    let answer = server
+        .request(
+            1,
+            "tools/call",
+            json!({"name": "list-machines", "arguments": {}}),
+        )
+        .await;
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("REFUSED")
+            && text.contains("non-loopback")
+            && text.contains("no authentication"),
+        "{text}"
+    );
+    server.close_stdin();
+    server.child.wait().await.unwrap();
+}
