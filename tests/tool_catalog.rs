@@ -92,12 +92,20 @@ async fn both_fleets_catalog_requires_target() {
 
 #[test]
 fn the_readme_documents_every_configuration_key() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     for key in smol_mcp::config::KEYS {
         let row = format!("| `{}` | `{}` |", key.name, key.env);
-        assert!(readme.contains(&row), "README lacks the row for {}", key.name);
+        assert!(
+            readme.contains(&row),
+            "README lacks the row for {}",
+            key.name
+        );
     }
     for tool in smol_mcp::server::catalog::TOOL_NAMES {
-        assert!(readme.contains(&format!("| `{tool}` |")), "README lacks {tool}");
+        assert!(
+            readme.contains(&format!("| `{tool}` |")),
+            "README lacks {tool}"
+        );
     }
 }
