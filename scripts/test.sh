@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-smolvm.sh 1.32.2 >/dev/null
+scripts/fetch-smolvm.sh 1.14.3 >/dev/null   # the older engine the spec-diff test compares with
 if ! .venv/bin/python -c 'import mcp' 2>/dev/null \
    || ! .venv/bin/pip freeze 2>/dev/null | grep -qx -f <(grep -v '^#' tests/clients/requirements.txt); then
   python3 -m venv .venv

@@ -7,4 +7,5 @@ pub mod generated;
 pub mod operations;
 pub mod server;
 pub mod spec;
+pub mod spec_diff;
 pub mod transport;
