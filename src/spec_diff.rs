@@ -284,6 +284,20 @@ pub fn diff_specs(
                     .unwrap_or_default(),
             },
             None => {
+                // A route an override replaces (the published cloud files route, say) is
+                // accounted for by that override.
+                if let Some(fix) = overrides.and_then(|o| {
+                    o.fixes.iter().find(|fix| {
+                        fix.patches.iter().any(|p| {
+                            matches!(p, crate::spec::overrides::Patch::Remove { pointer, .. }
+                                if crate::spec::overrides::split_pointer(pointer) == ("/paths".to_owned(), op.path.clone()))
+                        })
+                    })
+                }) {
+                    return Classification::Omitted {
+                        reason: format!("replaced by override {}: {}", fix.id, fix.reason),
+                    };
+                }
                 // An operation the vendored spec lacks may still be a recorded omission by route.
                 match overrides.and_then(|o| {
                     o.omissions

@@ -459,3 +459,29 @@ fn every_request_snapshot_feeds_the_report() {
     let files = sent.keys().filter(|(_, p)| p.contains("/files/")).count();
     assert_eq!(files, 2, "download and upload");
 }
+
+#[test]
+fn the_published_cloud_spec_against_itself_needs_nothing() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/specs/smolcloud-0.1.0-published-2026-08-01.openapi.json"
+    );
+    let out = Command::new(SMOL_SPEC)
+        .args(["diff", "--format", "json", "--cloud-spec", path])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let parity = &reports[0]["parity"];
+    assert_eq!(parity["operations"], 58);
+    assert_eq!(
+        parity["unknown"], 0,
+        "the published files route is accounted for by its override"
+    );
+    assert_eq!(parity["called"], 9);
+}
