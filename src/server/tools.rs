@@ -230,24 +230,38 @@ impl Tools<'_> {
         out(machine)
     }
 
+    /// Name, image, size and egress: what create-machine and run-once share.
+    fn base_spec(
+        &self,
+        name: String,
+        image: &str,
+        (cpus, memory_mb): (Option<u32>, Option<u32>),
+        (network, hosts, cidrs): (Option<Network>, &Option<Vec<String>>, &Option<Vec<String>>),
+        default_network: NetworkDefault,
+    ) -> Result<CreateSpec, ToolError> {
+        let config = &self.backend.config;
+        let mut spec = CreateSpec::new(name, image);
+        spec.cpus = cpus.unwrap_or(config.cpus);
+        args::range("cpus", u64::from(spec.cpus), 1, 64)?;
+        spec.memory_mb = memory_mb.unwrap_or(config.memory_mb);
+        args::range("memoryMb", u64::from(spec.memory_mb), 128, 262_144)?;
+        spec.egress = egress(network, hosts.clone(), cidrs.clone(), default_network)?;
+        Ok(spec)
+    }
+
     fn create_spec(
         &self,
         a: &args::CreateArgs,
         name: String,
         kind: FleetKind,
     ) -> Result<CreateSpec, ToolError> {
-        let config = &self.backend.config;
         args::image("image", &a.image)?;
-        let mut spec = CreateSpec::new(name, a.image.clone());
-        spec.cpus = a.cpus.unwrap_or(config.cpus);
-        args::range("cpus", u64::from(spec.cpus), 1, 64)?;
-        spec.memory_mb = a.memory_mb.unwrap_or(config.memory_mb);
-        args::range("memoryMb", u64::from(spec.memory_mb), 128, 262_144)?;
-        spec.egress = egress(
-            a.network,
-            a.allow_hosts.clone(),
-            a.allow_cidrs.clone(),
-            config.network_default,
+        let mut spec = self.base_spec(
+            name,
+            &a.image,
+            (a.cpus, a.memory_mb),
+            (a.network, &a.allow_hosts, &a.allow_cidrs),
+            self.backend.config.network_default,
         )?;
         let ports = a.ports.clone().unwrap_or_default();
         args::range("ports", ports.len() as u64, 0, 16)?;
@@ -532,15 +546,11 @@ impl Tools<'_> {
         let exec = self.exec_spec(&a.command, &a.workdir, &a.env, &a.stdin, a.timeout_secs)?;
         let config = &self.backend.config;
         let name = format!("{}once-{}", config.machine_prefix, random_hex());
-        let mut spec = CreateSpec::new(name.clone(), a.image.clone());
-        spec.cpus = a.cpus.unwrap_or(config.cpus);
-        args::range("cpus", u64::from(spec.cpus), 1, 64)?;
-        spec.memory_mb = a.memory_mb.unwrap_or(config.memory_mb);
-        args::range("memoryMb", u64::from(spec.memory_mb), 128, 262_144)?;
-        spec.egress = egress(
-            a.network,
-            a.allow_hosts.clone(),
-            a.allow_cidrs.clone(),
+        let mut spec = self.base_spec(
+            name.clone(),
+            &a.image,
+            (a.cpus, a.memory_mb),
+            (a.network, &a.allow_hosts, &a.allow_cidrs),
             config.run_once_network,
         )?;
         let fleet = self.fleet(a.target).await?;
