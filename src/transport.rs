@@ -73,7 +73,10 @@ impl LocalEndpoint {
         let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("smol-mcp/", env!("CARGO_PKG_VERSION")))
-            .no_proxy();
+            .no_proxy()
+            // The local API is plain HTTP; loading the platform's root certificates would only
+            // cost start-up time (milliseconds, on every first local call).
+            .tls_certs_only(std::iter::empty());
         let builder = match self {
             LocalEndpoint::Unix(path) => builder.unix_socket(path.clone()),
             LocalEndpoint::Loopback { .. } => builder,

@@ -397,3 +397,95 @@ async fn session_cleanup_deletes_only_ephemeral_machines() {
         .collect();
     assert_eq!(machines, ["persistent"]);
 }
+
+#[tokio::test]
+async fn the_pages_of_one_read_come_from_one_download() {
+    let (fake, h) = setup().await;
+    fake.add_machine("m", "running");
+    h.ok(
+        "write-file",
+        json!({"name": "m", "path": "/f.txt", "content": "0123456789"}),
+    )
+    .await;
+    fake.take_requests();
+    let mut offset = 0;
+    let mut text = String::new();
+    loop {
+        let page = h
+            .ok(
+                "read-file",
+                json!({"name": "m", "path": "/f.txt", "offset": offset, "length": 3}),
+            )
+            .await;
+        text.push_str(page["content"].as_str().unwrap());
+        offset += page["bytes"].as_u64().unwrap();
+        if page["eof"] == true {
+            break;
+        }
+    }
+    assert_eq!(text, "0123456789");
+    let downloads = |fake: &FakeServe| {
+        fake.take_requests()
+            .iter()
+            .filter(|r| r["method"] == "GET" && r["path"].as_str().unwrap().contains("/files/"))
+            .count()
+    };
+    assert_eq!(downloads(&fake), 1, "four pages, one download");
+
+    // A write in between: the next page is read afresh.
+    h.ok(
+        "write-file",
+        json!({"name": "m", "path": "/f.txt", "content": "abcdefghij"}),
+    )
+    .await;
+    let page = h
+        .ok(
+            "read-file",
+            json!({"name": "m", "path": "/f.txt", "offset": 3, "length": 3}),
+        )
+        .await;
+    assert_eq!(page["content"], "def");
+    assert_eq!(downloads(&fake), 1);
+    // A read from the start always fetches.
+    h.ok("read-file", json!({"name": "m", "path": "/f.txt"}))
+        .await;
+    assert_eq!(downloads(&fake), 1);
+}
+
+#[tokio::test]
+async fn create_without_start_then_start_it_branchable() {
+    let (fake, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "name": "later", "start": false}),
+        )
+        .await;
+    assert_eq!(created["ready"], false);
+    assert_eq!(created["machine"]["state"], "created");
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "alpine", "start": false, "branchable": true}),
+        )
+        .await;
+    assert!(err.contains("pass branchable to start-machine"), "{err}");
+    let started = h
+        .ok(
+            "start-machine",
+            json!({"name": "later", "branchable": true}),
+        )
+        .await;
+    assert_eq!(started["machine"]["branchable"], true);
+    let start_request = fake
+        .take_requests()
+        .into_iter()
+        .find(|r| r["path"] == "/api/v1/machines/later/start")
+        .unwrap();
+    assert_eq!(start_request["query"], "forkable=true");
+    h.ok(
+        "branch-machine",
+        json!({"name": "later", "childName": "later-child"}),
+    )
+    .await;
+}

@@ -126,9 +126,11 @@ pub struct CreateArgs {
     pub overlay_gb: Option<u32>,
     /// Environment variables of the machine's workload and of every command run in it.
     pub env: Option<BTreeMap<String, String>>,
-    /// Create it as a branch source that branch-machine can copy, memory included. Cannot be turned on later. Default false.
+    /// Create it as a branch source that branch-machine can copy, memory included. Cannot be turned on later on cloud. Default false.
     #[serde(default)]
     pub branchable: bool,
+    /// Start it and wait until a command has run (default true). With false the machine is created stopped, ready false, for start-machine later.
+    pub start: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -140,6 +142,8 @@ pub struct StartArgs {
     pub name: String,
     /// Wait until a command has run in it before answering. Default true.
     pub wait: Option<bool>,
+    /// Local only: start it as a branch source for branch-machine (default: as it was last started). On cloud this is fixed at create.
+    pub branchable: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

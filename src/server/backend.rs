@@ -14,8 +14,6 @@ use std::sync::Arc;
 pub enum StartupError {
     #[error(transparent)]
     Record(#[from] super::ephemeral::RecordError),
-    #[error("cloud fleet: {0}")]
-    Cloud(crate::error::FleetError),
 }
 
 pub struct Backend {
@@ -23,8 +21,21 @@ pub struct Backend {
     pub mode: Mode,
     pub record: Record,
     local: tokio::sync::Mutex<Option<LocalServe>>,
-    cloud: Option<Arc<CloudFleet>>,
+    /// Built on first use: its HTTPS client loads the platform's root certificates, which a
+    /// session that never touches the cloud should not pay for at start-up.
+    cloud: std::sync::OnceLock<Result<Arc<CloudFleet>, crate::error::FleetError>>,
     cloud_account_ok: tokio::sync::OnceCell<()>,
+    /// The last file read-file fetched, so that later pages of the same read come from one
+    /// download (neither API reads a byte range).
+    pub(super) file_cache: std::sync::Mutex<Option<CachedFile>>,
+}
+
+pub(super) struct CachedFile {
+    pub kind: FleetKind,
+    pub machine: String,
+    pub path: String,
+    pub bytes: Arc<Vec<u8>>,
+    pub fetched: std::time::Instant,
 }
 
 /// What ended up deleted, and what could not be.
@@ -48,22 +59,36 @@ impl Backend {
     pub fn new(config: Config) -> Result<Backend, StartupError> {
         ensure_runtime_dir(&config.runtime_dir)?;
         let mode = resolve_mode(&config);
-        let cloud = if config.cloud_token.is_empty() {
-            None
-        } else {
-            Some(Arc::new(
-                CloudFleet::new(&config.cloud_url, config.cloud_token.expose())
-                    .map_err(StartupError::Cloud)?,
-            ))
-        };
         Ok(Backend {
             record: Record::new(&config.runtime_dir),
             config: Arc::new(config),
             mode,
             local: tokio::sync::Mutex::new(None),
-            cloud,
+            cloud: std::sync::OnceLock::new(),
             cloud_account_ok: tokio::sync::OnceCell::new(),
+            file_cache: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The cloud fleet, when a token is configured.
+    fn cloud(&self) -> Option<Result<Arc<CloudFleet>, crate::error::FleetError>> {
+        if self.config.cloud_token.is_empty() {
+            return None;
+        }
+        Some(
+            self.cloud
+                .get_or_init(|| {
+                    CloudFleet::new(&self.config.cloud_url, self.config.cloud_token.expose())
+                        .map(Arc::new)
+                })
+                .clone(),
+        )
+    }
+
+    pub(super) fn forget_cached_file(&self) {
+        if let Ok(mut cache) = self.file_cache.lock() {
+            *cache = None;
+        }
     }
 
     pub fn serves(&self, kind: FleetKind) -> bool {
@@ -76,16 +101,14 @@ impl Backend {
     /// The fleet for a call. The local serve is found or started here, on first use.
     pub async fn fleet(&self, kind: FleetKind) -> Result<Fleet, ToolError> {
         match kind {
-            FleetKind::Cloud => self
-                .cloud
-                .clone()
-                .map(Fleet::Cloud)
-                .ok_or_else(|| {
-                    ToolError::new(
-                        "CLOUD_NOT_CONFIGURED",
-                        "the cloud fleet is not configured: set SMOL_CLOUD_TOKEN (and SMOL_CLOUD_URL if it is not the default)",
-                    )
-                }),
+            FleetKind::Cloud => match self.cloud() {
+                Some(Ok(cloud)) => Ok(Fleet::Cloud(cloud)),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(ToolError::new(
+                    "CLOUD_NOT_CONFIGURED",
+                    "the cloud fleet is not configured: set SMOL_CLOUD_TOKEN (and SMOL_CLOUD_URL if it is not the default)",
+                )),
+            },
             FleetKind::Local => {
                 let mut local = self.local.lock().await;
                 if local.is_none() {
@@ -112,7 +135,7 @@ impl Backend {
 
     /// Before the first cloud create: the account must be able to pay for a machine.
     pub async fn check_cloud_account(&self) -> Result<(), ToolError> {
-        let Some(cloud) = &self.cloud else {
+        let Some(Ok(cloud)) = self.cloud() else {
             return Ok(());
         };
         self.cloud_account_ok
@@ -160,8 +183,12 @@ impl Backend {
     /// At startup: delete what a dead process left, wherever that needs no new serve. Cloud
     /// orphans always; local ones if a serve already answers (otherwise the first local call does it).
     pub async fn sweep_orphans_at_start(self: &Arc<Self>) {
-        if let Some(cloud) = &self.cloud {
-            sweep(&self.record, &Fleet::Cloud(cloud.clone()), None).await;
+        let has_cloud_orphans = self
+            .record
+            .orphaned(FleetKind::Cloud)
+            .is_ok_and(|o| !o.is_empty());
+        if has_cloud_orphans && let Some(Ok(cloud)) = self.cloud() {
+            sweep(&self.record, &Fleet::Cloud(cloud), None).await;
         }
         let has_local_orphans = self
             .record
@@ -187,7 +214,8 @@ impl Backend {
     /// that was used. Never fails; what could not be deleted is reported and stays recorded.
     pub async fn cleanup_session(&self, session: &str) -> Cleanup {
         let mut total = Cleanup::default();
-        if let Some(cloud) = &self.cloud {
+        // Only a cloud fleet that was used has machines of this session.
+        if let Some(Ok(cloud)) = self.cloud.get() {
             let c = sweep(&self.record, &Fleet::Cloud(cloud.clone()), Some(session)).await;
             total.deleted.extend(c.deleted);
             total.failed.extend(c.failed);

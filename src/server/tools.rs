@@ -24,6 +24,10 @@ use tokio_util::sync::CancellationToken;
 const KEEPALIVE: &[&str] = &["sh", "-c", "while true; do sleep 3600; done"];
 const READY_PROBE_TIMEOUT_SECS: u64 = 10;
 const CLEANUP_DEADLINE: Duration = Duration::from_secs(120);
+/// How long the pages of one read-file may come from the copy its first page fetched.
+const PAGE_CACHE_SECS: u64 = 30;
+/// Files larger than this are fetched again for every page rather than kept in memory.
+const PAGE_CACHE_MAX_BYTES: usize = 256 * 1024 * 1024;
 
 pub(super) struct Tools<'a> {
     pub backend: &'a Backend,
@@ -87,6 +91,13 @@ fn with_egress_hint(mut e: ToolError, egress: &Egress) -> ToolError {
 
 impl Tools<'_> {
     pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        if !matches!(
+            name,
+            "read-file" | "list-machines" | "get-machine" | "machine-logs"
+        ) {
+            // Anything else may change a machine's files: later pages must not come from a copy.
+            self.backend.forget_cached_file();
+        }
         match name {
             "list-machines" => self.list_machines(args).await,
             "get-machine" => self.get_machine(args).await,
@@ -320,6 +331,13 @@ impl Tools<'_> {
             Mode::Single(k) => k,
             Mode::Both => FleetKind::Local,
         });
+        if a.start == Some(false) && a.branchable && kind_hint == FleetKind::Local {
+            return Err(ToolError::new(
+                "INVALID_ARGUMENT",
+                "branchable: on the local fleet a machine becomes branchable when it starts; with \
+                 start false, pass branchable to start-machine instead",
+            ));
+        }
         let mut spec = self.create_spec(&a, name.clone(), kind_hint)?;
         let fleet = self.fleet(a.target).await?;
         let kind = fleet.kind();
@@ -352,6 +370,13 @@ impl Tools<'_> {
         };
         if ephemeral {
             self.backend.remember_id(kind, &name, &machine.id);
+        }
+        if !a.start.unwrap_or(true) {
+            return out(results::Created {
+                machine,
+                ephemeral,
+                ready: false,
+            });
         }
         let started = async {
             let m = self
@@ -395,10 +420,23 @@ impl Tools<'_> {
         let fleet = self.fleet(a.target).await?;
         let machine = self
             .cancellable(async {
-                // Locally, branchability is chosen at each start: keep what the machine had.
+                // Locally, branchability is chosen at each start: what the call asks, else what
+                // the machine had. On cloud it was fixed at create.
                 let branchable = match &fleet {
-                    Fleet::Local(_) => fleet.get(&a.name).await?.branchable,
-                    Fleet::Cloud(_) => false,
+                    Fleet::Local(_) => match a.branchable {
+                        Some(b) => b,
+                        None => fleet.get(&a.name).await?.branchable,
+                    },
+                    Fleet::Cloud(_) => {
+                        if a.branchable == Some(true) && !fleet.get(&a.name).await?.branchable {
+                            return Err(ToolError::new(
+                                "CONFLICT",
+                                "branchable: a cloud machine is branchable only if it was created \
+                                 with branchable true; create a new one for that",
+                            ));
+                        }
+                        false
+                    }
                 };
                 Ok(fleet.start(&a.name, branchable).await?)
             })
@@ -618,7 +656,7 @@ impl Tools<'_> {
             self.wait_ready(&fleet, &a.name).await?;
         }
         let bytes = self
-            .cancellable(async { Ok(fleet.read_file(&a.name, &a.path).await?) })
+            .file_bytes(&fleet, &a.name, &a.path, a.offset.unwrap_or(0) > 0)
             .await?;
         let size = bytes.len() as u64;
         let offset = a.offset.unwrap_or(0).min(size);
@@ -655,6 +693,45 @@ impl Tools<'_> {
             eof: offset + len as u64 >= size,
             started_machine,
         })
+    }
+
+    /// The whole file (neither API reads a range). A read that continues at an offset reuses
+    /// the copy the same read fetched, for up to `PAGE_CACHE_SECS`, unless a call that can change
+    /// a machine came in between; a read from offset 0 always fetches afresh.
+    async fn file_bytes(
+        &self,
+        fleet: &Fleet,
+        machine: &str,
+        path: &str,
+        continuing: bool,
+    ) -> Result<std::sync::Arc<Vec<u8>>, ToolError> {
+        let kind = fleet.kind();
+        if continuing
+            && let Ok(cache) = self.backend.file_cache.lock()
+            && let Some(c) = cache.as_ref()
+            && c.kind == kind
+            && c.machine == machine
+            && c.path == path
+            && c.fetched.elapsed() < Duration::from_secs(PAGE_CACHE_SECS)
+        {
+            return Ok(c.bytes.clone());
+        }
+        let bytes = std::sync::Arc::new(
+            self.cancellable(async { Ok(fleet.read_file(machine, path).await?) })
+                .await?,
+        );
+        if bytes.len() <= PAGE_CACHE_MAX_BYTES
+            && let Ok(mut cache) = self.backend.file_cache.lock()
+        {
+            *cache = Some(super::backend::CachedFile {
+                kind,
+                machine: machine.to_owned(),
+                path: path.to_owned(),
+                bytes: bytes.clone(),
+                fetched: Instant::now(),
+            });
+        }
+        Ok(bytes)
     }
 
     async fn write_file(&self, args: Value) -> Result<ToolOutput, ToolError> {

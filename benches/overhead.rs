@@ -1,0 +1,453 @@
+//! What this server costs beside the agent, measured in one run on this machine: cold start,
+//! peak memory, tools/list, and the overhead of each tool call over the raw API request it
+//! makes, each beside that raw request made directly in the same run.
+//!
+//! Run with `scripts/bench.sh` (fetches the pinned engine, then `cargo bench --bench overhead`).
+//! Prints a table and writes the same figures as JSON to `target/bench/overhead.json`. Not a
+//! test: it asserts nothing about the figures.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/fake_serve.rs"]
+#[allow(dead_code)]
+mod fake_serve;
+#[path = "../tests/common/real_serve.rs"]
+#[allow(dead_code)]
+mod real_serve;
+
+use serde_json::{Value, json};
+use smol_mcp::transport::LocalEndpoint;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp");
+
+/// A minimal JSON-RPC client of the stdio server: one line per message.
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+}
+
+impl Client {
+    /// Spawns the server and completes the handshake; returns the time from spawn to the
+    /// initialize response.
+    async fn spawn(env: &[(String, String)]) -> (Client, Duration) {
+        let start = Instant::now();
+        let mut child = Command::new(SERVER)
+            .env_clear()
+            .envs(env.iter().cloned())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut client = Client {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        };
+        client
+            .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}))
+            .await;
+        let took = start.elapsed();
+        client
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        (client, took)
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let line = self.lines.next_line().await.unwrap().unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == json!(id) {
+                return v;
+            }
+        }
+    }
+
+    async fn tool(&mut self, name: &str, args: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": args}))
+            .await
+    }
+
+    fn peak_rss_kib(&self) -> u64 {
+        let pid = self.child.id().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    async fn close(mut self) {
+        drop(self.stdin);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+    }
+}
+
+#[derive(Clone, Copy, serde::Serialize)]
+struct Stats {
+    min_ms: f64,
+    p50_ms: f64,
+    p95_ms: f64,
+    max_ms: f64,
+    n: usize,
+}
+
+fn stats(samples: &[Duration]) -> Stats {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let at = |q: f64| ms[((ms.len() as f64 - 1.0) * q).round() as usize];
+    Stats {
+        min_ms: ms[0],
+        p50_ms: at(0.5),
+        p95_ms: at(0.95),
+        max_ms: ms[ms.len() - 1],
+        n: ms.len(),
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Versus {
+    name: String,
+    tool: Stats,
+    raw: Stats,
+    overhead_p50_ms: f64,
+    overhead_p95_ms: f64,
+    ratio_p50: f64,
+}
+
+fn versus(name: &str, tool: &[Duration], raw: &[Duration]) -> Versus {
+    let (t, r) = (stats(tool), stats(raw));
+    Versus {
+        name: name.into(),
+        overhead_p50_ms: t.p50_ms - r.p50_ms,
+        overhead_p95_ms: t.p95_ms - r.p95_ms,
+        ratio_p50: t.p50_ms / r.p50_ms,
+        tool: t,
+        raw: r,
+    }
+}
+
+fn base_env(runtime: &std::path::Path, local_url: &str) -> Vec<(String, String)> {
+    vec![
+        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".into(), runtime.display().to_string()),
+        (
+            "XDG_CONFIG_HOME".into(),
+            runtime.join("config").display().to_string(),
+        ),
+        (
+            "SMOL_MCP_RUNTIME_DIR".into(),
+            runtime.join("rt").display().to_string(),
+        ),
+        ("SMOL_LOCAL_URL".into(), local_url.into()),
+        ("SMOL_MCP_LOG".into(), "error".into()),
+    ]
+}
+
+fn url_of(endpoint: &LocalEndpoint) -> String {
+    match endpoint {
+        LocalEndpoint::Unix(p) => format!("unix://{}", p.display()),
+        LocalEndpoint::Loopback { authority } => format!("http://{authority}"),
+    }
+}
+
+fn machine_info() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .unwrap_or("unknown cpu")
+        .trim()
+        .to_owned();
+    let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("MemTotal"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    format!(
+        "{} cores ({cpu}), {} GiB",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        mem_kib / 1024 / 1024
+    )
+}
+
+async fn run() -> Value {
+    let real = real_serve::RealServe::start().await;
+    let fake = fake_serve::FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let real_env = base_env(rt.path(), &url_of(&real.endpoint));
+    let raw = real.endpoint.http_client().unwrap();
+    let base = real.endpoint.base_url();
+
+    // Cold start: spawn to initialize response.
+    let mut cold = Vec::new();
+    for _ in 0..10 {
+        let (client, took) = Client::spawn(&real_env).await;
+        cold.push(took);
+        client.close().await;
+    }
+
+    let (mut c, _) = Client::spawn(&real_env).await;
+    let mut list_tools = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        let r = c.request("tools/list", json!({})).await;
+        list_tools.push(t.elapsed());
+        assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 13);
+    }
+    let rss_kib = c.peak_rss_kib();
+
+    // list-machines and get-machine (missing) beside the same GET made directly.
+    c.tool("list-machines", json!({})).await; // the first local call finds the serve
+    let (mut tool_list, mut raw_list, mut tool_get, mut raw_get) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..300 {
+        let t = Instant::now();
+        let r = c.tool("list-machines", json!({})).await;
+        tool_list.push(t.elapsed());
+        assert_eq!(r["result"]["isError"], false);
+        let t = Instant::now();
+        let r = raw
+            .get(format!("{base}/api/v1/machines"))
+            .send()
+            .await
+            .unwrap();
+        r.bytes().await.unwrap();
+        raw_list.push(t.elapsed());
+        let t = Instant::now();
+        let r = c.tool("get-machine", json!({"name": "missing"})).await;
+        tool_get.push(t.elapsed());
+        assert_eq!(r["result"]["isError"], true);
+        let t = Instant::now();
+        let r = raw
+            .get(format!("{base}/api/v1/machines/missing"))
+            .send()
+            .await
+            .unwrap();
+        r.bytes().await.unwrap();
+        raw_get.push(t.elapsed());
+    }
+
+    // create without start, then delete, beside the same two requests made directly.
+    let (mut tool_create, mut raw_create) = (vec![], vec![]);
+    for i in 0..30 {
+        let t = Instant::now();
+        let r = c
+            .tool("create-machine", json!({"image": "alpine", "name": format!("bench-t{i}"), "start": false, "cpus": 1, "memoryMb": 256}))
+            .await;
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        let r = c
+            .tool("delete-machine", json!({"name": format!("bench-t{i}")}))
+            .await;
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        tool_create.push(t.elapsed());
+        let t = Instant::now();
+        let r = raw
+            .post(format!("{base}/api/v1/machines"))
+            .json(&json!({"name": format!("bench-r{i}"), "image": "alpine", "cpus": 1, "memoryMb": 256, "network": false,
+                          "cmd": ["sh", "-c", "while true; do sleep 3600; done"]}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        r.bytes().await.unwrap();
+        let r = raw
+            .delete(format!("{base}/api/v1/machines/bench-r{i}"))
+            .send()
+            .await
+            .unwrap();
+        r.bytes().await.unwrap();
+        raw_create.push(t.elapsed());
+    }
+    c.close().await;
+
+    // read-file throughput over a 64 MiB file on the fake, beside its raw files route.
+    const SIZE: usize = 64 * 1024 * 1024;
+    const PAGE: usize = 4 * 1024 * 1024;
+    fake.add_machine("big", "running");
+    let content: Vec<u8> = (0..SIZE).map(|i| b'a' + (i % 26) as u8).collect();
+    fake.state
+        .lock()
+        .unwrap()
+        .files
+        .insert(("big".into(), "/data/big.txt".into()), content);
+    let fake_raw = fake.endpoint().http_client().unwrap();
+    let fake_base = fake.endpoint().base_url();
+    let mut raw_secs = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = fake_raw
+            .get(format!(
+                "{fake_base}/api/v1/machines/big/files/%2Fdata%2Fbig.txt"
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.bytes().await.unwrap().len(), SIZE);
+        raw_secs.push(t.elapsed());
+    }
+    let fake_env = base_env(rt.path(), &fake.url());
+    let (mut c, _) = Client::spawn(&fake_env).await;
+    let mut tool_secs = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let mut offset = 0usize;
+        loop {
+            let r = c
+                .tool("read-file", json!({"name": "big", "path": "/data/big.txt", "offset": offset, "length": PAGE}))
+                .await;
+            let s = &r["result"]["structuredContent"];
+            offset += s["bytes"].as_u64().unwrap() as usize;
+            if s["eof"] == true {
+                break;
+            }
+        }
+        assert_eq!(offset, SIZE);
+        tool_secs.push(t.elapsed());
+    }
+    let mib = SIZE as f64 / 1024.0 / 1024.0;
+    let raw_mibs = mib / stats(&raw_secs).p50_ms * 1000.0;
+    let tool_mibs = mib / stats(&tool_secs).p50_ms * 1000.0;
+
+    // A cancelled create: the machine never becomes ready; cancel, and time until its delete.
+    fake.set_exec(|_| fake_serve::exec_response(1, b"", b"booting"));
+    fake.take_requests();
+    let mut cancel_times = Vec::new();
+    for i in 0..5 {
+        let id = 10_000 + i;
+        c.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "create-machine", "arguments": {"image": "alpine"}}})).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t = Instant::now();
+        c.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "bench"}})).await;
+        loop {
+            let deleted = fake.take_requests().iter().any(|r| r["method"] == "DELETE");
+            if deleted {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the cancelled create never cleaned up"
+            );
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        cancel_times.push(t.elapsed());
+    }
+    c.close().await;
+
+    json!({
+        "machine": machine_info(),
+        "smolvm": real_serve::PINNED_SMOLVM,
+        "coldStartMs": stats(&cold),
+        "peakRssMiB": rss_kib as f64 / 1024.0,
+        "toolsListMs": stats(&list_tools),
+        "calls": [
+            versus("list-machines", &tool_list, &raw_list),
+            versus("get-machine (missing)", &tool_get, &raw_get),
+            versus("create (no start) + delete", &tool_create, &raw_create),
+        ],
+        "readFile64MiB": {"rawMiBps": raw_mibs, "toolMiBps": tool_mibs, "ratio": tool_mibs / raw_mibs, "pageBytes": PAGE},
+        "cancelledCreateMs": stats(&cancel_times),
+    })
+}
+
+fn print_table(r: &Value) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "smol-mcp overhead benchmark on {} (smolvm {})",
+        r["machine"].as_str().unwrap_or(""),
+        r["smolvm"].as_str().unwrap_or("")
+    );
+    println!();
+    println!("| measure | figure | target |");
+    println!("|---|---|---|");
+    let cs = &r["coldStartMs"];
+    println!(
+        "| spawn to initialize response (min / median / max of {}) | {:.2} / {:.2} / {:.2} ms | <= 10 ms |",
+        cs["n"],
+        f(&cs["min_ms"]),
+        f(&cs["p50_ms"]),
+        f(&cs["max_ms"])
+    );
+    println!(
+        "| peak RSS after initialize and tools/list (VmHWM) | {:.1} MiB | <= 12 MB |",
+        f(&r["peakRssMiB"])
+    );
+    let tl = &r["toolsListMs"];
+    println!(
+        "| tools/list p50 / p95 | {:.3} / {:.3} ms | <= 1 ms |",
+        f(&tl["p50_ms"]),
+        f(&tl["p95_ms"])
+    );
+    for c in r["calls"].as_array().unwrap() {
+        println!(
+            "| {}: tool p50 / p95 vs raw p50 / p95 | {:.3} / {:.3} ms vs {:.3} / {:.3} ms: +{:.3} / +{:.3} ms, x{:.2} | +0.1 ms p50, +1 ms p95 |",
+            c["name"].as_str().unwrap_or(""),
+            f(&c["tool"]["p50_ms"]),
+            f(&c["tool"]["p95_ms"]),
+            f(&c["raw"]["p50_ms"]),
+            f(&c["raw"]["p95_ms"]),
+            f(&c["overhead_p50_ms"]),
+            f(&c["overhead_p95_ms"]),
+            f(&c["ratio_p50"])
+        );
+    }
+    let rf = &r["readFile64MiB"];
+    println!(
+        "| read-file of 64 MiB in {} MiB pages vs the raw files route | {:.0} vs {:.0} MiB/s ({:.0}%) | >= 80% |",
+        f(&rf["pageBytes"]) / 1048576.0,
+        f(&rf["toolMiBps"]),
+        f(&rf["rawMiBps"]),
+        f(&rf["ratio"]) * 100.0
+    );
+    let cc = &r["cancelledCreateMs"];
+    println!(
+        "| cancelled create: cancel to clean-up (p50 / max of {}) | {:.1} / {:.1} ms | <= 100 ms |",
+        cc["n"],
+        f(&cc["p50_ms"]),
+        f(&cc["max_ms"])
+    );
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(run());
+    print_table(&report);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("overhead.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    println!("\nfigures written to {}", path.display());
+}
