@@ -130,8 +130,12 @@ impl Record {
             .map_err(|e| self.io(e))?;
         lock.lock().map_err(|e| self.io(e))?;
         let mut entries = self.read_unlocked()?;
+        let before = entries.clone();
         let result = change(&mut entries);
-        self.write_unlocked(&entries)?;
+        // Most deletes are of machines that were never recorded: skip the write (and its fsync).
+        if entries != before {
+            self.write_unlocked(&entries)?;
+        }
         drop(lock);
         Ok(result)
     }

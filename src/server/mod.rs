@@ -159,10 +159,14 @@ impl ServerHandler for SmolMcp {
 fn into_result(result: Result<ToolOutput, ToolError>) -> CallToolResult {
     match result {
         Ok(out) => {
-            let text = serde_json::to_string_pretty(&out.structured).unwrap_or_default();
-            let mut r = CallToolResult::structured(out.structured);
-            r.content = vec![ContentBlock::text(text)];
-            r.content.extend(out.extra);
+            // Compact: a page of a file is megabytes, and indentation would only add to them.
+            let text = serde_json::to_string(&out.structured).unwrap_or_default();
+            // Not CallToolResult::structured, which would serialize the value a second time for
+            // a text block this replaces anyway.
+            let mut content = vec![ContentBlock::text(text)];
+            content.extend(out.extra);
+            let mut r = CallToolResult::success(content);
+            r.structured_content = Some(out.structured);
             r
         }
         Err(e) => {

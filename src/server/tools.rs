@@ -468,7 +468,12 @@ impl Tools<'_> {
         let deleted = self
             .cancellable(async { Ok(fleet.delete(&a.name).await?) })
             .await?;
-        self.backend.forget(fleet.kind(), &a.name);
+        // Only prefixed names are ever recorded (a cloud id may stand for one).
+        if a.name.starts_with(&self.backend.config.machine_prefix)
+            || fleet.kind() == FleetKind::Cloud
+        {
+            self.backend.forget(fleet.kind(), &a.name);
+        }
         out(deleted)
     }
 
