@@ -240,3 +240,49 @@ async fn a_crashed_session_s_cloud_machines_are_deleted_at_the_next_start() {
     );
     assert!(!std::fs::read_to_string(&path).unwrap().contains(&id));
 }
+
+#[tokio::test]
+async fn get_start_and_branch_on_cloud() {
+    let (cloud, h) = setup().await;
+    let id = cloud.add_machine("src", "stopped");
+    let got = h.ok("get-machine", json!({"name": "src"})).await;
+    assert_eq!(
+        (got["id"].as_str(), got["state"].as_str()),
+        (Some(id.as_str()), Some("stopped"))
+    );
+    let err = h
+        .err("start-machine", json!({"name": "src", "branchable": true}))
+        .await;
+    assert!(
+        err.starts_with("CONFLICT") && err.contains("created with branchable true"),
+        "{err}"
+    );
+    let started = h.ok("start-machine", json!({"name": "src"})).await;
+    assert_eq!(
+        (
+            started["machine"]["state"].as_str(),
+            started["ready"].as_bool()
+        ),
+        (Some("started"), Some(true))
+    );
+    let refused = h
+        .err("branch-machine", json!({"name": "src", "childName": "kid"}))
+        .await;
+    assert!(
+        refused.starts_with("CONFLICT") && refused.contains("is not branchable"),
+        "{refused}"
+    );
+    cloud.with(|st| st.machines.get_mut(&id).unwrap()["branchable"] = json!(true));
+    let child = h
+        .ok(
+            "branch-machine",
+            json!({"name": "src", "childName": "mcp-kid"}),
+        )
+        .await;
+    assert_eq!(
+        (child["ready"].as_bool(), child["ephemeral"].as_bool()),
+        (Some(true), Some(true))
+    );
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.deleted, ["mcp-kid"]);
+}

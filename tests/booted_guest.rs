@@ -1,0 +1,160 @@
+//! The tools against the real engine with guests that boot: commands, files, output spill, logs,
+//! timeouts, branching and run-once. The CI hosts' KVM is paravirtual and guests cannot boot
+//! there, so these are opt-in, for a host with working KVM (or Hypervisor.framework) and
+//! registry access:
+//!
+//!     cargo test --test booted_guest -- --ignored
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::mcp::Harness;
+use common::real_serve::RealServe;
+use serde_json::json;
+
+async fn setup() -> (RealServe, Harness) {
+    let serve = RealServe::start().await;
+    let url = match &serve.endpoint {
+        smol_mcp::transport::LocalEndpoint::Unix(p) => format!("unix://{}", p.display()),
+        other => panic!("unexpected endpoint {other:?}"),
+    };
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", "180"),
+        ("SMOL_MCP_MAX_OUTPUT_BYTES", "4096"),
+    ])
+    .await;
+    (serve, h)
+}
+
+#[tokio::test]
+#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
+async fn commands_files_spill_logs_and_timeouts_in_a_booted_guest() {
+    let (_serve, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "network": "open", "cpus": 1, "memoryMb": 512}),
+        )
+        .await;
+    assert_eq!(created["ready"], true);
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "echo out; echo err >&2; exit 42"}),
+        )
+        .await;
+    assert_eq!(
+        (
+            r["exitCode"].as_i64(),
+            r["stdout"].as_str(),
+            r["stderr"].as_str()
+        ),
+        (Some(42), Some("out\n"), Some("err\n"))
+    );
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": ["cat"], "stdin": "piped"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "piped");
+    let r = h.ok("run-command", json!({"name": name, "command": "echo $GREETING; pwd", "env": {"GREETING": "hi"}, "workdir": "/tmp"})).await;
+    assert_eq!(r["stdout"], "hi\n/tmp\n");
+
+    h.ok(
+        "write-file",
+        json!({"name": name, "path": "/root/a.bin", "content": "AAEC/w==", "encoding": "base64"}),
+    )
+    .await;
+    let back = h
+        .ok(
+            "read-file",
+            json!({"name": name, "path": "/root/a.bin", "encoding": "base64"}),
+        )
+        .await;
+    assert_eq!(back["content"], "AAEC/w==");
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "wc -c < /root/a.bin"}),
+        )
+        .await;
+    assert_eq!(r["stdout"].as_str().unwrap().trim(), "4");
+
+    let big = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "yes a | head -c 20000"}),
+        )
+        .await;
+    assert_eq!(big["truncated"], true);
+    let spilled = big["overflow"][0]["path"].as_str().unwrap();
+    let whole = h
+        .ok(
+            "read-file",
+            json!({"name": name, "path": spilled, "length": 100}),
+        )
+        .await;
+    assert_eq!(whole["size"], 20000);
+
+    let timed = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "sleep 30", "timeoutSecs": 2}),
+        )
+        .await;
+    assert_eq!(
+        (timed["exitCode"].as_i64(), timed["timedOut"].as_bool()),
+        (Some(124), Some(true))
+    );
+
+    let logs = h.ok("machine-logs", json!({"name": name, "tail": 5})).await;
+    assert!(!logs["lines"].as_array().unwrap().is_empty());
+
+    h.ok("delete-machine", json!({"name": name})).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
+async fn branching_and_run_once_in_booted_guests() {
+    let (_serve, h) = setup().await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "mcp-src", "network": "open", "branchable": true}),
+    )
+    .await;
+    h.ok(
+        "run-command",
+        json!({"name": "mcp-src", "command": "echo state > /root/s"}),
+    )
+    .await;
+    let child = h
+        .ok(
+            "branch-machine",
+            json!({"name": "mcp-src", "childName": "mcp-child"}),
+        )
+        .await;
+    assert_eq!(child["ready"], true);
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "mcp-child", "command": "cat /root/s"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "state\n", "the child has the source's disk");
+    let once = h
+        .ok(
+            "run-once",
+            json!({"image": "alpine", "network": "open", "command": ["echo", "hello"]}),
+        )
+        .await;
+    assert_eq!(once["stdout"], "hello\n");
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
+    let left = h.ok("list-machines", json!({})).await;
+    assert_eq!(left["machines"], json!([]));
+}
