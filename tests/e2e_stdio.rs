@@ -282,3 +282,47 @@ async fn a_sigkilled_server_s_machines_are_deleted_by_the_next_start() {
     second.close_stdin();
     second.child.wait().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_serve_that_goes_away_is_looked_for_again() {
+    // The server adopts a running serve, which then dies (its owner stopped it); another comes
+    // up at the same address. After one failed call, the next reaches the new serve.
+    let rt = tempfile::tempdir().unwrap();
+    let socket_dir = tempfile::tempdir().unwrap();
+    let socket = socket_dir.path().join("api.sock");
+    let url = format!("unix://{}", socket.display());
+    let mut first = RealServe::start_at(&socket).await;
+    let mut server = StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
+    server
+        .tool(
+            1,
+            "create-machine",
+            json!({"image": "alpine", "name": "on-first", "start": false}),
+        )
+        .await;
+    first.kill();
+    let answer = server
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "list-machines", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("TRANSPORT"),
+        "{answer}"
+    );
+    let _second = RealServe::start_at(&socket).await;
+    let listed = server.tool(3, "list-machines", json!({})).await;
+    assert_eq!(
+        listed["machines"],
+        json!([]),
+        "the new serve (its own state) answers"
+    );
+    server.close_stdin();
+    server.child.wait().await.unwrap();
+}

@@ -231,6 +231,17 @@ impl Backend {
         total
     }
 
+    /// Forgets the local serve after a call could not reach it (another process stopped the
+    /// serve this one adopted, say), so that the next local call finds or starts one again.
+    pub async fn reset_local(&self) {
+        if let Some(serve) = self.local.lock().await.take() {
+            tracing::warn!(
+                "the local serve stopped answering; the next local call looks for one again"
+            );
+            serve.stop().await;
+        }
+    }
+
     /// At process exit: the session's machines, then the serve if this process started it.
     pub async fn shutdown(&self, session: &str) -> Cleanup {
         let cleanup = self.cleanup_session(session).await;

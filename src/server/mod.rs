@@ -150,6 +150,7 @@ impl ServerHandler for SmolMcp {
             backend: &self.backend,
             session: &self.session,
             ct: context.ct,
+            used: std::sync::OnceLock::new(),
         };
         let result = tools.call(&name, args).await;
         Ok(CallToolResponse::Complete(into_result(result)))

@@ -33,6 +33,8 @@ pub(super) struct Tools<'a> {
     pub backend: &'a Backend,
     pub session: &'a str,
     pub ct: CancellationToken,
+    /// The fleet this call went to, once chosen.
+    pub used: std::sync::OnceLock<FleetKind>,
 }
 
 fn out<T: Serialize>(value: T) -> Result<ToolOutput, ToolError> {
@@ -98,6 +100,17 @@ impl Tools<'_> {
             // Anything else may change a machine's files: later pages must not come from a copy.
             self.backend.forget_cached_file();
         }
+        let result = self.dispatch(name, args).await;
+        if let Err(e) = &result
+            && e.code == "TRANSPORT"
+            && self.used.get() == Some(&FleetKind::Local)
+        {
+            self.backend.reset_local().await;
+        }
+        result
+    }
+
+    async fn dispatch(&self, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
         match name {
             "list-machines" => self.list_machines(args).await,
             "get-machine" => self.get_machine(args).await,
@@ -140,6 +153,7 @@ impl Tools<'_> {
                 ));
             }
         };
+        let _ = self.used.set(kind);
         self.backend.fleet(kind).await
     }
 

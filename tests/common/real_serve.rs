@@ -53,11 +53,27 @@ pub struct RealServe {
 
 impl RealServe {
     pub async fn start() -> RealServe {
+        Self::start_with(None).await
+    }
+
+    /// A serve listening on a given socket path (its state still in its own temp dir).
+    pub async fn start_at(socket: &Path) -> RealServe {
+        Self::start_with(Some(socket.to_path_buf())).await
+    }
+
+    /// Kills the serve (its connections die with it).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn start_with(socket: Option<PathBuf>) -> RealServe {
         let dir = tempfile::Builder::new()
             .prefix("smolvm-it-")
             .tempdir()
             .unwrap();
-        let socket = dir.path().join("api.sock");
+        let socket = socket.unwrap_or_else(|| dir.path().join("api.sock"));
+        let _ = std::fs::remove_file(&socket);
         let mut command = Command::new(smolvm_binary());
         command
             .arg("serve")
