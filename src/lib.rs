@@ -4,6 +4,7 @@ pub mod config;
 pub mod error;
 pub mod fleet;
 pub mod generated;
+pub mod http;
 pub mod operations;
 pub mod server;
 pub mod spec;

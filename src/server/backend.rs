@@ -242,6 +242,31 @@ impl Backend {
         }
     }
 
+    /// At the exit of a process that served several sessions: every machine it recorded.
+    pub async fn shutdown_process(&self) -> Cleanup {
+        let me = std::process::id();
+        let sessions: std::collections::BTreeSet<String> = self
+            .record
+            .entries()
+            .map(|e| {
+                e.into_iter()
+                    .filter(|e| e.owner_pid == me)
+                    .map(|e| e.session)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut total = Cleanup::default();
+        for session in sessions {
+            let c = self.cleanup_session(&session).await;
+            total.deleted.extend(c.deleted);
+            total.failed.extend(c.failed);
+        }
+        if let Some(serve) = self.local.lock().await.take() {
+            serve.stop().await;
+        }
+        total
+    }
+
     /// At process exit: the session's machines, then the serve if this process started it.
     pub async fn shutdown(&self, session: &str) -> Cleanup {
         let cleanup = self.cleanup_session(session).await;

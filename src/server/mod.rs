@@ -15,7 +15,8 @@ pub use backend::{Backend, Cleanup, StartupError};
 use catalog::Mode;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -63,6 +64,26 @@ pub struct SmolMcp {
     backend: Arc<Backend>,
     session: Arc<str>,
     tools: Arc<Vec<Tool>>,
+    _end: Option<Arc<SessionEnd>>,
+}
+
+/// Deletes a session's ephemeral machines when the last handle on the session goes: an HTTP
+/// session closed by DELETE, by its idle timeout, or by the server shutting down.
+struct SessionEnd {
+    backend: Arc<Backend>,
+    session: Arc<str>,
+}
+
+impl Drop for SessionEnd {
+    fn drop(&mut self) {
+        let (backend, session) = (self.backend.clone(), self.session.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let cleanup = backend.cleanup_session(&session).await;
+                tracing::info!(%session, deleted = ?cleanup.deleted, "session closed");
+            });
+        }
+    }
 }
 
 impl SmolMcp {
@@ -72,7 +93,18 @@ impl SmolMcp {
             backend,
             session: session.into(),
             tools,
+            _end: None,
         }
+    }
+
+    /// A session whose ephemeral machines are deleted when it is dropped (HTTP sessions; the
+    /// stdio binary cleans up explicitly before it exits).
+    pub fn cleaning_up_on_drop(mut self) -> Self {
+        self._end = Some(Arc::new(SessionEnd {
+            backend: self.backend.clone(),
+            session: self.session.clone(),
+        }));
+        self
     }
 
     pub fn session(&self) -> &str {
@@ -116,6 +148,12 @@ impl ServerHandler for SmolMcp {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(self.instructions())
+    }
+
+    /// Up to 2025-11-25 only: the 2026-07-28 lifecycle has no sessions, and ephemeral machines
+    /// belong to a session. Clients that offer both fall back to the `initialize` handshake.
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
     }
 
     async fn list_tools(
