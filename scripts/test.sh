@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, then runs every test.
 #  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for the real-serve tests;
-#  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for the end-to-end tests.
-# Safe to re-run. A fresh clone needs a Rust toolchain, python3 with venv and pip, and access to
-# crates.io and PyPI.
+#  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for the end-to-end tests;
+#  - the pinned TypeScript SDK and Inspector CLI (tests/clients/package.json), with npm.
+# Safe to re-run. A fresh clone needs a Rust toolchain, python3 with venv and pip, Node.js with
+# npm, and access to crates.io, PyPI and the npm registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-smolvm.sh 1.32.2 >/dev/null
@@ -12,5 +13,10 @@ if ! .venv/bin/python -c 'import mcp' 2>/dev/null \
    || ! .venv/bin/pip freeze 2>/dev/null | grep -qx -f <(grep -v '^#' tests/clients/requirements.txt); then
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
+fi
+# The pinned TypeScript SDK and Inspector CLI (tests/clients/package-lock.json), for the same.
+if ! node -e 'const v=(p)=>require("./tests/clients/node_modules/"+p+"/package.json").version;
+    process.exit(v("@modelcontextprotocol/sdk")==="1.32.2" && v("@modelcontextprotocol/inspector")==="2.12.0" ? 0 : 1)' 2>/dev/null; then
+  (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
 fi
 cargo test --locked "$@"

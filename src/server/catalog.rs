@@ -63,8 +63,10 @@ fn schema<T: JsonSchema>(contract: Contract) -> JsonObject {
     if input {
         simplify(&mut value);
     } else {
-        // Results really carry nulls (url locally, pid on cloud): keep them, drop only formats.
+        // Results really carry nulls (url locally, pid on cloud): keep them, as `anyOf` with a
+        // `null` branch rather than a `type` array, which single-type dialects reject.
         drop_integer_formats(&mut value);
+        nullable_as_any_of(&mut value);
     }
     if let Value::Object(map) = &mut value {
         map.remove("title");
@@ -122,6 +124,40 @@ fn simplify(value: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(simplify),
+        _ => {}
+    }
+}
+
+fn nullable_as_any_of(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.values_mut().for_each(nullable_as_any_of);
+            let Some(Value::Array(types)) = map.get("type").cloned() else {
+                return;
+            };
+            let rest: Vec<Value> = types.into_iter().filter(|t| t != "null").collect();
+            if rest.len() != 1 {
+                return;
+            }
+            map.remove("type");
+            let mut branch = serde_json::Map::new();
+            branch.insert("type".into(), rest[0].clone());
+            let keys: Vec<String> = map
+                .keys()
+                .filter(|k| !matches!(k.as_str(), "description" | "title" | "default"))
+                .cloned()
+                .collect();
+            for k in keys {
+                if let Some(v) = map.remove(&k) {
+                    branch.insert(k, v);
+                }
+            }
+            map.insert(
+                "anyOf".into(),
+                serde_json::json!([Value::Object(branch), {"type": "null"}]),
+            );
+        }
+        Value::Array(items) => items.iter_mut().for_each(nullable_as_any_of),
         _ => {}
     }
 }
