@@ -17,6 +17,8 @@ fi
 # The pinned TypeScript SDK and Inspector CLI (tests/clients/package-lock.json), for the same.
 if ! node -e 'const v=(p)=>require("./tests/clients/node_modules/"+p+"/package.json").version;
     process.exit(v("@modelcontextprotocol/sdk")==="1.32.2" && v("@modelcontextprotocol/inspector")==="2.12.0" ? 0 : 1)' 2>/dev/null; then
-  (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
+  # `npm install` rather than `npm ci`: the lock lacks optional platform packages of other
+  # operating systems, which `npm ci` refuses; the pinned versions are the lock's either way.
+  (cd tests/clients && npm install --no-audit --no-fund --loglevel=error)
 fi
 cargo test --locked "$@"
