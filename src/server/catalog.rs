@@ -380,11 +380,15 @@ mod tests {
         assert!(!all.contains("$defs") && !all.contains("$ref"));
         assert!(!all.contains("uint"));
         let get = tools.iter().find(|t| t.name == "get-machine").unwrap();
-        let url = &get.output_schema.as_ref().unwrap()["properties"]["url"]["type"];
+        let url = &get.output_schema.as_ref().unwrap()["properties"]["url"]["anyOf"];
         assert_eq!(
             url,
-            &serde_json::json!(["string", "null"]),
+            &serde_json::json!([{"type": "string"}, {"type": "null"}]),
             "url is null locally"
         );
+        let outputs =
+            serde_json::to_string(&tools.iter().map(|t| &t.output_schema).collect::<Vec<_>>())
+                .unwrap();
+        assert!(!outputs.contains("\"type\":["), "no type arrays in outputs");
     }
 }
