@@ -28,6 +28,8 @@ pub struct Backend {
     /// The last file read-file fetched, so that later pages of the same read come from one
     /// download (neither API reads a byte range).
     pub(super) file_cache: std::sync::Mutex<Option<CachedFile>>,
+    /// The tool catalog depends only on the mode: built once per process, not per session.
+    catalog: std::sync::OnceLock<Arc<Vec<rmcp::model::Tool>>>,
 }
 
 pub(super) struct CachedFile {
@@ -67,7 +69,14 @@ impl Backend {
             cloud: std::sync::OnceLock::new(),
             cloud_account_ok: tokio::sync::OnceCell::new(),
             file_cache: std::sync::Mutex::new(None),
+            catalog: std::sync::OnceLock::new(),
         })
+    }
+
+    pub fn catalog(&self) -> Arc<Vec<rmcp::model::Tool>> {
+        self.catalog
+            .get_or_init(|| Arc::new(super::catalog::tools(self.mode)))
+            .clone()
     }
 
     /// The cloud fleet, when a token is configured.

@@ -88,7 +88,7 @@ impl Drop for SessionEnd {
 
 impl SmolMcp {
     pub fn new(backend: Arc<Backend>, session: impl Into<Arc<str>>) -> Self {
-        let tools = Arc::new(catalog::tools(backend.mode));
+        let tools = backend.catalog();
         SmolMcp {
             backend,
             session: session.into(),
