@@ -17,6 +17,16 @@ pub enum Use {
     Omitted,
 }
 
+impl Use {
+    /// The names of the tools that call the operation (empty unless `Tools`).
+    pub fn tool_names(&self) -> Vec<&'static str> {
+        match self {
+            Use::Tools(tools) => tools.to_vec(),
+            Use::Internal(_) | Use::Omitted => Vec::new(),
+        }
+    }
+}
+
 pub fn classify_local(op: smolvm::Operation) -> Use {
     use Use::*;
     use smolvm::Operation::*;

@@ -273,8 +273,8 @@ pub fn diff_specs(
         .collect();
     let classify = |op: &operations::OperationRef| -> Classification {
         match api.classify(&op.operation_id) {
-            Some(Use::Tools(tools)) => Classification::Used {
-                tools: tools.iter().map(|t| t.to_string()).collect(),
+            Some(used @ Use::Tools(_)) => Classification::Used {
+                tools: used.tool_names().into_iter().map(String::from).collect(),
             },
             Some(Use::Internal(why)) => Classification::Internal { why: why.into() },
             Some(Use::Omitted) => Classification::Omitted {
