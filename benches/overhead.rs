@@ -16,7 +16,7 @@ mod fake_serve;
 mod real_serve;
 
 use serde_json::{Value, json};
-use smol_mcp::transport::LocalEndpoint;
+use smol_mcp::fleet::transport::LocalEndpoint;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};

@@ -7,6 +7,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// The largest machine a call or the configuration may ask for.
+pub const MAX_CPUS: u32 = 64;
+pub const MIN_MEMORY_MB: u32 = 128;
+pub const MAX_MEMORY_MB: u32 = 262_144;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config file {path}: {message}")]

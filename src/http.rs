@@ -2,8 +2,9 @@
 //! is checked before anything else (so an unauthenticated caller learns nothing, not even where
 //! the endpoint is), then the path; Host and Origin checks (DNS-rebinding protection) are rmcp's.
 
+use crate::backend::Backend;
 use crate::config::Config;
-use crate::server::{Backend, SmolMcp};
+use crate::server::SmolMcp;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;

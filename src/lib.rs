@@ -1,7 +1,15 @@
 //! smol-mcp: an MCP server that gives an AI agent smol machines to work in.
+//!
+//! The layers, outermost first: `server` (the MCP protocol handler) and `http` (the Streamable
+//! HTTP transport) answer from `tools` (the policy layer: one table of tools), which works
+//! through `backend` (what a process holds: the fleets, the ephemeral record, the local serve)
+//! and `fleet` (one vocabulary over the two APIs), which calls the raw clients in `generated`.
+//! `spec` is the pipeline that turns the vendored specs into those clients; `build.rs` compiles
+//! it too (through `#[path]`), so it depends on nothing but serde. `spec_diff` reports what a new
+//! release of either API changes for this server.
 
+pub mod backend;
 pub mod config;
-pub mod error;
 pub mod fleet;
 pub mod generated;
 pub mod http;
@@ -9,4 +17,4 @@ pub mod operations;
 pub mod server;
 pub mod spec;
 pub mod spec_diff;
-pub mod transport;
+pub mod tools;

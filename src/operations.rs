@@ -6,11 +6,12 @@
 //! omissions are data in `overrides/*.json`; a test keeps the two in agreement.
 
 use crate::generated::{smolcloud, smolvm};
+use crate::tools::Tool;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Use {
     /// Called on behalf of these tools.
-    Tools(&'static [&'static str]),
+    Tools(&'static [Tool]),
     /// Called by the server itself, for the reason given, not as a tool.
     Internal(&'static str),
     /// Deliberately not called; `Operation::omission_reason` says why.
@@ -21,7 +22,7 @@ impl Use {
     /// The names of the tools that call the operation (empty unless `Tools`).
     pub fn tool_names(&self) -> Vec<&'static str> {
         match self {
-            Use::Tools(tools) => tools.to_vec(),
+            Use::Tools(tools) => tools.iter().map(|t| t.name()).collect(),
             Use::Internal(_) | Use::Omitted => Vec::new(),
         }
     }
@@ -32,19 +33,24 @@ pub fn classify_local(op: smolvm::Operation) -> Use {
     use smolvm::Operation::*;
     match op {
         DeleteCacheBase => Omitted,
-        ListMachines => Tools(&["list-machines"]),
-        CreateMachine => Tools(&["create-machine", "run-once"]),
-        ExecCommand => Tools(&["run-command", "run-once", "create-machine", "write-file"]),
+        ListMachines => Tools(&[Tool::ListMachines]),
+        CreateMachine => Tools(&[Tool::CreateMachine, Tool::RunOnce]),
+        ExecCommand => Tools(&[
+            Tool::RunCommand,
+            Tool::RunOnce,
+            Tool::CreateMachine,
+            Tool::WriteFile,
+        ]),
         ExecStream => Omitted,
-        DownloadFile => Tools(&["read-file"]),
-        UploadFile => Tools(&["write-file", "run-command"]),
+        DownloadFile => Tools(&[Tool::ReadFile]),
+        UploadFile => Tools(&[Tool::WriteFile, Tool::RunCommand]),
         ListImages => Omitted,
-        PullImage => Tools(&["pull-image"]),
-        StreamLogs => Tools(&["machine-logs"]),
+        PullImage => Tools(&[Tool::PullImage]),
+        StreamLogs => Tools(&[Tool::MachineLogs]),
         RunCommand => Omitted,
-        DeleteMachine => Tools(&["delete-machine", "run-once"]),
-        GetMachine => Tools(&["get-machine", "start-machine"]),
-        BranchMachine => Tools(&["branch-machine"]),
+        DeleteMachine => Tools(&[Tool::DeleteMachine, Tool::RunOnce]),
+        GetMachine => Tools(&[Tool::GetMachine, Tool::StartMachine]),
+        BranchMachine => Tools(&[Tool::BranchMachine]),
         PublishCacheDisk => Omitted,
         PutCredentialValues => Omitted,
         UpdateMachineEgress => Omitted,
@@ -60,8 +66,8 @@ pub fn classify_local(op: smolvm::Operation) -> Use {
         SetMachinePorts => Omitted,
         ResizeMachine => Omitted,
         ResumeMachine => Omitted,
-        StartMachine => Tools(&["create-machine", "start-machine", "run-once"]),
-        StopMachine => Tools(&["stop-machine"]),
+        StartMachine => Tools(&[Tool::CreateMachine, Tool::StartMachine, Tool::RunOnce]),
+        StopMachine => Tools(&[Tool::StopMachine]),
         SyncMachine => Omitted,
         ListPools => Omitted,
         CreatePool => Omitted,
@@ -112,30 +118,30 @@ pub fn classify_cloud(op: smolcloud::Operation) -> Use {
         AppRedeploy => Omitted,
         AppScale => Omitted,
         BillingMeters => Omitted,
-        MachineList => Tools(&["list-machines"]),
-        MachineCreate => Tools(&["create-machine", "run-once"]),
-        MachineDelete => Tools(&["delete-machine", "run-once"]),
-        MachineGet => Tools(&["get-machine", "start-machine", "stop-machine"]),
-        MachineBranch => Tools(&["branch-machine"]),
+        MachineList => Tools(&[Tool::ListMachines]),
+        MachineCreate => Tools(&[Tool::CreateMachine, Tool::RunOnce]),
+        MachineDelete => Tools(&[Tool::DeleteMachine, Tool::RunOnce]),
+        MachineGet => Tools(&[Tool::GetMachine, Tool::StartMachine, Tool::StopMachine]),
+        MachineBranch => Tools(&[Tool::BranchMachine]),
         MachineCode => Omitted,
-        MachineEvents => Tools(&["machine-logs"]),
+        MachineEvents => Tools(&[Tool::MachineLogs]),
         MachineExec => Tools(&[
-            "run-command",
-            "run-once",
-            "create-machine",
-            "write-file",
-            "read-file",
+            Tool::RunCommand,
+            Tool::RunOnce,
+            Tool::CreateMachine,
+            Tool::WriteFile,
+            Tool::ReadFile,
         ]),
-        MachineFileRead => Tools(&["read-file"]),
-        MachineFileWrite => Tools(&["write-file", "run-command"]),
-        MachineFork => Tools(&["branch-machine"]),
+        MachineFileRead => Tools(&[Tool::ReadFile]),
+        MachineFileWrite => Tools(&[Tool::WriteFile, Tool::RunCommand]),
+        MachineFork => Tools(&[Tool::BranchMachine]),
         MachineSessionList => Omitted,
         MachineSessionCreate => Omitted,
         MachineSessionDelete => Omitted,
         MachineSessionExec => Omitted,
-        MachineStart => Tools(&["create-machine", "start-machine", "run-once"]),
-        MachineStop => Tools(&["stop-machine"]),
-        MachineUsage => Tools(&["delete-machine"]),
+        MachineStart => Tools(&[Tool::CreateMachine, Tool::StartMachine, Tool::RunOnce]),
+        MachineStop => Tools(&[Tool::StopMachine]),
+        MachineUsage => Tools(&[Tool::DeleteMachine]),
         NodeList => Omitted,
         NodeRegister => Omitted,
         NodeCredentialRevoke => Omitted,
@@ -168,6 +174,23 @@ pub fn classify_cloud(op: smolcloud::Operation) -> Use {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_tool_calls_some_upstream_operation() {
+        let mut used = std::collections::HashSet::new();
+        let local = smolvm::Operation::ALL.iter().map(|op| classify_local(*op));
+        let cloud = smolcloud::Operation::ALL
+            .iter()
+            .map(|op| classify_cloud(*op));
+        for classified in local.chain(cloud) {
+            if let Use::Tools(tools) = classified {
+                used.extend(tools.iter().copied());
+            }
+        }
+        for tool in Tool::ALL {
+            assert!(used.contains(tool), "{} calls no operation", tool.name());
+        }
+    }
 
     #[test]
     fn every_omission_has_a_recorded_reason_and_nothing_used_has_one() {

@@ -16,7 +16,7 @@ use serde_json::json;
 async fn setup() -> (RealServe, Harness) {
     let serve = RealServe::start().await;
     let url = match &serve.endpoint {
-        smol_mcp::transport::LocalEndpoint::Unix(p) => format!("unix://{}", p.display()),
+        smol_mcp::fleet::transport::LocalEndpoint::Unix(p) => format!("unix://{}", p.display()),
         other => panic!("unexpected endpoint {other:?}"),
     };
     let h = Harness::start(&[

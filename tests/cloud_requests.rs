@@ -7,12 +7,19 @@ mod common;
 
 use common::fake_cloud::{FakeCloud, TOKEN, exec_answer};
 use insta::assert_json_snapshot;
-use smol_mcp::error::ErrorKind;
+use smol_mcp::fleet::{Backstop, FleetApi};
+
+/// What the server gives ephemeral machines by default (ephemeralTtlSecs, ephemeralAutoStopSecs).
+const BACKSTOP: Backstop = Backstop {
+    ttl_secs: 3600,
+    auto_stop_secs: 900,
+};
+use smol_mcp::fleet::ErrorKind;
 use smol_mcp::fleet::{CloudFleet, Command, CreateSpec, Egress, ExecSpec, Mount, PortMapping};
 
 async fn fleet() -> (FakeCloud, CloudFleet) {
     let fake = FakeCloud::start().await;
-    let fleet = CloudFleet::new(&format!("{}/", fake.url()), TOKEN).unwrap();
+    let fleet = CloudFleet::new(&format!("{}/", fake.url()), TOKEN, BACKSTOP).unwrap();
     (fake, fleet)
 }
 
@@ -65,9 +72,7 @@ async fn create_with_ports_disk_branchable_and_ephemeral_timers() {
     }];
     spec.storage_gb = Some(40);
     spec.branchable = true;
-    spec.ttl_seconds = Some(3600);
-    spec.auto_stop_seconds = Some(900);
-    spec.labels.insert("smol-mcp/session".into(), "s1".into());
+    spec.ephemeral = true;
     let created = fleet.create(&spec).await.unwrap();
     assert!(created.branchable);
     assert_eq!(created.ports[0].guest, 8080);
@@ -102,12 +107,6 @@ async fn create_refusals_send_nothing() {
         fleet.create(&overlay).await.unwrap_err().kind,
         ErrorKind::Unsupported
     );
-    let mut cmd = CreateSpec::new("c-cmd", "alpine");
-    cmd.cmd = Some(vec!["sleep".into(), "1".into()]);
-    assert_eq!(
-        fleet.create(&cmd).await.unwrap_err().kind,
-        ErrorKind::Unsupported
-    );
     assert!(fake.take_requests().is_empty());
 }
 
@@ -115,7 +114,7 @@ async fn create_refusals_send_nothing() {
 async fn lifecycle_resolves_names_and_reads_back() {
     let (fake, fleet) = fleet().await;
     let id = fake.add_machine("web", "stopped");
-    let started = fleet.start("web").await.unwrap();
+    let started = fleet.start("web", None).await.unwrap();
     assert_eq!(started.id, id);
     assert!(started.is_running());
     assert_eq!(started.upstream_ready, Some(true));
@@ -260,7 +259,7 @@ async fn events_account_and_usage() {
         .create(&CreateSpec::new("ev", "alpine"))
         .await
         .unwrap();
-    fleet.start(&created.id).await.unwrap();
+    fleet.start(&created.id, None).await.unwrap();
     let page = fleet.logs(&created.id, 1, None).await.unwrap();
     assert_eq!(page.lines, ["2026-09-08T14:47:39Z INFO machine started"]);
     assert_eq!(page.cursor, "e:ev-2");
@@ -283,7 +282,7 @@ async fn events_account_and_usage() {
 #[tokio::test]
 async fn a_bad_key_is_reported_without_echoing_it() {
     let fake = FakeCloud::start().await;
-    let fleet = CloudFleet::new(&fake.url(), "smk_wrong").unwrap();
+    let fleet = CloudFleet::new(&fake.url(), "smk_wrong", BACKSTOP).unwrap();
     let err = fleet.list().await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Unauthorized);
     assert_eq!(err.status, Some(401));

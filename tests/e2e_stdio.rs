@@ -55,7 +55,7 @@ async fn python_client_lists_the_tools_and_drives_the_real_serve_control_plane()
     let url = format!(
         "unix://{}",
         match &serve.endpoint {
-            smol_mcp::transport::LocalEndpoint::Unix(p) => p.display().to_string(),
+            smol_mcp::fleet::transport::LocalEndpoint::Unix(p) => p.display().to_string(),
             _ => unreachable!(),
         }
     );

@@ -7,6 +7,7 @@ mod common;
 
 use common::fake_serve::{FakeServe, exec_response};
 use insta::assert_json_snapshot;
+use smol_mcp::fleet::FleetApi;
 use smol_mcp::fleet::{Command, CreateSpec, Egress, ExecSpec, LocalFleet, Mount, PortMapping};
 
 async fn fleet() -> (FakeServe, LocalFleet) {
@@ -78,15 +79,9 @@ async fn create_with_ports_mounts_disks_and_a_workload_command() {
     ];
     spec.storage_gb = Some(40);
     spec.overlay_gb = Some(5);
-    spec.cmd = Some(vec![
-        "sh".into(),
-        "-c".into(),
-        "while true; do sleep 3600; done".into(),
-    ]);
-    // Cloud-only fields are not sent to the local engine.
-    spec.ttl_seconds = Some(3600);
-    spec.auto_stop_seconds = Some(900);
-    spec.labels.insert("owner".into(), "x".into());
+    spec.keep_running = true;
+    // The cloud's backstop for ephemeral machines has no local counterpart.
+    spec.ephemeral = true;
     let created = fleet.create(&spec).await.unwrap();
     assert_eq!(created.ports.len(), 2);
     assert_json_snapshot!("local_create_ports_mounts", fake.take_requests());
@@ -98,7 +93,7 @@ async fn branchable_is_asked_for_at_start_and_branch_names_the_child() {
     let mut spec = CreateSpec::new("m-src", "alpine");
     spec.branchable = true;
     fleet.create(&spec).await.unwrap();
-    let started = fleet.start("m-src", true).await.unwrap();
+    let started = fleet.start("m-src", Some(true)).await.unwrap();
     assert!(started.branchable);
     let child = fleet.branch("m-src", "m-child", false).await.unwrap();
     assert_eq!(child.name, "m-child");
@@ -109,7 +104,7 @@ async fn branchable_is_asked_for_at_start_and_branch_names_the_child() {
 async fn start_stop_delete_get_list() {
     let (fake, fleet) = fleet().await;
     fake.add_machine("m1", "created");
-    assert!(fleet.start("m1", false).await.unwrap().is_running());
+    assert!(fleet.start("m1", Some(false)).await.unwrap().is_running());
     assert!(!fleet.stop("m1").await.unwrap().is_running());
     assert_eq!(fleet.list().await.unwrap().len(), 1);
     assert_eq!(fleet.get("m1").await.unwrap().state, "stopped");

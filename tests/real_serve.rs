@@ -7,7 +7,8 @@
 mod common;
 
 use common::real_serve::{PINNED_SMOLVM, RealServe};
-use smol_mcp::error::ErrorKind;
+use smol_mcp::fleet::ErrorKind;
+use smol_mcp::fleet::FleetApi;
 use smol_mcp::fleet::{CreateSpec, Egress, LocalFleet, PortMapping};
 
 fn spec(name: &str) -> CreateSpec {

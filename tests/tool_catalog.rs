@@ -102,10 +102,11 @@ fn the_readme_documents_every_configuration_key() {
             key.name
         );
     }
-    for tool in smol_mcp::server::catalog::TOOL_NAMES {
+    for tool in smol_mcp::tools::Tool::ALL {
         assert!(
-            readme.contains(&format!("| `{tool}` |")),
-            "README lacks {tool}"
+            readme.contains(&format!("| `{}` |", tool.name())),
+            "README lacks {}",
+            tool.name()
         );
     }
 }

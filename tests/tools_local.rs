@@ -291,7 +291,7 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
         (
             "create-machine",
             json!({"image": "alpine", "bogus": 1}),
-            "unknown field `bogus`",
+            "bogus: not an argument of create-machine; its arguments are allowCidrs",
         ),
         (
             "create-machine",
@@ -306,7 +306,7 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
         (
             "create-machine",
             json!({"image": "alpine", "ports": [{"guest": 70000}]}),
-            "ports[0].guest: 70000 is not a port",
+            "ports[0].guest: 70000 is out of range: give 1 to 65535",
         ),
         (
             "create-machine",
@@ -348,7 +348,16 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
             json!({"name": "m", "tail": 0}),
             "tail: 0 is out of range",
         ),
-        ("get-machine", json!({}), "missing field `name`"),
+        (
+            "get-machine",
+            json!({}),
+            "name: required, and missing: The machine's name",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "cpus": "2"}),
+            "cpus: \"2\" is not accepted: give a whole number, 1 to 64",
+        ),
     ];
     for (tool, args, expected) in cases {
         let err = h.err(tool, args.clone()).await;

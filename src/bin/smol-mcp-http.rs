@@ -5,8 +5,8 @@
 //!     smol-mcp-http [--host H] [--port P] [--path /p]
 
 use anyhow::{Context, bail};
+use smol_mcp::backend::Backend;
 use smol_mcp::config::Config;
-use smol_mcp::server::Backend;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,8 +4,9 @@
 
 use anyhow::Context;
 use rmcp::ServiceExt;
+use smol_mcp::backend::Backend;
 use smol_mcp::config::Config;
-use smol_mcp::server::{Backend, SmolMcp};
+use smol_mcp::server::SmolMcp;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};

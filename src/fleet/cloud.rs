@@ -1,12 +1,13 @@
 //! The cloud fleet: the smol cloud REST API, through the generated smolcloud client, plus the
 //! one route progenitor cannot express (files; see `file_url`).
 
+use super::FleetApi;
+use super::error::{ErrorKind, FleetError, FleetResult};
 use super::model::{
-    Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, LogPage, Machine, PublishedPort,
-    Usage,
+    Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, Machine,
+    PublishedPort, Usage,
 };
-use super::upstream::{from_response, map_error, retry_read, snippet, transport, within};
-use crate::error::{ErrorKind, FleetError, FleetResult};
+use super::upstream::{from_response, map_error, retry_read, send, snippet, transport, within};
 use crate::generated::smolcloud::{self, types};
 use base64::Engine as _;
 use progenitor_client::Error as ClientError;
@@ -33,26 +34,50 @@ const ROUTE_UNKNOWN: u8 = 0;
 const ROUTE_PRESENT: u8 = 1;
 const ROUTE_ABSENT: u8 = 2;
 
+/// The control plane's own clean-up of an ephemeral machine whose session died without deleting
+/// it: deleted after `ttl_secs`, stopped after `auto_stop_secs` idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backstop {
+    pub ttl_secs: u64,
+    pub auto_stop_secs: u64,
+}
+
 #[derive(Debug)]
 pub struct CloudFleet {
     client: smolcloud::Client,
     http: reqwest::Client,
-    base_url: String,
+    base_url: reqwest::Url,
+    backstop: Backstop,
     /// Whether this control plane serves the files route, learned on first use. Until a 2xx has
     /// been seen from it, a 404/405/501 may mean the route is missing, and the transfer goes
     /// through exec instead; once the exec path has worked, the route is not tried again.
     files_route: AtomicU8,
+    /// Checked once, before the first create: the account must be able to pay for a machine.
+    account_active: tokio::sync::OnceCell<()>,
 }
 
 impl CloudFleet {
-    pub fn new(base_url: &str, token: &str) -> FleetResult<Self> {
-        let base_url = base_url.trim_end_matches('/').to_owned();
-        let http = crate::transport::cloud_http_client(token)?;
+    pub fn new(base_url: &str, token: &str, backstop: Backstop) -> FleetResult<Self> {
+        let base = reqwest::Url::parse(base_url.trim_end_matches('/')).map_err(|e| {
+            FleetError::new(
+                ErrorKind::Refused,
+                "cloud URL",
+                format!(
+                    "{base_url} is not a URL ({e}); give one like https://api.smolmachines.com"
+                ),
+            )
+        })?;
+        let http = super::transport::cloud_http_client(token)?;
         Ok(CloudFleet {
-            client: smolcloud::Client::new_with_client(&base_url, http.clone()),
+            client: smolcloud::Client::new_with_client(
+                base.as_str().trim_end_matches('/'),
+                http.clone(),
+            ),
             http,
-            base_url,
+            base_url: base,
+            backstop,
             files_route: AtomicU8::new(ROUTE_UNKNOWN),
+            account_active: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -75,116 +100,10 @@ impl CloudFleet {
             })
     }
 
-    pub async fn list(&self) -> FleetResult<Vec<Machine>> {
-        let ctx = "list machines";
-        retry_read(|| {
-            within(ctx, READ, async {
-                match self.client.machine_list().send().await {
-                    Ok(r) => Ok(r.into_inner().into_iter().map(view).collect()),
-                    Err(e) => Err(map_error(ctx, e).await),
-                }
-            })
-        })
-        .await
-    }
-
-    pub async fn get(&self, machine: &str) -> FleetResult<Machine> {
-        let id = self.resolve(machine).await?;
-        self.get_by_id(machine, &id).await
-    }
-
     async fn get_by_id(&self, label: &str, id: &str) -> FleetResult<Machine> {
         let ctx = format!("get machine {label}");
-        retry_read(|| {
-            within(&ctx, READ, async {
-                match self.client.machine_get().id(id).send().await {
-                    Ok(r) => Ok(view(r.into_inner())),
-                    Err(e) => Err(map_error(&ctx, e).await),
-                }
-            })
-        })
-        .await
-    }
-
-    /// Creates a machine, which the service leaves stopped.
-    pub async fn create(&self, spec: &CreateSpec) -> FleetResult<Machine> {
-        let ctx = format!("create machine {}", spec.name);
-        let body = create_body(spec).map_err(|(kind, why)| FleetError::new(kind, &ctx, why))?;
-        // Never retried: a create that failed late may still have made the machine.
-        within(&ctx, LIFECYCLE, async {
-            match self.client.machine_create().body(body).send().await {
-                Ok(r) => Ok(view(r.into_inner())),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await
-    }
-
-    /// Starts a machine and reads it back (the start answer may be an empty 202; override
-    /// cloud-start-stop-bodies-ignored). Branchability is fixed at create on cloud.
-    pub async fn start(&self, machine: &str) -> FleetResult<Machine> {
-        let id = self.resolve(machine).await?;
-        let ctx = format!("start machine {machine}");
-        within(&ctx, LIFECYCLE, async {
-            match self.client.machine_start().id(&id).send().await {
-                Ok(_) => Ok(()),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await?;
-        self.get_by_id(machine, &id).await
-    }
-
-    pub async fn stop(&self, machine: &str) -> FleetResult<Machine> {
-        let id = self.resolve(machine).await?;
-        let ctx = format!("stop machine {machine}");
-        within(&ctx, LIFECYCLE, async {
-            match self.client.machine_stop().id(&id).send().await {
-                Ok(_) => Ok(()),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await?;
-        self.get_by_id(machine, &id).await
-    }
-
-    /// Deletes a machine and returns the settled bill (override cloud-delete-include-usage).
-    pub async fn delete(&self, machine: &str) -> FleetResult<Deleted> {
-        let id = self.resolve(machine).await?;
-        let ctx = format!("delete machine {machine}");
-        let settled = within(&ctx, DELETE, async {
-            match self
-                .client
-                .machine_delete()
-                .id(&id)
-                .include_usage(true)
-                .send()
-                .await
-            {
-                Ok(r) => Ok(find_total_micros(&serde_json::Value::Object(
-                    r.into_inner(),
-                ))),
-                // A control plane that ignores includeUsage answers the plain 204.
-                Err(ClientError::UnexpectedResponse(r)) if r.status().is_success() => Ok(None),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await?;
-        let usage_micros = match settled {
-            Some(micros) => Some(micros),
-            // The usage route keeps answering for 30 days after a delete.
-            None => self.usage(&id).await.ok().and_then(|u| u.total_micros),
-        };
-        Ok(Deleted {
-            deleted: machine.to_owned(),
-            usage_micros,
-        })
-    }
-
-    /// Runs a command; a stopped machine is started by it and left running. Never retried.
-    pub async fn exec(&self, machine: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
-        let id = self.resolve(machine).await?;
-        self.exec_by_id(machine, &id, spec).await
+        let info = retry_read(|| send(&ctx, READ, self.client.machine_get().id(id).send())).await?;
+        Ok(view(info))
     }
 
     async fn exec_by_id(&self, label: &str, id: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
@@ -201,144 +120,54 @@ impl CloudFleet {
                 .timeout_secs
                 .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
         };
-        within(&ctx, limit, async {
-            let sent = self
-                .client
-                .machine_exec()
-                .id(id)
-                // Both families: the text is capped at 1 MiB, the base64 twin is byte-exact.
-                .output(types::MachineExecOutput::Both)
-                .body(body)
-                .send()
-                .await;
-            match sent {
-                Ok(r) => {
-                    let out = r.into_inner();
-                    let (stdout, stdout_cut) =
-                        exact_or_text(out.stdout_b64.as_deref(), out.stdout, out.stdout_truncated);
-                    let (stderr, stderr_cut) =
-                        exact_or_text(out.stderr_b64.as_deref(), out.stderr, out.stderr_truncated);
-                    Ok(ExecOutput {
-                        exit_code: out.exit_code,
-                        stdout,
-                        stderr,
-                        stdout_cut_upstream: stdout_cut,
-                        stderr_cut_upstream: stderr_cut,
-                    })
-                }
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
+        let request = self
+            .client
+            .machine_exec()
+            .id(id)
+            // Both families: the text is capped at 1 MiB, the base64 twin is byte-exact.
+            .output(types::MachineExecOutput::Both)
+            .body(body);
+        let out = send(&ctx, limit, request.send()).await?;
+        let (stdout, stdout_cut) =
+            exact_or_text(out.stdout_b64.as_deref(), out.stdout, out.stdout_truncated);
+        let (stderr, stderr_cut) =
+            exact_or_text(out.stderr_b64.as_deref(), out.stderr, out.stderr_truncated);
+        Ok(ExecOutput {
+            exit_code: out.exit_code,
+            stdout,
+            stderr,
+            stdout_cut_upstream: stdout_cut,
+            stderr_cut_upstream: stderr_cut,
         })
-        .await
     }
 
     /// The files route is `/v1/machines/{id}/files/{path suffix}` with the suffix's slashes kept
     /// (override cloud-files-route). progenitor percent-encodes `/` in path parameters, so this
-    /// one route is called with the same HTTP client but a hand-built URL.
-    fn file_url(&self, id: &str, path: &str) -> FleetResult<String> {
-        let suffix = path_suffix(path);
-        if suffix.is_empty() {
-            return Err(FleetError::new(
+    /// one route is called with the same HTTP client but a URL built here.
+    fn file_url(&self, id: &str, path: &str) -> FleetResult<reqwest::Url> {
+        let names: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let unusable = || {
+            FleetError::new(
                 ErrorKind::Invalid,
                 format!("file {path}"),
                 "the path names no file (it is empty or only slashes)",
-            ));
+            )
+        };
+        if names.is_empty() {
+            return Err(unusable());
         }
-        Ok(format!(
-            "{}/v1/machines/{}/files/{suffix}",
-            self.base_url,
-            encode_segment(id)
-        ))
-    }
-
-    pub async fn read_file(&self, machine: &str, path: &str) -> FleetResult<Vec<u8>> {
-        let id = self.resolve(machine).await?;
-        let ctx = format!("read {path} in {machine}");
-        if self.files_route.load(Ordering::Relaxed) != ROUTE_ABSENT {
-            let url = self.file_url(&id, path)?;
-            let response = within(&ctx, FILES, async {
-                self.http
-                    .get(&url)
-                    .send()
-                    .await
-                    .map_err(|e| transport(&ctx, &e))
-            })
-            .await?;
-            let status = response.status();
-            if status.is_success() {
-                self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
-                let bytes = within(&ctx, FILES, async {
-                    response.bytes().await.map_err(|e| transport(&ctx, &e))
-                })
-                .await?;
-                return Ok(bytes.to_vec());
-            }
-            let err = from_response(&ctx, response).await;
-            if !self.route_may_be_missing(status.as_u16(), &err) {
-                return Err(err);
-            }
-        }
-        let script = format!("base64 < {}", shell_quote(path));
-        let out = self.fallback_exec(machine, &id, &ctx, script, None).await?;
-        if out.stdout_cut_upstream {
-            return Err(FleetError::new(
-                ErrorKind::Unsupported,
-                ctx,
-                "the file is larger than one exec answer carries, and this control plane has no \
-                 files route to read it whole",
-            ));
-        }
-        let text: String = String::from_utf8_lossy(&out.stdout)
-            .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect();
-        base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(|e| FleetError::new(ErrorKind::BadResponse, ctx, format!("base64: {e}")))
-    }
-
-    pub async fn write_file(&self, machine: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64> {
-        let len = bytes.len() as u64;
-        let ctx = format!("write {path} in {machine}");
-        if len > MAX_FILE_BYTES {
-            return Err(FleetError::new(
-                ErrorKind::Invalid,
-                ctx,
-                format!(
-                    "{len} bytes is more than the {MAX_FILE_BYTES} bytes a cloud file may hold"
-                ),
-            ));
-        }
-        let id = self.resolve(machine).await?;
-        if self.files_route.load(Ordering::Relaxed) != ROUTE_ABSENT {
-            let url = self.file_url(&id, path)?;
-            let limit = FILES + super::local::transfer_time(len);
-            let response = within(&ctx, limit, async {
-                self.http
-                    .put(&url)
-                    .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-                    .body(bytes.clone())
-                    .send()
-                    .await
-                    .map_err(|e| transport(&ctx, &e))
-            })
-            .await?;
-            let status = response.status();
-            if status.is_success() {
-                self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
-                return Ok(len);
-            }
-            let err = from_response(&ctx, response).await;
-            if !self.route_may_be_missing(status.as_u16(), &err) {
-                return Err(err);
-            }
-        }
-        let quoted = shell_quote(path);
-        let script = format!("mkdir -p \"$(dirname {quoted})\" && base64 -d > {quoted}");
-        let stdin = base64::engine::general_purpose::STANDARD.encode(&bytes);
-        self.fallback_exec(machine, &id, &ctx, script, Some(stdin))
-            .await?;
-        Ok(len)
+        // Every byte but the unreserved ones is escaped (`'` included, which `Url`'s own segment
+        // encoding would leave bare), so a name reads the same through any proxy.
+        let encode = |s: &str| percent_encoding::utf8_percent_encode(s, SEGMENT).to_string();
+        let suffix: Vec<String> = names.into_iter().map(encode).collect();
+        let mut url = self.base_url.clone();
+        let base_path = url.path().trim_end_matches('/').to_owned();
+        url.set_path(&format!(
+            "{base_path}/v1/machines/{}/files/{}",
+            encode(id),
+            suffix.join("/")
+        ));
+        Ok(url)
     }
 
     fn route_may_be_missing(&self, status: u16, err: &FleetError) -> bool {
@@ -382,82 +211,10 @@ impl CloudFleet {
         Ok(out)
     }
 
-    /// Branches a running branchable machine. Control planes from before the branch vocabulary
-    /// only have `/fork` (same body), so a 404 on `/branches` is retried there.
-    pub async fn branch(
-        &self,
-        source: &str,
-        child: &str,
-        branchable: bool,
-    ) -> FleetResult<Machine> {
-        let id = self.resolve(source).await?;
-        let ctx = format!("branch machine {source} into {child}");
-        let body = types::BranchRequest {
-            branchable: branchable.then_some(true),
-            freeze_source: None,
-            labels: None,
-            name: child.to_owned(),
-            ports: Vec::new(),
-        };
-        within(&ctx, BRANCH, async {
-            match self
-                .client
-                .machine_branch()
-                .id(&id)
-                .body(body.clone())
-                .send()
-                .await
-            {
-                Ok(r) => return Ok(view(r.into_inner())),
-                Err(e) => {
-                    let err = map_error(&ctx, e).await;
-                    if !err.is_not_found() {
-                        return Err(err);
-                    }
-                }
-            }
-            match self.client.machine_fork().id(&id).body(body).send().await {
-                Ok(r) => Ok(view(r.into_inner())),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await
-    }
-
-    /// The control plane's event log (what happened to the machine, not what ran in it). The
-    /// route has no tail or since parameter, so the whole log is read and paged here.
-    pub async fn logs(
-        &self,
-        machine: &str,
-        tail: usize,
-        cursor: Option<&str>,
-    ) -> FleetResult<LogPage> {
-        let id = self.resolve(machine).await?;
-        let ctx = format!("events of {machine}");
-        let events = retry_read(|| {
-            within(&ctx, READ, async {
-                match self.client.machine_events().id(&id).send().await {
-                    Ok(r) => Ok(r.into_inner()),
-                    Err(e) => Err(map_error(&ctx, e).await),
-                }
-            })
-        })
-        .await?;
-        Ok(page_by_event_id(events, tail, cursor))
-    }
-
     pub async fn usage(&self, machine: &str) -> FleetResult<Usage> {
         let id = self.resolve(machine).await?;
         let ctx = format!("usage of {machine}");
-        let u = retry_read(|| {
-            within(&ctx, READ, async {
-                match self.client.machine_usage().id(&id).send().await {
-                    Ok(r) => Ok(r.into_inner()),
-                    Err(e) => Err(map_error(&ctx, e).await),
-                }
-            })
-        })
-        .await?;
+        let u = retry_read(|| send(&ctx, READ, self.client.machine_usage().id(&id).send())).await?;
         Ok(Usage {
             machine_id: u.machine_id.unwrap_or(id),
             uptime_seconds: u.usage.and_then(|u| u.total_uptime_seconds),
@@ -468,15 +225,7 @@ impl CloudFleet {
 
     pub async fn account(&self) -> FleetResult<Account> {
         let ctx = "account";
-        let a = retry_read(|| {
-            within(ctx, READ, async {
-                match self.client.account_get().send().await {
-                    Ok(r) => Ok(r.into_inner()),
-                    Err(e) => Err(map_error(ctx, e).await),
-                }
-            })
-        })
-        .await?;
+        let a = retry_read(|| send(ctx, READ, self.client.account_get().send())).await?;
         Ok(Account {
             tenant_id: a.tenant_id,
             status: a.status,
@@ -486,9 +235,244 @@ impl CloudFleet {
             plan: a.plan.and_then(|p| p.name),
         })
     }
+
+    /// Before the first create of this process: an account that cannot pay gets a clear answer
+    /// instead of a machine stuck in the control plane's billing checks.
+    async fn ensure_account_active(&self) -> FleetResult<()> {
+        self.account_active
+            .get_or_try_init(|| async {
+                let account = self.account().await?;
+                if account.status != "active" {
+                    return Err(FleetError::new(
+                        ErrorKind::AccountNotActive,
+                        "cloud account",
+                        format!(
+                            "the cloud account {} is {}, not active, so it cannot create machines",
+                            account.tenant_id, account.status
+                        ),
+                    ));
+                }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
 }
 
-fn create_body(spec: &CreateSpec) -> Result<types::CreateMachineRequest, (ErrorKind, String)> {
+#[async_trait::async_trait]
+impl FleetApi for CloudFleet {
+    fn kind(&self) -> FleetKind {
+        FleetKind::Cloud
+    }
+
+    async fn list(&self) -> FleetResult<Vec<Machine>> {
+        let ctx = "list machines";
+        let list = retry_read(|| send(ctx, READ, self.client.machine_list().send())).await?;
+        Ok(list.into_iter().map(view).collect())
+    }
+
+    async fn get(&self, machine: &str) -> FleetResult<Machine> {
+        let id = self.resolve(machine).await?;
+        self.get_by_id(machine, &id).await
+    }
+
+    /// Creates a machine, which the service leaves stopped.
+    async fn create(&self, spec: &CreateSpec) -> FleetResult<Machine> {
+        let ctx = format!("create machine {}", spec.name);
+        let body = create_body(spec, self.backstop)
+            .map_err(|(kind, why)| FleetError::new(kind, &ctx, why))?;
+        self.ensure_account_active().await?;
+        // Never retried: a create that failed late may still have made the machine.
+        let request = self.client.machine_create().body(body);
+        Ok(view(send(&ctx, LIFECYCLE, request.send()).await?))
+    }
+
+    /// Starts a machine and reads it back (the start answer may be an empty 202; override
+    /// cloud-start-stop-bodies-ignored). Branchability is fixed at create on cloud, so asking
+    /// for it on a machine created without it is refused rather than silently ignored.
+    async fn start(&self, machine: &str, branchable: Option<bool>) -> FleetResult<Machine> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("start machine {machine}");
+        if branchable == Some(true) && !self.get_by_id(machine, &id).await?.branchable {
+            return Err(FleetError::new(
+                ErrorKind::Conflict,
+                ctx,
+                "branchable: a cloud machine is branchable only if it was created with \
+                 branchable true; create a new one for that",
+            ));
+        }
+        send(&ctx, LIFECYCLE, self.client.machine_start().id(&id).send()).await?;
+        self.get_by_id(machine, &id).await
+    }
+
+    async fn stop(&self, machine: &str) -> FleetResult<Machine> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("stop machine {machine}");
+        send(&ctx, LIFECYCLE, self.client.machine_stop().id(&id).send()).await?;
+        self.get_by_id(machine, &id).await
+    }
+
+    /// Deletes a machine and returns the settled bill (override cloud-delete-include-usage).
+    async fn delete(&self, machine: &str) -> FleetResult<Deleted> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("delete machine {machine}");
+        let settled = within(&ctx, DELETE, async {
+            let request = self.client.machine_delete().id(&id).include_usage(true);
+            match request.send().await {
+                Ok(r) => Ok(find_total_micros(&serde_json::Value::Object(
+                    r.into_inner(),
+                ))),
+                // A control plane that ignores includeUsage answers the plain 204.
+                Err(ClientError::UnexpectedResponse(r)) if r.status().is_success() => Ok(None),
+                Err(e) => Err(map_error(&ctx, e).await),
+            }
+        })
+        .await?;
+        let usage_micros = match settled {
+            Some(micros) => Some(micros),
+            // The usage route keeps answering for 30 days after a delete.
+            None => self.usage(&id).await.ok().and_then(|u| u.total_micros),
+        };
+        Ok(Deleted {
+            deleted: machine.to_owned(),
+            usage_micros,
+        })
+    }
+
+    async fn exec(&self, machine: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
+        let id = self.resolve(machine).await?;
+        self.exec_by_id(machine, &id, spec).await
+    }
+
+    async fn read_file(&self, machine: &str, path: &str) -> FleetResult<Vec<u8>> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("read {path} in {machine}");
+        if self.files_route.load(Ordering::Relaxed) != ROUTE_ABSENT {
+            let url = self.file_url(&id, path)?;
+            let response = within(&ctx, FILES, async {
+                self.http
+                    .get(url)
+                    .send()
+                    .await
+                    .map_err(|e| transport(&ctx, &e))
+            })
+            .await?;
+            let status = response.status();
+            if status.is_success() {
+                self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
+                let bytes = within(&ctx, FILES, async {
+                    response.bytes().await.map_err(|e| transport(&ctx, &e))
+                })
+                .await?;
+                return Ok(bytes.to_vec());
+            }
+            let err = from_response(&ctx, response).await;
+            if !self.route_may_be_missing(status.as_u16(), &err) {
+                return Err(err);
+            }
+        }
+        let script = format!("base64 < {}", shell_quote(path));
+        let out = self.fallback_exec(machine, &id, &ctx, script, None).await?;
+        if out.stdout_cut_upstream {
+            return Err(FleetError::new(
+                ErrorKind::Unsupported,
+                ctx,
+                "the file is larger than one exec answer carries, and this control plane has no \
+                 files route to read it whole",
+            ));
+        }
+        let text: String = String::from_utf8_lossy(&out.stdout)
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| FleetError::new(ErrorKind::BadResponse, ctx, format!("base64: {e}")))
+    }
+
+    async fn write_file(&self, machine: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64> {
+        let len = bytes.len() as u64;
+        let ctx = format!("write {path} in {machine}");
+        if len > MAX_FILE_BYTES {
+            return Err(FleetError::new(
+                ErrorKind::Invalid,
+                ctx,
+                format!(
+                    "{len} bytes is more than the {MAX_FILE_BYTES} bytes a cloud file may hold"
+                ),
+            ));
+        }
+        let id = self.resolve(machine).await?;
+        if self.files_route.load(Ordering::Relaxed) != ROUTE_ABSENT {
+            let url = self.file_url(&id, path)?;
+            let limit = FILES + super::local::transfer_time(len);
+            let response = within(&ctx, limit, async {
+                self.http
+                    .put(url)
+                    .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                    .body(bytes.clone())
+                    .send()
+                    .await
+                    .map_err(|e| transport(&ctx, &e))
+            })
+            .await?;
+            let status = response.status();
+            if status.is_success() {
+                self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
+                return Ok(len);
+            }
+            let err = from_response(&ctx, response).await;
+            if !self.route_may_be_missing(status.as_u16(), &err) {
+                return Err(err);
+            }
+        }
+        let quoted = shell_quote(path);
+        let script = format!("mkdir -p \"$(dirname {quoted})\" && base64 -d > {quoted}");
+        let stdin = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        self.fallback_exec(machine, &id, &ctx, script, Some(stdin))
+            .await?;
+        Ok(len)
+    }
+
+    /// Branches a running branchable machine. Control planes from before the branch vocabulary
+    /// only have `/fork` (same body), so a 404 on `/branches` is retried there.
+    async fn branch(&self, source: &str, child: &str, branchable: bool) -> FleetResult<Machine> {
+        let id = self.resolve(source).await?;
+        let ctx = format!("branch machine {source} into {child}");
+        let body = types::BranchRequest {
+            branchable: branchable.then_some(true),
+            freeze_source: None,
+            labels: None,
+            name: child.to_owned(),
+            ports: Vec::new(),
+        };
+        within(&ctx, BRANCH, async {
+            let branches = self.client.machine_branch().id(&id).body(body.clone());
+            match send(&ctx, BRANCH, branches.send()).await {
+                Err(e) if e.is_not_found() => {}
+                other => return other.map(view),
+            }
+            let fork = self.client.machine_fork().id(&id).body(body);
+            send(&ctx, BRANCH, fork.send()).await.map(view)
+        })
+        .await
+    }
+
+    /// The control plane's event log (what happened to the machine, not what ran in it). The
+    /// route has no tail or since parameter, so the whole log is read and paged here.
+    async fn logs(&self, machine: &str, tail: usize, cursor: Option<&str>) -> FleetResult<LogPage> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("events of {machine}");
+        let events =
+            retry_read(|| send(&ctx, READ, self.client.machine_events().id(&id).send())).await?;
+        Ok(page_by_event_id(events, tail, cursor))
+    }
+}
+
+fn create_body(
+    spec: &CreateSpec,
+    backstop: Backstop,
+) -> Result<types::CreateMachineRequest, (ErrorKind, String)> {
     if !spec.mounts.is_empty() {
         return Err((
             ErrorKind::Unsupported,
@@ -499,12 +483,6 @@ fn create_body(spec: &CreateSpec) -> Result<types::CreateMachineRequest, (ErrorK
         return Err((
             ErrorKind::Unsupported,
             "overlayGb is local only: a cloud machine has one disk, sized with storageGb".into(),
-        ));
-    }
-    if spec.cmd.is_some() {
-        return Err((
-            ErrorKind::Unsupported,
-            "a workload command is local only: the cloud create request takes none".into(),
         ));
     }
     if !spec.ports.is_empty() && spec.egress == Egress::Blocked {
@@ -547,13 +525,14 @@ fn create_body(spec: &CreateSpec) -> Result<types::CreateMachineRequest, (ErrorK
         ports,
         branchable: spec.branchable.then_some(true),
         env: spec.env.clone(),
-        labels: spec.labels.clone(),
+        labels: Default::default(),
+        // The control plane's backstop for a session that dies without cleaning up.
         ttl_seconds: spec
-            .ttl_seconds
-            .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+            .ephemeral
+            .then(|| i64::try_from(backstop.ttl_secs).unwrap_or(i64::MAX)),
         auto_stop_seconds: spec
-            .auto_stop_seconds
-            .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+            .ephemeral
+            .then(|| i64::try_from(backstop.auto_stop_secs).unwrap_or(i64::MAX)),
         // `ephemeral` deletes a machine once it stops, and a cloud machine is created stopped:
         // the sweep removed it before the start (observed 404). TTL and auto-stop replace it.
         ephemeral: None,
@@ -669,25 +648,12 @@ pub(crate) fn page_by_event_id(
     }
 }
 
+/// RFC 3986's unreserved characters stay; everything else is escaped.
 const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
-
-fn encode_segment(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
-}
-
-/// `/workspace/a b.txt` -> `workspace/a%20b.txt`: no leading slash, empty segments dropped,
-/// each segment percent-encoded.
-pub(crate) fn path_suffix(path: &str) -> String {
-    path.split('/')
-        .filter(|s| !s.is_empty())
-        .map(encode_segment)
-        .collect::<Vec<_>>()
-        .join("/")
-}
 
 /// Single-quotes a word for `sh`.
 pub(crate) fn shell_quote(s: &str) -> String {
@@ -738,9 +704,22 @@ mod tests {
     }
 
     #[test]
-    fn suffixes_and_quoting() {
-        assert_eq!(path_suffix("/workspace/a b.txt"), "workspace/a%20b.txt");
-        assert_eq!(path_suffix("//x//y?#%"), "x/y%3F%23%25");
+    fn file_urls_and_quoting() {
+        let backstop = Backstop {
+            ttl_secs: 1,
+            auto_stop_secs: 1,
+        };
+        let fleet = CloudFleet::new("https://api.example/base/", "t", backstop).unwrap();
+        let url = |path| fleet.file_url("mach-1", path).unwrap().to_string();
+        assert_eq!(
+            url("/workspace/a b.txt"),
+            "https://api.example/base/v1/machines/mach-1/files/workspace/a%20b.txt"
+        );
+        assert_eq!(
+            url("//x//y?#%"),
+            "https://api.example/base/v1/machines/mach-1/files/x/y%3F%23%25"
+        );
+        assert!(fleet.file_url("mach-1", "///").is_err());
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
     }
 

@@ -1,13 +1,14 @@
 //! The local fleet: `smolvm serve` on this host, through the generated smolvm client.
 
+use super::FleetApi;
+use super::error::{ErrorKind, FleetError, FleetResult};
 use super::model::{
-    CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, LogPage, Machine, PublishedPort,
+    CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, Machine, PublishedPort,
     PulledImage, epoch_to_rfc3339,
 };
-use super::upstream::{map_error, within};
-use crate::error::{ErrorKind, FleetError, FleetResult};
+use super::transport::LocalEndpoint;
+use super::upstream::{send, send_raw, within};
 use crate::generated::smolvm::{self, types};
-use crate::transport::LocalEndpoint;
 use base64::Engine as _;
 use futures::TryStreamExt;
 use std::time::Duration;
@@ -19,6 +20,9 @@ const STOP_DELETE: Duration = Duration::from_secs(120);
 const LOGS: Duration = Duration::from_secs(15);
 const PULL: Duration = Duration::from_secs(600);
 const HEALTH: Duration = Duration::from_secs(2);
+/// The workload of a machine created with `keep_running`: images whose own command exits at
+/// once (alpine's shell, most language images) would otherwise stop the machine before any exec.
+const KEEPALIVE: &[&str] = &["sh", "-c", "while true; do sleep 3600; done"];
 /// What an exec without its own timeout may take, and the slack added to one that has one.
 const EXEC_DEFAULT_SECS: u64 = 120;
 const EXEC_SLACK: Duration = Duration::from_secs(30);
@@ -47,59 +51,44 @@ impl LocalFleet {
     }
 
     pub async fn health(&self) -> FleetResult<Health> {
-        let ctx = "health";
-        within(ctx, HEALTH, async {
-            match self.client.health().send().await {
-                Ok(r) => {
-                    let h = r.into_inner();
-                    Ok(Health {
-                        status: h.status,
-                        version: h.version,
-                    })
-                }
-                Err(e) => Err(map_error(ctx, e).await),
-            }
+        let h = send("health", HEALTH, self.client.health().send()).await?;
+        Ok(Health {
+            status: h.status,
+            version: h.version,
         })
-        .await
+    }
+}
+
+#[async_trait::async_trait]
+impl FleetApi for LocalFleet {
+    fn kind(&self) -> FleetKind {
+        FleetKind::Local
     }
 
-    pub async fn list(&self) -> FleetResult<Vec<Machine>> {
-        let ctx = "list machines";
-        within(ctx, DEFAULT, async {
-            match self.client.list_machines().send().await {
-                Ok(r) => Ok(r.into_inner().machines.into_iter().map(view).collect()),
-                Err(e) => Err(map_error(ctx, e).await),
-            }
-        })
-        .await
+    async fn list(&self) -> FleetResult<Vec<Machine>> {
+        let list = send("list machines", DEFAULT, self.client.list_machines().send()).await?;
+        Ok(list.machines.into_iter().map(view).collect())
     }
 
-    pub async fn get(&self, name: &str) -> FleetResult<Machine> {
+    async fn get(&self, name: &str) -> FleetResult<Machine> {
         let ctx = format!("get machine {name}");
-        within(&ctx, DEFAULT, async {
-            match self.client.get_machine().name(name).send().await {
-                Ok(r) => Ok(view(r.into_inner())),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await
+        let info = send(&ctx, DEFAULT, self.client.get_machine().name(name).send()).await?;
+        Ok(view(info))
     }
 
-    pub async fn create(&self, spec: &CreateSpec) -> FleetResult<Machine> {
+    async fn create(&self, spec: &CreateSpec) -> FleetResult<Machine> {
         let ctx = format!("create machine {}", spec.name);
-        let body = create_body(spec);
-        within(&ctx, DEFAULT, async {
-            match self.client.create_machine().body(body).send().await {
-                Ok(r) => Ok(view(r.into_inner())),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await
+        let request = self.client.create_machine().body(create_body(spec));
+        Ok(view(send(&ctx, DEFAULT, request.send()).await?))
     }
 
-    /// Starts a machine. Locally, branchability is chosen at start: a machine started without
-    /// it cannot be branched until it is stopped and started again with it.
-    pub async fn start(&self, name: &str, branchable: bool) -> FleetResult<Machine> {
+    /// Locally, branchability is chosen at each start: a machine started without it cannot be
+    /// branched until it is stopped and started again with it. `None` keeps what it had.
+    async fn start(&self, name: &str, branchable: Option<bool>) -> FleetResult<Machine> {
+        let branchable = match branchable {
+            Some(b) => b,
+            None => self.get(name).await?.branchable,
+        };
         let ctx = format!("start machine {name}");
         let body = types::StartMachineRequest {
             branchable: branchable.then_some(true),
@@ -112,41 +101,26 @@ impl LocalFleet {
             // releases read. Both ask for the same thing.
             request = request.forkable(true);
         }
-        within(&ctx, START, async {
-            match request.send().await {
-                Ok(r) => Ok(view(r.into_inner())),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await
+        Ok(view(send(&ctx, START, request.send()).await?))
     }
 
-    pub async fn stop(&self, name: &str) -> FleetResult<Machine> {
+    async fn stop(&self, name: &str) -> FleetResult<Machine> {
         let ctx = format!("stop machine {name}");
-        within(&ctx, STOP_DELETE, async {
-            match self.client.stop_machine().name(name).send().await {
-                Ok(r) => Ok(view(r.into_inner())),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await
+        let request = self.client.stop_machine().name(name);
+        Ok(view(send(&ctx, STOP_DELETE, request.send()).await?))
     }
 
-    pub async fn delete(&self, name: &str) -> FleetResult<Deleted> {
+    async fn delete(&self, name: &str) -> FleetResult<Deleted> {
         let ctx = format!("delete machine {name}");
-        within(&ctx, STOP_DELETE, async {
-            match self.client.delete_machine().name(name).send().await {
-                Ok(r) => Ok(Deleted {
-                    deleted: r.into_inner().deleted,
-                    usage_micros: None,
-                }),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
+        let request = self.client.delete_machine().name(name);
+        let answer = send(&ctx, STOP_DELETE, request.send()).await?;
+        Ok(Deleted {
+            deleted: answer.deleted,
+            usage_micros: None,
         })
-        .await
     }
 
-    pub async fn exec(&self, name: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
+    async fn exec(&self, name: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
         let ctx = format!("exec in {name}");
         let limit =
             Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS)) + EXEC_SLACK;
@@ -155,45 +129,29 @@ impl LocalFleet {
             auto_start: true,
             background: None,
             command: spec.command.argv(),
-            env: spec
-                .env
-                .iter()
-                .map(|(name, value)| types::EnvVar {
-                    name: name.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
+            env: env_list(&spec.env),
             secrets: Default::default(),
             stdin: spec.stdin.clone(),
             timeout_secs: spec.timeout_secs.map(clamp_i64),
             user: None,
             workdir: spec.workdir.clone(),
         };
-        within(&ctx, limit, async {
-            match self.client.exec_command().id(name).body(body).send().await {
-                Ok(r) => {
-                    let out = r.into_inner();
-                    Ok(ExecOutput {
-                        exit_code: out.exit_code,
-                        stdout: exact_bytes(&out.stdout_b64, out.stdout),
-                        stderr: exact_bytes(&out.stderr_b64, out.stderr),
-                        stdout_cut_upstream: false,
-                        stderr_cut_upstream: false,
-                    })
-                }
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
+        let request = self.client.exec_command().id(name).body(body);
+        let out = send(&ctx, limit, request.send()).await?;
+        Ok(ExecOutput {
+            exit_code: out.exit_code,
+            stdout: exact_bytes(&out.stdout_b64, out.stdout),
+            stderr: exact_bytes(&out.stderr_b64, out.stderr),
+            stdout_cut_upstream: false,
+            stderr_cut_upstream: false,
         })
-        .await
     }
 
-    pub async fn read_file(&self, name: &str, path: &str) -> FleetResult<Vec<u8>> {
+    async fn read_file(&self, name: &str, path: &str) -> FleetResult<Vec<u8>> {
         let ctx = format!("read {path} in {name}");
         within(&ctx, DEFAULT, async {
-            let response = match self.client.download_file().id(name).path(path).send().await {
-                Ok(r) => r,
-                Err(e) => return Err(map_error(&ctx, e).await),
-            };
+            let request = self.client.download_file().id(name).path(path).send();
+            let response = send_raw(&ctx, DEFAULT, request).await?;
             // A directory answers a JSON listing under the same 200 (override
             // local-download-returns-bytes); a file is octet-stream.
             let is_listing = response
@@ -214,32 +172,15 @@ impl LocalFleet {
         .await
     }
 
-    pub async fn write_file(&self, name: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64> {
+    async fn write_file(&self, name: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64> {
         let ctx = format!("write {path} in {name}");
         let len = bytes.len() as u64;
-        within(&ctx, DEFAULT + transfer_time(len), async {
-            match self
-                .client
-                .upload_file()
-                .id(name)
-                .path(path)
-                .body(bytes)
-                .send()
-                .await
-            {
-                Ok(r) => Ok(u64::try_from(r.into_inner().size).unwrap_or(len)),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await
+        let request = self.client.upload_file().id(name).path(path).body(bytes);
+        let answer = send(&ctx, DEFAULT + transfer_time(len), request.send()).await?;
+        Ok(u64::try_from(answer.size).unwrap_or(len))
     }
 
-    pub async fn branch(
-        &self,
-        source: &str,
-        child: &str,
-        branchable: bool,
-    ) -> FleetResult<Machine> {
+    async fn branch(&self, source: &str, child: &str, branchable: bool) -> FleetResult<Machine> {
         let ctx = format!("branch machine {source} into {child}");
         let body = types::ForkRequest {
             branchable: branchable.then_some(true),
@@ -254,55 +195,27 @@ impl LocalFleet {
             share_weights: None,
             wait_ready: None,
         };
-        within(&ctx, START, async {
-            match self
-                .client
-                .branch_machine()
-                .name(source)
-                .body(body)
-                .send()
-                .await
-            {
-                Ok(r) => Ok(view(r.into_inner())),
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
-        })
-        .await
+        let request = self.client.branch_machine().name(source).body(body);
+        Ok(view(send(&ctx, START, request.send()).await?))
     }
 
     /// The guest console. Without a usable cursor: the last `tail` lines. With one: whatever
     /// arrived since. The cursor counts lines from the start of the log, so resuming after a
     /// tailed page never re-delivers lines (the reference server's cursor counted the page).
-    pub async fn logs(
-        &self,
-        name: &str,
-        tail: usize,
-        cursor: Option<&str>,
-    ) -> FleetResult<LogPage> {
+    async fn logs(&self, name: &str, tail: usize, cursor: Option<&str>) -> FleetResult<LogPage> {
         let ctx = format!("logs of {name}");
         let lines = within(&ctx, LOGS, async {
             // tail=0 asks for the whole log without following it.
-            match self
-                .client
-                .stream_logs()
-                .id(name)
-                .follow(false)
-                .tail(0u64)
-                .send()
-                .await
-            {
-                Ok(r) => {
-                    let bytes = collect(&ctx, r.into_inner()).await?;
-                    Ok(sse_data_lines(&String::from_utf8_lossy(&bytes)))
-                }
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
+            let request = self.client.stream_logs().id(name).follow(false).tail(0u64);
+            let stream = send(&ctx, LOGS, request.send()).await?;
+            let bytes = collect(&ctx, stream).await?;
+            Ok(sse_data_lines(&String::from_utf8_lossy(&bytes)))
         })
         .await?;
         Ok(page_by_line_count(lines, tail, cursor))
     }
 
-    pub async fn pull_image(&self, name: &str, image: &str) -> FleetResult<PulledImage> {
+    async fn pull_image(&self, name: &str, image: &str) -> FleetResult<PulledImage> {
         let ctx = format!("pull {image} into {name}");
         let body = types::PullImageRequest {
             image: image.to_owned(),
@@ -310,23 +223,16 @@ impl LocalFleet {
             oci_platform: None,
             proxy: None,
         };
-        within(&ctx, PULL, async {
-            match self.client.pull_image().id(name).body(body).send().await {
-                Ok(r) => {
-                    let i = r.into_inner().image;
-                    Ok(PulledImage {
-                        reference: i.reference,
-                        digest: Some(i.digest),
-                        size: Some(i.size),
-                        architecture: Some(i.architecture),
-                        os: Some(i.os),
-                        layer_count: i64::try_from(i.layer_count).ok(),
-                    })
-                }
-                Err(e) => Err(map_error(&ctx, e).await),
-            }
+        let request = self.client.pull_image().id(name).body(body);
+        let i = send(&ctx, PULL, request.send()).await?.image;
+        Ok(PulledImage {
+            reference: i.reference,
+            digest: Some(i.digest),
+            size: Some(i.size),
+            architecture: Some(i.architecture),
+            os: Some(i.os),
+            layer_count: i64::try_from(i.layer_count).ok(),
         })
-        .await
     }
 }
 
@@ -361,15 +267,12 @@ pub(crate) fn create_body(spec: &CreateSpec) -> types::CreateMachineRequest {
         network: Some(network),
         allowed_hosts: hosts,
         allowed_cidrs: cidrs,
-        cmd: spec.cmd.clone().unwrap_or_default(),
-        env: spec
-            .env
-            .iter()
-            .map(|(name, value)| types::EnvVar {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
+        cmd: if spec.keep_running {
+            KEEPALIVE.iter().map(|s| s.to_string()).collect()
+        } else {
+            Vec::new()
+        },
+        env: env_list(&spec.env),
         ports: spec
             .ports
             .iter()
@@ -395,6 +298,16 @@ pub(crate) fn create_body(spec: &CreateSpec) -> types::CreateMachineRequest {
     }
 }
 
+/// The engine takes env as a list of pairs; the shared vocabulary keeps a map.
+fn env_list(env: &std::collections::BTreeMap<String, String>) -> Vec<types::EnvVar> {
+    env.iter()
+        .map(|(name, value)| types::EnvVar {
+            name: name.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
 fn view(info: types::MachineInfo) -> Machine {
     let hosts = info.allowed_hosts.unwrap_or_default();
     let cidrs = info.allowed_cidrs.unwrap_or_default();
@@ -415,7 +328,7 @@ fn view(info: types::MachineInfo) -> Machine {
         image: info.image,
         url: None,
         pid: info.pid.map(i64::from),
-        created_at: Some(epoch_to_rfc3339(info.created_at)),
+        created_at: epoch_to_rfc3339(info.created_at),
         branchable: info.branchable || info.forkable,
         ports: info
             .ports

@@ -110,22 +110,18 @@ pub struct CreateSpec {
     pub memory_mb: u32,
     pub egress: Egress,
     pub ports: Vec<PortMapping>,
-    /// Local only.
+    /// Host directories; a fleet without a host file system refuses them.
     pub mounts: Vec<Mount>,
     pub storage_gb: Option<u32>,
-    /// Local only.
+    /// The writable overlay over the image; a fleet with one disk refuses it.
     pub overlay_gb: Option<u32>,
     pub env: BTreeMap<String, String>,
     pub branchable: bool,
-    /// The workload command. Local only: the cloud create has no such field in the API this
-    /// server is built on.
-    pub cmd: Option<Vec<String>>,
-    /// Cloud only: the control plane's backstop for a machine whose owner died.
-    pub ttl_seconds: Option<u64>,
-    /// Cloud only.
-    pub auto_stop_seconds: Option<u64>,
-    /// Cloud only.
-    pub labels: BTreeMap<String, String>,
+    /// The machine belongs to a session and is deleted when it ends; a fleet that bills gives it
+    /// a backstop of its own for a session that dies without cleaning up.
+    pub ephemeral: bool,
+    /// Keep the machine running between commands, whatever the image's own command does.
+    pub keep_running: bool,
 }
 
 impl CreateSpec {
@@ -143,10 +139,8 @@ impl CreateSpec {
             overlay_gb: None,
             env: BTreeMap::new(),
             branchable: false,
-            cmd: None,
-            ttl_seconds: None,
-            auto_stop_seconds: None,
-            labels: BTreeMap::new(),
+            ephemeral: false,
+            keep_running: false,
         }
     }
 }
@@ -254,26 +248,10 @@ pub struct Account {
 }
 
 /// Seconds since the Unix epoch as RFC 3339 UTC (the local API's `createdAt` is epoch seconds,
-/// the cloud's is already RFC 3339).
-pub fn epoch_to_rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+/// the cloud's is already RFC 3339). `None` outside chrono's range of years.
+pub fn epoch_to_rfc3339(secs: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 #[cfg(test)]
@@ -282,9 +260,16 @@ mod tests {
 
     #[test]
     fn epoch_seconds_render_as_utc() {
-        assert_eq!(epoch_to_rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(epoch_to_rfc3339(1_788_878_857), "2026-09-08T14:47:37Z");
-        assert_eq!(epoch_to_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(epoch_to_rfc3339(0).unwrap(), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            epoch_to_rfc3339(1_788_878_857).unwrap(),
+            "2026-09-08T14:47:37Z"
+        );
+        assert_eq!(
+            epoch_to_rfc3339(951_782_400).unwrap(),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(epoch_to_rfc3339(i64::MAX), None);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Turning what upstream answered into a `FleetError`, and bounding each call in time.
 
-use crate::error::{ErrorKind, FleetError, FleetResult};
+use super::error::{ErrorKind, FleetError, FleetResult};
 use crate::generated::smolvm;
-use progenitor_client::Error as ClientError;
+use progenitor_client::{Error as ClientError, ResponseValue};
 use std::future::Future;
 use std::time::Duration;
 
@@ -177,6 +177,33 @@ pub fn parse_error_text(text: &str) -> (Option<String>, Option<String>) {
         .find_map(|k| map.get(*k).and_then(|v| v.as_str()).map(str::to_owned));
     let code = map.get("code").and_then(|v| v.as_str()).map(str::to_owned);
     (message, code)
+}
+
+/// Sends one generated-client request within `limit` and answers its body, or the error upstream
+/// gave in the shared vocabulary. Dropping the returned future cancels the request.
+pub(crate) async fn send<T, E: ErrorBody>(
+    context: &str,
+    limit: Duration,
+    request: impl Future<Output = Result<ResponseValue<T>, ClientError<E>>>,
+) -> FleetResult<T> {
+    send_raw(context, limit, request)
+        .await
+        .map(ResponseValue::into_inner)
+}
+
+/// [`send`], keeping the status and headers of the answer.
+pub(crate) async fn send_raw<T, E: ErrorBody>(
+    context: &str,
+    limit: Duration,
+    request: impl Future<Output = Result<ResponseValue<T>, ClientError<E>>>,
+) -> FleetResult<ResponseValue<T>> {
+    within(context, limit, async {
+        match request.await {
+            Ok(response) => Ok(response),
+            Err(e) => Err(map_error(context, e).await),
+        }
+    })
+    .await
 }
 
 /// Runs `call`, failing with a timeout error naming `context` if it takes longer than `limit`.

@@ -1,69 +1,23 @@
-//! The MCP server: the policy layer that maps the tools onto the fleets.
+//! The MCP protocol side: one `ServerHandler` per session, answering from the tool table
+//! (`crate::tools`) with the process's `Backend`.
 
-pub mod args;
-pub mod backend;
-pub mod catalog;
-pub mod ephemeral;
-pub mod local_serve;
-pub mod output;
-pub mod results;
-mod tools;
-
-use crate::error::FleetError;
+use crate::backend::{Backend, Mode};
 use crate::fleet::FleetKind;
-pub use backend::{Backend, Cleanup, StartupError};
-use catalog::Mode;
+use crate::tools::{self, Catalog, Tool, ToolError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use std::sync::Arc;
-
-/// A tool failure the agent reads: `CODE: message`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolError {
-    pub code: String,
-    pub message: String,
-}
-
-impl ToolError {
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        ToolError {
-            code: code.into(),
-            message: message.into(),
-        }
-    }
-
-    fn record(e: ephemeral::RecordError) -> Self {
-        ToolError::new("RECORD", e.to_string())
-    }
-
-    pub fn cancelled() -> Self {
-        ToolError::new("CANCELLED", "the client cancelled this call")
-    }
-}
-
-impl From<FleetError> for ToolError {
-    fn from(e: FleetError) -> Self {
-        ToolError::new(e.kind.code(), e.to_string())
-    }
-}
-
-/// A tool's successful answer: the structured result and any extra content blocks.
-pub struct ToolOutput {
-    pub structured: serde_json::Value,
-    pub extra: Vec<ContentBlock>,
-}
 
 /// One MCP session's server. Sessions of one process share the `Backend`.
 #[derive(Clone)]
 pub struct SmolMcp {
     backend: Arc<Backend>,
     session: Arc<str>,
-    tools: Arc<Vec<Tool>>,
+    catalog: Arc<Catalog>,
     _end: Option<Arc<SessionEnd>>,
 }
 
@@ -88,11 +42,10 @@ impl Drop for SessionEnd {
 
 impl SmolMcp {
     pub fn new(backend: Arc<Backend>, session: impl Into<Arc<str>>) -> Self {
-        let tools = backend.catalog();
         SmolMcp {
+            catalog: Catalog::of(backend.mode),
             backend,
             session: session.into(),
-            tools,
             _end: None,
         }
     }
@@ -161,11 +114,11 @@ impl ServerHandler for SmolMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+        Ok(ListToolsResult::with_all_items(self.catalog.listed.clone()))
     }
 
-    fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.tools.iter().find(|t| t.name == name).cloned()
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.catalog.listed.iter().find(|t| t.name == name).cloned()
     }
 
     async fn call_tool(
@@ -173,47 +126,37 @@ impl ServerHandler for SmolMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let name = request.name.to_string();
-        if !catalog::TOOL_NAMES.contains(&name.as_str()) {
+        let Some(tool) = Tool::from_name(&request.name) else {
+            let names: Vec<&str> = Tool::ALL.iter().map(|t| t.name()).collect();
             return Err(ErrorData::invalid_params(
                 format!(
-                    "no tool named {name}; the tools are {}",
-                    catalog::TOOL_NAMES.join(", ")
+                    "no tool named {}; the tools are {}",
+                    tools::error::quote(&request.name),
+                    names.join(", ")
                 ),
                 None,
             ));
-        }
-        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let tools = tools::Tools {
-            backend: &self.backend,
-            session: &self.session,
-            ct: context.ct,
-            used: std::sync::OnceLock::new(),
         };
-        let result = tools.call(&name, args).await;
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let result = tools::call(&self.backend, &self.session, context.ct, tool, args).await;
         Ok(CallToolResponse::Complete(into_result(result)))
     }
 }
 
-fn into_result(result: Result<ToolOutput, ToolError>) -> CallToolResult {
+fn into_result(result: Result<serde_json::Value, ToolError>) -> CallToolResult {
     match result {
-        Ok(out) => {
+        Ok(structured) => {
             // Compact: a page of a file is megabytes, and indentation would only add to them.
-            let text = serde_json::to_string(&out.structured).unwrap_or_default();
+            let text = serde_json::to_string(&structured).unwrap_or_default();
             // Not CallToolResult::structured, which would serialize the value a second time for
             // a text block this replaces anyway.
-            let mut content = vec![ContentBlock::text(text)];
-            content.extend(out.extra);
-            let mut r = CallToolResult::success(content);
-            r.structured_content = Some(out.structured);
+            let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+            r.structured_content = Some(structured);
             r
         }
         Err(e) => {
-            tracing::debug!(code = %e.code, message = %e.message, "tool error");
-            CallToolResult::error(vec![ContentBlock::text(format!(
-                "{}: {}",
-                e.code, e.message
-            ))])
+            tracing::debug!(code = e.code(), message = %e.message, "tool error");
+            CallToolResult::error(vec![ContentBlock::text(e.to_string())])
         }
     }
 }

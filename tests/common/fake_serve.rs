@@ -100,8 +100,8 @@ impl FakeServe {
         format!("unix://{}", self.socket.display())
     }
 
-    pub fn endpoint(&self) -> smol_mcp::transport::LocalEndpoint {
-        smol_mcp::transport::LocalEndpoint::Unix(self.socket.clone())
+    pub fn endpoint(&self) -> smol_mcp::fleet::transport::LocalEndpoint {
+        smol_mcp::fleet::transport::LocalEndpoint::Unix(self.socket.clone())
     }
 
     /// The requests recorded so far, emptying the record.

@@ -2,7 +2,7 @@
 //! socket in a temp dir, with its own state dir and guest-rollout port so it never meets another
 //! serve on the host. Killed when dropped.
 
-use smol_mcp::transport::LocalEndpoint;
+use smol_mcp::fleet::transport::LocalEndpoint;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

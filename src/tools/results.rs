@@ -1,8 +1,14 @@
 //! What each tool answers, as structured content (and its output schema).
 
+use super::{ToolError, ToolErrorKind};
 use crate::fleet::Machine;
 use schemars::JsonSchema;
 use serde::Serialize;
+
+/// A result as the structured content of a tool answer.
+pub fn to_value<T: Serialize>(result: &T) -> Result<serde_json::Value, ToolError> {
+    serde_json::to_value(result).map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))
+}
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct MachineList {

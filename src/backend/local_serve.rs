@@ -3,10 +3,9 @@
 //! if it started it.
 
 use crate::config::Config;
-use crate::error::{ErrorKind, FleetError, FleetResult};
-use crate::fleet::LocalFleet;
 use crate::fleet::local::Health;
-use crate::transport::LocalEndpoint;
+use crate::fleet::transport::LocalEndpoint;
+use crate::fleet::{ErrorKind, FleetError, FleetResult, LocalFleet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -35,7 +34,7 @@ pub fn serve_env(all: impl Iterator<Item = (String, String)>) -> Vec<(String, St
 
 #[derive(Debug)]
 pub struct LocalServe {
-    pub fleet: LocalFleet,
+    pub fleet: std::sync::Arc<LocalFleet>,
     pub version: String,
     /// The serve process, when this server started it.
     child: Option<tokio::process::Child>,
@@ -98,7 +97,7 @@ impl LocalServe {
             check_version(&health, &config.min_smolvm)?;
             tracing::info!(version = %health.version, listen = %endpoint.listen_arg(), "using a running smolvm serve");
             return Ok(LocalServe {
-                fleet,
+                fleet: std::sync::Arc::new(fleet),
                 version: health.version,
                 child: None,
             });
@@ -146,7 +145,7 @@ impl LocalServe {
             if let Ok(health) = fleet.health().await {
                 tracing::info!(version = %health.version, %listen, pid = child.id(), "started smolvm serve");
                 let serve = LocalServe {
-                    fleet,
+                    fleet: std::sync::Arc::new(fleet),
                     version: health.version.clone(),
                     child: Some(child),
                 };

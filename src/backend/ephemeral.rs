@@ -192,13 +192,27 @@ impl Record {
         })
     }
 
-    pub fn set_id(&self, fleet: FleetKind, name: &str, id: &str) -> Result<(), RecordError> {
+    /// Adds an entry unless one of that name is recorded already; answers whether one was.
+    pub fn add_new(&self, entry: Entry) -> Result<bool, RecordError> {
+        self.update(|entries| {
+            let known = entries
+                .iter()
+                .any(|e| e.fleet == entry.fleet && e.name == entry.name);
+            if !known {
+                entries.push(entry);
+            }
+            known
+        })
+    }
+
+    /// Once create has answered: the machine's id, and the session that made it as its owner.
+    pub fn set_created(&self, created: &Entry) -> Result<(), RecordError> {
         self.update(|entries| {
             for e in entries
                 .iter_mut()
-                .filter(|e| e.fleet == fleet && e.name == name)
+                .filter(|e| e.fleet == created.fleet && e.name == created.name)
             {
-                e.id = id.to_owned();
+                e.clone_from(created);
             }
         })
     }
@@ -288,7 +302,13 @@ mod tests {
         assert_eq!(found, ["mine", "orphan"]);
         assert_eq!(record.orphaned(FleetKind::Local).unwrap().len(), 1);
         assert!(record.orphaned(FleetKind::Cloud).unwrap().is_empty());
-        record.set_id(FleetKind::Local, "mine", "id-1").unwrap();
+        assert!(
+            record.add_new(entry("mine", dead, "s7")).unwrap(),
+            "kept as it was"
+        );
+        let mut created = entry("mine", me, "s1");
+        created.id = "id-1".into();
+        record.set_created(&created).unwrap();
         record.remove(FleetKind::Local, "id-1").unwrap();
         assert_eq!(record.entries().unwrap().len(), 2);
     }

@@ -1,19 +1,26 @@
 //! What a server process holds for its sessions: the mode, the fleets (the local one started on
 //! first use), the ephemeral record, and the clean-up when a session or the process ends.
 
-use super::ToolError;
-use super::catalog::Mode;
-use super::ephemeral::{Entry, Record, ensure_runtime_dir};
-use super::local_serve::LocalServe;
+pub mod ephemeral;
+pub mod local_serve;
+
 use crate::config::{Config, TargetsSetting};
-use crate::error::ErrorKind;
-use crate::fleet::{CloudFleet, Fleet, FleetKind};
+use crate::fleet::{Backstop, CloudFleet, ErrorKind, Fleet, FleetError, FleetKind, FleetResult};
+use ephemeral::{Entry, Record, RecordError, ensure_runtime_dir};
+use local_serve::LocalServe;
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error(transparent)]
-    Record(#[from] super::ephemeral::RecordError),
+    Record(#[from] RecordError),
+}
+
+/// Which fleets this process serves, decided once at startup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Single(FleetKind),
+    Both,
 }
 
 pub struct Backend {
@@ -23,16 +30,13 @@ pub struct Backend {
     local: tokio::sync::Mutex<Option<LocalServe>>,
     /// Built on first use: its HTTPS client loads the platform's root certificates, which a
     /// session that never touches the cloud should not pay for at start-up.
-    cloud: std::sync::OnceLock<Result<Arc<CloudFleet>, crate::error::FleetError>>,
-    cloud_account_ok: tokio::sync::OnceCell<()>,
+    cloud: std::sync::OnceLock<Result<Arc<CloudFleet>, FleetError>>,
     /// The last file read-file fetched, so that later pages of the same read come from one
     /// download (neither API reads a byte range).
-    pub(super) file_cache: std::sync::Mutex<Option<CachedFile>>,
-    /// The tool catalog depends only on the mode: built once per process, not per session.
-    catalog: std::sync::OnceLock<Arc<Vec<rmcp::model::Tool>>>,
+    pub file_cache: std::sync::Mutex<Option<CachedFile>>,
 }
 
-pub(super) struct CachedFile {
+pub struct CachedFile {
     pub kind: FleetKind,
     pub machine: String,
     pub path: String,
@@ -67,34 +71,34 @@ impl Backend {
             mode,
             local: tokio::sync::Mutex::new(None),
             cloud: std::sync::OnceLock::new(),
-            cloud_account_ok: tokio::sync::OnceCell::new(),
             file_cache: std::sync::Mutex::new(None),
-            catalog: std::sync::OnceLock::new(),
         })
     }
 
-    pub fn catalog(&self) -> Arc<Vec<rmcp::model::Tool>> {
-        self.catalog
-            .get_or_init(|| Arc::new(super::catalog::tools(self.mode)))
-            .clone()
-    }
-
     /// The cloud fleet, when a token is configured.
-    fn cloud(&self) -> Option<Result<Arc<CloudFleet>, crate::error::FleetError>> {
+    fn cloud(&self) -> Option<Result<Arc<CloudFleet>, FleetError>> {
         if self.config.cloud_token.is_empty() {
             return None;
         }
         Some(
             self.cloud
                 .get_or_init(|| {
-                    CloudFleet::new(&self.config.cloud_url, self.config.cloud_token.expose())
-                        .map(Arc::new)
+                    let backstop = Backstop {
+                        ttl_secs: self.config.ephemeral_ttl_secs,
+                        auto_stop_secs: self.config.ephemeral_auto_stop_secs,
+                    };
+                    CloudFleet::new(
+                        &self.config.cloud_url,
+                        self.config.cloud_token.expose(),
+                        backstop,
+                    )
+                    .map(Arc::new)
                 })
                 .clone(),
         )
     }
 
-    pub(super) fn forget_cached_file(&self) {
+    pub fn forget_cached_file(&self) {
         if let Ok(mut cache) = self.file_cache.lock() {
             *cache = None;
         }
@@ -108,77 +112,64 @@ impl Backend {
     }
 
     /// The fleet for a call. The local serve is found or started here, on first use.
-    pub async fn fleet(&self, kind: FleetKind) -> Result<Fleet, ToolError> {
+    pub async fn fleet(&self, kind: FleetKind) -> FleetResult<Fleet> {
         match kind {
             FleetKind::Cloud => match self.cloud() {
-                Some(Ok(cloud)) => Ok(Fleet::Cloud(cloud)),
-                Some(Err(e)) => Err(e.into()),
-                None => Err(ToolError::new(
-                    "CLOUD_NOT_CONFIGURED",
+                Some(cloud) => Ok(cloud? as Fleet),
+                None => Err(FleetError::new(
+                    ErrorKind::Unsupported,
+                    "cloud fleet",
                     "the cloud fleet is not configured: set SMOL_CLOUD_TOKEN (and SMOL_CLOUD_URL if it is not the default)",
                 )),
             },
             FleetKind::Local => {
                 let mut local = self.local.lock().await;
-                if local.is_none() {
-                    let serve = LocalServe::acquire(&self.config).await?;
-                    let fleet = Fleet::Local(Arc::new(serve.fleet.clone()));
-                    *local = Some(serve);
-                    drop(local);
-                    // A first local call is also when a crashed predecessor's machines can be
-                    // reached; deleting them must not hold up this call.
-                    let record = self.record.clone();
-                    let orphan_fleet = fleet.clone();
-                    tokio::spawn(async move {
-                        sweep(&record, &orphan_fleet, None).await;
-                    });
-                    return Ok(fleet);
+                if let Some(serve) = local.as_ref() {
+                    return Ok(serve.fleet.clone() as Fleet);
                 }
-                match local.as_ref() {
-                    Some(serve) => Ok(Fleet::Local(Arc::new(serve.fleet.clone()))),
-                    None => Err(ToolError::new("INTERNAL", "the local fleet vanished")),
-                }
+                let serve = LocalServe::acquire(&self.config).await?;
+                let fleet: Fleet = serve.fleet.clone();
+                *local = Some(serve);
+                drop(local);
+                // A first local call is also when a crashed predecessor's machines can be
+                // reached; deleting them must not hold up this call.
+                let record = self.record.clone();
+                let orphan_fleet = fleet.clone();
+                tokio::spawn(async move {
+                    sweep(&record, &orphan_fleet, None).await;
+                });
+                Ok(fleet)
             }
         }
     }
 
-    /// Before the first cloud create: the account must be able to pay for a machine.
-    pub async fn check_cloud_account(&self) -> Result<(), ToolError> {
-        let Some(Ok(cloud)) = self.cloud() else {
-            return Ok(());
+    /// Records an ephemeral machine before its create is sent. Answers whether the record
+    /// already had a machine of that name (which is then left as it was).
+    pub fn remember(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+        session: &str,
+    ) -> Result<bool, RecordError> {
+        self.record.add_new(Entry {
+            fleet,
+            name: name.to_owned(),
+            id: name.to_owned(),
+            owner_pid: std::process::id(),
+            session: session.to_owned(),
+        })
+    }
+
+    /// Once create has answered: the machine's id, and this session as its owner.
+    pub fn remember_created(&self, fleet: FleetKind, name: &str, id: &str, session: &str) {
+        let created = Entry {
+            fleet,
+            name: name.to_owned(),
+            id: id.to_owned(),
+            owner_pid: std::process::id(),
+            session: session.to_owned(),
         };
-        self.cloud_account_ok
-            .get_or_try_init(|| async {
-                let account = cloud.account().await.map_err(ToolError::from)?;
-                if account.status != "active" {
-                    return Err(ToolError::new(
-                        "ACCOUNT_NOT_ACTIVE",
-                        format!(
-                            "the cloud account {} is {}, not active, so it cannot create machines",
-                            account.tenant_id, account.status
-                        ),
-                    ));
-                }
-                Ok(())
-            })
-            .await
-            .map(|_| ())
-    }
-
-    pub fn remember(&self, fleet: FleetKind, name: &str, session: &str) -> Result<(), ToolError> {
-        self.record
-            .add(Entry {
-                fleet,
-                name: name.to_owned(),
-                id: name.to_owned(),
-                owner_pid: std::process::id(),
-                session: session.to_owned(),
-            })
-            .map_err(ToolError::record)
-    }
-
-    pub fn remember_id(&self, fleet: FleetKind, name: &str, id: &str) {
-        if let Err(e) = self.record.set_id(fleet, name, id) {
+        if let Err(e) = self.record.set_created(&created) {
             tracing::warn!(error = %e, "could not record the id of {name}");
         }
     }
@@ -197,7 +188,7 @@ impl Backend {
             .orphaned(FleetKind::Cloud)
             .is_ok_and(|o| !o.is_empty());
         if has_cloud_orphans && let Some(Ok(cloud)) = self.cloud() {
-            sweep(&self.record, &Fleet::Cloud(cloud), None).await;
+            sweep(&self.record, &(cloud as Fleet), None).await;
         }
         let has_local_orphans = self
             .record
@@ -205,16 +196,16 @@ impl Backend {
             .is_ok_and(|o| !o.is_empty());
         if has_local_orphans {
             let endpoint = if self.config.local_url.is_empty() {
-                Ok(crate::transport::LocalEndpoint::Unix(
+                Ok(crate::fleet::transport::LocalEndpoint::Unix(
                     self.config.runtime_dir.join("api.sock"),
                 ))
             } else {
-                crate::transport::LocalEndpoint::parse(&self.config.local_url)
+                crate::fleet::transport::LocalEndpoint::parse(&self.config.local_url)
             };
             if let Ok(fleet) = endpoint.and_then(crate::fleet::LocalFleet::new)
                 && fleet.health().await.is_ok()
             {
-                sweep(&self.record, &Fleet::Local(Arc::new(fleet)), None).await;
+                sweep(&self.record, &(Arc::new(fleet) as Fleet), None).await;
             }
         }
     }
@@ -225,13 +216,13 @@ impl Backend {
         let mut total = Cleanup::default();
         // Only a cloud fleet that was used has machines of this session.
         if let Some(Ok(cloud)) = self.cloud.get() {
-            let c = sweep(&self.record, &Fleet::Cloud(cloud.clone()), Some(session)).await;
+            let c = sweep(&self.record, &(cloud.clone() as Fleet), Some(session)).await;
             total.deleted.extend(c.deleted);
             total.failed.extend(c.failed);
         }
         let local = self.local.lock().await;
         if let Some(serve) = local.as_ref() {
-            let fleet = Fleet::Local(Arc::new(serve.fleet.clone()));
+            let fleet: Fleet = serve.fleet.clone();
             drop(local);
             let c = sweep(&self.record, &fleet, Some(session)).await;
             total.deleted.extend(c.deleted);

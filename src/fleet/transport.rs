@@ -2,7 +2,7 @@
 //! `Client::new`, whose 15 s total timeout would cut off any long command; deadlines are set per
 //! call by the fleet instead.
 
-use crate::error::{ErrorKind, FleetError, FleetResult};
+use super::error::{ErrorKind, FleetError, FleetResult};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,34 +23,37 @@ impl LocalEndpoint {
     /// authentication, so anything that can reach it can create machines on this host.
     pub fn parse(url: &str) -> FleetResult<Self> {
         let refuse = |why: String| FleetError::new(ErrorKind::Refused, "local endpoint", why);
-        if let Some(path) = url.strip_prefix("unix://") {
-            if !path.starts_with('/') {
-                return Err(refuse(format!(
-                    "{url}: a unix:// URL needs an absolute socket path, like unix:///run/smolvm.sock"
-                )));
+        let forms = "accepted forms are unix:///abs/path.sock and http://127.0.0.1:PORT";
+        let parsed =
+            reqwest::Url::parse(url).map_err(|e| refuse(format!("{url}: {e}; {forms}")))?;
+        match parsed.scheme() {
+            "unix" => {
+                // `unix://relative.sock` parses with `relative.sock` as the host.
+                if parsed.host().is_some() || !parsed.path().starts_with('/') {
+                    return Err(refuse(format!(
+                        "{url}: a unix:// URL needs an absolute socket path, like unix:///run/smolvm.sock"
+                    )));
+                }
+                Ok(LocalEndpoint::Unix(PathBuf::from(parsed.path())))
             }
-            return Ok(LocalEndpoint::Unix(PathBuf::from(path)));
+            "http" => {
+                // The parser normalises IP literals (127.1 reads as 127.0.0.1), so a string
+                // comparison of the normalised host is exact.
+                let host = parsed.host_str().unwrap_or_default();
+                if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+                    return Err(refuse(format!(
+                        "refusing the non-loopback address {url}: the local smolvm API has no \
+                         authentication, so it must only listen on 127.0.0.1, localhost, [::1] or a Unix socket"
+                    )));
+                }
+                let authority = match parsed.port_or_known_default() {
+                    Some(port) => format!("{host}:{port}"),
+                    None => host.to_owned(),
+                };
+                Ok(LocalEndpoint::Loopback { authority })
+            }
+            _ => Err(refuse(format!("{url}: {forms}"))),
         }
-        let Some(rest) = url.strip_prefix("http://") else {
-            return Err(refuse(format!(
-                "{url}: accepted forms are unix:///abs/path.sock and http://127.0.0.1:PORT"
-            )));
-        };
-        let authority = rest.split('/').next().unwrap_or_default();
-        let host = if let Some(bracketed) = authority.strip_prefix('[') {
-            bracketed.split(']').next().unwrap_or_default()
-        } else {
-            authority.split(':').next().unwrap_or_default()
-        };
-        if !matches!(host, "127.0.0.1" | "localhost" | "::1") {
-            return Err(refuse(format!(
-                "refusing the non-loopback address {url}: the local smolvm API has no \
-                 authentication, so it must only listen on 127.0.0.1, localhost, [::1] or a Unix socket"
-            )));
-        }
-        Ok(LocalEndpoint::Loopback {
-            authority: authority.to_owned(),
-        })
     }
 
     /// The form `smolvm serve start --listen` takes.

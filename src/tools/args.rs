@@ -2,28 +2,300 @@
 //! (rmcp does not enforce `pattern` or ranges). Every refusal names the argument and what would
 //! be accepted. Unknown arguments are refused, not dropped.
 
-use super::ToolError;
+use super::error::quote;
+use super::{Catalog, Tool, ToolError};
+use crate::backend::Mode;
 use crate::fleet::FleetKind;
+use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use std::collections::BTreeMap;
 
-pub fn parse<T: DeserializeOwned>(args: serde_json::Value) -> Result<T, ToolError> {
+/// The description of every tool's `target` argument, written once: `schema::input` puts it on
+/// the property, which the argument structs leave undocumented.
+pub const TARGET_DESCRIPTION: &str = "Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.";
+
+/// The arguments of a call to `tool`, checked against the tool's own input schema first so that
+/// a refusal is in the schema's words (the argument, what was sent, what is accepted) rather
+/// than serde's.
+pub fn parse<T: DeserializeOwned>(
+    tool: Tool,
+    catalog: &Catalog,
+    args: Value,
+) -> Result<T, ToolError> {
+    if let Some(schema) = catalog.input(tool) {
+        check_arguments(tool, catalog.mode, schema, &args)?;
+    }
     serde_path_to_error::deserialize(args).map_err(|e| {
+        // The schema check passed, so this is a rule the schema cannot state.
         let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let message = if path == "." {
-            inner
-        } else {
-            format!("{path}: {inner}")
-        };
-        ToolError::new("INVALID_ARGUMENT", message)
+        ToolError::argument(
+            if path == "." { "arguments" } else { &path },
+            e.into_inner(),
+        )
     })
 }
 
-fn bad(arg: &str, message: impl std::fmt::Display) -> ToolError {
-    ToolError::new("INVALID_ARGUMENT", format!("{arg}: {message}"))
+fn check_arguments(
+    tool: Tool,
+    mode: Mode,
+    schema: &JsonObject,
+    args: &Value,
+) -> Result<(), ToolError> {
+    let Value::Object(given) = args else {
+        return Err(ToolError::argument(
+            "arguments",
+            "give an object of named arguments",
+        ));
+    };
+    let empty = serde_json::Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    for (name, value) in given {
+        let Some(property) = properties.get(name) else {
+            // With one fleet, `target` is refused on its own terms (Call::fleet_kind).
+            let known: Vec<&str> = properties
+                .keys()
+                .map(String::as_str)
+                .filter(|k| mode == Mode::Both || *k != "target")
+                .collect();
+            return Err(ToolError::argument(
+                &quote_name(name),
+                format!(
+                    "not an argument of {}; its arguments are {}",
+                    tool.name(),
+                    known.join(", ")
+                ),
+            ));
+        };
+        check_value(name, property, value, false)?;
+    }
+    for name in required(schema) {
+        if !given.contains_key(name) {
+            let what = properties
+                .get(name)
+                .and_then(|p| p.get("description"))
+                .and_then(Value::as_str)
+                .map_or_else(|| describe(&properties[name]), str::to_owned);
+            return Err(ToolError::argument(
+                name,
+                format!("required, and missing: {what}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn required(schema: &serde_json::Map<String, Value>) -> impl Iterator<Item = &str> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
+/// An argument name as the agent sent it, short and printable.
+fn quote_name(name: &str) -> String {
+    if name.len() <= 64 && name.chars().all(|c| c.is_ascii_graphic()) {
+        name.to_owned()
+    } else {
+        quote(name)
+    }
+}
+
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => quote(s),
+        other => quote(&other.to_string()).trim_matches('"').to_owned(),
+    }
+}
+
+/// Whether `value` is what `schema` accepts at `path`; `nested` values have no `null` leniency.
+fn check_value(path: &str, schema: &Value, value: &Value, nested: bool) -> Result<(), ToolError> {
+    // An optional argument given as null is the same as leaving it out.
+    if value.is_null() && !nested {
+        return Ok(());
+    }
+    let refuse = || {
+        ToolError::argument(
+            path,
+            format!(
+                "{} is not accepted: give {}",
+                shown(value),
+                describe(schema)
+            ),
+        )
+    };
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+            return if branches
+                .iter()
+                .any(|b| check_value(path, b, value, true).is_ok())
+            {
+                Ok(())
+            } else {
+                Err(refuse())
+            };
+        }
+    }
+    if let Some(constant) = schema.get("const") {
+        return if constant == value {
+            Ok(())
+        } else {
+            Err(refuse())
+        };
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array)
+        && !options.contains(value)
+    {
+        return Err(refuse());
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") if !value.is_string() => Err(refuse()),
+        Some("boolean") if !value.is_boolean() => Err(refuse()),
+        Some("integer") => check_integer(path, schema, value, refuse),
+        Some("array") => {
+            let Value::Array(items) = value else {
+                return Err(refuse());
+            };
+            let item_schema = schema.get("items").unwrap_or(&Value::Null);
+            for (i, item) in items.iter().enumerate() {
+                check_value(&format!("{path}[{i}]"), item_schema, item, true)?;
+            }
+            Ok(())
+        }
+        Some("object") => {
+            let Value::Object(map) = value else {
+                return Err(refuse());
+            };
+            check_object(path, schema, map)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_integer(
+    path: &str,
+    schema: &Value,
+    value: &Value,
+    refuse: impl Fn() -> ToolError,
+) -> Result<(), ToolError> {
+    let Some(n) = value
+        .as_i64()
+        .map(i128::from)
+        .or(value.as_u64().map(i128::from))
+    else {
+        return Err(refuse());
+    };
+    let min = schema
+        .get("minimum")
+        .and_then(Value::as_i64)
+        .map(i128::from);
+    let max = schema
+        .get("maximum")
+        .and_then(Value::as_i64)
+        .map(i128::from);
+    let below = min.is_some_and(|m| n < m);
+    let above = max.is_some_and(|m| n > m);
+    // Without a stated bound the type still has one (u32, u64): serde reports it below.
+    if below || above || n < 0 {
+        return Err(ToolError::argument(
+            path,
+            format!("{n} is out of range: give {}", range_text(min, max)),
+        ));
+    }
+    Ok(())
+}
+
+fn check_object(
+    path: &str,
+    schema: &Value,
+    map: &serde_json::Map<String, Value>,
+) -> Result<(), ToolError> {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    for (key, item) in map {
+        let at = format!("{path}.{}", quote_name(key));
+        match (
+            properties.and_then(|p| p.get(key)),
+            schema.get("additionalProperties"),
+        ) {
+            (Some(property), _) => check_value(&at, property, item, false)?,
+            (None, Some(Value::Bool(false))) => {
+                let known: Vec<&str> = properties
+                    .map(|p| p.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                return Err(ToolError::argument(
+                    &at,
+                    format!("not accepted here; the fields are {}", known.join(", ")),
+                ));
+            }
+            (None, Some(extra @ Value::Object(_))) => check_value(&at, extra, item, true)?,
+            (None, _) => {}
+        }
+    }
+    if let Some(schema) = schema.as_object() {
+        for name in required(schema) {
+            if !map.contains_key(name) {
+                return Err(ToolError::argument(
+                    &format!("{path}.{name}"),
+                    "required, and missing",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn range_text(min: Option<i128>, max: Option<i128>) -> String {
+    match (min, max) {
+        (Some(min), Some(max)) => format!("{min} to {max}"),
+        (Some(min), None) => format!("{min} or more"),
+        (None, Some(max)) => format!("0 to {max}"),
+        (None, None) => "a whole number of 0 or more".to_owned(),
+    }
+}
+
+/// What a schema accepts, in words.
+fn describe(schema: &Value) -> String {
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+            let each: Vec<String> = branches.iter().map(describe).collect();
+            return each.join(" or ");
+        }
+    }
+    if let Some(constant) = schema.get("const") {
+        return constant.to_string();
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        let each: Vec<String> = options.iter().map(Value::to_string).collect();
+        return format!("one of {}", each.join(", "));
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => "a string".to_owned(),
+        Some("boolean") => "true or false".to_owned(),
+        Some("integer") => {
+            let min = schema
+                .get("minimum")
+                .and_then(Value::as_i64)
+                .map(i128::from);
+            let max = schema
+                .get("maximum")
+                .and_then(Value::as_i64)
+                .map(i128::from);
+            format!("a whole number, {}", range_text(min, max))
+        }
+        Some("array") => match schema.get("items") {
+            Some(items) => format!("an array, each item {}", describe(items)),
+            None => "an array".to_owned(),
+        },
+        Some("object") => "an object".to_owned(),
+        _ => "a JSON value".to_owned(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -80,14 +352,14 @@ pub struct MountArg {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetOnly {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MachineArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// The machine's name (or its mach- id on cloud).
     pub name: String,
@@ -96,7 +368,7 @@ pub struct MachineArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CreateArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// OCI image reference, like alpine, python:3.12-alpine or ghcr.io/org/app:tag.
     pub image: String,
@@ -136,7 +408,7 @@ pub struct CreateArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StartArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// The machine's name (or its mach- id on cloud).
     pub name: String,
@@ -149,7 +421,7 @@ pub struct StartArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunCommandArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// The machine's name (or its mach- id on cloud).
     pub name: String,
@@ -169,7 +441,7 @@ pub struct RunCommandArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunOnceArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// OCI image reference, like alpine or python:3.12-alpine.
     pub image: String,
@@ -201,7 +473,7 @@ pub struct RunOnceArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReadFileArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// The machine's name (or its mach- id on cloud).
     pub name: String,
@@ -220,7 +492,7 @@ pub struct ReadFileArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WriteFileArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// The machine's name (or its mach- id on cloud).
     pub name: String,
@@ -236,7 +508,7 @@ pub struct WriteFileArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BranchArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// The source: a running machine created with branchable true.
     pub name: String,
@@ -252,7 +524,7 @@ pub struct BranchArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LogsArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// The machine's name (or its mach- id on cloud).
     pub name: String,
@@ -266,7 +538,7 @@ pub struct LogsArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PullArgs {
-    /// Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.
+    // Described by TARGET_DESCRIPTION, added by schema::input.
     pub target: Option<FleetKind>,
     /// A running machine whose image cache receives the image.
     pub name: String,
@@ -289,10 +561,11 @@ pub fn machine_name(arg: &str, name: &str) -> Result<(), ToolError> {
     if ok {
         Ok(())
     } else {
-        Err(bad(
+        Err(ToolError::argument(
             arg,
             format!(
-                "\"{name}\" is not accepted: give 1 to 63 letters, digits, dots, underscores or dashes, starting with a letter or digit"
+                "{} is not accepted: give 1 to 63 letters, digits, dots, underscores or dashes, starting with a letter or digit",
+                quote(name)
             ),
         ))
     }
@@ -314,7 +587,7 @@ pub fn image(arg: &str, image: &str) -> Result<(), ToolError> {
         || image.len() > 512
         || image.chars().any(|c| c.is_whitespace() || c.is_control())
     {
-        return Err(bad(
+        return Err(ToolError::argument(
             arg,
             "give an OCI image reference without spaces, like alpine or python:3.12-alpine",
         ));
@@ -324,7 +597,7 @@ pub fn image(arg: &str, image: &str) -> Result<(), ToolError> {
 
 pub fn range(arg: &str, value: u64, min: u64, max: u64) -> Result<(), ToolError> {
     if value < min || value > max {
-        return Err(bad(
+        return Err(ToolError::argument(
             arg,
             format!("{value} is out of range: give {min} to {max}"),
         ));
@@ -334,9 +607,12 @@ pub fn range(arg: &str, value: u64, min: u64, max: u64) -> Result<(), ToolError>
 
 pub fn absolute_path(arg: &str, path: &str) -> Result<(), ToolError> {
     if !path.starts_with('/') || path.contains('\0') || path.len() > 4096 {
-        return Err(bad(
+        return Err(ToolError::argument(
             arg,
-            format!("\"{path}\" is not accepted: give an absolute path, like /workspace/app.py"),
+            format!(
+                "{} is not accepted: give an absolute path, like /workspace/app.py",
+                quote(path)
+            ),
         ));
     }
     Ok(())
@@ -348,15 +624,19 @@ pub fn env(arg: &str, env: &BTreeMap<String, String>) -> Result<(), ToolError> {
             && !k.chars().next().is_some_and(|c| c.is_ascii_digit())
             && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok {
-            return Err(bad(
+            return Err(ToolError::argument(
                 arg,
                 format!(
-                    "variable name \"{k}\" is not accepted: use letters, digits and underscores, not starting with a digit"
+                    "variable name {} is not accepted: use letters, digits and underscores, not starting with a digit",
+                    quote(k)
                 ),
             ));
         }
         if v.contains('\0') {
-            return Err(bad(arg, format!("the value of {k} contains a NUL byte")));
+            return Err(ToolError::argument(
+                arg,
+                format!("the value of {} contains a NUL byte", quote(k)),
+            ));
         }
     }
     Ok(())
@@ -374,10 +654,11 @@ pub fn hosts(arg: &str, hosts: &[String]) -> Result<(), ToolError> {
                         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '*')
             });
         if !ok {
-            return Err(bad(
+            return Err(ToolError::argument(
                 arg,
                 format!(
-                    "\"{h}\" is not a host name: give names like pypi.org, without scheme, port or path"
+                    "{} is not a host name: give names like pypi.org, without scheme, port or path",
+                    quote(h)
                 ),
             ));
         }
@@ -394,10 +675,11 @@ pub fn cidrs(arg: &str, cidrs: &[String]) -> Result<(), ToolError> {
             (prefix <= max).then_some(())
         });
         if parsed.is_none() {
-            return Err(bad(
+            return Err(ToolError::argument(
                 arg,
                 format!(
-                    "\"{c}\" is not a CIDR range: give an address and a prefix length, like 10.0.0.0/8 or 2001:db8::/32"
+                    "{} is not a CIDR range: give an address and a prefix length, like 10.0.0.0/8 or 2001:db8::/32",
+                    quote(c)
                 ),
             ));
         }
@@ -409,17 +691,19 @@ pub fn port(arg: &str, port: u32) -> Result<u16, ToolError> {
     u16::try_from(port)
         .ok()
         .filter(|p| *p >= 1)
-        .ok_or_else(|| bad(arg, format!("{port} is not a port: give 1 to 65535")))
+        .ok_or_else(|| ToolError::argument(arg, format!("{port} is not a port: give 1 to 65535")))
 }
 
 pub fn command(arg: &str, command: &CommandArg) -> Result<crate::fleet::Command, ToolError> {
     match command {
-        CommandArg::Argv(argv) if argv.is_empty() || argv[0].is_empty() => Err(bad(
-            arg,
-            "an argv array needs at least the program, like [\"ls\", \"-l\"]",
-        )),
+        CommandArg::Argv(argv) if argv.is_empty() || argv[0].is_empty() => {
+            Err(ToolError::argument(
+                arg,
+                "an argv array needs at least the program, like [\"ls\", \"-l\"]",
+            ))
+        }
         CommandArg::Argv(argv) => Ok(crate::fleet::Command::Argv(argv.clone())),
-        CommandArg::Shell(s) if s.trim().is_empty() => Err(bad(
+        CommandArg::Shell(s) if s.trim().is_empty() => Err(ToolError::argument(
             arg,
             "an empty string runs nothing: give a shell command",
         )),
@@ -432,27 +716,70 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn refusal(tool: Tool, args: serde_json::Value) -> String {
+        let catalog = Catalog::of(crate::backend::Mode::Both);
+        match tool {
+            Tool::CreateMachine => parse::<CreateArgs>(tool, &catalog, args).map(|_| ()),
+            Tool::GetMachine => parse::<MachineArgs>(tool, &catalog, args).map(|_| ()),
+            Tool::RunCommand => parse::<RunCommandArgs>(tool, &catalog, args).map(|_| ()),
+            _ => Ok(()),
+        }
+        .unwrap_err()
+        .message
+    }
+
     #[test]
-    fn unknown_and_mistyped_arguments_name_themselves() {
-        let e = parse::<MachineArgs>(json!({"name": "a", "bogus": 1})).unwrap_err();
+    fn refusals_are_in_the_schemas_words() {
+        let unknown = refusal(Tool::CreateMachine, json!({"image": "a", "bogus": 1}));
         assert!(
-            e.message.contains("unknown field `bogus`") && e.message.contains("`name`"),
-            "{}",
-            e.message
+            unknown.starts_with("bogus: not an argument of create-machine; its arguments are ")
+                && unknown.contains("image"),
+            "{unknown}"
         );
-        let e = parse::<CreateArgs>(json!({"image": "a", "cpus": "lots"})).unwrap_err();
-        assert!(e.message.starts_with("cpus:"), "{}", e.message);
-        let e = parse::<CreateArgs>(json!({"image": "a", "network": "off"})).unwrap_err();
+        assert_eq!(
+            refusal(Tool::CreateMachine, json!({"image": "a", "cpus": "2"})),
+            "cpus: \"2\" is not accepted: give a whole number, 1 to 64"
+        );
+        assert_eq!(
+            refusal(Tool::CreateMachine, json!({"image": "a", "cpus": 65})),
+            "cpus: 65 is out of range: give 1 to 64"
+        );
+        assert_eq!(
+            refusal(Tool::CreateMachine, json!({"image": "a", "network": "off"})),
+            "network: \"off\" is not accepted: give \"open\" or \"blocked\""
+        );
+        let missing = refusal(Tool::GetMachine, json!({}));
         assert!(
-            e.message.contains("network") && e.message.contains("open"),
-            "{}",
-            e.message
+            missing.starts_with("name: required, and missing: The machine's name"),
+            "{missing}"
+        );
+        assert_eq!(
+            refusal(
+                Tool::CreateMachine,
+                json!({"image": "a", "ports": [{"guest": 80, "hots": 1}]})
+            ),
+            "ports[0].hots: not accepted here; the fields are guest, host"
+        );
+        assert_eq!(
+            refusal(Tool::RunCommand, json!({"name": "m", "command": 7})),
+            "command: 7 is not accepted: give an array, each item a string or a string"
+        );
+        assert_eq!(
+            refusal(
+                Tool::RunCommand,
+                json!({"name": "m", "command": "x", "env": {"A": 1}})
+            ),
+            "env.A: 1 is not accepted: give a string"
         );
     }
 
     #[test]
     fn checks() {
         assert!(machine_name("name", "web-1.a_b").is_ok());
+        let huge = machine_name("name", &"x y".repeat(1 << 20))
+            .unwrap_err()
+            .message;
+        assert!(huge.len() < 300, "a bad value is quoted short: {huge}");
         assert!(machine_name("name", "-x").is_err());
         assert!(machine_name("name", "has space").is_err());
         assert!(machine_ref("name", "mach-0123456789abcdef0123456789abcdef").is_ok());

@@ -29,6 +29,8 @@ pub enum ErrorKind {
     Upstream,
     /// Upstream answered 2xx with a body this server cannot read.
     BadResponse,
+    /// The cloud account is suspended or otherwise cannot create machines.
+    AccountNotActive,
 }
 
 impl ErrorKind {
@@ -47,6 +49,7 @@ impl ErrorKind {
             ErrorKind::Transport => "TRANSPORT",
             ErrorKind::Upstream => "UPSTREAM",
             ErrorKind::BadResponse => "BAD_RESPONSE",
+            ErrorKind::AccountNotActive => "ACCOUNT_NOT_ACTIVE",
         }
     }
 

@@ -1,0 +1,161 @@
+//! What every tool call shares: the fleet it goes to, cancellation by the client, waiting until a
+//! machine runs commands, and deleting a machine whatever the client does meanwhile.
+
+use super::{Catalog, ToolError, ToolErrorKind};
+use crate::backend::{Backend, Mode};
+use crate::fleet::{Command, ErrorKind, ExecSpec, Fleet, FleetKind};
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const READY_PROBE_TIMEOUT_SECS: u64 = 10;
+const CLEANUP_DEADLINE: Duration = Duration::from_secs(120);
+
+pub struct Call<'a> {
+    pub backend: &'a Backend,
+    pub session: &'a str,
+    pub catalog: Arc<Catalog>,
+    ct: CancellationToken,
+    /// The fleet this call went to, once chosen.
+    used: OnceLock<FleetKind>,
+}
+
+pub(super) fn random_hex() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}
+
+impl<'a> Call<'a> {
+    pub fn new(backend: &'a Backend, session: &'a str, ct: CancellationToken) -> Self {
+        Call {
+            backend,
+            session,
+            catalog: Catalog::of(backend.mode),
+            ct,
+            used: OnceLock::new(),
+        }
+    }
+
+    /// After the call: a local serve that stopped answering is looked for again next time.
+    pub(super) async fn after<T>(&self, result: &Result<T, ToolError>) {
+        if let Err(e) = result
+            && e.is(ErrorKind::Transport)
+            && self.used.get() == Some(&FleetKind::Local)
+        {
+            self.backend.reset_local().await;
+        }
+    }
+
+    /// The fleet a call goes to: its `target` when both fleets are served, else the one fleet.
+    pub async fn fleet(&self, target: Option<FleetKind>) -> Result<Fleet, ToolError> {
+        let kind = self.fleet_kind(target)?;
+        let _ = self.used.set(kind);
+        Ok(self.backend.fleet(kind).await?)
+    }
+
+    /// Which fleet `target` means here, without reaching it.
+    pub fn fleet_kind(&self, target: Option<FleetKind>) -> Result<FleetKind, ToolError> {
+        match (self.backend.mode, target) {
+            (Mode::Both, Some(kind)) => Ok(kind),
+            (Mode::Both, None) => Err(ToolError::argument(
+                "target",
+                "required: this server reaches both fleets, so every call names local or cloud",
+            )),
+            (Mode::Single(kind), None) => Ok(kind),
+            (Mode::Single(kind), Some(_)) => Err(ToolError::argument(
+                "target",
+                format!(
+                    "not an argument on this server, which serves only the {} fleet",
+                    kind.as_str()
+                ),
+            )),
+        }
+    }
+
+    /// Runs `work` unless the client cancels first; dropping `work` cancels its HTTP request.
+    pub async fn cancellable<T, E: Into<ToolError>>(
+        &self,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, ToolError> {
+        tokio::select! {
+            result = work => result.map_err(Into::into),
+            _ = self.ct.cancelled() => Err(ToolError::cancelled()),
+        }
+    }
+
+    /// Waits until a command runs in the machine: an `echo` of a nonce, once a second, until the
+    /// nonce comes back, the machine is gone, the deadline passes, or the client cancels.
+    pub async fn wait_ready(&self, fleet: &Fleet, machine: &str) -> Result<(), ToolError> {
+        let nonce = format!("ready-{}", random_hex());
+        let limit = self.backend.config.ready_timeout_secs;
+        let deadline = Instant::now() + Duration::from_secs(limit);
+        let mut probe = ExecSpec::new(Command::Argv(vec!["echo".into(), nonce.clone()]));
+        probe.timeout_secs = Some(READY_PROBE_TIMEOUT_SECS);
+        let mut last;
+        loop {
+            match self
+                .cancellable(async { Ok::<_, ToolError>(fleet.exec(machine, &probe).await) })
+                .await?
+            {
+                Ok(out) if String::from_utf8_lossy(&out.stdout).contains(&nonce) => return Ok(()),
+                Ok(out) => {
+                    last = format!(
+                        "exit {}, stderr {:?}",
+                        out.exit_code,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )
+                }
+                Err(e) if e.kind == ErrorKind::NotFound => return Err(e.into()),
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() >= deadline {
+                return Err(ToolError::new(
+                    ToolErrorKind::NotReady,
+                    format!(
+                        "machine {machine} did not run a command within {limit} s (last attempt: {last})"
+                    ),
+                ));
+            }
+            self.cancellable(async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok::<_, ToolError>(())
+            })
+            .await?;
+        }
+    }
+
+    /// Deletes a machine whatever the client does meanwhile (clean-up is not cancellable), and
+    /// forgets it in the ephemeral record once it is gone.
+    pub async fn delete_quietly(
+        &self,
+        fleet: &Fleet,
+        name: &str,
+        id: &str,
+    ) -> Result<(), ToolError> {
+        let kind = fleet.kind();
+        match tokio::time::timeout(CLEANUP_DEADLINE, fleet.delete(id)).await {
+            Ok(Ok(_)) => {
+                self.backend.forget(kind, name);
+                Ok(())
+            }
+            Ok(Err(e)) if e.kind == ErrorKind::NotFound => {
+                self.backend.forget(kind, name);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(ToolError::new(
+                ToolErrorKind::Fleet(ErrorKind::Timeout),
+                format!(
+                    "deleting {name} took longer than {} s",
+                    CLEANUP_DEADLINE.as_secs()
+                ),
+            )),
+        }
+    }
+
+    /// Whether the machine is stopped (so the next operation starts it).
+    pub async fn is_stopped(&self, fleet: &Fleet, machine: &str) -> Result<bool, ToolError> {
+        let m = self.cancellable(fleet.get(machine)).await?;
+        Ok(!m.is_running())
+    }
+}

@@ -1,0 +1,341 @@
+//! The tools that make, find, start, stop, copy and remove machines.
+
+use super::args::{self, Network};
+use super::call::random_hex;
+use super::provisional::Provisional;
+use super::results;
+use super::{Call, ToolError};
+use crate::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
+use crate::fleet::{
+    CreateSpec, Deleted, Egress, ErrorKind, FleetKind, Machine, Mount, PortMapping,
+};
+
+pub(super) async fn list_machines(
+    call: &Call<'_>,
+    a: args::TargetOnly,
+) -> Result<results::MachineList, ToolError> {
+    let fleet = call.fleet(a.target).await?;
+    let machines = call.cancellable(fleet.list()).await?;
+    Ok(results::MachineList { machines })
+}
+
+pub(super) async fn get_machine(
+    call: &Call<'_>,
+    a: args::MachineArgs,
+) -> Result<Machine, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let fleet = call.fleet(a.target).await?;
+    call.cancellable(fleet.get(&a.name)).await
+}
+
+fn egress(
+    network: Option<Network>,
+    hosts: Option<Vec<String>>,
+    cidrs: Option<Vec<String>>,
+    default: NetworkDefault,
+) -> Result<Egress, ToolError> {
+    let hosts = hosts.unwrap_or_default();
+    let cidrs = cidrs.unwrap_or_default();
+    args::hosts("allowHosts", &hosts)?;
+    args::cidrs("allowCidrs", &cidrs)?;
+    if !hosts.is_empty() || !cidrs.is_empty() {
+        return Ok(Egress::Allow { hosts, cidrs });
+    }
+    Ok(match network {
+        Some(Network::Open) => Egress::Open,
+        Some(Network::Blocked) => Egress::Blocked,
+        None => match default {
+            NetworkDefault::Open => Egress::Open,
+            NetworkDefault::Blocked => Egress::Blocked,
+        },
+    })
+}
+
+/// smolvm 1.32.2 accepts a create with no egress and fails the start when the image has to come
+/// from a registry; say which argument grants the pull.
+pub(super) fn with_egress_hint(mut e: ToolError, egress: &Egress) -> ToolError {
+    let lower = e.message.to_lowercase();
+    let about_pull = ["registry", "pull", "manifest"]
+        .iter()
+        .any(|w| lower.contains(w));
+    if about_pull && *egress != Egress::Open {
+        e.message.push_str(
+            "\nThe machine has no egress to the image's registry (network is blocked or an allow-list \
+             without it), and the image is pulled from there. Pass network: \"open\" to create-machine, \
+             or allowHosts naming the registry (Docker Hub: registry-1.docker.io, auth.docker.io, \
+             production.cloudflare.docker.com).",
+        );
+    }
+    e
+}
+
+/// What create-machine and run-once share: name, image, size, egress, a machine that keeps
+/// running between commands.
+pub(super) struct BaseSpec<'a> {
+    pub name: String,
+    pub image: &'a str,
+    pub cpus: Option<u32>,
+    pub memory_mb: Option<u32>,
+    pub network: Option<Network>,
+    pub allow_hosts: &'a Option<Vec<String>>,
+    pub allow_cidrs: &'a Option<Vec<String>>,
+    pub default_network: NetworkDefault,
+}
+
+impl BaseSpec<'_> {
+    pub fn build(self, call: &Call<'_>) -> Result<CreateSpec, ToolError> {
+        let config = &call.backend.config;
+        args::image("image", self.image)?;
+        let mut spec = CreateSpec::new(self.name, self.image);
+        spec.cpus = self.cpus.unwrap_or(config.cpus);
+        args::range("cpus", u64::from(spec.cpus), 1, u64::from(MAX_CPUS))?;
+        spec.memory_mb = self.memory_mb.unwrap_or(config.memory_mb);
+        args::range(
+            "memoryMb",
+            u64::from(spec.memory_mb),
+            u64::from(MIN_MEMORY_MB),
+            u64::from(MAX_MEMORY_MB),
+        )?;
+        spec.egress = egress(
+            self.network,
+            self.allow_hosts.clone(),
+            self.allow_cidrs.clone(),
+            self.default_network,
+        )?;
+        spec.keep_running = true;
+        Ok(spec)
+    }
+}
+
+fn create_spec(
+    call: &Call<'_>,
+    a: &args::CreateArgs,
+    name: String,
+) -> Result<CreateSpec, ToolError> {
+    let mut spec = BaseSpec {
+        name,
+        image: &a.image,
+        cpus: a.cpus,
+        memory_mb: a.memory_mb,
+        network: a.network,
+        allow_hosts: &a.allow_hosts,
+        allow_cidrs: &a.allow_cidrs,
+        default_network: call.backend.config.network_default,
+    }
+    .build(call)?;
+    let ports = a.ports.clone().unwrap_or_default();
+    args::range("ports", ports.len() as u64, 0, 16)?;
+    for (i, p) in ports.iter().enumerate() {
+        let guest = args::port(&format!("ports[{i}].guest"), p.guest)?;
+        let host = match p.host {
+            Some(h) => Some(args::port(&format!("ports[{i}].host"), h)?),
+            None => None,
+        };
+        spec.ports.push(PortMapping { guest, host });
+    }
+    let mounts = a.mounts.clone().unwrap_or_default();
+    args::range("mounts", mounts.len() as u64, 0, 16)?;
+    for (i, m) in mounts.iter().enumerate() {
+        args::absolute_path(&format!("mounts[{i}].source"), &m.source)?;
+        args::absolute_path(&format!("mounts[{i}].target"), &m.target)?;
+        spec.mounts.push(Mount {
+            source: m.source.clone(),
+            target: m.target.clone(),
+            readonly: m.readonly,
+        });
+    }
+    if let Some(gb) = a.storage_gb {
+        args::range("storageGb", u64::from(gb), 1, 16_384)?;
+    }
+    if let Some(gb) = a.overlay_gb {
+        args::range("overlayGb", u64::from(gb), 1, 16_384)?;
+    }
+    spec.storage_gb = a.storage_gb;
+    spec.overlay_gb = a.overlay_gb;
+    if let Some(env) = &a.env {
+        args::env("env", env)?;
+        spec.env = env.clone();
+    }
+    spec.branchable = a.branchable;
+    Ok(spec)
+}
+
+pub(super) async fn create_machine(
+    call: &Call<'_>,
+    a: args::CreateArgs,
+) -> Result<results::Created, ToolError> {
+    if let Some(name) = &a.name {
+        args::machine_name("name", name)?;
+    }
+    let prefix = &call.backend.config.machine_prefix;
+    let named_by_caller = a.name.is_some();
+    let name = a
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{prefix}{}", random_hex()));
+    let ephemeral = name.starts_with(prefix.as_str());
+    let kind = call.fleet_kind(a.target)?;
+    if a.start == Some(false) && a.branchable && kind == FleetKind::Local {
+        return Err(ToolError::argument(
+            "branchable",
+            "on the local fleet a machine becomes branchable when it starts; with \
+             start false, pass branchable to start-machine instead",
+        ));
+    }
+    let mut spec = create_spec(call, &a, name.clone())?;
+    spec.ephemeral = ephemeral;
+    // The fleet is chosen (and the local serve started) only once the arguments are known good.
+    let fleet = call.fleet(a.target).await?;
+    let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral)?;
+    let machine = match call.cancellable(fleet.create(&spec)).await {
+        Ok(m) => m,
+        Err(e) if e.is(ErrorKind::Conflict) => {
+            provisional.refused();
+            return Err(e);
+        }
+        Err(e) => {
+            let _ = provisional.abandon().await;
+            return Err(with_egress_hint(e, &spec.egress));
+        }
+    };
+    provisional.created(&machine.id);
+    if !a.start.unwrap_or(true) {
+        return Ok(results::Created {
+            machine,
+            ephemeral,
+            ready: false,
+        });
+    }
+    let started = async {
+        let m = call
+            .cancellable(fleet.start(&machine.id, Some(a.branchable)))
+            .await?;
+        call.wait_ready(&fleet, &m.id).await?;
+        Ok::<Machine, ToolError>(m)
+    }
+    .await;
+    match started {
+        Ok(m) => Ok(results::Created {
+            machine: m,
+            ephemeral,
+            ready: true,
+        }),
+        Err(e) => {
+            let mut e = with_egress_hint(e, &spec.egress);
+            if named_by_caller {
+                e.message.push_str(&format!(
+                    "\n{name} was created and is left as it is for you to inspect: start-machine \
+                     tries again, delete-machine removes it{}.",
+                    if ephemeral {
+                        ", and it is deleted when this session ends"
+                    } else {
+                        ""
+                    }
+                ));
+            } else {
+                match provisional.abandon().await {
+                    Ok(()) => e.message.push_str(&format!("\n{name} was deleted again.")),
+                    Err(d) => e.message.push_str(&format!(
+                        "\n{name} could not be deleted ({}); it stays recorded and is deleted when this session ends.",
+                        d.message
+                    )),
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+pub(super) async fn start_machine(
+    call: &Call<'_>,
+    a: args::StartArgs,
+) -> Result<results::Started, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let fleet = call.fleet(a.target).await?;
+    let machine = call.cancellable(fleet.start(&a.name, a.branchable)).await?;
+    let wait = a.wait.unwrap_or(true);
+    if wait {
+        call.wait_ready(&fleet, &machine.id).await?;
+    }
+    Ok(results::Started {
+        machine,
+        ready: wait,
+    })
+}
+
+pub(super) async fn stop_machine(
+    call: &Call<'_>,
+    a: args::MachineArgs,
+) -> Result<results::Stopped, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let fleet = call.fleet(a.target).await?;
+    let machine = call.cancellable(fleet.stop(&a.name)).await?;
+    Ok(results::Stopped { machine })
+}
+
+pub(super) async fn delete_machine(
+    call: &Call<'_>,
+    a: args::MachineArgs,
+) -> Result<Deleted, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let fleet = call.fleet(a.target).await?;
+    let deleted = call.cancellable(fleet.delete(&a.name)).await?;
+    // Only prefixed names are ever recorded (a cloud id may stand for one).
+    if a.name.starts_with(&call.backend.config.machine_prefix) || fleet.kind() == FleetKind::Cloud {
+        call.backend.forget(fleet.kind(), &a.name);
+    }
+    Ok(deleted)
+}
+
+pub(super) async fn branch_machine(
+    call: &Call<'_>,
+    a: args::BranchArgs,
+) -> Result<results::Branched, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    args::machine_name("childName", &a.child_name)?;
+    let fleet = call.fleet(a.target).await?;
+    let ephemeral = a
+        .child_name
+        .starts_with(&call.backend.config.machine_prefix);
+    let mut provisional = Provisional::begin(call, &fleet, &a.child_name, ephemeral)?;
+    let child = match call
+        .cancellable(fleet.branch(&a.name, &a.child_name, a.branchable))
+        .await
+    {
+        Ok(c) => c,
+        Err(e) if e.is(ErrorKind::Conflict) => {
+            provisional.refused();
+            return Err(e);
+        }
+        Err(e) => {
+            let _ = provisional.abandon().await;
+            return Err(e);
+        }
+    };
+    provisional.created(&child.id);
+    let wait = a.wait.unwrap_or(true);
+    if wait {
+        call.wait_ready(&fleet, &child.id).await.map_err(|mut e| {
+            e.message.push_str(&format!(
+                "\nThe child {} exists; delete-machine removes it.",
+                a.child_name
+            ));
+            e
+        })?;
+    }
+    Ok(results::Branched {
+        machine: child,
+        ready: wait,
+        ephemeral,
+    })
+}
+
+pub(super) async fn pull_image(
+    call: &Call<'_>,
+    a: args::PullArgs,
+) -> Result<crate::fleet::PulledImage, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    args::image("image", &a.image)?;
+    let fleet = call.fleet(a.target).await?;
+    call.cancellable(fleet.pull_image(&a.name, &a.image)).await
+}

@@ -1,0 +1,36 @@
+//! A machine's log: the guest console locally, the control plane's event log on cloud.
+
+use super::args;
+use super::results;
+use super::{Call, ToolError};
+
+pub(super) async fn machine_logs(
+    call: &Call<'_>,
+    a: args::LogsArgs,
+) -> Result<results::Logs, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let tail = a.tail.unwrap_or(call.backend.config.logs_tail as u64);
+    args::range("tail", tail, 1, 10_000)?;
+    let fleet = call.fleet(a.target).await?;
+    let page = call
+        .cancellable(fleet.logs(&a.name, tail as usize, a.cursor.as_deref()))
+        .await?;
+    // Keep the newest lines that fit the budget.
+    let budget = call.backend.config.max_output_bytes;
+    let mut used = 0;
+    let mut keep = 0;
+    for line in page.lines.iter().rev() {
+        if used + line.len() + 1 > budget {
+            break;
+        }
+        used += line.len() + 1;
+        keep += 1;
+    }
+    let truncated = keep < page.lines.len();
+    let lines = page.lines[page.lines.len() - keep..].to_vec();
+    Ok(results::Logs {
+        lines,
+        cursor: page.cursor,
+        truncated,
+    })
+}
