@@ -20,25 +20,20 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
     let out = PathBuf::from(std::env::var("OUT_DIR").map_err(|e| e.to_string())?);
     println!("cargo::rerun-if-changed=src/spec");
     for api in spec::VENDORED_APIS {
-        generate(&root, &out, api)?;
+        generate(&out, api)?;
     }
     Ok(())
 }
 
-fn generate(root: &Path, out: &Path, api: spec::VendoredApi) -> Result<(), String> {
+fn generate(out: &Path, api: spec::VendoredApi) -> Result<(), String> {
     println!("cargo::rerun-if-changed={}", api.spec_file);
     println!("cargo::rerun-if-changed={}", api.overrides_file);
-    let read = |file: &str| {
-        std::fs::read_to_string(root.join(file)).map_err(|e| format!("reading {file}: {e}"))
-    };
-    let vendored: serde_json::Value = serde_json::from_str(&read(api.spec_file)?)
+    let vendored: serde_json::Value = serde_json::from_str(api.spec_text)
         .map_err(|e| format!("{} is not JSON: {e}", api.spec_file))?;
-    let effective =
-        spec::effective(&vendored, &read(api.overrides_file)?).map_err(|e| e.to_string())?;
+    let effective = spec::effective(&vendored, api.overrides_text).map_err(|e| e.to_string())?;
 
     let openapi: openapiv3::OpenAPI = serde_json::from_value(effective.kept.clone())
         .map_err(|e| format!("{}: the effective spec is not OpenAPI 3.0: {e}", api.name))?;

@@ -29,22 +29,6 @@ impl Api {
         }
     }
 
-    fn baseline_text(self) -> &'static str {
-        match self {
-            Api::Local => include_str!("../specs/smolvm-1.32.2.openapi.json"),
-            Api::Cloud => {
-                include_str!("../specs/smolcloud-0.1.0-published-2026-08-01.openapi.json")
-            }
-        }
-    }
-
-    fn overrides_text(self) -> &'static str {
-        match self {
-            Api::Local => include_str!("../overrides/smolvm.json"),
-            Api::Cloud => include_str!("../overrides/smolcloud.json"),
-        }
-    }
-
     /// What the server does with an operation of the vendored spec, by operationId.
     fn classify(self, operation_id: &str) -> Option<Use> {
         match self {
@@ -236,9 +220,9 @@ pub fn sent_fields(spec: &Value, snapshots: &[&str]) -> SentFields {
 
 /// Compares a raw candidate spec with the vendored one of `api`.
 pub fn diff(api: Api, candidate_raw: &Value, release: Option<String>) -> Report {
-    let baseline: Value = serde_json::from_str(api.baseline_text()).unwrap_or(Value::Null);
+    let baseline: Value = serde_json::from_str(api.vendored().spec_text).unwrap_or(Value::Null);
     let candidate = vendor::facts_only(candidate_raw);
-    let overrides = Overrides::parse(api.overrides_text()).ok();
+    let overrides = Overrides::parse(api.vendored().overrides_text).ok();
     let snapshots = match api {
         Api::Local => LOCAL_REQUEST_SNAPSHOTS,
         Api::Cloud => CLOUD_REQUEST_SNAPSHOTS,

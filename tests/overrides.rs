@@ -6,15 +6,10 @@
 use serde_json::{Value, json};
 use smol_mcp::spec::overrides::{FixStatus, Overrides, Patch};
 use smol_mcp::spec::{VENDORED_APIS, VendoredApi, effective, operations};
-use std::path::Path;
-
-fn read(file: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap()
-}
 
 fn load(api: VendoredApi) -> (Value, String, Overrides) {
-    let spec: Value = serde_json::from_str(&read(api.spec_file)).unwrap();
-    let text = read(api.overrides_file);
+    let spec: Value = serde_json::from_str(api.spec_text).unwrap();
+    let text = api.overrides_text.to_owned();
     let overrides = Overrides::parse(&text).unwrap();
     (spec, text, overrides)
 }

@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 use smol_mcp::spec::overrides::Overrides;
+use smol_mcp::spec::{CLOUD_API, LOCAL_API};
 use smol_mcp::spec_diff::{Api, Classification, Report, SentFields, diff_specs};
 use std::path::PathBuf;
 use std::process::Command;
@@ -68,11 +69,7 @@ fn the_real_pair_1_14_3_against_the_vendored_1_32_2() {
 
 #[test]
 fn the_vendored_spec_against_itself_needs_nothing() {
-    let raw = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/specs/smolvm-1.32.2.openapi.json"
-    ))
-    .unwrap();
+    let raw = LOCAL_API.spec_text;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("same.json");
     std::fs::write(&path, raw).unwrap();
@@ -432,8 +429,7 @@ fn every_request_snapshot_feeds_the_report() {
         count("cloud_requests__"),
         smol_mcp::spec_diff::CLOUD_REQUEST_SNAPSHOTS.len()
     );
-    let spec: Value =
-        serde_json::from_str(include_str!("../specs/smolvm-1.32.2.openapi.json")).unwrap();
+    let spec: Value = serde_json::from_str(LOCAL_API.spec_text).unwrap();
     let sent =
         smol_mcp::spec_diff::sent_fields(&spec, smol_mcp::spec_diff::LOCAL_REQUEST_SNAPSHOTS);
     let exec = &sent[&("POST".to_string(), "/api/v1/machines/{id}/exec".to_string())];
@@ -462,12 +458,10 @@ fn every_request_snapshot_feeds_the_report() {
 
 #[test]
 fn the_published_cloud_spec_against_itself_needs_nothing() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/specs/smolcloud-0.1.0-published-2026-08-01.openapi.json"
-    );
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(CLOUD_API.spec_file);
     let out = Command::new(SMOL_SPEC)
-        .args(["diff", "--format", "json", "--cloud-spec", path])
+        .args(["diff", "--format", "json", "--cloud-spec"])
+        .arg(&path)
         .output()
         .unwrap();
     assert_eq!(

@@ -6,6 +6,7 @@
 mod common;
 
 use common::real_serve::smolvm_binary;
+use smol_mcp::spec::{CLOUD_API, LOCAL_API};
 use std::path::Path;
 use std::process::Command;
 
@@ -41,11 +42,10 @@ fn serve_openapi_vendors_to_the_committed_spec() {
         .status()
         .unwrap();
     assert!(status.success());
-    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("specs/smolvm-1.32.2.openapi.json");
     assert!(
-        std::fs::read(&vendored).unwrap() == std::fs::read(&committed).unwrap(),
+        std::fs::read_to_string(&vendored).unwrap() == LOCAL_API.spec_text,
         "vendoring `serve openapi` no longer reproduces {}",
-        committed.display()
+        LOCAL_API.spec_file
     );
 }
 
@@ -66,13 +66,8 @@ fn vendoring_the_published_cloud_spec_reproduces_the_committed_one() {
     let text = std::fs::read_to_string(&raw).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let rendered = smol_mcp::spec::vendor::render(&smol_mcp::spec::vendor::facts_only(&doc));
-    let committed = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("specs/smolcloud-0.1.0-published-2026-08-01.openapi.json"),
-    )
-    .unwrap();
     assert!(
-        rendered == committed,
+        rendered == CLOUD_API.spec_text,
         "the committed cloud spec is not the vendored published one"
     );
 }

@@ -2,35 +2,53 @@
 //!
 //! This module is compiled twice: by `build.rs` (through `#[path]`) to generate the clients, and
 //! by the library, where the vendoring tool and the spec-diff report reuse the very same steps.
-//! It therefore depends on `serde_json` and `std` only.
+//! It therefore depends on `serde`, `serde_json` and `std` only.
 
 pub mod downlevel;
 pub mod operations;
 pub mod overrides;
 pub mod vendor;
 
-/// One vendored API: where its facts-only spec and its overrides live, relative to the crate root.
+/// One vendored API: where its facts-only spec and its overrides live, relative to the crate root,
+/// and their text as compiled in.
 #[derive(Debug, Clone, Copy)]
 pub struct VendoredApi {
     /// Short name used for generated file names and module names.
     pub name: &'static str,
     pub spec_file: &'static str,
+    pub spec_text: &'static str,
     pub overrides_file: &'static str,
+    pub overrides_text: &'static str,
+}
+
+/// Names each vendored file once: the path a report prints and the text the clients are
+/// generated from (and the spec-diff report compares against) come from the same literal, so a
+/// bump cannot update one and forget the other.
+macro_rules! vendored_api {
+    ($name:literal, spec: $spec:literal, overrides: $overrides:literal) => {
+        VendoredApi {
+            name: $name,
+            spec_file: $spec,
+            spec_text: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/", $spec)),
+            overrides_file: $overrides,
+            overrides_text: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/", $overrides)),
+        }
+    };
 }
 
 /// The local engine's API: `smolvm serve openapi` of smolvm 1.32.2.
-pub const LOCAL_API: VendoredApi = VendoredApi {
-    name: "smolvm",
-    spec_file: "specs/smolvm-1.32.2.openapi.json",
-    overrides_file: "overrides/smolvm.json",
-};
+pub const LOCAL_API: VendoredApi = vendored_api!(
+    "smolvm",
+    spec: "specs/smolvm-1.32.2.openapi.json",
+    overrides: "overrides/smolvm.json"
+);
 
 /// The smol cloud control plane: the published spec, archived 2026-08-01.
-pub const CLOUD_API: VendoredApi = VendoredApi {
-    name: "smolcloud",
-    spec_file: "specs/smolcloud-0.1.0-published-2026-08-01.openapi.json",
-    overrides_file: "overrides/smolcloud.json",
-};
+pub const CLOUD_API: VendoredApi = vendored_api!(
+    "smolcloud",
+    spec: "specs/smolcloud-0.1.0-published-2026-08-01.openapi.json",
+    overrides: "overrides/smolcloud.json"
+);
 
 pub const VENDORED_APIS: [VendoredApi; 2] = [LOCAL_API, CLOUD_API];
 

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The engine release the tests run, which is not a spec file name: the spec the clients are
+/// generated from is `smol_mcp::spec::LOCAL_API`, and a bump moves both.
 pub const PINNED_SMOLVM: &str = "1.32.2";
 
 /// The engine binary: `$SMOLVM_BIN`, else `.smolvm/<pinned>/smol-vmm`. A missing binary fails
