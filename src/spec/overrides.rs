@@ -6,17 +6,20 @@
 //! entry, the expectation no longer holds and the build stops with the fix's id, so a fix can
 //! neither silently patch the wrong thing nor linger after upstream repaired the entry.
 
+use serde::Deserialize;
 use serde_json::Value;
 use std::fmt;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Overrides {
     pub api: String,
     pub fixes: Vec<Fix>,
     pub omissions: Vec<Omission>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Fix {
     pub id: String,
     pub reason: String,
@@ -24,7 +27,8 @@ pub struct Fix {
     pub patches: Vec<Patch>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Patch {
     /// The pointer must hold `expect`; it then holds `value`.
     Replace {
@@ -49,7 +53,8 @@ impl Patch {
 }
 
 /// An operation the server deliberately does not call.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Omission {
     /// The operationId, for an operation the vendored spec has. `None` for a route that is known
     /// to exist upstream but is absent from the vendored spec and is not added by a fix.
@@ -107,13 +112,6 @@ impl fmt::Display for OverrideError {
 
 impl std::error::Error for OverrideError {}
 
-fn text(v: &Value, key: &str, ctx: &str) -> Result<String, OverrideError> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| OverrideError::Malformed(format!("{ctx}: `{key}` must be a string")))
-}
-
 fn short(v: Option<&Value>) -> String {
     match v {
         None => "nothing (the entry is absent)".to_owned(),
@@ -128,80 +126,42 @@ fn short(v: Option<&Value>) -> String {
     }
 }
 
+/// Serde's message for a whole file does not say which entry is wrong; re-reading the entries
+/// one by one finds the first that fails, so the message names its file and its fix (or route).
+fn locate(doc: &Value, whole: serde_json::Error) -> String {
+    let file = match doc.get("api").and_then(Value::as_str) {
+        Some(api) => format!("overrides/{api}.json"),
+        None => "the overrides file".to_owned(),
+    };
+    let entries = |key: &str| {
+        doc.get(key)
+            .and_then(Value::as_array)
+            .map(|list| list.iter().enumerate())
+            .into_iter()
+            .flatten()
+    };
+    let name = |entry: &Value, key: &str, i: usize| match entry.get(key).and_then(Value::as_str) {
+        Some(name) => format!("`{name}`"),
+        None => format!("#{}", i + 1),
+    };
+    for (i, fix) in entries("fixes") {
+        if let Err(e) = Fix::deserialize(fix) {
+            return format!("{file}: fix {}: {e}", name(fix, "id", i));
+        }
+    }
+    for (i, omission) in entries("omissions") {
+        if let Err(e) = Omission::deserialize(omission) {
+            return format!("{file}: omission {}: {e}", name(omission, "path", i));
+        }
+    }
+    format!("{file}: {whole}")
+}
+
 impl Overrides {
     pub fn parse(source: &str) -> Result<Self, OverrideError> {
         let doc: Value = serde_json::from_str(source)
             .map_err(|e| OverrideError::Malformed(format!("not JSON: {e}")))?;
-        let api = text(&doc, "api", "overrides")?;
-        let mut fixes = Vec::new();
-        for fix in doc
-            .get("fixes")
-            .and_then(Value::as_array)
-            .ok_or_else(|| OverrideError::Malformed("`fixes` must be a list".into()))?
-        {
-            let id = text(fix, "id", "fix")?;
-            let mut patches = Vec::new();
-            for patch in fix
-                .get("patches")
-                .and_then(Value::as_array)
-                .ok_or_else(|| OverrideError::Malformed(format!("fix {id}: no `patches` list")))?
-            {
-                let ctx = format!("fix {id}");
-                let pointer = text(patch, "pointer", &ctx)?;
-                let need = |key: &str| {
-                    patch.get(key).cloned().ok_or_else(|| {
-                        OverrideError::Malformed(format!("{ctx}: patch at {pointer} needs `{key}`"))
-                    })
-                };
-                patches.push(match text(patch, "op", &ctx)?.as_str() {
-                    "replace" => Patch::Replace {
-                        expect: need("expect")?,
-                        value: need("value")?,
-                        pointer,
-                    },
-                    "add" => Patch::Add {
-                        value: need("value")?,
-                        pointer,
-                    },
-                    "remove" => Patch::Remove {
-                        expect: need("expect")?,
-                        pointer,
-                    },
-                    other => {
-                        return Err(OverrideError::Malformed(format!(
-                            "{ctx}: unknown op `{other}` (accepted: replace, add, remove)"
-                        )));
-                    }
-                });
-            }
-            fixes.push(Fix {
-                reason: text(fix, "reason", &id)?,
-                evidence: text(fix, "evidence", &id)?,
-                id,
-                patches,
-            });
-        }
-        let mut omissions = Vec::new();
-        for o in doc
-            .get("omissions")
-            .and_then(Value::as_array)
-            .ok_or_else(|| OverrideError::Malformed("`omissions` must be a list".into()))?
-        {
-            omissions.push(Omission {
-                operation: o
-                    .get("operation")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                method: text(o, "method", "omission")?,
-                path: text(o, "path", "omission")?,
-                reason: text(o, "reason", "omission")?,
-            });
-        }
-        Ok(Overrides {
-            api,
-            fixes,
-            omissions,
-        })
+        Overrides::deserialize(&doc).map_err(|e| OverrideError::Malformed(locate(&doc, e)))
     }
 
     /// Applies every fix, in order, or fails naming the first one whose expectation does not hold.
@@ -371,6 +331,42 @@ mod tests {
                 pointer: "/a".into(),
                 found: Some(json!(5))
             }
+        );
+    }
+
+    fn malformed(patch: Value) -> String {
+        Overrides::parse(
+            &json!({"api": "t", "omissions": [], "fixes": [
+                {"id": "the-fix", "reason": "r", "evidence": "e", "patches": [patch]}]})
+            .to_string(),
+        )
+        .unwrap_err()
+        .to_string()
+    }
+
+    #[test]
+    fn a_malformed_fix_is_named_with_its_file() {
+        let unknown_op = malformed(json!({"op": "move", "pointer": "/a", "value": 1}));
+        assert!(
+            unknown_op.contains("overrides/t.json: fix `the-fix`") && unknown_op.contains("move"),
+            "{unknown_op}"
+        );
+        let missing = malformed(json!({"op": "replace", "pointer": "/a", "value": 1}));
+        assert!(
+            missing.contains("`the-fix`") && missing.contains("`expect`"),
+            "{missing}"
+        );
+        let stray = malformed(json!({"op": "add", "pointer": "/a", "value": 1, "expect": 0}));
+        assert!(
+            stray.contains("`the-fix`") && stray.contains("`expect`"),
+            "{stray}"
+        );
+        let top = Overrides::parse(r#"{"api": "t", "fixes": [], "omissions": [], "extra": 1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            top.contains("overrides/t.json") && top.contains("`extra`"),
+            "{top}"
         );
     }
 
