@@ -6,7 +6,10 @@
 use serde_json::{Value, json};
 use smol_mcp::spec::overrides::Overrides;
 use smol_mcp::spec::{CLOUD_API, LOCAL_API};
-use smol_mcp::spec_diff::{Api, Classification, Report, SentFields, diff_specs};
+use smol_mcp::spec_diff::{
+    Api, Classification, OperationStatus, Report, SentFields, diff_specs, read_request_snapshots,
+    sent_fields,
+};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -94,7 +97,65 @@ fn bad_usage_is_exit_2_with_the_reason() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument --bogus"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--bogus'"));
+
+    let out = Command::new(SMOL_SPEC)
+        .args(["diff", "--release", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "nothing to compare");
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["diff", "--help"],
+        &["vendor", "--help"],
+    ] {
+        let out = Command::new(SMOL_SPEC).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+    }
+    let out = Command::new(SMOL_SPEC)
+        .args(["diff", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--snapshots <DIR>") && help.contains("request fields"),
+        "{help}"
+    );
+}
+
+#[test]
+fn a_missing_snapshots_directory_is_exit_2_not_a_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(SMOL_SPEC)
+        .args(["diff", "--local-spec"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(LOCAL_API.spec_file))
+        .arg("--snapshots")
+        .arg(dir.path().join("nowhere"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "no report without snapshots");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no request snapshots directory") && err.contains("nowhere"),
+        "{err}"
+    );
+
+    let out = Command::new(SMOL_SPEC)
+        .args(["diff", "--local-spec"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(LOCAL_API.spec_file))
+        .arg("--snapshots")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no local_requests__*.snap"), "{err}");
 }
 
 // ---- hand-made pairs ----
@@ -147,7 +208,7 @@ fn changes(r: &Report) -> Vec<(String, String, String, bool)> {
                 (
                     c.place.clone(),
                     c.field.clone(),
-                    c.change.clone(),
+                    c.change.to_string(),
                     c.breaking,
                 )
             })
@@ -196,7 +257,7 @@ fn operations_added_and_removed_are_classified() {
     let mut gone = base();
     gone["paths"] = json!({});
     let r = report(gone);
-    assert_eq!(r.operations[0].status, "removed");
+    assert_eq!(r.operations[0].status, OperationStatus::Removed);
     assert!(
         r.operations[0].changes[0].breaking,
         "a used operation that vanished breaks the server"
@@ -406,11 +467,14 @@ fn only_fields_this_server_sends_make_a_request_change_breaking() {
     );
 }
 
+fn snapshots_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots")
+}
+
 #[test]
 fn every_request_snapshot_feeds_the_report() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots");
     let count = |prefix: &str| {
-        std::fs::read_dir(dir)
+        std::fs::read_dir(snapshots_dir())
             .unwrap()
             .filter(|e| {
                 e.as_ref()
@@ -421,17 +485,13 @@ fn every_request_snapshot_feeds_the_report() {
             })
             .count()
     };
-    assert_eq!(
-        count("local_requests__"),
-        smol_mcp::spec_diff::LOCAL_REQUEST_SNAPSHOTS.len()
-    );
-    assert_eq!(
-        count("cloud_requests__"),
-        smol_mcp::spec_diff::CLOUD_REQUEST_SNAPSHOTS.len()
-    );
+    let local = read_request_snapshots(&snapshots_dir(), Api::Local).unwrap();
+    let cloud = read_request_snapshots(&snapshots_dir(), Api::Cloud).unwrap();
+    assert_eq!(count("local_requests__"), local.len());
+    assert_eq!(count("cloud_requests__"), cloud.len());
+    assert_eq!((local.len(), cloud.len()), (6, 9));
     let spec: Value = serde_json::from_str(LOCAL_API.spec_text).unwrap();
-    let sent =
-        smol_mcp::spec_diff::sent_fields(&spec, smol_mcp::spec_diff::LOCAL_REQUEST_SNAPSHOTS);
+    let sent = sent_fields(&spec, &local);
     let exec = &sent[&("POST".to_string(), "/api/v1/machines/{id}/exec".to_string())];
     for field in [
         "autoStart",

@@ -1,23 +1,84 @@
-//! `smol-spec`: the spec tools.
+//! `smol-spec`: the spec tools. `vendor` writes the facts-only form of an OpenAPI document;
+//! `diff` reports what a new smolvm release (or cloud spec) changes for this server.
 //!
-//!     smol-spec vendor RAW.json OUT.json|-
-//!         write (or print) the facts-only form of an OpenAPI document
-//!     smol-spec diff [--smolvm BIN | --local-spec RAW.json] [--release NAME] [--cloud-spec RAW.json] [--format md|json]
-//!         what a new smolvm release (or cloud spec) changes for this server; exits 1 when
-//!         something needs a decision (unknown operations, breaking changes, stale overrides)
+//! Exit codes: 0 done (for `diff`: nothing needs a decision), 1 something needs a decision, 2
+//! bad usage or a failure.
 
 use anyhow::{Context, bail};
-use smol_mcp::spec_diff::{Api, Report, diff};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use smol_mcp::spec_diff::{Api, Report, diff, read_request_snapshots};
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "usage:\n  smol-spec vendor RAW.json OUT.json|-\n  smol-spec diff [--smolvm BIN | --local-spec RAW.json] [--release NAME] [--cloud-spec RAW.json] [--format md|json]";
-
-fn read_json(path: &str) -> anyhow::Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-    serde_json::from_str(&text).with_context(|| format!("{path} is not JSON"))
+#[derive(Parser)]
+#[command(name = "smol-spec", version, about = "The spec tools of smol-mcp")]
+struct Cli {
+    #[command(subcommand)]
+    command: Tool,
 }
 
-fn vendor(raw: &str, out: &str) -> anyhow::Result<()> {
+#[derive(Subcommand)]
+enum Tool {
+    /// Write (or print) the facts-only form of an OpenAPI document, as `specs/` holds it
+    Vendor {
+        /// The raw OpenAPI document (`smol-vmm serve openapi` output, a published spec)
+        #[arg(value_name = "RAW.json")]
+        raw: PathBuf,
+        /// Where to write the vendored form; `-` prints it
+        #[arg(value_name = "OUT.json|-")]
+        out: String,
+    },
+    /// What a new smolvm release (or cloud spec) changes for this server
+    ///
+    /// Exits 0 when nothing needs a decision, 1 when something does (unknown operations,
+    /// breaking changes, stale overrides), 2 on bad usage or when the inputs cannot be read.
+    Diff(DiffArgs),
+}
+
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("candidate").required(true).multiple(true))]
+struct DiffArgs {
+    /// A smolvm engine binary: its `serve openapi`, and its release from `--version`
+    #[arg(
+        long,
+        value_name = "BIN",
+        group = "candidate",
+        conflicts_with = "local_spec"
+    )]
+    smolvm: Option<PathBuf>,
+    /// A raw local spec file instead of a binary
+    #[arg(long, value_name = "RAW.json", group = "candidate")]
+    local_spec: Option<PathBuf>,
+    /// The candidate's release name (default: what `--smolvm BIN --version` prints)
+    #[arg(long, value_name = "NAME")]
+    release: Option<String>,
+    /// A raw cloud spec file
+    #[arg(long, value_name = "RAW.json", group = "candidate")]
+    cloud_spec: Option<PathBuf>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Md)]
+    format: Format,
+    /// The request snapshots (`local_requests__*.snap`, `cloud_requests__*.snap`): they show
+    /// which request fields this server sends, so which changes break it
+    #[arg(long, value_name = "DIR", default_value = "tests/snapshots")]
+    snapshots: PathBuf,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// Markdown, for reading
+    Md,
+    /// The reports as a JSON list
+    Json,
+}
+
+fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+fn vendor(raw: &Path, out: &str) -> anyhow::Result<()> {
     let doc = read_json(raw)?;
     let rendered = smol_mcp::spec::vendor::render(&smol_mcp::spec::vendor::facts_only(&doc));
     if out == "-" {
@@ -30,21 +91,22 @@ fn vendor(raw: &str, out: &str) -> anyhow::Result<()> {
 
 /// The engine's own `serve openapi`, and its release from `--version` (the spec's info.version
 /// is not the release).
-fn from_binary(bin: &str) -> anyhow::Result<(serde_json::Value, String)> {
+fn from_binary(bin: &Path) -> anyhow::Result<(serde_json::Value, String)> {
+    let shown = bin.display();
     let spec = Command::new(bin)
         .args(["serve", "openapi"])
         .output()
-        .with_context(|| format!("running {bin} serve openapi"))?;
+        .with_context(|| format!("running {shown} serve openapi"))?;
     if !spec.status.success() {
         bail!(
-            "{bin} serve openapi failed: {}",
+            "{shown} serve openapi failed: {}",
             String::from_utf8_lossy(&spec.stderr).trim()
         );
     }
     let version = Command::new(bin)
         .arg("--version")
         .output()
-        .with_context(|| format!("running {bin} --version"))?;
+        .with_context(|| format!("running {shown} --version"))?;
     let release = String::from_utf8_lossy(&version.stdout)
         .lines()
         .next()
@@ -55,68 +117,65 @@ fn from_binary(bin: &str) -> anyhow::Result<(serde_json::Value, String)> {
     Ok((doc, release))
 }
 
-fn run_diff(args: &[String]) -> anyhow::Result<bool> {
-    let mut smolvm = None;
-    let mut local_spec = None;
-    let mut cloud_spec = None;
-    let mut release = None;
-    let mut format = "md".to_owned();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-        };
-        match flag.as_str() {
-            "--smolvm" => smolvm = Some(value()?),
-            "--local-spec" => local_spec = Some(value()?),
-            "--cloud-spec" => cloud_spec = Some(value()?),
-            "--release" => release = Some(value()?),
-            "--format" => format = value()?,
-            other => bail!(
-                "unknown argument {other} (accepted: --smolvm, --local-spec, --release, --cloud-spec, --format)\n{USAGE}"
-            ),
+fn report(
+    api: Api,
+    doc: &serde_json::Value,
+    release: Option<String>,
+    snapshots: &Path,
+) -> anyhow::Result<Report> {
+    let texts = read_request_snapshots(snapshots, api)?;
+    Ok(diff(api, doc, release, &texts)?)
+}
+
+/// The reports, and whether any needs a decision.
+fn run_diff(args: DiffArgs) -> anyhow::Result<bool> {
+    // Judged against no snapshot, every request change would look breaking: refuse instead.
+    if !args.snapshots.is_dir() {
+        bail!(
+            "no request snapshots directory at {}: the report reads there which request fields \
+             this server sends; run it from the checkout or give --snapshots DIR",
+            args.snapshots.display()
+        );
+    }
+    let mut reports = Vec::new();
+    if let Some(bin) = &args.smolvm {
+        let (doc, found) = from_binary(bin)?;
+        let release = args.release.clone().unwrap_or(found);
+        reports.push(report(Api::Local, &doc, Some(release), &args.snapshots)?);
+    }
+    if let Some(path) = &args.local_spec {
+        let doc = read_json(path)?;
+        reports.push(report(
+            Api::Local,
+            &doc,
+            args.release.clone(),
+            &args.snapshots,
+        )?);
+    }
+    if let Some(path) = &args.cloud_spec {
+        reports.push(report(
+            Api::Cloud,
+            &read_json(path)?,
+            None,
+            &args.snapshots,
+        )?);
+    }
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+        Format::Md => {
+            let text: Vec<String> = reports.iter().map(Report::markdown).collect();
+            print!("{}", text.join("\n"));
         }
-    }
-    if format != "md" && format != "json" {
-        bail!("--format takes md or json, not {format}");
-    }
-    let mut reports: Vec<Report> = Vec::new();
-    match (smolvm, local_spec) {
-        (Some(_), Some(_)) => bail!("give --smolvm or --local-spec, not both"),
-        (Some(bin), None) => {
-            let (doc, found) = from_binary(&bin)?;
-            reports.push(diff(
-                Api::Local,
-                &doc,
-                Some(release.clone().unwrap_or(found)),
-            ));
-        }
-        (None, Some(path)) => reports.push(diff(Api::Local, &read_json(&path)?, release.clone())),
-        (None, None) => {}
-    }
-    if let Some(path) = cloud_spec {
-        reports.push(diff(Api::Cloud, &read_json(&path)?, None));
-    }
-    if reports.is_empty() {
-        bail!("nothing to compare: give --smolvm, --local-spec or --cloud-spec\n{USAGE}");
-    }
-    if format == "json" {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
-    } else {
-        let text: Vec<String> = reports.iter().map(Report::markdown).collect();
-        print!("{}", text.join("\n"));
     }
     Ok(reports.iter().any(|r| r.needs_decision))
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("vendor") if args.len() == 3 => vendor(&args[1], &args[2]).map(|()| false),
-        Some("diff") => run_diff(&args[1..]),
-        _ => Err(anyhow::anyhow!("{USAGE}")),
+    // Usage errors exit 2; --help and --version exit 0.
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Tool::Vendor { raw, out } => vendor(&raw, &out).map(|()| false),
+        Tool::Diff(args) => run_diff(args),
     };
     match result {
         Ok(false) => ExitCode::SUCCESS,
