@@ -1,25 +1,40 @@
 //! Configuration: environment over file over default. The file is JSON at `$SMOL_MCP_CONFIG`, or
-//! `$XDG_CONFIG_HOME/smol-mcp/config.json` (`~/.config/...` without XDG). An unknown key in the
-//! file, a value of the wrong type and an out-of-range number are errors that name the key, its
-//! environment variable and what would be accepted.
+//! `$XDG_CONFIG_HOME/smol-mcp/config.json` (`~/.config/...` without XDG). Every setting is named
+//! once, in the `settings!` table below, which gives the `Config` field, the file key, the
+//! environment variable, the default, what is accepted and why; the README's table is checked
+//! against it. An unknown key in the file, a value of the wrong type and an out-of-range number
+//! are errors that name the key and what would be accepted.
 
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The largest machine a call or the configuration may ask for.
+/// The most virtual CPUs a machine may have, here and in the tools.
 pub const MAX_CPUS: u32 = 64;
+/// The least memory a machine may have, here and in the tools.
 pub const MIN_MEMORY_MB: u32 = 128;
+/// The most memory a machine may have, here and in the tools.
 pub const MAX_MEMORY_MB: u32 = 262_144;
+
+const DAY: u64 = 86_400;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config file {path}: {message}")]
     File { path: String, message: String },
-    #[error("{key} ({source_name}): {message}")]
-    Value {
+    #[error("{key} (${var}): {message}")]
+    Env {
         key: &'static str,
-        source_name: String,
+        var: &'static str,
+        message: String,
+    },
+    /// Values that are each acceptable but not together.
+    #[error("{key} ({var}): {message}")]
+    Conflict {
+        key: &'static str,
+        var: &'static str,
         message: String,
     },
 }
@@ -50,13 +65,16 @@ impl fmt::Debug for Secret {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// The serde names are the accepted spellings, in the file and in the environment alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum NetworkDefault {
     Open,
     Blocked,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TargetsSetting {
     Auto,
     Local,
@@ -64,206 +82,574 @@ pub enum TargetsSetting {
     Both,
 }
 
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub smolvm: String,
-    pub min_smolvm: String,
-    pub local_url: String,
-    pub runtime_dir: PathBuf,
-    pub machine_prefix: String,
-    pub memory_mb: u32,
-    pub cpus: u32,
-    pub network_default: NetworkDefault,
-    pub run_once_network: NetworkDefault,
-    pub ephemeral_ttl_secs: u64,
-    pub ephemeral_auto_stop_secs: u64,
-    pub exec_timeout_secs: u64,
-    pub max_exec_timeout_secs: u64,
-    pub max_output_bytes: usize,
-    pub ready_timeout_secs: u64,
-    pub serve_start_timeout_secs: u64,
-    pub logs_tail: usize,
-    pub cloud_url: String,
-    pub cloud_token: Secret,
-    pub targets: TargetsSetting,
-    pub http_host: String,
-    pub http_port: u16,
-    pub http_path: String,
-    pub http_session_idle_secs: u64,
-    pub http_allowed_hosts: Vec<String>,
-    pub http_allowed_origins: Vec<String>,
-    pub auth_token: Secret,
-}
-
-#[derive(Clone, Copy)]
-enum Kind {
+/// What a setting accepts: checked on every source, shown in errors and in the README.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepts {
     Text,
-    /// A whole number from 1 to the bound.
-    Positive(u64),
-    Choice(&'static [&'static str]),
+    NonEmptyText,
+    /// An HTTP path such as `/mcp`.
+    UrlPath,
+    /// A `smolvm serve` address, refused unless it is loopback or a socket (empty: none).
+    LocalUrl,
+    Whole {
+        min: u64,
+        max: u64,
+    },
+    OneOf(&'static [&'static str]),
+    /// An array of strings in the file; comma-separated text in either.
+    List,
 }
 
-/// Every key: its name in the file, its environment variable, its default and its kind. The
-/// README's configuration table is this table.
-pub struct Key {
-    pub name: &'static str,
-    pub env: &'static str,
-    pub default: &'static str,
-    kind: Kind,
-}
-
-const fn key(name: &'static str, env: &'static str, default: &'static str, kind: Kind) -> Key {
-    Key {
-        name,
-        env,
-        default,
-        kind,
+impl fmt::Display for Accepts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Accepts::Text => f.write_str("a string"),
+            Accepts::NonEmptyText => f.write_str("a non-empty string"),
+            Accepts::UrlPath => f.write_str("a path starting with a slash, like /mcp"),
+            Accepts::LocalUrl => {
+                f.write_str("unix:///abs/path.sock or http://127.0.0.1:PORT (loopback only)")
+            }
+            Accepts::Whole { min, max } => write!(f, "a whole number from {min} to {max}"),
+            Accepts::OneOf(options) => write!(f, "one of {}", options.join(", ")),
+            Accepts::List => f.write_str("a list of strings (comma-separated in the environment)"),
+        }
     }
 }
 
-const NETWORK: Kind = Kind::Choice(&["open", "blocked"]);
-const U32: u64 = u32::MAX as u64;
-const DAY: u64 = 86_400;
-
-pub const KEYS: &[Key] = &[
-    key("smolvm", "SMOLVM", "smolvm", Kind::Text),
-    key("minSmolvm", "SMOL_MCP_MIN_SMOLVM", "1.32.0", Kind::Text),
-    key("localUrl", "SMOL_LOCAL_URL", "", Kind::Text),
-    key("runtimeDir", "SMOL_MCP_RUNTIME_DIR", "", Kind::Text),
-    key(
-        "machinePrefix",
-        "SMOL_MCP_MACHINE_PREFIX",
-        "mcp-",
-        Kind::Text,
-    ),
-    key(
-        "memoryMb",
-        "SMOL_MCP_MEMORY_MB",
-        "2048",
-        Kind::Positive(U32),
-    ),
-    key("cpus", "SMOL_MCP_CPUS", "2", Kind::Positive(256)),
-    key(
-        "networkDefault",
-        "SMOL_MCP_NETWORK_DEFAULT",
-        "blocked",
-        NETWORK,
-    ),
-    key(
-        "runOnceNetwork",
-        "SMOL_MCP_RUN_ONCE_NETWORK",
-        "blocked",
-        NETWORK,
-    ),
-    key(
-        "ephemeralTtlSecs",
-        "SMOL_MCP_EPHEMERAL_TTL_SECS",
-        "3600",
-        Kind::Positive(365 * DAY),
-    ),
-    key(
-        "ephemeralAutoStopSecs",
-        "SMOL_MCP_EPHEMERAL_AUTO_STOP_SECS",
-        "900",
-        Kind::Positive(365 * DAY),
-    ),
-    key(
-        "execTimeoutSecs",
-        "SMOL_MCP_EXEC_TIMEOUT_SECS",
-        "120",
-        Kind::Positive(7 * DAY),
-    ),
-    key(
-        "maxExecTimeoutSecs",
-        "SMOL_MCP_MAX_EXEC_TIMEOUT_SECS",
-        "900",
-        Kind::Positive(7 * DAY),
-    ),
-    key(
-        "maxOutputBytes",
-        "SMOL_MCP_MAX_OUTPUT_BYTES",
-        "65536",
-        Kind::Positive(64 * 1024 * 1024),
-    ),
-    key(
-        "readyTimeoutSecs",
-        "SMOL_MCP_READY_TIMEOUT_SECS",
-        "120",
-        Kind::Positive(DAY),
-    ),
-    key(
-        "serveStartTimeoutSecs",
-        "SMOL_MCP_SERVE_START_TIMEOUT_SECS",
-        "60",
-        Kind::Positive(DAY),
-    ),
-    key(
-        "logsTail",
-        "SMOL_MCP_LOGS_TAIL",
-        "100",
-        Kind::Positive(1_000_000),
-    ),
-    key(
-        "cloudUrl",
-        "SMOL_CLOUD_URL",
-        "https://api.smolmachines.com",
-        Kind::Text,
-    ),
-    key("cloudToken", "SMOL_CLOUD_TOKEN", "", Kind::Text),
-    key(
-        "targets",
-        "SMOL_MCP_TARGETS",
-        "auto",
-        Kind::Choice(&["auto", "local", "cloud", "both"]),
-    ),
-    key("httpHost", "SMOL_MCP_HTTP_HOST", "127.0.0.1", Kind::Text),
-    key(
-        "httpPort",
-        "SMOL_MCP_HTTP_PORT",
-        "8080",
-        Kind::Positive(65_535),
-    ),
-    key("httpPath", "SMOL_MCP_HTTP_PATH", "/mcp", Kind::Text),
-    key(
-        "httpSessionIdleSecs",
-        "SMOL_MCP_HTTP_SESSION_IDLE_SECS",
-        "1800",
-        Kind::Positive(30 * DAY),
-    ),
-    key(
-        "httpAllowedHosts",
-        "SMOL_MCP_HTTP_ALLOWED_HOSTS",
-        "",
-        Kind::Text,
-    ),
-    key(
-        "httpAllowedOrigins",
-        "SMOL_MCP_HTTP_ALLOWED_ORIGINS",
-        "",
-        Kind::Text,
-    ),
-    key("authToken", "SMOL_MCP_AUTH_TOKEN", "", Kind::Text),
-];
-
-/// Keys for which an empty environment value means "empty" rather than "unset": an empty
-/// minimum version turns the check off (the reference server could only do that in the file).
-const EMPTY_IS_A_VALUE: &[&str] = &["minSmolvm"];
-
-/// Where the value of one key came from, for error messages.
-#[derive(Clone)]
-enum Origin {
-    Default,
-    File(String),
-    Env(&'static str),
+/// One setting as the README documents it.
+#[derive(Debug)]
+pub struct Setting {
+    /// The key in the config file.
+    pub key: &'static str,
+    pub env: &'static str,
+    /// The default, spelled as in the environment.
+    pub default: &'static str,
+    /// How the README shows the default when it is computed rather than this text.
+    pub shown_default: Option<&'static str>,
+    pub accepts: Accepts,
+    /// An empty environment value is the value (rather than "unset").
+    pub empty_env_is_a_value: bool,
+    /// Why this default.
+    pub why: &'static str,
 }
 
-impl Origin {
-    fn describe(&self, key: &Key) -> String {
-        match self {
-            Origin::Default => format!("default of {}", key.name),
-            Origin::File(path) => format!("\"{}\" in {path}", key.name),
-            Origin::Env(var) => format!("${var}"),
+impl Setting {
+    /// The setting's row in the README's configuration table.
+    pub fn readme_row(&self) -> String {
+        let default = match (self.shown_default, self.default) {
+            (Some(shown), _) => shown.to_owned(),
+            (None, "") => "(empty)".to_owned(),
+            (None, text) => format!("`{text}`"),
+        };
+        format!(
+            "| `{}` | `{}` | {default} | {} | {} |",
+            self.key, self.env, self.accepts, self.why
+        )
+    }
+}
+
+/// Why a value was refused; `None` when "not what the setting accepts" says it all.
+struct Rejected(Option<String>);
+
+/// A type a setting can have: how it is read from text (the environment, the defaults) and from
+/// the file, where it has a JSON type of its own.
+trait Value: Sized {
+    type File: DeserializeOwned;
+    fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected>;
+    fn from_file(value: Self::File, accepts: Accepts) -> Result<Self, Rejected>;
+}
+
+macro_rules! whole_numbers {
+    ($($t:ty),*) => {$(
+        impl Value for $t {
+            type File = $t;
+            fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+                let n: $t = text.trim().parse().map_err(|_| Rejected(None))?;
+                Self::from_file(n, accepts)
+            }
+            fn from_file(value: $t, accepts: Accepts) -> Result<Self, Rejected> {
+                match (accepts, u64::try_from(value)) {
+                    (Accepts::Whole { min, max }, Ok(n)) if (min..=max).contains(&n) => Ok(value),
+                    _ => Err(Rejected(None)),
+                }
+            }
         }
+    )*};
+}
+
+whole_numbers!(u16, u32, u64, usize);
+
+fn check_text(text: &str, accepts: Accepts) -> Result<(), Rejected> {
+    let ok = match accepts {
+        Accepts::Text => true,
+        Accepts::NonEmptyText => !text.is_empty(),
+        Accepts::UrlPath => text.starts_with('/'),
+        Accepts::LocalUrl => {
+            // The local API has no authentication: an address anyone else can reach is refused
+            // here, at start-up, rather than at the first local call.
+            if !text.is_empty() {
+                crate::fleet::transport::LocalEndpoint::parse(text)
+                    .map_err(|e| Rejected(Some(e.message)))?;
+            }
+            true
+        }
+        Accepts::Whole { .. } | Accepts::OneOf(_) | Accepts::List => false,
+    };
+    if ok { Ok(()) } else { Err(Rejected(None)) }
+}
+
+impl Value for String {
+    type File = String;
+    fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+        check_text(text, accepts)?;
+        Ok(text.to_owned())
+    }
+    fn from_file(value: String, accepts: Accepts) -> Result<Self, Rejected> {
+        check_text(&value, accepts)?;
+        Ok(value)
+    }
+}
+
+impl Value for Secret {
+    type File = String;
+    fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+        String::from_text(text, accepts).map(Secret)
+    }
+    fn from_file(value: String, accepts: Accepts) -> Result<Self, Rejected> {
+        String::from_file(value, accepts).map(Secret)
+    }
+}
+
+impl Value for PathBuf {
+    type File = String;
+    fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+        String::from_text(text, accepts).map(PathBuf::from)
+    }
+    fn from_file(value: String, accepts: Accepts) -> Result<Self, Rejected> {
+        String::from_file(value, accepts).map(PathBuf::from)
+    }
+}
+
+/// A list in the file: an array of strings, or one comma-separated string as in the environment.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ListFile {
+    Many(Vec<String>),
+    One(String),
+}
+
+fn list_items<'a>(items: impl Iterator<Item = &'a str>) -> Vec<String> {
+    items
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+impl Value for Vec<String> {
+    type File = ListFile;
+    fn from_text(text: &str, _: Accepts) -> Result<Self, Rejected> {
+        Ok(list_items(text.split(',')))
+    }
+    fn from_file(value: ListFile, accepts: Accepts) -> Result<Self, Rejected> {
+        match value {
+            ListFile::One(text) => Self::from_text(&text, accepts),
+            ListFile::Many(items) => Ok(list_items(items.iter().map(String::as_str))),
+        }
+    }
+}
+
+/// Enumerations are read through their serde names, so the file and the environment accept the
+/// same spellings.
+macro_rules! choices {
+    ($($t:ty),*) => {$(
+        impl Value for $t {
+            type File = $t;
+            fn from_text(text: &str, _: Accepts) -> Result<Self, Rejected> {
+                let text = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(text);
+                <$t>::deserialize(text).map_err(|_| Rejected(None))
+            }
+            fn from_file(value: $t, _: Accepts) -> Result<Self, Rejected> {
+                Ok(value)
+            }
+        }
+    )*};
+}
+
+choices!(NetworkDefault, TargetsSetting);
+
+/// Picks one setting's value: the environment, else the file, else the default.
+fn pick<T: Value>(
+    setting: &Setting,
+    env: &BTreeMap<String, String>,
+    file: Option<T::File>,
+    file_doc: &FileDoc,
+) -> Result<T, ConfigError> {
+    let from_env = env
+        .get(setting.env)
+        .filter(|v| !v.is_empty() || setting.empty_env_is_a_value);
+    if let Some(text) = from_env {
+        return T::from_text(text, setting.accepts).map_err(|Rejected(why)| ConfigError::Env {
+            key: setting.key,
+            var: setting.env,
+            message: why.unwrap_or_else(|| format!("must be {}, not \"{text}\"", setting.accepts)),
+        });
+    }
+    if let Some(value) = file {
+        return T::from_file(value, setting.accepts)
+            .map_err(|Rejected(why)| file_doc.refused(setting, why));
+    }
+    T::from_text(setting.default, setting.accepts).map_err(|_| ConfigError::Env {
+        key: setting.key,
+        var: setting.env,
+        message: format!("the built-in default \"{}\" is refused", setting.default),
+    })
+}
+
+/// Generates, from one row per setting, the `Config` struct, the file's struct and `SETTINGS`.
+/// The file key is the field's name in camelCase (`rename_all`); a unit test holds each row's
+/// `key` to that.
+macro_rules! settings {
+    ($(
+        $(#[$doc:meta])*
+        $field:ident: $ty:ty {
+            key: $key:literal,
+            env: $env:literal,
+            default: $default:literal,
+            $(shown_default: $shown:literal,)?
+            accepts: $accepts:expr,
+            $(empty_env_is_a_value: $empty:literal,)?
+            why: $why:literal $(,)?
+        }
+    ),* $(,)?) => {
+        #[derive(Debug, Clone)]
+        pub struct Config {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        /// The config file: every key optional, an unknown key refused.
+        #[derive(Default, Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
+        struct FileConfig {
+            $(#[serde(default)] $field: Option<<$ty as Value>::File>,)*
+        }
+
+        /// Every setting, in the README's order.
+        pub const SETTINGS: &[Setting] = &[$(setting!($key, $env, $default, $($shown)?, $accepts, $($empty)?, $why),)*];
+
+        #[cfg(test)]
+        const FIELD_NAMES: &[&str] = &[$(stringify!($field)),*];
+
+        impl Config {
+            fn pick_all(
+                env: &BTreeMap<String, String>,
+                file: FileConfig,
+                file_doc: &FileDoc,
+            ) -> Result<Config, ConfigError> {
+                Ok(Config {$(
+                    $field: pick::<$ty>(
+                        &setting!($key, $env, $default, $($shown)?, $accepts, $($empty)?, $why),
+                        env,
+                        file.$field,
+                        file_doc,
+                    )?,
+                )*})
+            }
+        }
+    };
+}
+
+macro_rules! setting {
+    ($key:literal, $env:literal, $default:literal, $($shown:literal)?, $accepts:expr, $($empty:literal)?, $why:literal) => {
+        Setting {
+            key: $key,
+            env: $env,
+            default: $default,
+            shown_default: or!(None; $(Some($shown))?),
+            accepts: $accepts,
+            empty_env_is_a_value: or!(false; $($empty)?),
+            why: $why,
+        }
+    };
+}
+
+macro_rules! or {
+    ($default:expr;) => {
+        $default
+    };
+    ($default:expr; $value:expr) => {
+        $value
+    };
+}
+
+const fn whole(min: u64, max: u64) -> Accepts {
+    Accepts::Whole { min, max }
+}
+
+const NETWORK: Accepts = Accepts::OneOf(&["open", "blocked"]);
+
+settings! {
+    smolvm: String {
+        key: "smolvm",
+        env: "SMOLVM",
+        default: "smolvm",
+        accepts: Accepts::NonEmptyText,
+        why: "the engine's CLI, found on `PATH`",
+    },
+    min_smolvm: String {
+        key: "minSmolvm",
+        env: "SMOL_MCP_MIN_SMOLVM",
+        default: "1.32.0",
+        accepts: Accepts::Text,
+        empty_env_is_a_value: true,
+        why: "the line the request shapes were verified against: 1.14.3, for one, refuses exec's `autoStart` field, which every command sends; empty turns the check off",
+    },
+    local_url: String {
+        key: "localUrl",
+        env: "SMOL_LOCAL_URL",
+        default: "",
+        accepts: Accepts::LocalUrl,
+        why: "use a serve already running; a non-loopback address is refused at start-up (the local API has no authentication)",
+    },
+    runtime_dir: PathBuf {
+        key: "runtimeDir",
+        env: "SMOL_MCP_RUNTIME_DIR",
+        default: "",
+        shown_default: "`$XDG_RUNTIME_DIR/smol-mcp`, else `/tmp/smol-mcp-<uid>`",
+        accepts: Accepts::Text,
+        why: "private to the user; holds the socket, the serve log and the ephemeral record",
+    },
+    machine_prefix: String {
+        key: "machinePrefix",
+        env: "SMOL_MCP_MACHINE_PREFIX",
+        default: "mcp-",
+        accepts: Accepts::NonEmptyText,
+        why: "names that mark ephemeral machines (an empty prefix would mark every machine)",
+    },
+    memory_mb: u32 {
+        key: "memoryMb",
+        env: "SMOL_MCP_MEMORY_MB",
+        default: "2048",
+        accepts: whole(MIN_MEMORY_MB as u64, MAX_MEMORY_MB as u64),
+        why: "enough for a language runtime and a build",
+    },
+    cpus: u32 {
+        key: "cpus",
+        env: "SMOL_MCP_CPUS",
+        default: "2",
+        accepts: whole(1, MAX_CPUS as u64),
+        why: "one for the workload, one for the agent's commands",
+    },
+    network_default: NetworkDefault {
+        key: "networkDefault",
+        env: "SMOL_MCP_NETWORK_DEFAULT",
+        default: "blocked",
+        accepts: NETWORK,
+        why: "no egress unless asked for",
+    },
+    run_once_network: NetworkDefault {
+        key: "runOnceNetwork",
+        env: "SMOL_MCP_RUN_ONCE_NETWORK",
+        default: "blocked",
+        accepts: NETWORK,
+        why: "the same for run-once",
+    },
+    ephemeral_ttl_secs: u64 {
+        key: "ephemeralTtlSecs",
+        env: "SMOL_MCP_EPHEMERAL_TTL_SECS",
+        default: "3600",
+        accepts: whole(1, 365 * DAY),
+        why: "cloud backstop: an orphan costs at most an hour",
+    },
+    ephemeral_auto_stop_secs: u64 {
+        key: "ephemeralAutoStopSecs",
+        env: "SMOL_MCP_EPHEMERAL_AUTO_STOP_SECS",
+        default: "900",
+        accepts: whole(1, 365 * DAY),
+        why: "cloud backstop: an idle orphan stops after 15 minutes",
+    },
+    exec_timeout_secs: u64 {
+        key: "execTimeoutSecs",
+        env: "SMOL_MCP_EXEC_TIMEOUT_SECS",
+        default: "120",
+        accepts: whole(1, 7 * DAY),
+        why: "long enough for a build step, short enough to notice a hang",
+    },
+    max_exec_timeout_secs: u64 {
+        key: "maxExecTimeoutSecs",
+        env: "SMOL_MCP_MAX_EXEC_TIMEOUT_SECS",
+        default: "900",
+        accepts: whole(1, 7 * DAY),
+        why: "the ceiling a call may ask for (at least `execTimeoutSecs`)",
+    },
+    max_output_bytes: usize {
+        key: "maxOutputBytes",
+        env: "SMOL_MCP_MAX_OUTPUT_BYTES",
+        default: "65536",
+        accepts: whole(1, 64 * 1024 * 1024),
+        why: "per stream and per page: what fits a model's context",
+    },
+    ready_timeout_secs: u64 {
+        key: "readyTimeoutSecs",
+        env: "SMOL_MCP_READY_TIMEOUT_SECS",
+        default: "120",
+        accepts: whole(1, DAY),
+        why: "a cold image pull and boot",
+    },
+    serve_start_timeout_secs: u64 {
+        key: "serveStartTimeoutSecs",
+        env: "SMOL_MCP_SERVE_START_TIMEOUT_SECS",
+        default: "60",
+        accepts: whole(1, DAY),
+        why: "first start of the engine",
+    },
+    logs_tail: usize {
+        key: "logsTail",
+        env: "SMOL_MCP_LOGS_TAIL",
+        default: "100",
+        accepts: whole(1, 1_000_000),
+        why: "machine-logs' default page",
+    },
+    cloud_url: String {
+        key: "cloudUrl",
+        env: "SMOL_CLOUD_URL",
+        default: "https://api.smolmachines.com",
+        accepts: Accepts::NonEmptyText,
+        why: "the service",
+    },
+    cloud_token: Secret {
+        key: "cloudToken",
+        env: "SMOL_CLOUD_TOKEN",
+        default: "",
+        accepts: Accepts::Text,
+        why: "no cloud unless configured; never logged",
+    },
+    targets: TargetsSetting {
+        key: "targets",
+        env: "SMOL_MCP_TARGETS",
+        default: "auto",
+        accepts: Accepts::OneOf(&["auto", "local", "cloud", "both"]),
+        why: "`both` with a token, else `local`; `cloud` and `both` without a token are refused at start-up",
+    },
+    http_host: String {
+        key: "httpHost",
+        env: "SMOL_MCP_HTTP_HOST",
+        default: "127.0.0.1",
+        accepts: Accepts::NonEmptyText,
+        why: "the HTTP transport listens on loopback unless told otherwise (`--host` overrides)",
+    },
+    http_port: u16 {
+        key: "httpPort",
+        env: "SMOL_MCP_HTTP_PORT",
+        default: "8080",
+        accepts: whole(1, 65_535),
+        why: "the HTTP transport's port (`--port` overrides)",
+    },
+    http_path: String {
+        key: "httpPath",
+        env: "SMOL_MCP_HTTP_PATH",
+        default: "/mcp",
+        accepts: Accepts::UrlPath,
+        why: "the MCP endpoint's path (`--path` overrides)",
+    },
+    http_session_idle_secs: u64 {
+        key: "httpSessionIdleSecs",
+        env: "SMOL_MCP_HTTP_SESSION_IDLE_SECS",
+        default: "1800",
+        accepts: whole(1, 30 * DAY),
+        why: "an HTTP session idle this long is closed and its ephemeral machines deleted",
+    },
+    http_allowed_hosts: Vec<String> {
+        key: "httpAllowedHosts",
+        env: "SMOL_MCP_HTTP_ALLOWED_HOSTS",
+        default: "",
+        accepts: Accepts::List,
+        why: "`Host` names accepted; empty on a loopback listener means the loopback names",
+    },
+    http_allowed_origins: Vec<String> {
+        key: "httpAllowedOrigins",
+        env: "SMOL_MCP_HTTP_ALLOWED_ORIGINS",
+        default: "",
+        accepts: Accepts::List,
+        why: "`Origin`s accepted; a browser origin must be listed",
+    },
+    auth_token: Secret {
+        key: "authToken",
+        env: "SMOL_MCP_AUTH_TOKEN",
+        default: "",
+        accepts: Accepts::Text,
+        why: "the HTTP transport's bearer token; it refuses to start without one; never logged",
+    },
+}
+
+/// The parsed config file, kept whole so that an error can quote what the file said.
+#[derive(Default)]
+struct FileDoc {
+    path: String,
+    raw: serde_json::Map<String, serde_json::Value>,
+}
+
+impl FileDoc {
+    fn error(&self, message: String) -> ConfigError {
+        ConfigError::File {
+            path: self.path.clone(),
+            message,
+        }
+    }
+
+    fn refused(&self, setting: &Setting, why: Option<String>) -> ConfigError {
+        let key = setting.key;
+        self.error(match why {
+            Some(why) => format!("\"{key}\": {why}"),
+            None => {
+                let given = self.raw.get(key).map(|v| v.to_string()).unwrap_or_default();
+                format!("\"{key}\" must be {}, not {given}", setting.accepts)
+            }
+        })
+    }
+
+    /// Reads the file; `None` when it is absent and absence is allowed.
+    fn read(path: &Path, must_exist: bool) -> Result<Option<(FileDoc, FileConfig)>, ConfigError> {
+        let mut doc = FileDoc {
+            path: path.display().to_string(),
+            raw: serde_json::Map::new(),
+        };
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(doc.error(
+                    "no such file (SMOL_MCP_CONFIG names it; unset it to use the default location)"
+                        .into(),
+                ));
+            }
+            Err(e) => return Err(doc.error(e.to_string())),
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| doc.error(format!("not JSON: {e}")))?;
+        let serde_json::Value::Object(raw) = value else {
+            return Err(doc.error("must be a JSON object of settings".into()));
+        };
+        if let Some(unknown) = raw.keys().find(|k| !SETTINGS.iter().any(|s| s.key == *k)) {
+            let known: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
+            return Err(doc.error(format!(
+                "unknown key \"{unknown}\" (known keys: {})",
+                known.join(", ")
+            )));
+        }
+        doc.raw = raw;
+        let file = serde_path_to_error::deserialize(serde_json::Value::Object(doc.raw.clone()))
+            .map_err(|e| {
+                let key = match e.path().iter().next() {
+                    Some(serde_path_to_error::Segment::Map { key }) => key.clone(),
+                    _ => String::new(),
+                };
+                match SETTINGS.iter().find(|s| s.key == key) {
+                    Some(setting) => doc.refused(setting, None),
+                    None => doc.error(e.into_inner().to_string()),
+                }
+            })?;
+        Ok(Some((doc, file)))
     }
 }
 
@@ -286,232 +672,55 @@ impl Config {
         Config::from_sources(&env, &config_path(&env))
     }
 
+    /// `file` may be absent unless `SMOL_MCP_CONFIG` names it: a file asked for by name and
+    /// not found is a typo, not a wish for the defaults.
     pub fn from_sources(
         env: &BTreeMap<String, String>,
         file: &Path,
     ) -> Result<Config, ConfigError> {
-        let file_label = file.display().to_string();
-        let file_values = match std::fs::read_to_string(file) {
-            Ok(text) => parse_file(&text, &file_label)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => {
-                return Err(ConfigError::File {
-                    path: file_label,
-                    message: e.to_string(),
-                });
-            }
-        };
-        let mut values: BTreeMap<&'static str, (String, Origin)> = BTreeMap::new();
-        for k in KEYS {
-            let from_env = env
-                .get(k.env)
-                .filter(|v| !v.is_empty() || EMPTY_IS_A_VALUE.contains(&k.name));
-            let chosen = if let Some(v) = from_env {
-                (v.clone(), Origin::Env(k.env))
-            } else if let Some(v) = file_values.get(k.name) {
-                (v.clone(), Origin::File(file_label.clone()))
-            } else {
-                (k.default.to_owned(), Origin::Default)
-            };
-            values.insert(k.name, chosen);
+        let named = env
+            .get("SMOL_MCP_CONFIG")
+            .is_some_and(|p| !p.is_empty() && Path::new(p) == file);
+        let (doc, file) = FileDoc::read(file, named)?.unwrap_or_default();
+        let mut config = Config::pick_all(env, file, &doc)?;
+        if config.runtime_dir.as_os_str().is_empty() {
+            config.runtime_dir = default_runtime_dir(env);
         }
-        Reader { values }.build(env)
-    }
-}
-
-/// The file's values as text, each checked against its key's kind later with the rest.
-fn parse_file(text: &str, path: &str) -> Result<BTreeMap<String, String>, ConfigError> {
-    let err = |message: String| ConfigError::File {
-        path: path.to_owned(),
-        message,
-    };
-    let doc: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| err(format!("not JSON: {e}")))?;
-    let serde_json::Value::Object(map) = doc else {
-        return Err(err("must be a JSON object of settings".into()));
-    };
-    let mut out = BTreeMap::new();
-    for (name, value) in map {
-        let Some(k) = KEYS.iter().find(|k| k.name == name) else {
-            let known: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
-            return Err(err(format!(
-                "unknown key \"{name}\" (known keys: {})",
-                known.join(", ")
-            )));
-        };
-        let text = match (&value, k.kind) {
-            (serde_json::Value::String(s), _) => s.clone(),
-            (serde_json::Value::Number(n), Kind::Positive(_)) => n.to_string(),
-            (serde_json::Value::Array(items), Kind::Text)
-                if matches!(k.name, "httpAllowedHosts" | "httpAllowedOrigins") =>
-            {
-                items
-                    .iter()
-                    .filter_map(|v| v.as_str())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            }
-            _ => {
-                return Err(err(format!(
-                    "\"{name}\" must be {}, not {value}",
-                    expected(k.kind)
-                )));
-            }
-        };
-        out.insert(name, text);
-    }
-    Ok(out)
-}
-
-fn expected(kind: Kind) -> String {
-    match kind {
-        Kind::Text => "a string".into(),
-        Kind::Positive(max) => format!("a whole number from 1 to {max}"),
-        Kind::Choice(options) => format!("one of {}", options.join(", ")),
-    }
-}
-
-struct Reader {
-    values: BTreeMap<&'static str, (String, Origin)>,
-}
-
-impl Reader {
-    fn raw(&self, name: &'static str) -> Result<(&Key, &str, &Origin), ConfigError> {
-        let k = KEYS
-            .iter()
-            .find(|k| k.name == name)
-            .ok_or_else(|| ConfigError::Value {
-                key: "config",
-                source_name: name.into(),
-                message: "no such key".into(),
-            })?;
-        let (v, origin) = self.values.get(name).ok_or_else(|| ConfigError::Value {
-            key: k.name,
-            source_name: k.env.into(),
-            message: "missing".into(),
-        })?;
-        Ok((k, v.as_str(), origin))
+        config.check()?;
+        Ok(config)
     }
 
-    fn text(&self, name: &'static str) -> Result<String, ConfigError> {
-        Ok(self.raw(name)?.1.to_owned())
-    }
-
-    fn number(&self, name: &'static str) -> Result<u64, ConfigError> {
-        let (k, v, origin) = self.raw(name)?;
-        let Kind::Positive(max) = k.kind else {
-            return Err(ConfigError::Value {
-                key: k.name,
-                source_name: origin.describe(k),
-                message: "not a number key".into(),
-            });
-        };
-        match v.trim().parse::<u64>() {
-            Ok(n) if (1..=max).contains(&n) => Ok(n),
-            _ => Err(ConfigError::Value {
-                key: k.name,
-                source_name: origin.describe(k),
-                message: format!("\"{v}\" is not accepted: give {}", expected(k.kind)),
-            }),
-        }
-    }
-
-    fn choice(&self, name: &'static str) -> Result<&str, ConfigError> {
-        let (k, v, origin) = self.raw(name)?;
-        match k.kind {
-            Kind::Choice(options) if options.contains(&v) => Ok(v),
-            _ => Err(ConfigError::Value {
-                key: k.name,
-                source_name: origin.describe(k),
-                message: format!("\"{v}\" is not accepted: give {}", expected(k.kind)),
-            }),
-        }
-    }
-
-    fn network(&self, name: &'static str) -> Result<NetworkDefault, ConfigError> {
-        Ok(match self.choice(name)? {
-            "open" => NetworkDefault::Open,
-            _ => NetworkDefault::Blocked,
-        })
-    }
-
-    fn list(&self, name: &'static str) -> Result<Vec<String>, ConfigError> {
-        Ok(self
-            .text(name)?
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect())
-    }
-
-    fn build(&self, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
-        let runtime_dir = match self.text("runtimeDir")? {
-            dir if !dir.is_empty() => PathBuf::from(dir),
-            _ => default_runtime_dir(env),
-        };
-        let prefix = self.text("machinePrefix")?;
-        if prefix.is_empty() {
-            return Err(ConfigError::Value {
-                key: "machinePrefix",
-                source_name: "SMOL_MCP_MACHINE_PREFIX".into(),
-                message: "must not be empty: an empty prefix would make every machine ephemeral"
-                    .into(),
-            });
-        }
-        let http_path = self.text("httpPath")?;
-        if !http_path.starts_with('/') {
-            return Err(ConfigError::Value {
-                key: "httpPath",
-                source_name: "SMOL_MCP_HTTP_PATH".into(),
-                message: format!("\"{http_path}\" must start with a slash, like /mcp"),
-            });
-        }
-        let config = Config {
-            smolvm: self.text("smolvm")?,
-            min_smolvm: self.text("minSmolvm")?,
-            local_url: self.text("localUrl")?,
-            runtime_dir,
-            machine_prefix: prefix,
-            memory_mb: self.number("memoryMb")? as u32,
-            cpus: self.number("cpus")? as u32,
-            network_default: self.network("networkDefault")?,
-            run_once_network: self.network("runOnceNetwork")?,
-            ephemeral_ttl_secs: self.number("ephemeralTtlSecs")?,
-            ephemeral_auto_stop_secs: self.number("ephemeralAutoStopSecs")?,
-            exec_timeout_secs: self.number("execTimeoutSecs")?,
-            max_exec_timeout_secs: self.number("maxExecTimeoutSecs")?,
-            max_output_bytes: self.number("maxOutputBytes")? as usize,
-            ready_timeout_secs: self.number("readyTimeoutSecs")?,
-            serve_start_timeout_secs: self.number("serveStartTimeoutSecs")?,
-            logs_tail: self.number("logsTail")? as usize,
-            cloud_url: self.text("cloudUrl")?,
-            cloud_token: Secret::new(self.text("cloudToken")?),
-            targets: match self.choice("targets")? {
-                "local" => TargetsSetting::Local,
-                "cloud" => TargetsSetting::Cloud,
-                "both" => TargetsSetting::Both,
-                _ => TargetsSetting::Auto,
-            },
-            http_host: self.text("httpHost")?,
-            http_port: self.number("httpPort")? as u16,
-            http_path,
-            http_session_idle_secs: self.number("httpSessionIdleSecs")?,
-            http_allowed_hosts: self.list("httpAllowedHosts")?,
-            http_allowed_origins: self.list("httpAllowedOrigins")?,
-            auth_token: Secret::new(self.text("authToken")?),
-        };
-        if config.exec_timeout_secs > config.max_exec_timeout_secs {
-            return Err(ConfigError::Value {
+    /// What no single value can say wrong.
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.exec_timeout_secs > self.max_exec_timeout_secs {
+            return Err(ConfigError::Conflict {
                 key: "execTimeoutSecs",
-                source_name: "SMOL_MCP_EXEC_TIMEOUT_SECS".into(),
+                var: "SMOL_MCP_EXEC_TIMEOUT_SECS",
                 message: format!(
                     "the default ({} s) is above the ceiling maxExecTimeoutSecs ({} s)",
-                    config.exec_timeout_secs, config.max_exec_timeout_secs
+                    self.exec_timeout_secs, self.max_exec_timeout_secs
                 ),
             });
         }
-        Ok(config)
+        // Without a token every call to the cloud would fail; say so once, before serving.
+        if matches!(self.targets, TargetsSetting::Cloud | TargetsSetting::Both)
+            && self.cloud_token.is_empty()
+        {
+            let targets = if self.targets == TargetsSetting::Cloud {
+                "cloud"
+            } else {
+                "both"
+            };
+            return Err(ConfigError::Conflict {
+                key: "targets",
+                var: "SMOL_MCP_TARGETS",
+                message: format!(
+                    "\"{targets}\" needs the cloud token: set SMOL_CLOUD_TOKEN (or cloudToken in \
+                     the config file), or use local"
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -542,6 +751,12 @@ mod tests {
         (dir, path)
     }
 
+    fn error(env_pairs: &[(&str, &str)], file: &Path) -> String {
+        Config::from_sources(&env(env_pairs), file)
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn defaults() {
         let c = Config::from_sources(
@@ -559,11 +774,17 @@ mod tests {
         assert_eq!(c.targets, TargetsSetting::Auto);
         assert_eq!(c.runtime_dir, PathBuf::from("/run/user/7/smol-mcp"));
         assert_eq!(c.min_smolvm, "1.32.0");
+        assert_eq!(c.http_port, 8080);
+        assert!(c.http_allowed_hosts.is_empty());
+        assert!(c.cloud_token.is_empty());
     }
 
     #[test]
     fn env_beats_file_beats_default() {
-        let (_d, path) = with_file(r#"{"cpus": 4, "memoryMb": "1024", "networkDefault": "open"}"#);
+        let (_d, path) = with_file(
+            r#"{"cpus": 4, "memoryMb": 1024, "networkDefault": "open",
+                "httpAllowedHosts": ["a.example", " b.example "], "httpAllowedOrigins": "x, y"}"#,
+        );
         let c = Config::from_sources(
             &env(&[("SMOL_MCP_CPUS", "8"), ("SMOL_MCP_MEMORY_MB", "")]),
             &path,
@@ -576,6 +797,8 @@ mod tests {
         );
         assert_eq!(c.network_default, NetworkDefault::Open);
         assert_eq!(c.exec_timeout_secs, 120);
+        assert_eq!(c.http_allowed_hosts, ["a.example", "b.example"]);
+        assert_eq!(c.http_allowed_origins, ["x", "y"]);
     }
 
     #[test]
@@ -591,43 +814,192 @@ mod tests {
     #[test]
     fn errors_name_the_key_and_what_is_accepted() {
         let (_d, path) = with_file(r#"{"cpu": 4}"#);
-        let e = Config::from_sources(&env(&[]), &path)
-            .unwrap_err()
-            .to_string();
+        let e = error(&[], &path);
         assert!(
             e.contains("unknown key \"cpu\"") && e.contains("cpus"),
             "{e}"
         );
 
-        let e = Config::from_sources(&env(&[("SMOL_MCP_CPUS", "lots")]), Path::new("/x"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("cpus") && e.contains("$SMOL_MCP_CPUS") && e.contains("whole number"),
-            "{e}"
+        let e = error(&[("SMOL_MCP_CPUS", "lots")], Path::new("/x"));
+        assert_eq!(
+            e,
+            "cpus ($SMOL_MCP_CPUS): must be a whole number from 1 to 64, not \"lots\""
         );
 
         let (_d, path) = with_file(r#"{"networkDefault": "off"}"#);
-        let e = Config::from_sources(&env(&[]), &path)
-            .unwrap_err()
-            .to_string();
+        let e = error(&[], &path);
         assert!(e.contains("one of open, blocked"), "{e}");
 
         let (_d, path) = with_file("not json");
-        assert!(
-            Config::from_sources(&env(&[]), &path)
-                .unwrap_err()
-                .to_string()
-                .contains("not JSON")
-        );
+        assert!(error(&[], &path).contains("not JSON"));
 
-        let e = Config::from_sources(
-            &env(&[("SMOL_MCP_EXEC_TIMEOUT_SECS", "1000")]),
+        let (_d, path) = with_file("[1]");
+        assert!(error(&[], &path).contains("a JSON object"));
+
+        let e = error(&[("SMOL_MCP_EXEC_TIMEOUT_SECS", "1000")], Path::new("/x"));
+        assert!(e.contains("ceiling"), "{e}");
+
+        // An empty prefix would make every machine ephemeral.
+        let (_d, path) = with_file(r#"{"machinePrefix": ""}"#);
+        let e = error(&[], &path);
+        assert!(
+            e.contains("\"machinePrefix\" must be a non-empty string"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_number_given_as_a_string_in_the_file_is_refused() {
+        let (_d, path) = with_file(r#"{"cpus": "4"}"#);
+        assert_eq!(
+            error(&[], &path),
+            format!(
+                "config file {}: \"cpus\" must be a whole number from 1 to 64, not \"4\"",
+                path.display()
+            )
+        );
+        let (_d, path) = with_file(r#"{"machinePrefix": 7}"#);
+        let e = error(&[], &path);
+        assert!(
+            e.contains("\"machinePrefix\" must be a non-empty string, not 7"),
+            "{e}"
+        );
+        let (_d, path) = with_file(r#"{"memoryMb": 4294967296}"#);
+        let e = error(&[], &path);
+        assert!(e.contains("from 128 to 262144, not 4294967296"), "{e}");
+        let (_d, path) = with_file(r#"{"httpAllowedHosts": [1]}"#);
+        assert!(error(&[], &path).contains("\"httpAllowedHosts\" must be a list"));
+    }
+
+    #[test]
+    fn a_config_file_named_by_smol_mcp_config_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("typo.json");
+        let vars = env(&[("SMOL_MCP_CONFIG", missing.to_str().unwrap())]);
+        let e = Config::from_sources(&vars, &config_path(&vars))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("typo.json") && e.contains("no such file") && e.contains("SMOL_MCP_CONFIG"),
+            "{e}"
+        );
+        // The default location may be absent.
+        let vars = env(&[("XDG_CONFIG_HOME", dir.path().to_str().unwrap())]);
+        assert!(Config::from_sources(&vars, &config_path(&vars)).is_ok());
+    }
+
+    #[test]
+    fn cloud_targets_need_a_token() {
+        for targets in ["cloud", "both"] {
+            let e = error(&[("SMOL_MCP_TARGETS", targets)], Path::new("/x"));
+            assert!(e.contains("SMOL_CLOUD_TOKEN") && e.contains(targets), "{e}");
+            let c = Config::from_sources(
+                &env(&[("SMOL_MCP_TARGETS", targets), ("SMOL_CLOUD_TOKEN", "smk")]),
+                Path::new("/x"),
+            )
+            .unwrap();
+            assert_ne!(c.targets, TargetsSetting::Auto);
+        }
+    }
+
+    #[test]
+    fn a_non_loopback_local_url_is_refused_at_load() {
+        let e = error(
+            &[("SMOL_LOCAL_URL", "http://192.0.2.10:8080")],
+            Path::new("/x"),
+        );
+        assert!(
+            e.starts_with("localUrl ($SMOL_LOCAL_URL): refusing the non-loopback address")
+                && e.contains("no authentication"),
+            "{e}"
+        );
+        let (_d, path) = with_file(r#"{"localUrl": "unix://relative.sock"}"#);
+        assert!(error(&[], &path).contains("absolute socket path"));
+        let c = Config::from_sources(
+            &env(&[("SMOL_LOCAL_URL", "http://127.0.0.1:9")]),
             Path::new("/x"),
         )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("ceiling"), "{e}");
+        .unwrap();
+        assert_eq!(c.local_url, "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn machine_sizes_have_the_tools_limits() {
+        let e = error(&[("SMOL_MCP_CPUS", "65")], Path::new("/x"));
+        assert!(e.contains("from 1 to 64"), "{e}");
+        let e = error(&[("SMOL_MCP_MEMORY_MB", "127")], Path::new("/x"));
+        assert!(e.contains("from 128 to 262144"), "{e}");
+        let c = Config::from_sources(
+            &env(&[("SMOL_MCP_CPUS", "64"), ("SMOL_MCP_MEMORY_MB", "262144")]),
+            Path::new("/x"),
+        )
+        .unwrap();
+        assert_eq!((c.cpus, c.memory_mb), (MAX_CPUS, MAX_MEMORY_MB));
+    }
+
+    #[test]
+    fn each_key_is_its_field_in_camel_case() {
+        assert_eq!(FIELD_NAMES.len(), SETTINGS.len());
+        for (field, setting) in FIELD_NAMES.iter().zip(SETTINGS) {
+            let mut camel = String::new();
+            let mut upper = false;
+            for c in field.chars() {
+                match c {
+                    '_' => upper = true,
+                    c if upper => {
+                        camel.extend(c.to_uppercase());
+                        upper = false;
+                    }
+                    c => camel.push(c),
+                }
+            }
+            assert_eq!(camel, setting.key);
+            assert!(setting.env.starts_with("SMOL"), "{}", setting.env);
+        }
+    }
+
+    /// Every setting's bounds and spellings, from every source: the table cannot promise what
+    /// the types refuse.
+    #[test]
+    fn every_setting_accepts_what_it_says() {
+        // Ceilings that other settings are checked against, out of the way.
+        let base = [
+            ("SMOL_MCP_EXEC_TIMEOUT_SECS", "1"),
+            ("SMOL_MCP_MAX_EXEC_TIMEOUT_SECS", "604800"),
+            ("SMOL_CLOUD_TOKEN", "smk"),
+        ];
+        let load = |var: &str, value: &str| {
+            let mut vars = env(&base);
+            vars.insert(var.into(), value.into());
+            Config::from_sources(&vars, Path::new("/x"))
+        };
+        let mut file = serde_json::Map::new();
+        for s in SETTINGS {
+            match s.accepts {
+                Accepts::Whole { min, max } => {
+                    for ok in [min, max] {
+                        assert!(load(s.env, &ok.to_string()).is_ok(), "{} {ok}", s.key);
+                    }
+                    for bad in [min - 1, max + 1] {
+                        assert!(load(s.env, &bad.to_string()).is_err(), "{} {bad}", s.key);
+                    }
+                    file.insert(s.key.into(), s.default.parse::<u64>().unwrap().into());
+                }
+                Accepts::OneOf(options) => {
+                    for ok in options {
+                        assert!(load(s.env, ok).is_ok(), "{} {ok}", s.key);
+                    }
+                    assert!(load(s.env, "other").is_err(), "{}", s.key);
+                    file.insert(s.key.into(), s.default.into());
+                }
+                _ => {
+                    file.insert(s.key.into(), s.default.into());
+                }
+            }
+        }
+        // Every key, with its default, in the file.
+        let (_d, path) = with_file(&serde_json::Value::Object(file).to_string());
+        Config::from_sources(&env(&base), &path).unwrap();
     }
 
     #[test]

@@ -123,28 +123,34 @@ async fn an_engine_below_the_minimum_version_is_refused_and_stopped() {
     server.child.wait().await.unwrap();
 }
 
+/// Refused at start-up, before a client is served: the address would be refused at every call.
 #[tokio::test]
 async fn a_non_loopback_serve_address_is_refused() {
     let rt = tempfile::tempdir().unwrap();
-    let mut server = StdioServer::spawn(server_env(
-        rt.path(),
-        &[("SMOL_LOCAL_URL", "http://192.0.2.10:8080")],
-    ))
-    .await;
-    let answer = server
-        .request(
-            1,
-            "tools/call",
-            json!({"name": "list-machines", "arguments": {}}),
-        )
-        .await;
-    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let mut child = tokio::process::Command::new(common::stdio::SERVER)
+        .env_clear()
+        .envs(server_env(
+            rt.path(),
+            &[("SMOL_LOCAL_URL", "http://192.0.2.10:8080")],
+        ))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Held open: the refusal must not wait for the client to go away.
+    let _stdin = child.stdin.take();
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("the server exits without waiting on stdin")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        text.starts_with("REFUSED")
-            && text.contains("non-loopback")
-            && text.contains("no authentication"),
-        "{text}"
+        stderr.contains("SMOL_LOCAL_URL")
+            && stderr.contains("non-loopback")
+            && stderr.contains("no authentication"),
+        "{stderr}"
     );
-    server.close_stdin();
-    server.child.wait().await.unwrap();
 }

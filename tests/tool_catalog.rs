@@ -75,7 +75,11 @@ async fn local_only_catalog() {
 
 #[tokio::test]
 async fn both_fleets_catalog_requires_target() {
-    let tools = catalog(&[("SMOL_MCP_TARGETS", "both")]).await;
+    let tools = catalog(&[
+        ("SMOL_MCP_TARGETS", "both"),
+        ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+    ])
+    .await;
     for tool in tools.as_array().unwrap() {
         assert_eq!(
             tool["inputSchema"]["required"][0], "target",
@@ -90,18 +94,35 @@ async fn both_fleets_catalog_requires_target() {
     insta::assert_json_snapshot!("catalog_both", tools);
 }
 
+/// The README's configuration table is the settings list, row for row: key, environment
+/// variable, default, what is accepted and why.
 #[test]
 fn the_readme_documents_every_configuration_key() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    for key in smol_mcp::config::KEYS {
-        let row = format!("| `{}` | `{}` |", key.name, key.env);
-        assert!(
-            readme.contains(&row),
-            "README lacks the row for {}",
-            key.name
-        );
-    }
+    let section = readme
+        .split("\n## Configuration\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README has a Configuration section");
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .collect();
+    let expected: Vec<String> = smol_mcp::config::SETTINGS
+        .iter()
+        .map(|s| s.readme_row())
+        .collect();
+    assert!(
+        section.contains("| key | environment | default | accepted | why this default |"),
+        "the table's header changed"
+    );
+    assert_eq!(
+        rows,
+        expected,
+        "README's configuration table disagrees with config::SETTINGS; the rows should be:\n{}",
+        expected.join("\n")
+    );
     for tool in smol_mcp::tools::Tool::ALL {
         assert!(
             readme.contains(&format!("| `{}` |", tool.name())),
