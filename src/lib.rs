@@ -6,9 +6,10 @@
 //! and `fleet` (one vocabulary over the two APIs), which calls the raw clients in `generated`.
 //! `spec` is the pipeline that turns the vendored specs into those clients; `build.rs` compiles
 //! it too (through `#[path]`), so it depends on nothing but serde. `spec_diff` reports what a new
-//! release of either API changes for this server.
+//! release of either API changes for this server. `cli` is the binaries' shared start-up.
 
 pub mod backend;
+pub mod cli;
 pub mod config;
 pub mod fleet;
 pub mod generated;

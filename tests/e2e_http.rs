@@ -82,6 +82,62 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 #[tokio::test]
+async fn flags_take_either_form() {
+    let rt = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(HTTP_SERVER)
+        .args([format!("--port={port}").as_str(), "--path", "/elsewhere"])
+        .env_clear()
+        .envs(server_env(rt.path(), &[("SMOL_MCP_AUTH_TOKEN", TOKEN)]))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "not listening");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/mcp"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.text().await.unwrap().contains("it is at /elsewhere"));
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    for (args, message) in [
+        (
+            ["--port", "0"],
+            "--port must be a port from 1 to 65535, got 0",
+        ),
+        (["--path", "mcp"], "--path must start with a slash, got mcp"),
+    ] {
+        let out = Command::new(HTTP_SERVER)
+            .args(args)
+            .env_clear()
+            .envs(server_env(rt.path(), &[("SMOL_MCP_AUTH_TOKEN", TOKEN)]))
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(message));
+    }
+    let out = Command::new(HTTP_SERVER)
+        .arg("--help")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--port <PORT>"));
+}
+
+#[tokio::test]
 async fn refuses_to_start_without_a_token() {
     let rt = tempfile::tempdir().unwrap();
     let out = Command::new(HTTP_SERVER)

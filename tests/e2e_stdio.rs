@@ -326,3 +326,51 @@ async fn a_serve_that_goes_away_is_looked_for_again() {
     server.close_stdin();
     server.child.wait().await.unwrap();
 }
+
+/// Runs the server with `args` and stdin held open, and returns its exit code and output: none
+/// of these may wait for the client.
+async fn run_with_stdin_open(
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
+    let rt = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(SERVER)
+        .args(args)
+        .env_clear()
+        .envs(server_env(rt.path(), extra))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let _stdin = child.stdin.take();
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("exits without waiting on stdin")
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn help_version_and_refusals_never_wait_on_stdin() {
+    let (code, stdout, _) = run_with_stdin_open(&["--help"], &[]).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains("Usage: smol-mcp") && stdout.contains("SMOL_MCP_CPUS"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run_with_stdin_open(&["--version"], &[]).await;
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        stdout.trim(),
+        concat!("smol-mcp ", env!("CARGO_PKG_VERSION"))
+    );
+    let (code, _, stderr) = run_with_stdin_open(&[], &[("SMOL_MCP_TARGETS", "cloud")]).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("SMOL_CLOUD_TOKEN"), "{stderr}");
+}

@@ -2,7 +2,7 @@
 //! bearer token `SMOL_MCP_AUTH_TOKEN` (it refuses to start without one: these tools create and
 //! run virtual machines, so an open listener would be a remote shell).
 //!
-//!     smol-mcp-http [--host H] [--port P] [--path /p]
+//!     smol-mcp-http [--host H] [--port P] [--path /p]   (`--help` lists the settings)
 
 use anyhow::{Context, bail};
 use smol_mcp::backend::Backend;
@@ -13,33 +13,58 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-fn apply_flags(config: &mut Config, args: &[String]) -> anyhow::Result<()> {
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--host" => config.http_host = value.clone(),
-            "--port" => {
-                config.http_port = value.parse().ok().filter(|p| *p > 0).with_context(|| {
-                    format!("--port must be a port from 1 to 65535, got {value}")
-                })?
-            }
-            "--path" => {
-                if !value.starts_with('/') {
-                    bail!("--path must start with a slash, got {value}");
-                }
-                config.http_path = value.clone();
-            }
-            other => bail!("unknown argument {other} (accepted: --host, --port, --path)"),
-        }
-    }
-    Ok(())
+/// Flags override the configuration's httpHost, httpPort and httpPath.
+#[derive(clap::Parser)]
+#[command(
+    name = "smol-mcp-http",
+    version,
+    about = "The MCP server over Streamable HTTP, one session per client, behind the bearer token SMOL_MCP_AUTH_TOKEN"
+)]
+struct Args {
+    /// The address to listen on [default: httpHost, 127.0.0.1]
+    #[arg(long, value_name = "HOST")]
+    host: Option<String>,
+    /// The port to listen on, 1 to 65535 [default: httpPort, 8080]
+    #[arg(long, value_name = "PORT", value_parser = port)]
+    port: Option<u16>,
+    /// The MCP endpoint's path, starting with a slash [default: httpPath, /mcp]
+    #[arg(long, value_name = "PATH", value_parser = path)]
+    path: Option<String>,
 }
 
-async fn run() -> anyhow::Result<ExitCode> {
+fn port(value: &str) -> Result<u16, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("--port must be a port from 1 to 65535, got {value}"))
+}
+
+fn path(value: &str) -> Result<String, String> {
+    if value.starts_with('/') {
+        Ok(value.to_owned())
+    } else {
+        Err(format!("--path must start with a slash, got {value}"))
+    }
+}
+
+impl Args {
+    fn apply(self, config: &mut Config) {
+        if let Some(host) = self.host {
+            config.http_host = host;
+        }
+        if let Some(port) = self.port {
+            config.http_port = port;
+        }
+        if let Some(path) = self.path {
+            config.http_path = path;
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut config = Config::load().context("configuration")?;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    apply_flags(&mut config, &args)?;
+    args.apply(&mut config);
     if config.auth_token.is_empty() {
         bail!(
             "the HTTP transport requires SMOL_MCP_AUTH_TOKEN: these tools create and run virtual \
@@ -91,26 +116,16 @@ async fn run() -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SMOL_MCP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false)
-        .with_env_filter(filter)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let args: Args = smol_mcp::cli::parse_args();
+    smol_mcp::cli::init_tracing();
+    let runtime = match smol_mcp::cli::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("smol-mcp-http: cannot start the runtime: {e}");
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run()) {
+    match runtime.block_on(run(args)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("smol-mcp-http: {e:#}");

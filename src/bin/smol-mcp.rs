@@ -17,16 +17,14 @@ enum End {
     Terminate,
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SMOL_MCP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false)
-        .with_env_filter(filter)
-        .init();
-}
+/// With no arguments: serve MCP on stdio. (Subcommands, such as a future `doctor`, go here.)
+#[derive(clap::Parser)]
+#[command(
+    name = "smol-mcp",
+    version,
+    about = "The MCP server on stdio: one session per process, for an MCP client to launch"
+)]
+struct Args {}
 
 async fn run() -> anyhow::Result<ExitCode> {
     let config = Config::load().context("configuration")?;
@@ -67,12 +65,9 @@ async fn run() -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let Args {} = smol_mcp::cli::parse_args();
+    smol_mcp::cli::init_tracing();
+    let runtime = match smol_mcp::cli::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("smol-mcp: cannot start the runtime: {e}");
