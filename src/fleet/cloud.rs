@@ -170,6 +170,35 @@ impl CloudFleet {
         Ok(url)
     }
 
+    /// Sends `request` to the files route unless this control plane is known to lack it.
+    /// `Some`: the route answered 2xx. `None`: the route is missing here, so the caller goes
+    /// through exec. An error: the route answered about the file or the machine.
+    async fn via_files_route(
+        &self,
+        ctx: &str,
+        limit: Duration,
+        request: reqwest::RequestBuilder,
+    ) -> FleetResult<Option<reqwest::Response>> {
+        if self.files_route.load(Ordering::Relaxed) == ROUTE_ABSENT {
+            return Ok(None);
+        }
+        let response = within(ctx, limit, async {
+            request.send().await.map_err(|e| transport(ctx, &e))
+        })
+        .await?;
+        let status = response.status();
+        if status.is_success() {
+            self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
+            return Ok(Some(response));
+        }
+        let err = from_response(ctx, response).await;
+        if self.route_may_be_missing(status.as_u16(), &err) {
+            Ok(None)
+        } else {
+            Err(err)
+        }
+    }
+
     fn route_may_be_missing(&self, status: u16, err: &FleetError) -> bool {
         // "file not found: <path>" is the route itself answering about the file.
         let about_the_file = err.message.starts_with("file not found");
@@ -347,29 +376,13 @@ impl FleetApi for CloudFleet {
     async fn read_file(&self, machine: &str, path: &str) -> FleetResult<Vec<u8>> {
         let id = self.resolve(machine).await?;
         let ctx = format!("read {path} in {machine}");
-        if self.files_route.load(Ordering::Relaxed) != ROUTE_ABSENT {
-            let url = self.file_url(&id, path)?;
-            let response = within(&ctx, FILES, async {
-                self.http
-                    .get(url)
-                    .send()
-                    .await
-                    .map_err(|e| transport(&ctx, &e))
+        let request = self.http.get(self.file_url(&id, path)?);
+        if let Some(response) = self.via_files_route(&ctx, FILES, request).await? {
+            let bytes = within(&ctx, FILES, async {
+                response.bytes().await.map_err(|e| transport(&ctx, &e))
             })
             .await?;
-            let status = response.status();
-            if status.is_success() {
-                self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
-                let bytes = within(&ctx, FILES, async {
-                    response.bytes().await.map_err(|e| transport(&ctx, &e))
-                })
-                .await?;
-                return Ok(bytes.to_vec());
-            }
-            let err = from_response(&ctx, response).await;
-            if !self.route_may_be_missing(status.as_u16(), &err) {
-                return Err(err);
-            }
+            return Ok(bytes.to_vec());
         }
         let script = format!("base64 < {}", shell_quote(path));
         let out = self.fallback_exec(machine, &id, &ctx, script, None).await?;
@@ -403,28 +416,14 @@ impl FleetApi for CloudFleet {
             ));
         }
         let id = self.resolve(machine).await?;
-        if self.files_route.load(Ordering::Relaxed) != ROUTE_ABSENT {
-            let url = self.file_url(&id, path)?;
-            let limit = FILES + super::local::transfer_time(len);
-            let response = within(&ctx, limit, async {
-                self.http
-                    .put(url)
-                    .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-                    .body(bytes.clone())
-                    .send()
-                    .await
-                    .map_err(|e| transport(&ctx, &e))
-            })
-            .await?;
-            let status = response.status();
-            if status.is_success() {
-                self.files_route.store(ROUTE_PRESENT, Ordering::Relaxed);
-                return Ok(len);
-            }
-            let err = from_response(&ctx, response).await;
-            if !self.route_may_be_missing(status.as_u16(), &err) {
-                return Err(err);
-            }
+        let request = self
+            .http
+            .put(self.file_url(&id, path)?)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(bytes.clone());
+        let limit = FILES + super::local::transfer_time(len);
+        if self.via_files_route(&ctx, limit, request).await?.is_some() {
+            return Ok(len);
         }
         let quoted = shell_quote(path);
         let script = format!("mkdir -p \"$(dirname {quoted})\" && base64 -d > {quoted}");

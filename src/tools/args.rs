@@ -192,14 +192,7 @@ fn check_integer(
     else {
         return Err(refuse());
     };
-    let min = schema
-        .get("minimum")
-        .and_then(Value::as_i64)
-        .map(i128::from);
-    let max = schema
-        .get("maximum")
-        .and_then(Value::as_i64)
-        .map(i128::from);
+    let (min, max) = bounds(schema);
     let below = min.is_some_and(|m| n < m);
     let above = max.is_some_and(|m| n > m);
     // Without a stated bound the type still has one (u32, u64): serde reports it below.
@@ -251,6 +244,12 @@ fn check_object(
     Ok(())
 }
 
+/// An integer schema's `minimum` and `maximum`.
+fn bounds(schema: &Value) -> (Option<i128>, Option<i128>) {
+    let bound = |key| schema.get(key).and_then(Value::as_i64).map(i128::from);
+    (bound("minimum"), bound("maximum"))
+}
+
 fn range_text(min: Option<i128>, max: Option<i128>) -> String {
     match (min, max) {
         (Some(min), Some(max)) => format!("{min} to {max}"),
@@ -279,14 +278,7 @@ fn describe(schema: &Value) -> String {
         Some("string") => "a string".to_owned(),
         Some("boolean") => "true or false".to_owned(),
         Some("integer") => {
-            let min = schema
-                .get("minimum")
-                .and_then(Value::as_i64)
-                .map(i128::from);
-            let max = schema
-                .get("maximum")
-                .and_then(Value::as_i64)
-                .map(i128::from);
+            let (min, max) = bounds(schema);
             format!("a whole number, {}", range_text(min, max))
         }
         Some("array") => match schema.get("items") {
@@ -349,31 +341,50 @@ pub struct MountArg {
     pub readonly: bool,
 }
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TargetOnly {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
+/// Declares a tool's arguments. Every tool takes `target` (the fleet; its description is
+/// written once, as TARGET_DESCRIPTION) and refuses unknown arguments. A struct that flattens a
+/// shared group (`MachineBase`, `CommandFields`) is marked `flattening`: serde cannot combine
+/// `deny_unknown_fields` with `flatten`, so there the schema alone says so and
+/// `check_arguments` enforces it.
+macro_rules! tool_arguments {
+    (pub struct $name:ident { $($fields:tt)* }) => {
+        #[derive(Debug, Clone, Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
+        pub struct $name {
+            pub target: Option<FleetKind>,
+            $($fields)*
+        }
+    };
+    (flattening pub struct $name:ident { $($fields:tt)* }) => {
+        #[derive(Debug, Clone, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        #[schemars(deny_unknown_fields)]
+        pub struct $name {
+            pub target: Option<FleetKind>,
+            $($fields)*
+        }
+    };
 }
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MachineArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// The machine's name (or its mach- id on cloud).
-    pub name: String,
+tool_arguments! {
+    pub struct TargetOnly {
+
+    }
 }
 
+tool_arguments! {
+    pub struct MachineArgs {
+        /// The machine's name (or its mach- id on cloud).
+        pub name: String,
+    }
+}
+
+/// What a new machine is made of: shared by create-machine and run-once.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct CreateArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
+#[serde(rename_all = "camelCase")]
+pub struct MachineBase {
     /// OCI image reference, like alpine, python:3.12-alpine or ghcr.io/org/app:tag.
     pub image: String,
-    /// Machine name: 1 to 63 letters, digits, dots, underscores or dashes, starting with a letter or digit. Omitted: a generated mcp-<8 hex> name, and the machine is deleted when this session ends. A name with the mcp- prefix is ephemeral the same way; any other name persists.
-    pub name: Option<String>,
     /// Virtual CPUs, 1 to 64. Default from the server's configuration (2).
     #[schemars(range(min = 1, max = 64))]
     pub cpus: Option<u32>,
@@ -386,45 +397,12 @@ pub struct CreateArgs {
     pub allow_hosts: Option<Vec<String>>,
     /// Egress allow-list of CIDR ranges (like 10.0.0.0/8); replaces network.
     pub allow_cidrs: Option<Vec<String>>,
-    /// TCP ports to publish, at most 16. On cloud a machine with a published port cannot also have blocked egress, and the machine's url reports the ingress address once something listens.
-    pub ports: Option<Vec<PortArg>>,
-    /// Disk size in GiB, 1 to 16384.
-    #[schemars(range(min = 1, max = 16384))]
-    pub storage_gb: Option<u32>,
-    /// Local only: host directories to mount, at most 16.
-    pub mounts: Option<Vec<MountArg>>,
-    /// Local only: size in GiB of the writable overlay over the image, 1 to 16384.
-    #[schemars(range(min = 1, max = 16384))]
-    pub overlay_gb: Option<u32>,
-    /// Environment variables of the machine's workload and of every command run in it.
-    pub env: Option<BTreeMap<String, String>>,
-    /// Create it as a branch source that branch-machine can copy, memory included. Cannot be turned on later on cloud. Default false.
-    #[serde(default)]
-    pub branchable: bool,
-    /// Start it and wait until a command has run (default true). With false the machine is created stopped, ready false, for start-machine later.
-    pub start: Option<bool>,
 }
 
+/// A command to run: shared by run-command and run-once.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct StartArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// The machine's name (or its mach- id on cloud).
-    pub name: String,
-    /// Wait until a command has run in it before answering. Default true.
-    pub wait: Option<bool>,
-    /// Local only: start it as a branch source for branch-machine (default: as it was last started). On cloud this is fixed at create.
-    pub branchable: Option<bool>,
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RunCommandArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// The machine's name (or its mach- id on cloud).
-    pub name: String,
+#[serde(rename_all = "camelCase")]
+pub struct CommandFields {
     /// An argv array (["python3", "-c", "print(1)"]) run as is, or a string run with sh -c (pipes and redirects work).
     pub command: CommandArg,
     /// Working directory inside the machine (absolute).
@@ -438,112 +416,125 @@ pub struct RunCommandArgs {
     pub timeout_secs: Option<u64>,
 }
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RunOnceArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// OCI image reference, like alpine or python:3.12-alpine.
-    pub image: String,
-    /// An argv array run as is, or a string run with sh -c.
-    pub command: CommandArg,
-    /// Working directory inside the machine (absolute).
-    pub workdir: Option<String>,
-    /// Environment variables for the command.
-    pub env: Option<BTreeMap<String, String>>,
-    /// Text written to the command's standard input, then closed.
-    pub stdin: Option<String>,
-    /// Seconds before the command is killed. Default and ceiling from the server's configuration.
-    #[schemars(range(min = 1))]
-    pub timeout_secs: Option<u64>,
-    /// Virtual CPUs, 1 to 64.
-    #[schemars(range(min = 1, max = 64))]
-    pub cpus: Option<u32>,
-    /// Memory in MiB, 128 to 262144.
-    #[schemars(range(min = 128, max = 262144))]
-    pub memory_mb: Option<u32>,
-    /// Egress: open or blocked. Default blocked unless the operator configured otherwise.
-    pub network: Option<Network>,
-    /// Egress allow-list of host names; replaces network.
-    pub allow_hosts: Option<Vec<String>>,
-    /// Egress allow-list of CIDR ranges; replaces network.
-    pub allow_cidrs: Option<Vec<String>>,
+tool_arguments! {
+    flattening pub struct CreateArgs {
+        #[serde(flatten)]
+        pub machine: MachineBase,
+        /// Machine name: 1 to 63 letters, digits, dots, underscores or dashes, starting with a letter or digit. Omitted: a generated mcp-<8 hex> name, and the machine is deleted when this session ends. A name with the mcp- prefix is ephemeral the same way; any other name persists.
+        pub name: Option<String>,
+        /// TCP ports to publish, at most 16. On cloud a machine with a published port cannot also have blocked egress, and the machine's url reports the ingress address once something listens.
+        pub ports: Option<Vec<PortArg>>,
+        /// Disk size in GiB, 1 to 16384.
+        #[schemars(range(min = 1, max = 16384))]
+        pub storage_gb: Option<u32>,
+        /// Local only: host directories to mount, at most 16.
+        pub mounts: Option<Vec<MountArg>>,
+        /// Local only: size in GiB of the writable overlay over the image, 1 to 16384.
+        #[schemars(range(min = 1, max = 16384))]
+        pub overlay_gb: Option<u32>,
+        /// Environment variables of the machine's workload and of every command run in it.
+        pub env: Option<BTreeMap<String, String>>,
+        /// Create it as a branch source that branch-machine can copy, memory included. Cannot be turned on later on cloud. Default false.
+        #[serde(default)]
+        pub branchable: bool,
+        /// Start it and wait until a command has run (default true). With false the machine is created stopped, ready false, for start-machine later.
+        pub start: Option<bool>,
+    }
 }
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ReadFileArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// The machine's name (or its mach- id on cloud).
-    pub name: String,
-    /// Absolute path of the file inside the machine.
-    pub path: String,
-    /// utf8 (default) or base64 for binary files.
-    #[serde(default)]
-    pub encoding: Encoding,
-    /// Byte to start at. Default 0.
-    pub offset: Option<u64>,
-    /// Bytes to return, at least 1. Default: to the end of the file, or as many as the output budget allows; eof says whether the end was reached.
-    #[schemars(range(min = 1))]
-    pub length: Option<u64>,
+tool_arguments! {
+    pub struct StartArgs {
+        /// The machine's name (or its mach- id on cloud).
+        pub name: String,
+        /// Wait until a command has run in it before answering. Default true.
+        pub wait: Option<bool>,
+        /// Local only: start it as a branch source for branch-machine (default: as it was last started). On cloud this is fixed at create.
+        pub branchable: Option<bool>,
+    }
 }
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WriteFileArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// The machine's name (or its mach- id on cloud).
-    pub name: String,
-    /// Absolute path of the file inside the machine; parent directories are created.
-    pub path: String,
-    /// The file's content (may be empty), in the given encoding. It replaces the whole file.
-    pub content: String,
-    /// utf8 (default) or base64 for binary content.
-    #[serde(default)]
-    pub encoding: Encoding,
+tool_arguments! {
+    flattening pub struct RunCommandArgs {
+        /// The machine's name (or its mach- id on cloud).
+        pub name: String,
+        #[serde(flatten)]
+        pub run: CommandFields,
+    }
 }
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct BranchArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// The source: a running machine created with branchable true.
-    pub name: String,
-    /// Name for the new child: same rules as create-machine's name. With the mcp- prefix the child is ephemeral.
-    pub child_name: String,
-    /// Let the child be branched in turn. Default false.
-    #[serde(default)]
-    pub branchable: bool,
-    /// Wait until a command has run in the child. Default true.
-    pub wait: Option<bool>,
+tool_arguments! {
+    flattening pub struct RunOnceArgs {
+        #[serde(flatten)]
+        pub machine: MachineBase,
+        #[serde(flatten)]
+        pub run: CommandFields,
+    }
 }
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct LogsArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// The machine's name (or its mach- id on cloud).
-    pub name: String,
-    /// Lines from the end, 1 to 10000. Ignored when a cursor is given. Default from the server's configuration (100).
-    #[schemars(range(min = 1, max = 10000))]
-    pub tail: Option<u64>,
-    /// The cursor a previous call returned for this machine: only what arrived since is returned.
-    pub cursor: Option<String>,
+tool_arguments! {
+    pub struct ReadFileArgs {
+        /// The machine's name (or its mach- id on cloud).
+        pub name: String,
+        /// Absolute path of the file inside the machine.
+        pub path: String,
+        /// utf8 (default) or base64 for binary files.
+        #[serde(default)]
+        pub encoding: Encoding,
+        /// Byte to start at. Default 0.
+        pub offset: Option<u64>,
+        /// Bytes to return, at least 1. Default: to the end of the file, or as many as the output budget allows; eof says whether the end was reached.
+        #[schemars(range(min = 1))]
+        pub length: Option<u64>,
+    }
 }
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PullArgs {
-    // Described by TARGET_DESCRIPTION, added by schema::input.
-    pub target: Option<FleetKind>,
-    /// A running machine whose image cache receives the image.
-    pub name: String,
-    /// OCI image reference to pull.
-    pub image: String,
+tool_arguments! {
+    pub struct WriteFileArgs {
+        /// The machine's name (or its mach- id on cloud).
+        pub name: String,
+        /// Absolute path of the file inside the machine; parent directories are created.
+        pub path: String,
+        /// The file's content (may be empty), in the given encoding. It replaces the whole file.
+        pub content: String,
+        /// utf8 (default) or base64 for binary content.
+        #[serde(default)]
+        pub encoding: Encoding,
+    }
+}
+
+tool_arguments! {
+    pub struct BranchArgs {
+        /// The source: a running machine created with branchable true.
+        pub name: String,
+        /// Name for the new child: same rules as create-machine's name. With the mcp- prefix the child is ephemeral.
+        pub child_name: String,
+        /// Let the child be branched in turn. Default false.
+        #[serde(default)]
+        pub branchable: bool,
+        /// Wait until a command has run in the child. Default true.
+        pub wait: Option<bool>,
+    }
+}
+
+tool_arguments! {
+    pub struct LogsArgs {
+        /// The machine's name (or its mach- id on cloud).
+        pub name: String,
+        /// Lines from the end, 1 to 10000. Ignored when a cursor is given. Default from the server's configuration (100).
+        #[schemars(range(min = 1, max = 10000))]
+        pub tail: Option<u64>,
+        /// The cursor a previous call returned for this machine: only what arrived since is returned.
+        pub cursor: Option<String>,
+    }
+}
+
+tool_arguments! {
+    pub struct PullArgs {
+        /// A running machine whose image cache receives the image.
+        pub name: String,
+        /// OCI image reference to pull.
+        pub image: String,
+    }
 }
 
 // ---- checks ----

@@ -2,49 +2,37 @@
 
 use super::args;
 use super::call::random_hex;
-use super::lifecycle::{BaseSpec, with_egress_hint};
+use super::lifecycle::{base_spec, with_egress_hint};
 use super::output::head_tail;
 use super::provisional::Provisional;
 use super::results::{self, Overflow};
 use super::{Call, ToolError};
 use crate::fleet::{ExecOutput, ExecSpec};
-use std::collections::BTreeMap;
 
-/// The parts of a command every command tool takes.
-struct CommandParts<'a> {
-    command: &'a args::CommandArg,
-    workdir: &'a Option<String>,
-    env: &'a Option<BTreeMap<String, String>>,
-    stdin: &'a Option<String>,
-    timeout_secs: Option<u64>,
-}
-
-impl CommandParts<'_> {
-    fn exec_spec(self, call: &Call<'_>) -> Result<ExecSpec, ToolError> {
-        let mut spec = ExecSpec::new(args::command("command", self.command)?);
-        if let Some(w) = self.workdir {
-            args::absolute_path("workdir", w)?;
-        }
-        spec.workdir = self.workdir.clone();
-        if let Some(env) = self.env {
-            args::env("env", env)?;
-            spec.env = env.clone();
-        }
-        spec.stdin = self.stdin.clone();
-        let config = &call.backend.config;
-        let secs = self.timeout_secs.unwrap_or(config.exec_timeout_secs);
-        if secs == 0 || secs > config.max_exec_timeout_secs {
-            return Err(ToolError::argument(
-                "timeoutSecs",
-                format!(
-                    "{secs} is not accepted: give 1 to {} (this server's ceiling, maxExecTimeoutSecs)",
-                    config.max_exec_timeout_secs
-                ),
-            ));
-        }
-        spec.timeout_secs = Some(secs);
-        Ok(spec)
+fn exec_spec(call: &Call<'_>, fields: &args::CommandFields) -> Result<ExecSpec, ToolError> {
+    let mut spec = ExecSpec::new(args::command("command", &fields.command)?);
+    if let Some(w) = &fields.workdir {
+        args::absolute_path("workdir", w)?;
     }
+    spec.workdir = fields.workdir.clone();
+    if let Some(env) = &fields.env {
+        args::env("env", env)?;
+        spec.env = env.clone();
+    }
+    spec.stdin = fields.stdin.clone();
+    let config = &call.backend.config;
+    let secs = fields.timeout_secs.unwrap_or(config.exec_timeout_secs);
+    if secs == 0 || secs > config.max_exec_timeout_secs {
+        return Err(ToolError::argument(
+            "timeoutSecs",
+            format!(
+                "{secs} is not accepted: give 1 to {} (this server's ceiling, maxExecTimeoutSecs)",
+                config.max_exec_timeout_secs
+            ),
+        ));
+    }
+    spec.timeout_secs = Some(secs);
+    Ok(spec)
 }
 
 /// Each stream's head and tail within the output budget, and whether anything was left out.
@@ -73,14 +61,7 @@ pub(super) async fn run_command(
     a: args::RunCommandArgs,
 ) -> Result<results::CommandRun, ToolError> {
     args::machine_ref("name", &a.name)?;
-    let spec = CommandParts {
-        command: &a.command,
-        workdir: &a.workdir,
-        env: &a.env,
-        stdin: &a.stdin,
-        timeout_secs: a.timeout_secs,
-    }
-    .exec_spec(call)?;
+    let spec = exec_spec(call, &a.run)?;
     let fleet = call.fleet(a.target).await?;
     let started_machine = call.is_stopped(&fleet, &a.name).await?;
     let output = call.cancellable(fleet.exec(&a.name, &spec)).await?;
@@ -134,26 +115,9 @@ pub(super) async fn run_once(
 ) -> Result<results::RunOnce, ToolError> {
     let config = &call.backend.config;
     let name = format!("{}once-{}", config.machine_prefix, random_hex());
-    let mut spec = BaseSpec {
-        name: name.clone(),
-        image: &a.image,
-        cpus: a.cpus,
-        memory_mb: a.memory_mb,
-        network: a.network,
-        allow_hosts: &a.allow_hosts,
-        allow_cidrs: &a.allow_cidrs,
-        default_network: config.run_once_network,
-    }
-    .build(call)?;
+    let mut spec = base_spec(call, &a.machine, name.clone(), config.run_once_network)?;
     spec.ephemeral = true;
-    let exec = CommandParts {
-        command: &a.command,
-        workdir: &a.workdir,
-        env: &a.env,
-        stdin: &a.stdin,
-        timeout_secs: a.timeout_secs,
-    }
-    .exec_spec(call)?;
+    let exec = exec_spec(call, &a.run)?;
     let fleet = call.fleet(a.target).await?;
     let mut machine = Provisional::begin(call, &fleet, &name, true)?;
     let result = async {

@@ -69,42 +69,34 @@ pub(super) fn with_egress_hint(mut e: ToolError, egress: &Egress) -> ToolError {
     e
 }
 
-/// What create-machine and run-once share: name, image, size, egress, a machine that keeps
-/// running between commands.
-pub(super) struct BaseSpec<'a> {
-    pub name: String,
-    pub image: &'a str,
-    pub cpus: Option<u32>,
-    pub memory_mb: Option<u32>,
-    pub network: Option<Network>,
-    pub allow_hosts: &'a Option<Vec<String>>,
-    pub allow_cidrs: &'a Option<Vec<String>>,
-    pub default_network: NetworkDefault,
-}
-
-impl BaseSpec<'_> {
-    pub fn build(self, call: &Call<'_>) -> Result<CreateSpec, ToolError> {
-        let config = &call.backend.config;
-        args::image("image", self.image)?;
-        let mut spec = CreateSpec::new(self.name, self.image);
-        spec.cpus = self.cpus.unwrap_or(config.cpus);
-        args::range("cpus", u64::from(spec.cpus), 1, u64::from(MAX_CPUS))?;
-        spec.memory_mb = self.memory_mb.unwrap_or(config.memory_mb);
-        args::range(
-            "memoryMb",
-            u64::from(spec.memory_mb),
-            u64::from(MIN_MEMORY_MB),
-            u64::from(MAX_MEMORY_MB),
-        )?;
-        spec.egress = egress(
-            self.network,
-            self.allow_hosts.clone(),
-            self.allow_cidrs.clone(),
-            self.default_network,
-        )?;
-        spec.keep_running = true;
-        Ok(spec)
-    }
+/// The spec of a machine made of `base` (what create-machine and run-once share), named `name`,
+/// kept running between commands. `default_network` applies when `base` asks for none.
+pub(super) fn base_spec(
+    call: &Call<'_>,
+    base: &args::MachineBase,
+    name: String,
+    default_network: NetworkDefault,
+) -> Result<CreateSpec, ToolError> {
+    let config = &call.backend.config;
+    args::image("image", &base.image)?;
+    let mut spec = CreateSpec::new(name, base.image.as_str());
+    spec.cpus = base.cpus.unwrap_or(config.cpus);
+    args::range("cpus", u64::from(spec.cpus), 1, u64::from(MAX_CPUS))?;
+    spec.memory_mb = base.memory_mb.unwrap_or(config.memory_mb);
+    args::range(
+        "memoryMb",
+        u64::from(spec.memory_mb),
+        u64::from(MIN_MEMORY_MB),
+        u64::from(MAX_MEMORY_MB),
+    )?;
+    spec.egress = egress(
+        base.network,
+        base.allow_hosts.clone(),
+        base.allow_cidrs.clone(),
+        default_network,
+    )?;
+    spec.keep_running = true;
+    Ok(spec)
 }
 
 fn create_spec(
@@ -112,17 +104,7 @@ fn create_spec(
     a: &args::CreateArgs,
     name: String,
 ) -> Result<CreateSpec, ToolError> {
-    let mut spec = BaseSpec {
-        name,
-        image: &a.image,
-        cpus: a.cpus,
-        memory_mb: a.memory_mb,
-        network: a.network,
-        allow_hosts: &a.allow_hosts,
-        allow_cidrs: &a.allow_cidrs,
-        default_network: call.backend.config.network_default,
-    }
-    .build(call)?;
+    let mut spec = base_spec(call, &a.machine, name, call.backend.config.network_default)?;
     let ports = a.ports.clone().unwrap_or_default();
     args::range("ports", ports.len() as u64, 0, 16)?;
     for (i, p) in ports.iter().enumerate() {

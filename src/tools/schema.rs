@@ -13,6 +13,9 @@ use std::sync::Arc;
 /// The arguments' schema, with `target` an optional property whatever the mode.
 pub fn input<T: JsonSchema>() -> JsonObject {
     let mut input = schema::<T>(Contract::Deserialize);
+    // A flattened group's own doc would surface as the whole object's description; the tool's
+    // description is what says what the arguments are for.
+    input.remove("description");
     if let Some(Value::Object(target)) = input
         .get_mut("properties")
         .and_then(|p| p.get_mut("target"))
