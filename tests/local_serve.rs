@@ -154,3 +154,93 @@ async fn a_non_loopback_serve_address_is_refused() {
         "{stderr}"
     );
 }
+
+/// A server killed with SIGKILL cannot stop its serve; the next server that finds it takes it
+/// over (its recorded owner is dead) and stops it at its own exit.
+#[tokio::test]
+async fn a_serve_left_by_a_killed_server_is_taken_over_and_stopped() {
+    let rt = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let bin = smolvm_binary().display().to_string();
+    let mut extra = vec![
+        ("SMOLVM", bin.as_str()),
+        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
+        ("SMOL_MCP_TARGETS", "local"),
+    ];
+    if common::real_serve::is_root() {
+        extra.push(("SMOLVM_VM_UID_DROP", "off"));
+    }
+    let socket = rt.path().join("rt/api.sock").display().to_string();
+    let mut first = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    first.tool(1, "list-machines", json!({})).await;
+    let pids = serves_on(&socket);
+    assert_eq!(pids.len(), 1, "the first server started a serve");
+    first.child.kill().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(serves_on(&socket), pids, "SIGKILL leaves the serve running");
+
+    let mut second = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    second.tool(1, "list-machines", json!({})).await;
+    assert_eq!(
+        serves_on(&socket),
+        pids,
+        "the second server uses the same serve"
+    );
+    second.close_stdin();
+    tokio::time::timeout(Duration::from_secs(20), second.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let start = Instant::now();
+    while !serves_on(&socket).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the orphaned serve is stopped when the server that took it over exits"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A serve whose owner is alive is left alone by a second server: it is not the second's to stop.
+#[tokio::test]
+async fn a_serve_whose_owner_lives_is_not_stopped_by_another_server() {
+    let rt = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let bin = smolvm_binary().display().to_string();
+    let mut extra = vec![
+        ("SMOLVM", bin.as_str()),
+        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
+        ("SMOL_MCP_TARGETS", "local"),
+    ];
+    if common::real_serve::is_root() {
+        extra.push(("SMOLVM_VM_UID_DROP", "off"));
+    }
+    let socket = rt.path().join("rt/api.sock").display().to_string();
+    let mut first = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    first.tool(1, "list-machines", json!({})).await;
+    let mut second = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    second.tool(1, "list-machines", json!({})).await;
+    second.close_stdin();
+    tokio::time::timeout(Duration::from_secs(20), second.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        serves_on(&socket).len(),
+        1,
+        "the owner's serve keeps running"
+    );
+    first.close_stdin();
+    tokio::time::timeout(Duration::from_secs(20), first.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let start = Instant::now();
+    while !serves_on(&socket).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "its owner stops it"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

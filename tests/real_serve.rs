@@ -134,3 +134,39 @@ async fn an_unknown_field_is_refused_with_the_api_message() {
         "nothing was created"
     );
 }
+
+/// The argument check and the engine agree on every name: what the check accepts the engine
+/// creates, what it refuses the engine refuses too, so a bad name never reaches the engine.
+#[tokio::test]
+async fn machine_names_follow_the_engines_own_rule() {
+    let serve = RealServe::start().await;
+    let fleet = LocalFleet::new(serve.endpoint.clone()).unwrap();
+    let longest = format!("n{}", "x".repeat(127));
+    let too_long = format!("n{}", "x".repeat(128));
+    let names = [
+        "plain",
+        "a_b-c9",
+        "9lives",
+        longest.as_str(),
+        too_long.as_str(),
+        "dot.ted",
+        "trailing-",
+        "two--dashes",
+        "-leading",
+        "_leading",
+        "sp ace",
+        "ümlaut",
+    ];
+    for name in names {
+        let accepted = smol_mcp::tools::args::machine_name("name", name).is_ok();
+        let created = fleet.create(&spec(name)).await;
+        assert_eq!(
+            accepted,
+            created.is_ok(),
+            "{name:?}: check {accepted}, engine {created:?}"
+        );
+        if created.is_ok() {
+            fleet.delete(name).await.unwrap();
+        }
+    }
+}

@@ -498,3 +498,39 @@ async fn create_without_start_then_start_it_branchable() {
     )
     .await;
 }
+
+/// A bad value is quoted by a short prefix, whatever its size: a 1 MB name, path or argument name
+/// makes an error of a few hundred bytes, not a megabyte.
+#[tokio::test]
+async fn errors_quote_a_short_prefix_of_a_huge_value() {
+    let (fake, h) = setup().await;
+    let huge = "é".repeat(1 << 19);
+    let cases = [
+        ("create-machine", json!({"image": "alpine", "name": huge})),
+        ("get-machine", json!({"name": huge})),
+        ("read-file", json!({"name": "m", "path": huge})),
+        (
+            "write-file",
+            json!({"name": "m", "path": "/x", "content": "@", "encoding": "base64", huge.clone(): 1}),
+        ),
+        ("create-machine", json!({"image": "alpine", "cpus": huge})),
+        (
+            "create-machine",
+            json!({"image": "alpine", "allowHosts": [huge]}),
+        ),
+        (
+            "run-command",
+            json!({"name": "m", "command": "x", "env": {huge.clone(): "v"}}),
+        ),
+    ];
+    for (tool, args) in cases {
+        let err = h.err(tool, args).await;
+        assert!(
+            err.starts_with("INVALID_ARGUMENT: "),
+            "{tool}: {}",
+            &err[..200.min(err.len())]
+        );
+        assert!(err.len() < 600, "{tool}: an error of {} bytes", err.len());
+    }
+    assert!(fake.take_requests().is_empty());
+}

@@ -2,6 +2,7 @@
 //! (never at connect: a client that only uses the cloud never needs smolvm), and stops at exit
 //! if it started it.
 
+use super::ephemeral::process_alive;
 use crate::config::Config;
 use crate::fleet::local::Health;
 use crate::fleet::transport::LocalEndpoint;
@@ -38,6 +39,38 @@ pub struct LocalServe {
     pub version: String,
     /// The serve process, when this server started it.
     child: Option<tokio::process::Child>,
+    /// A serve this server adopted from an owner that died (SIGKILL leaves its serve behind):
+    /// its pid, stopped at exit like a child.
+    adopted: Option<u32>,
+    /// Where the owner of the runtime directory's serve is recorded.
+    owner_file: Option<PathBuf>,
+}
+
+/// Who owns the serve on the runtime directory's socket: the process that started it (or took
+/// it over), and the serve's own pid. Written beside the socket, so that a successor can tell a
+/// serve whose owner still runs (leave it) from one whose owner was killed (take it over).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServeOwner {
+    owner_pid: u32,
+    serve_pid: u32,
+}
+
+fn read_owner(path: &std::path::Path) -> Option<ServeOwner> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+fn write_owner(path: &std::path::Path, owner: &ServeOwner) {
+    let written = serde_json::to_vec(owner)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| {
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, bytes)?;
+            std::fs::rename(&tmp, path)
+        });
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), error = %e, "could not record who owns the local serve");
+    }
 }
 
 fn unavailable(message: String) -> FleetError {
@@ -90,25 +123,35 @@ impl LocalServe {
         } else {
             LocalEndpoint::parse(&config.local_url)?
         };
+        // Only the runtime directory's own serve has an owner to record; one at localUrl is
+        // the user's to run and stop.
+        let owner_file = config
+            .local_url
+            .is_empty()
+            .then(|| config.runtime_dir.join("serve.owner"));
         let fleet = LocalFleet::new(endpoint.clone())?;
         if let Ok(health) = fleet.health().await
             && health.status == "ok"
         {
             check_version(&health, &config.min_smolvm)?;
-            tracing::info!(version = %health.version, listen = %endpoint.listen_arg(), "using a running smolvm serve");
+            let adopted = owner_file.as_deref().and_then(take_over_if_orphaned);
+            tracing::info!(version = %health.version, listen = %endpoint.listen_arg(), adopted = adopted.is_some(), "using a running smolvm serve");
             return Ok(LocalServe {
                 fleet: std::sync::Arc::new(fleet),
                 version: health.version,
                 child: None,
+                adopted,
+                owner_file: adopted.and(owner_file),
             });
         }
-        Self::spawn(config, endpoint, fleet).await
+        Self::spawn(config, endpoint, fleet, owner_file).await
     }
 
     async fn spawn(
         config: &Config,
         endpoint: LocalEndpoint,
         fleet: LocalFleet,
+        owner_file: Option<PathBuf>,
     ) -> FleetResult<LocalServe> {
         if let LocalEndpoint::Unix(socket) = &endpoint {
             // A socket file left by a serve that is gone would make the new one fail to bind.
@@ -144,10 +187,19 @@ impl LocalServe {
         loop {
             if let Ok(health) = fleet.health().await {
                 tracing::info!(version = %health.version, %listen, pid = child.id(), "started smolvm serve");
+                if let (Some(path), Some(serve_pid)) = (&owner_file, child.id()) {
+                    let owner = ServeOwner {
+                        owner_pid: std::process::id(),
+                        serve_pid,
+                    };
+                    write_owner(path, &owner);
+                }
                 let serve = LocalServe {
                     fleet: std::sync::Arc::new(fleet),
                     version: health.version.clone(),
                     child: Some(child),
+                    adopted: None,
+                    owner_file,
                 };
                 if let Err(e) = check_version(&health, &config.min_smolvm) {
                     serve.stop().await;
@@ -182,28 +234,74 @@ impl LocalServe {
     }
 
     pub fn owned(&self) -> bool {
-        self.child.is_some()
+        self.child.is_some() || self.adopted.is_some()
     }
 
-    /// Stops a serve this server started: SIGTERM, then SIGKILL after 10 s. Machines outlive
-    /// the serve; the ephemeral ones have been deleted before this runs.
+    /// Stops a serve this server started or took over: SIGTERM, then SIGKILL after 10 s.
+    /// Machines outlive the serve; the ephemeral ones have been deleted before this runs.
     pub async fn stop(mut self) {
-        let Some(mut child) = self.child.take() else {
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = child.id() {
+                signal(pid, nix::sys::signal::Signal::SIGTERM);
+            }
+            if tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        } else if let Some(pid) = self.adopted.take() {
+            // Not our child: it cannot be waited for, only watched until it is gone.
+            signal(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while process_alive(pid) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if process_alive(pid) {
+                signal(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        } else {
             return;
-        };
-        if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGTERM,
-            );
         }
-        if tokio::time::timeout(Duration::from_secs(10), child.wait())
-            .await
-            .is_err()
+        if let Some(path) = self.owner_file.take()
+            && read_owner(&path).is_some_and(|o| o.owner_pid == std::process::id())
         {
-            let _ = child.kill().await;
+            let _ = std::fs::remove_file(path);
         }
     }
+}
+
+fn signal(pid: u32, signal: nix::sys::signal::Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+    }
+}
+
+/// A serve whose recorded owner is dead belongs to nobody: this process takes it over (and so
+/// stops it at exit). Answers the serve's pid when it did.
+fn take_over_if_orphaned(path: &std::path::Path) -> Option<u32> {
+    let owner = read_owner(path)?;
+    let me = std::process::id();
+    if owner.owner_pid == me || process_alive(owner.owner_pid) || !process_alive(owner.serve_pid) {
+        return None;
+    }
+    write_owner(
+        path,
+        &ServeOwner {
+            owner_pid: me,
+            serve_pid: owner.serve_pid,
+        },
+    );
+    // Two successors racing for one orphan: the later write stands and the earlier one
+    // usually sees it; at worst both stop the serve at exit, as its dead owner would have.
+    (read_owner(path)?.owner_pid == me).then(|| {
+        tracing::info!(
+            serve_pid = owner.serve_pid,
+            dead_owner = owner.owner_pid,
+            "took over the local serve of a process that died"
+        );
+        owner.serve_pid
+    })
 }
 
 fn log_tail(path: &std::path::Path) -> String {

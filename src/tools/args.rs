@@ -420,7 +420,7 @@ tool_arguments! {
     flattening pub struct CreateArgs {
         #[serde(flatten)]
         pub machine: MachineBase,
-        /// Machine name: 1 to 63 letters, digits, dots, underscores or dashes, starting with a letter or digit. Omitted: a generated mcp-<8 hex> name, and the machine is deleted when this session ends. A name with the mcp- prefix is ephemeral the same way; any other name persists.
+        /// Machine name: 1 to 128 letters, digits, underscores or dashes, starting with a letter or digit, not ending with a dash, no two dashes in a row. Omitted: a generated mcp-<8 hex> name, and the machine is deleted when this session ends. A name with the mcp- prefix is ephemeral the same way; any other name persists.
         pub name: Option<String>,
         /// TCP ports to publish, at most 16. On cloud a machine with a published port cannot also have blocked egress, and the machine's url reports the ingress address once something listens.
         pub ports: Option<Vec<PortArg>>,
@@ -539,26 +539,37 @@ tool_arguments! {
 
 // ---- checks ----
 
+/// The longest machine name the engine accepts.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// smolvm's own rule for resource names (`validate_resource_name` in its `src/api/validation.rs`):
+/// 1 to 128 ASCII letters, digits, `_` or `-`, starting with a letter or digit, not ending with
+/// `-`, no `--`. The cloud publishes no rule of its own, so the same rule holds there and a name
+/// means the same on both fleets.
 pub fn machine_name(arg: &str, name: &str) -> Result<(), ToolError> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
+    let why = if name.is_empty() || name.len() > MAX_NAME_LEN {
+        Some(format!("it has {} bytes", name.len()))
+    } else if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        Some("it does not start with a letter or digit".to_owned())
+    } else if name.ends_with('-') {
+        Some("it ends with a dash".to_owned())
+    } else if name.contains("--") {
+        Some("it has two dashes in a row".to_owned())
     } else {
-        Err(ToolError::argument(
+        name.chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
+            .map(|c| format!("{c:?} is not allowed"))
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(ToolError::argument(
             arg,
             format!(
-                "{} is not accepted: give 1 to 63 letters, digits, dots, underscores or dashes, starting with a letter or digit",
+                "{} is not accepted ({why}): give 1 to {MAX_NAME_LEN} letters, digits, underscores or \
+                 dashes, starting with a letter or digit, with no dash at the end and no two in a row",
                 quote(name)
             ),
-        ))
+        )),
     }
 }
 
@@ -766,7 +777,12 @@ mod tests {
 
     #[test]
     fn checks() {
-        assert!(machine_name("name", "web-1.a_b").is_ok());
+        assert!(machine_name("name", "web-1_a").is_ok());
+        assert!(machine_name("name", &"x".repeat(128)).is_ok());
+        for refused in ["web.1", "a-", "a--b", "_a", "", "ü", "a/b"] {
+            assert!(machine_name("name", refused).is_err(), "{refused}");
+        }
+        assert!(machine_name("name", &"x".repeat(129)).is_err());
         let huge = machine_name("name", &"x y".repeat(1 << 20))
             .unwrap_err()
             .message;
