@@ -326,6 +326,11 @@ async fn run() -> Value {
                 .tool("read-file", json!({"name": "big", "path": "/data/big.txt", "offset": offset, "length": PAGE}))
                 .await;
             let s = &r["result"]["structuredContent"];
+            assert_eq!(
+                r["result"]["content"][1]["text"].as_str().map(str::len),
+                s["bytes"].as_u64().map(|b| b as usize),
+                "the page is the second block"
+            );
             offset += s["bytes"].as_u64().unwrap() as usize;
             if s["eof"] == true {
                 break;
@@ -334,22 +339,24 @@ async fn run() -> Value {
         assert_eq!(offset, SIZE);
         tool_secs.push(t.elapsed());
     }
-    // The protocol's floor for the same pages: every page travels as a JSON string, in the
-    // structured result and in its text block, serialized by the server and parsed by the client.
-    // This does that, in-process, with no I/O and no engine at all.
+    // The protocol's floor for the same pages: every page travels once, as a JSON string in a
+    // text block beside the small structured result, serialized by the server and parsed by the
+    // client. This does that, in-process, with no I/O and no engine at all.
     let mut floor_secs = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
         let mut offset = 0usize;
         while offset < SIZE {
             let page: String = std::iter::repeat_n('x', PAGE.min(SIZE - offset)).collect();
-            let structured = json!({"path": "/data/big.txt", "content": page, "encoding": "utf8", "size": SIZE,
+            let structured = json!({"path": "/data/big.txt", "encoding": "utf8", "size": SIZE,
                                     "offset": offset, "bytes": PAGE, "eof": false, "startedMachine": false});
             let text = serde_json::to_string(&structured).unwrap();
             let line = serde_json::to_string(&json!({"jsonrpc": "2.0", "id": 1, "result": {
-                "content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": false}})).unwrap();
+                "content": [{"type": "text", "text": text}, {"type": "text", "text": page}],
+                "structuredContent": structured, "isError": false}}))
+            .unwrap();
             let parsed: Value = serde_json::from_str(&line).unwrap();
-            assert!(parsed["result"]["structuredContent"]["content"].is_string());
+            assert!(parsed["result"]["content"][1]["text"].is_string());
             offset += PAGE;
         }
         floor_secs.push(t.elapsed());

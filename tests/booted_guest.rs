@@ -70,13 +70,10 @@ async fn commands_files_spill_logs_and_timeouts_in_a_booted_guest() {
         json!({"name": name, "path": "/root/a.bin", "content": "AAEC/w==", "encoding": "base64"}),
     )
     .await;
-    let back = h
-        .ok(
-            "read-file",
-            json!({"name": name, "path": "/root/a.bin", "encoding": "base64"}),
-        )
+    let (_, back) = h
+        .read(json!({"name": name, "path": "/root/a.bin", "encoding": "base64"}))
         .await;
-    assert_eq!(back["content"], "AAEC/w==");
+    assert_eq!(back, "AAEC/w==");
     let r = h
         .ok(
             "run-command",

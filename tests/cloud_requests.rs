@@ -206,8 +206,8 @@ async fn files_through_the_route() {
         3
     );
     assert_eq!(
-        fleet.read_file(&id, "/workspace/a b.txt").await.unwrap(),
-        b"hi\n"
+        common::read_all(fleet.read_file(&id, "/workspace/a b.txt").await.unwrap()).await,
+        (Some(3), b"hi\n".to_vec())
     );
     let missing = fleet.read_file(&id, "/workspace/none").await.unwrap_err();
     assert_eq!(missing.kind, ErrorKind::NotFound);
@@ -225,8 +225,8 @@ async fn files_through_exec_where_the_route_is_missing() {
         .await
         .unwrap();
     assert_eq!(
-        fleet.read_file(&id, "/tmp/it's.bin").await.unwrap(),
-        vec![0, 159, 146, 150]
+        common::read_all(fleet.read_file(&id, "/tmp/it's.bin").await.unwrap()).await,
+        (Some(4), vec![0, 159, 146, 150])
     );
     let missing = fleet.read_file(&id, "/tmp/none").await.unwrap_err();
     assert_eq!(missing.kind, ErrorKind::NotFound);

@@ -161,8 +161,10 @@ async fn python_client_worked_flow_against_the_fake() {
     let pages: Vec<(&str, bool)> = c[3..6]
         .iter()
         .map(|p| {
+            // The page is the second block; the plan joins blocks with a newline, and the
+            // first block (the structured result as JSON) is one line.
             (
-                p["structured"]["content"].as_str().unwrap(),
+                p["text"].as_str().unwrap().split_once('\n').unwrap().1,
                 p["structured"]["eof"].as_bool().unwrap(),
             )
         })
@@ -373,4 +375,90 @@ async fn help_version_and_refusals_never_wait_on_stdin() {
     let (code, _, stderr) = run_with_stdin_open(&[], &[("SMOL_MCP_TARGETS", "cloud")]).await;
     assert_eq!(code, Some(1));
     assert!(stderr.contains("SMOL_CLOUD_TOKEN"), "{stderr}");
+}
+
+/// The server's peak memory (VmHWM), in MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb / 1024.0
+}
+
+/// read-file holds a page, not the file: pages of a 1 GiB file (at its start, past its middle,
+/// and the next page of that read) leave the server's peak memory where a small read leaves it,
+/// and the next page continues the same download instead of starting another.
+#[tokio::test]
+async fn reading_a_page_of_a_huge_file_holds_the_page_not_the_file() {
+    const GIB: u64 = 1 << 30;
+    let fake = FakeServe::start().await;
+    fake.add_machine("big", "running");
+    fake.state
+        .lock()
+        .unwrap()
+        .generated_files
+        .insert(("big".into(), "/data/huge.bin".into()), GIB);
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let mut server = StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
+    let pid = server.child.id().unwrap();
+    let first = server
+        .tool(
+            1,
+            "read-file",
+            json!({"name": "big", "path": "/data/huge.bin", "length": 100}),
+        )
+        .await;
+    assert_eq!(first["size"], GIB);
+    assert_eq!(first["bytes"], 100);
+    let baseline = peak_rss_mib(pid);
+
+    let middle: u64 = 256 * 1024 * 1024 + 3;
+    let expected = |from: u64, n: u64| -> String {
+        (from..from + n)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect()
+    };
+    let page = server
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "read-file", "arguments": {"name": "big", "path": "/data/huge.bin", "offset": middle, "length": 26}}),
+        )
+        .await;
+    let text = page["result"]["content"][1]["text"].as_str().unwrap();
+    assert_eq!(text, expected(middle, 26), "the bytes at that offset");
+    let next = server
+        .request(
+            3,
+            "tools/call",
+            json!({"name": "read-file", "arguments": {"name": "big", "path": "/data/huge.bin", "offset": middle + 26, "length": 3}}),
+        )
+        .await;
+    assert_eq!(
+        next["result"]["content"][1]["text"],
+        expected(middle + 26, 3)
+    );
+    let downloads = fake
+        .take_requests()
+        .iter()
+        .filter(|r| r["method"] == "GET" && r["path"].as_str().unwrap().contains("/files/"))
+        .count();
+    assert_eq!(
+        downloads, 2,
+        "the first read, then one download for the two later pages"
+    );
+    let peak = peak_rss_mib(pid);
+    eprintln!("peak memory: {baseline:.1} MiB after the first page, {peak:.1} MiB at the end");
+    assert!(
+        baseline < 64.0,
+        "a 100-byte page of a 1 GiB file took the server to {baseline:.1} MiB"
+    );
+    assert!(
+        peak < baseline + 16.0,
+        "peak memory grew from {baseline:.1} to {peak:.1} MiB reading pages of a 1 GiB file"
+    );
 }

@@ -153,8 +153,9 @@ async fn files_logs_pull_and_health() {
         6
     );
     assert_eq!(
-        fleet.read_file("m1", "/root/a b.txt").await.unwrap(),
-        b"hello\n"
+        common::read_all(fleet.read_file("m1", "/root/a b.txt").await.unwrap()).await,
+        (Some(6), b"hello\n".to_vec()),
+        "the answer declares the length"
     );
     let missing = fleet.read_file("m1", "/nope").await.unwrap_err();
     assert_eq!(missing.upstream_code.as_deref(), Some("INTERNAL_ERROR"));

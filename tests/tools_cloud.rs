@@ -64,13 +64,10 @@ async fn the_worked_flow_on_cloud() {
         json!({"name": name, "path": "/workspace/a b.txt", "content": "0123456789"}),
     )
     .await;
-    let page = h
-        .ok(
-            "read-file",
-            json!({"name": id, "path": "/workspace/a b.txt", "offset": 4, "length": 3}),
-        )
+    let (page, content) = h
+        .read(json!({"name": id, "path": "/workspace/a b.txt", "offset": 4, "length": 3}))
         .await;
-    assert_eq!(page["content"], "456");
+    assert_eq!(content, "456");
     assert_eq!(page["size"], 10);
     let logs = h.ok("machine-logs", json!({"name": id})).await;
     assert!(

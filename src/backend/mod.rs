@@ -31,18 +31,25 @@ pub struct Backend {
     /// Built on first use: its HTTPS client loads the platform's root certificates, which a
     /// session that never touches the cloud should not pay for at start-up.
     cloud: std::sync::OnceLock<Result<Arc<CloudFleet>, FleetError>>,
-    /// The last file read-file fetched, so that later pages of the same read come from one
-    /// download (neither API reads a byte range).
-    pub file_cache: std::sync::Mutex<Option<CachedFile>>,
+    /// Downloads read-file paused at the end of a page, so that the next page of the same read
+    /// continues the same download (neither API reads a byte range).
+    parked_reads: std::sync::Mutex<Vec<ParkedRead>>,
 }
 
-pub struct CachedFile {
+/// A read-file download paused between pages: where it is, and the stream to go on with.
+#[derive(Debug)]
+pub struct ParkedRead {
     pub kind: FleetKind,
     pub machine: String,
     pub path: String,
-    pub bytes: Arc<Vec<u8>>,
-    pub fetched: std::time::Instant,
+    pub reader: crate::fleet::FileReader,
+    pub parked_at: std::time::Instant,
 }
+
+/// How long a paused download waits for its next page, and how many may wait at once (each
+/// holds an open request to the engine, which holds the file).
+const PARKED_READ_SECS: u64 = 30;
+const PARKED_READS_MAX: usize = 4;
 
 /// What ended up deleted, and what could not be.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -71,7 +78,7 @@ impl Backend {
             mode,
             local: tokio::sync::Mutex::new(None),
             cloud: std::sync::OnceLock::new(),
-            file_cache: std::sync::Mutex::new(None),
+            parked_reads: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -98,9 +105,43 @@ impl Backend {
         )
     }
 
-    pub fn forget_cached_file(&self) {
-        if let Ok(mut cache) = self.file_cache.lock() {
-            *cache = None;
+    /// Drops every paused read-file download: after a call that may change a machine, a page
+    /// must not come from a download begun before it.
+    pub fn forget_parked_reads(&self) {
+        if let Ok(mut parked) = self.parked_reads.lock() {
+            parked.clear();
+        }
+    }
+
+    /// The paused download of `path` on `machine` that stopped exactly at `offset`, if one is
+    /// still fresh.
+    pub fn unpark_read(
+        &self,
+        kind: FleetKind,
+        machine: &str,
+        path: &str,
+        offset: u64,
+    ) -> Option<crate::fleet::FileReader> {
+        let mut parked = self.parked_reads.lock().ok()?;
+        let fresh = std::time::Duration::from_secs(PARKED_READ_SECS);
+        parked.retain(|p| p.parked_at.elapsed() < fresh);
+        let at = parked.iter().position(|p| {
+            p.kind == kind
+                && p.machine == machine
+                && p.path == path
+                && p.reader.position() == offset
+        })?;
+        Some(parked.swap_remove(at).reader)
+    }
+
+    pub fn park_read(&self, read: ParkedRead) {
+        if let Ok(mut parked) = self.parked_reads.lock() {
+            if parked.len() >= PARKED_READS_MAX
+                && let Some(oldest) = (0..parked.len()).min_by_key(|&i| parked[i].parked_at)
+            {
+                parked.swap_remove(oldest);
+            }
+            parked.push(read);
         }
     }
 

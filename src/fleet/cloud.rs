@@ -3,6 +3,7 @@
 
 use super::FleetApi;
 use super::error::{ErrorKind, FleetError, FleetResult};
+use super::file_stream::FileStream;
 use super::model::{
     Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, Machine,
     PublishedPort, Usage,
@@ -373,16 +374,12 @@ impl FleetApi for CloudFleet {
         self.exec_by_id(machine, &id, spec).await
     }
 
-    async fn read_file(&self, machine: &str, path: &str) -> FleetResult<Vec<u8>> {
+    async fn read_file(&self, machine: &str, path: &str) -> FleetResult<FileStream> {
         let id = self.resolve(machine).await?;
         let ctx = format!("read {path} in {machine}");
         let request = self.http.get(self.file_url(&id, path)?);
         if let Some(response) = self.via_files_route(&ctx, FILES, request).await? {
-            let bytes = within(&ctx, FILES, async {
-                response.bytes().await.map_err(|e| transport(&ctx, &e))
-            })
-            .await?;
-            return Ok(bytes.to_vec());
+            return Ok(FileStream::from_response(ctx, response));
         }
         let script = format!("base64 < {}", shell_quote(path));
         let out = self.fallback_exec(machine, &id, &ctx, script, None).await?;
@@ -398,8 +395,10 @@ impl FleetApi for CloudFleet {
             .chars()
             .filter(|c| !c.is_whitespace())
             .collect();
+        // An old control plane without the files route: the file comes whole, in one exec.
         base64::engine::general_purpose::STANDARD
             .decode(text)
+            .map(FileStream::whole)
             .map_err(|e| FleetError::new(ErrorKind::BadResponse, ctx, format!("base64: {e}")))
     }
 

@@ -2,6 +2,7 @@
 
 use super::FleetApi;
 use super::error::{ErrorKind, FleetError, FleetResult};
+use super::file_stream::FileStream;
 use super::model::{
     CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, Machine, PublishedPort,
     PulledImage, epoch_to_rfc3339,
@@ -10,7 +11,7 @@ use super::transport::LocalEndpoint;
 use super::upstream::{send, send_raw, within};
 use crate::generated::smolvm::{self, types};
 use base64::Engine as _;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use std::time::Duration;
 
 // Deadlines per call. Start and branch may pull and boot; exec adds its own timeout.
@@ -147,29 +148,33 @@ impl FleetApi for LocalFleet {
         })
     }
 
-    async fn read_file(&self, name: &str, path: &str) -> FleetResult<Vec<u8>> {
+    async fn read_file(&self, name: &str, path: &str) -> FleetResult<FileStream> {
         let ctx = format!("read {path} in {name}");
-        within(&ctx, DEFAULT, async {
-            let request = self.client.download_file().id(name).path(path).send();
-            let response = send_raw(&ctx, DEFAULT, request).await?;
-            // A directory answers a JSON listing under the same 200 (override
-            // local-download-returns-bytes); a file is octet-stream.
-            let is_listing = response
+        let request = self.client.download_file().id(name).path(path).send();
+        let response = send_raw(&ctx, DEFAULT, request).await?;
+        // A directory answers a JSON listing under the same 200 (override
+        // local-download-returns-bytes); a file is octet-stream.
+        let header = |name| {
+            response
                 .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with("application/json"));
-            let bytes = collect(&ctx, response.into_inner()).await?;
-            if is_listing {
-                return Err(FleetError::new(
-                    ErrorKind::Invalid,
-                    ctx.clone(),
-                    format!("{path} is a directory; read-file reads files"),
-                ));
-            }
-            Ok(bytes)
-        })
-        .await
+                .get(name)
+                .and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok())
+        };
+        if header(reqwest::header::CONTENT_TYPE).is_some_and(|v| v.starts_with("application/json"))
+        {
+            return Err(FleetError::new(
+                ErrorKind::Invalid,
+                ctx,
+                format!("{path} is a directory; read-file reads files"),
+            ));
+        }
+        let size = header(reqwest::header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
+        let chunks = response
+            .into_inner()
+            .into_inner()
+            .map(move |chunk| chunk.map_err(|e| super::upstream::transport(&ctx, &e)))
+            .boxed();
+        Ok(FileStream { size, chunks })
     }
 
     async fn write_file(&self, name: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64> {

@@ -5,6 +5,7 @@
 
 pub mod cloud;
 pub mod error;
+pub mod file_stream;
 pub mod local;
 pub mod model;
 pub mod transport;
@@ -12,6 +13,7 @@ pub mod upstream;
 
 pub use cloud::{Backstop, CloudFleet};
 pub use error::{ErrorKind, FleetError, FleetResult};
+pub use file_stream::{FileReader, FileStream};
 pub use local::LocalFleet;
 pub use model::*;
 
@@ -42,7 +44,8 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// Runs a command; a stopped machine is started by it and left running.
     async fn exec(&self, machine: &str, spec: &ExecSpec) -> FleetResult<ExecOutput>;
 
-    async fn read_file(&self, machine: &str, path: &str) -> FleetResult<Vec<u8>>;
+    /// A file's bytes as they arrive; the caller reads as far as it needs and drops the rest.
+    async fn read_file(&self, machine: &str, path: &str) -> FleetResult<FileStream>;
 
     /// Writes a whole file and answers the bytes written.
     async fn write_file(&self, machine: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64>;

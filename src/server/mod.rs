@@ -143,15 +143,17 @@ impl ServerHandler for SmolMcp {
     }
 }
 
-fn into_result(result: Result<serde_json::Value, ToolError>) -> CallToolResult {
+fn into_result(result: Result<tools::results::Answer, ToolError>) -> CallToolResult {
     match result {
-        Ok(structured) => {
-            // Compact: a page of a file is megabytes, and indentation would only add to them.
-            let text = serde_json::to_string(&structured).unwrap_or_default();
+        Ok(answer) => {
+            // Compact, on one line: a text-only client finds the page after the first newline.
+            let text = serde_json::to_string(&answer.structured).unwrap_or_default();
             // Not CallToolResult::structured, which would serialize the value a second time for
             // a text block this replaces anyway.
-            let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-            r.structured_content = Some(structured);
+            let mut content = vec![ContentBlock::text(text)];
+            content.extend(answer.page.map(ContentBlock::text));
+            let mut r = CallToolResult::success(content);
+            r.structured_content = Some(answer.structured);
             r
         }
         Err(e) => {

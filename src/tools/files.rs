@@ -1,19 +1,16 @@
-//! The tools that move files in and out of machines.
+//! The tools that move files in and out of machines. A read holds one page in memory, whatever
+//! the file's size: the download is read up to the page and paused there, and the next page of
+//! the same read (the same offset the last one ended at) continues it rather than downloading
+//! the file again.
 
 use super::args::{self, Encoding};
 use super::output::utf8_prefix_len;
 use super::results;
 use super::{Call, ToolError};
-use crate::backend::CachedFile;
-use crate::fleet::Fleet;
+use crate::backend::ParkedRead;
+use crate::fleet::FileReader;
 use base64::Engine as _;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long the pages of one read-file may come from the copy its first page fetched.
-const PAGE_CACHE_SECS: u64 = 30;
-/// Files larger than this are fetched again for every page rather than kept in memory.
-const PAGE_CACHE_MAX_BYTES: usize = 256 * 1024 * 1024;
+use std::time::Instant;
 
 pub(super) async fn read_file(
     call: &Call<'_>,
@@ -32,28 +29,51 @@ pub(super) async fn read_file(
     if started_machine {
         call.wait_ready(&fleet, &a.name).await?;
     }
-    let bytes = file_bytes(call, &fleet, &a.name, &a.path, a.offset.unwrap_or(0) > 0).await?;
-    let size = bytes.len() as u64;
-    let offset = a.offset.unwrap_or(0).min(size);
-    let rest = &bytes[offset as usize..];
     let budget = call.backend.config.max_output_bytes;
     // Base64 grows by a third: a page's encoded content stays within the budget.
     let default_len = match a.encoding {
         Encoding::Utf8 => budget,
         Encoding::Base64 => budget / 4 * 3,
     };
-    let mut len = a
+    let want = a
         .length
-        .map_or(default_len, |l| usize::try_from(l).unwrap_or(usize::MAX))
-        .min(rest.len());
-    if a.encoding == Encoding::Utf8 && len < rest.len() {
+        .map_or(default_len, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    let offset = a.offset.unwrap_or(0);
+    let kind = fleet.kind();
+    let mut reader = match call.backend.unpark_read(kind, &a.name, &a.path, offset) {
+        Some(reader) => reader,
+        None => {
+            let stream = call.cancellable(fleet.read_file(&a.name, &a.path)).await?;
+            let mut reader = FileReader::new(stream);
+            call.cancellable(reader.skip_to(offset)).await?;
+            reader
+        }
+    };
+    let start = reader.position();
+    // Three bytes past the page tell whether its end splits a character.
+    let at_hand = call
+        .cancellable(reader.peek(want.saturating_add(3)))
+        .await?;
+    let mut len = want.min(at_hand.len());
+    if a.encoding == Encoding::Utf8 && len < at_hand.len() {
         // Never split a character across pages; the next page starts where this one ends.
-        len = utf8_prefix_len(rest, len).max(1.min(len));
+        len = utf8_prefix_len(at_hand, len).max(1.min(len));
     }
-    let page = &rest[..len];
+    let page = reader.take(len);
+    let size = call.cancellable(reader.size()).await?;
+    let eof = start + len as u64 >= size;
+    if !eof && reader.can_continue() {
+        call.backend.park_read(ParkedRead {
+            kind,
+            machine: a.name.clone(),
+            path: a.path.clone(),
+            reader,
+            parked_at: Instant::now(),
+        });
+    }
     let content = match a.encoding {
-        Encoding::Utf8 => String::from_utf8_lossy(page).into_owned(),
-        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(page),
+        Encoding::Utf8 => String::from_utf8_lossy(&page).into_owned(),
+        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&page),
     };
     Ok(results::FileRead {
         path: a.path,
@@ -63,47 +83,11 @@ pub(super) async fn read_file(
             Encoding::Base64 => "base64".into(),
         },
         size,
-        offset,
+        offset: start,
         bytes: len as u64,
-        eof: offset + len as u64 >= size,
+        eof,
         started_machine,
     })
-}
-
-/// The whole file (neither API reads a range). A read that continues at an offset reuses
-/// the copy the same read fetched, for up to `PAGE_CACHE_SECS`, unless a call that can change
-/// a machine came in between; a read from offset 0 always fetches afresh.
-async fn file_bytes(
-    call: &Call<'_>,
-    fleet: &Fleet,
-    machine: &str,
-    path: &str,
-    continuing: bool,
-) -> Result<Arc<Vec<u8>>, ToolError> {
-    let kind = fleet.kind();
-    if continuing
-        && let Ok(cache) = call.backend.file_cache.lock()
-        && let Some(c) = cache.as_ref()
-        && c.kind == kind
-        && c.machine == machine
-        && c.path == path
-        && c.fetched.elapsed() < Duration::from_secs(PAGE_CACHE_SECS)
-    {
-        return Ok(c.bytes.clone());
-    }
-    let bytes = Arc::new(call.cancellable(fleet.read_file(machine, path)).await?);
-    if bytes.len() <= PAGE_CACHE_MAX_BYTES
-        && let Ok(mut cache) = call.backend.file_cache.lock()
-    {
-        *cache = Some(CachedFile {
-            kind,
-            machine: machine.to_owned(),
-            path: path.to_owned(),
-            bytes: bytes.clone(),
-            fetched: Instant::now(),
-        });
-    }
-    Ok(bytes)
 }
 
 pub(super) async fn write_file(

@@ -98,12 +98,12 @@ macro_rules! tool_table {
                 }
             }
 
-            async fn run(self, call: &Call<'_>, args: Value) -> Result<Value, ToolError> {
+            async fn run(self, call: &Call<'_>, args: Value) -> Result<results::Answer, ToolError> {
                 match self {
                     $(Tool::$variant => {
                         let parsed: $args = args::parse(self, &call.catalog, args)?;
                         let result: $result = $handler(call, parsed).await?;
-                        results::to_value(&result)
+                        results::answer(result)
                     })+
                 }
             }
@@ -215,9 +215,10 @@ tool_table! {
         args: args::ReadFileArgs,
         result: results::FileRead,
         run: files::read_file,
-        description: "Read a file from a machine, as utf8 text or base64. Large files are read in pages: pass \
-             offset and length, and continue until eof is true; size is the whole file's length. A \
-             stopped machine is started by the read and left running (startedMachine: true).",
+        description: "Read a file from a machine, as utf8 text or base64. The page itself is the answer's second \
+             content block (text); the structured result says where it sits: size (the whole file), offset, bytes, \
+             eof. Large files are read in pages: pass offset and length, and continue from offset + bytes until \
+             eof is true. A stopped machine is started by the read and left running (startedMachine: true).",
     }
     WriteFile => "write-file" {
         title: "Write a file",
@@ -323,10 +324,10 @@ pub async fn call(
     ct: tokio_util::sync::CancellationToken,
     tool: Tool,
     args: Value,
-) -> Result<Value, ToolError> {
+) -> Result<results::Answer, ToolError> {
     if tool.changes_machines() {
         // Later pages of a read must not come from a copy taken before this call.
-        backend.forget_cached_file();
+        backend.forget_parked_reads();
     }
     let call = Call::new(backend, session, ct);
     let result = tool.run(&call, args).await;

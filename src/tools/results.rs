@@ -5,9 +5,55 @@ use crate::fleet::Machine;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-/// A result as the structured content of a tool answer.
-pub fn to_value<T: Serialize>(result: &T) -> Result<serde_json::Value, ToolError> {
-    serde_json::to_value(result).map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))
+/// A tool's answer: the structured result and, for a page of a file, the page itself, which
+/// travels once, as a content block of its own, rather than inside the structured result and
+/// again in the text block that repeats it for clients without structured content.
+#[derive(Debug)]
+pub struct Answer {
+    pub structured: serde_json::Value,
+    pub page: Option<String>,
+}
+
+/// A result type: serialized as the structured content; `take_page` moves out what travels as
+/// a content block of its own.
+pub trait Reply: Serialize {
+    fn take_page(&mut self) -> Option<String> {
+        None
+    }
+}
+
+macro_rules! replies_without_a_page {
+    ($($ty:ty),* $(,)?) => {
+        $(impl Reply for $ty {})*
+    };
+}
+
+replies_without_a_page!(
+    MachineList,
+    Created,
+    Started,
+    Stopped,
+    CommandRun,
+    RunOnce,
+    FileWritten,
+    Branched,
+    Logs,
+    Machine,
+    crate::fleet::Deleted,
+    crate::fleet::PulledImage,
+);
+
+impl Reply for FileRead {
+    fn take_page(&mut self) -> Option<String> {
+        Some(std::mem::take(&mut self.content))
+    }
+}
+
+pub fn answer<R: Reply>(mut result: R) -> Result<Answer, ToolError> {
+    let page = result.take_page();
+    let structured = serde_json::to_value(&result)
+        .map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))?;
+    Ok(Answer { structured, page })
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -80,6 +126,9 @@ pub struct RunOnce {
 #[serde(rename_all = "camelCase")]
 pub struct FileRead {
     pub path: String,
+    /// The page, sent as the answer's second content block.
+    #[serde(skip)]
+    #[schemars(skip)]
     pub content: String,
     /// utf8 or base64.
     pub encoding: String,

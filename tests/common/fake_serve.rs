@@ -20,6 +20,9 @@ pub struct FakeState {
     pub requests: Vec<Value>,
     pub machines: BTreeMap<String, Value>,
     pub files: BTreeMap<(String, String), Vec<u8>>,
+    /// Files generated as they are sent (`a` to `z` repeated), of this many bytes: large
+    /// files the fake never holds. Like the engine, the answer declares its length.
+    pub generated_files: BTreeMap<(String, String), u64>,
     pub logs: BTreeMap<String, Vec<String>>,
     pub exec_hook: Option<ExecHook>,
     /// How long an exec that is not a readiness probe (`echo`) takes to answer.
@@ -157,6 +160,26 @@ pub fn exec_response(code: i32, stdout: &[u8], stderr: &[u8]) -> Value {
     })
 }
 
+/// The bytes `a` to `z` repeated, `size` of them, produced in 64 KiB chunks as the client reads.
+fn generated_file(size: u64) -> Response {
+    const CHUNK: u64 = 64 * 1024;
+    let chunks = futures::stream::unfold(0u64, move |sent| async move {
+        (sent < size).then(|| {
+            let n = CHUNK.min(size - sent);
+            let chunk: Vec<u8> = (sent..sent + n).map(|i| b'a' + (i % 26) as u8).collect();
+            (Ok::<_, std::io::Error>(Bytes::from(chunk)), sent + n)
+        })
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (header::CONTENT_LENGTH, size.to_string()),
+        ],
+        Body::from_stream(chunks),
+    )
+        .into_response()
+}
+
 async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let bytes: Bytes = axum::body::to_bytes(body, 256 * 1024 * 1024)
@@ -279,6 +302,14 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         None => default_exec(&json_body),
                     };
                     axum::Json(answer).into_response()
+                }
+                ("GET", ["files", file])
+                    if st
+                        .generated_files
+                        .contains_key(&(name.clone(), file.to_string())) =>
+                {
+                    let size = st.generated_files[&(name.clone(), file.to_string())];
+                    generated_file(size)
                 }
                 ("GET", ["files", file]) => match st.files.get(&(name.clone(), file.to_string())) {
                     Some(bytes) => (

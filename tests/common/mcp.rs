@@ -24,6 +24,8 @@ pub struct Answer {
     pub is_error: bool,
     pub structured: Value,
     pub text: String,
+    /// The text of each content block.
+    pub blocks: Vec<String>,
 }
 
 pub fn config(env: &[(&str, &str)], runtime: &Path) -> Config {
@@ -71,16 +73,16 @@ impl Harness {
             .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
             .await
             .unwrap();
-        let text = result
+        let blocks: Vec<String> = result
             .content
             .iter()
             .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-            .collect::<Vec<_>>()
-            .join("\n");
+            .collect();
         Answer {
             is_error: result.is_error == Some(true),
             structured: result.structured_content.unwrap_or(Value::Null),
-            text,
+            text: blocks.join("\n"),
+            blocks,
         }
     }
 
@@ -89,6 +91,18 @@ impl Harness {
         let answer = self.call(tool, args).await;
         assert!(!answer.is_error, "{tool} failed: {}", answer.text);
         answer.structured
+    }
+
+    /// Reads a page with read-file: the structured result, and the page (the second block).
+    pub async fn read(&self, args: Value) -> (Value, String) {
+        let answer = self.call("read-file", args).await;
+        assert!(!answer.is_error, "read-file failed: {}", answer.text);
+        assert_eq!(answer.blocks.len(), 2, "the page is the second block");
+        assert!(
+            answer.structured.get("content").is_none(),
+            "the page travels once"
+        );
+        (answer.structured, answer.blocks[1].clone())
     }
 
     /// Calls a tool that must fail and returns its error text.

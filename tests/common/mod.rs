@@ -5,3 +5,15 @@ pub mod fake_serve;
 pub mod mcp;
 pub mod real_serve;
 pub mod stdio;
+
+/// A whole file from a fleet's stream, and the size its answer declared.
+pub async fn read_all(stream: smol_mcp::fleet::FileStream) -> (Option<u64>, Vec<u8>) {
+    use futures::StreamExt;
+    let size = stream.size;
+    let mut bytes = Vec::new();
+    let mut chunks = stream.chunks;
+    while let Some(chunk) = chunks.next().await {
+        bytes.extend_from_slice(&chunk.unwrap());
+    }
+    (size, bytes)
+}
