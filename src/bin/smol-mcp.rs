@@ -3,7 +3,6 @@
 //! are deleted and a smolvm serve this process started is stopped.
 
 use anyhow::Context;
-use rmcp::ServiceExt;
 use smol_mcp::backend::Backend;
 use smol_mcp::config::Config;
 use smol_mcp::server::SmolMcp;
@@ -37,15 +36,8 @@ async fn run() -> anyhow::Result<ExitCode> {
     let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let server = SmolMcp::new(backend.clone(), session.clone());
-    let serving = async {
-        let (stdin, stdout) = rmcp::transport::stdio_pipes();
-        match server.serve((stdin, stdout)).await {
-            Ok(running) => {
-                let _ = running.waiting().await;
-            }
-            Err(e) => tracing::info!(error = %e, "the client went away before the session started"),
-        }
-    };
+    // Not rmcp's stdio transport directly: it drops malformed lines without an answer.
+    let serving = smol_mcp::server::stdio::serve_stdio(server);
     let end = tokio::select! {
         _ = serving => End::Eof,
         _ = interrupt.recv() => End::Interrupt,

@@ -1,5 +1,8 @@
 //! The MCP protocol side: one `ServerHandler` per session, answering from the tool table
-//! (`crate::tools`) with the process's `Backend`.
+//! (`crate::tools`) with the process's `Backend`. `stdio` is the stdio transport in front of it,
+//! which answers the malformed input rmcp would drop.
+
+pub mod stdio;
 
 use crate::backend::{Backend, Mode};
 use crate::fleet::FleetKind;

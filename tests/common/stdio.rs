@@ -76,6 +76,33 @@ impl StdioServer {
         stdin.flush().await.unwrap();
     }
 
+    /// Writes bytes to the server's stdin as they are (a test adds the newline).
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(bytes).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// The next message the server writes, failing the test after `wait` without one.
+    pub async fn next_message(&mut self, wait: std::time::Duration) -> Value {
+        let line = tokio::time::timeout(wait, self.lines.next_line())
+            .await
+            .expect("no answer in time")
+            .unwrap()
+            .expect("the server closed stdout");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// The next message, or None if none comes within `wait`.
+    pub async fn maybe_message(&mut self, wait: std::time::Duration) -> Option<Value> {
+        let line = tokio::time::timeout(wait, self.lines.next_line())
+            .await
+            .ok()?
+            .unwrap()
+            .expect("the server closed stdout");
+        Some(serde_json::from_str(&line).unwrap())
+    }
+
     pub async fn notify(&mut self, method: &str) {
         self.send(json!({"jsonrpc": "2.0", "method": method})).await;
     }
