@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 /// The description of every tool's `target` argument, written once: `schema::input` puts it on
 /// the property, which the argument structs leave undocumented.
-pub const TARGET_DESCRIPTION: &str = "Which fleet: local (smolvm serve on this host, free) or cloud (smol cloud, billed while a machine exists). Required, with no default: a machine on one fleet is invisible on the other.";
+pub const TARGET_DESCRIPTION: &str = "Which fleet: local (this host, free) or cloud (billed while a machine exists). Required: a machine on one fleet is invisible on the other.";
 
 /// The arguments of a call to `tool`, checked against the tool's own input schema first so that
 /// a refusal is in the schema's words (the argument, what was sent, what is accepted) rather

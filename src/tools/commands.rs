@@ -6,7 +6,7 @@ use super::lifecycle::{base_spec, with_egress_hint};
 use super::output::head_tail;
 use super::provisional::Provisional;
 use super::results::{self, Overflow};
-use super::{Call, ToolError};
+use super::{Call, Tool, ToolError};
 use crate::fleet::{ExecOutput, ExecSpec};
 
 fn exec_spec(call: &Call<'_>, fields: &args::CommandFields) -> Result<ExecSpec, ToolError> {
@@ -124,11 +124,11 @@ pub(super) async fn run_once(
         let created = call
             .cancellable(fleet.create(&spec))
             .await
-            .map_err(|e| with_egress_hint(e, &spec.egress))?;
+            .map_err(|e| with_egress_hint(e, &spec.egress, Tool::RunOnce))?;
         machine.created(&created.id);
         call.cancellable(fleet.start(machine.id(), Some(false)))
             .await
-            .map_err(|e| with_egress_hint(e, &spec.egress))?;
+            .map_err(|e| with_egress_hint(e, &spec.egress, Tool::RunOnce))?;
         call.wait_ready(&fleet, machine.id()).await?;
         call.cancellable(fleet.exec(machine.id(), &exec)).await
     }

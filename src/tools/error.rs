@@ -68,7 +68,18 @@ impl ToolError {
 
 impl From<FleetError> for ToolError {
     fn from(e: FleetError) -> Self {
-        ToolError::new(ToolErrorKind::Fleet(e.kind), e.to_string())
+        let mut message = e.to_string();
+        // The engine's words when the host cannot run a guest at all; the agent can do nothing
+        // about it but go elsewhere, so say so.
+        if message.contains("no boot progress") || message.contains("did not become ready") {
+            message.push_str(
+                "\nThe local engine could not boot a guest on this host: it needs a usable KVM \
+                 (/dev/kvm, not a paravirtual or nested one that cannot run guests) on Linux, or \
+                 Hypervisor.framework on macOS. Use the cloud fleet if this server has one, or ask \
+                 the user to check the host (README: The local serve).",
+            );
+        }
+        ToolError::new(ToolErrorKind::Fleet(e.kind), message)
     }
 }
 
@@ -103,6 +114,13 @@ mod tests {
         let fleet: ToolError = FleetError::new(ErrorKind::NotFound, "get machine x", "gone").into();
         assert_eq!(fleet.to_string(), "NOT_FOUND: get machine x: gone");
         assert!(fleet.is(ErrorKind::NotFound));
+        let boot: ToolError = FleetError::new(
+            ErrorKind::Upstream,
+            "start machine m",
+            "HTTP 500: vm failed: no boot progress after 30s",
+        )
+        .into();
+        assert!(boot.message.contains("usable KVM"), "{}", boot.message);
     }
 
     #[test]

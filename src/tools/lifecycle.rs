@@ -4,7 +4,7 @@ use super::args::{self, Network};
 use super::call::random_hex;
 use super::provisional::Provisional;
 use super::results;
-use super::{Call, ToolError};
+use super::{Call, Tool, ToolError};
 use crate::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
 use crate::fleet::{
     CreateSpec, Deleted, Egress, ErrorKind, FleetKind, Machine, Mount, PortMapping,
@@ -52,19 +52,20 @@ fn egress(
 }
 
 /// smolvm 1.32.2 accepts a create with no egress and fails the start when the image has to come
-/// from a registry; say which argument grants the pull.
-pub(super) fn with_egress_hint(mut e: ToolError, egress: &Egress) -> ToolError {
+/// from a registry; say which argument of `tool` (the one that was called) grants the pull.
+pub(super) fn with_egress_hint(mut e: ToolError, egress: &Egress, tool: Tool) -> ToolError {
     let lower = e.message.to_lowercase();
     let about_pull = ["registry", "pull", "manifest"]
         .iter()
         .any(|w| lower.contains(w));
     if about_pull && *egress != Egress::Open {
-        e.message.push_str(
+        e.message.push_str(&format!(
             "\nThe machine has no egress to the image's registry (network is blocked or an allow-list \
-             without it), and the image is pulled from there. Pass network: \"open\" to create-machine, \
-             or allowHosts naming the registry (Docker Hub: registry-1.docker.io, auth.docker.io, \
+             without it), and the image is pulled from there. Pass network: \"open\" to {}, or \
+             allowHosts naming the registry (Docker Hub: registry-1.docker.io, auth.docker.io, \
              production.cloudflare.docker.com).",
-        );
+            tool.name()
+        ));
     }
     e
 }
@@ -177,7 +178,7 @@ pub(super) async fn create_machine(
         }
         Err(e) => {
             let _ = provisional.abandon().await;
-            return Err(with_egress_hint(e, &spec.egress));
+            return Err(with_egress_hint(e, &spec.egress, Tool::CreateMachine));
         }
     };
     provisional.created(&machine.id);
@@ -203,7 +204,7 @@ pub(super) async fn create_machine(
             ready: true,
         }),
         Err(e) => {
-            let mut e = with_egress_hint(e, &spec.egress);
+            let mut e = with_egress_hint(e, &spec.egress, Tool::CreateMachine);
             if named_by_caller {
                 e.message.push_str(&format!(
                     "\n{name} was created and is left as it is for you to inspect: start-machine \

@@ -126,8 +126,10 @@ tool_table! {
         args: args::TargetOnly,
         result: results::MachineList,
         run: lifecycle::list_machines,
-        description: "List every machine on the fleet with its state, size, egress, image and (cloud) ingress url. \
-             Read-only. Use it to find a machine's name or to see what is still running before creating another.",
+        description: "List every machine on this fleet with its name (or cloud id), state, size, egress, image, url \
+             and createdAt. Read-only and quick. Use it to find a machine to reuse, or to see what is still \
+             running (on cloud: still costing money) before creating another; for one machine you already \
+             know, get-machine is enough.",
     }
     GetMachine => "get-machine" {
         title: "Get a machine",
@@ -136,9 +138,10 @@ tool_table! {
         args: args::MachineArgs,
         result: crate::fleet::Machine,
         run: lifecycle::get_machine,
-        description: "Report one machine: state (running, stopped, created...), cpus, memoryMb, network, image, \
-             url (the cloud ingress of its first published port, null locally or until something listens), \
-             pid, createdAt. Read-only; fails with NOT_FOUND when there is no such machine.",
+        description: "Report one machine by name (or cloud id): state (running, stopped, created...), cpus, memoryMb, \
+             network, image, url (the cloud ingress of its first published port; null locally), createdAt. \
+             Read-only and quick. Prefer it to list-machines to check whether a machine is running or a \
+             start took. Fails with NOT_FOUND when there is no such machine.",
     }
     CreateMachine => "create-machine" {
         title: "Create a machine",
@@ -147,12 +150,14 @@ tool_table! {
         args: args::CreateArgs,
         result: results::Created,
         run: lifecycle::create_machine,
-        description: "Create a microVM from an OCI image, start it, and wait until a command has run in it \
-             (ready: true). Egress is blocked unless network, allowHosts or allowCidrs says otherwise. \
-             Without a name (or with the mcp- prefix) the machine is ephemeral: deleted when this session ends. \
-             If the start fails, a machine this call named itself is deleted again; one you named is left, \
-             stopped, for you to inspect or delete. On cloud the machine costs money while it exists. \
-             For one command in a throwaway machine, run-once is simpler.",
+        description: "Create a microVM from an OCI image and, unless start is false, start it and wait until it runs \
+             commands (up to readyTimeoutSecs, 120 s by default, plus the image pull); then run-command, \
+             read-file and write-file work in it. Egress is blocked unless network, allowHosts or allowCidrs \
+             grant it, and on the local fleet a registry image needs egress to its registry. Without a name \
+             (or with the mcp- prefix) the machine is ephemeral: deleted when this session ends; any other \
+             name persists until delete-machine. If the start fails, a machine this call named is deleted \
+             again; one you named is left, stopped, to inspect. On cloud it costs money while it exists. For \
+             one command in a throwaway machine, run-once is simpler.",
     }
     StartMachine => "start-machine" {
         title: "Start a machine",
@@ -161,8 +166,11 @@ tool_table! {
         args: args::StartArgs,
         result: results::Started,
         run: lifecycle::start_machine,
-        description: "Start a stopped machine and, unless wait is false, wait until a command has run in it. \
-             This is the way back from stop-machine: creating a machine with an existing name is a conflict.",
+        description: "Start a stopped machine and, unless wait is false, wait until it runs commands (up to \
+             readyTimeoutSecs, 120 s by default). Its disk is as it was left; memory, processes and /tmp \
+             start empty. On cloud a started machine bills for CPU and memory again until it is stopped. \
+             This is the way back from stop-machine (creating a machine with an existing name is a \
+             conflict).",
     }
     StopMachine => "stop-machine" {
         title: "Stop a machine",
@@ -171,8 +179,9 @@ tool_table! {
         args: args::MachineArgs,
         result: results::Stopped,
         run: lifecycle::stop_machine,
-        description: "Stop a running machine. Its disk is kept; memory, running processes and /tmp are lost. \
-             On cloud a stopped machine bills for its disk only. start-machine starts it again.",
+        description: "Stop a running machine: processes, memory and /tmp are lost, the disk is kept. Use it to pause \
+             a machine you will come back to (start-machine resumes it); on cloud a stopped machine bills \
+             for its disk only. To throw a machine away, use delete-machine instead.",
     }
     DeleteMachine => "delete-machine" {
         title: "Delete a machine",
@@ -181,8 +190,10 @@ tool_table! {
         args: args::MachineArgs,
         result: crate::fleet::Deleted,
         run: lifecycle::delete_machine,
-        description: "Delete a machine, running or not, with its disk. Irreversible. On cloud the result carries \
-             usageMicros, what the machine cost in millionths of a dollar; it is null locally.",
+        description: "Delete a machine, running or not, with its disk. Irreversible. Machines created without a name \
+             (the mcp- prefix) are deleted anyway when this session ends: delete them earlier only to free \
+             resources. On cloud the result carries usageMicros, what the machine cost in millionths of a \
+             dollar (null locally).",
     }
     RunCommand => "run-command" {
         title: "Run a command",
@@ -191,11 +202,13 @@ tool_table! {
         args: args::RunCommandArgs,
         result: results::CommandRun,
         run: commands::run_command,
-        description: "Run a command in an existing machine and return stdout, stderr and exitCode. A non-zero exit \
-             is a result, not an error; timedOut says the command hit timeoutSecs (exit 124). Output past \
-             the budget keeps its head and tail (truncated: true) and the whole stream is written into the \
-             machine at the path overflow names, to read with read-file. A stopped machine is started by \
-             the command and left running (startedMachine: true).",
+        description: "Run one command in an existing machine and wait for it to end (up to timeoutSecs: 120 s by \
+             default, 900 at most), then return stdout, stderr and exitCode. A non-zero exit is a result, \
+             not an error; timedOut true means it was killed at timeoutSecs (exit 124). Each call is a new \
+             process: cd and export do not carry over, so pass workdir and env. Output over the budget keeps \
+             its head and tail (truncated: true) and the whole stream is saved in the machine at the path \
+             overflow names, for read-file. A stopped machine is started first and left running \
+             (startedMachine: true).",
     }
     RunOnce => "run-once" {
         title: "Run once in a throwaway machine",
@@ -204,9 +217,12 @@ tool_table! {
         args: args::RunOnceArgs,
         result: results::RunOnce,
         run: commands::run_once,
-        description: "Create a machine from an image, run one command, and delete the machine, whatever happens \
-             (success, failure, timeout or cancellation). Use it for a self-contained command; use \
-             create-machine and run-command when later calls need the same machine.",
+        description: "Run one self-contained command in a fresh machine that is deleted afterwards, whatever happens \
+             (success, failure, timeout or cancellation): create, start, wait until it runs commands, run, \
+             delete, in one call. Nothing persists: use create-machine and run-command when later calls need \
+             the same machine or its files. Egress is blocked unless network, allowHosts or allowCidrs grant \
+             it, and on the local fleet a registry image needs egress to its registry (network: \"open\", or \
+             allowHosts naming it).",
     }
     ReadFile => "read-file" {
         title: "Read a file",
@@ -215,10 +231,11 @@ tool_table! {
         args: args::ReadFileArgs,
         result: results::FileRead,
         run: files::read_file,
-        description: "Read a file from a machine, as utf8 text or base64. The page itself is the answer's second \
-             content block (text); the structured result says where it sits: size (the whole file), offset, bytes, \
-             eof. Large files are read in pages: pass offset and length, and continue from offset + bytes until \
-             eof is true. A stopped machine is started by the read and left running (startedMachine: true).",
+        description: "Read a file from a machine, as utf8 text or base64, one page at a time. The page itself is the \
+             answer's second content block (text); the structured result says where it sits: size (the whole \
+             file), offset, bytes, eof. Continue from offset + bytes until eof is true; the pages of one \
+             read continue one download. Use it for the overflow files run-command saves, too. A stopped \
+             machine is started first and left running (startedMachine: true).",
     }
     WriteFile => "write-file" {
         title: "Write a file",
@@ -227,9 +244,10 @@ tool_table! {
         args: args::WriteFileArgs,
         result: results::FileWritten,
         run: files::write_file,
-        description: "Write a whole file into a machine (utf8 or base64 content), creating parent directories and \
-             replacing any file at that path. Waits until the machine runs commands first, so the file is \
-             not written under a mount that later hides it. A stopped machine is started and left running.",
+        description: "Write a whole file into a machine (utf8 text, or base64 for bytes), creating parent directories \
+             and replacing any file at that path. It first waits until the machine runs commands (up to \
+             readyTimeoutSecs), so that the commands you run next see the file. A stopped machine is started \
+             first and left running (startedMachine: true).",
     }
     BranchMachine => "branch-machine" {
         title: "Branch a machine",
@@ -238,9 +256,12 @@ tool_table! {
         args: args::BranchArgs,
         result: results::Branched,
         run: lifecycle::branch_machine,
-        description: "Copy a running machine created with branchable true into a new child, memory and disks \
-             included, and wait until a command has run in the child. The source keeps running. \
-             Refused (CONFLICT) when the source is not branchable or not running.",
+        description: "Copy a running machine into a new child, memory, processes and disk included, and wait until \
+             the child runs commands (up to readyTimeoutSecs): the child goes on from the source's exact \
+             state while the source keeps running. Use it to try something risky, or to fan out from a \
+             prepared machine. The source must be branchable (created with branchable true on cloud; started \
+             with it locally), else CONFLICT. A child named with the mcp- prefix is deleted when this \
+             session ends.",
     }
     MachineLogs => "machine-logs" {
         title: "Read a machine's log",
@@ -249,9 +270,10 @@ tool_table! {
         args: args::LogsArgs,
         result: results::Logs,
         run: logs::machine_logs,
-        description: "Read the last lines of a machine's log, or only what arrived since a previous call by passing \
-             back its cursor. Locally this is the guest console; on cloud it is the control plane's event \
-             log (what happened to the machine, not what ran inside it).",
+        description: "Read a machine's log: the last lines, or only what arrived since a previous call when you pass \
+             back its cursor. Locally this is the guest console (boot messages and the workload's own \
+             output); on cloud it is the control plane's event log (what happened to the machine, not what \
+             ran in it). A command's output comes back from run-command, not here. Read-only.",
     }
     PullImage => "pull-image" {
         title: "Pull an image",
@@ -260,8 +282,11 @@ tool_table! {
         args: args::PullArgs,
         result: crate::fleet::PulledImage,
         run: lifecycle::pull_image,
-        description: "Pull an OCI image into a running local machine's image cache. Local fleet only: on cloud the \
-             control plane pulls the image at create.",
+        description: "Pull an OCI image into a running local machine's image cache and wait until the pull ends, so \
+             that starting a workload from that image later does not wait for the download. The machine \
+             needs egress to the registry (network open, or allowHosts naming it). Local fleet only: on \
+             cloud the control plane pulls at create. create-machine and run-once pull their own image; this \
+             is for images the machine will use later.",
     }
 }
 

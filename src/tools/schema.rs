@@ -28,8 +28,32 @@ pub fn input<T: JsonSchema>() -> JsonObject {
     input
 }
 
+/// The result's schema, trimmed of what only repeats: a result object's own description (the
+/// tool's description says what the result is) and the numeric bounds of fields this server
+/// fills itself. Field descriptions that say what a value means stay.
 pub fn output<T: JsonSchema>() -> JsonObject {
-    schema::<T>(Contract::Serialize)
+    let mut output = schema::<T>(Contract::Serialize);
+    let mut value = Value::Object(std::mem::take(&mut output));
+    trim_output(&mut value);
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn trim_output(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("type").and_then(Value::as_str) == Some("object") {
+                map.remove("description");
+            }
+            map.remove("minimum");
+            map.remove("maximum");
+            map.values_mut().for_each(trim_output);
+        }
+        Value::Array(items) => items.iter_mut().for_each(trim_output),
+        _ => {}
+    }
 }
 
 fn schema<T: JsonSchema>(contract: Contract) -> JsonObject {
