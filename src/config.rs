@@ -157,6 +157,10 @@ trait Value: Sized {
     type File: DeserializeOwned;
     fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected>;
     fn from_file(value: Self::File, accepts: Accepts) -> Result<Self, Rejected>;
+    /// The built-in default, which a type may read apart from a value someone gave.
+    fn from_default(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+        Self::from_text(text, accepts)
+    }
 }
 
 macro_rules! whole_numbers {
@@ -259,6 +263,25 @@ impl Value for Vec<String> {
     }
 }
 
+/// A list whose absence is not the empty list: unset means a computed default, while an empty
+/// list someone gave (`[]` in the file, an empty variable) means none.
+impl Value for Option<Vec<String>> {
+    type File = ListFile;
+    fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+        Vec::from_text(text, accepts).map(Some)
+    }
+    fn from_file(value: ListFile, accepts: Accepts) -> Result<Self, Rejected> {
+        Vec::from_file(value, accepts).map(Some)
+    }
+    fn from_default(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+        if text.is_empty() {
+            Ok(None)
+        } else {
+            Self::from_text(text, accepts)
+        }
+    }
+}
+
 /// Enumerations are read through their serde names, so the file and the environment accept the
 /// same spellings.
 macro_rules! choices {
@@ -299,7 +322,7 @@ fn pick<T: Value>(
         return T::from_file(value, setting.accepts)
             .map_err(|Rejected(why)| file_doc.refused(setting, why));
     }
-    T::from_text(setting.default, setting.accepts).map_err(|_| ConfigError::Env {
+    T::from_default(setting.default, setting.accepts).map_err(|_| ConfigError::Env {
         key: setting.key,
         var: setting.env,
         message: format!("the built-in default \"{}\" is refused", setting.default),
@@ -557,7 +580,7 @@ settings! {
         env: "SMOL_MCP_HTTP_SESSION_IDLE_SECS",
         default: "1800",
         accepts: whole(1, 30 * DAY),
-        why: "an HTTP session idle this long is closed and its ephemeral machines deleted",
+        why: "an HTTP session with no request in flight and none arriving for this long is closed and its ephemeral machines deleted; a call, however long, is never cut by it",
     },
     http_allowed_hosts: Vec<String> {
         key: "httpAllowedHosts",
@@ -566,12 +589,28 @@ settings! {
         accepts: Accepts::List,
         why: "`Host` names accepted; empty on a loopback listener means the loopback names",
     },
-    http_allowed_origins: Vec<String> {
+    http_allowed_origins: Option<Vec<String>> {
         key: "httpAllowedOrigins",
         env: "SMOL_MCP_HTTP_ALLOWED_ORIGINS",
         default: "",
+        shown_default: "the listener's own loopback origins (`http://127.0.0.1:PORT`, `http://localhost:PORT`, `http://[::1]:PORT`) on a loopback listener, else none",
         accepts: Accepts::List,
-        why: "`Origin`s accepted; a browser origin must be listed",
+        empty_env_is_a_value: true,
+        why: "a request that carries an `Origin` not listed gets 403 (DNS rebinding, a web page driving the server); a request without one is let through; an empty list allows none",
+    },
+    http_max_connections: usize {
+        key: "httpMaxConnections",
+        env: "SMOL_MCP_HTTP_MAX_CONNECTIONS",
+        default: "512",
+        accepts: whole(1, 65_536),
+        why: "connections open at once; one more is answered 503 with `Retry-After` and closed, so idle sockets cannot use up the process's file descriptors (1024 by default)",
+    },
+    http_header_timeout_secs: u64 {
+        key: "httpHeaderTimeoutSecs",
+        env: "SMOL_MCP_HTTP_HEADER_TIMEOUT_SECS",
+        default: "10",
+        accepts: whole(1, 3_600),
+        why: "a request's headers must arrive within this, and a keep-alive connection idle this long between requests is closed: a half-sent request holds nothing for long",
     },
     auth_token: Secret {
         key: "authToken",
@@ -776,7 +815,23 @@ mod tests {
         assert_eq!(c.min_smolvm, "1.32.0");
         assert_eq!(c.http_port, 8080);
         assert!(c.http_allowed_hosts.is_empty());
+        assert_eq!(c.http_allowed_origins, None, "unset: the computed default");
+        assert_eq!(c.http_max_connections, 512);
+        assert_eq!(c.http_header_timeout_secs, 10);
         assert!(c.cloud_token.is_empty());
+    }
+
+    #[test]
+    fn an_empty_origin_list_is_a_value() {
+        let c = Config::from_sources(
+            &env(&[("SMOL_MCP_HTTP_ALLOWED_ORIGINS", "")]),
+            Path::new("/nonexistent"),
+        )
+        .unwrap();
+        assert_eq!(c.http_allowed_origins, Some(vec![]));
+        let (_d, path) = with_file(r#"{"httpAllowedOrigins": []}"#);
+        let c = Config::from_sources(&env(&[]), &path).unwrap();
+        assert_eq!(c.http_allowed_origins, Some(vec![]));
     }
 
     #[test]
@@ -798,7 +853,7 @@ mod tests {
         assert_eq!(c.network_default, NetworkDefault::Open);
         assert_eq!(c.exec_timeout_secs, 120);
         assert_eq!(c.http_allowed_hosts, ["a.example", "b.example"]);
-        assert_eq!(c.http_allowed_origins, ["x", "y"]);
+        assert_eq!(c.http_allowed_origins, Some(vec!["x".into(), "y".into()]));
     }
 
     #[test]

@@ -88,18 +88,15 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         tokio::spawn(async move { backend.sweep_orphans_at_start().await });
     }
     let shutdown = CancellationToken::new();
-    let app = smol_mcp::http::app(&config, backend.clone(), shutdown.clone());
     tracing::info!("listening for MCP over HTTP on http://{address}{path}");
     let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let server = {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await
-        })
-    };
+    let server = tokio::spawn(smol_mcp::http::serve(
+        listener,
+        &config,
+        backend.clone(),
+        shutdown.clone(),
+    ));
     let code = tokio::select! {
         _ = interrupt.recv() => 130,
         _ = terminate.recv() => 143,

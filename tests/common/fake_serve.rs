@@ -185,10 +185,21 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
     let bytes: Bytes = axum::body::to_bytes(body, 256 * 1024 * 1024)
         .await
         .unwrap_or_default();
+    let json_body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if parts.method == Method::POST && parts.uri.path().ends_with("/exec") {
+        let readiness_probe = json_body["command"][0] == "echo"
+            && json_body["command"][1]
+                .as_str()
+                .is_some_and(|a| a.starts_with("ready-"));
+        // Read in a statement of its own: the state lock is not held while the exec "runs".
+        let delay = state.lock().unwrap().exec_delay;
+        if let (false, Some(delay)) = (readiness_probe, delay) {
+            tokio::time::sleep(delay).await;
+        }
+    }
     let mut st = state.lock().unwrap();
     st.requests
         .push(envelope(&parts.method, &parts.uri, &parts.headers, &bytes));
-    let json_body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let path = parts.uri.path().to_owned();
     let segments: Vec<String> = path
         .trim_start_matches('/')
