@@ -1,0 +1,336 @@
+//! Load on the HTTP server: N concurrent MCP sessions over loopback, each on its own keep-alive
+//! connection, each making M list-machines calls, against the fake serve and against the real
+//! one. Prints calls/s, p50 / p95 / p99 latency and the server's peak RSS; checks that every
+//! call was answered and that no machine was left behind.
+//!
+//! Run with `scripts/load.sh` (fetches the pinned engine, then `cargo bench --bench load`);
+//! `LOAD_SESSIONS` (default 20) and `LOAD_CALLS` (default 200) change the shape. Writes the
+//! figures as JSON to `target/bench/load.json`. Not a test: it fails only when a reply is lost
+//! or a machine leaks, never on a figure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/fake_serve.rs"]
+#[allow(dead_code)]
+mod fake_serve;
+#[path = "../tests/common/real_serve.rs"]
+#[allow(dead_code)]
+mod real_serve;
+
+use serde_json::{Value, json};
+use smol_mcp::fleet::FleetApi as _;
+use smol_mcp::fleet::transport::LocalEndpoint;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
+const TOKEN: &str = "load-token";
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    async fn start(runtime: &std::path::Path, local_url: &str) -> Server {
+        let port = real_serve::free_port();
+        let child = Command::new(SERVER)
+            .env_clear()
+            .envs([
+                ("PATH", std::env::var("PATH").unwrap_or_default()),
+                ("HOME", runtime.display().to_string()),
+                (
+                    "XDG_CONFIG_HOME",
+                    runtime.join("config").display().to_string(),
+                ),
+                (
+                    "SMOL_MCP_RUNTIME_DIR",
+                    runtime.join("rt").display().to_string(),
+                ),
+                ("SMOL_LOCAL_URL", local_url.to_owned()),
+                ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
+                ("SMOL_MCP_HTTP_PORT", port.to_string()),
+                ("SMOL_MCP_LOG", "error".to_owned()),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(start.elapsed() < Duration::from_secs(10), "not listening");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Server {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+
+    fn peak_rss_kib(&self) -> u64 {
+        let pid = self.child.id().unwrap();
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// One MCP session on one keep-alive connection.
+struct Session {
+    http: reqwest::Client,
+    url: String,
+    id: String,
+}
+
+fn answer(text: &str) -> Value {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        return v;
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("id").is_some())
+        .unwrap_or(Value::Null)
+}
+
+impl Session {
+    async fn open(url: &str) -> Session {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .build()
+            .unwrap();
+        let mut s = Session {
+            http,
+            url: url.to_owned(),
+            id: String::new(),
+        };
+        let r = s
+            .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "load", "version": "0"}}}))
+            .send()
+            .await
+            .unwrap();
+        s.id = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+        r.text().await.unwrap();
+        s.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .unwrap();
+        s
+    }
+
+    fn post(&self, body: Value) -> reqwest::RequestBuilder {
+        let mut r = self
+            .http
+            .post(&self.url)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if !self.id.is_empty() {
+            r = r
+                .header("mcp-session-id", &self.id)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        r
+    }
+
+    /// The call's structured result, or None when the reply was lost or an error.
+    async fn tool(&self, id: usize, name: &str, args: Value) -> Option<Value> {
+        let r = self
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": name, "arguments": args}}))
+            .send()
+            .await
+            .ok()?;
+        let v = answer(&r.text().await.ok()?);
+        (v["result"]["isError"] == false).then(|| v["result"]["structuredContent"].clone())
+    }
+
+    async fn close(self) -> u16 {
+        self.http
+            .delete(&self.url)
+            .bearer_auth(TOKEN)
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// N sessions, each creating one ephemeral machine when `create` (the fake only: the real serve
+/// would boot a VM), then M list-machines calls, then DELETE.
+async fn load(name: &str, local_url: &str, create: bool, sessions: usize, calls: usize) -> Value {
+    let rt = tempfile::tempdir().unwrap();
+    let server = Server::start(rt.path(), local_url).await;
+    let mut opened = Vec::new();
+    for _ in 0..sessions {
+        opened.push(Session::open(&server.url).await);
+    }
+    if create {
+        for s in &opened {
+            s.tool(1, "create-machine", json!({"image": "alpine"}))
+                .await
+                .expect("create-machine");
+        }
+    }
+    // One warm-up call each, so that the first connection set-up is not measured.
+    for s in &opened {
+        s.tool(2, "list-machines", json!({})).await;
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(sessions + 1));
+    let mut tasks = Vec::new();
+    for s in opened {
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut times = Vec::with_capacity(calls);
+            let mut lost = 0usize;
+            for i in 0..calls {
+                let t = Instant::now();
+                match s.tool(10 + i, "list-machines", json!({})).await {
+                    Some(v) if v["machines"].is_array() => times.push(t.elapsed()),
+                    _ => lost += 1,
+                }
+            }
+            (s, times, lost)
+        }));
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let mut times = Vec::new();
+    let mut lost = 0;
+    let mut done = Vec::new();
+    for t in tasks {
+        let (s, t, l) = t.await.unwrap();
+        times.extend(t);
+        lost += l;
+        done.push(s);
+    }
+    let wall = started.elapsed();
+    let mut close_statuses = Vec::new();
+    for s in done {
+        close_statuses.push(s.close().await);
+    }
+    let rss = server.peak_rss_kib();
+    times.sort();
+    json!({
+        "serve": name,
+        "sessions": sessions,
+        "callsPerSession": calls,
+        "answered": times.len(),
+        "lost": lost,
+        "callsPerSec": times.len() as f64 / wall.as_secs_f64(),
+        "p50Ms": percentile(&times, 0.50),
+        "p95Ms": percentile(&times, 0.95),
+        "p99Ms": percentile(&times, 0.99),
+        "maxMs": percentile(&times, 1.0),
+        "peakRssMiB": rss as f64 / 1024.0,
+        "deleteStatuses": close_statuses.iter().copied().collect::<std::collections::BTreeSet<u16>>(),
+    })
+}
+
+async fn settle(mut leaked: impl FnMut() -> usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leaked() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    leaked()
+}
+
+async fn run() -> Value {
+    let sessions = env_number("LOAD_SESSIONS", 20);
+    let calls = env_number("LOAD_CALLS", 200);
+
+    let fake = fake_serve::FakeServe::start().await;
+    let mut fake_run = load("fake", &fake.url(), true, sessions, calls).await;
+    let fake_left = settle(|| fake.state.lock().unwrap().machines.len()).await;
+    fake_run["machinesLeft"] = json!(fake_left);
+
+    let real = real_serve::RealServe::start().await;
+    let url = match &real.endpoint {
+        LocalEndpoint::Unix(p) => format!("unix://{}", p.display()),
+        LocalEndpoint::Loopback { authority } => format!("http://{authority}"),
+    };
+    let fleet = smol_mcp::fleet::LocalFleet::new(real.endpoint.clone()).unwrap();
+    let before = fleet.list().await.map(|m| m.len()).unwrap_or(usize::MAX);
+    let mut real_run = load("real", &url, false, sessions, calls).await;
+    let after = fleet.list().await.map(|m| m.len()).unwrap_or(usize::MAX);
+    real_run["machinesLeft"] = json!(after.saturating_sub(before));
+
+    json!({
+        "machine": format!("{} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)),
+        "smolvm": real_serve::PINNED_SMOLVM,
+        "runs": [fake_run, real_run],
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(run());
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "smol-mcp-http load ({}, smolvm {})",
+        report["machine"].as_str().unwrap_or(""),
+        report["smolvm"].as_str().unwrap_or("")
+    );
+    println!();
+    println!(
+        "| serve | sessions x calls | calls/s | p50 / p95 / p99 ms | peak RSS | lost | machines left |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut failed = false;
+    for r in report["runs"].as_array().unwrap() {
+        println!(
+            "| {} | {} x {} | {:.0} | {:.2} / {:.2} / {:.2} | {:.1} MiB | {} | {} |",
+            r["serve"].as_str().unwrap_or(""),
+            r["sessions"],
+            r["callsPerSession"],
+            f(&r["callsPerSec"]),
+            f(&r["p50Ms"]),
+            f(&r["p95Ms"]),
+            f(&r["p99Ms"]),
+            f(&r["peakRssMiB"]),
+            r["lost"],
+            r["machinesLeft"]
+        );
+        failed |= r["lost"] != 0 || r["machinesLeft"] != 0;
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("load.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    println!("\nfigures written to {}", path.display());
+    assert!(!failed, "a reply was lost or a machine leaked");
+}
