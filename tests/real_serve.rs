@@ -108,6 +108,21 @@ async fn refusals_carry_the_engine_message() {
     let no_logs = fleet.logs("it-twice", 10, None).await.unwrap_err();
     assert_eq!(no_logs.kind, ErrorKind::NotFound);
     assert!(no_logs.message.contains("no logs yet"), "{no_logs}");
+    // The machine-logs tool never asks for more than 10000 lines; the engine, asked for more of
+    // a machine that has no log, answers the 404 before it looks at `tail` (the fake serve
+    // checks in the same order).
+    let http = serve.endpoint.http_client().unwrap();
+    let over = http
+        .get(format!(
+            "{}/api/v1/machines/it-twice/logs?tail=10001&follow=false",
+            serve.endpoint.base_url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(over.status(), 404);
+    let body = over.text().await.unwrap();
+    assert!(body.contains("has no logs yet"), "{body}");
 
     fleet.delete("it-twice").await.unwrap();
 }

@@ -527,3 +527,217 @@ async fn errors_quote_a_short_prefix_of_a_huge_value() {
     }
     assert!(fake.take_requests().is_empty());
 }
+
+/// The engine reads `tail` like `tail -n` and gives at most its newest 10000 lines (the fake
+/// does the same): a first page asks for the tail wanted, a cursor finds its place by content
+/// in the newest 10000, and one whose place has rolled out says so.
+#[tokio::test]
+async fn logs_ask_for_the_tail_and_resume_by_content_in_a_moving_window() {
+    let (fake, h) = setup().await;
+    fake.add_machine("chatty", "running");
+    for i in 1..=12_000 {
+        fake.push_log("chatty", &format!("line {i}"));
+    }
+    let first = h
+        .ok("machine-logs", json!({"name": "chatty", "tail": 3}))
+        .await;
+    assert_eq!(
+        first["lines"],
+        json!(["line 11998", "line 11999", "line 12000"])
+    );
+    assert_eq!(first["gap"], false);
+    let queries: Vec<serde_json::Value> = fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["path"] == "/api/v1/machines/chatty/logs")
+        .map(|r| r["query"].clone())
+        .collect();
+    assert_eq!(queries, [json!("follow=false&tail=3")]);
+
+    for i in 12_001..=12_005 {
+        fake.push_log("chatty", &format!("line {i}"));
+    }
+    let next = h
+        .ok(
+            "machine-logs",
+            json!({"name": "chatty", "cursor": first["cursor"]}),
+        )
+        .await;
+    assert_eq!(
+        next["lines"],
+        json!([
+            "line 12001",
+            "line 12002",
+            "line 12003",
+            "line 12004",
+            "line 12005"
+        ])
+    );
+    assert_eq!(next["gap"], false);
+    let query = fake
+        .take_requests()
+        .into_iter()
+        .find(|r| r["path"] == "/api/v1/machines/chatty/logs")
+        .unwrap();
+    assert_eq!(query["query"], "follow=false&tail=10000");
+
+    // More than the engine's window arrives: the cursor's lines are gone from it.
+    for i in 12_006..=22_100 {
+        fake.push_log("chatty", &format!("line {i}"));
+    }
+    let rolled = h
+        .ok(
+            "machine-logs",
+            json!({"name": "chatty", "cursor": next["cursor"]}),
+        )
+        .await;
+    assert_eq!(rolled["gap"], true);
+    let lines = rolled["lines"].as_array().unwrap();
+    assert_eq!(lines.last().unwrap(), "line 22100");
+    assert!(lines.len() <= 10_000);
+}
+
+/// The engine refuses to delete a fork base while its clones live (the fake does the same):
+/// the session's clean-up deletes the child first, then its source.
+#[tokio::test]
+async fn session_cleanup_deletes_a_branch_child_before_its_source() {
+    let (fake, h) = setup().await;
+    let source = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "name": "mcp-src", "branchable": true}),
+        )
+        .await;
+    assert_eq!(source["ephemeral"], true);
+    h.ok(
+        "branch-machine",
+        json!({"name": "mcp-src", "childName": "mcp-kid"}),
+    )
+    .await;
+    let refused = h.err("delete-machine", json!({"name": "mcp-src"})).await;
+    assert!(
+        refused.starts_with("CONFLICT")
+            && refused.contains("fork base of 1 live clone(s) (mcp-kid)"),
+        "{refused}"
+    );
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(record.contains(r#""parent": "mcp-src""#), "{record}");
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed, []);
+    assert_eq!(cleanup.deleted, ["mcp-kid", "mcp-src"]);
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(!record.contains("mcp-"), "{record}");
+}
+
+/// A record written before parents were recorded: the source comes first, is refused, and the
+/// engine names a clone this same clean-up owns, so it is deleted with `cascade`.
+#[tokio::test]
+async fn session_cleanup_of_a_record_without_parents_still_deletes_both() {
+    let (fake, h) = setup().await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "mcp-src", "branchable": true}),
+    )
+    .await;
+    h.ok(
+        "branch-machine",
+        json!({"name": "mcp-src", "childName": "mcp-kid"}),
+    )
+    .await;
+    let path = h.record_path();
+    let record = std::fs::read_to_string(&path).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&record).unwrap();
+    for m in doc["machines"].as_array_mut().unwrap() {
+        m.as_object_mut().unwrap().remove("parent");
+    }
+    std::fs::write(&path, doc.to_string()).unwrap();
+    fake.take_requests();
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed, []);
+    assert_eq!(cleanup.deleted, ["mcp-kid", "mcp-src"]);
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+    let deletes: Vec<serde_json::Value> = fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["method"] == "DELETE")
+        .map(|r| json!([r["path"], r["query"]]))
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            json!(["/api/v1/machines/mcp-src", null]),
+            json!(["/api/v1/machines/mcp-src", "cascade=true"]),
+            json!(["/api/v1/machines/mcp-kid", null]),
+        ]
+    );
+}
+
+/// A clone the session does not own is never deleted by the clean-up's `cascade`: the source
+/// stays, reported.
+#[tokio::test]
+async fn session_cleanup_never_cascades_into_a_clone_it_does_not_own() {
+    let (fake, h) = setup().await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "mcp-src", "branchable": true}),
+    )
+    .await;
+    h.ok(
+        "branch-machine",
+        json!({"name": "mcp-src", "childName": "keep-me"}),
+    )
+    .await;
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.deleted, Vec::<String>::new());
+    assert_eq!(cleanup.failed.len(), 1);
+    assert!(cleanup.failed[0].1.contains("keep-me"), "{cleanup:?}");
+    let machines: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(machines, ["keep-me", "mcp-src"]);
+}
+
+/// The engine answers a start of a running machine with its record unchanged (the fake does
+/// the same): asking it to become branchable is refused before the engine is asked.
+#[tokio::test]
+async fn start_branchable_on_a_running_machine_is_refused_with_the_way_out() {
+    let (fake, h) = setup().await;
+    h.ok("create-machine", json!({"image": "alpine", "name": "busy"}))
+        .await;
+    fake.take_requests();
+    let err = h
+        .err("start-machine", json!({"name": "busy", "branchable": true}))
+        .await;
+    assert!(err.starts_with("CONFLICT"), "{err}");
+    assert!(
+        err.contains("branchable")
+            && err.contains("stop-machine, then start-machine with branchable true"),
+        "{err}"
+    );
+    assert!(
+        !fake
+            .take_requests()
+            .iter()
+            .any(|r| r["path"] == "/api/v1/machines/busy/start"),
+        "the engine is not asked"
+    );
+    h.ok("stop-machine", json!({"name": "busy"})).await;
+    let started = h
+        .ok("start-machine", json!({"name": "busy", "branchable": true}))
+        .await;
+    assert_eq!(started["machine"]["branchable"], true);
+    // A running machine that is branchable already is simply started (the engine's no-op).
+    h.ok("start-machine", json!({"name": "busy", "branchable": true}))
+        .await;
+    h.ok(
+        "branch-machine",
+        json!({"name": "busy", "childName": "busy-child"}),
+    )
+    .await;
+}

@@ -32,6 +32,12 @@ pub struct Entry {
     pub id: String,
     pub owner_pid: u32,
     pub session: String,
+    /// The machine a branch child was made from. The local engine refuses to delete a machine
+    /// that is the fork base of live clones (409, smolvm src/api/handlers/machines.rs
+    /// `delete_machine`), so the clean-up deletes children before their source. Absent in
+    /// records written before it existed, and for machines that are not branch children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -206,13 +212,16 @@ impl Record {
     }
 
     /// Once create has answered: the machine's id, and the session that made it as its owner.
+    /// The parent recorded before the create stays.
     pub fn set_created(&self, created: &Entry) -> Result<(), RecordError> {
         self.update(|entries| {
             for e in entries
                 .iter_mut()
                 .filter(|e| e.fleet == created.fleet && e.name == created.name)
             {
+                let parent = e.parent.take();
                 e.clone_from(created);
+                e.parent = created.parent.clone().or(parent);
             }
         })
     }
@@ -257,6 +266,7 @@ mod tests {
             id: name.into(),
             owner_pid: pid,
             session: session.into(),
+            parent: None,
         }
     }
 
@@ -311,6 +321,30 @@ mod tests {
         record.set_created(&created).unwrap();
         record.remove(FleetKind::Local, "id-1").unwrap();
         assert_eq!(record.entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_record_without_parents_still_loads_and_a_parent_survives_the_create() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("ephemeral.json"),
+            r#"{"machines":[{"fleet":"local","name":"mcp-old","id":"mcp-old","ownerPid":1,"session":"s"}]}"#,
+        )
+        .unwrap();
+        let record = Record::new(tmp.path());
+        assert_eq!(record.entries().unwrap()[0].parent, None);
+        let mut child = entry("mcp-child", 1, "s");
+        child.parent = Some("mcp-old".into());
+        record.add(child).unwrap();
+        record.set_created(&entry("mcp-child", 1, "s")).unwrap();
+        let entries = record.entries().unwrap();
+        assert_eq!(entries[1].parent.as_deref(), Some("mcp-old"));
+        let text = std::fs::read_to_string(tmp.path().join("ephemeral.json")).unwrap();
+        assert_eq!(
+            text.matches("parent").count(),
+            1,
+            "written only when known: {text}"
+        );
     }
 
     #[test]

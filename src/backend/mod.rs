@@ -184,13 +184,15 @@ impl Backend {
         }
     }
 
-    /// Records an ephemeral machine before its create is sent. Answers whether the record
-    /// already had a machine of that name (which is then left as it was).
+    /// Records an ephemeral machine before its create is sent, with the machine a branch child
+    /// is made from. Answers whether the record already had a machine of that name (which is
+    /// then left as it was).
     pub fn remember(
         &self,
         fleet: FleetKind,
         name: &str,
         session: &str,
+        parent: Option<&str>,
     ) -> Result<bool, RecordError> {
         self.record.add_new(Entry {
             fleet,
@@ -198,6 +200,7 @@ impl Backend {
             id: name.to_owned(),
             owner_pid: std::process::id(),
             session: session.to_owned(),
+            parent: parent.map(str::to_owned),
         })
     }
 
@@ -209,6 +212,7 @@ impl Backend {
             id: id.to_owned(),
             owner_pid: std::process::id(),
             session: session.to_owned(),
+            parent: None,
         };
         if let Err(e) = self.record.set_created(&created) {
             tracing::warn!(error = %e, "could not record the id of {name}");
@@ -318,6 +322,88 @@ impl Backend {
     }
 }
 
+/// The entries ordered so that no machine comes before a recorded child of it (a child may
+/// itself be a source when it was branched branchable).
+fn children_first(mut pending: Vec<Entry>) -> Vec<Entry> {
+    let mut ordered = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        let is_parent = |e: &Entry, of: &[Entry]| {
+            of.iter().any(|c| {
+                c.parent
+                    .as_deref()
+                    .is_some_and(|p| p == e.name || p == e.id)
+            })
+        };
+        let (leaves, rest): (Vec<Entry>, Vec<Entry>) = pending
+            .iter()
+            .cloned()
+            .partition(|e| !is_parent(e, &pending));
+        if leaves.is_empty() {
+            // A cycle can only come from a hand-edited record: take the rest as it is.
+            ordered.extend(rest);
+            break;
+        }
+        ordered.extend(leaves);
+        pending = rest;
+    }
+    ordered
+}
+
+/// Deletes one recorded machine and forgets it; answers the error when it stays. A 409 naming
+/// live clones that are all machines of this same sweep (so the session owns them, or a dead
+/// process left them) is retried with the engine's `cascade`, which deletes them with it;
+/// clones it does not own are never deleted this way.
+async fn delete_one(
+    record: &Record,
+    fleet: &Fleet,
+    entry: &Entry,
+    ours: &std::collections::BTreeSet<String>,
+    cleanup: &mut Cleanup,
+) -> Option<FleetError> {
+    let kind = fleet.kind();
+    let mut answer = fleet.delete(&entry.id).await;
+    if let Err(e) = &answer
+        && e.kind == ErrorKind::Conflict
+        && let Some(clones) = live_clones(&e.message)
+        && clones.iter().all(|c| ours.contains(c))
+    {
+        answer = fleet.delete_with_clones(&entry.id).await;
+        if answer.is_ok() {
+            for clone in &clones {
+                let _ = record.remove(kind, clone);
+                cleanup.deleted.push(clone.clone());
+            }
+        }
+    }
+    match answer {
+        Ok(_) => {
+            let _ = record.remove(kind, &entry.name);
+            cleanup.deleted.push(entry.name.clone());
+            None
+        }
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            let _ = record.remove(kind, &entry.name);
+            None
+        }
+        Err(e) => Some(e),
+    }
+}
+
+/// The clones the engine names in its refusal to delete a fork base: "machine 'x' is the fork
+/// base of 2 live clone(s) (a, b); ..." (smolvm src/api/handlers/machines.rs; the same words
+/// are in the 1.32.2 binary). `None` when the message is not that refusal.
+pub(crate) fn live_clones(message: &str) -> Option<Vec<String>> {
+    let (_, rest) = message.split_once("live clone(s) (")?;
+    let (names, _) = rest.split_once(')')?;
+    let names: Vec<String> = names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
 /// Deletes the recorded machines of `session` (or only orphans when `None`) on one fleet.
 async fn sweep(record: &Record, fleet: &Fleet, session: Option<&str>) -> Cleanup {
     let kind = fleet.kind();
@@ -336,16 +422,28 @@ async fn sweep(record: &Record, fleet: &Fleet, session: Option<&str>) -> Cleanup
         }
     };
     let mut cleanup = Cleanup::default();
-    for entry in entries {
-        match fleet.delete(&entry.id).await {
-            Ok(_) => {
-                let _ = record.remove(kind, &entry.name);
-                cleanup.deleted.push(entry.name);
-            }
-            Err(e) if e.kind == ErrorKind::NotFound => {
-                let _ = record.remove(kind, &entry.name);
-            }
-            Err(e) => cleanup.failed.push((entry.name, e.to_string())),
+    // Children before their source: the local engine refuses to delete a machine that is the
+    // fork base of live clones (409 "is the fork base of N live clone(s) (..)", smolvm
+    // src/api/handlers/machines.rs `delete_machine`).
+    let ours: std::collections::BTreeSet<String> = entries
+        .iter()
+        .flat_map(|e| [e.name.clone(), e.id.clone()])
+        .collect();
+    let mut refused = Vec::new();
+    for entry in children_first(entries) {
+        match delete_one(record, fleet, &entry, &ours, &mut cleanup).await {
+            Some(e) if e.kind == ErrorKind::Conflict => refused.push((entry, e)),
+            Some(e) => cleanup.failed.push((entry.name, e.to_string())),
+            None => {}
+        }
+    }
+    // A source refused because of a child deleted after it (a record written before parents
+    // were recorded, or a child another call of this session branched by id): once more, now
+    // that this sweep's other machines are gone.
+    for (entry, first) in refused {
+        if let Some(e) = delete_one(record, fleet, &entry, &ours, &mut cleanup).await {
+            tracing::debug!(first = %first, "delete refused twice");
+            cleanup.failed.push((entry.name, e.to_string()));
         }
     }
     if !cleanup.deleted.is_empty() {
@@ -355,4 +453,46 @@ async fn sweep(record: &Record, fleet: &Fleet, session: Option<&str>) -> Cleanup
         tracing::warn!(fleet = kind.as_str(), %name, %why, "could not delete an ephemeral machine");
     }
     cleanup
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, parent: Option<&str>) -> Entry {
+        Entry {
+            fleet: FleetKind::Local,
+            name: name.into(),
+            id: name.into(),
+            owner_pid: 1,
+            session: "s".into(),
+            parent: parent.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn children_come_before_their_sources_at_every_depth() {
+        let order: Vec<String> = children_first(vec![
+            entry("root", None),
+            entry("mid", Some("root")),
+            entry("other", None),
+            entry("leaf", Some("mid")),
+        ])
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+        assert_eq!(order, ["other", "leaf", "mid", "root"]);
+    }
+
+    #[test]
+    fn the_clones_the_engine_names() {
+        assert_eq!(
+            live_clones(
+                "machine 'src' is the fork base of 2 live clone(s) (a, b-2); their disks are \
+                 backed by its disks — delete the clones first"
+            ),
+            Some(vec!["a".to_owned(), "b-2".to_owned()])
+        );
+        assert_eq!(live_clones("machine 'x' already exists"), None);
+    }
 }

@@ -643,6 +643,7 @@ pub(crate) fn page_by_event_id(
             .map(|e| format!("{} {} {}", e.created_at, e.level.to_uppercase(), e.message))
             .collect(),
         cursor: next,
+        gap: false,
     }
 }
 

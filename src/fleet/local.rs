@@ -85,10 +85,31 @@ impl FleetApi for LocalFleet {
 
     /// Locally, branchability is chosen at each start: a machine started without it cannot be
     /// branched until it is stopped and started again with it. `None` keeps what it had.
+    ///
+    /// The engine answers a start of a running machine with its record unchanged, branchable
+    /// or not (observed on 1.32.2, the issue "Fakes that behave like the engine"; guests cannot
+    /// boot here to check it again), so asking a running machine to become branchable is
+    /// refused before the engine is asked: otherwise the start looks done and the branch after
+    /// it fails. Not stopped and started here: a stop loses the guest's memory and processes,
+    /// which the caller should choose.
     async fn start(&self, name: &str, branchable: Option<bool>) -> FleetResult<Machine> {
         let branchable = match branchable {
-            Some(b) => b,
-            None => self.get(name).await?.branchable,
+            Some(false) => false,
+            wanted => {
+                let machine = self.get(name).await?;
+                if wanted == Some(true) && machine.is_running() && !machine.branchable {
+                    return Err(FleetError::new(
+                        ErrorKind::Conflict,
+                        format!("start machine {name}"),
+                        format!(
+                            "branchable: {name} is running and was not started branchable, and \
+                             a running machine cannot become branchable; stop-machine, then \
+                             start-machine with branchable true"
+                        ),
+                    ));
+                }
+                wanted.unwrap_or(machine.branchable)
+            }
         };
         let ctx = format!("start machine {name}");
         let body = types::StartMachineRequest {
@@ -114,6 +135,19 @@ impl FleetApi for LocalFleet {
     async fn delete(&self, name: &str) -> FleetResult<Deleted> {
         let ctx = format!("delete machine {name}");
         let request = self.client.delete_machine().name(name);
+        let answer = send(&ctx, STOP_DELETE, request.send()).await?;
+        Ok(Deleted {
+            deleted: answer.deleted,
+            usage_micros: None,
+        })
+    }
+
+    /// `cascade=true`: the engine deletes the clones forked from the machine first (smolvm
+    /// src/api/handlers/machines.rs `delete_machine`, and `DeleteQuery.cascade` in the 1.32.2
+    /// spec).
+    async fn delete_with_clones(&self, name: &str) -> FleetResult<Deleted> {
+        let ctx = format!("delete machine {name} and its clones");
+        let request = self.client.delete_machine().name(name).cascade(true);
         let answer = send(&ctx, STOP_DELETE, request.send()).await?;
         Ok(Deleted {
             deleted: answer.deleted,
@@ -204,20 +238,37 @@ impl FleetApi for LocalFleet {
         Ok(view(send(&ctx, START, request.send()).await?))
     }
 
-    /// The guest console. Without a usable cursor: the last `tail` lines. With one: whatever
-    /// arrived since. The cursor counts lines from the start of the log, so resuming after a
-    /// tailed page never re-delivers lines (the reference server's cursor counted the page).
+    /// The guest console. Without a usable cursor: the last `tail` lines. With one: what
+    /// arrived after the cursor's last lines, found by content in the newest lines the engine
+    /// gives (see [`page_after_anchor`]).
     async fn logs(&self, name: &str, tail: usize, cursor: Option<&str>) -> FleetResult<LogPage> {
         let ctx = format!("logs of {name}");
+        let anchor = cursor.and_then(Anchor::parse);
+        // The engine reads `tail` like `tail -n` (0 is no line at all) and refuses more than
+        // 10000; without `tail` and without follow it sends only the first 64 KiB of the log
+        // (smolvm 1.32.2, src/api/handlers/machines.rs; "tail value .. exceeds maximum of" in
+        // the binary). So ask for exactly the lines wanted, and with a cursor for the most the
+        // engine gives.
+        let want = match anchor {
+            Some(_) => ENGINE_MAX_TAIL,
+            None => tail.clamp(1, ENGINE_MAX_TAIL),
+        };
         let lines = within(&ctx, LOGS, async {
-            // tail=0 asks for the whole log without following it.
-            let request = self.client.stream_logs().id(name).follow(false).tail(0u64);
+            let request = self
+                .client
+                .stream_logs()
+                .id(name)
+                .follow(false)
+                .tail(want as u64);
             let stream = send(&ctx, LOGS, request.send()).await?;
             let bytes = collect(&ctx, stream).await?;
             Ok(sse_data_lines(&String::from_utf8_lossy(&bytes)))
         })
         .await?;
-        Ok(page_by_line_count(lines, tail, cursor))
+        Ok(match anchor {
+            Some(anchor) => page_after_anchor(lines, &anchor),
+            None => tail_page(lines, tail),
+        })
     }
 
     async fn pull_image(&self, name: &str, image: &str) -> FleetResult<PulledImage> {
@@ -378,21 +429,97 @@ pub(crate) fn sse_data_lines(body: &str) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn page_by_line_count(lines: Vec<String>, tail: usize, cursor: Option<&str>) -> LogPage {
-    let total = lines.len();
-    let since = cursor
-        .and_then(|c| c.strip_prefix("n:"))
-        .and_then(|n| n.parse::<usize>().ok());
-    let lines = match since {
-        // The log was rotated or the engine restarted below the cursor: everything is new.
-        Some(k) if k > total => lines,
-        Some(k) => lines.into_iter().skip(k).collect(),
-        None => lines.into_iter().skip(total.saturating_sub(tail)).collect(),
-    };
-    LogPage {
-        lines,
-        cursor: format!("n:{total}"),
+/// The most lines the engine's log route returns (`tail` over it is a 400).
+const ENGINE_MAX_TAIL: usize = 10_000;
+/// How many of a page's last lines its cursor remembers: enough that a line the guest repeats
+/// (a prompt, a heartbeat) rarely makes two places look alike.
+const ANCHOR_LINES: usize = 4;
+
+/// Where a cursor left off, by content: the hash of the last `count` lines it saw. A line count
+/// from the start of the log would not do: the engine gives at most its newest 10000 lines, so
+/// a position counted in one window means nothing in the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Anchor {
+    count: usize,
+    hash: u64,
+}
+
+impl Anchor {
+    fn of(lines: &[String]) -> Anchor {
+        let seen = &lines[lines.len().saturating_sub(ANCHOR_LINES)..];
+        Anchor {
+            count: seen.len(),
+            hash: fnv1a(seen),
+        }
     }
+
+    /// `c:<count>:<hash>`; anything else (the line-count cursors of earlier releases, a cloud
+    /// cursor) is no cursor.
+    pub(crate) fn parse(cursor: &str) -> Option<Anchor> {
+        let (count, hash) = cursor.strip_prefix("c:")?.split_once(':')?;
+        let count = count.parse().ok().filter(|&c| c <= ANCHOR_LINES)?;
+        let hash = u64::from_str_radix(hash, 16).ok()?;
+        Some(Anchor { count, hash })
+    }
+
+    fn cursor(&self) -> String {
+        format!("c:{}:{:016x}", self.count, self.hash)
+    }
+}
+
+/// FNV-1a over the lines, each ended by a newline: stable across releases and processes, which
+/// a cursor handed to a client needs (std's hasher is neither).
+fn fnv1a(lines: &[String]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in lines
+        .iter()
+        .flat_map(|l| l.bytes().chain(std::iter::once(b'\n')))
+    {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// The last `tail` lines, with a cursor at their end.
+pub(crate) fn tail_page(lines: Vec<String>, tail: usize) -> LogPage {
+    let lines: Vec<String> = lines
+        .into_iter()
+        .rev()
+        .take(tail)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    LogPage {
+        cursor: Anchor::of(&lines).cursor(),
+        lines,
+        gap: false,
+    }
+}
+
+/// The lines after the newest place in `window` whose lines hash to the anchor. An anchor of no
+/// line (a first page of an empty log) takes the whole window. An anchor not found (its lines
+/// rolled out of the engine's newest 10000, or the log was rotated) takes the whole window too,
+/// and says there may be a gap.
+pub(crate) fn page_after_anchor(window: Vec<String>, anchor: &Anchor) -> LogPage {
+    let start = if anchor.count == 0 {
+        Some(0)
+    } else {
+        (anchor.count..=window.len())
+            .rev()
+            .find(|&end| fnv1a(&window[end - anchor.count..end]) == anchor.hash)
+    };
+    let gap = start.is_none();
+    let lines: Vec<String> = window[start.unwrap_or(0)..].to_vec();
+    // The next cursor remembers the newest lines of the window, not only of this page: a page
+    // that is shorter than the anchor keeps the older lines that make it unique.
+    let cursor = if window.is_empty() {
+        anchor.cursor()
+    } else {
+        Anchor::of(&window).cursor()
+    };
+    LogPage { lines, cursor, gap }
 }
 
 #[cfg(test)]
@@ -403,26 +530,66 @@ mod tests {
         (1..=n).map(|i| format!("line {i}")).collect()
     }
 
-    #[test]
-    fn a_tailed_page_then_its_cursor_never_repeats_lines() {
-        let first = page_by_line_count(numbered(10), 3, None);
-        assert_eq!(first.lines, ["line 8", "line 9", "line 10"]);
-        assert_eq!(first.cursor, "n:10");
-        let next = page_by_line_count(numbered(12), 3, Some(&first.cursor));
-        assert_eq!(next.lines, ["line 11", "line 12"]);
-        assert_eq!(next.cursor, "n:12");
+    /// Lines `from..=to`, as the engine's window of its newest lines would hold them.
+    fn window(from: usize, to: usize) -> Vec<String> {
+        (from..=to).map(|i| format!("line {i}")).collect()
     }
 
     #[test]
-    fn a_rotated_log_or_a_foreign_cursor() {
-        assert_eq!(
-            page_by_line_count(numbered(2), 5, Some("n:9")).lines.len(),
-            2
-        );
-        assert_eq!(
-            page_by_line_count(numbered(5), 2, Some("e:ev-1")).lines,
-            ["line 4", "line 5"]
-        );
+    fn a_tailed_page_then_its_cursor_never_repeats_lines() {
+        let first = tail_page(numbered(10), 3);
+        assert_eq!(first.lines, ["line 8", "line 9", "line 10"]);
+        let anchor = Anchor::parse(&first.cursor).unwrap();
+        let next = page_after_anchor(numbered(12), &anchor);
+        assert_eq!(next.lines, ["line 11", "line 12"]);
+        assert!(!next.gap);
+        let idle = page_after_anchor(numbered(12), &Anchor::parse(&next.cursor).unwrap());
+        assert!(idle.lines.is_empty() && !idle.gap);
+        assert_eq!(idle.cursor, next.cursor);
+    }
+
+    /// The engine gives at most its newest 10000 lines: a cursor must find its place in a
+    /// window that has moved, which a count of lines from the start cannot.
+    #[test]
+    fn the_cursor_finds_its_place_in_a_moved_window() {
+        let first = tail_page(window(1, 10_000), 5);
+        let anchor = Anchor::parse(&first.cursor).unwrap();
+        let moved = page_after_anchor(window(31, 10_030), &anchor);
+        assert_eq!(moved.lines, window(10_001, 10_030));
+        assert!(!moved.gap);
+    }
+
+    #[test]
+    fn an_anchor_rolled_out_of_the_window_returns_the_window_and_says_so() {
+        let first = tail_page(window(1, 20), 2);
+        let anchor = Anchor::parse(&first.cursor).unwrap();
+        let rolled = page_after_anchor(window(30, 40), &anchor);
+        assert_eq!(rolled.lines, window(30, 40));
+        assert!(rolled.gap);
+    }
+
+    #[test]
+    fn repeated_lines_resume_after_the_newest_match() {
+        let log = |n: usize| -> Vec<String> { (0..n).map(|_| "tick".to_owned()).collect() };
+        let mut seen = log(6);
+        seen.push("boot done".into());
+        seen.extend(log(3));
+        let first = tail_page(seen.clone(), 1);
+        seen.extend(["new".to_owned()]);
+        let next = page_after_anchor(seen, &Anchor::parse(&first.cursor).unwrap());
+        assert_eq!(next.lines, ["new"]);
+    }
+
+    #[test]
+    fn an_empty_first_page_then_everything_and_foreign_cursors() {
+        let empty = tail_page(Vec::new(), 5);
+        assert!(empty.lines.is_empty());
+        let next = page_after_anchor(numbered(2), &Anchor::parse(&empty.cursor).unwrap());
+        assert_eq!(next.lines, ["line 1", "line 2"]);
+        assert!(!next.gap);
+        for foreign in ["n:9", "e:ev-1", "c:9:00", "c:1:zz", ""] {
+            assert_eq!(Anchor::parse(foreign), None, "{foreign}");
+        }
     }
 
     #[test]

@@ -41,6 +41,13 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
 
     async fn delete(&self, machine: &str) -> FleetResult<Deleted>;
 
+    /// Deletes a machine and the branch children that depend on it. Only the local engine
+    /// refuses to delete a fork base while its clones live (and takes `cascade` to delete them
+    /// too); elsewhere this is a plain delete.
+    async fn delete_with_clones(&self, machine: &str) -> FleetResult<Deleted> {
+        self.delete(machine).await
+    }
+
     /// Runs a command; a stopped machine is started by it and left running.
     async fn exec(&self, machine: &str, spec: &ExecSpec) -> FleetResult<ExecOutput>;
 

@@ -206,6 +206,9 @@ pub struct LogPage {
     pub lines: Vec<String>,
     /// Pass back to get only what arrived since.
     pub cursor: String,
+    /// The cursor's place is no longer in what the fleet returns: lines between it and this
+    /// page may be missing.
+    pub gap: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]

@@ -280,7 +280,8 @@ pub(super) async fn branch_machine(
     let ephemeral = a
         .child_name
         .starts_with(&call.backend.config.machine_prefix);
-    let mut provisional = Provisional::begin(call, &fleet, &a.child_name, ephemeral)?;
+    let mut provisional =
+        Provisional::begin_child(call, &fleet, &a.child_name, ephemeral, Some(&a.name))?;
     let child = match call
         .cancellable(fleet.branch(&a.name, &a.child_name, a.branchable))
         .await

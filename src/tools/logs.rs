@@ -32,5 +32,6 @@ pub(super) async fn machine_logs(
         lines,
         cursor: page.cursor,
         truncated,
+        gap: page.gap,
     })
 }

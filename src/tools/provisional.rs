@@ -27,8 +27,22 @@ impl<'c> Provisional<'c> {
         name: &str,
         ephemeral: bool,
     ) -> Result<Self, ToolError> {
+        Self::begin_child(call, fleet, name, ephemeral, None)
+    }
+
+    /// Before a branch: records `name` if it is ephemeral, with the machine it is made from, so
+    /// that the session's clean-up deletes it before its source (the engine refuses to delete
+    /// a fork base while its clones live).
+    pub fn begin_child(
+        call: &'c Call<'c>,
+        fleet: &Fleet,
+        name: &str,
+        ephemeral: bool,
+        parent: Option<&str>,
+    ) -> Result<Self, ToolError> {
         let known_before = if ephemeral {
-            call.backend.remember(fleet.kind(), name, call.session)?
+            call.backend
+                .remember(fleet.kind(), name, call.session, parent)?
         } else {
             false
         };

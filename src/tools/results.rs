@@ -168,4 +168,8 @@ pub struct Logs {
     pub cursor: String,
     /// Older lines of this page were left out to fit the output budget.
     pub truncated: bool,
+    /// Local fleet, with a cursor: the cursor's last lines have rolled out of the newest 10000
+    /// lines the engine returns, so this page is those lines and some before them may be
+    /// missing. Always false on cloud.
+    pub gap: bool,
 }

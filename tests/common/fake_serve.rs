@@ -160,6 +160,13 @@ pub fn exec_response(code: i32, stdout: &[u8], stderr: &[u8]) -> Value {
     })
 }
 
+/// The value of `key` in a query string, undecoded (the fake's keys and values are plain).
+fn query_param<'q>(query: Option<&'q str>, key: &str) -> Option<&'q str> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+}
+
 /// The bytes `a` to `z` repeated, `size` of them, produced in 64 KiB chunks as the client reads.
 fn generated_file(size: u64) -> Response {
     const CHUNK: u64 = 64 * 1024;
@@ -267,9 +274,41 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 .unwrap_or_default();
             match (method, rest.as_slice()) {
                 ("GET", []) => axum::Json(info).into_response(),
+                // A fork base with live clones (stopped ones count too) is refused unless
+                // `cascade=true`, which deletes the clones first (smolvm
+                // src/api/handlers/machines.rs `delete_machine`; the message's pieces are in
+                // the 1.32.2 binary).
                 ("DELETE", []) => {
+                    let clones: Vec<String> = st
+                        .machines
+                        .iter()
+                        .filter(|(_, m)| m["parentMachine"] == json!(name))
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    if !clones.is_empty() {
+                        if query_param(parts.uri.query(), "cascade") != Some("true") {
+                            return api_error(
+                                StatusCode::CONFLICT,
+                                "CONFLICT",
+                                format!(
+                                    "machine '{name}' is the fork base of {} live clone(s) ({}); their disks are backed by its disks — delete the clones first",
+                                    clones.len(),
+                                    clones.join(", ")
+                                ),
+                            );
+                        }
+                        for clone in &clones {
+                            st.machines.remove(clone);
+                        }
+                    }
                     st.machines.remove(&name);
                     axum::Json(json!({ "deleted": name })).into_response()
+                }
+                // A start of a running machine answers its record unchanged: it does not
+                // become branchable (observed on 1.32.2, the issue "Fakes that behave like
+                // the engine"; the guest must be running, so not checkable here).
+                ("POST", ["start"]) if info["state"] == json!("running") => {
+                    axum::Json(info).into_response()
                 }
                 ("POST", ["start"]) | ("POST", ["stop"]) => {
                     let mut info = info;
@@ -350,6 +389,44 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                                 "machine '{name}' has no logs yet — it may not have been started"
                             ),
                         );
+                    };
+                    // `tail` as the engine reads it (smolvm 1.32.2, src/api/handlers/machines.rs,
+                    // and the issue's observation): like `tail -n`, 0 is no line at all; over
+                    // 10000 is a 400 ("tail value N exceeds maximum of 10000", pieced from
+                    // `strings` on the pinned binary), asked after the no-logs 404 as the real
+                    // serve does for a never-started machine (tests/real_serve.rs); without
+                    // `tail` and without follow, only the first 64 KiB of the log (cut here at
+                    // a line end).
+                    let tail = query_param(parts.uri.query(), "tail");
+                    let lines: Vec<&String> = match tail.map(|t| t.parse::<u64>()) {
+                        Some(Ok(n)) if n > 10_000 => {
+                            return api_error(
+                                StatusCode::BAD_REQUEST,
+                                "BAD_REQUEST",
+                                format!("tail value {n} exceeds maximum of 10000"),
+                            );
+                        }
+                        Some(Ok(n)) => {
+                            let n = usize::try_from(n).unwrap_or(usize::MAX);
+                            lines.iter().skip(lines.len().saturating_sub(n)).collect()
+                        }
+                        Some(Err(_)) => {
+                            return api_error(
+                                StatusCode::BAD_REQUEST,
+                                "BAD_REQUEST",
+                                "Failed to deserialize query string".to_owned(),
+                            );
+                        }
+                        None => {
+                            let mut used = 0;
+                            lines
+                                .iter()
+                                .take_while(|l| {
+                                    used += l.len() + 1;
+                                    used <= 64 * 1024
+                                })
+                                .collect()
+                        }
                     };
                     let body: String = lines
                         .iter()
