@@ -167,7 +167,8 @@ impl LocalServe {
             .try_clone()
             .map_err(|e| unavailable(format!("{}: {e}", log_path.display())))?;
         let listen = endpoint.listen_arg();
-        let mut command = tokio::process::Command::new(&config.smolvm);
+        let engine = find_engine(&config.smolvm);
+        let mut command = tokio::process::Command::new(&engine);
         command
             .args(["serve", "start", "--listen", &listen])
             .env_clear()
@@ -178,9 +179,10 @@ impl LocalServe {
             .kill_on_drop(false);
         let mut child = command.spawn().map_err(|e| {
             unavailable(format!(
-                "could not run {} ({e}). The local fleet needs smolvm (SMOLVM names the binary) and \
-                 a hypervisor on this host; use the cloud fleet where there is neither",
-                config.smolvm
+                "could not run {} ({e}). The local fleet needs the smolvm engine: `pip install \
+                 smolmachines` carries it (found there without further setup), or name the binary \
+                 with SMOLVM; and a hypervisor on this host. Use the cloud fleet where there is neither",
+                engine.display()
             ))
         })?;
         let deadline = Instant::now() + Duration::from_secs(config.serve_start_timeout_secs);
@@ -226,7 +228,7 @@ impl LocalServe {
                 };
                 return Err(unavailable(format!(
                     "smolvm serve {what} ({} serve start --listen {listen}).{hint} Its log ends: {tail}",
-                    config.smolvm
+                    engine.display()
                 )));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -304,6 +306,94 @@ fn take_over_if_orphaned(path: &std::path::Path) -> Option<u32> {
     })
 }
 
+/// The engine to run. `smolvm` (the default) is looked for on `PATH` and then inside an installed
+/// `smolmachines` Python package, which carries the engine as `smol/smol-vmm` but puts nothing on
+/// `PATH`; any other value is used as given.
+pub fn find_engine(configured: &str) -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let venv = std::env::var_os("VIRTUAL_ENV").map(PathBuf::from);
+    find_engine_from(
+        configured,
+        std::env::var_os("PATH").as_deref(),
+        home.as_deref(),
+        venv.as_deref(),
+    )
+}
+
+fn find_engine_from(
+    configured: &str,
+    path: Option<&std::ffi::OsStr>,
+    home: Option<&std::path::Path>,
+    venv: Option<&std::path::Path>,
+) -> PathBuf {
+    if configured != "smolvm" {
+        return PathBuf::from(configured);
+    }
+    let on_path = path
+        .map(|p| {
+            std::env::split_paths(p)
+                .map(|d| d.join("smolvm"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.is_file());
+    if let Some(found) = on_path {
+        return found;
+    }
+    match packaged_engines(home, venv).into_iter().next() {
+        Some(found) => {
+            tracing::info!(engine = %found.display(), "using the smolvm engine of the installed smolmachines package");
+            found
+        }
+        None => PathBuf::from(configured),
+    }
+}
+
+/// `smol/smol-vmm` in the site-packages a `pip install smolmachines` writes to: the user's
+/// (`--user`), pipx's, an active virtualenv's, and the system's.
+fn packaged_engines(
+    home: Option<&std::path::Path>,
+    venv: Option<&std::path::Path>,
+) -> Vec<PathBuf> {
+    let mut lib_dirs: Vec<PathBuf> = Vec::new();
+    if let Some(venv) = venv {
+        lib_dirs.push(venv.join("lib"));
+    }
+    if let Some(home) = home {
+        lib_dirs.push(home.join(".local/lib"));
+        lib_dirs.push(home.join(".local/share/pipx/venvs/smolmachines/lib"));
+        lib_dirs.push(home.join(".local/pipx/venvs/smolmachines/lib"));
+    }
+    lib_dirs.extend(["/usr/local/lib", "/usr/lib", "/opt/homebrew/lib"].map(PathBuf::from));
+    let mut found = Vec::new();
+    for lib in lib_dirs {
+        let Ok(entries) = std::fs::read_dir(&lib) else {
+            continue;
+        };
+        let mut pythons: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
+            })
+            .collect();
+        // The newest Python first: `python3.12` sorts after `python3.11`.
+        pythons.sort();
+        pythons.reverse();
+        for python in pythons {
+            for packages in ["site-packages", "dist-packages"] {
+                let engine = python.join(packages).join("smol/smol-vmm");
+                if engine.is_file() {
+                    found.push(engine);
+                }
+            }
+        }
+    }
+    found
+}
+
 fn log_tail(path: &std::path::Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text
@@ -324,6 +414,26 @@ mod tests {
         assert!(!version_at_least("1.9.0", "1.14.0"));
         assert!(!version_at_least("0.5.20", "1.14.0"));
         assert!(version_at_least("2", "1.99.99"));
+    }
+
+    #[test]
+    fn the_engine_is_found_in_an_installed_smolmachines_package() {
+        let home = tempfile::tempdir().unwrap();
+        let packaged = home
+            .path()
+            .join(".local/lib/python3.11/site-packages/smol/smol-vmm");
+        std::fs::create_dir_all(packaged.parent().unwrap()).unwrap();
+        std::fs::write(&packaged, "").unwrap();
+        let empty_path = std::ffi::OsStr::new("/nonexistent");
+        assert_eq!(
+            find_engine_from("smolvm", Some(empty_path), Some(home.path()), None),
+            packaged
+        );
+        assert_eq!(
+            find_engine_from("/opt/smolvm", Some(empty_path), Some(home.path()), None),
+            PathBuf::from("/opt/smolvm"),
+            "a configured engine is used as given"
+        );
     }
 
     #[test]
