@@ -22,3 +22,8 @@ if ! node -e 'const v=(p)=>require("./tests/clients/node_modules/"+p+"/package.j
   (cd tests/clients && npm install --no-audit --no-fund --loglevel=error)
 fi
 cargo test --locked "$@"
+# The README's user path on a clean home (a release build of the server, the engine from PyPI).
+# Only with the whole suite: arguments select some tests, and this is not one of them.
+if [ "$#" -eq 0 ]; then
+  scripts/check-user-path.sh
+fi
