@@ -219,11 +219,22 @@ async fn run() -> Value {
 
     let (mut c, _) = Client::spawn(&real_env).await;
     let mut list_tools = Vec::new();
+    // What a client sends its model on every turn: the tools/list result, compact, for this
+    // single-fleet server; the both-fleets figure adds the target argument to every tool.
+    let mut catalog_bytes = 0;
+    let mut description_bytes = 0;
     for _ in 0..200 {
         let t = Instant::now();
         let r = c.request("tools/list", json!({})).await;
         list_tools.push(t.elapsed());
         assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 13);
+        catalog_bytes = serde_json::to_string(&r["result"]).unwrap().len();
+        description_bytes = r["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["description"].as_str().unwrap().len())
+            .sum();
     }
     let rss_kib = c.peak_rss_kib();
 
@@ -397,6 +408,8 @@ async fn run() -> Value {
         "coldStartMs": stats(&cold),
         "peakRssMiB": rss_kib as f64 / 1024.0,
         "toolsListMs": stats(&list_tools),
+        "catalogBytes": catalog_bytes,
+        "catalogDescriptionBytes": description_bytes,
         "calls": [
             versus("list-machines", &tool_list, &raw_list),
             versus("get-machine (missing)", &tool_get, &raw_get),
@@ -429,6 +442,10 @@ fn print_table(r: &Value) {
     println!(
         "| peak RSS after initialize and tools/list (VmHWM) | {:.1} MiB | <= 12 MB |",
         f(&r["peakRssMiB"])
+    );
+    println!(
+        "| tools/list result size (one fleet), of which tool descriptions | {} / {} bytes | |",
+        r["catalogBytes"], r["catalogDescriptionBytes"]
     );
     let tl = &r["toolsListMs"];
     println!(

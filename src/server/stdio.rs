@@ -10,14 +10,14 @@
 //! (`ErrorData::invalid_request(.., None)` answered with id `None`), and a `tools/call` whose
 //! params do not deserialize falls through rmcp's untagged `ClientRequest` to `CustomRequest`,
 //! answered `-32601` "method not found". JSON-RPC 2.0 asks for `-32700` (id null) and `-32600`
-//! or `-32602` with the request's id; this module answers those itself and forwards only lines
-//! rmcp will take, through an in-memory pipe.
+//! or `-32602` with the request's id; this module answers those itself and hands rmcp only the
+//! messages it will take, already parsed (rmcp's Sink/Stream transport), and writes rmcp's
+//! messages itself, serialized once, so a page of a file is not copied through a pipe and split
+//! into lines again on its way out.
 
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, ServerJsonRpcMessage};
 use rmcp::{ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
-use std::pin::pin;
-use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -28,15 +28,11 @@ pub const MAX_LINE: usize = 16 * 1024 * 1024;
 /// How much of a refused over-long line is kept to look for its id.
 const ID_PREFIX: usize = 64 * 1024;
 
-/// The in-memory pipe between this module and rmcp. A bound, not an allocation: a 16 MiB line
-/// streams through while rmcp reads it.
-const PIPE_BUFFER: usize = 1 << 20;
+/// Parsed messages waiting for rmcp.
+const IN_QUEUE: usize = 16;
 
 /// Lines waiting for stdout; the client's pace bounds rmcp and this module alike.
 const OUT_QUEUE: usize = 64;
-
-/// After rmcp ends, how long its last lines may take to reach the writer.
-const DRAIN: Duration = Duration::from_secs(1);
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -48,10 +44,10 @@ pub const INVALID_PARAMS: i64 = -32602;
 const SERVED_METHODS: &[&str] = &["initialize", "ping", "tools/list", "tools/call"];
 
 /// What to do with one line from the client.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum Verdict {
-    /// Hand it to rmcp (the text, without its line ending or a byte order mark).
-    Forward(String),
+    /// Hand it to rmcp, parsed in its own model.
+    Forward(Box<ClientJsonRpcMessage>),
     /// Answer this JSON-RPC error and do not forward the line.
     Reply(Value),
     /// Neither: an empty line, or a malformed notification (JSON-RPC 2.0 answers no
@@ -109,7 +105,7 @@ pub fn check_line(line: &[u8]) -> Verdict {
         }
     };
     match check_message(&message, text) {
-        Ok(()) => Verdict::Forward(text.to_owned()),
+        Ok(parsed) => Verdict::Forward(Box::new(parsed)),
         Err(refusal) => refusal.into_verdict(&message),
     }
 }
@@ -153,7 +149,10 @@ impl Refusal {
     }
 }
 
-fn check_message(message: &Map<String, Value>, text: &str) -> Result<(), Refusal> {
+fn check_message(
+    message: &Map<String, Value>,
+    text: &str,
+) -> Result<ClientJsonRpcMessage, Refusal> {
     if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(Refusal::invalid("\"jsonrpc\" must be \"2.0\""));
     }
@@ -184,7 +183,7 @@ fn check_message(message: &Map<String, Value>, text: &str) -> Result<(), Refusal
             "the params of {} do not have the shape MCP 2025-11-25 gives them",
             custom.method
         ))),
-        Ok(_) => Ok(()),
+        Ok(parsed) => Ok(parsed),
         Err(e) => Err(Refusal::invalid(e.to_string())),
     }
 }
@@ -309,10 +308,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
 /// Reads the client's lines: answers the bad ones on `replies`, forwards the rest to rmcp, and
 /// closes rmcp's input at the client's EOF (rmcp then ends the session, as it did on stdin).
-async fn read_input<R, P>(input: R, mut to_rmcp: P, replies: mpsc::Sender<Vec<u8>>)
-where
+async fn read_input<R>(
+    input: R,
+    to_rmcp: mpsc::Sender<ClientJsonRpcMessage>,
+    replies: mpsc::Sender<Vec<u8>>,
+) where
     R: AsyncRead + Unpin,
-    P: AsyncWrite + Unpin,
 {
     let mut reader = LineReader {
         read: BufReader::new(input),
@@ -333,11 +334,10 @@ where
             }
         };
         match verdict {
-            Verdict::Forward(mut text) => {
-                text.push('\n');
-                if let Err(e) = to_rmcp.write_all(text.as_bytes()).await {
+            Verdict::Forward(message) => {
+                if to_rmcp.send(*message).await.is_err() {
                     // rmcp's side is gone: the session has ended.
-                    tracing::debug!(error = %e, "rmcp no longer reads");
+                    tracing::debug!("rmcp no longer reads");
                     break;
                 }
             }
@@ -351,23 +351,7 @@ where
             Verdict::Ignore => {}
         }
     }
-    let _ = to_rmcp.shutdown().await;
-}
-
-/// Moves rmcp's output lines, whole, to the writer.
-async fn pump<P: AsyncRead + Unpin>(from_rmcp: P, out: mpsc::Sender<Vec<u8>>) {
-    let mut from_rmcp = BufReader::new(from_rmcp);
-    loop {
-        let mut line = Vec::new();
-        match from_rmcp.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                if out.send(line).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
+    // Dropping `to_rmcp` ends rmcp's input: the session ends, as it did at stdin's EOF.
 }
 
 /// The one writer of stdout: each line is written whole and flushed, so rmcp's answers and this
@@ -404,42 +388,48 @@ where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
-    let (rmcp_side, ours) = tokio::io::duplex(PIPE_BUFFER);
-    let (from_rmcp, to_rmcp) = tokio::io::split(ours);
     let (out, lines) = mpsc::channel(OUT_QUEUE);
-    let session = session(server, rmcp_side);
-    let reading = read_input(input, to_rmcp, out.clone());
-    let talking = async move {
-        let mut pumping = pin!(pump(from_rmcp, out));
-        let mut front = pin!(async {
-            tokio::select! {
-                () = session => {}
-                // At EOF rmcp's input is closed and the session ends by itself; reading stops
-                // when the session ends, whatever ended it.
-                () = async { reading.await; std::future::pending::<()>().await } => {}
+    let (to_rmcp, from_reader) = mpsc::channel::<ClientJsonRpcMessage>(IN_QUEUE);
+    let incoming = Box::pin(futures::stream::unfold(
+        from_reader,
+        |mut from_reader| async move {
+            from_reader
+                .recv()
+                .await
+                .map(|message| (message, from_reader))
+        },
+    ));
+    // Each of rmcp's messages, serialized once, goes to the writer whole.
+    let outgoing = Box::pin(futures::sink::unfold(
+        out.clone(),
+        |out, message: ServerJsonRpcMessage| async move {
+            let mut line = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
+            line.push(b'\n');
+            out.send(line)
+                .await
+                .map_err(|_| std::io::Error::other("the stdout writer has ended"))?;
+            Ok::<_, std::io::Error>(out)
+        },
+    ));
+    let session = async move {
+        match server.serve((outgoing, incoming)).await {
+            Ok(running) => {
+                let _ = running.waiting().await;
             }
-        });
-        tokio::select! {
-            () = &mut front => {
-                // rmcp has ended and dropped its end of the pipe: what it wrote is still in the
-                // pipe and reaches the writer before the pipe reports its end.
-                if tokio::time::timeout(DRAIN, &mut pumping).await.is_err() {
-                    tracing::warn!("rmcp's last output did not arrive in time");
-                }
-            }
-            () = &mut pumping => front.await,
+            Err(e) => tracing::info!(error = %e, "the client went away before the session started"),
         }
     };
-    tokio::join!(talking, write_output(lines, output));
-}
-
-async fn session<S: ServerHandler>(server: S, io: tokio::io::DuplexStream) {
-    match server.serve(io).await {
-        Ok(running) => {
-            let _ = running.waiting().await;
+    let reading = read_input(input, to_rmcp, out);
+    let talking = async move {
+        tokio::select! {
+            () = session => {}
+            // At EOF rmcp's input ends and the session ends by itself; reading stops when the
+            // session ends, whatever ended it.
+            () = async { reading.await; std::future::pending::<()>().await } => {}
         }
-        Err(e) => tracing::info!(error = %e, "the client went away before the session started"),
-    }
+        // Every sender of `lines` is gone now, so the writer ends once it has written them all.
+    };
+    tokio::join!(talking, write_output(lines, output));
 }
 
 #[cfg(test)]
@@ -565,7 +555,10 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":5}"#,
             r#"{"jsonrpc":"1.0","method":"notifications/cancelled"}"#,
         ] {
-            assert_eq!(check_line(line.as_bytes()), Verdict::Ignore, "{line}");
+            assert!(
+                matches!(check_line(line.as_bytes()), Verdict::Ignore),
+                "{line}"
+            );
         }
         for line in [
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,

@@ -323,3 +323,35 @@ pub(super) async fn pull_image(
     let fleet = call.fleet(a.target).await?;
     call.cancellable(fleet.pull_image(&a.name, &a.image)).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ToolErrorKind;
+
+    #[test]
+    fn the_egress_hint_names_the_tool_that_was_called() {
+        let pull_failed = || {
+            ToolError::new(
+                ToolErrorKind::Fleet(ErrorKind::Upstream),
+                "start machine m: HTTP 500: failed to fetch manifest from registry-1.docker.io",
+            )
+        };
+        let hinted = with_egress_hint(pull_failed(), &Egress::Blocked, Tool::RunOnce);
+        assert!(
+            hinted
+                .message
+                .contains("Pass network: \"open\" to run-once"),
+            "{}",
+            hinted.message
+        );
+        let hinted = with_egress_hint(pull_failed(), &Egress::Blocked, Tool::CreateMachine);
+        assert!(
+            hinted.message.contains("to create-machine"),
+            "{}",
+            hinted.message
+        );
+        let open = with_egress_hint(pull_failed(), &Egress::Open, Tool::RunOnce);
+        assert_eq!(open, pull_failed(), "no hint when egress was open");
+    }
+}
