@@ -42,7 +42,10 @@ pub struct ParkedRead {
     pub kind: FleetKind,
     pub machine: String,
     pub path: String,
-    pub reader: crate::fleet::FileReader,
+    /// Where the next page starts.
+    pub offset: u64,
+    /// Shared with the task that reads ahead while the last page travels to the client.
+    pub reader: Arc<tokio::sync::Mutex<crate::fleet::FileReader>>,
     pub parked_at: std::time::Instant,
 }
 
@@ -121,15 +124,12 @@ impl Backend {
         machine: &str,
         path: &str,
         offset: u64,
-    ) -> Option<crate::fleet::FileReader> {
+    ) -> Option<Arc<tokio::sync::Mutex<crate::fleet::FileReader>>> {
         let mut parked = self.parked_reads.lock().ok()?;
         let fresh = std::time::Duration::from_secs(PARKED_READ_SECS);
         parked.retain(|p| p.parked_at.elapsed() < fresh);
         let at = parked.iter().position(|p| {
-            p.kind == kind
-                && p.machine == machine
-                && p.path == path
-                && p.reader.position() == offset
+            p.kind == kind && p.machine == machine && p.path == path && p.offset == offset
         })?;
         Some(parked.swap_remove(at).reader)
     }

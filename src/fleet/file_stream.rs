@@ -56,6 +56,9 @@ pub struct FileReader {
     /// Bytes received and not yet taken.
     pending: BytesMut,
     ended: bool,
+    /// A failed download stays failed: a read-ahead that hit the error must not let the next
+    /// page mistake the stream's end for the file's.
+    failed: Option<FleetError>,
 }
 
 impl FileReader {
@@ -65,6 +68,7 @@ impl FileReader {
             position: 0,
             pending: BytesMut::new(),
             ended: false,
+            failed: None,
         }
     }
 
@@ -74,23 +78,34 @@ impl FileReader {
     }
 
     async fn next_chunk(&mut self) -> FleetResult<bool> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
         if self.ended {
             return Ok(false);
         }
         match tokio::time::timeout(STALL, self.stream.chunks.next()).await {
-            Ok(Some(chunk)) => {
-                self.pending.extend_from_slice(&chunk?);
+            Ok(Some(Ok(chunk))) => {
+                self.pending.extend_from_slice(&chunk);
                 Ok(true)
+            }
+            Ok(Some(Err(e))) => {
+                self.failed = Some(e.clone());
+                Err(e)
             }
             Ok(None) => {
                 self.ended = true;
                 Ok(false)
             }
-            Err(_) => Err(FleetError::new(
-                ErrorKind::Timeout,
-                "read file",
-                format!("the download delivered nothing for {} s", STALL.as_secs()),
-            )),
+            Err(_) => {
+                let e = FleetError::new(
+                    ErrorKind::Timeout,
+                    "read file",
+                    format!("the download delivered nothing for {} s", STALL.as_secs()),
+                );
+                self.failed = Some(e.clone());
+                Err(e)
+            }
         }
     }
 

@@ -10,7 +10,11 @@ use super::{Call, ToolError};
 use crate::backend::ParkedRead;
 use crate::fleet::FileReader;
 use base64::Engine as _;
+use std::sync::Arc;
 use std::time::Instant;
+
+/// How much of the next page is downloaded while a page travels to the client.
+const READ_AHEAD: usize = 4 * 1024 * 1024;
 
 pub(super) async fn read_file(
     call: &Call<'_>,
@@ -40,15 +44,17 @@ pub(super) async fn read_file(
         .map_or(default_len, |l| usize::try_from(l).unwrap_or(usize::MAX));
     let offset = a.offset.unwrap_or(0);
     let kind = fleet.kind();
-    let mut reader = match call.backend.unpark_read(kind, &a.name, &a.path, offset) {
-        Some(reader) => reader,
+    let shared = match call.backend.unpark_read(kind, &a.name, &a.path, offset) {
+        Some(shared) => shared,
         None => {
             let stream = call.cancellable(fleet.read_file(&a.name, &a.path)).await?;
             let mut reader = FileReader::new(stream);
             call.cancellable(reader.skip_to(offset)).await?;
-            reader
+            Arc::new(tokio::sync::Mutex::new(reader))
         }
     };
+    // A read-ahead still under way finishes first: it is on the way to this page.
+    let mut reader = shared.lock().await;
     let start = reader.position();
     // Three bytes past the page tell whether its end splits a character.
     let at_hand = call
@@ -63,12 +69,19 @@ pub(super) async fn read_file(
     let size = call.cancellable(reader.size()).await?;
     let eof = start + len as u64 >= size;
     if !eof && reader.can_continue() {
+        drop(reader);
         call.backend.park_read(ParkedRead {
             kind,
             machine: a.name.clone(),
             path: a.path.clone(),
-            reader,
+            offset: start + len as u64,
+            reader: shared.clone(),
             parked_at: Instant::now(),
+        });
+        // While this page travels to the client, the next one downloads: a constant's worth,
+        // so a read still holds a page plus READ_AHEAD at most.
+        tokio::spawn(async move {
+            let _ = shared.lock().await.peek(READ_AHEAD).await;
         });
     }
     let content = match a.encoding {
