@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fake_cloud::{FakeCloud, TOKEN, exec_answer};
+use common::fake_cloud::{FakeCloud, TEXT_CAP, TOKEN, exec_answer};
 use insta::assert_json_snapshot;
 use smol_mcp::fleet::{Backstop, FleetApi};
 
@@ -291,4 +291,80 @@ async fn a_bad_key_is_reported_without_echoing_it() {
         !format!("{fleet:?}").contains("smk_wrong"),
         "the token stays out of Debug"
     );
+}
+
+#[tokio::test]
+async fn exec_output_at_the_1_mib_cap_comes_whole_from_the_base64_twin() {
+    let (fake, fleet) = fleet().await;
+    let id = fake.add_machine("big", "started");
+    // Just past the text cap, with a byte that is not UTF-8 where the cap falls.
+    let mut big = vec![b'a'; TEXT_CAP - 1];
+    big.extend_from_slice(&[0xfe, b'z', b'\n']);
+    let sent = big.clone();
+    fake.with(|st| st.exec_hook = Some(std::sync::Arc::new(move |_| exec_answer(0, &sent, b""))));
+    let out = fleet
+        .exec(&id, &ExecSpec::new(Command::Shell("cat big".into())))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.len(), big.len());
+    assert_eq!(out.stdout, big, "byte-exact past the cap");
+    assert!(!out.stdout_cut_upstream);
+    // The files fallback reads a file whose base64 is far past the text cap.
+    fake.with(|st| {
+        st.exec_hook = None;
+        st.files_route_missing = true;
+        st.files
+            .insert((id.clone(), "workspace/big".into()), big.clone());
+    });
+    let (_, bytes) = common::read_all(fleet.read_file(&id, "/workspace/big").await.unwrap()).await;
+    assert_eq!(bytes, big);
+}
+
+#[tokio::test]
+async fn error_bodies_of_every_shape_keep_their_code_and_message() {
+    let fake = FakeCloud::start().await;
+    // A key the service does not know: JSON `{code, error}` (API 0.1.0).
+    let wrong = CloudFleet::new(&fake.url(), "smk_wrong", BACKSTOP).unwrap();
+    let err = wrong.list().await.unwrap_err();
+    assert_eq!(
+        (err.kind, err.upstream_code.as_deref(), err.message.as_str()),
+        (
+            ErrorKind::Unauthorized,
+            Some("unknown_key"),
+            "unknown API key"
+        )
+    );
+    // No key at all (the server always sends one; this is the parsing of what comes back): an
+    // empty 401.
+    let bare = reqwest::get(format!("{}/v1/machines", fake.url()))
+        .await
+        .unwrap();
+    let err = smol_mcp::fleet::upstream::from_response("list machines", bare).await;
+    assert_eq!(
+        (err.kind, err.upstream_code, err.message.as_str()),
+        (ErrorKind::Unauthorized, None, "empty answer")
+    );
+    // A newer control plane: problem+json on every error.
+    fake.with(|st| st.problem_json = true);
+    let err = wrong.account().await.unwrap_err();
+    assert_eq!(
+        (err.upstream_code.as_deref(), err.message.as_str()),
+        (Some("unknown_key"), "unknown API key")
+    );
+    let fleet = CloudFleet::new(&fake.url(), TOKEN, BACKSTOP).unwrap();
+    let err = fleet
+        .get("mach-00000000000000000000000000000000")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind, err.upstream_code.as_deref(), err.message.as_str()),
+        (ErrorKind::NotFound, Some("not_found"), "machine not found")
+    );
+    let src = fake.add_machine("src", "started");
+    let err = fleet.branch(&src, "kid", false).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Conflict);
+    assert_eq!(err.upstream_code.as_deref(), Some("conflict"));
+    assert!(err.message.contains("is not branchable"), "{err}");
+    let missing = fleet.read_file(&src, "/workspace/none").await.unwrap_err();
+    assert_eq!(missing.message, "file not found: workspace/none");
 }

@@ -3,17 +3,38 @@
 //! created stopped, start may answer an empty 202, error bodies are plain text, the record
 //! rewrites the image reference, exec answers 200 whatever the exit code and starts a stopped
 //! machine, files live under a path suffix. It records every request for snapshot tests.
+//!
+//! Time is modelled too, each behaviour switched on per test (off by default, so the other tests
+//! stay instant): an exec or file transfer on a stopped machine boots it inside the call
+//! (`boot_delay`), a start or branch waits its turn in a per-source queue (`start_delay`,
+//! `branch_delay`), and the auto-stop and TTL sweeps stop or delete machines created with those
+//! timers (`auto_stop_after`, `ttl_after`). Sweeps and queued work are applied lazily, before every
+//! request and every `with`, so a test watches them happen by waiting and looking.
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 pub const TOKEN: &str = "smk_test_token";
 
 pub type CloudExecHook = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+
+/// Exec's text output is capped at 1 MiB; the base64 twin is byte-exact (facts 3.7).
+pub const TEXT_CAP: usize = 1024 * 1024;
+
+/// Work the service finishes later than it answers, or that a queue holds back.
+enum Scheduled {
+    /// A branch child comes out of its source's queue (facts 3.9).
+    Appear(String, Value),
+    /// A boot ends: the agent answers, so the record turns ready (facts 3.4, 4.3).
+    Ready(String),
+    /// A queued start is done: the record flips to `started` (facts 3.4).
+    Started(String),
+}
 
 #[derive(Default)]
 pub struct CloudState {
@@ -31,6 +52,29 @@ pub struct CloudState {
     pub delete_ignores_include_usage: bool,
     /// The account's status (`active` when unset).
     pub account_status: Option<String>,
+    /// Newer control planes answer every 4xx/5xx as RFC 9457 problem+json (facts 5, shape 3)
+    /// instead of plain text.
+    pub problem_json: bool,
+    /// How long an exec or file transfer on a stopped machine spends booting it before the
+    /// command runs (facts 3.7 "auto-start ... size the HTTP timeout for boot + command").
+    pub boot_delay: Duration,
+    /// How long each start waits in the machine's queue before the record flips to `started`
+    /// and the call answers (facts 2 client timeouts: start 30 min; 3.4).
+    pub start_delay: Duration,
+    /// How long each branch takes in its source's queue; branches of one source wait for each
+    /// other, and the child exists only once its turn is done (facts 3.9 "per-source branch queue").
+    pub branch_delay: Duration,
+    /// The auto-stop sweep: a machine created with `autoStopSeconds` is stopped once idle this
+    /// long (activity: exec, file transfers; an exec in flight keeps it awake) (facts 3.3).
+    pub auto_stop_after: Option<Duration>,
+    /// The TTL sweep: a machine created with `ttlSeconds` is deleted this long after its create,
+    /// whatever it is doing (facts 3.3).
+    pub ttl_after: Option<Duration>,
+    created_at: BTreeMap<String, Instant>,
+    active_until: BTreeMap<String, Instant>,
+    booted_at: BTreeMap<String, Instant>,
+    queue_free_at: BTreeMap<String, Instant>,
+    scheduled: Vec<(Instant, Scheduled)>,
 }
 
 #[derive(Clone)]
@@ -75,8 +119,11 @@ impl FakeCloud {
         std::mem::take(&mut self.state.lock().unwrap().requests)
     }
 
+    /// Runs `f` on the state once the sweeps and queues have caught up with the clock.
     pub fn with<R>(&self, f: impl FnOnce(&mut CloudState) -> R) -> R {
-        f(&mut self.state.lock().unwrap())
+        let mut st = self.state.lock().unwrap();
+        st.tick();
+        f(&mut st)
     }
 
     /// Adds a machine record and returns its id.
@@ -84,6 +131,7 @@ impl FakeCloud {
         self.with(|st| {
             let id = st.new_id();
             st.machines.insert(id.clone(), record(&id, name, state));
+            st.created_at.insert(id.clone(), Instant::now());
             id
         })
     }
@@ -93,6 +141,132 @@ impl CloudState {
     fn new_id(&mut self) -> String {
         self.next_id += 1;
         format!("mach-{:032x}", 0xabc0_0000_u64 + self.next_id)
+    }
+
+    /// Applies what the clock says has happened since the last request: queued work done, boots
+    /// finished, and the sweeps.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.scheduled)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.scheduled = later;
+        for (_, work) in due {
+            match work {
+                Scheduled::Appear(id, rec) => {
+                    self.created_at.insert(id.clone(), now);
+                    self.machines.insert(id.clone(), rec);
+                    self.event(&id, "machine branched");
+                }
+                Scheduled::Started(id) => {
+                    if let Some(m) = self.machines.get_mut(&id) {
+                        m["state"] = json!("started");
+                        m["ready"] = json!(true);
+                        self.active_until.insert(id.clone(), now);
+                        self.event(&id, "machine started");
+                    }
+                }
+                Scheduled::Ready(id) => {
+                    if let Some(m) = self.machines.get_mut(&id)
+                        && m["state"] == json!("started")
+                    {
+                        m["ready"] = json!(true);
+                    }
+                }
+            }
+        }
+        // The TTL sweep deletes regardless of activity (facts 3.3 ttlSeconds).
+        if let Some(ttl) = self.ttl_after {
+            let expired: Vec<String> = self
+                .machines
+                .iter()
+                .filter(|(id, m)| {
+                    m["ttlSeconds"].is_number()
+                        && self.created_at.get(*id).is_some_and(|t| *t + ttl <= now)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in expired {
+                self.machines.remove(&id);
+                self.deleted.push(id);
+            }
+        }
+        // The auto-stop sweep stops a running machine idle for its time (facts 3.3
+        // autoStopSeconds; an in-flight exec counts as activity until it answers).
+        if let Some(idle) = self.auto_stop_after {
+            let idle_ones: Vec<String> = self
+                .machines
+                .iter()
+                .filter(|(id, m)| {
+                    m["autoStopSeconds"].is_number()
+                        && m["state"] == json!("started")
+                        && self
+                            .active_until
+                            .get(*id)
+                            .or(self.created_at.get(*id))
+                            .is_some_and(|t| *t + idle <= now)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in idle_ones {
+                if let Some(m) = self.machines.get_mut(&id) {
+                    m["state"] = json!("stopped");
+                    m["ready"] = json!(false);
+                }
+                self.event(&id, "auto-stopped after idle timeout");
+            }
+        }
+    }
+
+    /// Boots a stopped machine for an operation that auto-starts it (exec, files: facts 3.7,
+    /// 3.8) and answers how long the operation waits for the boot; an operation arriving while
+    /// an earlier one's boot is under way waits for the same boot.
+    fn boot_for_operation(&mut self, id: &str) -> Duration {
+        let now = Instant::now();
+        let stopped = self
+            .machines
+            .get(id)
+            .is_some_and(|m| m["state"] != json!("started"));
+        if stopped {
+            let at = now + self.boot_delay;
+            if let Some(m) = self.machines.get_mut(id) {
+                m["state"] = json!("started");
+                m["ready"] = json!(self.boot_delay.is_zero());
+            }
+            self.booted_at.insert(id.to_owned(), at);
+            self.scheduled.push((at, Scheduled::Ready(id.to_owned())));
+            self.event(id, "auto-started for exec");
+        }
+        let wait = self
+            .booted_at
+            .get(id)
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        // Activity lasts until the operation answers.
+        self.active_until.insert(id.to_owned(), now + wait);
+        wait
+    }
+
+    /// When a queued job of `source` that takes `delay` is done (facts 3.9: one queue per source).
+    fn queue(&mut self, source: &str, delay: Duration) -> Instant {
+        let now = Instant::now();
+        let free = self
+            .queue_free_at
+            .get(source)
+            .copied()
+            .filter(|t| *t > now)
+            .unwrap_or(now);
+        let done = free + delay;
+        self.queue_free_at.insert(source.to_owned(), done);
+        done
+    }
+
+    /// An error answer in the shape this control plane uses: plain text on API 0.1.0,
+    /// RFC 9457 problem+json on newer ones (facts 5).
+    fn fail(&self, status: u16, message: &str) -> ResponseTemplate {
+        if !self.problem_json {
+            return text(status, message);
+        }
+        problem(status, message, problem_code(status))
     }
 
     fn event(&mut self, id: &str, message: &str) {
@@ -109,6 +283,33 @@ fn text(status: u16, body: &str) -> ResponseTemplate {
     ResponseTemplate::new(status)
         .insert_header("content-type", "text/plain; charset=utf-8")
         .set_body_string(body)
+}
+
+/// The machine-readable code a problem+json body carries for a status (facts 5 "codes seen").
+fn problem_code(status: u16) -> &'static str {
+    match status {
+        401 => "unknown_key",
+        402 => "payment_required",
+        404 => "not_found",
+        409 => "conflict",
+        429 => "too_many_requests",
+        400 | 422 => "invalid_request",
+        _ => "internal",
+    }
+}
+
+fn problem(status: u16, detail: &str, code: &str) -> ResponseTemplate {
+    let title = reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error");
+    ResponseTemplate::new(status)
+        .insert_header("content-type", "application/problem+json")
+        .set_body_string(
+            json!({"type": "about:blank", "title": title, "status": status,
+                   "detail": detail, "code": code})
+            .to_string(),
+        )
 }
 
 fn json_answer(status: u16, body: Value) -> ResponseTemplate {
@@ -197,12 +398,16 @@ fn default_exec(st: &mut CloudState, id: &str, body: &Value) -> Value {
     exec_answer(code, &stdout, &stderr)
 }
 
+/// An exec answer as the service gives it (facts 3.7): the text fields lossy UTF-8 cut at
+/// 1 MiB with their `...Truncated` flags, the base64 twins whole.
 pub fn exec_answer(code: i32, stdout: &[u8], stderr: &[u8]) -> Value {
     let b64 = base64::engine::general_purpose::STANDARD;
+    let capped =
+        |bytes: &[u8]| String::from_utf8_lossy(&bytes[..bytes.len().min(TEXT_CAP)]).into_owned();
     json!({
-        "stdout": String::from_utf8_lossy(stdout), "stderr": String::from_utf8_lossy(stderr),
+        "stdout": capped(stdout), "stderr": capped(stderr),
         "exitCode": code, "durationMs": 12, "machineId": "",
-        "stdoutTruncated": false, "stderrTruncated": false,
+        "stdoutTruncated": stdout.len() > TEXT_CAP, "stderrTruncated": stderr.len() > TEXT_CAP,
         "stdoutB64": b64.encode(stdout), "stderrB64": b64.encode(stderr)
     })
 }
@@ -210,6 +415,7 @@ pub fn exec_answer(code: i32, stdout: &[u8], stderr: &[u8]) -> Value {
 impl Respond for Responder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let mut st = self.0.lock().unwrap();
+        st.tick();
         st.requests.push(envelope(request));
         st.next_request += 1;
         let request_id = format!("req-{:04}", st.next_request);
@@ -219,13 +425,26 @@ impl Respond for Responder {
 }
 
 fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
-    // Any path, existing or not, answers 401 with an empty body without the key.
+    // Any path, existing or not, answers 401 with an empty body without a key (facts 2, 5
+    // shape 1); a key it does not know gets the JSON `{code, error}` of API 0.1.0 (facts 5 shape
+    // 2), or problem+json on a newer control plane (shape 3).
     let auth = request
         .headers
         .get("authorization")
         .and_then(|v| v.to_str().ok());
-    if auth != Some(&format!("Bearer {TOKEN}")) {
-        return ResponseTemplate::new(401);
+    match auth {
+        None => return ResponseTemplate::new(401),
+        Some(a) if a != format!("Bearer {TOKEN}") => {
+            return if st.problem_json {
+                problem(401, "unknown API key", "unknown_key")
+            } else {
+                json_answer(
+                    401,
+                    json!({"code": "unknown_key", "error": "unknown API key"}),
+                )
+            };
+        }
+        Some(_) => {}
     }
     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
     let path = request.url.path().to_owned();
@@ -248,14 +467,14 @@ fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
         }
         ("POST", ["v1", "machines"]) => {
             let Some(source) = body.get("source") else {
-                return text(
+                return st.fail(
                     422,
                     "Failed to deserialize the JSON body into the target type: missing field `source`",
                 );
             };
             let name = body["name"].as_str().unwrap_or("generated-name").to_owned();
             if st.machines.values().any(|m| m["name"] == json!(name)) {
-                return text(409, &format!("machine name '{name}' already exists"));
+                return st.fail(409, &format!("machine name '{name}' already exists"));
             }
             if body["network"]["mode"] == json!("allowCidrs")
                 && body["network"]["cidrs"]
@@ -265,7 +484,7 @@ fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
                     .as_array()
                     .is_none_or(Vec::is_empty)
             {
-                return text(
+                return st.fail(
                     400,
                     "allowCidrs network mode requires at least one CIDR or host",
                 );
@@ -299,6 +518,7 @@ fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
                 );
             }
             st.machines.insert(id.clone(), rec.clone());
+            st.created_at.insert(id.clone(), Instant::now());
             st.event(&id, "machine created");
             json_answer(201, rec)
         }
@@ -308,11 +528,11 @@ fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
             // Usage keeps answering for 30 days after a delete.
             let usage_of_deleted = method == "GET" && rest == "usage" && st.deleted.contains(&id);
             if !st.machines.contains_key(&id) && !usage_of_deleted {
-                return text(404, "machine not found");
+                return st.fail(404, "machine not found");
             }
             machine_route(st, method, &id, &rest, &query, &body, request)
         }
-        _ => text(404, "not found"),
+        _ => st.fail(404, "not found"),
     }
 }
 
@@ -357,21 +577,29 @@ fn machine_route(
             }),
         ),
         ("POST", "start") => {
-            set_state(st, "started");
-            st.event(id, "machine started");
-            // The detached form: accepted, empty body.
+            // A start waits its turn and answers when the record flips to `started`
+            // (facts 3.4); the detached form: accepted, empty body.
+            if st.start_delay.is_zero() {
+                set_state(st, "started");
+                st.event(id, "machine started");
+            } else {
+                let done = st.queue(id, st.start_delay);
+                st.scheduled.push((done, Scheduled::Started(id.to_owned())));
+                return ResponseTemplate::new(202)
+                    .set_delay(done.saturating_duration_since(Instant::now()));
+            }
             ResponseTemplate::new(202)
         }
         ("POST", "stop") => {
+            st.booted_at.remove(id);
             set_state(st, "stopped");
             st.event(id, "machine stopped");
             json_answer(200, st.machines[id].clone())
         }
         ("POST", "exec") => {
-            if rec["state"] != json!("started") {
-                set_state(st, "started");
-                st.event(id, "auto-started for exec");
-            }
+            // Exec on a stopped machine boots it inside the call and leaves it running
+            // (facts 3.7 auto-start); the command runs once the boot is done.
+            let boot = st.boot_for_operation(id);
             let mut answer = match st.exec_hook.clone() {
                 Some(hook) => hook(body),
                 None => default_exec(st, id, body),
@@ -382,17 +610,17 @@ fn machine_route(
                 obj.remove("stdoutB64");
                 obj.remove("stderrB64");
             }
-            json_answer(200, answer)
+            json_answer(200, answer).set_delay(boot)
         }
         ("GET", "events") => json_answer(
             200,
             Value::Array(st.events.get(id).cloned().unwrap_or_default()),
         ),
-        ("POST", "branches") if st.branches_route_missing => text(404, "not found"),
+        ("POST", "branches") if st.branches_route_missing => st.fail(404, "not found"),
         ("POST", "branches") | ("POST", "fork") => {
             if rec["branchable"] != json!(true) || rec["state"] != json!("started") {
                 let name = rec["name"].as_str().unwrap_or(id);
-                return text(
+                return st.fail(
                     409,
                     &format!(
                         "machine '{name}' is not branchable, recreate it with `branchable: true`, start it, and branch the new machine"
@@ -403,8 +631,17 @@ fn machine_route(
             let child_name = body["name"].as_str().unwrap_or("child");
             let mut child = record(&child_id, child_name, "started");
             child["branchable"] = body.get("branchable").cloned().unwrap_or(json!(false));
-            st.machines.insert(child_id, child.clone());
-            json_answer(201, child)
+            if st.branch_delay.is_zero() {
+                st.created_at.insert(child_id.clone(), Instant::now());
+                st.machines.insert(child_id, child.clone());
+                return json_answer(201, child);
+            }
+            // The child exists once its turn in the source's queue is done (facts 3.9); the
+            // answer comes then, so a client that gives up earlier sees no child yet.
+            let done = st.queue(id, st.branch_delay);
+            st.scheduled
+                .push((done, Scheduled::Appear(child_id, child.clone())));
+            json_answer(201, child).set_delay(done.saturating_duration_since(Instant::now()))
         }
         (method, files) if files.starts_with("files/") => {
             if st.files_route_missing {
@@ -413,10 +650,9 @@ fn machine_route(
             let suffix = percent_encoding::percent_decode_str(&files["files/".len()..])
                 .decode_utf8_lossy()
                 .into_owned();
-            if rec["state"] != json!("started") {
-                set_state(st, "started");
-            }
-            match method {
+            // A transfer on a stopped machine starts it (facts 3.8) and counts as activity.
+            let boot = st.boot_for_operation(id);
+            let answer = match method {
                 "PUT" => {
                     st.files
                         .insert((id.to_owned(), suffix), request.body.clone());
@@ -426,11 +662,12 @@ fn machine_route(
                     Some(bytes) => ResponseTemplate::new(200)
                         .insert_header("content-type", "application/octet-stream")
                         .set_body_bytes(bytes.clone()),
-                    None => text(404, &format!("file not found: {suffix}")),
+                    None => st.fail(404, &format!("file not found: {suffix}")),
                 },
-                _ => ResponseTemplate::new(405),
-            }
+                _ => st.fail(405, "method not allowed"),
+            };
+            answer.set_delay(boot)
         }
-        _ => text(404, "not found"),
+        _ => st.fail(404, "not found"),
     }
 }
