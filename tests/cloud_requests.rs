@@ -5,9 +5,10 @@
 
 mod common;
 
-use common::fake_cloud::{FakeCloud, TEXT_CAP, TOKEN, exec_answer};
+use common::fake_cloud::{FakeCloud, TEXT_CAP, TOKEN, exec_answer, short_deadlines};
 use insta::assert_json_snapshot;
 use smol_mcp::fleet::{Backstop, FleetApi};
+use std::time::Duration;
 
 /// What the server gives ephemeral machines by default (ephemeralTtlSecs, ephemeralAutoStopSecs).
 const BACKSTOP: Backstop = Backstop {
@@ -291,6 +292,30 @@ async fn a_bad_key_is_reported_without_echoing_it() {
         !format!("{fleet:?}").contains("smk_wrong"),
         "the token stays out of Debug"
     );
+}
+
+#[tokio::test]
+async fn exec_on_a_stopped_machine_waits_for_the_boot_inside_the_call() {
+    let (fake, fleet) = fleet().await;
+    let fleet = fleet.with_deadlines(short_deadlines());
+    let id = fake.add_machine("cold", "stopped");
+    // The boot alone takes longer than the command's timeout plus the slack (1.5 s).
+    fake.with(|st| st.boot_delay = Duration::from_millis(2000));
+    let mut spec = ExecSpec::new(Command::Argv(vec!["echo".into(), "up".into()]));
+    spec.timeout_secs = Some(1);
+    let out = fleet.exec(&id, &spec).await.unwrap();
+    assert_eq!(out.stdout, b"up\n");
+    assert!(
+        fake.with(|st| st.machines[&id]["state"] == "started"),
+        "the exec left it running"
+    );
+    // Through the base64-over-exec files fallback too.
+    let other = fake.add_machine("cold-2", "stopped");
+    fake.with(|st| st.files_route_missing = true);
+    fleet
+        .write_file(&other, "/workspace/x", b"x".to_vec())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -5,10 +5,16 @@
 
 mod common;
 
-use common::fake_cloud::{FakeCloud, TOKEN};
+use common::fake_cloud::{FakeCloud, TOKEN, short_deadlines};
 use common::fake_serve::FakeServe;
 use common::mcp::Harness;
 use serde_json::json;
+use smol_mcp::fleet::{Backstop, CloudFleet};
+use std::time::Duration;
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
 
 async fn setup() -> (FakeCloud, Harness) {
     let cloud = FakeCloud::start().await;
@@ -19,6 +25,20 @@ async fn setup() -> (FakeCloud, Harness) {
         ("SMOL_MCP_TARGETS", "cloud"),
     ])
     .await;
+    (cloud, h)
+}
+
+/// `setup`, with the cloud fleet's deadlines cut short (`short_deadlines`).
+async fn setup_short() -> (FakeCloud, Harness) {
+    let (cloud, h) = setup().await;
+    let backstop = Backstop {
+        ttl_secs: 3600,
+        auto_stop_secs: 900,
+    };
+    let fleet = CloudFleet::new(&cloud.url(), TOKEN, backstop)
+        .unwrap()
+        .with_deadlines(short_deadlines());
+    assert!(h.backend.use_cloud_fleet(fleet));
     (cloud, h)
 }
 
@@ -282,4 +302,32 @@ async fn get_start_and_branch_on_cloud() {
     );
     let cleanup = h.backend.cleanup_session(&h.session).await;
     assert_eq!(cleanup.deleted, ["mcp-kid"]);
+}
+
+#[tokio::test]
+async fn a_machine_the_auto_stop_sweep_stopped_is_started_by_the_next_command() {
+    let (cloud, h) = setup_short().await;
+    let created = h.ok("create-machine", json!({"image": "alpine"})).await;
+    let id = created["machine"]["id"].as_str().unwrap().to_owned();
+    cloud.with(|st| {
+        st.auto_stop_after = Some(ms(300));
+        // Longer than the command's 1 s timeout plus the 0.5 s slack.
+        st.boot_delay = ms(2000);
+    });
+    tokio::time::sleep(ms(400)).await;
+    assert_eq!(
+        cloud.with(|st| st.machines[&id]["state"].clone()),
+        "stopped",
+        "the sweep stopped the idle machine"
+    );
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": id, "command": ["echo", "back"], "timeoutSecs": 1}),
+        )
+        .await;
+    assert_eq!(
+        (r["startedMachine"].as_bool(), r["stdout"].as_str()),
+        (Some(true), Some("back\n"))
+    );
 }

@@ -108,6 +108,12 @@ impl Backend {
         )
     }
 
+    /// Makes `fleet` this process's cloud fleet, unless one was built already; answers whether it
+    /// was taken. Tests give one with short deadlines, to watch a call outlast them.
+    pub fn use_cloud_fleet(&self, fleet: CloudFleet) -> bool {
+        self.cloud.set(Ok(Arc::new(fleet))).is_ok()
+    }
+
     /// Drops every paused read-file download: after a call that may change a machine, a page
     /// must not come from a download begun before it.
     pub fn forget_parked_reads(&self) {

@@ -23,13 +23,48 @@ pub const DENY_CIDR: &str = "192.0.2.0/24";
 /// The largest file the cloud's file routes take.
 pub const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
 
-const READ: Duration = Duration::from_secs(30);
-const LIFECYCLE: Duration = Duration::from_secs(180);
-const DELETE: Duration = Duration::from_secs(120);
-const BRANCH: Duration = Duration::from_secs(300);
+/// What the fallback's own exec may take (its `timeoutSeconds`), on top of the exec deadline.
 const FILES: Duration = Duration::from_secs(120);
 const EXEC_DEFAULT_SECS: u64 = 120;
-const EXEC_SLACK: Duration = Duration::from_secs(30);
+
+/// How long this client waits for each kind of call before it gives up on the answer (the
+/// service may still carry the work out). `Default` is what the server uses; tests shorten them
+/// to watch a call outlast its deadline against a fake that takes its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    pub read: Duration,
+    pub create: Duration,
+    /// A start waits its turn in a per-source queue and may pull the image cold: minutes (the
+    /// SDK allows 30 min for start; facts 2 "client timeouts", 3.4).
+    pub start: Duration,
+    pub stop: Duration,
+    pub delete: Duration,
+    /// A branch waits in its source's queue: clients allow 5 to 30 min (facts 3.9).
+    pub branch: Duration,
+    pub files: Duration,
+    /// Beyond the command's own timeout, which the service enforces itself (exit 124).
+    pub exec_slack: Duration,
+    /// An exec (or file transfer) on a stopped machine boots it inside the call, so its deadline
+    /// is boot plus command (facts 3.7 "size the HTTP timeout for boot + command").
+    pub boot: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            read: Duration::from_secs(30),
+            create: Duration::from_secs(180),
+            start: Duration::from_secs(600),
+            stop: Duration::from_secs(180),
+            delete: Duration::from_secs(120),
+            branch: Duration::from_secs(900),
+            files: FILES,
+            exec_slack: Duration::from_secs(30),
+            // An auto-start is a start: the same allowance.
+            boot: Duration::from_secs(600),
+        }
+    }
+}
 
 const ROUTE_UNKNOWN: u8 = 0;
 const ROUTE_PRESENT: u8 = 1;
@@ -49,6 +84,7 @@ pub struct CloudFleet {
     http: reqwest::Client,
     base_url: reqwest::Url,
     backstop: Backstop,
+    deadlines: Deadlines,
     /// Whether this control plane serves the files route, learned on first use. Until a 2xx has
     /// been seen from it, a 404/405/501 may mean the route is missing, and the transfer goes
     /// through exec instead; once the exec path has worked, the route is not tried again.
@@ -77,9 +113,20 @@ impl CloudFleet {
             http,
             base_url: base,
             backstop,
+            deadlines: Deadlines::default(),
             files_route: AtomicU8::new(ROUTE_UNKNOWN),
             account_active: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The same fleet with other deadlines (tests use short ones against a slow fake).
+    pub fn with_deadlines(mut self, deadlines: Deadlines) -> Self {
+        self.deadlines = deadlines;
+        self
+    }
+
+    pub fn deadlines(&self) -> Deadlines {
+        self.deadlines
     }
 
     /// Every per-machine route takes the `mach-` id; a name costs one list call.
@@ -103,14 +150,23 @@ impl CloudFleet {
 
     async fn get_by_id(&self, label: &str, id: &str) -> FleetResult<Machine> {
         let ctx = format!("get machine {label}");
-        let info = retry_read(|| send(&ctx, READ, self.client.machine_get().id(id).send())).await?;
+        let info = retry_read(|| {
+            send(
+                &ctx,
+                self.deadlines.read,
+                self.client.machine_get().id(id).send(),
+            )
+        })
+        .await?;
         Ok(view(info))
     }
 
     async fn exec_by_id(&self, label: &str, id: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
         let ctx = format!("exec in {label}");
-        let limit =
-            Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS)) + EXEC_SLACK;
+        // The machine may be stopped (an auto-stop sweep, say): the exec then boots it first.
+        let limit = Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS))
+            + self.deadlines.exec_slack
+            + self.deadlines.boot;
         let body = types::MachineCommandRequest {
             command: types::CommandSpec::Array(spec.command.argv()),
             cwd: spec.workdir.clone(),
@@ -244,7 +300,14 @@ impl CloudFleet {
     pub async fn usage(&self, machine: &str) -> FleetResult<Usage> {
         let id = self.resolve(machine).await?;
         let ctx = format!("usage of {machine}");
-        let u = retry_read(|| send(&ctx, READ, self.client.machine_usage().id(&id).send())).await?;
+        let u = retry_read(|| {
+            send(
+                &ctx,
+                self.deadlines.read,
+                self.client.machine_usage().id(&id).send(),
+            )
+        })
+        .await?;
         Ok(Usage {
             machine_id: u.machine_id.unwrap_or(id),
             uptime_seconds: u.usage.and_then(|u| u.total_uptime_seconds),
@@ -255,7 +318,8 @@ impl CloudFleet {
 
     pub async fn account(&self) -> FleetResult<Account> {
         let ctx = "account";
-        let a = retry_read(|| send(ctx, READ, self.client.account_get().send())).await?;
+        let a =
+            retry_read(|| send(ctx, self.deadlines.read, self.client.account_get().send())).await?;
         Ok(Account {
             tenant_id: a.tenant_id,
             status: a.status,
@@ -297,7 +361,8 @@ impl FleetApi for CloudFleet {
 
     async fn list(&self) -> FleetResult<Vec<Machine>> {
         let ctx = "list machines";
-        let list = retry_read(|| send(ctx, READ, self.client.machine_list().send())).await?;
+        let list = retry_read(|| send(ctx, self.deadlines.read, self.client.machine_list().send()))
+            .await?;
         Ok(list.into_iter().map(view).collect())
     }
 
@@ -314,7 +379,9 @@ impl FleetApi for CloudFleet {
         self.ensure_account_active().await?;
         // Never retried: a create that failed late may still have made the machine.
         let request = self.client.machine_create().body(body);
-        Ok(view(send(&ctx, LIFECYCLE, request.send()).await?))
+        Ok(view(
+            send(&ctx, self.deadlines.create, request.send()).await?,
+        ))
     }
 
     /// Starts a machine and reads it back (the start answer may be an empty 202; override
@@ -331,14 +398,24 @@ impl FleetApi for CloudFleet {
                  branchable true; create a new one for that",
             ));
         }
-        send(&ctx, LIFECYCLE, self.client.machine_start().id(&id).send()).await?;
+        send(
+            &ctx,
+            self.deadlines.start,
+            self.client.machine_start().id(&id).send(),
+        )
+        .await?;
         self.get_by_id(machine, &id).await
     }
 
     async fn stop(&self, machine: &str) -> FleetResult<Machine> {
         let id = self.resolve(machine).await?;
         let ctx = format!("stop machine {machine}");
-        send(&ctx, LIFECYCLE, self.client.machine_stop().id(&id).send()).await?;
+        send(
+            &ctx,
+            self.deadlines.stop,
+            self.client.machine_stop().id(&id).send(),
+        )
+        .await?;
         self.get_by_id(machine, &id).await
     }
 
@@ -346,7 +423,7 @@ impl FleetApi for CloudFleet {
     async fn delete(&self, machine: &str) -> FleetResult<Deleted> {
         let id = self.resolve(machine).await?;
         let ctx = format!("delete machine {machine}");
-        let settled = within(&ctx, DELETE, async {
+        let settled = within(&ctx, self.deadlines.delete, async {
             let request = self.client.machine_delete().id(&id).include_usage(true);
             match request.send().await {
                 Ok(r) => Ok(find_total_micros(&serde_json::Value::Object(
@@ -378,7 +455,10 @@ impl FleetApi for CloudFleet {
         let id = self.resolve(machine).await?;
         let ctx = format!("read {path} in {machine}");
         let request = self.http.get(self.file_url(&id, path)?);
-        if let Some(response) = self.via_files_route(&ctx, FILES, request).await? {
+        if let Some(response) = self
+            .via_files_route(&ctx, self.deadlines.files + self.deadlines.boot, request)
+            .await?
+        {
             return Ok(FileStream::from_response(ctx, response));
         }
         let script = format!("base64 < {}", shell_quote(path));
@@ -420,7 +500,8 @@ impl FleetApi for CloudFleet {
             .put(self.file_url(&id, path)?)
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .body(bytes.clone());
-        let limit = FILES + super::local::transfer_time(len);
+        // A transfer on a stopped machine starts it first (facts 3.8).
+        let limit = self.deadlines.files + self.deadlines.boot + super::local::transfer_time(len);
         if self.via_files_route(&ctx, limit, request).await?.is_some() {
             return Ok(len);
         }
@@ -444,14 +525,15 @@ impl FleetApi for CloudFleet {
             name: child.to_owned(),
             ports: Vec::new(),
         };
-        within(&ctx, BRANCH, async {
+        let limit = self.deadlines.branch;
+        within(&ctx, limit, async {
             let branches = self.client.machine_branch().id(&id).body(body.clone());
-            match send(&ctx, BRANCH, branches.send()).await {
+            match send(&ctx, limit, branches.send()).await {
                 Err(e) if e.is_not_found() => {}
                 other => return other.map(view),
             }
             let fork = self.client.machine_fork().id(&id).body(body);
-            send(&ctx, BRANCH, fork.send()).await.map(view)
+            send(&ctx, limit, fork.send()).await.map(view)
         })
         .await
     }
@@ -461,8 +543,14 @@ impl FleetApi for CloudFleet {
     async fn logs(&self, machine: &str, tail: usize, cursor: Option<&str>) -> FleetResult<LogPage> {
         let id = self.resolve(machine).await?;
         let ctx = format!("events of {machine}");
-        let events =
-            retry_read(|| send(&ctx, READ, self.client.machine_events().id(&id).send())).await?;
+        let events = retry_read(|| {
+            send(
+                &ctx,
+                self.deadlines.read,
+                self.client.machine_events().id(&id).send(),
+            )
+        })
+        .await?;
         Ok(page_by_event_id(events, tail, cursor))
     }
 }

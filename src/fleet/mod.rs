@@ -11,7 +11,7 @@ pub mod model;
 pub mod transport;
 pub mod upstream;
 
-pub use cloud::{Backstop, CloudFleet};
+pub use cloud::{Backstop, CloudFleet, Deadlines};
 pub use error::{ErrorKind, FleetError, FleetResult};
 pub use file_stream::{FileReader, FileStream};
 pub use local::LocalFleet;

@@ -93,10 +93,22 @@ impl<'a> Call<'a> {
         probe.timeout_secs = Some(READY_PROBE_TIMEOUT_SECS);
         let mut last;
         loop {
-            match self
-                .cancellable(async { Ok::<_, ToolError>(fleet.exec(machine, &probe).await) })
-                .await?
-            {
+            // The probe boots a stopped machine inside the call, so it may take as long as the
+            // whole wait (facts 3.7); the wait's own deadline is the one that bounds it.
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_secs(1));
+            let attempt = async {
+                match tokio::time::timeout(left, fleet.exec(machine, &probe)).await {
+                    Ok(answer) => Ok::<_, ToolError>(answer),
+                    Err(_) => Ok(Err(crate::fleet::FleetError::new(
+                        ErrorKind::Timeout,
+                        format!("exec in {machine}"),
+                        format!("no answer within {} s", left.as_secs()),
+                    ))),
+                }
+            };
+            match self.cancellable(attempt).await? {
                 Ok(out) if String::from_utf8_lossy(&out.stdout).contains(&nonce) => return Ok(()),
                 Ok(out) => {
                     last = format!(

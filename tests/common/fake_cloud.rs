@@ -23,6 +23,23 @@ pub const TOKEN: &str = "smk_test_token";
 
 pub type CloudExecHook = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
 
+/// The server's cloud deadlines cut short enough to watch a call outlast them against this fake
+/// when it takes its time (a boot, a queue): 0.5 s for a start or a branch, boot allowance 3 s.
+pub fn short_deadlines() -> smol_mcp::fleet::Deadlines {
+    let ms = Duration::from_millis;
+    smol_mcp::fleet::Deadlines {
+        read: ms(2000),
+        create: ms(2000),
+        start: ms(500),
+        stop: ms(2000),
+        delete: ms(2000),
+        branch: ms(500),
+        files: ms(1000),
+        exec_slack: ms(500),
+        boot: ms(3000),
+    }
+}
+
 /// Exec's text output is capped at 1 MiB; the base64 twin is byte-exact (facts 3.7).
 pub const TEXT_CAP: usize = 1024 * 1024;
 
