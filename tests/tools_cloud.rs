@@ -331,3 +331,48 @@ async fn a_machine_the_auto_stop_sweep_stopped_is_started_by_the_next_command() 
         (Some(true), Some("back\n"))
     );
 }
+
+#[tokio::test]
+async fn a_start_that_outlasts_its_deadline_says_the_machine_may_still_come_up() {
+    let (cloud, h) = setup_short().await;
+    cloud.add_machine("slow", "stopped");
+    cloud.with(|st| st.start_delay = ms(1500));
+    let err = h.err("start-machine", json!({"name": "slow"})).await;
+    assert!(
+        err.starts_with("TIMEOUT") && err.contains("slow may come up after this call gave up"),
+        "{err}"
+    );
+    tokio::time::sleep(ms(1600)).await;
+    let got = h.ok("get-machine", json!({"name": "slow"})).await;
+    assert_eq!(got["state"], "started", "it came up after all");
+}
+
+#[tokio::test]
+async fn a_branch_that_outlasts_its_deadline_is_still_deleted_at_session_end() {
+    let (cloud, h) = setup_short().await;
+    let src = cloud.add_machine("src", "started");
+    cloud.with(|st| {
+        st.machines.get_mut(&src).unwrap()["branchable"] = json!(true);
+        st.branch_delay = ms(1500);
+    });
+    let has_kid =
+        |cloud: &FakeCloud| cloud.with(|st| st.machines.values().any(|m| m["name"] == "mcp-kid"));
+    let err = h
+        .err(
+            "branch-machine",
+            json!({"name": "src", "childName": "mcp-kid"}),
+        )
+        .await;
+    assert!(
+        err.starts_with("TIMEOUT")
+            && err.contains("mcp-kid may come up after this call gave up")
+            && err.contains("deleted when this session ends"),
+        "{err}"
+    );
+    assert!(!has_kid(&cloud), "still in the source's queue");
+    tokio::time::sleep(ms(1600)).await;
+    assert!(has_kid(&cloud), "the branch was made after all");
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.deleted, ["mcp-kid"]);
+    assert!(!has_kid(&cloud));
+}

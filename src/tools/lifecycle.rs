@@ -205,6 +205,12 @@ pub(super) async fn create_machine(
         }),
         Err(e) => {
             let mut e = with_egress_hint(e, &spec.egress, Tool::CreateMachine);
+            if named_by_caller && e.is(ErrorKind::Timeout) {
+                e.message.push_str(&format!(
+                    "\nThe start may still be under way: the service queues starts and can take \
+                     minutes, so {name} may come up after this call gave up."
+                ));
+            }
             if named_by_caller {
                 e.message.push_str(&format!(
                     "\n{name} was created and is left as it is for you to inspect: start-machine \
@@ -229,13 +235,32 @@ pub(super) async fn create_machine(
     }
 }
 
+/// Whether a start or branch gave up waiting for its answer (its deadline passed, or the client
+/// cancelled) rather than being refused: the cloud queues both per source and carries them out
+/// minutes later all the same (facts 3.4, 3.9), so the machine may still come up.
+fn gave_up_waiting(e: &ToolError) -> bool {
+    e.is(ErrorKind::Timeout) || e.kind == super::ToolErrorKind::Cancelled
+}
+
 pub(super) async fn start_machine(
     call: &Call<'_>,
     a: args::StartArgs,
 ) -> Result<results::Started, ToolError> {
     args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
-    let machine = call.cancellable(fleet.start(&a.name, a.branchable)).await?;
+    let machine = match call.cancellable(fleet.start(&a.name, a.branchable)).await {
+        Ok(m) => m,
+        Err(mut e) if e.is(ErrorKind::Timeout) => {
+            e.message.push_str(&format!(
+                "\nThe start may still be under way: the service queues starts and can take \
+                 minutes, and {} may come up after this call gave up. get-machine shows its \
+                 state; start-machine again waits for it.",
+                a.name
+            ));
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     let wait = a.wait.unwrap_or(true);
     if wait {
         call.wait_ready(&fleet, &machine.id).await?;
@@ -289,6 +314,24 @@ pub(super) async fn branch_machine(
         Ok(c) => c,
         Err(e) if e.is(ErrorKind::Conflict) => {
             provisional.refused();
+            return Err(e);
+        }
+        // The child may not exist yet (it is still in the source's queue), so a delete now would
+        // find nothing and the record would forget a machine that comes up later. It stays
+        // recorded under its name instead, for the session's clean-up to find.
+        Err(mut e) if fleet.kind() == FleetKind::Cloud && gave_up_waiting(&e) => {
+            e.message.push_str(&format!(
+                "\nThe branch may still be made: the service queues branches of a source and can \
+                 take minutes, so {child} may come up after this call gave up. get-machine \
+                 {child} shows whether it exists; delete-machine removes it{}.",
+                if ephemeral {
+                    ", and it is deleted when this session ends"
+                } else {
+                    ""
+                },
+                child = a.child_name
+            ));
+            drop(provisional);
             return Err(e);
         }
         Err(e) => {
