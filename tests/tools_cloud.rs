@@ -376,3 +376,34 @@ async fn a_branch_that_outlasts_its_deadline_is_still_deleted_at_session_end() {
     assert_eq!(cleanup.deleted, ["mcp-kid"]);
     assert!(!has_kid(&cloud));
 }
+
+#[tokio::test]
+async fn an_ephemeral_machine_the_ttl_sweep_deleted_is_not_found_and_counts_as_cleaned_up() {
+    let (cloud, h) = setup().await;
+    let created = h.ok("create-machine", json!({"image": "alpine"})).await;
+    let id = created["machine"]["id"].as_str().unwrap().to_owned();
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    cloud.with(|st| st.ttl_after = Some(ms(200)));
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        cloud.with(|st| !st.machines.contains_key(&id)),
+        "the TTL sweep deleted it"
+    );
+    for machine in [&id, &name] {
+        let err = h
+            .err("run-command", json!({"name": machine, "command": ["true"]}))
+            .await;
+        assert!(
+            err.starts_with("NOT_FOUND") && err.contains("ttlSeconds"),
+            "{err}"
+        );
+    }
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.deleted, [name]);
+    assert!(cleanup.failed.is_empty(), "{:?}", cleanup.failed);
+    assert!(
+        !std::fs::read_to_string(h.record_path())
+            .unwrap()
+            .contains(&id)
+    );
+}

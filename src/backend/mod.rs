@@ -387,8 +387,14 @@ async fn delete_one(
             cleanup.deleted.push(entry.name.clone());
             None
         }
+        // Already gone: on cloud the TTL sweep deletes an ephemeral machine whatever the
+        // session is doing (facts 3.3 ttlSeconds, 3.6 "404 when already gone"). Done all the
+        // same, once (a cascade earlier in this sweep may have taken it already).
         Err(e) if e.kind == ErrorKind::NotFound => {
             let _ = record.remove(kind, &entry.name);
+            if !cleanup.deleted.contains(&entry.name) {
+                cleanup.deleted.push(entry.name.clone());
+            }
             None
         }
         Err(e) => Some(e),

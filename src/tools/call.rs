@@ -36,14 +36,30 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// After the call: a local serve that stopped answering is looked for again next time.
-    pub(super) async fn after<T>(&self, result: &Result<T, ToolError>) {
-        if let Err(e) = result
-            && e.is(ErrorKind::Transport)
-            && self.used.get() == Some(&FleetKind::Local)
-        {
-            self.backend.reset_local().await;
+    /// After the call: a local serve that stopped answering is looked for again next time, and
+    /// a cloud machine that is not found gets the likely reason.
+    pub(super) async fn after<T>(&self, mut result: Result<T, ToolError>) -> Result<T, ToolError> {
+        if let Err(e) = &mut result {
+            if e.is(ErrorKind::Transport) && self.used.get() == Some(&FleetKind::Local) {
+                self.backend.reset_local().await;
+            }
+            // The service deletes a machine on its own once its ttlSeconds have passed (facts
+            // 3.3), mid-session included: the agent did not delete it and should know why.
+            let machine_missing = e.message.contains("machine not found")
+                || e.message.contains("not found on the cloud fleet");
+            if e.is(ErrorKind::NotFound)
+                && machine_missing
+                && self.used.get() == Some(&FleetKind::Cloud)
+            {
+                e.message.push_str(&format!(
+                    "\nThe machine is gone. The service also deletes a machine itself once the \
+                     ttlSeconds it was created with have passed (this server gives its ephemeral \
+                     machines {} s), whatever the session is doing.",
+                    self.backend.config.ephemeral_ttl_secs
+                ));
+            }
         }
+        result
     }
 
     /// The fleet a call goes to: its `target` when both fleets are served, else the one fleet.

@@ -356,6 +356,5 @@ pub async fn call(
     }
     let call = Call::new(backend, session, ct);
     let result = tool.run(&call, args).await;
-    call.after(&result).await;
-    result
+    call.after(result).await
 }
