@@ -188,7 +188,46 @@ async fn a_bad_key_is_reported_without_echoing_it() {
         err.starts_with("UNAUTHORIZED") && err.contains("account"),
         "{err}"
     );
+    assert!(
+        err.contains("HTTP 401 unknown_key: unknown API key"),
+        "the service's code and words: {err}"
+    );
     assert!(!err.contains("smk_wrong"));
+    // A newer control plane's problem+json carries the same code and its detail.
+    cloud.with(|st| st.problem_json = true);
+    let err = h.err("list-machines", json!({})).await;
+    assert!(
+        err.starts_with("UNAUTHORIZED") && err.contains("HTTP 401 unknown_key: unknown API key"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn problem_json_errors_reach_the_tool_with_code_and_detail() {
+    let (cloud, h) = setup().await;
+    cloud.with(|st| st.problem_json = true);
+    let err = h
+        .err(
+            "get-machine",
+            json!({"name": "mach-00000000000000000000000000000000"}),
+        )
+        .await;
+    assert!(
+        err.starts_with("NOT_FOUND") && err.contains("HTTP 404 not_found: machine not found"),
+        "{err}"
+    );
+    cloud.add_machine("taken", "stopped");
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "alpine", "name": "taken"}),
+        )
+        .await;
+    assert!(
+        err.starts_with("CONFLICT")
+            && err.contains("HTTP 409 conflict: machine name 'taken' already exists"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
