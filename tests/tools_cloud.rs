@@ -446,3 +446,40 @@ async fn an_ephemeral_machine_the_ttl_sweep_deleted_is_not_found_and_counts_as_c
             .contains(&id)
     );
 }
+
+#[tokio::test]
+async fn the_readiness_wait_is_bounded_by_ready_timeout_even_while_a_probe_boots_the_machine() {
+    let cloud = FakeCloud::start().await;
+    let url = cloud.url();
+    let h = Harness::start(&[
+        ("SMOL_CLOUD_URL", url.as_str()),
+        ("SMOL_CLOUD_TOKEN", TOKEN),
+        ("SMOL_MCP_TARGETS", "cloud"),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", "1"),
+    ])
+    .await;
+    let backstop = Backstop {
+        ttl_secs: 3600,
+        auto_stop_secs: 900,
+    };
+    let fleet = CloudFleet::new(&url, TOKEN, backstop)
+        .unwrap()
+        .with_deadlines(short_deadlines());
+    assert!(h.backend.use_cloud_fleet(fleet));
+    cloud.add_machine("cold", "stopped");
+    // The probe's own deadline (10 s + slack + boot) is longer than the boot; the 1 s readiness
+    // wait is what bounds it.
+    cloud.with(|st| st.boot_delay = ms(4000));
+    let began = std::time::Instant::now();
+    let err = h
+        .err(
+            "write-file",
+            json!({"name": "cold", "path": "/workspace/a", "content": "x"}),
+        )
+        .await;
+    assert!(
+        err.starts_with("NOT_READY") && err.contains("within 1 s"),
+        "{err}"
+    );
+    assert!(began.elapsed() < ms(3000), "{:?}", began.elapsed());
+}
