@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::fake_serve::{FakeServe, exec_response};
+use common::fake_serve::{FakeServe, TimeoutForm, exec_response};
 use common::mcp::Harness;
 use serde_json::json;
 
@@ -740,4 +740,254 @@ async fn start_branchable_on_a_running_machine_is_refused_with_the_way_out() {
         json!({"name": "busy", "childName": "busy-child"}),
     )
     .await;
+}
+
+/// The engine answers 408 with an empty body once its request deadline passes (the fake's is
+/// set to 1 s here; the engine's is 300 s), while the command runs on in the guest.
+#[tokio::test]
+async fn a_request_past_the_engines_deadline_is_a_timeout_that_says_so() {
+    let (fake, h) = setup().await;
+    fake.add_machine("slow", "running");
+    {
+        let mut st = fake.state.lock().unwrap();
+        st.request_deadline = Some(std::time::Duration::from_secs(1));
+        st.exec_delay = Some(std::time::Duration::from_secs(3));
+    }
+    let err = h
+        .err(
+            "run-command",
+            json!({"name": "slow", "command": "make", "timeoutSecs": 60}),
+        )
+        .await;
+    assert!(err.starts_with("TIMEOUT"), "{err}");
+    assert!(
+        err.contains("HTTP 408")
+            && err.contains("request deadline (300 s) passed")
+            && err.contains("may still be running in the guest"),
+        "{err}"
+    );
+    assert!(!err.contains("empty answer"), "{err}");
+}
+
+/// A local timeout the engine's 300 s request deadline would cut short is refused before
+/// anything is sent; run-once creates nothing.
+#[tokio::test]
+async fn a_local_timeout_past_the_engines_deadline_is_refused_up_front() {
+    let (fake, h) = setup().await;
+    fake.add_machine("m", "running");
+    fake.take_requests();
+    for (tool, args) in [
+        (
+            "run-command",
+            json!({"name": "m", "command": "make", "timeoutSecs": 600}),
+        ),
+        (
+            "run-once",
+            json!({"image": "alpine", "command": "make", "timeoutSecs": 291}),
+        ),
+    ] {
+        let err = h.err(tool, args).await;
+        assert!(err.starts_with("INVALID_ARGUMENT: timeoutSecs:"), "{err}");
+        assert!(
+            err.contains("at most 290") && err.contains("after 300 s") && err.contains("nohup"),
+            "{err}"
+        );
+    }
+    assert!(
+        fake.take_requests().iter().all(|r| r["method"] == "GET"),
+        "no machine is created and no command sent"
+    );
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "m", "command": "true", "timeoutSecs": 290}),
+        )
+        .await;
+    assert_eq!(r["exitCode"], 0);
+}
+
+/// Past 11 MiB on a stream the engine answers 500 "command output exceeded ..." and none of the
+/// output: the error says so and how to get the output.
+#[tokio::test]
+async fn output_over_the_engines_cap_says_how_to_get_it() {
+    let (fake, h) = setup().await;
+    fake.add_machine("loud", "running");
+    let over = vec![b'x'; common::fake_serve::ENGINE_OUTPUT_CAP + 1];
+    fake.set_exec(move |req| {
+        if req["command"][0] == "echo" {
+            common::fake_serve::default_exec(req)
+        } else {
+            exec_response(0, &over, b"")
+        }
+    });
+    let err = h
+        .err(
+            "run-command",
+            json!({"name": "loud", "command": "yes | head -c 12M"}),
+        )
+        .await;
+    assert!(err.starts_with("UPSTREAM"), "{err}");
+    assert!(
+        err.contains("cap of 11 MiB per stream")
+            && err.contains("read-file")
+            && err.contains("command output exceeded 11534336 bytes"),
+        "{err}"
+    );
+    // At the cap exactly, the output comes back.
+    let at_cap = vec![b'y'; common::fake_serve::ENGINE_OUTPUT_CAP];
+    fake.set_exec(move |_| exec_response(0, &at_cap, b""));
+    let r = h
+        .ok("run-command", json!({"name": "loud", "command": "yes"}))
+        .await;
+    assert_eq!(r["truncated"], true, "shaped to the budget, spilled whole");
+}
+
+/// Each of the engine's three ways of reporting a timeout reads `timedOut: true`; a command that
+/// exits 124 on its own well before its timeout does not.
+#[tokio::test]
+async fn every_form_of_the_engines_timeout_reads_timed_out() {
+    let (fake, h) = setup().await;
+    fake.add_machine("t", "running");
+    for form in [
+        TimeoutForm::Command,
+        TimeoutForm::Container,
+        TimeoutForm::Bare,
+    ] {
+        fake.state.lock().unwrap().timeout_form = form;
+        let r = h
+            .ok(
+                "run-command",
+                json!({"name": "t", "command": "sleep 5", "timeoutSecs": 1}),
+            )
+            .await;
+        assert_eq!(r["exitCode"], 124, "{form:?}");
+        assert_eq!(r["timedOut"], true, "{form:?}: {r}");
+    }
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "t", "command": "exit 124", "timeoutSecs": 5}),
+        )
+        .await;
+    assert_eq!(
+        (r["exitCode"].as_i64(), r["timedOut"].as_bool()),
+        (Some(124), Some(false))
+    );
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "t", "command": "sleep 0.2", "timeoutSecs": 5}),
+        )
+        .await;
+    assert_eq!(
+        (r["exitCode"].as_i64(), r["timedOut"].as_bool()),
+        (Some(0), Some(false))
+    );
+}
+
+/// The states the engine has besides running and stopped: list and get report them as the
+/// engine words them, none is called running, and only a machine with nothing running (failed)
+/// is reported as started by the command that boots it.
+#[tokio::test]
+async fn a_machine_in_every_engine_state_reads_sensibly() {
+    let (fake, h) = setup().await;
+    let states = [
+        ("failed", true),
+        ("unreachable", false),
+        ("frozen", false),
+        ("paused", false),
+        ("pausing", false),
+    ];
+    for (state, _) in states {
+        fake.add_machine(&format!("in-{state}"), state);
+    }
+    let listed = h.ok("list-machines", json!({})).await;
+    let machines = listed["machines"].as_array().unwrap();
+    for (state, started) in states {
+        let name = format!("in-{state}");
+        let m = machines
+            .iter()
+            .find(|m| m["name"] == name.as_str())
+            .unwrap();
+        assert_eq!(m["state"], state);
+        assert_eq!(
+            h.ok("get-machine", json!({"name": name})).await["state"],
+            state
+        );
+        let r = h
+            .ok("run-command", json!({"name": name, "command": "true"}))
+            .await;
+        assert_eq!(r["startedMachine"], started, "{state}");
+    }
+}
+
+/// A directory read answers 200 JSON `entries` (1.32.2), which read-file refuses as a
+/// directory; a missing file, a 500 in the source and a 404 in 1.32.2's spec, is NOT_FOUND
+/// naming the path either way.
+#[tokio::test]
+async fn a_directory_and_a_missing_file_read_as_what_they_are() {
+    let (fake, h) = setup().await;
+    fake.add_machine("fs", "running");
+    fake.state.lock().unwrap().directories.insert(
+        ("fs".into(), "/root".into()),
+        vec![json!({"name": "a.txt", "kind": "file", "size": 3})],
+    );
+    let err = h
+        .err("read-file", json!({"name": "fs", "path": "/root"}))
+        .await;
+    assert!(
+        err.starts_with("INVALID") && err.contains("/root is a directory"),
+        "{err}"
+    );
+    for answer_404 in [false, true] {
+        fake.state.lock().unwrap().missing_file_404 = answer_404;
+        let err = h
+            .err("read-file", json!({"name": "fs", "path": "/root/nope.txt"}))
+            .await;
+        assert!(
+            err.starts_with("NOT_FOUND") && err.contains("/root/nope.txt does not exist"),
+            "404 {answer_404}: {err}"
+        );
+    }
+}
+
+/// An upload over the engine's 100 MiB limit is refused before it is sent; the engine would
+/// answer 413 in plain text.
+#[tokio::test]
+async fn an_upload_over_the_engines_limit_is_refused_before_it_is_sent() {
+    use smol_mcp::fleet::{ErrorKind, FleetApi, LocalFleet};
+    let fake = FakeServe::start().await;
+    fake.add_machine("up", "running");
+    let fleet = LocalFleet::new(fake.endpoint()).unwrap();
+    let limit = usize::try_from(common::fake_serve::ENGINE_UPLOAD_LIMIT).unwrap();
+    let err = fleet
+        .write_file("up", "/root/big", vec![0; limit + 1])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Invalid);
+    assert!(err.message.contains("100 MiB upload limit"), "{err}");
+    assert!(fake.take_requests().is_empty(), "nothing was sent");
+
+    // The engine's own answer, had it been sent: 413, plain text.
+    let http = fake.endpoint().http_client().unwrap();
+    let response = http
+        .put(format!(
+            "{}/api/v1/machines/up/files/root/big",
+            fake.endpoint().base_url()
+        ))
+        .body(vec![0u8; limit + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    assert!(
+        response
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.to_str().unwrap().starts_with("text/plain"))
+    );
+    assert_eq!(
+        response.text().await.unwrap(),
+        "file exceeds the 100 MiB upload limit"
+    );
 }

@@ -14,12 +14,36 @@ use base64::Engine as _;
 use futures::{StreamExt, TryStreamExt};
 use std::time::Duration;
 
-// Deadlines per call. Start and branch may pull and boot; exec adds its own timeout.
+/// The engine ends every request on its machine routes (create, list, get, start, fork, stop,
+/// delete, exec, files, images) after 300 s with a 408 and an empty body, whatever is still going
+/// on behind it: a guest command keeps running (smolvm src/api/mod.rs, `API_REQUEST_TIMEOUT_SECS`
+/// and its `TimeoutLayer`). Logs are outside it.
+pub const ENGINE_REQUEST_DEADLINE: Duration = Duration::from_secs(300);
+/// Waiting this much past the engine's deadline lets its 408, which says what happened, arrive
+/// before this server's own deadline would.
+const PAST_ENGINE_DEADLINE: Duration = Duration::from_secs(10);
+/// The longest command timeout a local exec accepts: the engine's deadline less the time it needs
+/// to reach the guest and answer (an auto-start boot takes more, and then the engine's own
+/// timeout, which keeps the output, may lose to its request deadline, which keeps nothing).
+/// Longer work should go through a long-work route: the issue "Long commands on the local fleet".
+pub const MAX_EXEC_TIMEOUT_SECS: u64 = 290;
+/// The largest upload the engine takes (smolvm src/api/handlers/files.rs `upload_file`,
+/// `MAX_FILE_UPLOAD_BYTES`; "MiB upload limit" in the 1.32.2 binary): over it, a 413 in plain
+/// text "file exceeds the 100 MiB upload limit".
+pub const MAX_UPLOAD_BYTES: u64 = 100 * 1024 * 1024;
+/// Each stream of an exec is capped at this many bytes in the guest agent: past it the VM path
+/// answers 500 "command output exceeded ..." ("command output exceeded " / " bytes and was
+/// truncated. Use streaming exec (exec_stream / execStream) for large output." in the 1.32.2
+/// agent, `strings usr/local/bin/smolvm-agent`), and the container path stops reading.
+pub const ENGINE_OUTPUT_CAP_BYTES: u64 = 11 * 1024 * 1024;
+
+// Deadlines per call. Start and branch may pull and boot; exec adds its own timeout. Those the
+// engine bounds end just past its deadline.
 const DEFAULT: Duration = Duration::from_secs(60);
-const START: Duration = Duration::from_secs(300);
+const START: Duration = ENGINE_REQUEST_DEADLINE.saturating_add(PAST_ENGINE_DEADLINE);
 const STOP_DELETE: Duration = Duration::from_secs(120);
 const LOGS: Duration = Duration::from_secs(15);
-const PULL: Duration = Duration::from_secs(600);
+const PULL: Duration = START;
 const HEALTH: Duration = Duration::from_secs(2);
 /// The workload of a machine created with `keep_running`: images whose own command exits at
 /// once (alpine's shell, most language images) would otherwise stop the machine before any exec.
@@ -123,7 +147,13 @@ impl FleetApi for LocalFleet {
             // releases read. Both ask for the same thing.
             request = request.forkable(true);
         }
-        Ok(view(send(&ctx, START, request.send()).await?))
+        let answer = send(&ctx, START, request.send()).await;
+        Ok(view(answer.map_err(|e| {
+            deadline_passed(
+                e,
+                "the machine may still be starting: get-machine shows its state",
+            )
+        })?))
     }
 
     async fn stop(&self, name: &str) -> FleetResult<Machine> {
@@ -157,8 +187,18 @@ impl FleetApi for LocalFleet {
 
     async fn exec(&self, name: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
         let ctx = format!("exec in {name}");
-        let limit =
-            Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS)) + EXEC_SLACK;
+        // The tools refuse this first, naming the argument; this keeps any other caller from
+        // sending a command the engine's request deadline would cut off without its output.
+        if let Some(secs) = spec.timeout_secs.filter(|&s| s > MAX_EXEC_TIMEOUT_SECS) {
+            return Err(FleetError::new(
+                ErrorKind::Refused,
+                ctx,
+                exec_timeout_refusal(secs),
+            ));
+        }
+        let limit = (Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS))
+            + EXEC_SLACK)
+            .min(START);
         let body = types::ExecRequest {
             // 1.32.2 starts a stopped machine for the command, as the cloud does.
             auto_start: true,
@@ -172,7 +212,12 @@ impl FleetApi for LocalFleet {
             workdir: spec.workdir.clone(),
         };
         let request = self.client.exec_command().id(name).body(body);
-        let out = send(&ctx, limit, request.send()).await?;
+        let out = send(&ctx, limit, request.send()).await.map_err(|e| {
+            output_over_cap(deadline_passed(
+                e,
+                "the command may still be running in the guest",
+            ))
+        })?;
         Ok(ExecOutput {
             exit_code: out.exit_code,
             stdout: exact_bytes(&out.stdout_b64, out.stdout),
@@ -185,7 +230,12 @@ impl FleetApi for LocalFleet {
     async fn read_file(&self, name: &str, path: &str) -> FleetResult<FileStream> {
         let ctx = format!("read {path} in {name}");
         let request = self.client.download_file().id(name).path(path).send();
-        let response = send_raw(&ctx, DEFAULT, request).await?;
+        let response = send_raw(&ctx, DEFAULT, request).await.map_err(|e| {
+            missing_file(
+                deadline_passed(e, "the read may still be going on in the guest"),
+                path,
+            )
+        })?;
         // A directory answers a JSON listing under the same 200 (override
         // local-download-returns-bytes); a file is octet-stream.
         let header = |name| {
@@ -214,8 +264,11 @@ impl FleetApi for LocalFleet {
     async fn write_file(&self, name: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64> {
         let ctx = format!("write {path} in {name}");
         let len = bytes.len() as u64;
+        check_upload_size(&ctx, len)?;
         let request = self.client.upload_file().id(name).path(path).body(bytes);
-        let answer = send(&ctx, DEFAULT + transfer_time(len), request.send()).await?;
+        let answer = send(&ctx, DEFAULT + transfer_time(len), request.send())
+            .await
+            .map_err(|e| deadline_passed(e, "the write may still be going on in the guest"))?;
         Ok(u64::try_from(answer.size).unwrap_or(len))
     }
 
@@ -235,7 +288,13 @@ impl FleetApi for LocalFleet {
             wait_ready: None,
         };
         let request = self.client.branch_machine().name(source).body(body);
-        Ok(view(send(&ctx, START, request.send()).await?))
+        let answer = send(&ctx, START, request.send()).await;
+        Ok(view(answer.map_err(|e| {
+            deadline_passed(
+                e,
+                "the branch may still be made: list-machines shows it if it was",
+            )
+        })?))
     }
 
     /// The guest console. Without a usable cursor: the last `tail` lines. With one: what
@@ -280,7 +339,10 @@ impl FleetApi for LocalFleet {
             proxy: None,
         };
         let request = self.client.pull_image().id(name).body(body);
-        let i = send(&ctx, PULL, request.send()).await?.image;
+        let i = send(&ctx, PULL, request.send())
+            .await
+            .map_err(|e| deadline_passed(e, "the pull may still be going on in the machine"))?
+            .image;
         Ok(PulledImage {
             reference: i.reference,
             digest: Some(i.digest),
@@ -290,6 +352,81 @@ impl FleetApi for LocalFleet {
             layer_count: i64::try_from(i.layer_count).ok(),
         })
     }
+}
+
+/// Why a command timeout is too long for the local engine, and what to do instead.
+pub fn exec_timeout_refusal(secs: u64) -> String {
+    format!(
+        "{secs} s is longer than the local engine allows: it ends every request after {} s \
+         (its request deadline), and a command needs some of that to start and answer, so give \
+         at most {MAX_EXEC_TIMEOUT_SECS}. Run longer work in the background (`nohup sh -c '...' \
+         > /tmp/job.log 2>&1 &`) and check on it with short commands",
+        ENGINE_REQUEST_DEADLINE.as_secs()
+    )
+}
+
+/// Refuses an upload the engine would refuse (see [`MAX_UPLOAD_BYTES`]) before it is sent.
+pub fn check_upload_size(ctx: &str, len: u64) -> FleetResult<()> {
+    if len > MAX_UPLOAD_BYTES {
+        return Err(FleetError::new(
+            ErrorKind::Invalid,
+            ctx,
+            upload_refusal(len),
+        ));
+    }
+    Ok(())
+}
+
+/// Why an upload is too large for the local engine, and what to do instead.
+pub fn upload_refusal(len: u64) -> String {
+    format!(
+        "{len} bytes is over the local engine's {} MiB upload limit; write it in parts under the \
+         limit and join them with run-command (`cat /tmp/part.* > /path/file`)",
+        MAX_UPLOAD_BYTES >> 20
+    )
+}
+
+/// The engine's 408: its request deadline passed (see [`ENGINE_REQUEST_DEADLINE`]). It answers
+/// with an empty body, which alone reads as "empty answer"; `meanwhile` says what may still be
+/// going on behind it.
+fn deadline_passed(mut e: FleetError, meanwhile: &str) -> FleetError {
+    if e.status == Some(408) {
+        e.kind = ErrorKind::Timeout;
+        e.message = format!(
+            "the engine's request deadline ({} s) passed before it answered; {meanwhile}",
+            ENGINE_REQUEST_DEADLINE.as_secs()
+        );
+    }
+    e
+}
+
+/// The engine's 500 for an exec whose output passed its cap (see [`ENGINE_OUTPUT_CAP_BYTES`]):
+/// none of the output comes back, so say how to get it.
+fn output_over_cap(mut e: FleetError) -> FleetError {
+    if e.status == Some(500) && e.message.contains("command output exceeded") {
+        e.message = format!(
+            "the command's output passed the engine's cap of {} MiB per stream, so none of it \
+             came back (the engine: {}). Send the output to a file in the machine \
+             (`... > /tmp/out.txt 2>&1`) and page through it with read-file",
+            ENGINE_OUTPUT_CAP_BYTES >> 20,
+            e.message
+        );
+    }
+    e
+}
+
+/// A read of a path that does not exist: a 500 "No such file or directory" in the engine's
+/// source (src/api/handlers/files.rs passes the agent's error on), a 404 in 1.32.2's spec. Both
+/// become NOT_FOUND naming the path; a 404 for the machine itself keeps the engine's words.
+fn missing_file(mut e: FleetError, path: &str) -> FleetError {
+    let no_such_file = e.message.contains("No such file or directory")
+        || e.message.contains("os error 2")
+        || (e.status == Some(404) && !e.message.contains("machine '"));
+    if no_such_file && matches!(e.status, Some(404 | 500)) {
+        e.kind = ErrorKind::NotFound;
+        e.message = format!("{path} does not exist in the machine ({})", e.message);
+    }
+    e
 }
 
 fn clamp_i64(n: u64) -> i64 {
@@ -525,6 +662,49 @@ pub(crate) fn page_after_anchor(window: Vec<String>, anchor: &Anchor) -> LogPage
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlines_fit_the_engines_request_deadline() {
+        // The engine's 408 arrives before this server gives up on start, fork and pull...
+        assert!(START > ENGINE_REQUEST_DEADLINE && PULL > ENGINE_REQUEST_DEADLINE);
+        // ...and not long after it: a pull no longer waits 600 s for an answer that ended at 300.
+        assert!(START <= ENGINE_REQUEST_DEADLINE + Duration::from_secs(30));
+        assert!(PULL <= ENGINE_REQUEST_DEADLINE + Duration::from_secs(30));
+        // The longest command and the engine's time to answer it fit in the deadline.
+        assert!(Duration::from_secs(MAX_EXEC_TIMEOUT_SECS) < ENGINE_REQUEST_DEADLINE);
+    }
+
+    #[test]
+    fn the_engines_refusals_read_as_what_they_mean() {
+        let mut e = FleetError::new(ErrorKind::Timeout, "exec in m", "empty answer");
+        e.status = Some(408);
+        let e = deadline_passed(e, "the command may still be running in the guest");
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert!(e.message.contains("request deadline (300 s)"), "{e}");
+        assert!(e.message.contains("may still be running"), "{e}");
+
+        let mut e = FleetError::new(
+            ErrorKind::Upstream,
+            "read /nope in m",
+            "agent operation failed: read file: /nope: No such file or directory",
+        );
+        e.status = Some(500);
+        let e = missing_file(e, "/nope");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert!(e.message.starts_with("/nope does not exist"), "{e}");
+        let mut machine =
+            FleetError::new(ErrorKind::NotFound, "read /a in m", "machine 'm' not found");
+        machine.status = Some(404);
+        assert_eq!(missing_file(machine.clone(), "/a"), machine);
+
+        let too_big = check_upload_size("write /big in m", MAX_UPLOAD_BYTES + 1).unwrap_err();
+        assert_eq!(too_big.kind, ErrorKind::Invalid);
+        assert!(
+            too_big.message.contains("100 MiB upload limit"),
+            "{too_big}"
+        );
+        assert!(check_upload_size("write /ok in m", MAX_UPLOAD_BYTES).is_ok());
+    }
 
     fn numbered(n: usize) -> Vec<String> {
         (1..=n).map(|i| format!("line {i}")).collect()

@@ -50,8 +50,40 @@ pub struct Machine {
 impl Machine {
     /// Both APIs use more than one word for "the VM is up".
     pub fn is_running(&self) -> bool {
-        matches!(self.state.as_str(), "running" | "started")
+        self.phase() == Phase::Running
     }
+
+    /// What the state means for the next command. The local engine has more states than the
+    /// fake used to show (`failed`, `unreachable`, `frozen`, `paused`, `pausing`, `starting`,
+    /// `stopping`: every one is in the 1.32.2 binary, `strings smol-vmm`); they are reported
+    /// as the engine words them, and read here by what they leave of the guest.
+    pub fn phase(&self) -> Phase {
+        match self.state.as_str() {
+            "running" | "started" => Phase::Running,
+            // Nothing runs: the next command, read or write boots the machine (the engine's
+            // `ensure_running`, and the cloud's auto-start), so a result says it started one.
+            "stopped" | "created" | "failed" | "exited" | "crashed" => Phase::Stopped,
+            // The VM and its memory are there, its vCPUs held: a command does not boot it, so
+            // a result does not say it started one.
+            "frozen" | "paused" | "pausing" => Phase::Suspended,
+            // The VM process is there but its agent does not answer: it is not stopped, and a
+            // command may fail until it answers again.
+            "unreachable" => Phase::Unreachable,
+            _ => Phase::Other,
+        }
+    }
+}
+
+/// A machine state read for what the next operation finds (see [`Machine::phase`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    Stopped,
+    Suspended,
+    Unreachable,
+    /// Starting, stopping, or a word this server does not know: treated as not running and not
+    /// stopped.
+    Other,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -195,11 +227,28 @@ pub struct ExecOutput {
 }
 
 impl ExecOutput {
-    /// Both APIs report a server-side timeout as exit 124 with this marker on stderr.
-    pub fn timed_out(&self) -> bool {
-        self.exit_code == 124 && String::from_utf8_lossy(&self.stderr).contains("command timed out")
+    /// Whether the fleet ended the command at its timeout. The engine says so in three ways,
+    /// all exit 124 (smolvm 1.32.2's guest agent, `strings usr/local/bin/smolvm-agent` in
+    /// `agent-rootfs.tar.zst`): "command timed out after Nms" on stderr on the normal path (the
+    /// cloud's marker too), "container timed out after ..." on the fresh-container path, and no
+    /// text at all when the command runs directly in the VM. A bare 124 is also what a command
+    /// that exits 124 on its own gives (`timeout(1)`, a script), so without a marker it counts
+    /// only if the call lasted at least the requested timeout: `elapsed` is measured by the
+    /// caller around the whole request, which can only make it longer than the engine's clock.
+    pub fn timed_out(&self, elapsed: std::time::Duration, requested_secs: Option<u64>) -> bool {
+        if self.exit_code != 124 {
+            return false;
+        }
+        let stderr = String::from_utf8_lossy(&self.stderr);
+        if TIMEOUT_MARKERS.iter().any(|m| stderr.contains(m)) {
+            return true;
+        }
+        requested_secs.is_some_and(|secs| elapsed >= std::time::Duration::from_secs(secs))
     }
 }
+
+/// The stderr markers of a fleet-side timeout (see [`ExecOutput::timed_out`]).
+const TIMEOUT_MARKERS: &[&str] = &["command timed out", "container timed out after"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogPage {
@@ -285,7 +334,10 @@ mod tests {
     }
 
     #[test]
-    fn only_the_marked_exit_124_is_a_timeout() {
+    fn every_form_of_the_engines_timeout_is_a_timeout_and_an_early_124_is_not() {
+        use std::time::Duration;
+        let early = Duration::from_millis(200);
+        let late = Duration::from_secs(2);
         let mut out = ExecOutput {
             exit_code: 124,
             stdout: vec![],
@@ -293,8 +345,56 @@ mod tests {
             stdout_cut_upstream: false,
             stderr_cut_upstream: false,
         };
-        assert!(out.timed_out());
+        assert!(out.timed_out(early, Some(2)), "the normal path's marker");
+        out.stderr = b"container timed out after 2s".to_vec();
+        assert!(
+            out.timed_out(early, Some(2)),
+            "the fresh-container path's marker"
+        );
+        out.stderr = Vec::new();
+        assert!(out.timed_out(late, Some(2)), "a bare 124 at the timeout");
+        assert!(!out.timed_out(early, Some(2)), "a bare 124 well before it");
+        assert!(!out.timed_out(late, None), "no timeout was asked for");
         out.stderr = b"timeout(1) said so".to_vec();
-        assert!(!out.timed_out());
+        assert!(!out.timed_out(early, Some(2)));
+        out.exit_code = 1;
+        out.stderr = b"command timed out after 2000ms".to_vec();
+        assert!(!out.timed_out(late, Some(2)), "only exit 124");
+    }
+
+    #[test]
+    fn every_engine_state_has_a_phase() {
+        let mut m = Machine {
+            id: "m".into(),
+            name: "m".into(),
+            state: String::new(),
+            cpus: None,
+            memory_mb: None,
+            network: "blocked".into(),
+            image: None,
+            url: None,
+            pid: None,
+            created_at: None,
+            branchable: false,
+            ports: vec![],
+            upstream_ready: None,
+        };
+        for (state, phase) in [
+            ("running", Phase::Running),
+            ("started", Phase::Running),
+            ("stopped", Phase::Stopped),
+            ("created", Phase::Stopped),
+            ("failed", Phase::Stopped),
+            ("frozen", Phase::Suspended),
+            ("paused", Phase::Suspended),
+            ("pausing", Phase::Suspended),
+            ("unreachable", Phase::Unreachable),
+            ("starting", Phase::Other),
+            ("stopping", Phase::Other),
+        ] {
+            m.state = state.into();
+            assert_eq!(m.phase(), phase, "{state}");
+            assert_eq!(m.is_running(), phase == Phase::Running, "{state}");
+        }
     }
 }

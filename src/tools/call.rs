@@ -3,7 +3,7 @@
 
 use super::{Catalog, ToolError, ToolErrorKind};
 use crate::backend::{Backend, Mode};
-use crate::fleet::{Command, ErrorKind, ExecSpec, Fleet, FleetKind};
+use crate::fleet::{Command, ErrorKind, ExecSpec, Fleet, FleetKind, Phase};
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -181,9 +181,11 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Whether the machine is stopped (so the next operation starts it).
-    pub async fn is_stopped(&self, fleet: &Fleet, machine: &str) -> Result<bool, ToolError> {
+    /// What the machine's state means for the next operation: a stopped (or failed) one is
+    /// booted by it, which the result reports as `startedMachine`; a suspended or unreachable
+    /// one is not booted, but is not running commands either.
+    pub async fn phase(&self, fleet: &Fleet, machine: &str) -> Result<Phase, ToolError> {
         let m = self.cancellable(fleet.get(machine)).await?;
-        Ok(!m.is_running())
+        Ok(m.phase())
     }
 }

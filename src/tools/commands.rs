@@ -7,7 +7,8 @@ use super::output::head_tail;
 use super::provisional::Provisional;
 use super::results::{self, Overflow};
 use super::{Call, Tool, ToolError};
-use crate::fleet::{ExecOutput, ExecSpec};
+use crate::fleet::{ExecOutput, ExecSpec, FleetKind, Phase, local};
+use std::time::Instant;
 
 fn exec_spec(call: &Call<'_>, fields: &args::CommandFields) -> Result<ExecSpec, ToolError> {
     let mut spec = ExecSpec::new(args::command("command", &fields.command)?);
@@ -33,6 +34,37 @@ fn exec_spec(call: &Call<'_>, fields: &args::CommandFields) -> Result<ExecSpec, 
     }
     spec.timeout_secs = Some(secs);
     Ok(spec)
+}
+
+/// The local engine ends every request after 300 s, output lost and the command left running
+/// (`local::ENGINE_REQUEST_DEADLINE`), so a longer timeout there is refused before anything is
+/// sent, naming the limit. Refused rather than capped: a cap would end a command the caller
+/// meant to run longer and report it as timed out. A configured default over the limit is
+/// capped, though: the caller asked for nothing, and refusing would fail every call.
+fn fit_fleet(
+    call: &Call<'_>,
+    kind: FleetKind,
+    fields: &args::CommandFields,
+    spec: &mut ExecSpec,
+) -> Result<(), ToolError> {
+    if kind != FleetKind::Local {
+        return Ok(());
+    }
+    match (fields.timeout_secs, spec.timeout_secs) {
+        (Some(secs), _) if secs > local::MAX_EXEC_TIMEOUT_SECS => Err(ToolError::argument(
+            "timeoutSecs",
+            local::exec_timeout_refusal(secs),
+        )),
+        (None, Some(secs)) if secs > local::MAX_EXEC_TIMEOUT_SECS => {
+            tracing::debug!(
+                configured = call.backend.config.exec_timeout_secs,
+                "execTimeoutSecs is over the local engine's limit; capped for this call"
+            );
+            spec.timeout_secs = Some(local::MAX_EXEC_TIMEOUT_SECS);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Each stream's head and tail within the output budget, and whether anything was left out.
@@ -61,10 +93,13 @@ pub(super) async fn run_command(
     a: args::RunCommandArgs,
 ) -> Result<results::CommandRun, ToolError> {
     args::machine_ref("name", &a.name)?;
-    let spec = exec_spec(call, &a.run)?;
+    let mut spec = exec_spec(call, &a.run)?;
     let fleet = call.fleet(a.target).await?;
-    let started_machine = call.is_stopped(&fleet, &a.name).await?;
+    fit_fleet(call, fleet.kind(), &a.run, &mut spec)?;
+    let started_machine = call.phase(&fleet, &a.name).await? == Phase::Stopped;
+    let began = Instant::now();
     let output = call.cancellable(fleet.exec(&a.name, &spec)).await?;
+    let timed_out = output.timed_out(began.elapsed(), spec.timeout_secs);
     let mut shaped = shape(&output, call.backend.config.max_output_bytes);
     let mut overflow = Vec::new();
     if shaped.stdout.dropped > 0 || shaped.stderr.dropped > 0 {
@@ -102,7 +137,7 @@ pub(super) async fn run_command(
         stdout: shaped.stdout.text,
         stderr: shaped.stderr.text,
         exit_code: output.exit_code,
-        timed_out: output.timed_out(),
+        timed_out,
         truncated: shaped.truncated,
         overflow,
         started_machine,
@@ -117,8 +152,9 @@ pub(super) async fn run_once(
     let name = format!("{}once-{}", config.machine_prefix, random_hex());
     let mut spec = base_spec(call, &a.machine, name.clone(), config.run_once_network)?;
     spec.ephemeral = true;
-    let exec = exec_spec(call, &a.run)?;
+    let mut exec = exec_spec(call, &a.run)?;
     let fleet = call.fleet(a.target).await?;
+    fit_fleet(call, fleet.kind(), &a.run, &mut exec)?;
     let mut machine = Provisional::begin(call, &fleet, &name, true)?;
     let result = async {
         let created = call
@@ -130,18 +166,20 @@ pub(super) async fn run_once(
             .await
             .map_err(|e| with_egress_hint(e, &spec.egress, Tool::RunOnce))?;
         call.wait_ready(&fleet, machine.id()).await?;
-        call.cancellable(fleet.exec(machine.id(), &exec)).await
+        let began = Instant::now();
+        let output = call.cancellable(fleet.exec(machine.id(), &exec)).await?;
+        Ok::<_, ToolError>((output, began.elapsed()))
     }
     .await;
     // Whatever happened, the machine goes (a cancelled call included).
     if let Err(e) = machine.abandon().await {
         tracing::warn!(machine = %name, error = %e.message, "run-once could not delete its machine; it stays recorded for the session's clean-up");
     }
-    let output = result?;
+    let (output, elapsed) = result?;
     let shaped = shape(&output, config.max_output_bytes);
     Ok(results::RunOnce {
         truncated: shaped.truncated,
-        timed_out: output.timed_out(),
+        timed_out: output.timed_out(elapsed, exec.timeout_secs),
         stdout: shaped.stdout.text,
         stderr: shaped.stderr.text,
         exit_code: output.exit_code,

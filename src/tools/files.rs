@@ -8,7 +8,7 @@ use super::output::utf8_prefix_len;
 use super::results;
 use super::{Call, ToolError};
 use crate::backend::ParkedRead;
-use crate::fleet::FileReader;
+use crate::fleet::{FileReader, FleetKind, Phase, local};
 use base64::Engine as _;
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,8 +29,9 @@ pub(super) async fn read_file(
         ));
     }
     let fleet = call.fleet(a.target).await?;
-    let started_machine = call.is_stopped(&fleet, &a.name).await?;
-    if started_machine {
+    let phase = call.phase(&fleet, &a.name).await?;
+    let started_machine = phase == Phase::Stopped;
+    if phase != Phase::Running {
         call.wait_ready(&fleet, &a.name).await?;
     }
     let budget = call.backend.config.max_output_bytes;
@@ -116,7 +117,13 @@ pub(super) async fn write_file(
             .map_err(|e| ToolError::argument("content", format!("not valid base64 ({e})")))?,
     };
     let fleet = call.fleet(a.target).await?;
-    let started_machine = call.is_stopped(&fleet, &a.name).await?;
+    if fleet.kind() == FleetKind::Local && bytes.len() as u64 > local::MAX_UPLOAD_BYTES {
+        return Err(ToolError::argument(
+            "content",
+            local::upload_refusal(bytes.len() as u64),
+        ));
+    }
+    let started_machine = call.phase(&fleet, &a.name).await? == Phase::Stopped;
     // A file written before the workload's container is up lands under a mount that then
     // hides it; a command that has run means the container is up.
     call.wait_ready(&fleet, &a.name).await?;

@@ -27,7 +27,40 @@ pub struct FakeState {
     pub exec_hook: Option<ExecHook>,
     /// How long an exec that is not a readiness probe (`echo`) takes to answer.
     pub exec_delay: Option<std::time::Duration>,
+    /// The engine's request deadline on its machine routes (smolvm src/api/mod.rs,
+    /// `API_REQUEST_TIMEOUT_SECS` = 300 and a `TimeoutLayer` answering 408 with an empty body);
+    /// `None` is the engine's 300 s, a test sets a second or so.
+    pub request_deadline: Option<std::time::Duration>,
+    /// How a command that runs past its `timeoutSecs` is reported (see [`TimeoutForm`]).
+    pub timeout_form: TimeoutForm,
+    /// Directories (machine, path) and their entries, answered as the engine lists one.
+    pub directories: BTreeMap<(String, String), Vec<Value>>,
+    /// Answer a missing file 404 (1.32.2's spec) instead of the source's 500.
+    pub missing_file_404: bool,
 }
+
+/// The three ways the engine reports a command ended at its timeout, all exit 124 (the guest
+/// agent of smolvm 1.32.2, `strings usr/local/bin/smolvm-agent` in `agent-rootfs.tar.zst`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TimeoutForm {
+    /// The normal path: "command timed out after Nms" on stderr.
+    #[default]
+    Command,
+    /// The fresh-container path: "container timed out after Ns".
+    Container,
+    /// Exec directly in the VM: exit 124 and no text.
+    Bare,
+}
+
+/// The engine's request deadline when a test sets none.
+pub const ENGINE_REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+/// The guest agent's cap on each exec stream (11 MiB; the issue "Fakes that behave like the
+/// engine"), and its answer past it on the VM path: a 500 whose message is pieced from the
+/// 1.32.2 agent's strings ("command output exceeded " / " bytes and was truncated. Use
+/// streaming exec (exec_stream / execStream) for large output.").
+pub const ENGINE_OUTPUT_CAP: usize = 11 * 1024 * 1024;
+/// `MAX_FILE_UPLOAD_BYTES` (smolvm src/api/handlers/files.rs).
+pub const ENGINE_UPLOAD_LIMIT: u64 = 100 * 1024 * 1024;
 
 #[derive(Clone)]
 pub struct FakeServe {
@@ -48,6 +81,33 @@ pub fn machine_info(name: &str, state: &str) -> Value {
 
 fn api_error(status: StatusCode, code: &str, message: String) -> Response {
     (status, axum::Json(json!({"error": message, "code": code}))).into_response()
+}
+
+/// axum's own rejections (a body that is not the request type, 422; a body over the limit, 413)
+/// are plain text, not the engine's `{error, code}` (observed on the real serve:
+/// `tests/fake_fidelity.rs`).
+fn plain_text(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message,
+    )
+        .into_response()
+}
+
+/// The fields `CreateMachineRequest` has in the vendored 1.32.2 spec, in its order: the engine
+/// refuses any other with a 422 naming them (serde's `deny_unknown_fields`).
+fn create_fields() -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("specs")
+        .join("smolvm-1.32.2.openapi.json");
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    spec["components"]["schemas"]["CreateMachineRequest"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
 }
 
 fn envelope(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap, body: &[u8]) -> Value {
@@ -187,8 +247,64 @@ fn generated_file(size: u64) -> Response {
         .into_response()
 }
 
-async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
+/// Every request, bounded as the engine bounds it: its logs route and `/health` are outside the
+/// request deadline, every other machine route answers 408 with an empty body once it passes.
+async fn handle(state: State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
+    let path = request.uri().path();
+    let bounded = path.starts_with("/api/v1/machines") && !path.ends_with("/logs");
+    let deadline = state
+        .lock()
+        .unwrap()
+        .request_deadline
+        .unwrap_or(ENGINE_REQUEST_DEADLINE);
+    if !bounded {
+        return answer(state, request).await;
+    }
+    match tokio::time::timeout(deadline, answer(state, request)).await {
+        Ok(response) => response,
+        Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
+    }
+}
+
+/// A command the fake "runs" for a while: `sleep N` (alone, or as the script of `sh -c`).
+fn sleep_secs(request: &Value) -> Option<f64> {
+    let argv: Vec<&str> = request["command"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let script = match argv.as_slice() {
+        ["sleep", n] => return n.parse().ok(),
+        ["sh", "-c", script] => *script,
+        _ => return None,
+    };
+    script.strip_prefix("sleep ")?.trim().parse().ok()
+}
+
+async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    // 1.32.2 finds the machine before it looks at an upload's size (an unknown machine with an
+    // oversized Content-Length is a 404 on the real serve: `tests/fake_fidelity.rs`), then
+    // refuses a body over its limit as plain text (smolvm src/api/handlers/files.rs
+    // `upload_file`), without reading it.
+    if parts.method == Method::PUT && parts.uri.path().contains("/files/") {
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let name = parts.uri.path().split('/').nth(4).unwrap_or_default();
+        let known = state.lock().unwrap().machines.contains_key(name);
+        if known && declared.is_some_and(|len| len > ENGINE_UPLOAD_LIMIT) {
+            return plain_text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "file exceeds the {} MiB upload limit",
+                    ENGINE_UPLOAD_LIMIT >> 20
+                ),
+            );
+        }
+    }
     let bytes: Bytes = axum::body::to_bytes(body, 256 * 1024 * 1024)
         .await
         .unwrap_or_default();
@@ -202,6 +318,28 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         let delay = state.lock().unwrap().exec_delay;
         if let (false, Some(delay)) = (readiness_probe, delay) {
             tokio::time::sleep(delay).await;
+        }
+        // `sleep N` sleeps N seconds, or until its `timeoutSecs`, where the engine ends it and
+        // answers exit 124 in the form the test chose.
+        if let Some(secs) = sleep_secs(&json_body) {
+            let limit = json_body["timeoutSecs"].as_f64();
+            match limit.filter(|&l| l < secs) {
+                Some(limit) => {
+                    tokio::time::sleep(std::time::Duration::from_secs_f64(limit)).await;
+                    let mut st = state.lock().unwrap();
+                    st.requests
+                        .push(envelope(&parts.method, &parts.uri, &parts.headers, &bytes));
+                    let stderr = match st.timeout_form {
+                        TimeoutForm::Command => {
+                            format!("\ncommand timed out after {}ms", limit * 1000.0)
+                        }
+                        TimeoutForm::Container => format!("container timed out after {limit}s"),
+                        TimeoutForm::Bare => String::new(),
+                    };
+                    return axum::Json(exec_response(124, b"", stderr.as_bytes())).into_response();
+                }
+                None => tokio::time::sleep(std::time::Duration::from_secs_f64(secs)).await,
+            }
         }
     }
     let mut st = state.lock().unwrap();
@@ -236,6 +374,22 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             axum::Json(json!({ "machines": machines })).into_response()
         }
         ("POST", ["api", "v1", "machines"]) => {
+            let fields = create_fields();
+            if let Some(unknown) = json_body
+                .as_object()
+                .and_then(|o| o.keys().find(|k| !fields.contains(k)))
+            {
+                // serde's message as the real serve words it (observed: `tests/real_serve.rs`,
+                // `tests/fake_fidelity.rs`); the column is left out.
+                let expected: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+                return plain_text(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "Failed to deserialize the JSON body into the target type: {unknown}: unknown field `{unknown}`, expected one of {}",
+                        expected.join(", ")
+                    ),
+                );
+            }
             let name = json_body["name"].as_str().unwrap_or("generated").to_owned();
             if st.machines.contains_key(&name) {
                 return api_error(
@@ -266,6 +420,15 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         (method, ["api", "v1", "machines", name, rest @ ..]) => {
             let name = name.to_string();
             let Some(info) = st.machines.get(&name).cloned() else {
+                // Stop and fork look the machine up another way and word it so (observed on the
+                // real serve: `tests/fake_fidelity.rs`).
+                if matches!(rest.first().copied(), Some("stop" | "fork" | "branches")) {
+                    return api_error(
+                        StatusCode::NOT_FOUND,
+                        "NOT_FOUND",
+                        format!("vm not found: {name}"),
+                    );
+                }
                 return not_found(&name);
             };
             let rest: Vec<&str> = rest
@@ -351,7 +514,33 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         Some(h) => h(&json_body),
                         None => default_exec(&json_body),
                     };
+                    let over_cap = ["stdoutB64", "stderrB64"].iter().any(|k| {
+                        answer[k].as_str().is_some_and(|b| {
+                            base64::engine::general_purpose::STANDARD
+                                .decode(b)
+                                .is_ok_and(|bytes| bytes.len() > ENGINE_OUTPUT_CAP)
+                        })
+                    });
+                    if over_cap {
+                        return api_error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "INTERNAL_ERROR",
+                            format!(
+                                "command output exceeded {ENGINE_OUTPUT_CAP} bytes and was truncated. Use streaming exec (exec_stream / execStream) for large output."
+                            ),
+                        );
+                    }
                     axum::Json(answer).into_response()
+                }
+                // A directory answers 200 JSON `{"entries": [...]}` (smolvm
+                // src/api/handlers/files.rs `download_file`; 1.32.2's spec says the same).
+                ("GET", ["files", file])
+                    if st
+                        .directories
+                        .contains_key(&(name.clone(), file.to_string())) =>
+                {
+                    let entries = st.directories[&(name.clone(), file.to_string())].clone();
+                    axum::Json(json!({ "entries": entries })).into_response()
                 }
                 ("GET", ["files", file])
                     if st
@@ -367,6 +556,13 @@ async fn handle(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         Body::from(bytes.clone()),
                     )
                         .into_response(),
+                    // A missing path: the source passes the agent's error on as a 500; 1.32.2's
+                    // spec documents a 404 (smolvm src/api/handlers/files.rs).
+                    None if st.missing_file_404 => api_error(
+                        StatusCode::NOT_FOUND,
+                        "NOT_FOUND",
+                        format!("file not found: /{file}"),
+                    ),
                     None => api_error(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         "INTERNAL_ERROR",
