@@ -95,19 +95,61 @@ fn plain_text(status: StatusCode, message: String) -> Response {
         .into_response()
 }
 
-/// The fields `CreateMachineRequest` has in the vendored 1.32.2 spec, in its order: the engine
-/// refuses any other with a 422 naming them (serde's `deny_unknown_fields`).
-fn create_fields() -> Vec<String> {
+/// The 422 the engine answers, before it looks for the machine, for a body with a field its
+/// request type does not have (serde's `deny_unknown_fields` through axum's `Json`: plain text,
+/// observed on the real serve, `tests/fake_fidelity.rs`). The fields are the schema's in the
+/// vendored 1.32.2 spec; the real message adds serde's position, left out here.
+fn unknown_field(schema: &str, body: &Value) -> Option<Response> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("specs")
         .join("smolvm-1.32.2.openapi.json");
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    spec["components"]["schemas"]["CreateMachineRequest"]["properties"]
+    let fields: Vec<&String> = spec["components"]["schemas"][schema]["properties"]
         .as_object()
         .unwrap()
         .keys()
-        .cloned()
-        .collect()
+        .collect();
+    let unknown = body.as_object()?.keys().find(|k| !fields.contains(k))?;
+    let expected: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+    Some(plain_text(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!(
+            "Failed to deserialize the JSON body into the target type: {unknown}: unknown field `{unknown}`, expected one of {}",
+            expected.join(", ")
+        ),
+    ))
+}
+
+/// The engine's machine-name rule and its words for each refusal (observed on the real serve
+/// for each case, `tests/fake_fidelity.rs` and `tests/real_serve.rs`).
+fn name_refusal(name: &str) -> Option<String> {
+    let first = name.chars().next()?;
+    if name.chars().count() > 128 {
+        return Some(format!(
+            "machine name too long: {} characters (max 128)",
+            name.chars().count()
+        ));
+    }
+    if !first.is_ascii_alphanumeric() {
+        return Some(format!(
+            "machine name must start with a letter or digit (got: {name:?})"
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Some(format!("machine name contains invalid character: '{c}'"));
+    }
+    if name.ends_with('-') {
+        return Some(format!(
+            "machine name cannot end with a hyphen (got: {name:?})"
+        ));
+    }
+    if name.contains("--") {
+        return Some("machine name cannot contain consecutive hyphens".to_owned());
+    }
+    None
 }
 
 fn envelope(method: &Method, uri: &axum::http::Uri, headers: &HeaderMap, body: &[u8]) -> Value {
@@ -295,7 +337,14 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             .and_then(|v| v.parse::<u64>().ok());
         let name = parts.uri.path().split('/').nth(4).unwrap_or_default();
         let known = state.lock().unwrap().machines.contains_key(name);
-        if known && declared.is_some_and(|len| len > ENGINE_UPLOAD_LIMIT) {
+        if !known {
+            return api_error(
+                StatusCode::NOT_FOUND,
+                "NOT_FOUND",
+                format!("machine '{name}' not found"),
+            );
+        }
+        if declared.is_some_and(|len| len > ENGINE_UPLOAD_LIMIT) {
             return plain_text(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
@@ -374,21 +423,18 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             axum::Json(json!({ "machines": machines })).into_response()
         }
         ("POST", ["api", "v1", "machines"]) => {
-            let fields = create_fields();
-            if let Some(unknown) = json_body
-                .as_object()
-                .and_then(|o| o.keys().find(|k| !fields.contains(k)))
-            {
-                // serde's message as the real serve words it (observed: `tests/real_serve.rs`,
-                // `tests/fake_fidelity.rs`); the column is left out.
-                let expected: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
-                return plain_text(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    format!(
-                        "Failed to deserialize the JSON body into the target type: {unknown}: unknown field `{unknown}`, expected one of {}",
-                        expected.join(", ")
-                    ),
-                );
+            if let Some(refusal) = unknown_field("CreateMachineRequest", &json_body) {
+                return refusal;
+            }
+            if let Some(name) = json_body["name"].as_str() {
+                let refusal = if name.is_empty() {
+                    Some("machine name cannot be empty".to_owned())
+                } else {
+                    name_refusal(name)
+                };
+                if let Some(message) = refusal {
+                    return api_error(StatusCode::BAD_REQUEST, "BAD_REQUEST", message);
+                }
             }
             let name = json_body["name"].as_str().unwrap_or("generated").to_owned();
             if st.machines.contains_key(&name) {
@@ -417,12 +463,28 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             st.machines.insert(name, info.clone());
             axum::Json(info).into_response()
         }
+        // The body is checked before the machine is looked for: its type by axum's `Json`, then
+        // the command (smolvm src/api/handlers/exec.rs `exec_command`, `validate_command`).
+        ("POST", ["api", "v1", "machines", _, "exec"])
+            if unknown_field("ExecRequest", &json_body).is_some() =>
+        {
+            unknown_field("ExecRequest", &json_body).unwrap()
+        }
+        ("POST", ["api", "v1", "machines", _, "exec"])
+            if json_body["command"].as_array().is_some_and(Vec::is_empty) =>
+        {
+            api_error(
+                StatusCode::BAD_REQUEST,
+                "BAD_REQUEST",
+                "command cannot be empty".to_owned(),
+            )
+        }
         (method, ["api", "v1", "machines", name, rest @ ..]) => {
             let name = name.to_string();
             let Some(info) = st.machines.get(&name).cloned() else {
-                // Stop and fork look the machine up another way and word it so (observed on the
+                // Fork looks the machine up another way and words it so (observed on the
                 // real serve: `tests/fake_fidelity.rs`).
-                if matches!(rest.first().copied(), Some("stop" | "fork" | "branches")) {
+                if matches!(rest.first().copied(), Some("fork" | "branches")) {
                     return api_error(
                         StatusCode::NOT_FOUND,
                         "NOT_FOUND",
@@ -473,6 +535,11 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 ("POST", ["start"]) if info["state"] == json!("running") => {
                     axum::Json(info).into_response()
                 }
+                // A stop of a machine that never started leaves it `created` (observed on the
+                // real serve, `tests/fake_fidelity.rs`).
+                ("POST", ["stop"]) if info["state"] == json!("created") => {
+                    axum::Json(info).into_response()
+                }
                 ("POST", ["start"]) | ("POST", ["stop"]) => {
                     let mut info = info;
                     info["state"] = json!(if rest[0] == "start" {
@@ -492,7 +559,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     st.machines.insert(name, info.clone());
                     axum::Json(info).into_response()
                 }
-                ("POST", ["branches"]) => {
+                // `/fork` is the older name of the same route (both in the 1.32.2 spec; the real
+                // serve answers both alike, `tests/fake_fidelity.rs`).
+                ("POST", ["branches"]) | ("POST", ["fork"]) => {
                     if info["branchable"] != json!(true) || info["state"] != json!("running") {
                         return api_error(
                             StatusCode::CONFLICT,
