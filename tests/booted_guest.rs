@@ -155,3 +155,76 @@ async fn branching_and_run_once_in_booted_guests() {
     let left = h.ok("list-machines", json!({})).await;
     assert_eq!(left["machines"], json!([]));
 }
+
+/// What the fake serve claims about the engine's limits, checked on a booted guest: a 1 s
+/// timeout reads `timedOut` (whichever of the three forms the engine uses for this machine),
+/// an exit 124 of the command's own does not, output over 11 MiB is the clear error the fake's
+/// 500 produces, and a timeout past the 300 s request deadline is refused before anything runs.
+#[tokio::test]
+#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
+async fn the_engines_limits_are_what_the_fake_says() {
+    let (_serve, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "network": "open", "cpus": 1, "memoryMb": 512}),
+        )
+        .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+
+    let timed = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "sleep 30", "timeoutSecs": 1}),
+        )
+        .await;
+    assert_eq!(
+        (timed["exitCode"].as_i64(), timed["timedOut"].as_bool()),
+        (Some(124), Some(true)),
+        "{timed}"
+    );
+    let own = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "exit 124", "timeoutSecs": 30}),
+        )
+        .await;
+    assert_eq!(
+        (own["exitCode"].as_i64(), own["timedOut"].as_bool()),
+        (Some(124), Some(false)),
+        "{own}"
+    );
+
+    // 12 MiB on stdout: past the agent's 11 MiB cap. The fake answers the VM path's 500; an
+    // image machine's container path may instead hang until the timeout, which this shows too.
+    let answer = h
+        .call(
+            "run-command",
+            json!({"name": name, "command": "head -c 12582912 /dev/zero | tr '\\0' x", "timeoutSecs": 60}),
+        )
+        .await;
+    assert!(
+        answer.is_error,
+        "no error: if this is a timeout, the container path hung past the cap and the fake's \
+         VM-path 500 does not describe image machines: {}",
+        answer.text
+    );
+    assert!(
+        answer.text.contains("cap of 11 MiB per stream") && answer.text.contains("read-file"),
+        "{}",
+        answer.text
+    );
+
+    let err = h
+        .err(
+            "run-command",
+            json!({"name": name, "command": "sleep 400", "timeoutSecs": 400}),
+        )
+        .await;
+    assert!(
+        err.starts_with("INVALID_ARGUMENT: timeoutSecs:") && err.contains("at most 290"),
+        "{err}"
+    );
+
+    h.ok("delete-machine", json!({"name": name})).await;
+}
