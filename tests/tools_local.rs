@@ -965,7 +965,10 @@ async fn an_upload_over_the_engines_limit_is_refused_before_it_is_sent() {
         .await
         .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Invalid);
-    assert!(err.message.contains("100 MiB upload limit"), "{err}");
+    assert!(
+        err.message.contains("100 MiB upload limit") && err.message.contains("in parts"),
+        "the limit and the way around it: {err}"
+    );
     assert!(fake.take_requests().is_empty(), "nothing was sent");
 
     // The engine's own answer, had it been sent: 413, plain text.

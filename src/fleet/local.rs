@@ -25,7 +25,7 @@ const PAST_ENGINE_DEADLINE: Duration = Duration::from_secs(10);
 /// The longest command timeout a local exec accepts: the engine's deadline less the time it needs
 /// to reach the guest and answer (an auto-start boot takes more, and then the engine's own
 /// timeout, which keeps the output, may lose to its request deadline, which keeps nothing).
-/// Longer work should go through a long-work route: the issue "Long commands on the local fleet".
+/// Longer commands are to go through a long-work route (a later issue); until then, refused.
 pub const MAX_EXEC_TIMEOUT_SECS: u64 = 290;
 /// The largest upload the engine takes (smolvm src/api/handlers/files.rs `upload_file`,
 /// `MAX_FILE_UPLOAD_BYTES`; "MiB upload limit" in the 1.32.2 binary): over it, a 413 in plain

@@ -81,9 +81,18 @@ pub enum Phase {
     Stopped,
     Suspended,
     Unreachable,
-    /// Starting, stopping, or a word this server does not know: treated as not running and not
-    /// stopped.
+    /// Starting, stopping, or a word this server does not know (the cloud documents none of its
+    /// states): read as before these states were known, not running and started by the next
+    /// command.
     Other,
+}
+
+impl Phase {
+    /// Whether the next command, read or write boots the machine, so that its result says it
+    /// started one: not for a suspended or unreachable machine, whose VM is still there.
+    pub fn boots_on_use(self) -> bool {
+        matches!(self, Phase::Stopped | Phase::Other)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -394,6 +403,14 @@ mod tests {
         ] {
             m.state = state.into();
             assert_eq!(m.phase(), phase, "{state}");
+            assert_eq!(
+                m.phase().boots_on_use(),
+                !matches!(
+                    phase,
+                    Phase::Running | Phase::Suspended | Phase::Unreachable
+                ),
+                "{state}"
+            );
             assert_eq!(m.is_running(), phase == Phase::Running, "{state}");
         }
     }

@@ -7,7 +7,7 @@ use super::output::head_tail;
 use super::provisional::Provisional;
 use super::results::{self, Overflow};
 use super::{Call, Tool, ToolError};
-use crate::fleet::{ExecOutput, ExecSpec, FleetKind, Phase, local};
+use crate::fleet::{ExecOutput, ExecSpec, FleetKind, local};
 use std::time::Instant;
 
 fn exec_spec(call: &Call<'_>, fields: &args::CommandFields) -> Result<ExecSpec, ToolError> {
@@ -96,7 +96,7 @@ pub(super) async fn run_command(
     let mut spec = exec_spec(call, &a.run)?;
     let fleet = call.fleet(a.target).await?;
     fit_fleet(call, fleet.kind(), &a.run, &mut spec)?;
-    let started_machine = call.phase(&fleet, &a.name).await? == Phase::Stopped;
+    let started_machine = call.phase(&fleet, &a.name).await?.boots_on_use();
     let began = Instant::now();
     let output = call.cancellable(fleet.exec(&a.name, &spec)).await?;
     let timed_out = output.timed_out(began.elapsed(), spec.timeout_secs);

@@ -30,7 +30,7 @@ pub(super) async fn read_file(
     }
     let fleet = call.fleet(a.target).await?;
     let phase = call.phase(&fleet, &a.name).await?;
-    let started_machine = phase == Phase::Stopped;
+    let started_machine = phase.boots_on_use();
     if phase != Phase::Running {
         call.wait_ready(&fleet, &a.name).await?;
     }
@@ -123,7 +123,7 @@ pub(super) async fn write_file(
             local::upload_refusal(bytes.len() as u64),
         ));
     }
-    let started_machine = call.phase(&fleet, &a.name).await? == Phase::Stopped;
+    let started_machine = call.phase(&fleet, &a.name).await?.boots_on_use();
     // A file written before the workload's container is up lands under a mount that then
     // hides it; a command that has run means the container is up.
     call.wait_ready(&fleet, &a.name).await?;

@@ -100,10 +100,14 @@ fn plain_text(status: StatusCode, message: String) -> Response {
 /// observed on the real serve, `tests/fake_fidelity.rs`). The fields are the schema's in the
 /// vendored 1.32.2 spec; the real message adds serde's position, left out here.
 fn unknown_field(schema: &str, body: &Value) -> Option<Response> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("specs")
-        .join("smolvm-1.32.2.openapi.json");
-    let spec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // Parsed once per test process: every exec asks.
+    static SPEC: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let spec = SPEC.get_or_init(|| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("specs")
+            .join("smolvm-1.32.2.openapi.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    });
     let fields: Vec<&String> = spec["components"]["schemas"][schema]["properties"]
         .as_object()
         .unwrap()
@@ -345,6 +349,13 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             );
         }
         if declared.is_some_and(|len| len > ENGINE_UPLOAD_LIMIT) {
+            // Recorded without its body, which is never read: the request did reach the engine.
+            state.lock().unwrap().requests.push(envelope(
+                &parts.method,
+                &parts.uri,
+                &parts.headers,
+                &[],
+            ));
             return plain_text(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
