@@ -228,3 +228,44 @@ async fn the_engines_limits_are_what_the_fake_says() {
 
     h.ok("delete-machine", json!({"name": name})).await;
 }
+
+/// What the fake claims about logs and starts, on a booted guest: `tail` returns at most that many
+/// of the console's lines (never none for a machine that booted), a cursor returns only what came
+/// after it, and `branchable: true` on a running machine that is not branchable is refused rather
+/// than answered with the record unchanged.
+#[tokio::test]
+#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
+async fn logs_tail_cursor_and_a_branchable_start_on_a_booted_guest() {
+    let (_serve, h) = setup().await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "mcp-logs", "network": "open"}),
+    )
+    .await;
+    let first = h
+        .ok("machine-logs", json!({"name": "mcp-logs", "tail": 5}))
+        .await;
+    let lines = first["lines"].as_array().unwrap();
+    assert!(
+        !lines.is_empty() && lines.len() <= 5,
+        "a booted machine's console has lines: {first}"
+    );
+    let again = h
+        .ok(
+            "machine-logs",
+            json!({"name": "mcp-logs", "cursor": first["cursor"]}),
+        )
+        .await;
+    for line in again["lines"].as_array().unwrap() {
+        assert!(!lines.contains(line) || again["gap"] == true, "{line} came twice");
+    }
+    let refused = h
+        .err(
+            "start-machine",
+            json!({"name": "mcp-logs", "branchable": true}),
+        )
+        .await;
+    assert!(refused.starts_with("CONFLICT"), "{refused}");
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
+}
