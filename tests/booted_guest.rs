@@ -257,7 +257,10 @@ async fn logs_tail_cursor_and_a_branchable_start_on_a_booted_guest() {
         )
         .await;
     for line in again["lines"].as_array().unwrap() {
-        assert!(!lines.contains(line) || again["gap"] == true, "{line} came twice");
+        assert!(
+            !lines.contains(line) || again["gap"] == true,
+            "{line} came twice"
+        );
     }
     let refused = h
         .err(

@@ -98,3 +98,69 @@ async fn cancelling_a_command_ends_run_once_and_its_machine_goes() {
     let record = std::fs::read_to_string(h.record_path()).unwrap();
     assert!(!record.contains("mcp-once-"), "{record}");
 }
+
+/// Neither engine cancels an exec: a cancelled run-command kills its command in the guest by a
+/// second exec that finds the processes carrying the call's marker (the first exec's env).
+#[tokio::test]
+async fn a_cancelled_command_is_killed_in_the_guest() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("m", "running");
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    // An ordinary command first: every run-command carries a marker of its own.
+    h.ok("run-command", json!({"name": "m", "command": ["true"]}))
+        .await;
+    let marker_of = |request: &serde_json::Value| {
+        request["body"]["env"]
+            .as_array()
+            .and_then(|env| env.iter().find(|v| v["name"] == "SMOL_MCP_RUN"))
+            .and_then(|v| v["value"].as_str().map(str::to_owned))
+    };
+    let first = fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["path"].as_str().unwrap().ends_with("/exec"))
+        .find_map(|r| marker_of(&r));
+    assert!(first.is_some(), "the command carried a marker");
+
+    call_then_cancel(
+        &h,
+        "run-command",
+        json!({"name": "m", "command": "sleep 60", "timeoutSecs": 120}),
+        Duration::from_millis(400),
+    )
+    .await;
+    let mut kill_script = None;
+    until(
+        "a kill exec after the cancel",
+        Duration::from_secs(5),
+        || {
+            kill_script = fake
+                .state
+                .lock()
+                .unwrap()
+                .requests
+                .iter()
+                .filter(|r| r["path"].as_str().unwrap().ends_with("/exec"))
+                .filter_map(|r| r["body"]["command"][2].as_str().map(str::to_owned))
+                .find(|script| script.contains("SMOL_MCP_RUN="));
+            kill_script.is_some()
+        },
+    )
+    .await;
+    let script = kill_script.unwrap();
+    assert!(script.contains("kill -9"), "{script}");
+    assert_ne!(
+        Some(
+            script
+                .split("SMOL_MCP_RUN=")
+                .nth(1)
+                .unwrap()
+                .split('\'')
+                .next()
+                .unwrap()
+        ),
+        first.as_deref(),
+        "the kill names the cancelled call's own marker, not another's"
+    );
+}

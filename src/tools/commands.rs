@@ -10,6 +10,41 @@ use super::{Call, Tool, ToolError};
 use crate::fleet::{ExecOutput, ExecSpec, FleetKind, local};
 use std::time::Instant;
 
+/// The environment variable that marks the processes of one run-command call.
+pub const RUN_MARKER: &str = "SMOL_MCP_RUN";
+
+/// Kills, in the guest, every process whose environment carries `marker`: a command whose call
+/// was cancelled, and its children. Best effort, in the background: the call has already ended,
+/// and an image without `sh` keeps its command (the log says so).
+fn kill_marked(fleet: crate::fleet::Fleet, machine: String, marker: String) {
+    let script = format!(
+        "for e in /proc/[0-9]*/environ; do \
+           if tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qx '{RUN_MARKER}={marker}'; then \
+             p=${{e#/proc/}}; kill -9 \"${{p%/environ}}\" 2>/dev/null; \
+           fi; \
+         done; true"
+    );
+    let mut kill = ExecSpec::new(crate::fleet::Command::Argv(vec![
+        "sh".into(),
+        "-c".into(),
+        script,
+    ]));
+    kill.timeout_secs = Some(30);
+    tokio::spawn(async move {
+        match fleet.exec(&machine, &kill).await {
+            Ok(out) if out.exit_code == 0 => {
+                tracing::info!(%machine, %marker, "killed the command of a cancelled call")
+            }
+            Ok(out) => {
+                tracing::warn!(%machine, exit = out.exit_code, "could not kill the command of a cancelled call")
+            }
+            Err(e) => {
+                tracing::warn!(%machine, error = %e, "could not kill the command of a cancelled call")
+            }
+        }
+    });
+}
+
 fn exec_spec(call: &Call<'_>, fields: &args::CommandFields) -> Result<ExecSpec, ToolError> {
     let mut spec = ExecSpec::new(args::command("command", &fields.command)?);
     if let Some(w) = &fields.workdir {
@@ -98,7 +133,18 @@ pub(super) async fn run_command(
     fit_fleet(call, fleet.kind(), &a.run, &mut spec)?;
     let started_machine = call.phase(&fleet, &a.name).await?.boots_on_use();
     let began = Instant::now();
-    let output = call.cancellable(fleet.exec(&a.name, &spec)).await?;
+    // Neither engine can cancel an exec: dropping the request leaves the command running in the
+    // guest. Every command carries a marker in its environment (children inherit it), so that a
+    // cancelled one, and whatever it started, can be found and killed by a second exec.
+    let marker = format!("{}-{}", std::process::id(), random_hex());
+    spec.env.insert(RUN_MARKER.to_owned(), marker.clone());
+    let output = match call.cancellable(fleet.exec(&a.name, &spec)).await {
+        Err(e) if e.kind == super::ToolErrorKind::Cancelled => {
+            kill_marked(fleet.clone(), a.name.clone(), marker);
+            return Err(e);
+        }
+        other => other?,
+    };
     let timed_out = output.timed_out(began.elapsed(), spec.timeout_secs);
     let mut shaped = shape(&output, call.backend.config.max_output_bytes);
     let mut overflow = Vec::new();
