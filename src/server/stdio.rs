@@ -19,7 +19,6 @@ use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, ServerJso
 use rmcp::{ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
 
 /// The longest line accepted, its newline included: rmcp's own `DEFAULT_MAX_LINE_LENGTH`, so a
 /// line forwarded to rmcp is never one rmcp discards.
@@ -27,12 +26,6 @@ pub const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// How much of a refused over-long line is kept to look for its id.
 const ID_PREFIX: usize = 64 * 1024;
-
-/// Parsed messages waiting for rmcp.
-const IN_QUEUE: usize = 16;
-
-/// Lines waiting for stdout; the client's pace bounds rmcp and this module alike.
-const OUT_QUEUE: usize = 64;
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -306,22 +299,30 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 }
 
-/// Reads the client's lines: answers the bad ones on `replies`, forwards the rest to rmcp, and
-/// closes rmcp's input at the client's EOF (rmcp then ends the session, as it did on stdin).
-async fn read_input<R>(
-    input: R,
-    to_rmcp: mpsc::Sender<ClientJsonRpcMessage>,
-    replies: mpsc::Sender<Vec<u8>>,
-) where
+/// stdout, shared by rmcp's messages and this module's answers: each line is written whole
+/// under the lock and flushed, so the two never interleave.
+type Output<W> = std::sync::Arc<tokio::sync::Mutex<W>>;
+
+async fn write_line<W: AsyncWrite + Unpin>(output: &Output<W>, line: &[u8]) -> std::io::Result<()> {
+    let mut output = output.lock().await;
+    output.write_all(line).await?;
+    output.flush().await
+}
+
+/// The client's next message for rmcp: bad lines in between are answered here and skipped.
+/// rmcp's own receive loop drives this, so a line reaches rmcp with no task in between.
+async fn next_message<R, W>(
+    reader: &mut LineReader<R>,
+    output: &Output<W>,
+) -> Option<ClientJsonRpcMessage>
+where
     R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
 {
-    let mut reader = LineReader {
-        read: BufReader::new(input),
-        line: Vec::new(),
-    };
     loop {
         let verdict = match reader.next().await {
-            Read::End => break,
+            // rmcp ends the session when its input ends, as it did at stdin's EOF.
+            Read::End => return None,
             Read::Line => check_line(reader.line.strip_suffix(b"\n").unwrap_or(&reader.line)),
             Read::TooLong => {
                 let id = id_in_prefix(&reader.line);
@@ -334,42 +335,16 @@ async fn read_input<R>(
             }
         };
         match verdict {
-            Verdict::Forward(message) => {
-                if to_rmcp.send(*message).await.is_err() {
-                    // rmcp's side is gone: the session has ended.
-                    tracing::debug!("rmcp no longer reads");
-                    break;
-                }
-            }
+            Verdict::Forward(message) => return Some(*message),
             Verdict::Reply(answer) => {
                 let mut line = answer.to_string().into_bytes();
                 line.push(b'\n');
-                if replies.send(line).await.is_err() {
-                    break;
+                if let Err(e) = write_line(output, &line).await {
+                    tracing::error!(error = %e, "writing stdout failed");
+                    return None;
                 }
             }
             Verdict::Ignore => {}
-        }
-    }
-    // Dropping `to_rmcp` ends rmcp's input: the session ends, as it did at stdin's EOF.
-}
-
-/// The one writer of stdout: each line is written whole and flushed, so rmcp's answers and this
-/// module's never interleave.
-async fn write_output<W: AsyncWrite + Unpin>(mut lines: mpsc::Receiver<Vec<u8>>, mut output: W) {
-    let mut broken = false;
-    while let Some(line) = lines.recv().await {
-        if broken {
-            // Keep taking lines so that nothing waits on a stdout that is gone.
-            continue;
-        }
-        let written = async {
-            output.write_all(&line).await?;
-            output.flush().await
-        };
-        if let Err(e) = written.await {
-            tracing::error!(error = %e, "writing stdout failed");
-            broken = true;
         }
     }
 }
@@ -385,51 +360,37 @@ pub async fn serve_stdio<S: ServerHandler>(server: S) {
 pub async fn serve<S, R, W>(server: S, input: R, output: W)
 where
     S: ServerHandler,
-    R: AsyncRead + Unpin + Send,
-    W: AsyncWrite + Unpin + Send,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, lines) = mpsc::channel(OUT_QUEUE);
-    let (to_rmcp, from_reader) = mpsc::channel::<ClientJsonRpcMessage>(IN_QUEUE);
+    let output: Output<W> = std::sync::Arc::new(tokio::sync::Mutex::new(output));
+    let reader = LineReader {
+        read: BufReader::new(input),
+        line: Vec::new(),
+    };
     let incoming = Box::pin(futures::stream::unfold(
-        from_reader,
-        |mut from_reader| async move {
-            from_reader
-                .recv()
-                .await
-                .map(|message| (message, from_reader))
+        (reader, output.clone()),
+        |(mut reader, output)| async move {
+            let message = next_message(&mut reader, &output).await?;
+            Some((message, (reader, output)))
         },
     ));
-    // Each of rmcp's messages, serialized once, goes to the writer whole.
+    // Each of rmcp's messages, serialized once, written whole.
     let outgoing = Box::pin(futures::sink::unfold(
-        out.clone(),
-        |out, message: ServerJsonRpcMessage| async move {
+        output,
+        |output, message: ServerJsonRpcMessage| async move {
             let mut line = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
             line.push(b'\n');
-            out.send(line)
-                .await
-                .map_err(|_| std::io::Error::other("the stdout writer has ended"))?;
-            Ok::<_, std::io::Error>(out)
+            write_line(&output, &line).await?;
+            Ok::<_, std::io::Error>(output)
         },
     ));
-    let session = async move {
-        match server.serve((outgoing, incoming)).await {
-            Ok(running) => {
-                let _ = running.waiting().await;
-            }
-            Err(e) => tracing::info!(error = %e, "the client went away before the session started"),
+    match server.serve((outgoing, incoming)).await {
+        Ok(running) => {
+            let _ = running.waiting().await;
         }
-    };
-    let reading = read_input(input, to_rmcp, out);
-    let talking = async move {
-        tokio::select! {
-            () = session => {}
-            // At EOF rmcp's input ends and the session ends by itself; reading stops when the
-            // session ends, whatever ended it.
-            () = async { reading.await; std::future::pending::<()>().await } => {}
-        }
-        // Every sender of `lines` is gone now, so the writer ends once it has written them all.
-    };
-    tokio::join!(talking, write_output(lines, output));
+        Err(e) => tracing::info!(error = %e, "the client went away before the session started"),
+    }
 }
 
 #[cfg(test)]
