@@ -229,7 +229,7 @@ async fn the_engines_limits_are_what_the_fake_says() {
     h.ok("delete-machine", json!({"name": name})).await;
 }
 
-/// What the fake claims about logs and starts, on a booted guest: `tail` returns at most that many
+/// What the fake claims about logs, starts and file reads, on a booted guest: `tail` returns at most that many
 /// of the console's lines (never none for a machine that booted), a cursor returns only what came
 /// after it, and `branchable: true` on a running machine that is not branchable is refused rather
 /// than answered with the record unchanged.
@@ -269,6 +269,64 @@ async fn logs_tail_cursor_and_a_branchable_start_on_a_booted_guest() {
         )
         .await;
     assert!(refused.starts_with("CONFLICT"), "{refused}");
+    // The fake's answers for a directory and a missing file, checked against the engine's.
+    let directory = h
+        .err("read-file", json!({"name": "mcp-logs", "path": "/etc"}))
+        .await;
+    assert!(directory.contains("is a directory"), "{directory}");
+    let missing = h
+        .err(
+            "read-file",
+            json!({"name": "mcp-logs", "path": "/no/such/file"}),
+        )
+        .await;
+    assert!(missing.starts_with("NOT_FOUND"), "{missing}");
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
+}
+
+/// A cancelled run-command's command (and what it started) is killed in the guest.
+#[tokio::test]
+#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
+async fn a_cancelled_command_is_killed_in_a_booted_guest() {
+    use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+    let (_serve, h) = setup().await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "mcp-kill", "network": "open"}),
+    )
+    .await;
+    let serde_json::Value::Object(args) = json!({
+        "name": "mcp-kill",
+        "command": "sleep 271 & sleep 272",
+        "timeoutSecs": 280
+    }) else {
+        panic!()
+    };
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("run-command").with_arguments(args),
+    ));
+    let handle = h
+        .client
+        .peer()
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    handle.cancel(Some("test".into())).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let ps = h
+        .ok(
+            "run-command",
+            json!({"name": "mcp-kill", "command": "ps -o args"}),
+        )
+        .await;
+    let listing = ps["stdout"].as_str().unwrap();
+    assert!(
+        !listing.contains("sleep 271") && !listing.contains("sleep 272"),
+        "the cancelled command and its child are gone: {listing}"
+    );
     let cleanup = h.backend.cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
 }
