@@ -30,21 +30,48 @@ fn serves_on(socket: &str) -> Vec<u32> {
     found
 }
 
+/// A server's environment that runs the pinned engine on a guest-rollout port of its own (and, as
+/// root, with the UID drop off, as the engine asks), plus `extra`.
+fn engine_env(rt: &std::path::Path, port: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let bin = smolvm_binary().display().to_string();
+    let mut vars = vec![
+        ("SMOLVM", bin.as_str()),
+        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port),
+    ];
+    if common::real_serve::is_root() {
+        vars.push(("SMOLVM_VM_UID_DROP", "off"));
+    }
+    vars.extend_from_slice(extra);
+    server_env(rt, &vars)
+}
+
+/// Closes the server's stdin, waits for it to exit, then until no serve listens on `socket`.
+async fn exit_then_no_serve(server: &mut StdioServer, socket: &str, why: &str) {
+    server.close_stdin();
+    tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let start = Instant::now();
+    while !serves_on(socket).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(15), "{why}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_serve_starts_on_the_first_local_call_and_stops_at_exit() {
     let rt = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
-    let bin = smolvm_binary().display().to_string();
-    let mut extra = vec![
-        ("SMOLVM", bin.as_str()),
-        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
-        ("SMOL_CLOUD_TOKEN", "smk_must_not_reach_the_serve"),
-        ("SMOL_MCP_TARGETS", "local"),
-    ];
-    if common::real_serve::is_root() {
-        extra.push(("SMOLVM_VM_UID_DROP", "off"));
-    }
-    let mut server = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    let env = engine_env(
+        rt.path(),
+        &port,
+        &[
+            ("SMOL_CLOUD_TOKEN", "smk_must_not_reach_the_serve"),
+            ("SMOL_MCP_TARGETS", "local"),
+        ],
+    );
+    let mut server = StdioServer::spawn(env).await;
     let runtime = rt.path().join("rt");
     let socket = runtime.join("api.sock").display().to_string();
     assert!(serves_on(&socket).is_empty(), "no serve at connect");
@@ -67,35 +94,20 @@ async fn the_serve_starts_on_the_first_local_call_and_stops_at_exit() {
         "SMOLVM_* settings pass through"
     );
 
-    server.close_stdin();
-    tokio::time::timeout(Duration::from_secs(20), server.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    let start = Instant::now();
-    while !serves_on(&socket).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "the serve this server started is stopped at exit"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    exit_then_no_serve(
+        &mut server,
+        &socket,
+        "the serve this server started is stopped at exit",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn an_engine_below_the_minimum_version_is_refused_and_stopped() {
     let rt = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
-    let bin = smolvm_binary().display().to_string();
-    let mut extra = vec![
-        ("SMOLVM", bin.as_str()),
-        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
-        ("SMOL_MCP_MIN_SMOLVM", "99.0"),
-    ];
-    if common::real_serve::is_root() {
-        extra.push(("SMOLVM_VM_UID_DROP", "off"));
-    }
-    let mut server = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    let env = engine_env(rt.path(), &port, &[("SMOL_MCP_MIN_SMOLVM", "99.0")]);
+    let mut server = StdioServer::spawn(env).await;
     let answer = server
         .request(
             1,
@@ -161,17 +173,9 @@ async fn a_non_loopback_serve_address_is_refused() {
 async fn a_serve_left_by_a_killed_server_is_taken_over_and_stopped() {
     let rt = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
-    let bin = smolvm_binary().display().to_string();
-    let mut extra = vec![
-        ("SMOLVM", bin.as_str()),
-        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
-        ("SMOL_MCP_TARGETS", "local"),
-    ];
-    if common::real_serve::is_root() {
-        extra.push(("SMOLVM_VM_UID_DROP", "off"));
-    }
+    let env = engine_env(rt.path(), &port, &[("SMOL_MCP_TARGETS", "local")]);
     let socket = rt.path().join("rt/api.sock").display().to_string();
-    let mut first = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    let mut first = StdioServer::spawn(env.clone()).await;
     first.tool(1, "list-machines", json!({})).await;
     let pids = serves_on(&socket);
     assert_eq!(pids.len(), 1, "the first server started a serve");
@@ -179,26 +183,19 @@ async fn a_serve_left_by_a_killed_server_is_taken_over_and_stopped() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(serves_on(&socket), pids, "SIGKILL leaves the serve running");
 
-    let mut second = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    let mut second = StdioServer::spawn(env).await;
     second.tool(1, "list-machines", json!({})).await;
     assert_eq!(
         serves_on(&socket),
         pids,
         "the second server uses the same serve"
     );
-    second.close_stdin();
-    tokio::time::timeout(Duration::from_secs(20), second.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    let start = Instant::now();
-    while !serves_on(&socket).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "the orphaned serve is stopped when the server that took it over exits"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    exit_then_no_serve(
+        &mut second,
+        &socket,
+        "the orphaned serve is stopped when the server that took it over exits",
+    )
+    .await;
 }
 
 /// A serve whose owner is alive is left alone by a second server: it is not the second's to stop.
@@ -206,19 +203,11 @@ async fn a_serve_left_by_a_killed_server_is_taken_over_and_stopped() {
 async fn a_serve_whose_owner_lives_is_not_stopped_by_another_server() {
     let rt = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
-    let bin = smolvm_binary().display().to_string();
-    let mut extra = vec![
-        ("SMOLVM", bin.as_str()),
-        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
-        ("SMOL_MCP_TARGETS", "local"),
-    ];
-    if common::real_serve::is_root() {
-        extra.push(("SMOLVM_VM_UID_DROP", "off"));
-    }
+    let env = engine_env(rt.path(), &port, &[("SMOL_MCP_TARGETS", "local")]);
     let socket = rt.path().join("rt/api.sock").display().to_string();
-    let mut first = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    let mut first = StdioServer::spawn(env.clone()).await;
     first.tool(1, "list-machines", json!({})).await;
-    let mut second = StdioServer::spawn(server_env(rt.path(), &extra)).await;
+    let mut second = StdioServer::spawn(env).await;
     second.tool(1, "list-machines", json!({})).await;
     second.close_stdin();
     tokio::time::timeout(Duration::from_secs(20), second.child.wait())
@@ -230,17 +219,5 @@ async fn a_serve_whose_owner_lives_is_not_stopped_by_another_server() {
         1,
         "the owner's serve keeps running"
     );
-    first.close_stdin();
-    tokio::time::timeout(Duration::from_secs(20), first.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    let start = Instant::now();
-    while !serves_on(&socket).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "its owner stops it"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    exit_then_no_serve(&mut first, &socket, "its owner stops it").await;
 }
