@@ -45,13 +45,21 @@ fn engine_env(rt: &std::path::Path, port: &str, extra: &[(&str, &str)]) -> Vec<(
     server_env(rt, &vars)
 }
 
-/// Closes the server's stdin, waits for it to exit, then until no serve listens on `socket`.
+/// Closes the server's stdin and waits for it to exit, then until no serve listens on `socket`.
 async fn exit_then_no_serve(server: &mut StdioServer, socket: &str, why: &str) {
+    exit(server).await;
+    until_no_serve(socket, why).await;
+}
+
+async fn exit(server: &mut StdioServer) {
     server.close_stdin();
     tokio::time::timeout(Duration::from_secs(20), server.child.wait())
         .await
         .unwrap()
         .unwrap();
+}
+
+async fn until_no_serve(socket: &str, why: &str) {
     let start = Instant::now();
     while !serves_on(socket).is_empty() {
         assert!(start.elapsed() < Duration::from_secs(15), "{why}");
@@ -123,16 +131,8 @@ async fn an_engine_below_the_minimum_version_is_refused_and_stopped() {
         "{text}"
     );
     let socket = rt.path().join("rt/api.sock").display().to_string();
-    let start = Instant::now();
-    while !serves_on(&socket).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "the refused serve is stopped"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    server.close_stdin();
-    server.child.wait().await.unwrap();
+    until_no_serve(&socket, "the refused serve is stopped").await;
+    exit(&mut server).await;
 }
 
 /// Refused at start-up, before a client is served: the address would be refused at every call.
