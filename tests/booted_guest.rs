@@ -163,7 +163,7 @@ async fn branching_and_run_once_in_booted_guests() {
 #[tokio::test]
 #[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
 async fn the_engines_limits_are_what_the_fake_says() {
-    let (_serve, h) = setup().await;
+    let (serve, h) = setup().await;
     let created = h
         .ok(
             "create-machine",
@@ -224,6 +224,27 @@ async fn the_engines_limits_are_what_the_fake_says() {
     assert!(
         err.starts_with("INVALID_ARGUMENT: timeoutSecs:") && err.contains("at most 290"),
         "{err}"
+    );
+
+    // An upload over 100 MiB, straight to the engine (the tool refuses it before sending): the
+    // fake answers 413 in plain text, as the engine's upload handler says it does.
+    let http = serve.endpoint.http_client().unwrap();
+    let base = serve.endpoint.base_url();
+    let response = http
+        .put(format!("{base}/api/v1/machines/{name}/files/tmp%2Fbig"))
+        .header("content-type", "application/octet-stream")
+        .body(vec![0u8; 101 * 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("100 MiB upload limit"),
+        "the engine's words for an upload over its limit"
     );
 
     h.ok("delete-machine", json!({"name": name})).await;
