@@ -483,3 +483,37 @@ async fn the_readiness_wait_is_bounded_by_ready_timeout_even_while_a_probe_boots
     );
     assert!(began.elapsed() < ms(3000), "{:?}", began.elapsed());
 }
+
+/// A branch child still in the source's queue when the session ends is not there to delete yet;
+/// it stays recorded, and a later clean-up deletes it once it exists (a branch child has no TTL
+/// of its own, so forgetting it would leak it).
+#[tokio::test]
+async fn a_branch_child_still_queued_at_session_end_is_deleted_by_a_later_sweep() {
+    let (cloud, h) = setup_short().await;
+    let src = cloud.add_machine("src", "started");
+    cloud.with(|st| {
+        st.machines.get_mut(&src).unwrap()["branchable"] = json!(true);
+        st.branch_delay = ms(1500);
+    });
+    let has_kid =
+        |cloud: &FakeCloud| cloud.with(|st| st.machines.values().any(|m| m["name"] == "mcp-late"));
+    h.err(
+        "branch-machine",
+        json!({"name": "src", "childName": "mcp-late"}),
+    )
+    .await;
+    let early = h.backend.cleanup_session(&h.session).await;
+    assert!(early.deleted.is_empty(), "{early:?}");
+    assert_eq!(early.failed.len(), 1, "reported, not forgotten: {early:?}");
+    assert!(
+        std::fs::read_to_string(h.record_path())
+            .unwrap()
+            .contains("mcp-late"),
+        "still recorded"
+    );
+    tokio::time::sleep(ms(1600)).await;
+    assert!(has_kid(&cloud), "the branch was made after all");
+    let later = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(later.deleted, ["mcp-late"]);
+    assert!(!has_kid(&cloud));
+}

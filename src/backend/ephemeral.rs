@@ -38,6 +38,16 @@ pub struct Entry {
     /// records written before it existed, and for machines that are not branch children.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// When the entry was recorded (seconds since the epoch; 0 in records from before).
+    #[serde(default)]
+    pub recorded_at: u64,
+}
+
+/// Seconds since the epoch, for `Entry::recorded_at`.
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -267,6 +277,7 @@ mod tests {
             owner_pid: pid,
             session: session.into(),
             parent: None,
+            recorded_at: 0,
         }
     }
 

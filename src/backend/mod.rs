@@ -207,6 +207,7 @@ impl Backend {
             owner_pid: std::process::id(),
             session: session.to_owned(),
             parent: parent.map(str::to_owned),
+            recorded_at: ephemeral::now_secs(),
         })
     }
 
@@ -219,6 +220,7 @@ impl Backend {
             owner_pid: std::process::id(),
             session: session.to_owned(),
             parent: None,
+            recorded_at: ephemeral::now_secs(),
         };
         if let Err(e) = self.record.set_created(&created) {
             tracing::warn!(error = %e, "could not record the id of {name}");
@@ -359,6 +361,10 @@ fn children_first(mut pending: Vec<Entry>) -> Vec<Entry> {
 /// live clones that are all machines of this same sweep (so the session owns them, or a dead
 /// process left them) is retried with the engine's `cascade`, which deletes them with it;
 /// clones it does not own are never deleted this way.
+/// How long a cloud machine whose create or branch never answered stays recorded while it is
+/// not found.
+const PENDING_SECS: u64 = 24 * 3600;
+
 async fn delete_one(
     record: &Record,
     fleet: &Fleet,
@@ -386,6 +392,23 @@ async fn delete_one(
             let _ = record.remove(kind, &entry.name);
             cleanup.deleted.push(entry.name.clone());
             None
+        }
+        // Not there yet: a cloud create or branch that never answered with an id (its call
+        // gave up on the deadline) may still come out of the service's per-source queue (facts
+        // 3.9), and a branch child has no TTL of its own. Kept, for a later sweep (the next start
+        // deletes what a dead process left), until it is a day old.
+        Err(e)
+            if e.kind == ErrorKind::NotFound
+                && kind == FleetKind::Cloud
+                && entry.id == entry.name
+                && ephemeral::now_secs().saturating_sub(entry.recorded_at) < PENDING_SECS =>
+        {
+            Some(FleetError::new(
+                ErrorKind::NotFound,
+                format!("delete machine {}", entry.name),
+                "not there yet: its create or branch never answered and may still finish; it \
+                 stays recorded, and a later clean-up deletes it",
+            ))
         }
         // Already gone: on cloud the TTL sweep deletes an ephemeral machine whatever the
         // session is doing (facts 3.3 ttlSeconds, 3.6 "404 when already gone"). Done all the
@@ -479,6 +502,7 @@ mod tests {
             owner_pid: 1,
             session: "s".into(),
             parent: parent.map(Into::into),
+            recorded_at: 0,
         }
     }
 
