@@ -411,7 +411,7 @@ pub struct CommandFields {
     pub env: Option<BTreeMap<String, String>>,
     /// Text written to the command's standard input, then closed.
     pub stdin: Option<String>,
-    /// Seconds before the command is killed (exit 124, timedOut true). Default and ceiling from the server's configuration (120 and 900).
+    /// Seconds before the command is killed (exit 124, timedOut true). Default and ceiling from the server's configuration (120 and 900); at most 290 on the local fleet, whose engine ends every request at 300 s.
     #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
 }

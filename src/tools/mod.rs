@@ -203,7 +203,7 @@ tool_table! {
         result: results::CommandRun,
         run: commands::run_command,
         description: "Run one command in an existing machine and wait for it to end (up to timeoutSecs: 120 s by \
-             default, 900 at most), then return stdout, stderr and exitCode. A non-zero exit is a result, \
+             default, 900 at most, 290 locally), then return stdout, stderr and exitCode. A non-zero exit is a result, \
              not an error; timedOut true means it was killed at timeoutSecs (exit 124). Each call is a new \
              process: cd and export do not carry over, so pass workdir and env. Output over the budget keeps \
              its head and tail (truncated: true) and the whole stream is saved in the machine at the path \
