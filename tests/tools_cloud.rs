@@ -386,16 +386,25 @@ async fn a_start_that_outlasts_its_deadline_says_the_machine_may_still_come_up()
     assert_eq!(got["state"], "started", "it came up after all");
 }
 
-#[tokio::test]
-async fn a_branch_that_outlasts_its_deadline_is_still_deleted_at_session_end() {
-    let (cloud, h) = setup_short().await;
+/// A running branchable `src` whose branches wait 1.5 s in the service's queue: longer than the
+/// short deadlines of `setup_short`.
+fn queue_branches_of_a_source(cloud: &FakeCloud) {
     let src = cloud.add_machine("src", "started");
     cloud.with(|st| {
         st.machines.get_mut(&src).unwrap()["branchable"] = json!(true);
         st.branch_delay = ms(1500);
     });
-    let has_kid =
-        |cloud: &FakeCloud| cloud.with(|st| st.machines.values().any(|m| m["name"] == "mcp-kid"));
+}
+
+fn has_machine(cloud: &FakeCloud, name: &str) -> bool {
+    cloud.with(|st| st.machines.values().any(|m| m["name"] == name))
+}
+
+#[tokio::test]
+async fn a_branch_that_outlasts_its_deadline_is_still_deleted_at_session_end() {
+    let (cloud, h) = setup_short().await;
+    queue_branches_of_a_source(&cloud);
+    let has_kid = |cloud: &FakeCloud| has_machine(cloud, "mcp-kid");
     let err = h
         .err(
             "branch-machine",
@@ -490,13 +499,8 @@ async fn the_readiness_wait_is_bounded_by_ready_timeout_even_while_a_probe_boots
 #[tokio::test]
 async fn a_branch_child_still_queued_at_session_end_is_deleted_by_a_later_sweep() {
     let (cloud, h) = setup_short().await;
-    let src = cloud.add_machine("src", "started");
-    cloud.with(|st| {
-        st.machines.get_mut(&src).unwrap()["branchable"] = json!(true);
-        st.branch_delay = ms(1500);
-    });
-    let has_kid =
-        |cloud: &FakeCloud| cloud.with(|st| st.machines.values().any(|m| m["name"] == "mcp-late"));
+    queue_branches_of_a_source(&cloud);
+    let has_kid = |cloud: &FakeCloud| has_machine(cloud, "mcp-late");
     h.err(
         "branch-machine",
         json!({"name": "src", "childName": "mcp-late"}),

@@ -597,11 +597,8 @@ async fn logs_ask_for_the_tail_and_resume_by_content_in_a_moving_window() {
     assert!(lines.len() <= 10_000);
 }
 
-/// The engine refuses to delete a fork base while its clones live (the fake does the same):
-/// the session's clean-up deletes the child first, then its source.
-#[tokio::test]
-async fn session_cleanup_deletes_a_branch_child_before_its_source() {
-    let (fake, h) = setup().await;
+/// An ephemeral branchable source `mcp-src` and a child of it named `child`.
+async fn source_and_child(h: &Harness, child: &str) {
     let source = h
         .ok(
             "create-machine",
@@ -611,9 +608,17 @@ async fn session_cleanup_deletes_a_branch_child_before_its_source() {
     assert_eq!(source["ephemeral"], true);
     h.ok(
         "branch-machine",
-        json!({"name": "mcp-src", "childName": "mcp-kid"}),
+        json!({"name": "mcp-src", "childName": child}),
     )
     .await;
+}
+
+/// The engine refuses to delete a fork base while its clones live (the fake does the same):
+/// the session's clean-up deletes the child first, then its source.
+#[tokio::test]
+async fn session_cleanup_deletes_a_branch_child_before_its_source() {
+    let (fake, h) = setup().await;
+    source_and_child(&h, "mcp-kid").await;
     let refused = h.err("delete-machine", json!({"name": "mcp-src"})).await;
     assert!(
         refused.starts_with("CONFLICT")
@@ -635,16 +640,7 @@ async fn session_cleanup_deletes_a_branch_child_before_its_source() {
 #[tokio::test]
 async fn session_cleanup_of_a_record_without_parents_still_deletes_both() {
     let (fake, h) = setup().await;
-    h.ok(
-        "create-machine",
-        json!({"image": "alpine", "name": "mcp-src", "branchable": true}),
-    )
-    .await;
-    h.ok(
-        "branch-machine",
-        json!({"name": "mcp-src", "childName": "mcp-kid"}),
-    )
-    .await;
+    source_and_child(&h, "mcp-kid").await;
     let path = h.record_path();
     let record = std::fs::read_to_string(&path).unwrap();
     let mut doc: serde_json::Value = serde_json::from_str(&record).unwrap();
@@ -678,16 +674,7 @@ async fn session_cleanup_of_a_record_without_parents_still_deletes_both() {
 #[tokio::test]
 async fn session_cleanup_never_cascades_into_a_clone_it_does_not_own() {
     let (fake, h) = setup().await;
-    h.ok(
-        "create-machine",
-        json!({"image": "alpine", "name": "mcp-src", "branchable": true}),
-    )
-    .await;
-    h.ok(
-        "branch-machine",
-        json!({"name": "mcp-src", "childName": "keep-me"}),
-    )
-    .await;
+    source_and_child(&h, "keep-me").await;
     let cleanup = h.backend.cleanup_session(&h.session).await;
     assert_eq!(cleanup.deleted, Vec::<String>::new());
     assert_eq!(cleanup.failed.len(), 1);
