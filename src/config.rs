@@ -582,6 +582,13 @@ settings! {
         accepts: whole(1, 30 * DAY),
         why: "an HTTP session with no request in flight and none arriving for this long is closed and its ephemeral machines deleted; a call, however long, is never cut by it",
     },
+    machine_lease_secs: u64 {
+        key: "machineLeaseSecs",
+        env: "SMOL_MCP_MACHINE_LEASE_SECS",
+        default: "1800",
+        accepts: whole(1, 30 * DAY),
+        why: "an ephemeral machine made by a 2026-07-28 (sessionless) HTTP request belongs to the server: deleted once no tool call has named it for this long, never during a call",
+    },
     http_allowed_hosts: Vec<String> {
         key: "httpAllowedHosts",
         env: "SMOL_MCP_HTTP_ALLOWED_HOSTS",

@@ -41,6 +41,37 @@ pub struct Entry {
     /// When the entry was recorded (seconds since the epoch; 0 in records from before).
     #[serde(default)]
     pub recorded_at: u64,
+    /// Set for a machine that belongs to the process rather than to a session: one created by a
+    /// 2026-07-28 request over HTTP, whose handler lives for that one request. Absent in records
+    /// written before it existed, and for session machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// A process-owned machine's lease: renewed by every tool call naming the machine, and over
+/// once it has gone unused for `secs`. Kept in the record so that a restarted server can tell
+/// a machine a stateless client may still use from one nobody has touched for too long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// The last tool call naming the machine (seconds since the epoch).
+    pub last_used: u64,
+    /// The idle period the lease was taken with (`machineLeaseSecs` then).
+    pub secs: u64,
+}
+
+impl Lease {
+    pub fn expired(&self, now: u64) -> bool {
+        now >= self.last_used.saturating_add(self.secs)
+    }
+}
+
+impl Entry {
+    /// Whether the process that owned the machine is gone and nobody may still use it: a dead
+    /// owner's leased machine stays until its lease runs out, for the next server to adopt.
+    fn orphaned(&self, now: u64) -> bool {
+        !process_alive(self.owner_pid) && self.lease.is_none_or(|l| l.expired(now))
+    }
 }
 
 /// Seconds since the epoch, for `Entry::recorded_at`.
@@ -243,24 +274,81 @@ impl Record {
         })
     }
 
-    /// Entries of this session, and entries whose process has died.
+    /// Entries of this session, and entries whose process has died (leased ones once their
+    /// lease has run out).
     pub fn owned_or_orphaned(
         &self,
         session: &str,
         fleet: FleetKind,
     ) -> Result<Vec<Entry>, RecordError> {
+        let now = now_secs();
         Ok(self
             .entries()?
             .into_iter()
-            .filter(|e| e.fleet == fleet && (e.session == session || !process_alive(e.owner_pid)))
+            .filter(|e| e.fleet == fleet && (e.session == session || e.orphaned(now)))
             .collect())
     }
 
     pub fn orphaned(&self, fleet: FleetKind) -> Result<Vec<Entry>, RecordError> {
+        let now = now_secs();
         Ok(self
             .entries()?
             .into_iter()
-            .filter(|e| e.fleet == fleet && !process_alive(e.owner_pid))
+            .filter(|e| e.fleet == fleet && e.orphaned(now))
+            .collect())
+    }
+
+    /// Renews the lease of every leased machine called `name_or_id` (on either fleet: a call
+    /// names a machine before its fleet is known, and renewing one too many is harmless).
+    pub fn renew(&self, names: &[String], now: u64) -> Result<(), RecordError> {
+        self.update(|entries| {
+            for e in entries
+                .iter_mut()
+                .filter(|e| names.iter().any(|n| *n == e.name || *n == e.id))
+            {
+                if let Some(lease) = &mut e.lease {
+                    lease.last_used = lease.last_used.max(now);
+                }
+            }
+        })
+    }
+
+    /// Makes `owner`/`session` the owner of every leased machine whose process died before its
+    /// lease ran out: a stateless client still holds those names. Answers what was adopted.
+    pub fn adopt_leased(
+        &self,
+        owner: u32,
+        session: &str,
+        now: u64,
+    ) -> Result<Vec<Entry>, RecordError> {
+        self.update(|entries| {
+            let mut adopted = Vec::new();
+            for e in entries.iter_mut().filter(|e| {
+                e.lease.is_some_and(|l| !l.expired(now)) && !process_alive(e.owner_pid)
+            }) {
+                e.owner_pid = owner;
+                e.session = session.to_owned();
+                adopted.push(e.clone());
+            }
+            adopted
+        })
+    }
+
+    /// The leased machines of `owner` on `fleet` whose lease has run out.
+    pub fn expired_leases(
+        &self,
+        owner: u32,
+        fleet: FleetKind,
+        now: u64,
+    ) -> Result<Vec<Entry>, RecordError> {
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| {
+                e.fleet == fleet
+                    && e.owner_pid == owner
+                    && e.lease.is_some_and(|l| l.expired(now))
+            })
             .collect())
     }
 }
@@ -278,6 +366,7 @@ mod tests {
             session: session.into(),
             parent: None,
             recorded_at: 0,
+            lease: None,
         }
     }
 

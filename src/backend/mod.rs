@@ -2,11 +2,12 @@
 //! first use), the ephemeral record, and the clean-up when a session or the process ends.
 
 pub mod ephemeral;
+pub mod lease;
 pub mod local_serve;
 
 use crate::config::{Config, TargetsSetting};
 use crate::fleet::{Backstop, CloudFleet, ErrorKind, Fleet, FleetError, FleetKind, FleetResult};
-use ephemeral::{Entry, Record, RecordError, ensure_runtime_dir};
+use ephemeral::{Entry, Lease, Record, RecordError, ensure_runtime_dir};
 use local_serve::LocalServe;
 use std::sync::Arc;
 
@@ -34,6 +35,10 @@ pub struct Backend {
     /// Downloads read-file paused at the end of a page, so that the next page of the same read
     /// continues the same download (neither API reads a byte range).
     parked_reads: std::sync::Mutex<Vec<ParkedRead>>,
+    /// The machine names tool calls are using, which the lease reaper leaves alone.
+    in_use: lease::InUse,
+    /// The owner recorded for machines this process holds under a lease (`lease`).
+    lease_session: String,
 }
 
 /// A read-file download paused between pages: where it is, and the stream to go on with.
@@ -82,6 +87,8 @@ impl Backend {
             local: tokio::sync::Mutex::new(None),
             cloud: std::sync::OnceLock::new(),
             parked_reads: std::sync::Mutex::new(Vec::new()),
+            in_use: lease::InUse::default(),
+            lease_session: format!("leased-{}", std::process::id()),
         })
     }
 
@@ -208,6 +215,18 @@ impl Backend {
             session: session.to_owned(),
             parent: parent.map(str::to_owned),
             recorded_at: ephemeral::now_secs(),
+            lease: self.lease_for(session),
+        })
+    }
+
+    /// A machine recorded for the lease session is held under a lease from now on.
+    fn lease_for(&self, session: &str) -> Option<Lease> {
+        (session == self.lease_session).then(|| {
+            self.in_use.start_leasing();
+            Lease {
+                last_used: ephemeral::now_secs(),
+                secs: self.config.machine_lease_secs,
+            }
         })
     }
 
@@ -221,6 +240,7 @@ impl Backend {
             session: session.to_owned(),
             parent: None,
             recorded_at: ephemeral::now_secs(),
+            lease: self.lease_for(session),
         };
         if let Err(e) = self.record.set_created(&created) {
             tracing::warn!(error = %e, "could not record the id of {name}");
@@ -456,6 +476,18 @@ async fn sweep(record: &Record, fleet: &Fleet, session: Option<&str>) -> Cleanup
             };
         }
     };
+    delete_all(record, fleet, entries, |_| true).await
+}
+
+/// Deletes `entries` on one fleet, children before their sources, each only if `still` says so
+/// right before its delete is sent.
+async fn delete_all(
+    record: &Record,
+    fleet: &Fleet,
+    entries: Vec<Entry>,
+    still: impl Fn(&Entry) -> bool,
+) -> Cleanup {
+    let kind = fleet.kind();
     let mut cleanup = Cleanup::default();
     // Children before their source: the local engine refuses to delete a machine that is the
     // fork base of live clones (409 "is the fork base of N live clone(s) (..)", smolvm
@@ -466,6 +498,9 @@ async fn sweep(record: &Record, fleet: &Fleet, session: Option<&str>) -> Cleanup
         .collect();
     let mut refused = Vec::new();
     for entry in children_first(entries) {
+        if !still(&entry) {
+            continue;
+        }
         match delete_one(record, fleet, &entry, &ours, &mut cleanup).await {
             Some(e) if e.kind == ErrorKind::Conflict => refused.push((entry, e)),
             Some(e) => cleanup.failed.push((entry.name, e.to_string())),
@@ -503,6 +538,7 @@ mod tests {
             session: "s".into(),
             parent: parent.map(Into::into),
             recorded_at: 0,
+            lease: None,
         }
     }
 

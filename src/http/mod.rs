@@ -319,13 +319,18 @@ pub fn serve(
     backend: Arc<Backend>,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let app = app(config, backend, &shutdown);
+    let app = app(config, backend.clone(), &shutdown);
     let idle = Duration::from_secs(config.http_session_idle_secs);
     let limits = listener::Limits {
         max_connections: config.http_max_connections,
         header_timeout: Duration::from_secs(config.http_header_timeout_secs),
     };
+    // Before the orphan sweep can find them: a previous server's leased machines that a
+    // sessionless client may still use.
+    backend.adopt_leased_machines();
+    let leases = crate::backend::lease::reap(backend.clone(), shutdown.clone());
     async move {
+        tokio::spawn(leases);
         tokio::spawn(sessions::reap(
             app.sessions,
             app.manager,

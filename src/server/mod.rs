@@ -2,6 +2,7 @@
 //! (`crate::tools`) with the process's `Backend`. `stdio` is the stdio transport in front of it,
 //! which answers the malformed input rmcp would drop.
 
+pub mod fleet_choice;
 pub mod stdio;
 
 use crate::backend::{Backend, Mode};
@@ -9,7 +10,7 @@ use crate::fleet::FleetKind;
 use crate::tools::{self, Catalog, Tool, ToolError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -21,6 +22,10 @@ pub struct SmolMcp {
     backend: Arc<Backend>,
     session: Arc<str>,
     catalog: Arc<Catalog>,
+    fleet_choice: Arc<fleet_choice::SessionChoice>,
+    /// Whether machines made by 2026-07-28 requests belong to the process under a lease (HTTP,
+    /// where such a request's handler lives for that request only) rather than to `session`.
+    leases_stateless_machines: bool,
     _end: Option<Arc<SessionEnd>>,
 }
 
@@ -49,6 +54,8 @@ impl SmolMcp {
             catalog: Catalog::of(backend.mode),
             backend,
             session: session.into(),
+            fleet_choice: Arc::default(),
+            leases_stateless_machines: false,
             _end: None,
         }
     }
@@ -60,6 +67,7 @@ impl SmolMcp {
             backend: self.backend.clone(),
             session: self.session.clone(),
         }));
+        self.leases_stateless_machines = true;
         self
     }
 
@@ -101,23 +109,23 @@ impl SmolMcp {
 
 impl ServerHandler for SmolMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build())
             .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(self.instructions())
-    }
-
-    /// Up to 2025-11-25 only: the 2026-07-28 lifecycle has no sessions, and ephemeral machines
-    /// belong to a session. Clients that offer both fall back to the `initialize` handshake.
-    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
-        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.catalog.listed.clone()))
+        let scope = self.fleet_choice.scope(self.backend.mode, &context);
+        Ok(ListToolsResult::with_all_items(
+            Catalog::of(scope.mode()).listed.clone(),
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
@@ -140,8 +148,21 @@ impl ServerHandler for SmolMcp {
                 None,
             ));
         };
-        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let result = tools::call(&self.backend, &self.session, context.ct, tool, args).await;
+        let (scope, args) = match self
+            .fleet_choice
+            .settle(self.backend.mode, &request, &context)
+            .await?
+        {
+            fleet_choice::Settled::Run(scope, args) => (scope, args),
+            fleet_choice::Settled::Answer(answer) => return Ok(answer),
+        };
+        let owner = if self.leases_stateless_machines && fleet_choice::is_stateless(&context) {
+            self.backend.lease_session()
+        } else {
+            &self.session
+        };
+        let args = serde_json::Value::Object(args);
+        let result = tools::call(&self.backend, owner, scope, context.ct, tool, args).await;
         Ok(CallToolResponse::Complete(into_result(result)))
     }
 }

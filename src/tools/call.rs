@@ -16,9 +16,38 @@ pub struct Call<'a> {
     pub backend: &'a Backend,
     pub session: &'a str,
     pub catalog: Arc<Catalog>,
+    scope: Scope,
     ct: CancellationToken,
     /// The fleet this call went to, once chosen.
     used: OnceLock<FleetKind>,
+    /// The machine names this call uses, which the lease reaper must leave alone until it ends.
+    held: std::sync::Mutex<Vec<String>>,
+}
+
+/// Which fleets a call may name: those of the process, or the one its session chose when
+/// asked at its first tool call (`crate::server::fleet_choice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Process(Mode),
+    Chosen(FleetKind),
+}
+
+impl Scope {
+    /// The tool catalog a client in this scope sees.
+    pub fn mode(self) -> Mode {
+        match self {
+            Scope::Process(mode) => mode,
+            Scope::Chosen(kind) => Mode::Single(kind),
+        }
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if let Ok(held) = self.held.lock() {
+            self.backend.release(&held);
+        }
+    }
 }
 
 pub(super) fn random_hex() -> String {
@@ -26,13 +55,30 @@ pub(super) fn random_hex() -> String {
 }
 
 impl<'a> Call<'a> {
-    pub fn new(backend: &'a Backend, session: &'a str, ct: CancellationToken) -> Self {
+    pub fn new(
+        backend: &'a Backend,
+        session: &'a str,
+        scope: Scope,
+        ct: CancellationToken,
+    ) -> Self {
         Call {
             backend,
             session,
-            catalog: Catalog::of(backend.mode),
+            catalog: Catalog::of(scope.mode()),
+            scope,
             ct,
             used: OnceLock::new(),
+            held: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Marks `name` as used by this call until it ends, renewing its lease if it has one.
+    pub fn hold(&self, name: &str) {
+        if let Ok(mut held) = self.held.lock()
+            && !held.iter().any(|n| n == name)
+        {
+            self.backend.hold(&[name.to_owned()]);
+            held.push(name.to_owned());
         }
     }
 
@@ -71,7 +117,28 @@ impl<'a> Call<'a> {
 
     /// Which fleet `target` means here, without reaching it.
     pub fn fleet_kind(&self, target: Option<FleetKind>) -> Result<FleetKind, ToolError> {
-        match (self.backend.mode, target) {
+        let mode = match self.scope {
+            Scope::Chosen(chosen) => {
+                return match target {
+                    None => Ok(chosen),
+                    Some(kind) if kind == chosen => Ok(kind),
+                    Some(kind) => Err(ToolError::argument(
+                        "target",
+                        format!(
+                            "{} is not reachable in this session: it was set to the {} fleet \
+                             at its first tool call. Leave target out (or give {}); for the \
+                             {} fleet, start another session",
+                            kind.as_str(),
+                            chosen.as_str(),
+                            chosen.as_str(),
+                            kind.as_str()
+                        ),
+                    )),
+                };
+            }
+            Scope::Process(mode) => mode,
+        };
+        match (mode, target) {
             (Mode::Both, Some(kind)) => Ok(kind),
             (Mode::Both, None) => Err(ToolError::argument(
                 "target",

@@ -20,7 +20,7 @@ pub mod results;
 pub mod schema;
 
 use crate::backend::{Backend, Mode};
-pub use call::Call;
+pub use call::{Call, Scope};
 pub use error::{ToolError, ToolErrorKind};
 use serde_json::Value;
 use std::sync::Arc;
@@ -346,6 +346,7 @@ impl Catalog {
 pub async fn call(
     backend: &Backend,
     session: &str,
+    scope: call::Scope,
     ct: tokio_util::sync::CancellationToken,
     tool: Tool,
     args: Value,
@@ -354,7 +355,13 @@ pub async fn call(
         // Later pages of a read must not come from a copy taken before this call.
         backend.forget_parked_reads();
     }
-    let call = Call::new(backend, session, ct);
+    let call = Call::new(backend, session, scope, ct);
+    // Every machine the call names: its lease is renewed and the reaper waits for the call.
+    for key in ["name", "childName"] {
+        if let Some(name) = args.get(key).and_then(Value::as_str) {
+            call.hold(name);
+        }
+    }
     let result = tool.run(&call, args).await;
     call.after(result).await
 }

@@ -40,6 +40,8 @@ impl<'c> Provisional<'c> {
         ephemeral: bool,
         parent: Option<&str>,
     ) -> Result<Self, ToolError> {
+        // The reaper of leased machines must not take one still being made by this call.
+        call.hold(name);
         let known_before = if ephemeral {
             call.backend
                 .remember(fleet.kind(), name, call.session, parent)?
