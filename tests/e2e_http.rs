@@ -252,8 +252,7 @@ async fn python_client_sessions_over_http_clean_up_when_they_end() {
             // auto settles on 2026-07-28, which has no session: the machine belongs to the
             // server under a lease (lifecycles.rs covers its expiry), so the client leaving
             // does not delete it; stopping the server does, below.
-            let record =
-                std::fs::read_to_string(rt.path().join("rt/ephemeral.json")).unwrap();
+            let record = std::fs::read_to_string(rt.path().join("rt/ephemeral.json")).unwrap();
             let record: Value = serde_json::from_str(&record).unwrap();
             let entry = &record["machines"].as_array().unwrap()[0];
             assert_eq!(entry["name"], "mcp-auto");

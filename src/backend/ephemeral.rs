@@ -323,9 +323,10 @@ impl Record {
     ) -> Result<Vec<Entry>, RecordError> {
         self.update(|entries| {
             let mut adopted = Vec::new();
-            for e in entries.iter_mut().filter(|e| {
-                e.lease.is_some_and(|l| !l.expired(now)) && !process_alive(e.owner_pid)
-            }) {
+            for e in entries
+                .iter_mut()
+                .filter(|e| e.lease.is_some_and(|l| !l.expired(now)) && !process_alive(e.owner_pid))
+            {
                 e.owner_pid = owner;
                 e.session = session.to_owned();
                 adopted.push(e.clone());
@@ -345,9 +346,7 @@ impl Record {
             .entries()?
             .into_iter()
             .filter(|e| {
-                e.fleet == fleet
-                    && e.owner_pid == owner
-                    && e.lease.is_some_and(|l| l.expired(now))
+                e.fleet == fleet && e.owner_pid == owner && e.lease.is_some_and(|l| l.expired(now))
             })
             .collect())
     }

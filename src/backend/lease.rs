@@ -9,21 +9,35 @@ use crate::backend::ephemeral::now_secs;
 use crate::fleet::FleetKind;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Which machine names tool calls are using right now, with how many calls use each.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct InUse {
     calls: Mutex<HashMap<String, usize>>,
     /// Whether this process holds any leased machine: until then a call needs no record write.
     leasing: AtomicBool,
+    /// The shortest idle period of a lease held here (an adopted lease keeps the one it was
+    /// taken with), which sets how often the reaper looks.
+    shortest_secs: AtomicU64,
+}
+
+impl Default for InUse {
+    fn default() -> Self {
+        InUse {
+            calls: Mutex::default(),
+            leasing: AtomicBool::new(false),
+            shortest_secs: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl InUse {
-    pub(super) fn start_leasing(&self) {
+    pub(super) fn start_leasing(&self, secs: u64) {
         self.leasing.store(true, Ordering::Relaxed);
+        self.shortest_secs.fetch_min(secs, Ordering::Relaxed);
     }
 
     fn leasing(&self) -> bool {
@@ -94,8 +108,10 @@ impl Backend {
             .adopt_leased(std::process::id(), &self.lease_session, now_secs())
         {
             Ok(adopted) => {
+                for lease in adopted.iter().filter_map(|e| e.lease) {
+                    self.in_use.start_leasing(lease.secs);
+                }
                 if !adopted.is_empty() {
-                    self.in_use.start_leasing();
                     tracing::info!(machines = ?adopted.iter().map(|e| &e.name).collect::<Vec<_>>(), "adopted leased machines of a previous server");
                 }
                 adopted.into_iter().map(|e| e.name).collect()
@@ -160,8 +176,9 @@ pub fn reap_interval(lease_secs: u64) -> Duration {
 
 /// Reaps expired leases until `stop` is cancelled.
 pub async fn reap(backend: std::sync::Arc<Backend>, stop: CancellationToken) {
-    let interval = reap_interval(backend.config.machine_lease_secs);
     loop {
+        let shortest = backend.in_use.shortest_secs.load(Ordering::Relaxed);
+        let interval = reap_interval(shortest.min(backend.config.machine_lease_secs));
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}

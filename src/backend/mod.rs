@@ -222,7 +222,7 @@ impl Backend {
     /// A machine recorded for the lease session is held under a lease from now on.
     fn lease_for(&self, session: &str) -> Option<Lease> {
         (session == self.lease_session).then(|| {
-            self.in_use.start_leasing();
+            self.in_use.start_leasing(self.config.machine_lease_secs);
             Lease {
                 last_used: ephemeral::now_secs(),
                 secs: self.config.machine_lease_secs,

@@ -235,7 +235,9 @@ fn ask_by_input_required(
     };
     let state = codec().seal_with(
         b"fleet",
-        &SealOptions::new().associated_data(&binding).ttl(ANSWER_WITHIN),
+        &SealOptions::new()
+            .associated_data(&binding)
+            .ttl(ANSWER_WITHIN),
     );
     let question = InputRequest::Elicitation(ElicitRequest::new(params));
     Ok(Settled::Answer(

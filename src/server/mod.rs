@@ -109,12 +109,14 @@ impl SmolMcp {
 
 impl ServerHandler for SmolMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder()
+        ServerConfig::new(
+            ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
-                .build())
-            .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
-            .with_instructions(self.instructions())
+                .build(),
+        )
+        .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
+        .with_instructions(self.instructions())
     }
 
     async fn list_tools(
