@@ -447,6 +447,79 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_owners_leased_machine_waits_for_its_lease_to_run_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let record = Record::new(tmp.path());
+        let dead = 4_194_303;
+        let now = now_secs();
+        let leased = |name: &str, last_used: u64| {
+            let mut e = entry(name, dead, "leased-4194303");
+            e.lease = Some(Lease {
+                last_used,
+                secs: 60,
+            });
+            e
+        };
+        record.add(leased("fresh", now - 10)).unwrap();
+        record.add(leased("stale", now - 61)).unwrap();
+        record.add(entry("session", dead, "s9")).unwrap();
+        let names =
+            |entries: Vec<Entry>| -> Vec<String> { entries.into_iter().map(|e| e.name).collect() };
+        assert_eq!(
+            names(record.orphaned(FleetKind::Local).unwrap()),
+            ["stale", "session"],
+            "a client may still use the fresh one"
+        );
+        assert_eq!(
+            names(record.owned_or_orphaned("s1", FleetKind::Local).unwrap()),
+            ["stale", "session"]
+        );
+        let me = std::process::id();
+        assert_eq!(
+            names(record.adopt_leased(me, "leased-me", now).unwrap()),
+            ["fresh"]
+        );
+        let adopted = record.entries().unwrap()[0].clone();
+        assert_eq!(
+            (adopted.owner_pid, adopted.session.as_str()),
+            (me, "leased-me")
+        );
+        assert!(
+            record
+                .expired_leases(me, FleetKind::Local, now)
+                .unwrap()
+                .is_empty()
+        );
+        record.renew(&["fresh".to_owned()], now + 30).unwrap();
+        assert!(
+            record
+                .expired_leases(me, FleetKind::Local, now + 61)
+                .unwrap()
+                .is_empty(),
+            "renewed at +30, so not expired at +61"
+        );
+        assert_eq!(
+            names(
+                record
+                    .expired_leases(me, FleetKind::Local, now + 90)
+                    .unwrap()
+            ),
+            ["fresh"]
+        );
+    }
+
+    #[test]
+    fn a_record_without_leases_still_loads() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("ephemeral.json"),
+            r#"{"machines":[{"fleet":"local","name":"mcp-old","id":"mcp-old","ownerPid":1,"session":"s"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(Record::new(tmp.path()).entries().unwrap()[0].lease, None);
+    }
+
+    #[test]
     fn a_corrupt_record_is_an_error_not_an_empty_one() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("ephemeral.json"), "{oops").unwrap();

@@ -34,10 +34,16 @@ pub struct SmolMcp {
 struct SessionEnd {
     backend: Arc<Backend>,
     session: Arc<str>,
+    /// Whether a tool call ran for the session: a handler rmcp built for one 2026-07-28
+    /// request (no session, no machines of its own) then has nothing to clean up.
+    called: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for SessionEnd {
     fn drop(&mut self) {
+        if !self.called.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let (backend, session) = (self.backend.clone(), self.session.clone());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
@@ -66,6 +72,7 @@ impl SmolMcp {
         self._end = Some(Arc::new(SessionEnd {
             backend: self.backend.clone(),
             session: self.session.clone(),
+            called: std::sync::atomic::AtomicBool::new(false),
         }));
         self.leases_stateless_machines = true;
         self
@@ -161,6 +168,9 @@ impl ServerHandler for SmolMcp {
         let owner = if self.leases_stateless_machines && fleet_choice::is_stateless(&context) {
             self.backend.lease_session()
         } else {
+            if let Some(end) = &self._end {
+                end.called.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             &self.session
         };
         let args = serde_json::Value::Object(args);
