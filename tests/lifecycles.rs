@@ -801,6 +801,51 @@ async fn a_restarted_server_adopts_live_leases_and_deletes_expired_ones() {
     .await;
 }
 
+/// An adopted lease on a fleet no call of the new server touched is still deleted at its stop.
+#[tokio::test]
+async fn a_stopping_server_deletes_the_leased_machines_it_adopted() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("mcp-adopted", "running");
+    let rt = tempfile::tempdir().unwrap();
+    let rt_dir = rt.path().join("rt");
+    std::fs::create_dir_all(&rt_dir).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&rt_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let record = json!({"machines": [{"fleet": "local", "name": "mcp-adopted",
+        "id": "mcp-adopted", "ownerPid": 4_194_303, "session": "leased-4194303",
+        "recordedAt": now, "lease": {"lastUsed": now, "secs": 600}}]});
+    let record_path = rt_dir.join("ephemeral.json");
+    std::fs::write(&record_path, record.to_string()).unwrap();
+    let local_url = fake.url();
+    let mut server = spawn_http(rt.path(), &[("SMOL_LOCAL_URL", &local_url)]).await;
+    let pid = server.child.id().unwrap();
+    until("adopted", Duration::from_secs(10), || {
+        std::fs::read_to_string(&record_path)
+            .unwrap()
+            .contains(&format!("leased-{pid}"))
+    })
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(15), server.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(
+        !std::fs::read_to_string(&record_path)
+            .unwrap()
+            .contains("mcp-adopted")
+    );
+}
+
 // ---- Origin on both lifecycles -----------------------------------------------------------
 
 #[tokio::test]

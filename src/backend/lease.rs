@@ -168,6 +168,25 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// Reaches every fleet where this process holds a leased machine, so that the clean-up at
+    /// exit finds them: an adopted lease may be on a fleet no call of this process has used.
+    pub(super) async fn reach_leased_fleets(&self) {
+        let me = std::process::id();
+        let Ok(entries) = self.record.entries() else {
+            return;
+        };
+        for kind in [FleetKind::Local, FleetKind::Cloud] {
+            let leased = entries
+                .iter()
+                .any(|e| e.fleet == kind && e.owner_pid == me && e.lease.is_some());
+            if leased && let Err(e) = self.fleet(kind).await {
+                tracing::warn!(fleet = kind.as_str(), error = %e, "cannot reach the fleet of leased machines at exit");
+            }
+        }
+    }
+}
+
 /// How often the reaper looks: often enough that a machine outlives its lease by at most a
 /// quarter of it (and 30 s), rarely enough to cost nothing.
 pub fn reap_interval(lease_secs: u64) -> Duration {

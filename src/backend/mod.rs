@@ -317,6 +317,7 @@ impl Backend {
 
     /// At the exit of a process that served several sessions: every machine it recorded.
     pub async fn shutdown_process(&self) -> Cleanup {
+        self.reach_leased_fleets().await;
         let me = std::process::id();
         let sessions: std::collections::BTreeSet<String> = self
             .record
