@@ -679,14 +679,14 @@ async fn python_default_mode_answers_the_fleet_question_over_http() {
 #[tokio::test]
 async fn a_stateless_machine_is_reaped_after_its_lease_and_kept_during_a_call() {
     let fake = FakeServe::start().await;
-    fake.state.lock().unwrap().exec_delay = Some(Duration::from_secs(6));
+    fake.state.lock().unwrap().exec_delay = Some(Duration::from_secs(8));
     let rt = tempfile::tempdir().unwrap();
     let local_url = fake.url();
     let server = spawn_http(
         rt.path(),
         &[
             ("SMOL_LOCAL_URL", &local_url),
-            ("SMOL_MCP_MACHINE_LEASE_SECS", "2"),
+            ("SMOL_MCP_MACHINE_LEASE_SECS", "3"),
         ],
     )
     .await;
@@ -714,7 +714,7 @@ async fn a_stateless_machine_is_reaped_after_its_lease_and_kept_during_a_call() 
     assert_eq!(
         deletes(&fake),
         0,
-        "not deleted during the 6 s call on a 2 s lease"
+        "not deleted during the 8 s call on a 3 s lease (renewed when it ended)"
     );
     assert!(fake.state.lock().unwrap().machines.contains_key(&name));
     until(
