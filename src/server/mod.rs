@@ -16,7 +16,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use std::sync::Arc;
 
-/// One MCP session's server. Sessions of one process share the `Backend`.
+/// One MCP session's server (over HTTP also one 2026-07-28 request's: rmcp builds a handler
+/// for each). Sessions of one process share the `Backend`.
 #[derive(Clone)]
 pub struct SmolMcp {
     backend: Arc<Backend>,
