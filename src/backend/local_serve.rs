@@ -37,6 +37,8 @@ pub fn serve_env(all: impl Iterator<Item = (String, String)>) -> Vec<(String, St
 pub struct LocalServe {
     pub fleet: std::sync::Arc<LocalFleet>,
     pub version: String,
+    /// Where it listens, as `--listen` takes it (`unix:/run/.../api.sock`, `127.0.0.1:8080`).
+    pub listen: String,
     /// The serve process, when this server started it.
     child: Option<tokio::process::Child>,
     /// A serve this server adopted from an owner that died (SIGKILL leaves its serve behind):
@@ -139,6 +141,7 @@ impl LocalServe {
             return Ok(LocalServe {
                 fleet: std::sync::Arc::new(fleet),
                 version: health.version,
+                listen: endpoint.listen_arg(),
                 child: None,
                 adopted,
                 owner_file: adopted.and(owner_file),
@@ -199,6 +202,7 @@ impl LocalServe {
                 let serve = LocalServe {
                     fleet: std::sync::Arc::new(fleet),
                     version: health.version.clone(),
+                    listen: listen.clone(),
                     child: Some(child),
                     adopted: None,
                     owner_file,
@@ -233,6 +237,11 @@ impl LocalServe {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Whether this process started the serve (rather than finding one that answered).
+    pub fn started_here(&self) -> bool {
+        self.child.is_some()
     }
 
     pub fn owned(&self) -> bool {

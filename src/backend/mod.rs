@@ -2,12 +2,14 @@
 //! first use), the ephemeral record, and the clean-up when a session or the process ends.
 
 pub mod ephemeral;
+pub mod events;
 pub mod lease;
 pub mod local_serve;
 
 use crate::config::{Config, TargetsSetting};
 use crate::fleet::{Backstop, CloudFleet, ErrorKind, Fleet, FleetError, FleetKind, FleetResult};
 use ephemeral::{Entry, Lease, Record, RecordError, ensure_runtime_dir};
+use events::{Events, ServerEvent};
 use local_serve::LocalServe;
 use std::sync::Arc;
 
@@ -39,6 +41,8 @@ pub struct Backend {
     in_use: lease::InUse,
     /// The owner recorded for machines this process holds under a lease (`lease`).
     lease_session: String,
+    /// Notable events, for the sessions to pass on to their clients.
+    pub events: Events,
 }
 
 /// A read-file download paused between pages: where it is, and the stream to go on with.
@@ -89,6 +93,7 @@ impl Backend {
             parked_reads: std::sync::Mutex::new(Vec::new()),
             in_use: lease::InUse::default(),
             lease_session: format!("leased-{}", std::process::id()),
+            events: Events::default(),
         })
     }
 
@@ -182,6 +187,7 @@ impl Backend {
                     return Ok(serve.fleet.clone() as Fleet);
                 }
                 let serve = LocalServe::acquire(&self.config).await?;
+                self.events.publish(serve_event(&serve));
                 let fleet: Fleet = serve.fleet.clone();
                 *local = Some(serve);
                 drop(local);
@@ -189,8 +195,10 @@ impl Backend {
                 // reached; deleting them must not hold up this call.
                 let record = self.record.clone();
                 let orphan_fleet = fleet.clone();
+                let events = self.events.clone();
                 tokio::spawn(async move {
-                    sweep(&record, &orphan_fleet, None).await;
+                    let cleanup = sweep(&record, &orphan_fleet, None).await;
+                    publish_orphan_sweep(&events, FleetKind::Local, &cleanup);
                 });
                 Ok(fleet)
             }
@@ -261,7 +269,8 @@ impl Backend {
             .orphaned(FleetKind::Cloud)
             .is_ok_and(|o| !o.is_empty());
         if has_cloud_orphans && let Some(Ok(cloud)) = self.cloud() {
-            sweep(&self.record, &(cloud as Fleet), None).await;
+            let cleanup = sweep(&self.record, &(cloud as Fleet), None).await;
+            publish_orphan_sweep(&self.events, FleetKind::Cloud, &cleanup);
         }
         let has_local_orphans = self
             .record
@@ -278,7 +287,8 @@ impl Backend {
             if let Ok(fleet) = endpoint.and_then(crate::fleet::LocalFleet::new)
                 && fleet.health().await.is_ok()
             {
-                sweep(&self.record, &(Arc::new(fleet) as Fleet), None).await;
+                let cleanup = sweep(&self.record, &(Arc::new(fleet) as Fleet), None).await;
+                publish_orphan_sweep(&self.events, FleetKind::Local, &cleanup);
             }
         }
     }
@@ -348,6 +358,57 @@ impl Backend {
             serve.stop().await;
         }
         cleanup
+    }
+}
+
+/// Which local serve this process uses: one it started, or one that already answered.
+fn serve_event(serve: &LocalServe) -> ServerEvent {
+    let message = if serve.started_here() {
+        format!("started smolvm serve {} on {}", serve.version, serve.listen)
+    } else {
+        format!(
+            "using the smolvm serve {} already running at {}",
+            serve.version, serve.listen
+        )
+    };
+    ServerEvent::info("localServe", message)
+        .with("version", serve.version.clone())
+        .with("listen", serve.listen.clone())
+        .with("started", serve.started_here())
+}
+
+/// What a sweep of machines left by a process that ended did, for the clients to see: those
+/// machines were someone's, and their going is news.
+fn publish_orphan_sweep(events: &Events, kind: FleetKind, cleanup: &Cleanup) {
+    if !cleanup.deleted.is_empty() {
+        events.publish(
+            ServerEvent::info(
+                "orphansDeleted",
+                format!(
+                    "deleted {} machine(s) on the {} fleet that a server process which ended had \
+                     left: {}",
+                    cleanup.deleted.len(),
+                    kind.as_str(),
+                    cleanup.deleted.join(", ")
+                ),
+            )
+            .with("fleet", kind.as_str())
+            .with("machines", cleanup.deleted.clone()),
+        );
+    }
+    for (name, why) in &cleanup.failed {
+        events.publish(
+            ServerEvent::warning(
+                "orphanNotDeleted",
+                format!(
+                    "could not delete {name} on the {} fleet, left by a server process that \
+                     ended: {why}",
+                    kind.as_str()
+                ),
+            )
+            .with("fleet", kind.as_str())
+            .with("machine", name.clone()),
+        );
     }
 }
 

@@ -11,7 +11,7 @@ use crate::tools::Scope;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ElicitRequest, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationSchema, EnumSchema, InputRequest, InputRequiredResult,
-    JsonObject, ProtocolVersion, RequestStateCodec, SealOptions,
+    JsonObject, RequestStateCodec, SealOptions,
 };
 use rmcp::service::{ElicitationMode, RequestContext};
 use rmcp::{ErrorData, RoleServer};
@@ -55,20 +55,11 @@ pub enum Settled {
     Answer(CallToolResponse),
 }
 
-/// Whether this request follows the 2026-07-28 lifecycle: it says so in its own `_meta`. Asked
-/// per request, since one stdio process can see both kinds.
-pub fn is_stateless(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .meta
-        .protocol_version()
-        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
-}
-
 impl SessionChoice {
     /// The scope of a session request right now, without asking.
     pub fn scope(&self, mode: Mode, context: &RequestContext<RoleServer>) -> Scope {
         match self.answer.try_lock().map(|a| *a) {
-            Ok(Answer::Chose(kind)) if !is_stateless(context) => Scope::Chosen(kind),
+            Ok(Answer::Chose(kind)) if !super::is_stateless(context) => Scope::Chosen(kind),
             _ => Scope::Process(mode),
         }
     }
@@ -84,7 +75,7 @@ impl SessionChoice {
         if mode != Mode::Both {
             return Ok(Settled::Run(Scope::Process(mode), args));
         }
-        if is_stateless(context) {
+        if super::is_stateless(context) {
             return ask_by_input_required(request, args, context);
         }
         let mut answer = self.answer.lock().await;

@@ -3,16 +3,19 @@
 //! which answers the malformed input rmcp would drop.
 
 pub mod fleet_choice;
+pub mod notify;
 pub mod stdio;
 
 use crate::backend::{Backend, Mode};
 use crate::fleet::FleetKind;
 use crate::tools::{self, Catalog, Tool, ToolError};
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use std::sync::Arc;
 
@@ -27,6 +30,8 @@ pub struct SmolMcp {
     /// Whether machines made by 2026-07-28 requests belong to the process under a lease (HTTP,
     /// where such a request's handler lives for that request only) rather than to `session`.
     leases_stateless_machines: bool,
+    /// The level set by `logging/setLevel`, and the forwarding of events it governs.
+    log: Arc<notify::SessionLog>,
     _end: Option<Arc<SessionEnd>>,
 }
 
@@ -63,6 +68,7 @@ impl SmolMcp {
             session: session.into(),
             fleet_choice: Arc::default(),
             leases_stateless_machines: false,
+            log: Arc::default(),
             _end: None,
         }
     }
@@ -116,15 +122,33 @@ impl SmolMcp {
 }
 
 impl ServerHandler for SmolMcp {
+    #[allow(deprecated)] // logging: see set_level
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
         .with_instructions(self.instructions())
+    }
+
+    /// A session (2025-11-25 and before) hears the server's events from its `initialized` on.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.log
+            .forward(self.backend.events.subscribe(), context.peer);
+    }
+
+    #[allow(deprecated)] // rmcp marks logging deprecated; both spec versions served have it.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log.set_level(request.level);
+        Ok(())
     }
 
     async fn list_tools(
@@ -166,7 +190,7 @@ impl ServerHandler for SmolMcp {
             fleet_choice::Settled::Run(scope, args) => (scope, args),
             fleet_choice::Settled::Answer(answer) => return Ok(answer),
         };
-        let owner = if self.leases_stateless_machines && fleet_choice::is_stateless(&context) {
+        let owner = if self.leases_stateless_machines && is_stateless(&context) {
             self.backend.lease_session()
         } else {
             if let Some(end) = &self._end {
@@ -175,9 +199,32 @@ impl ServerHandler for SmolMcp {
             &self.session
         };
         let args = serde_json::Value::Object(args);
-        let result = tools::call(&self.backend, owner, scope, context.ct, tool, args).await;
+        let progress = notify::Progress::from_request(&context);
+        let call = tools::call(
+            &self.backend,
+            owner,
+            scope,
+            context.ct.clone(),
+            progress,
+            tool,
+            args,
+        );
+        let result = if is_stateless(&context) {
+            notify::with_request_events(self.backend.events.subscribe(), &context, call).await
+        } else {
+            call.await
+        };
         Ok(CallToolResponse::Complete(into_result(result)))
     }
+}
+
+/// Whether this request follows the 2026-07-28 lifecycle: it says so in its own `_meta`. Asked
+/// per request, since one stdio process can see both kinds.
+pub fn is_stateless(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .meta
+        .protocol_version()
+        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
 }
 
 fn into_result(result: Result<tools::results::Answer, ToolError>) -> CallToolResult {

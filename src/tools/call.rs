@@ -3,7 +3,10 @@
 
 use super::{Catalog, ToolError, ToolErrorKind};
 use crate::backend::{Backend, Mode};
-use crate::fleet::{Command, ErrorKind, ExecSpec, Fleet, FleetKind, Phase};
+use crate::fleet::{
+    Command, CreateSpec, ErrorKind, ExecSpec, Fleet, FleetKind, Machine, Phase, PulledImage,
+};
+use crate::server::notify::Progress;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -18,6 +21,8 @@ pub struct Call<'a> {
     pub catalog: Arc<Catalog>,
     scope: Scope,
     ct: CancellationToken,
+    /// Tells the client what a long wait is waiting for, when it asked (a progress token).
+    pub progress: Progress,
     /// The fleet this call went to, once chosen.
     used: OnceLock<FleetKind>,
     /// The machine names this call uses, which the lease reaper must leave alone until it ends.
@@ -60,6 +65,7 @@ impl<'a> Call<'a> {
         session: &'a str,
         scope: Scope,
         ct: CancellationToken,
+        progress: Progress,
     ) -> Self {
         Call {
             backend,
@@ -67,6 +73,7 @@ impl<'a> Call<'a> {
             catalog: Catalog::of(scope.mode()),
             scope,
             ct,
+            progress,
             used: OnceLock::new(),
             held: std::sync::Mutex::new(Vec::new()),
         }
@@ -112,6 +119,19 @@ impl<'a> Call<'a> {
     pub async fn fleet(&self, target: Option<FleetKind>) -> Result<Fleet, ToolError> {
         let kind = self.fleet_kind(target)?;
         let _ = self.used.set(kind);
+        if kind == FleetKind::Local {
+            // The first local call finds or starts the engine; only a start takes long enough
+            // (more than a second) to be reported.
+            let limit = Duration::from_secs(self.backend.config.serve_start_timeout_secs);
+            return Ok(self
+                .progress
+                .during(
+                    "waiting for the local engine (smolvm serve) to start",
+                    Some(limit),
+                    self.backend.fleet(kind),
+                )
+                .await?);
+        }
         Ok(self.backend.fleet(kind).await?)
     }
 
@@ -166,9 +186,78 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Creates a machine, telling the client what it waits for: the cloud pulls the image at
+    /// create (facts 3.4), so this can take a while there.
+    pub async fn create_reported(
+        &self,
+        fleet: &Fleet,
+        spec: &CreateSpec,
+    ) -> Result<Machine, ToolError> {
+        let waiting_for = format!(
+            "waiting for the {} fleet to create machine {} from {}",
+            fleet.kind().as_str(),
+            spec.name,
+            spec.image
+        );
+        self.progress
+            .during(&waiting_for, None, self.cancellable(fleet.create(spec)))
+            .await
+    }
+
+    /// Starts a machine, telling the client what it waits for: on the local fleet the first
+    /// start pulls the image and boots the guest (README: Egress), which can take minutes.
+    pub async fn start_reported(
+        &self,
+        fleet: &Fleet,
+        machine: &str,
+        branchable: Option<bool>,
+        image: Option<&str>,
+    ) -> Result<Machine, ToolError> {
+        let waiting_for = match image {
+            Some(image) => format!(
+                "waiting for machine {machine} to start (pulling {image} if not cached, then booting)"
+            ),
+            None => format!("waiting for machine {machine} to start"),
+        };
+        self.progress
+            .during(
+                &waiting_for,
+                None,
+                self.cancellable(fleet.start(machine, branchable)),
+            )
+            .await
+    }
+
+    /// Pulls an image into a machine's cache, telling the client how long it has waited.
+    pub async fn pull_reported(
+        &self,
+        fleet: &Fleet,
+        machine: &str,
+        image: &str,
+    ) -> Result<PulledImage, ToolError> {
+        self.progress
+            .during(
+                &format!("waiting for {image} to be pulled into machine {machine}"),
+                None,
+                self.cancellable(fleet.pull_image(machine, image)),
+            )
+            .await
+    }
+
     /// Waits until a command runs in the machine: an `echo` of a nonce, once a second, until the
     /// nonce comes back, the machine is gone, the deadline passes, or the client cancels.
     pub async fn wait_ready(&self, fleet: &Fleet, machine: &str) -> Result<(), ToolError> {
+        let limit = Duration::from_secs(self.backend.config.ready_timeout_secs);
+        self.progress
+            .during(
+                &format!("waiting for machine {machine} to run commands"),
+                Some(limit),
+                self.probe_until_ready(fleet, machine),
+            )
+            .await
+    }
+
+    async fn probe_until_ready(&self, fleet: &Fleet, machine: &str) -> Result<(), ToolError> {
         let nonce = format!("ready-{}", random_hex());
         let limit = self.backend.config.ready_timeout_secs;
         let deadline = Instant::now() + Duration::from_secs(limit);

@@ -204,11 +204,11 @@ pub(super) async fn run_once(
     let mut machine = Provisional::begin(call, &fleet, &name, true)?;
     let result = async {
         let created = call
-            .cancellable(fleet.create(&spec))
+            .create_reported(&fleet, &spec)
             .await
             .map_err(|e| with_egress_hint(e, &spec.egress, Tool::RunOnce))?;
         machine.created(&created.id);
-        call.cancellable(fleet.start(machine.id(), Some(false)))
+        call.start_reported(&fleet, machine.id(), Some(false), Some(&spec.image))
             .await
             .map_err(|e| with_egress_hint(e, &spec.egress, Tool::RunOnce))?;
         call.wait_ready(&fleet, machine.id()).await?;

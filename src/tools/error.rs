@@ -73,10 +73,12 @@ impl From<FleetError> for ToolError {
         // about it but go elsewhere, so say so.
         if message.contains("no boot progress") || message.contains("did not become ready") {
             message.push_str(
-                "\nThe local engine could not boot a guest on this host: it needs a usable KVM \
-                 (/dev/kvm, not a paravirtual or nested one that cannot run guests) on Linux, or \
-                 Hypervisor.framework on macOS. Use the cloud fleet if this server has one, or ask \
-                 the user to check the host (README: The local serve).",
+                "\nThe local engine could not boot a guest on this host, which points at the \
+                 hypervisor rather than at this machine: the engine needs a usable KVM on Linux \
+                 (/dev/kvm readable and writable by this user, and not a paravirtual or nested \
+                 one that cannot run guests) or Hypervisor.framework on macOS. `smol-mcp doctor` \
+                 checks exactly that and says what to fix: ask the user to run it. Meanwhile use \
+                 the cloud fleet if this server has one.",
             );
         }
         ToolError::new(ToolErrorKind::Fleet(e.kind), message)
@@ -121,6 +123,23 @@ mod tests {
         )
         .into();
         assert!(boot.message.contains("usable KVM"), "{}", boot.message);
+        assert!(
+            boot.message.contains("`smol-mcp doctor`")
+                && boot.message.contains("Hypervisor.framework"),
+            "the hint names the check to run and the hypervisor: {}",
+            boot.message
+        );
+        let unrelated: ToolError = FleetError::new(
+            ErrorKind::Upstream,
+            "start machine m",
+            "HTTP 500: disk full",
+        )
+        .into();
+        assert!(
+            !unrelated.message.contains("smol-mcp doctor"),
+            "only a boot failure gets the hint: {}",
+            unrelated.message
+        );
     }
 
     #[test]

@@ -170,7 +170,7 @@ pub(super) async fn create_machine(
     // The fleet is chosen (and the local serve started) only once the arguments are known good.
     let fleet = call.fleet(a.target).await?;
     let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral)?;
-    let machine = match call.cancellable(fleet.create(&spec)).await {
+    let machine = match call.create_reported(&fleet, &spec).await {
         Ok(m) => m,
         Err(e) if e.is(ErrorKind::Conflict) => {
             provisional.refused();
@@ -191,7 +191,7 @@ pub(super) async fn create_machine(
     }
     let started = async {
         let m = call
-            .cancellable(fleet.start(&machine.id, Some(a.branchable)))
+            .start_reported(&fleet, &machine.id, Some(a.branchable), Some(&spec.image))
             .await?;
         call.wait_ready(&fleet, &m.id).await?;
         Ok::<Machine, ToolError>(m)
@@ -248,7 +248,10 @@ pub(super) async fn start_machine(
 ) -> Result<results::Started, ToolError> {
     args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
-    let machine = match call.cancellable(fleet.start(&a.name, a.branchable)).await {
+    let machine = match call
+        .start_reported(&fleet, &a.name, a.branchable, None)
+        .await
+    {
         Ok(m) => m,
         Err(mut e) if e.is(ErrorKind::Timeout) => {
             e.message.push_str(&format!(
@@ -307,10 +310,9 @@ pub(super) async fn branch_machine(
         .starts_with(&call.backend.config.machine_prefix);
     let mut provisional =
         Provisional::begin_child(call, &fleet, &a.child_name, ephemeral, Some(&a.name))?;
-    let child = match call
-        .cancellable(fleet.branch(&a.name, &a.child_name, a.branchable))
-        .await
-    {
+    let waiting_for = format!("waiting for the branch {} of {}", a.child_name, a.name);
+    let branching = call.cancellable(fleet.branch(&a.name, &a.child_name, a.branchable));
+    let child = match call.progress.during(&waiting_for, None, branching).await {
         Ok(c) => c,
         Err(e) if e.is(ErrorKind::Conflict) => {
             provisional.refused();
@@ -364,7 +366,7 @@ pub(super) async fn pull_image(
     args::machine_ref("name", &a.name)?;
     args::image("image", &a.image)?;
     let fleet = call.fleet(a.target).await?;
-    call.cancellable(fleet.pull_image(&a.name, &a.image)).await
+    call.pull_reported(&fleet, &a.name, &a.image).await
 }
 
 #[cfg(test)]

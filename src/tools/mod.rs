@@ -348,6 +348,7 @@ pub async fn call(
     session: &str,
     scope: call::Scope,
     ct: tokio_util::sync::CancellationToken,
+    progress: crate::server::notify::Progress,
     tool: Tool,
     args: Value,
 ) -> Result<results::Answer, ToolError> {
@@ -355,7 +356,7 @@ pub async fn call(
         // Later pages of a read must not come from a copy taken before this call.
         backend.forget_parked_reads();
     }
-    let call = Call::new(backend, session, scope, ct);
+    let call = Call::new(backend, session, scope, ct, progress);
     // Every machine the call names: its lease is renewed and the reaper waits for the call.
     for key in ["name", "childName"] {
         if let Some(name) = args.get(key).and_then(Value::as_str) {
