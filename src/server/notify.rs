@@ -20,6 +20,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext};
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
@@ -77,17 +78,20 @@ impl Progress {
     /// Runs `work`, telling the client once a second what is being waited for: `waiting_for`
     /// ("waiting for machine m to run commands"), how long so far, and `limit` when the wait has
     /// one. A wait over within a second sends nothing.
-    pub async fn during<F: Future>(
+    ///
+    /// `work` comes boxed: the waits nest inside tool calls, and a generic wrapper holding each
+    /// one inline grew every enclosing future (in a debug build, past a test thread's 2 MiB
+    /// stack, seen in tests/tools_local.rs).
+    pub async fn during<T>(
         &self,
         waiting_for: &str,
         limit: Option<Duration>,
-        work: F,
-    ) -> F::Output {
+        mut work: Pin<Box<dyn Future<Output = T> + Send + '_>>,
+    ) -> T {
         let Some(sink) = &self.sink else {
             return work.await;
         };
-        let ticker = sink.tick(waiting_for, limit);
-        tokio::pin!(work, ticker);
+        let mut ticker = Box::pin(sink.tick(waiting_for, limit));
         tokio::select! {
             out = &mut work => out,
             never = &mut ticker => match never {},

@@ -128,7 +128,7 @@ impl<'a> Call<'a> {
                 .during(
                     "waiting for the local engine (smolvm serve) to start",
                     Some(limit),
-                    self.backend.fleet(kind),
+                    Box::pin(self.backend.fleet(kind)),
                 )
                 .await?);
         }
@@ -200,7 +200,11 @@ impl<'a> Call<'a> {
             spec.image
         );
         self.progress
-            .during(&waiting_for, None, self.cancellable(fleet.create(spec)))
+            .during(
+                &waiting_for,
+                None,
+                Box::pin(self.cancellable(fleet.create(spec))),
+            )
             .await
     }
 
@@ -223,7 +227,7 @@ impl<'a> Call<'a> {
             .during(
                 &waiting_for,
                 None,
-                self.cancellable(fleet.start(machine, branchable)),
+                Box::pin(self.cancellable(fleet.start(machine, branchable))),
             )
             .await
     }
@@ -239,7 +243,7 @@ impl<'a> Call<'a> {
             .during(
                 &format!("waiting for {image} to be pulled into machine {machine}"),
                 None,
-                self.cancellable(fleet.pull_image(machine, image)),
+                Box::pin(self.cancellable(fleet.pull_image(machine, image))),
             )
             .await
     }
@@ -252,7 +256,7 @@ impl<'a> Call<'a> {
             .during(
                 &format!("waiting for machine {machine} to run commands"),
                 Some(limit),
-                self.probe_until_ready(fleet, machine),
+                Box::pin(self.probe_until_ready(fleet, machine)),
             )
             .await
     }

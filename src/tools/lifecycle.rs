@@ -311,7 +311,7 @@ pub(super) async fn branch_machine(
     let mut provisional =
         Provisional::begin_child(call, &fleet, &a.child_name, ephemeral, Some(&a.name))?;
     let waiting_for = format!("waiting for the branch {} of {}", a.child_name, a.name);
-    let branching = call.cancellable(fleet.branch(&a.name, &a.child_name, a.branchable));
+    let branching = Box::pin(call.cancellable(fleet.branch(&a.name, &a.child_name, a.branchable)));
     let child = match call.progress.during(&waiting_for, None, branching).await {
         Ok(c) => c,
         Err(e) if e.is(ErrorKind::Conflict) => {
