@@ -493,3 +493,155 @@ async fn a_2026_07_28_request_gets_progress_on_its_own_reply() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_typescript_sdk_gets_progress_through_onprogress() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
+    assert!(
+        dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
+        "the TypeScript clients are not installed: run scripts/test.sh"
+    );
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let env = server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_READY_TIMEOUT_SECS", "30"),
+        ],
+    );
+    let env: serde_json::Map<String, Value> = env
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    slow_readiness(&fake, Duration::from_secs(4));
+    let plan = json!({"server": SERVER, "env": env, "name": "prog-ts"});
+    let out = tokio::process::Command::new("node")
+        .arg(dir.join("ts_progress.mjs"))
+        .arg(plan.to_string())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the TypeScript client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["result"]["isError"], false, "{report}");
+    let progress = report["progress"].as_array().unwrap();
+    assert!(progress.len() >= 2, "{report}");
+    assert!(
+        progress.iter().all(|p| p["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("waiting for machine prog-ts to run commands")),
+        "{report}"
+    );
+    let values: Vec<f64> = progress
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect();
+    assert!(values.windows(2).all(|w| w[1] > w[0]), "{values:?}");
+    // No setLevel: the session gets info and above, the local serve in use among them.
+    let logs = report["logs"].as_array().unwrap();
+    assert!(
+        logs.iter()
+            .any(|l| l["data"]["event"] == "localServe" && l["logger"] == "smol-mcp"),
+        "{report}"
+    );
+}
+
+/// The HTTP server binary on a free port, with its bearer token.
+async fn http_server(fake: &FakeServe, rt: &std::path::Path) -> (tokio::process::Child, String) {
+    let port = common::real_serve::free_port();
+    let env = server_env(
+        rt,
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_READY_TIMEOUT_SECS", "30"),
+            ("SMOL_MCP_AUTH_TOKEN", HTTP_TOKEN),
+            ("SMOL_MCP_HTTP_PORT", &port.to_string()),
+        ],
+    );
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp-http"))
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the HTTP server did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+const HTTP_TOKEN: &str = "test-progress-token";
+
+async fn python_progress(url: &str, mode: &str, name: &str, log_level: &str) -> Value {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join(".venv/bin/python");
+    assert!(python.exists(), "no Python MCP client: run scripts/test.sh");
+    let plan =
+        json!({"url": url, "token": HTTP_TOKEN, "mode": mode, "name": name, "logLevel": log_level});
+    let out = tokio::process::Command::new(python)
+        .arg(root.join("tests/clients/progress_http.py"))
+        .arg(plan.to_string())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the Python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn assert_readiness_progress(report: &Value, name: &str) {
+    assert_eq!(report["result"]["isError"], false, "{report}");
+    let progress = report["progress"].as_array().unwrap();
+    assert!(progress.len() >= 2, "{report}");
+    let prefix = format!("waiting for machine {name} to run commands");
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["message"].as_str().unwrap().starts_with(&prefix)),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn the_python_client_gets_progress_and_log_messages_over_http_on_both_lifecycles() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let (_server, url) = http_server(&fake, rt.path()).await;
+
+    // 2026-07-28: stateless, so progress and the request's log messages travel on that
+    // request's own reply; the first local call of the process finds the serve.
+    slow_readiness(&fake, Duration::from_secs(3));
+    let modern = python_progress(&url, "auto", "prog-py-modern", "info").await;
+    assert_eq!(modern["protocolVersion"], "2026-07-28", "{modern}");
+    assert_readiness_progress(&modern, "prog-py-modern");
+    let logs = modern["logs"].as_array().unwrap();
+    assert!(
+        logs.iter()
+            .any(|l| l["data"]["event"] == "localServe" && l["level"] == "info"),
+        "{modern}"
+    );
+
+    // A session: progress on the request's stream, routed by its token.
+    slow_readiness(&fake, Duration::from_secs(3));
+    let session = python_progress(&url, "legacy", "prog-py-session", "info").await;
+    assert_eq!(session["protocolVersion"], "2025-11-25", "{session}");
+    assert_readiness_progress(&session, "prog-py-session");
+}
