@@ -324,13 +324,16 @@ struct Raw {
 
 impl Raw {
     fn spawn(fake: &FakeServe, runtime: &std::path::Path) -> Raw {
-        let env = server_env(
+        Raw::spawn_with(server_env(
             runtime,
             &[
                 ("SMOL_LOCAL_URL", &fake.url()),
                 ("SMOL_MCP_READY_TIMEOUT_SECS", "30"),
             ],
-        );
+        ))
+    }
+
+    fn spawn_with(env: Vec<(String, String)>) -> Raw {
         let mut child = tokio::process::Command::new(SERVER)
             .env_clear()
             .envs(env)
@@ -644,4 +647,74 @@ async fn the_python_client_gets_progress_and_log_messages_over_http_on_both_life
     let session = python_progress(&url, "legacy", "prog-py-session", "info").await;
     assert_eq!(session["protocolVersion"], "2025-11-25", "{session}");
     assert_readiness_progress(&session, "prog-py-session");
+}
+
+#[tokio::test]
+async fn the_local_serve_start_up_is_reported_while_it_is_waited_for() {
+    // An engine that takes 3 s to give up without ever answering /health: the first local call
+    // waits for it, and a request with a token hears about the wait.
+    let rt = tempfile::tempdir().unwrap();
+    let engine = rt.path().join("slow-smolvm");
+    std::fs::write(&engine, "#!/bin/sh\nsleep 3\nexit 1\n").unwrap();
+    std::fs::set_permissions(&engine, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let env = server_env(
+        rt.path(),
+        &[
+            ("SMOLVM", &engine.display().to_string()),
+            ("SMOL_MCP_SERVE_START_TIMEOUT_SECS", "20"),
+        ],
+    );
+    let mut server = Raw::spawn_with(env);
+    server.initialize().await;
+    let (before, answer) = server
+        .request(
+            1,
+            "tools/call",
+            json!({"name": "list-machines", "arguments": {}, "_meta": {"progressToken": "serve"}}),
+        )
+        .await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let progress = of_method(&before, "notifications/progress");
+    assert!(progress.len() >= 2, "{before:?}");
+    for p in progress {
+        let message = p["params"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("waiting for the local engine (smolvm serve) to start (")
+                && message.ends_with(" of 20 s)"),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_pull_is_reported_while_it_is_waited_for() {
+    let fake = FakeServe::start().await;
+    let s = session(&fake).await;
+    fake.add_machine("puller", "running");
+    fake.state.lock().unwrap().pull_delay = Some(Duration::from_secs(3));
+    let result = s
+        .client
+        .call_tool(
+            CallToolRequestParams::new("pull-image").with_arguments(
+                json!({"name": "puller", "image": "alpine:3.20"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let progress = s.recorder.progress.lock().unwrap().clone();
+    assert!(progress.len() >= 2, "{progress:?}");
+    for p in &progress {
+        let message = p.message.as_deref().unwrap_or_default();
+        assert!(
+            message.starts_with("waiting for alpine:3.20 to be pulled into machine puller (")
+                && message.ends_with(" s)")
+                && !message.contains(" of "),
+            "a pull has no known end: {message}"
+        );
+        assert_eq!(p.total, None, "{p:?}");
+    }
 }

@@ -71,10 +71,6 @@ impl Progress {
         }
     }
 
-    pub fn is_reported(&self) -> bool {
-        self.sink.is_some()
-    }
-
     /// Runs `work`, telling the client once a second what is being waited for: `waiting_for`
     /// ("waiting for machine m to run commands"), how long so far, and `limit` when the wait has
     /// one. A wait over within a second sends nothing.

@@ -27,6 +27,9 @@ pub struct FakeState {
     pub exec_hook: Option<ExecHook>,
     /// How long an exec that is not a readiness probe (`echo`) takes to answer.
     pub exec_delay: Option<std::time::Duration>,
+    /// How long an image pull takes: the engine answers `POST .../images/pull` only once the
+    /// guest agent's pull has returned (smolvm src/api/handlers/images.rs `pull_image`).
+    pub pull_delay: Option<std::time::Duration>,
     /// The engine's request deadline on its machine routes (smolvm src/api/mod.rs,
     /// `API_REQUEST_TIMEOUT_SECS` = 300 and a `TimeoutLayer` answering 408 with an empty body);
     /// `None` is the engine's 300 s, a test sets a second or so.
@@ -400,6 +403,12 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 }
                 None => tokio::time::sleep(std::time::Duration::from_secs_f64(secs)).await,
             }
+        }
+    }
+    if parts.method == Method::POST && parts.uri.path().ends_with("/images/pull") {
+        let delay = state.lock().unwrap().pull_delay;
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
         }
     }
     let mut st = state.lock().unwrap();
