@@ -300,6 +300,7 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
             session: "gone".into(),
             parent: None,
             recorded_at: 0,
+            lease: None,
         })
         .unwrap();
     list_machines(&s).await;
