@@ -420,7 +420,7 @@ tool_arguments! {
     flattening pub struct CreateArgs {
         #[serde(flatten)]
         pub machine: MachineBase,
-        /// Machine name: 1 to 128 letters, digits, underscores or dashes, starting with a letter or digit, not ending with a dash, no two dashes in a row. Omitted: a generated mcp-<8 hex> name, and the machine is deleted when this session ends. A name with the mcp- prefix is ephemeral the same way; any other name persists.
+        /// Machine name: 1 to 128 letters, digits, underscores or dashes, starting with a letter or digit, not ending with a dash, no two dashes in a row. Omitted: a generated mcp-<8 hex> name, and the machine is deleted when this session ends (without sessions: once unused for the server's lease, 30 min by default). A name with the mcp- prefix is ephemeral the same way; any other name persists.
         pub name: Option<String>,
         /// TCP ports to publish, at most 16. On cloud a machine with a published port cannot also have blocked egress, and the machine's url reports the ingress address once something listens.
         pub ports: Option<Vec<PortArg>>,

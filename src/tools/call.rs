@@ -79,6 +79,19 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// When an ephemeral machine this call makes goes: with the session, or, for a sessionless
+    /// (2026-07-28) HTTP request, when its lease runs out.
+    pub fn ephemeral_end(&self) -> String {
+        if self.session == self.backend.lease_session() {
+            format!(
+                "once no call has used it for {} s (the lease of a client without a session)",
+                self.backend.config.machine_lease_secs
+            )
+        } else {
+            "when this session ends".to_owned()
+        }
+    }
+
     /// Marks `name` as used by this call until it ends, renewing its lease if it has one.
     pub fn hold(&self, name: &str) {
         if let Ok(mut held) = self.held.lock()

@@ -216,17 +216,18 @@ pub(super) async fn create_machine(
                     "\n{name} was created and is left as it is for you to inspect: start-machine \
                      tries again, delete-machine removes it{}.",
                     if ephemeral {
-                        ", and it is deleted when this session ends"
+                        format!(", and it is deleted {}", call.ephemeral_end())
                     } else {
-                        ""
+                        String::new()
                     }
                 ));
             } else {
                 match provisional.abandon().await {
                     Ok(()) => e.message.push_str(&format!("\n{name} was deleted again.")),
                     Err(d) => e.message.push_str(&format!(
-                        "\n{name} could not be deleted ({}); it stays recorded and is deleted when this session ends.",
-                        d.message
+                        "\n{name} could not be deleted ({}); it stays recorded and is deleted {}.",
+                        d.message,
+                        call.ephemeral_end()
                     )),
                 }
             }
@@ -327,9 +328,9 @@ pub(super) async fn branch_machine(
                  take minutes, so {child} may come up after this call gave up. get-machine \
                  {child} shows whether it exists; delete-machine removes it{}.",
                 if ephemeral {
-                    ", and it is deleted when this session ends"
+                    format!(", and it is deleted {}", call.ephemeral_end())
                 } else {
-                    ""
+                    String::new()
                 },
                 child = a.child_name
             ));

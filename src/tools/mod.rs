@@ -154,8 +154,8 @@ tool_table! {
              commands (up to readyTimeoutSecs, 120 s by default, plus the image pull); then run-command, \
              read-file and write-file work in it. Egress is blocked unless network, allowHosts or allowCidrs \
              grant it, and on the local fleet a registry image needs egress to its registry. Without a name \
-             (or with the mcp- prefix) the machine is ephemeral: deleted when this session ends; any other \
-             name persists until delete-machine. If the start fails, a machine this call named is deleted \
+             (or with the mcp- prefix) the machine is ephemeral: deleted when this session ends (a client \
+             without sessions: once unused for the server's lease, 30 min by default); any other name persists until delete-machine. If the start fails, a machine this call named is deleted \
              again; one you named is left, stopped, to inspect. On cloud it costs money while it exists. For \
              one command in a throwaway machine, run-once is simpler.",
     }
@@ -191,8 +191,8 @@ tool_table! {
         result: crate::fleet::Deleted,
         run: lifecycle::delete_machine,
         description: "Delete a machine, running or not, with its disk. Irreversible. Machines created without a name \
-             (the mcp- prefix) are deleted anyway when this session ends: delete them earlier only to free \
-             resources. On cloud the result carries usageMicros, what the machine cost in millionths of a \
+             (the mcp- prefix) are deleted anyway when this session ends, or their lease runs out: delete \
+             them earlier only to free resources. On cloud the result carries usageMicros, what the machine cost in millionths of a \
              dollar (null locally).",
     }
     RunCommand => "run-command" {
@@ -260,8 +260,8 @@ tool_table! {
              the child runs commands (up to readyTimeoutSecs): the child goes on from the source's exact \
              state while the source keeps running. Use it to try something risky, or to fan out from a \
              prepared machine. The source must be branchable (created with branchable true on cloud; started \
-             with it locally), else CONFLICT. A child named with the mcp- prefix is deleted when this \
-             session ends.",
+             with it locally), else CONFLICT. A child named with the mcp- prefix is ephemeral, like an \
+             unnamed create-machine.",
     }
     MachineLogs => "machine-logs" {
         title: "Read a machine's log",

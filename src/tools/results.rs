@@ -64,7 +64,7 @@ pub struct MachineList {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Created {
     pub machine: Machine,
-    /// Deleted when this session ends (the name has the ephemeral prefix).
+    /// Deleted by the server: when this session ends, or once its lease runs out for a client without sessions (the name has the ephemeral prefix).
     pub ephemeral: bool,
     /// A command has run in the machine.
     pub ready: bool,
@@ -157,7 +157,7 @@ pub struct Branched {
     /// The child.
     pub machine: Machine,
     pub ready: bool,
-    /// The child is deleted when this session ends.
+    /// The child is deleted by the server, as an unnamed create-machine is.
     pub ephemeral: bool,
 }
 
