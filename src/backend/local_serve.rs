@@ -319,9 +319,49 @@ fn take_over_if_orphaned(path: &std::path::Path) -> Option<u32> {
 /// `smolmachines` Python package, which carries the engine as `smol/smol-vmm` but puts nothing on
 /// `PATH`; any other value is used as given.
 pub fn find_engine(configured: &str) -> PathBuf {
+    let found = locate_engine(configured);
+    if found.found_by == EngineSource::Package {
+        tracing::info!(engine = %found.path.display(), "using the smolvm engine of the installed smolmachines package");
+    }
+    found.path
+}
+
+/// Where the engine was looked for and found, for `smol-mcp doctor` and `smol://targets`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineLocation {
+    pub path: PathBuf,
+    pub found_by: EngineSource,
+}
+
+/// Which way the engine was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineSource {
+    /// Named by `SMOLVM` (or the `smolvm` file key).
+    Configured,
+    /// `smolvm` on `PATH`.
+    Path,
+    /// `smol/smol-vmm` in an installed `smolmachines` package.
+    Package,
+    /// Nowhere: the bare name `smolvm`, which will not run.
+    NotFound,
+}
+
+impl EngineSource {
+    pub fn describe(self) -> &'static str {
+        match self {
+            EngineSource::Configured => "named by SMOLVM",
+            EngineSource::Path => "smolvm on PATH",
+            EngineSource::Package => "in the installed smolmachines package",
+            EngineSource::NotFound => "not found",
+        }
+    }
+}
+
+/// The engine `find_engine` would run, and which way it was found.
+pub fn locate_engine(configured: &str) -> EngineLocation {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let venv = std::env::var_os("VIRTUAL_ENV").map(PathBuf::from);
-    find_engine_from(
+    locate_engine_from(
         configured,
         std::env::var_os("PATH").as_deref(),
         home.as_deref(),
@@ -329,14 +369,17 @@ pub fn find_engine(configured: &str) -> PathBuf {
     )
 }
 
-fn find_engine_from(
+fn locate_engine_from(
     configured: &str,
     path: Option<&std::ffi::OsStr>,
     home: Option<&std::path::Path>,
     venv: Option<&std::path::Path>,
-) -> PathBuf {
+) -> EngineLocation {
     if configured != "smolvm" {
-        return PathBuf::from(configured);
+        return EngineLocation {
+            path: PathBuf::from(configured),
+            found_by: EngineSource::Configured,
+        };
     }
     let on_path = path
         .map(|p| {
@@ -348,14 +391,20 @@ fn find_engine_from(
         .into_iter()
         .find(|c| c.is_file());
     if let Some(found) = on_path {
-        return found;
+        return EngineLocation {
+            path: found,
+            found_by: EngineSource::Path,
+        };
     }
     match packaged_engines(home, venv).into_iter().next() {
-        Some(found) => {
-            tracing::info!(engine = %found.display(), "using the smolvm engine of the installed smolmachines package");
-            found
-        }
-        None => PathBuf::from(configured),
+        Some(found) => EngineLocation {
+            path: found,
+            found_by: EngineSource::Package,
+        },
+        None => EngineLocation {
+            path: PathBuf::from(configured),
+            found_by: EngineSource::NotFound,
+        },
     }
 }
 
@@ -434,15 +483,17 @@ mod tests {
         std::fs::create_dir_all(packaged.parent().unwrap()).unwrap();
         std::fs::write(&packaged, "").unwrap();
         let empty_path = std::ffi::OsStr::new("/nonexistent");
+        let found = locate_engine_from("smolvm", Some(empty_path), Some(home.path()), None);
+        assert_eq!(found.path, packaged);
+        assert_eq!(found.found_by, EngineSource::Package);
+        let configured =
+            locate_engine_from("/opt/smolvm", Some(empty_path), Some(home.path()), None);
         assert_eq!(
-            find_engine_from("smolvm", Some(empty_path), Some(home.path()), None),
-            packaged
-        );
-        assert_eq!(
-            find_engine_from("/opt/smolvm", Some(empty_path), Some(home.path()), None),
+            configured.path,
             PathBuf::from("/opt/smolvm"),
             "a configured engine is used as given"
         );
+        assert_eq!(configured.found_by, EngineSource::Configured);
     }
 
     #[test]

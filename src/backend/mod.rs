@@ -43,6 +43,8 @@ pub struct Backend {
     lease_session: String,
     /// Notable events, for the sessions to pass on to their clients.
     pub events: Events,
+    /// The logs clients follow, one poller each, shared by every session of the process.
+    pub follow: crate::resources::follow::LogFollowers,
 }
 
 /// A read-file download paused between pages: where it is, and the stream to go on with.
@@ -94,11 +96,12 @@ impl Backend {
             in_use: lease::InUse::default(),
             lease_session: format!("leased-{}", std::process::id()),
             events: Events::default(),
+            follow: crate::resources::follow::LogFollowers::new(),
         })
     }
 
     /// The cloud fleet, when a token is configured.
-    fn cloud(&self) -> Option<Result<Arc<CloudFleet>, FleetError>> {
+    pub fn cloud(&self) -> Option<Result<Arc<CloudFleet>, FleetError>> {
         if self.config.cloud_token.is_empty() {
             return None;
         }

@@ -16,14 +16,34 @@ enum End {
     Terminate,
 }
 
-/// With no arguments: serve MCP on stdio. (Subcommands, such as a future `doctor`, go here.)
+/// With no arguments: serve MCP on stdio.
 #[derive(clap::Parser)]
 #[command(
     name = "smol-mcp",
     version,
     about = "The MCP server on stdio: one session per process, for an MCP client to launch"
 )]
-struct Args {}
+struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Check whether the configured fleets can be used from this host (the engine, KVM or
+    /// Hypervisor.framework, the runtime directory, the cloud token and account), say what to
+    /// do about each problem, and exit 1 when no fleet is usable. Run it with the environment
+    /// the MCP client gives the server.
+    Doctor,
+}
+
+/// `smol-mcp doctor`: the same facts as the smol://targets resource, for a person.
+async fn doctor() -> anyhow::Result<ExitCode> {
+    let config = Config::load().context("configuration")?;
+    let (report, usable) = smol_mcp::targets::doctor(config).await;
+    print!("{report}");
+    Ok(ExitCode::from(if usable { 0 } else { 1 }))
+}
 
 async fn run() -> anyhow::Result<ExitCode> {
     let config = Config::load().context("configuration")?;
@@ -57,7 +77,7 @@ async fn run() -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let Args {} = smol_mcp::cli::parse_args();
+    let Args { command } = smol_mcp::cli::parse_args();
     smol_mcp::cli::init_tracing();
     let runtime = match smol_mcp::cli::runtime() {
         Ok(rt) => rt,
@@ -66,6 +86,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(Command::Doctor) = command {
+        return match runtime.block_on(doctor()) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("smol-mcp doctor: {e:#}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let code = match runtime.block_on(run()) {
         Ok(code) => code,
         Err(e) => {

@@ -3,19 +3,22 @@
 //! which answers the malformed input rmcp would drop.
 
 pub mod fleet_choice;
+pub mod instructions;
 pub mod notify;
 pub mod stdio;
 
-use crate::backend::{Backend, Mode};
-use crate::fleet::FleetKind;
+use crate::backend::Backend;
 use crate::tools::{self, Catalog, Tool, ToolError};
 #[allow(deprecated)]
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use std::sync::Arc;
 
@@ -32,6 +35,8 @@ pub struct SmolMcp {
     leases_stateless_machines: bool,
     /// The level set by `logging/setLevel`, and the forwarding of events it governs.
     log: Arc<notify::SessionLog>,
+    /// This session's resources/subscribe; dropped with the session, which stops its polling.
+    subscriptions: Arc<crate::resources::SessionSubscriptions>,
     _end: Option<Arc<SessionEnd>>,
 }
 
@@ -69,6 +74,7 @@ impl SmolMcp {
             fleet_choice: Arc::default(),
             leases_stateless_machines: false,
             log: Arc::default(),
+            subscriptions: Arc::default(),
             _end: None,
         }
     }
@@ -94,30 +100,7 @@ impl SmolMcp {
     }
 
     fn instructions(&self) -> String {
-        let mut text = match self.backend.mode {
-            Mode::Both => "This server gives you microVMs (smol machines) to run commands and keep files in, \
-                on two fleets: local (smolvm serve on this host, free) and cloud (smol cloud, billed \
-                while a machine exists). Every tool takes a required target argument, local or cloud, \
-                with no default: a machine on one fleet is invisible on the other."
-                .to_owned(),
-            Mode::Single(kind) => format!(
-                "This server gives you microVMs (smol machines) to run commands and keep files in, on \
-                 the {} fleet only; the tools take no target argument.",
-                kind.as_str()
-            ),
-        };
-        text.push_str(
-            "\n\nMachines get no network egress unless create-machine or run-once asks for it \
-             (network, allowHosts, allowCidrs). Pulling a registry image needs egress on the local fleet. \
-             Machines created without a name are deleted when this session ends.",
-        );
-        if self.backend.serves(FleetKind::Cloud) {
-            text.push_str(
-                "\n\nOn cloud, machine-logs reads the control plane's event log, pull-image is refused \
-                 (the service pulls at create), and every machine costs money until deleted.",
-            );
-        }
-        text
+        instructions::instructions(self.backend.mode)
     }
 }
 
@@ -129,6 +112,9 @@ impl ServerHandler for SmolMcp {
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_logging()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_completions()
                 .build(),
         )
         .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
@@ -160,6 +146,78 @@ impl ServerHandler for SmolMcp {
         Ok(ListToolsResult::with_all_items(
             Catalog::of(scope.mode()).listed.clone(),
         ))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(crate::resources::list()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            crate::resources::templates(self.backend.mode),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let contents =
+            crate::resources::read(&self.backend, &self.session, context.ct, &request.uri).await?;
+        Ok(ReadResourceResult::new(contents).into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        crate::resources::complete(&self.backend, &request).await
+    }
+
+    // resources/subscribe is the session lifecycle's way to follow a log; 2026-07-28 clients
+    // use subscriptions/listen (below), which rmcp routes instead.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions
+            .subscribe(&self.backend, &request.uri, context.peer)
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(crate::resources::accepted_filter(
+            requested,
+            self.backend.mode,
+        ))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        crate::resources::listen(&self.backend, context).await
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
@@ -199,16 +257,13 @@ impl ServerHandler for SmolMcp {
             &self.session
         };
         let args = serde_json::Value::Object(args);
-        let progress = notify::Progress::from_request(&context);
-        let call = tools::call(
-            &self.backend,
+        let caller = tools::Caller {
             owner,
             scope,
-            context.ct.clone(),
-            progress,
-            tool,
-            args,
-        );
+            ct: context.ct.clone(),
+            progress: notify::Progress::from_request(&context),
+        };
+        let call = tools::call(&self.backend, caller, tool, args);
         let result = if is_stateless(&context) {
             notify::with_request_events(self.backend.events.subscribe(), &context, call).await
         } else {

@@ -342,13 +342,20 @@ impl Catalog {
     }
 }
 
+/// Who a tool call is made for: the owner of the ephemeral machines it makes (a session, or the
+/// process's lease holder), the fleets it may name, the client's cancellation, and where its
+/// waits are reported.
+pub struct Caller<'a> {
+    pub owner: &'a str,
+    pub scope: call::Scope,
+    pub ct: tokio_util::sync::CancellationToken,
+    pub progress: crate::server::notify::Progress,
+}
+
 /// Runs one tool call to its structured result or its tool error.
 pub async fn call(
     backend: &Backend,
-    session: &str,
-    scope: call::Scope,
-    ct: tokio_util::sync::CancellationToken,
-    progress: crate::server::notify::Progress,
+    caller: Caller<'_>,
     tool: Tool,
     args: Value,
 ) -> Result<results::Answer, ToolError> {
@@ -356,7 +363,13 @@ pub async fn call(
         // Later pages of a read must not come from a copy taken before this call.
         backend.forget_parked_reads();
     }
-    let call = Call::new(backend, session, scope, ct, progress);
+    let call = Call::new(
+        backend,
+        caller.owner,
+        caller.scope,
+        caller.ct,
+        caller.progress,
+    );
     // Every machine the call names: its lease is renewed and the reaper waits for the call.
     for key in ["name", "childName"] {
         if let Some(name) = args.get(key).and_then(Value::as_str) {

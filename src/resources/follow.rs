@@ -1,0 +1,263 @@
+//! Following a machine's log: one poller per logs URI, shared by everyone subscribed to it, that
+//! asks the fleet for what arrived since its cursor and tells each subscriber when something did.
+//! Neither engine pushes log lines to a caller that is not holding a request open (the local
+//! engine's `follow=true` holds one request per follower and outlives nothing; the cloud has only
+//! its event list), so the upstream is polled, and only while someone is subscribed.
+
+use crate::backend::Backend;
+use crate::fleet::FleetKind;
+use rmcp::model::ResourceUpdatedNotificationParam;
+use rmcp::service::SubscriptionSink;
+use rmcp::{Peer, RoleServer};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often a followed log is polled: a new line reaches the client within about this long.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Who hears about new lines: a session that sent resources/subscribe, or a 2026-07-28
+/// subscriptions/listen stream.
+#[derive(Clone)]
+pub enum Subscriber {
+    Session(Peer<RoleServer>),
+    Listen(SubscriptionSink),
+}
+
+impl Subscriber {
+    fn gone(&self) -> bool {
+        match self {
+            Subscriber::Session(peer) => peer.is_transport_closed(),
+            Subscriber::Listen(_) => false,
+        }
+    }
+
+    /// Answers whether the subscriber is still there.
+    async fn notify(&self, uri: &str) -> bool {
+        match self {
+            Subscriber::Session(peer) => peer
+                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                .await
+                .is_ok(),
+            Subscriber::Listen(sink) => sink.notify_resource_updated(uri).await.is_ok(),
+        }
+    }
+}
+
+/// The pollers of one process, by logs URI.
+#[derive(Clone)]
+pub struct LogFollowers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pollers: Mutex<HashMap<String, Poller>>,
+    interval_ms: AtomicU64,
+    next_id: AtomicU64,
+}
+
+struct Poller {
+    subscribers: HashMap<u64, Subscriber>,
+    stop: CancellationToken,
+    /// Tells this poller from one started later under the same URI (after the last
+    /// subscriber left and a new one came) while the old task is still winding down.
+    generation: u64,
+}
+
+/// One subscription; dropping it unsubscribes, and the last one gone stops the poller.
+pub struct Following {
+    inner: Weak<Inner>,
+    uri: String,
+    id: u64,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.remove(&self.uri, self.id);
+        }
+    }
+}
+
+impl Inner {
+    fn remove(&self, uri: &str, id: u64) {
+        let Ok(mut pollers) = self.pollers.lock() else {
+            return;
+        };
+        if let Some(poller) = pollers.get_mut(uri) {
+            poller.subscribers.remove(&id);
+            if poller.subscribers.is_empty() {
+                poller.stop.cancel();
+                pollers.remove(uri);
+                tracing::debug!(%uri, "stopped following: no subscriber left");
+            }
+        }
+    }
+
+    /// The subscribers still there; a poller left with none is stopped and answers `None`.
+    fn live_subscribers(&self, uri: &str, generation: u64) -> Option<Vec<Subscriber>> {
+        let mut pollers = self.pollers.lock().ok()?;
+        let poller = pollers.get_mut(uri)?;
+        if poller.generation != generation || poller.stop.is_cancelled() {
+            return None;
+        }
+        poller.subscribers.retain(|_, s| !s.gone());
+        if poller.subscribers.is_empty() {
+            poller.stop.cancel();
+            pollers.remove(uri);
+            tracing::debug!(%uri, "stopped following: the subscribers' sessions ended");
+            return None;
+        }
+        Some(poller.subscribers.values().cloned().collect())
+    }
+}
+
+impl Default for LogFollowers {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LogFollowers {
+    pub fn new() -> LogFollowers {
+        LogFollowers {
+            inner: Arc::new(Inner {
+                pollers: Mutex::new(HashMap::new()),
+                interval_ms: AtomicU64::new(DEFAULT_POLL_INTERVAL.as_millis() as u64),
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// Tests poll faster than a client would need.
+    pub fn set_poll_interval(&self, interval: Duration) {
+        self.inner
+            .interval_ms
+            .store(interval.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// How many logs are being polled now.
+    pub fn pollers(&self) -> usize {
+        self.inner.pollers.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// Subscribes to `uri`, the logs of `machine` on `kind`, starting its poller if it is the
+    /// first subscriber.
+    pub fn follow(
+        &self,
+        backend: &Arc<Backend>,
+        kind: FleetKind,
+        machine: &str,
+        uri: &str,
+        subscriber: Subscriber,
+    ) -> Following {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut pollers) = self.inner.pollers.lock() {
+            let poller = pollers.entry(uri.to_owned()).or_insert_with(|| {
+                let stop = CancellationToken::new();
+                tokio::spawn(poll(
+                    Arc::downgrade(&self.inner),
+                    backend.clone(),
+                    Followed {
+                        kind,
+                        machine: machine.to_owned(),
+                        uri: uri.to_owned(),
+                        generation: id,
+                    },
+                    stop.clone(),
+                ));
+                tracing::debug!(%uri, "following a log");
+                Poller {
+                    subscribers: HashMap::new(),
+                    stop,
+                    generation: id,
+                }
+            });
+            poller.subscribers.insert(id, subscriber);
+        }
+        Following {
+            inner: Arc::downgrade(&self.inner),
+            uri: uri.to_owned(),
+            id,
+        }
+    }
+}
+
+/// The log one poller follows.
+struct Followed {
+    kind: FleetKind,
+    machine: String,
+    uri: String,
+    generation: u64,
+}
+
+/// Asks the fleet for what arrived since the cursor, every interval, until stopped. The lines
+/// already there when following starts are not news; when the log does not exist yet (a machine
+/// never started has none), everything that later appears is.
+async fn poll(
+    inner: Weak<Inner>,
+    backend: Arc<Backend>,
+    followed: Followed,
+    stop: CancellationToken,
+) {
+    let Followed {
+        kind,
+        machine,
+        uri,
+        generation,
+    } = followed;
+    let tail = backend.config.logs_tail.max(1);
+    let mut cursor: Option<String> = None;
+    let mut first = true;
+    loop {
+        if !first {
+            let interval = match inner.upgrade() {
+                Some(inner) => Duration::from_millis(inner.interval_ms.load(Ordering::Relaxed)),
+                None => return,
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+        let Some(inner_now) = inner.upgrade() else {
+            return;
+        };
+        let Some(subscribers) = inner_now.live_subscribers(&uri, generation) else {
+            return;
+        };
+        drop(inner_now);
+        let page = match backend.fleet(kind).await {
+            Ok(fleet) => tokio::select! {
+                _ = stop.cancelled() => return,
+                page = fleet.logs(&machine, tail, cursor.as_deref()) => page,
+            },
+            Err(e) => Err(e),
+        };
+        match page {
+            Ok(page) => {
+                let news = !first && !page.lines.is_empty();
+                cursor = Some(page.cursor);
+                if news {
+                    let mut gone = Vec::new();
+                    for (i, s) in subscribers.iter().enumerate() {
+                        if !s.notify(&uri).await {
+                            gone.push(i);
+                        }
+                    }
+                    if !gone.is_empty() {
+                        tracing::debug!(%uri, gone = gone.len(), "subscribers gone");
+                    }
+                }
+            }
+            Err(e) => {
+                // Not there yet (a machine that never started has no log) or not reachable
+                // for now: the next poll tries again; the subscription stays.
+                tracing::debug!(%uri, error = %e, "polling a followed log");
+            }
+        }
+        first = false;
+    }
+}

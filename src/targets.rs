@@ -1,0 +1,674 @@
+//! Whether each fleet this process serves can be used from this host now, and what to do when
+//! it cannot: the facts behind the `smol://targets` resource and `smol-mcp doctor`, gathered in
+//! one place so that the two never disagree.
+
+use crate::backend::local_serve::{EngineSource, locate_engine, version_at_least};
+use crate::backend::{Mode, ephemeral::ensure_runtime_dir};
+use crate::config::Config;
+use crate::fleet::transport::LocalEndpoint;
+use crate::fleet::{CloudFleet, FleetError, FleetKind, LocalFleet};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `<engine> --version` may take: the engine answers at once (a few milliseconds),
+/// so anything slower is an engine that does not run here.
+const ENGINE_VERSION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every served fleet, whether it is usable, and the fleets this process does not serve.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Targets {
+    /// `local`, `cloud` or `both`: what `SMOL_MCP_TARGETS` resolved to.
+    pub mode: &'static str,
+    /// At least one served fleet is usable.
+    pub usable: bool,
+    pub fleets: Vec<FleetFacts>,
+    /// Fleets not served by this process, and how to add them.
+    pub not_served: Vec<NotServed>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotServed {
+    pub target: &'static str,
+    pub how: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "target", rename_all = "camelCase")]
+pub enum FleetFacts {
+    Local(LocalFacts),
+    Cloud(CloudFacts),
+}
+
+impl FleetFacts {
+    pub fn usable(&self) -> bool {
+        match self {
+            FleetFacts::Local(l) => l.usable,
+            FleetFacts::Cloud(c) => c.usable,
+        }
+    }
+
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            FleetFacts::Local(l) => &l.problems,
+            FleetFacts::Cloud(c) => &c.problems,
+        }
+    }
+
+    pub fn kind(&self) -> FleetKind {
+        match self {
+            FleetFacts::Local(_) => FleetKind::Local,
+            FleetFacts::Cloud(_) => FleetKind::Cloud,
+        }
+    }
+}
+
+/// Something in the way, and what to do about it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    pub what: String,
+    pub fix: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalFacts {
+    pub usable: bool,
+    pub engine: EngineFacts,
+    /// A serve already answering where this server looks for one (`localUrl`, else the runtime
+    /// directory's socket); without one the server starts the engine on the first local call.
+    pub serve: ServeFacts,
+    pub hypervisor: HypervisorFacts,
+    pub runtime_dir: RuntimeDirFacts,
+    pub running_as_root: bool,
+    /// `SMOLVM_VM_UID_DROP=off` in this process's environment (the engine refuses to start
+    /// as root without it).
+    pub uid_drop_off: bool,
+    pub problems: Vec<Problem>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineFacts {
+    /// What would be run, when found.
+    pub path: Option<String>,
+    /// `SMOLVM`, `PATH`, `smolmachines package`, or `not found`.
+    pub found_by: &'static str,
+    /// The engine's release, from its `--version` or from the serve's `/health`.
+    pub version: Option<String>,
+    /// The floor (`SMOL_MCP_MIN_SMOLVM`); empty when the check is off.
+    pub minimum: String,
+    pub version_ok: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServeFacts {
+    pub url: String,
+    pub answering: bool,
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HypervisorFacts {
+    /// `KVM` (Linux), `Hypervisor.framework` (macOS), or `none` elsewhere.
+    pub kind: &'static str,
+    pub present: bool,
+    pub usable: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeDirFacts {
+    pub path: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudFacts {
+    pub usable: bool,
+    pub url: String,
+    /// Whether `SMOL_CLOUD_TOKEN` is set; the token itself is never shown.
+    pub token_set: bool,
+    pub account: AccountFacts,
+    pub problems: Vec<Problem>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountFacts {
+    pub answering: bool,
+    pub tenant_id: Option<String>,
+    pub status: Option<String>,
+    pub plan: Option<String>,
+    /// Why the account did not answer.
+    pub error: Option<String>,
+}
+
+/// What of the host the facts are read from; tests point the KVM device at a file of their own.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub kvm_device: PathBuf,
+}
+
+impl Host {
+    pub fn this_host() -> Host {
+        Host {
+            kvm_device: PathBuf::from("/dev/kvm"),
+        }
+    }
+}
+
+/// Gathers the facts of every fleet `mode` serves. `cloud` is the process's cloud fleet (the
+/// account is asked through it, as tools ask it), `None` when no token is configured.
+pub async fn gather(
+    config: &Config,
+    mode: Mode,
+    cloud: Option<Result<Arc<CloudFleet>, FleetError>>,
+    host: &Host,
+) -> Targets {
+    let serves = |kind| match mode {
+        Mode::Both => true,
+        Mode::Single(k) => k == kind,
+    };
+    let mut fleets = Vec::new();
+    let mut not_served = Vec::new();
+    if serves(FleetKind::Local) {
+        fleets.push(FleetFacts::Local(local_facts(config, host).await));
+    } else {
+        not_served.push(NotServed {
+            target: "local",
+            how: "set SMOL_MCP_TARGETS=both (or local) to serve the local fleet too".into(),
+        });
+    }
+    if serves(FleetKind::Cloud) {
+        fleets.push(FleetFacts::Cloud(cloud_facts(config, cloud).await));
+    } else {
+        not_served.push(NotServed {
+            target: "cloud",
+            how: if config.cloud_token.is_empty() {
+                "set SMOL_CLOUD_TOKEN (and SMOL_CLOUD_URL if it is not the default) to serve the \
+                 cloud fleet too"
+                    .into()
+            } else {
+                "set SMOL_MCP_TARGETS=both (or auto) to serve the cloud fleet too".into()
+            },
+        });
+    }
+    Targets {
+        mode: match mode {
+            Mode::Both => "both",
+            Mode::Single(k) => k.as_str(),
+        },
+        usable: fleets.iter().any(FleetFacts::usable),
+        fleets,
+        not_served,
+    }
+}
+
+async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
+    let mut problems = Vec::new();
+    let serve = serve_facts(config).await;
+    let minimum = config.min_smolvm.clone();
+    let engine = engine_facts(config, &serve, &minimum).await;
+    if !serve.answering {
+        match engine.found_by {
+            "not found" if config.smolvm != "smolvm" => problems.push(Problem {
+                what: format!("SMOLVM names {}, which is not a file", config.smolvm),
+                fix: "point SMOLVM at the engine binary (an installed smolmachines package has \
+                      it as smol/smol-vmm in its site-packages), or unset SMOLVM to let the \
+                      server find it on PATH or in the package"
+                    .into(),
+            }),
+            "not found" => problems.push(Problem {
+                what: "the smolvm engine was not found: not on PATH, not in an installed \
+                       smolmachines package, and SMOLVM is not set"
+                    .into(),
+                fix: "install it with `python3 -m pip install --user smolmachines` (the wheel \
+                      carries it as smol/smol-vmm inside the Python package and puts nothing on \
+                      PATH; this server finds it there), or set SMOLVM to the engine binary"
+                    .into(),
+            }),
+            _ if engine.version.is_none() => problems.push(Problem {
+                what: format!(
+                    "the engine at {} ({}) does not run",
+                    engine.path.as_deref().unwrap_or("?"),
+                    engine.found_by
+                ),
+                fix: "point SMOLVM at a working smolvm binary (the smolmachines package's \
+                      smol/smol-vmm), or reinstall the package"
+                    .into(),
+            }),
+            _ => {}
+        }
+    }
+    if let Some(version) = &engine.version
+        && !engine.version_ok
+    {
+        problems.push(Problem {
+            what: format!("the engine is {version}, older than the {minimum} this server needs"),
+            fix: "upgrade it (`python3 -m pip install --user --upgrade smolmachines`), or set \
+                  SMOL_MCP_MIN_SMOLVM to accept it (empty turns the check off)"
+                .into(),
+        });
+    }
+    let hypervisor = hypervisor_facts(host).await;
+    if !hypervisor.usable {
+        problems.push(Problem {
+            what: format!("{}: {}", hypervisor.kind, hypervisor.detail),
+            fix: hypervisor_fix(&hypervisor),
+        });
+    }
+    let runtime_dir = match ensure_runtime_dir(&config.runtime_dir) {
+        Ok(()) => RuntimeDirFacts {
+            path: config.runtime_dir.display().to_string(),
+            ok: true,
+            detail: "private to this user (mode 0700)".into(),
+        },
+        Err(e) => RuntimeDirFacts {
+            path: config.runtime_dir.display().to_string(),
+            ok: false,
+            detail: e.to_string(),
+        },
+    };
+    if !runtime_dir.ok {
+        problems.push(Problem {
+            what: format!("the runtime directory: {}", runtime_dir.detail),
+            fix: "set SMOL_MCP_RUNTIME_DIR to a directory of your own".into(),
+        });
+    }
+    let running_as_root = nix::unistd::geteuid().is_root();
+    let uid_drop_off = std::env::var("SMOLVM_VM_UID_DROP").is_ok_and(|v| v == "off");
+    // A serve already running was started with whatever it needed; only a serve this server
+    // starts inherits this process's environment.
+    if running_as_root && !uid_drop_off && !serve.answering {
+        problems.push(Problem {
+            what: "running as root without SMOLVM_VM_UID_DROP=off: the engine refuses to start \
+                   (\"per-VM uid isolation\")"
+                .into(),
+            fix: "set SMOLVM_VM_UID_DROP=off in the server's environment (the `env` of the MCP \
+                  client's entry), or run the server as an ordinary user"
+                .into(),
+        });
+    }
+    LocalFacts {
+        usable: problems.is_empty(),
+        engine,
+        serve,
+        hypervisor,
+        runtime_dir,
+        running_as_root,
+        uid_drop_off,
+        problems,
+    }
+}
+
+fn local_endpoint(config: &Config) -> Result<LocalEndpoint, FleetError> {
+    if config.local_url.is_empty() {
+        Ok(LocalEndpoint::Unix(config.runtime_dir.join("api.sock")))
+    } else {
+        LocalEndpoint::parse(&config.local_url)
+    }
+}
+
+async fn serve_facts(config: &Config) -> ServeFacts {
+    let endpoint = local_endpoint(config);
+    let url = match &endpoint {
+        Ok(e) => e.listen_arg(),
+        Err(_) => config.local_url.clone(),
+    };
+    let health = match endpoint.and_then(LocalFleet::new) {
+        Ok(fleet) => fleet.health().await.ok(),
+        Err(_) => None,
+    };
+    ServeFacts {
+        url,
+        answering: health.as_ref().is_some_and(|h| h.status == "ok"),
+        version: health.map(|h| h.version),
+    }
+}
+
+async fn engine_facts(config: &Config, serve: &ServeFacts, minimum: &str) -> EngineFacts {
+    let location = locate_engine(&config.smolvm);
+    let found_by = match location.found_by {
+        EngineSource::Configured if !location.path.is_file() => "not found",
+        EngineSource::Configured => "SMOLVM",
+        EngineSource::Path => "PATH",
+        EngineSource::Package => "smolmachines package",
+        EngineSource::NotFound => "not found",
+    };
+    let path = (found_by != "not found").then(|| location.path.display().to_string());
+    // The serve's own answer is the engine that will be used, when one runs.
+    let version = match (&serve.version, &path) {
+        (Some(v), _) => Some(v.clone()),
+        (None, Some(_)) => engine_version(&location.path).await,
+        (None, None) => None,
+    };
+    let version_ok = match &version {
+        Some(v) => minimum.is_empty() || version_at_least(v, minimum),
+        None => false,
+    };
+    EngineFacts {
+        path,
+        found_by,
+        version,
+        minimum: minimum.to_owned(),
+        version_ok,
+    }
+}
+
+/// `smolvm 1.32.2` from `<engine> --version`; `None` when it does not run or answers otherwise.
+async fn engine_version(engine: &Path) -> Option<String> {
+    let run = tokio::process::Command::new(engine)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(ENGINE_VERSION_TIMEOUT, run)
+        .await
+        .ok()?
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("smolvm ").map(str::to_owned))
+}
+
+#[cfg(target_os = "linux")]
+async fn hypervisor_facts(host: &Host) -> HypervisorFacts {
+    let device = &host.kvm_device;
+    let present = device.exists();
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(device);
+    let (usable, detail) = match (&opened, present) {
+        (Ok(_), _) => (true, format!("{} opens read-write", device.display())),
+        (Err(_), false) => (false, format!("{} does not exist", device.display())),
+        (Err(e), true) => (
+            false,
+            format!("{} cannot be opened read-write: {e}", device.display()),
+        ),
+    };
+    HypervisorFacts {
+        kind: "KVM",
+        present,
+        usable,
+        detail,
+    }
+}
+
+#[cfg(target_os = "macos")]
+async fn hypervisor_facts(_host: &Host) -> HypervisorFacts {
+    let out = tokio::process::Command::new("sysctl")
+        .args(["-n", "kern.hv_support"])
+        .output()
+        .await;
+    let supported = out
+        .as_ref()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "1");
+    HypervisorFacts {
+        kind: "Hypervisor.framework",
+        present: supported,
+        usable: supported,
+        detail: if supported {
+            "kern.hv_support is 1".into()
+        } else {
+            "kern.hv_support is not 1: this Mac cannot run guests".into()
+        },
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+async fn hypervisor_facts(_host: &Host) -> HypervisorFacts {
+    HypervisorFacts {
+        kind: "none",
+        present: false,
+        usable: false,
+        detail: "smolvm runs guests on Linux (KVM) and macOS (Hypervisor.framework) only".into(),
+    }
+}
+
+fn hypervisor_fix(h: &HypervisorFacts) -> String {
+    match (h.kind, h.present) {
+        ("KVM", false) => "enable virtualization (VT-x/AMD-V) in the firmware and load kvm_intel \
+                           or kvm_amd; in a virtual machine, turn on nested virtualization; \
+                           otherwise use the cloud fleet"
+            .into(),
+        ("KVM", true) => "give this user read-write access to /dev/kvm (usually: add it to the \
+                          kvm group, `sudo usermod -aG kvm $USER`, and log in again); otherwise \
+                          use the cloud fleet"
+            .into(),
+        _ => "use the cloud fleet (set SMOL_CLOUD_TOKEN): this host cannot run guests".into(),
+    }
+}
+
+async fn cloud_facts(
+    config: &Config,
+    cloud: Option<Result<Arc<CloudFleet>, FleetError>>,
+) -> CloudFacts {
+    let mut problems = Vec::new();
+    let token_set = !config.cloud_token.is_empty();
+    let mut account = AccountFacts {
+        answering: false,
+        tenant_id: None,
+        status: None,
+        plan: None,
+        error: None,
+    };
+    match cloud {
+        None => problems.push(Problem {
+            what: "SMOL_CLOUD_TOKEN is not set".into(),
+            fix: "set SMOL_CLOUD_TOKEN to a smol cloud API key (smk_...) in the server's \
+                  environment"
+                .into(),
+        }),
+        Some(Err(e)) => {
+            account.error = Some(e.to_string());
+            problems.push(Problem {
+                what: format!("the cloud client could not be built: {e}"),
+                fix: "check SMOL_CLOUD_URL".into(),
+            });
+        }
+        Some(Ok(fleet)) => match fleet.account().await {
+            Ok(a) => {
+                account.answering = true;
+                if a.status != "active" {
+                    problems.push(Problem {
+                        what: format!(
+                            "the account {} is {}, not active: it cannot create machines",
+                            a.tenant_id, a.status
+                        ),
+                        fix: "settle the account's billing with smol cloud".into(),
+                    });
+                }
+                account.tenant_id = Some(a.tenant_id);
+                account.status = Some(a.status);
+                account.plan = a.plan;
+            }
+            Err(e) => {
+                account.error = Some(e.to_string());
+                problems.push(Problem {
+                    what: format!("the account did not answer: {e}"),
+                    fix: "check SMOL_CLOUD_TOKEN (an unknown or revoked key answers 401) and \
+                          SMOL_CLOUD_URL, and that this host reaches the service"
+                        .into(),
+                });
+            }
+        },
+    }
+    CloudFacts {
+        usable: problems.is_empty(),
+        url: config.cloud_url.clone(),
+        token_set,
+        account,
+        problems,
+    }
+}
+
+/// The facts as a table a person reads, then what to do about each problem.
+pub fn render(targets: &Targets) -> String {
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    let yes = |ok: bool| if ok { "ok" } else { "PROBLEM" }.to_owned();
+    for fleet in &targets.fleets {
+        match fleet {
+            FleetFacts::Local(l) => {
+                let e = &l.engine;
+                let engine_detail = match (&e.path, &e.version) {
+                    (Some(p), Some(v)) => format!("{v} at {p} ({})", e.found_by),
+                    (Some(p), None) => format!("{p} ({}), does not run", e.found_by),
+                    (None, Some(v)) => format!("{v}, answering at {}", l.serve.url),
+                    (None, None) => "not found".into(),
+                };
+                let engine_ok = e.version_ok && (e.path.is_some() || l.serve.answering);
+                rows.push([
+                    "local".into(),
+                    "engine".into(),
+                    yes(engine_ok),
+                    engine_detail,
+                ]);
+                rows.push([
+                    "local".into(),
+                    "version".into(),
+                    yes(e.version_ok),
+                    match (&e.version, e.minimum.as_str()) {
+                        (Some(v), "") => format!("{v} (no floor set)"),
+                        (Some(v), min) => format!("{v}, needs at least {min}"),
+                        (None, min) => format!("unknown, needs at least {min}"),
+                    },
+                ]);
+                rows.push([
+                    "local".into(),
+                    "serve".into(),
+                    "ok".into(),
+                    if l.serve.answering {
+                        format!("answering at {}", l.serve.url)
+                    } else {
+                        format!(
+                            "none at {} yet; started on the first local call",
+                            l.serve.url
+                        )
+                    },
+                ]);
+                rows.push([
+                    "local".into(),
+                    l.hypervisor.kind.into(),
+                    yes(l.hypervisor.usable),
+                    l.hypervisor.detail.clone(),
+                ]);
+                rows.push([
+                    "local".into(),
+                    "runtime dir".into(),
+                    yes(l.runtime_dir.ok),
+                    format!("{}: {}", l.runtime_dir.path, l.runtime_dir.detail),
+                ]);
+                if l.running_as_root {
+                    let ok = l.uid_drop_off || l.serve.answering;
+                    rows.push([
+                        "local".into(),
+                        "root".into(),
+                        yes(ok),
+                        if l.uid_drop_off {
+                            "running as root, SMOLVM_VM_UID_DROP=off".into()
+                        } else {
+                            "running as root, SMOLVM_VM_UID_DROP not off".into()
+                        },
+                    ]);
+                }
+            }
+            FleetFacts::Cloud(c) => {
+                rows.push(["cloud".into(), "url".into(), "ok".into(), c.url.clone()]);
+                rows.push([
+                    "cloud".into(),
+                    "token".into(),
+                    yes(c.token_set),
+                    if c.token_set { "set" } else { "not set" }.into(),
+                ]);
+                let a = &c.account;
+                rows.push([
+                    "cloud".into(),
+                    "account".into(),
+                    yes(a.answering && a.status.as_deref() == Some("active")),
+                    match (&a.tenant_id, &a.status, &a.error) {
+                        (Some(t), Some(s), _) => format!(
+                            "{t}, {s}{}",
+                            a.plan
+                                .as_deref()
+                                .map(|p| format!(", plan {p}"))
+                                .unwrap_or_default()
+                        ),
+                        (_, _, Some(e)) => format!("not answering: {e}"),
+                        _ => "not asked (no token)".into(),
+                    },
+                ]);
+            }
+        }
+    }
+    let header = ["fleet", "check", "state", "detail"].map(str::to_owned);
+    let mut widths = [0usize; 3];
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        for (w, cell) in widths.iter_mut().zip(row.iter()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        out.push_str(&format!(
+            "{:<w0$}  {:<w1$}  {:<w2$}  {}\n",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        ));
+    }
+    out.push('\n');
+    for fleet in &targets.fleets {
+        let name = fleet.kind().as_str();
+        if fleet.usable() {
+            out.push_str(&format!("{name}: usable\n"));
+        } else {
+            out.push_str(&format!("{name}: NOT usable\n"));
+            for p in fleet.problems() {
+                out.push_str(&format!("  - {}\n    fix: {}\n", p.what, p.fix));
+            }
+        }
+    }
+    for n in &targets.not_served {
+        out.push_str(&format!("{}: not served; {}\n", n.target, n.how));
+    }
+    if !targets.usable {
+        out.push_str("\nNo served fleet is usable from this host.\n");
+    }
+    out
+}
+
+/// `smol-mcp doctor`: the facts for the configured fleets, rendered, and whether any is usable.
+pub async fn doctor(config: Config) -> (String, bool) {
+    let mode = crate::backend::resolve_mode(&config);
+    let cloud = (!config.cloud_token.is_empty()).then(|| {
+        CloudFleet::new(
+            &config.cloud_url,
+            config.cloud_token.expose(),
+            crate::fleet::Backstop {
+                ttl_secs: config.ephemeral_ttl_secs,
+                auto_stop_secs: config.ephemeral_auto_stop_secs,
+            },
+        )
+        .map(Arc::new)
+    });
+    let targets = gather(&config, mode, cloud, &Host::this_host()).await;
+    (render(&targets), targets.usable)
+}
