@@ -18,6 +18,9 @@ use tokio_util::sync::CancellationToken;
 /// How often a followed log is polled: a new line reaches the client within about this long.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a subscribe waits for its poller's first answer.
+const BASELINE_WAIT: Duration = Duration::from_secs(10);
+
 /// Who hears about new lines: a session that sent resources/subscribe, or a 2026-07-28
 /// subscriptions/listen stream.
 #[derive(Clone)]
@@ -61,6 +64,9 @@ struct Inner {
 struct Poller {
     subscribers: HashMap<u64, Subscriber>,
     stop: CancellationToken,
+    /// Becomes true once the first poll has answered (or failed): the lines before it are the
+    /// baseline, and anything after a subscribe returned is news.
+    baseline: tokio::sync::watch::Receiver<bool>,
     /// Tells this poller from one started later under the same URI (after the last
     /// subscriber left and a new one came) while the old task is still winding down.
     generation: u64,
@@ -144,8 +150,9 @@ impl LogFollowers {
     }
 
     /// Subscribes to `uri`, the logs of `machine` on `kind`, starting its poller if it is the
-    /// first subscriber.
-    pub fn follow(
+    /// first subscriber. Returns once the poller has its baseline (at most `BASELINE_WAIT`), so
+    /// that a line written after the subscription was answered is reported.
+    pub async fn follow(
         &self,
         backend: &Arc<Backend>,
         kind: FleetKind,
@@ -154,9 +161,11 @@ impl LogFollowers {
         subscriber: Subscriber,
     ) -> Following {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut baseline = None;
         if let Ok(mut pollers) = self.inner.pollers.lock() {
             let poller = pollers.entry(uri.to_owned()).or_insert_with(|| {
                 let stop = CancellationToken::new();
+                let (has_baseline, baseline) = tokio::sync::watch::channel(false);
                 tokio::spawn(poll(
                     Arc::downgrade(&self.inner),
                     backend.clone(),
@@ -167,15 +176,23 @@ impl LogFollowers {
                         generation: id,
                     },
                     stop.clone(),
+                    has_baseline,
                 ));
                 tracing::debug!(%uri, "following a log");
                 Poller {
                     subscribers: HashMap::new(),
                     stop,
+                    baseline,
                     generation: id,
                 }
             });
             poller.subscribers.insert(id, subscriber);
+            baseline = Some(poller.baseline.clone());
+        }
+        if let Some(mut baseline) = baseline {
+            // A poller that takes longer (an engine being started) reports what arrives after
+            // its first answer; the subscription stands either way.
+            let _ = tokio::time::timeout(BASELINE_WAIT, baseline.wait_for(|b| *b)).await;
         }
         Following {
             inner: Arc::downgrade(&self.inner),
@@ -201,6 +218,7 @@ async fn poll(
     backend: Arc<Backend>,
     followed: Followed,
     stop: CancellationToken,
+    has_baseline: tokio::sync::watch::Sender<bool>,
 ) {
     let Followed {
         kind,
@@ -239,6 +257,7 @@ async fn poll(
         match page {
             Ok(page) => {
                 let news = !first && !page.lines.is_empty();
+                tracing::debug!(%uri, lines = page.lines.len(), news, "polled a followed log");
                 cursor = Some(page.cursor);
                 if news {
                     let mut gone = Vec::new();
@@ -257,6 +276,9 @@ async fn poll(
                 // for now: the next poll tries again; the subscription stays.
                 tracing::debug!(%uri, error = %e, "polling a followed log");
             }
+        }
+        if first {
+            let _ = has_baseline.send(true);
         }
         first = false;
     }

@@ -402,22 +402,22 @@ pub struct SessionSubscriptions {
 }
 
 impl SessionSubscriptions {
-    pub fn subscribe(
+    pub async fn subscribe(
         &self,
         backend: &Arc<Backend>,
         uri: &str,
         peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<(), ErrorData> {
         let (kind, name) = followable(uri, backend.mode)?;
-        let mut following = self
-            .following
-            .lock()
-            .map_err(|_| ErrorData::internal_error("subscriptions lock poisoned", None))?;
-        if !following.contains_key(uri) {
-            let f =
-                backend
-                    .follow
-                    .follow(backend, kind, &name, uri, follow::Subscriber::Session(peer));
+        if self.following.lock().is_ok_and(|f| f.contains_key(uri)) {
+            return Ok(());
+        }
+        let f = backend
+            .follow
+            .follow(backend, kind, &name, uri, follow::Subscriber::Session(peer))
+            .await;
+        if let Ok(mut following) = self.following.lock() {
+            // Subscribing twice is one subscription: a guard replaced here unsubscribes.
             following.insert(uri.to_owned(), f);
         }
         Ok(())
@@ -458,13 +458,18 @@ pub async fn listen(
     let mut following = Vec::new();
     for uri in uris {
         if let Ok((kind, name)) = followable(&uri, backend.mode) {
-            following.push(backend.follow.follow(
-                backend,
-                kind,
-                &name,
-                &uri,
-                follow::Subscriber::Listen(context.sink().clone()),
-            ));
+            following.push(
+                backend
+                    .follow
+                    .follow(
+                        backend,
+                        kind,
+                        &name,
+                        &uri,
+                        follow::Subscriber::Listen(context.sink().clone()),
+                    )
+                    .await,
+            );
         }
     }
     context.cancelled().await;

@@ -194,6 +194,7 @@ impl ServerHandler for SmolMcp {
     ) -> Result<(), ErrorData> {
         self.subscriptions
             .subscribe(&self.backend, &request.uri, context.peer)
+            .await
     }
 
     #[allow(deprecated)]
