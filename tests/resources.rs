@@ -442,9 +442,6 @@ async fn a_subscription_hears_of_new_lines_and_unsubscribing_stops_the_polling()
 
 #[tokio::test]
 async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("smol_mcp=debug,rmcp=debug")
-        .try_init();
     let fake = FakeServe::start().await;
     let url = fake.url();
     fake.add_machine("box", "running");
