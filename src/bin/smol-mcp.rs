@@ -30,10 +30,12 @@ struct Args {
 
 #[derive(clap::Subcommand)]
 enum Command {
-    /// Check whether the configured fleets can be used from this host (the engine, KVM or
-    /// Hypervisor.framework, the runtime directory, the cloud token and account), say what to
-    /// do about each problem, and exit 1 when no fleet is usable. Run it with the environment
-    /// the MCP client gives the server.
+    /// Check whether the configured fleets can be used from this host, and what to do if not
+    ///
+    /// Prints the engine (where it was found, its version), KVM or Hypervisor.framework, the
+    /// runtime directory, the cloud token and account, what to do about each problem, and exits
+    /// 1 when no served fleet is usable. Run it with the environment the MCP client gives the
+    /// server.
     Doctor,
 }
 
