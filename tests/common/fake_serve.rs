@@ -233,6 +233,10 @@ impl FakeServe {
         self.state.lock().unwrap().exec_hook = Some(Arc::new(hook));
     }
 
+    /// Appends a line to a machine's log, as its guest console grows: the next
+    /// `GET /api/v1/machines/{id}/logs` shows it (`stream_logs` in the vendored 1.32.2 spec,
+    /// `text/event-stream`, one `event: log` / `data: <line>` frame a line as the engine's
+    /// `src/api/handlers/machines.rs` sends them), so a followed log's next poll reports it.
     pub fn push_log(&self, name: &str, line: &str) {
         self.state
             .lock()
