@@ -232,6 +232,16 @@ async fn typescript_sdk_follows_a_log_over_http() {
 }
 
 #[tokio::test]
+async fn typescript_sdk_ending_its_http_session_stops_the_polling() {
+    let fake = FakeServe::start().await;
+    let mut server = http_server(&fake).await;
+    let plan = json!({"url": server.url, "token": server.token, "uri": URI, "endSession": true});
+    check(&follow_with(ts(plan), &fake).await);
+    server.child.start_kill().unwrap();
+    server.child.wait().await.unwrap();
+}
+
+#[tokio::test]
 async fn python_client_listens_to_a_log_over_stdio() {
     let fake = FakeServe::start().await;
     let rt = tempfile::tempdir().unwrap();

@@ -2,8 +2,9 @@
 // over stdio or Streamable HTTP, in steps the Rust test drives through stdin and stdout.
 // Usage: node resources_ts.mjs PLAN_JSON
 // PLAN_JSON: {"server": path, "env": {...}} for stdio, or {"url": ..., "token": ...} for HTTP,
-// and "uri": the logs URI to follow. Each step prints one JSON line; the test answers "pushed"
-// on stdin after it wrote a log line into the fake serve.
+// "uri": the logs URI to follow, and "endSession": true to end the session instead of
+// unsubscribing. Each step prints one JSON line; the test answers "pushed" on stdin after it
+// wrote a log line into the fake serve.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -41,7 +42,13 @@ const deadline = Date.now() + 10000;
 while (updates.length === 0 && Date.now() < deadline) await sleep(20);
 say({ step: "updated", updates: [...updates] });
 
-await client.unsubscribeResource({ uri: plan.uri });
+if (plan.endSession) {
+  // Leave without unsubscribing: the end of the session must stop the server's polling.
+  if (plan.url) await transport.terminateSession();
+  await client.close();
+} else {
+  await client.unsubscribeResource({ uri: plan.uri });
+}
 updates.length = 0;
 say({ step: "unsubscribed" });
 await expect("pushed");
@@ -49,6 +56,8 @@ await expect("pushed");
 await sleep(2500);
 say({ step: "after", updates: [...updates] });
 
-if (plan.url) await transport.terminateSession();
-await client.close();
+if (!plan.endSession) {
+  if (plan.url) await transport.terminateSession();
+  await client.close();
+}
 process.exit(0);
