@@ -493,6 +493,82 @@ async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
 }
 
 #[tokio::test]
+async fn a_listen_hears_of_new_lines_and_its_end_stops_the_polling() {
+    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    fake.add_machine("box", "running");
+    fake.push_log("box", "old line");
+    let runtime = tempfile::tempdir().unwrap();
+    let backend = Arc::new(
+        Backend::new(config(
+            &[("SMOL_LOCAL_URL", url.as_str())],
+            &runtime.path().join("rt"),
+        ))
+        .unwrap(),
+    );
+    backend.follow.set_poll_interval(Duration::from_millis(100));
+    let server = SmolMcp::new(backend.clone(), "listen-test");
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (tx, _updates) = mpsc::unbounded_channel();
+    let client = Recorder { updated: tx }
+        .serve_with_lifecycle(
+            client_io,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    let uri = "smol://machine/local/box/logs";
+    // Only logs URIs are accepted: smol://targets is left out of the acknowledgment.
+    let mut sub = client
+        .listen(
+            SubscriptionFilter::builder()
+                .resource_subscriptions([uri, "smol://targets"])
+                .build(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        sub.acknowledged().resource_subscriptions,
+        Some(vec![uri.to_owned()])
+    );
+    // rmcp acknowledges before the handler runs; two polls mean the baseline is taken.
+    let mut polls = 0;
+    wait_until("two polls", || {
+        polls += log_polls(&fake);
+        polls >= 2
+    })
+    .await;
+    fake.push_log("box", "new line");
+    let notification = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("an update for the new line")
+        .unwrap()
+        .unwrap();
+    match notification {
+        ServerNotification::ResourceUpdatedNotification(n) => assert_eq!(n.params.uri, uri),
+        other => panic!("not a resource update: {other:?}"),
+    }
+    sub.cancel().await.unwrap();
+    wait_until("the poller stops when the listen ends", || {
+        backend.follow.pollers() == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    log_polls(&fake);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(log_polls(&fake), 0, "no polls after the listen ended");
+}
+
+#[tokio::test]
 async fn only_logs_can_be_subscribed_to() {
     let (_fake, s) = local().await;
     let err = s
