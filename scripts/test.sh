@@ -2,7 +2,9 @@
 # The test command: installs what the tests need, then runs every test.
 #  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for the real-serve tests;
 #  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for the end-to-end tests;
-#  - the pinned TypeScript SDK and Inspector CLI (tests/clients/package.json), with npm.
+#  - the pinned TypeScript SDK and Inspector CLI (tests/clients/package.json), with npm;
+#  - the pinned official MCP conformance suite and the Node 22 it runs on (tests/conformance/
+#    package.json), with npm, for tests/conformance.rs.
 # Safe to re-run. A fresh clone needs a Rust toolchain, python3 with venv and pip, Node.js with
 # npm, and access to crates.io, PyPI and the npm registry.
 set -euo pipefail
@@ -20,6 +22,13 @@ if ! node -e 'const v=(p)=>require("./tests/clients/node_modules/"+p+"/package.j
   # `npm install` rather than `npm ci`: the lock lacks optional platform packages of other
   # operating systems, which `npm ci` refuses; the pinned versions are the lock's either way.
   (cd tests/clients && npm install --no-audit --no-fund --loglevel=error)
+fi
+# The pinned conformance suite, and Node 22 from the npm package `node` (the suite calls
+# fs.globSync, which older Node lacks; the host's own node may be older).
+if ! node -e 'const v=(p)=>require("./tests/conformance/node_modules/"+p+"/package.json").version;
+    process.exit(v("@modelcontextprotocol/conformance")==="0.2.0-alpha.12" && v("node")==="22.23.3" ? 0 : 1)' 2>/dev/null \
+   || ! tests/conformance/node_modules/.bin/node --version >/dev/null 2>&1; then
+  (cd tests/conformance && npm install --no-audit --no-fund --loglevel=error)
 fi
 cargo test --locked "$@"
 # The README's user path on a clean home (a release build of the server, the engine from PyPI).
