@@ -112,6 +112,68 @@ fn token_proxy(listener: TcpListener, upstream: SocketAddr) {
     });
 }
 
+/// smol-mcp-http on the fake serve, and the token proxy in front of it.
+struct Proxied {
+    server: tokio::process::Child,
+    server_port: u16,
+    proxy_port: u16,
+    _fake: FakeServe,
+    _runtime_dir: tempfile::TempDir,
+}
+
+impl Proxied {
+    async fn start() -> Proxied {
+        let fake = FakeServe::start().await;
+        let rt = tempfile::tempdir().unwrap();
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_port = proxy.local_addr().unwrap().port();
+        let server_port = free_port();
+        // Behind a proxy the origin a browser would send is the proxy's, so that is the one
+        // allowed (the server's default allows its own port only); any other still gets 403.
+        let origins = format!("http://127.0.0.1:{proxy_port},http://localhost:{proxy_port}");
+        let mut server = Command::new(HTTP_SERVER)
+            .env_clear()
+            .envs(server_env(
+                rt.path(),
+                &[
+                    ("SMOL_LOCAL_URL", &fake.url()),
+                    ("SMOL_MCP_AUTH_TOKEN", TOKEN),
+                    ("SMOL_MCP_HTTP_PORT", &server_port.to_string()),
+                    ("SMOL_MCP_HTTP_ALLOWED_ORIGINS", &origins),
+                    // The suite provokes a warning a scenario (unknown tools, refused origins).
+                    ("SMOL_MCP_LOG", "error"),
+                ],
+            ))
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let upstream = SocketAddr::from(([127, 0, 0, 1], server_port));
+        let start = Instant::now();
+        while TcpStream::connect(upstream).await.is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the HTTP server did not listen"
+            );
+            assert!(server.try_wait().unwrap().is_none(), "the server exited");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        token_proxy(proxy, upstream);
+        Proxied {
+            server,
+            server_port,
+            proxy_port,
+            _fake: fake,
+            _runtime_dir: rt,
+        }
+    }
+
+    async fn stop(mut self) {
+        self.server.start_kill().unwrap();
+        self.server.wait().await.unwrap();
+    }
+}
+
 fn conformance_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance");
     assert!(
@@ -208,40 +270,8 @@ async fn run_suite(spec_version: &str, must_pass: &[&str]) {
         }
     }
 
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let proxy_port = proxy.local_addr().unwrap().port();
-    let server_port = free_port();
-    // Behind a proxy the origin a browser would send is the proxy's, so that is the one
-    // allowed (the server's default allows its own port only); any other still gets 403.
-    let origins = format!("http://127.0.0.1:{proxy_port},http://localhost:{proxy_port}");
-    let mut server = Command::new(HTTP_SERVER)
-        .env_clear()
-        .envs(server_env(
-            rt.path(),
-            &[
-                ("SMOL_LOCAL_URL", &fake.url()),
-                ("SMOL_MCP_AUTH_TOKEN", TOKEN),
-                ("SMOL_MCP_HTTP_PORT", &server_port.to_string()),
-                ("SMOL_MCP_HTTP_ALLOWED_ORIGINS", &origins),
-            ],
-        ))
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let upstream = SocketAddr::from(([127, 0, 0, 1], server_port));
-    let start = Instant::now();
-    while TcpStream::connect(upstream).await.is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the HTTP server did not listen"
-        );
-        assert!(server.try_wait().unwrap().is_none(), "the server exited");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    token_proxy(proxy, upstream);
+    let behind = Proxied::start().await;
+    let proxy_port = behind.proxy_port;
 
     let out_dir = tempfile::tempdir().unwrap();
     let suite = Command::new(dir.join("node_modules/.bin/node"))
@@ -295,11 +325,15 @@ async fn run_suite(spec_version: &str, must_pass: &[&str]) {
         }
     }
     eprintln!("{table}");
-    let verdict = stdout
-        .find("Expected failures (in baseline)")
-        .or_else(|| stdout.find("Stale baseline entries"))
-        .or_else(|| stdout.find("Unexpected failures"))
-        .map_or(stdout.as_ref(), |at| &stdout[at..]);
+    // The suite's verdict: stale entries and unexpected failures, after the expected ones.
+    let verdict = [
+        "Stale baseline entries",
+        "Unexpected failures",
+        "Expected failures",
+    ]
+    .iter()
+    .find_map(|heading| stdout.find(heading))
+    .map_or(stdout.as_ref(), |at| &stdout[at..]);
     assert!(
         suite.status.success(),
         "the conformance suite failed against its baseline {} (a new failure, or a stale entry \
@@ -334,8 +368,7 @@ async fn run_suite(spec_version: &str, must_pass: &[&str]) {
             "the baseline names {entry}, a check {scenario} no longer makes"
         );
     }
-    server.start_kill().unwrap();
-    server.wait().await.unwrap();
+    behind.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -346,4 +379,164 @@ async fn conformance_suite_on_the_session_lifecycle() {
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_suite_on_the_stateless_lifecycle() {
     run_suite("2026-07-28", MUST_PASS_2026_07_28).await;
+}
+
+/// A JSON-RPC answer from its HTTP body: plain JSON, or the event stream's message that
+/// carries the id.
+fn answer(body: &str) -> Value {
+    if let Ok(value) = serde_json::from_str(body) {
+        return value;
+    }
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .find(|message| message.get("id").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in {body}"))
+}
+
+fn stateless_meta() -> Value {
+    serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "conformance-rs", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+/// What the suite sees through the proxy is what a client that sends the token sees: the proxy
+/// adds the token and nothing else, so a foreign Host or Origin is still refused.
+#[tokio::test]
+async fn the_proxy_adds_the_token_and_nothing_else() {
+    let behind = Proxied::start().await;
+    let http = reqwest::Client::new();
+    let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "0"}}});
+    let post = |port: u16| {
+        http.post(format!("http://127.0.0.1:{port}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize)
+    };
+    let direct = post(behind.server_port).send().await.unwrap();
+    assert_eq!(direct.status(), 401, "the server itself wants the token");
+    let proxied = post(behind.proxy_port).send().await.unwrap();
+    assert_eq!(proxied.status(), 200);
+    assert!(proxied.headers().contains_key("mcp-session-id"));
+    let host = post(behind.proxy_port)
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        host.status(),
+        403,
+        "the Host header is forwarded as it came"
+    );
+    let origin = post(behind.proxy_port)
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        origin.status(),
+        403,
+        "the Origin header is forwarded as it came"
+    );
+    behind.stop().await;
+}
+
+/// prompts/list: declared and empty on both lifecycles, and on 2026-07-28 with the caching
+/// hints SEP-2549 requires of a cacheable result.
+#[tokio::test]
+async fn prompts_are_declared_empty_and_cacheable() {
+    let behind = Proxied::start().await;
+    let url = format!("http://127.0.0.1:{}/mcp", behind.proxy_port);
+    let http = reqwest::Client::new();
+    let stateless = |method: &str| {
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method,
+                "params": {"_meta": stateless_meta()}}),
+            )
+            .send()
+    };
+    let discover = answer(
+        &stateless("server/discover")
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert!(
+        discover["result"]["capabilities"]["prompts"].is_object(),
+        "{discover}"
+    );
+    let listed = answer(
+        &stateless("prompts/list")
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    let result = &listed["result"];
+    assert_eq!(result["prompts"], serde_json::json!([]), "{listed}");
+    assert!(result["ttlMs"].is_u64(), "{listed}");
+    assert!(
+        ["public", "private"].contains(&result["cacheScope"].as_str().unwrap_or_default()),
+        "{listed}"
+    );
+
+    let init = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let init = answer(&init.text().await.unwrap());
+    assert!(
+        init["result"]["capabilities"]["prompts"].is_object(),
+        "{init}"
+    );
+    let in_session = |body: Value| {
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body)
+            .send()
+    };
+    in_session(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await
+        .unwrap();
+    let listed = answer(
+        &in_session(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "prompts/list"}))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        listed["result"]["prompts"],
+        serde_json::json!([]),
+        "{listed}"
+    );
+    behind.stop().await;
 }

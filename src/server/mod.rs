@@ -227,19 +227,6 @@ impl ServerHandler for SmolMcp {
         crate::resources::listen(&self.backend, context).await
     }
 
-    /// No prompts, but the capability declared and an empty list rather than method-not-found:
-    /// on 2026-07-28 prompts/list is one of the cacheable results (SEP-2549) that clients (the
-    /// official conformance suite's caching scenario among them) ask of every server; "none",
-    /// with the caching hints rmcp adds, is an answer they can keep. A server that answers it
-    /// must declare it in `server/discover` (SEP-2575), hence `enable_prompts` in `get_info`.
-    async fn list_prompts(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, ErrorData> {
-        Ok(ListPromptsResult::default())
-    }
-
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
         self.catalog.listed.iter().find(|t| t.name == name).cloned()
     }
