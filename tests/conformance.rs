@@ -540,3 +540,74 @@ async fn prompts_are_declared_empty_and_cacheable() {
     );
     behind.stop().await;
 }
+
+/// An unknown resource (SEP-2164): on 2026-07-28 -32602 (rmcp maps "resource not found" to it)
+/// and on a session -32002, each with the URI in the error's data.
+#[tokio::test]
+async fn an_unknown_resource_names_its_uri() {
+    let behind = Proxied::start().await;
+    let url = format!("http://127.0.0.1:{}/mcp", behind.proxy_port);
+    let missing = "test://nonexistent";
+    let http = reqwest::Client::new();
+    let stateless = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "resources/read")
+        .header("mcp-name", missing)
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+            "params": {"uri": missing, "_meta": stateless_meta()}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let stateless = answer(&stateless.text().await.unwrap());
+    assert_eq!(stateless["error"]["code"], -32602, "{stateless}");
+    assert_eq!(stateless["error"]["data"]["uri"], missing, "{stateless}");
+
+    let init = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    init.text().await.unwrap();
+    let in_session = |body: Value| {
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body)
+            .send()
+    };
+    in_session(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await
+        .unwrap();
+    let read = answer(
+        &in_session(
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read",
+            "params": {"uri": missing}}),
+        )
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap(),
+    );
+    assert_eq!(read["error"]["code"], -32002, "{read}");
+    assert_eq!(read["error"]["data"]["uri"], missing, "{read}");
+    behind.stop().await;
+}

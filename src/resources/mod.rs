@@ -61,7 +61,9 @@ impl ResourceUri {
                      {FILE_TEMPLATE}",
                     tools::error::quote(uri)
                 ),
-                None,
+                // SEP-2164: the error SHOULD carry the URI asked for, so that a client reading
+                // several can tell which one is missing.
+                Some(serde_json::json!({ "uri": uri })),
             )
         };
         let rest = uri.strip_prefix(MACHINE_PREFIX).ok_or_else(unknown)?;
