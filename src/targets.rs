@@ -393,7 +393,15 @@ async fn hypervisor_facts(host: &Host) -> HypervisorFacts {
         .write(true)
         .open(device);
     let (usable, detail) = match (&opened, present) {
-        (Ok(_), _) => (true, format!("{} opens read-write", device.display())),
+        // An open device is all a host shows without booting a guest: a paravirtual KVM opens
+        // and still cannot boot one ("no boot progress" at the first start).
+        (Ok(_), _) => (
+            true,
+            format!(
+                "{} opens read-write (whether guests boot shows at the first start)",
+                device.display()
+            ),
+        ),
         (Err(_), false) => (false, format!("{} does not exist", device.display())),
         (Err(e), true) => (
             false,

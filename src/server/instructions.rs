@@ -23,7 +23,9 @@ pub fn instructions(mode: Mode) -> String {
         Mode::Both => {
             text.push_str(
                 "It serves two fleets, and every tool takes a required target, local or cloud, \
-                 with no default: a machine on one fleet is invisible on the other.\n",
+                 with no default: a machine on one fleet is invisible on the other. When the \
+                 user picks one fleet for the session (the client may ask at the first tool \
+                 call), target disappears from the tools.\n",
             );
             text.push_str(LOCAL);
             text.push('\n');
