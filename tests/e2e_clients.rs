@@ -6,45 +6,13 @@
 
 mod common;
 
+use common::clients::{HttpServer, clients_dir, env_object, run_node};
 use common::fake_serve::FakeServe;
-use common::real_serve::free_port;
 use common::stdio::{SERVER, server_env};
 use serde_json::{Value, json};
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
-
-fn clients_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
-    assert!(
-        dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
-        "the TypeScript clients are not installed: run scripts/test.sh"
-    );
-    dir
-}
 
 async fn ts_plan(plan: Value) -> Value {
-    let dir = clients_dir();
-    let out = tokio::process::Command::new("node")
-        .arg(dir.join("ts_plan.mjs"))
-        .arg(plan.to_string())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the TypeScript client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn env_object(env: Vec<(String, String)>) -> Value {
-    Value::Object(
-        env.into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect(),
-    )
+    run_node("ts_plan.mjs", &plan).await
 }
 
 fn worked_flow() -> Value {
@@ -98,35 +66,12 @@ async fn typescript_sdk_over_stdio() {
 async fn typescript_sdk_over_http() {
     let fake = FakeServe::start().await;
     let rt = tempfile::tempdir().unwrap();
-    let port = free_port();
     let token = "ts-http-token";
-    let env = server_env(
-        rt.path(),
-        &[
-            ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_AUTH_TOKEN", token),
-            ("SMOL_MCP_HTTP_PORT", &port.to_string()),
-        ],
-    );
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp-http"))
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let report = ts_plan(json!({"url": format!("http://127.0.0.1:{port}/mcp"), "token": token, "calls": worked_flow()})).await;
+    let mut server = HttpServer::spawn(rt.path(), token, &[("SMOL_LOCAL_URL", &fake.url())]).await;
+    let report = ts_plan(json!({"url": server.url, "token": token, "calls": worked_flow()})).await;
     check_worked_flow(&report);
-    child.start_kill().unwrap();
-    child.wait().await.unwrap();
+    server.child.start_kill().unwrap();
+    server.child.wait().await.unwrap();
 }
 
 #[tokio::test]

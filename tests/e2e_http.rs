@@ -5,72 +5,24 @@
 
 mod common;
 
+use common::clients::{HTTP_SERVER, HttpServer, run_python};
 use common::fake_serve::FakeServe;
 use common::real_serve::free_port;
 use common::stdio::server_env;
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-const HTTP_SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "test-http-token";
 
-struct HttpServer {
-    child: Child,
-    url: String,
-}
-
 async fn spawn(rt: &std::path::Path, local_url: &str) -> HttpServer {
-    let port = free_port().to_string();
-    let env = server_env(
-        rt,
-        &[
-            ("SMOL_LOCAL_URL", local_url),
-            ("SMOL_MCP_AUTH_TOKEN", TOKEN),
-            ("SMOL_MCP_HTTP_PORT", &port),
-        ],
-    );
-    let child = Command::new(HTTP_SERVER)
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}/mcp");
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap()))
-        .await
-        .is_err()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the HTTP server did not listen"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    HttpServer { child, url }
+    HttpServer::spawn(rt, TOKEN, &[("SMOL_LOCAL_URL", local_url)]).await
 }
 
 async fn python_http(url: &str, mode: &str, calls: Value) -> Value {
-    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    assert!(python.exists(), "no Python MCP client: run scripts/test.sh");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/http_plan.py");
     let plan = json!({"url": url, "token": TOKEN, "mode": mode, "calls": calls});
-    let out = Command::new(python)
-        .arg(script)
-        .arg(plan.to_string())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    run_python("http_plan.py", &plan).await
 }
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {

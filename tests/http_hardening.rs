@@ -6,52 +6,20 @@
 
 mod common;
 
+use common::clients::HttpServer;
 use common::fake_serve::FakeServe;
-use common::real_serve::free_port;
-use common::stdio::server_env;
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
 
-const HTTP_SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "test-http-token";
 
-struct Server {
-    _child: Child,
-    port: u16,
-    url: String,
-}
-
-async fn spawn(rt: &std::path::Path, fake: &FakeServe, extra: &[(&str, &str)]) -> Server {
-    let port = free_port();
-    let port_text = port.to_string();
+async fn spawn(rt: &std::path::Path, fake: &FakeServe, extra: &[(&str, &str)]) -> HttpServer {
     let local_url = fake.url();
-    let mut env = vec![
-        ("SMOL_LOCAL_URL", local_url.as_str()),
-        ("SMOL_MCP_AUTH_TOKEN", TOKEN),
-        ("SMOL_MCP_HTTP_PORT", port_text.as_str()),
-    ];
+    let mut env = vec![("SMOL_LOCAL_URL", local_url.as_str())];
     env.extend_from_slice(extra);
-    let child = Command::new(HTTP_SERVER)
-        .env_clear()
-        .envs(server_env(rt, &env))
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(start.elapsed() < Duration::from_secs(10), "not listening");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Server {
-        _child: child,
-        port,
-        url: format!("http://127.0.0.1:{port}/mcp"),
-    }
+    HttpServer::spawn(rt, TOKEN, &env).await
 }
 
 fn post(

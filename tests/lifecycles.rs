@@ -7,10 +7,11 @@
 
 mod common;
 
+use common::clients::{HttpServer, env_object, run_node, run_python};
+
 use common::fake_cloud::FakeCloud;
 use common::fake_serve::FakeServe;
 use common::mcp::config;
-use common::real_serve::free_port;
 use common::stdio::{SERVER, server_env};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
@@ -21,13 +22,11 @@ use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use smol_mcp::backend::Backend;
 use smol_mcp::server::SmolMcp;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
 
 const TOKEN: &str = "lifecycles-token";
 
@@ -429,93 +428,16 @@ async fn a_stateless_call_that_names_its_target_or_cannot_elicit_is_not_asked() 
 
 // ---- Real clients ------------------------------------------------------------------------
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 async fn python(plan: Value) -> Value {
-    let python = repo().join(".venv/bin/python");
-    assert!(python.exists(), "no Python MCP client: run scripts/test.sh");
-    let out = Command::new(python)
-        .arg(repo().join("tests/clients/lifecycle_plan.py"))
-        .arg(plan.to_string())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the Python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    run_python("lifecycle_plan.py", &plan).await
 }
 
 async fn typescript(plan: Value) -> Value {
-    let dir = repo().join("tests/clients");
-    assert!(
-        dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
-        "the TypeScript clients are not installed: run scripts/test.sh"
-    );
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        Command::new("node")
-            .arg(dir.join("lifecycle_ts.mjs"))
-            .arg(plan.to_string())
-            .output(),
-    )
-    .await
-    .expect("the TypeScript client hung (no tools/list_changed?)")
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the TypeScript client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn env_object(env: Vec<(String, String)>) -> Value {
-    Value::Object(
-        env.into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect(),
-    )
-}
-
-struct HttpServer {
-    child: Child,
-    url: String,
-    port: u16,
+    run_node("lifecycle_ts.mjs", &plan).await
 }
 
 async fn spawn_http(rt: &Path, extra: &[(&str, &str)]) -> HttpServer {
-    let port = free_port();
-    let port_text = port.to_string();
-    let mut vars = vec![
-        ("SMOL_MCP_AUTH_TOKEN", TOKEN),
-        ("SMOL_MCP_HTTP_PORT", port_text.as_str()),
-    ];
-    vars.extend_from_slice(extra);
-    let child = Command::new(env!("CARGO_BIN_EXE_smol-mcp-http"))
-        .env_clear()
-        .envs(server_env(rt, &vars))
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < Duration::from_secs(10), "no listener");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    HttpServer {
-        child,
-        url: format!("http://127.0.0.1:{port}/mcp"),
-        port,
-    }
+    HttpServer::spawn(rt, TOKEN, extra).await
 }
 
 fn check_narrowed(report: &Value) {

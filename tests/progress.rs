@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::clients::{HttpServer, env_object, run_node, run_python};
+
 use common::fake_serve::{FakeServe, default_exec, exec_response};
 use common::mcp::config;
 use common::stdio::{SERVER, server_env};
@@ -502,11 +504,6 @@ async fn a_2026_07_28_request_gets_progress_on_its_own_reply() {
 
 #[tokio::test]
 async fn the_typescript_sdk_gets_progress_through_onprogress() {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
-    assert!(
-        dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
-        "the TypeScript clients are not installed: run scripts/test.sh"
-    );
     let fake = FakeServe::start().await;
     let rt = tempfile::tempdir().unwrap();
     let env = server_env(
@@ -516,24 +513,10 @@ async fn the_typescript_sdk_gets_progress_through_onprogress() {
             ("SMOL_MCP_READY_TIMEOUT_SECS", "30"),
         ],
     );
-    let env: serde_json::Map<String, Value> = env
-        .into_iter()
-        .map(|(k, v)| (k, Value::String(v)))
-        .collect();
+    let env = env_object(env);
     slow_readiness(&fake, Duration::from_secs(4));
     let plan = json!({"server": SERVER, "env": env, "name": "prog-ts"});
-    let out = tokio::process::Command::new("node")
-        .arg(dir.join("ts_progress.mjs"))
-        .arg(plan.to_string())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the TypeScript client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = run_node("ts_progress.mjs", &plan).await;
     assert_eq!(report["result"]["isError"], false, "{report}");
     let progress = report["progress"].as_array().unwrap();
     assert!(progress.len() >= 2, "{report}");
@@ -560,57 +543,24 @@ async fn the_typescript_sdk_gets_progress_through_onprogress() {
 
 /// The HTTP server binary on a free port, with its bearer token.
 async fn http_server(fake: &FakeServe, rt: &std::path::Path) -> (tokio::process::Child, String) {
-    let port = common::real_serve::free_port();
-    let env = server_env(
+    let server = HttpServer::spawn(
         rt,
+        HTTP_TOKEN,
         &[
             ("SMOL_LOCAL_URL", &fake.url()),
             ("SMOL_MCP_READY_TIMEOUT_SECS", "30"),
-            ("SMOL_MCP_AUTH_TOKEN", HTTP_TOKEN),
-            ("SMOL_MCP_HTTP_PORT", &port.to_string()),
         ],
-    );
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp-http"))
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the HTTP server did not listen"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    (child, format!("http://127.0.0.1:{port}/mcp"))
+    )
+    .await;
+    (server.child, server.url)
 }
 
 const HTTP_TOKEN: &str = "test-progress-token";
 
 async fn python_progress(url: &str, mode: &str, name: &str, log_level: &str) -> Value {
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join(".venv/bin/python");
-    assert!(python.exists(), "no Python MCP client: run scripts/test.sh");
     let plan =
         json!({"url": url, "token": HTTP_TOKEN, "mode": mode, "name": name, "logLevel": log_level});
-    let out = tokio::process::Command::new(python)
-        .arg(root.join("tests/clients/progress_http.py"))
-        .arg(plan.to_string())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the Python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    run_python("progress_http.py", &plan).await
 }
 
 fn assert_readiness_progress(report: &Value, name: &str) {

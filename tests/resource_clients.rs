@@ -8,42 +8,15 @@
 
 mod common;
 
+use common::clients::{HttpServer, clients_dir, env_object, python};
 use common::fake_serve::FakeServe;
-use common::real_serve::free_port;
 use common::stdio::{SERVER, server_env};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const URI: &str = "smol://machine/local/box/logs";
-
-fn clients_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
-    assert!(
-        dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
-        "the TypeScript clients are not installed: run scripts/test.sh"
-    );
-    dir
-}
-
-fn python() -> PathBuf {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    assert!(
-        venv.exists(),
-        "the Python client is not installed: run scripts/test.sh"
-    );
-    venv
-}
-
-fn env_object(env: Vec<(String, String)>) -> Value {
-    Value::Object(
-        env.into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect(),
-    )
-}
 
 fn log_polls(fake: &FakeServe) -> usize {
     fake.take_requests()
@@ -74,43 +47,18 @@ async fn polling_stops(fake: &FakeServe) -> Duration {
 }
 
 /// A server over HTTP on a free port, with the fake serve as its local fleet.
-struct HttpServer {
-    child: tokio::process::Child,
-    url: String,
+struct Served {
+    server: HttpServer,
     token: &'static str,
     _rt: tempfile::TempDir,
 }
 
-async fn http_server(fake: &FakeServe) -> HttpServer {
+async fn http_server(fake: &FakeServe) -> Served {
     let rt = tempfile::tempdir().unwrap();
-    let port = free_port();
     let token = "resources-token";
-    let env = server_env(
-        rt.path(),
-        &[
-            ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_AUTH_TOKEN", token),
-            ("SMOL_MCP_HTTP_PORT", &port.to_string()),
-        ],
-    );
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp-http"))
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    HttpServer {
-        child,
-        url: format!("http://127.0.0.1:{port}/mcp"),
+    let server = HttpServer::spawn(rt.path(), token, &[("SMOL_LOCAL_URL", &fake.url())]).await;
+    Served {
+        server,
         token,
         _rt: rt,
     }
@@ -224,21 +172,22 @@ async fn typescript_sdk_follows_a_log_over_stdio() {
 #[tokio::test]
 async fn typescript_sdk_follows_a_log_over_http() {
     let fake = FakeServe::start().await;
-    let mut server = http_server(&fake).await;
-    let plan = json!({"url": server.url, "token": server.token, "uri": URI});
+    let mut served = http_server(&fake).await;
+    let plan = json!({"url": served.server.url, "token": served.token, "uri": URI});
     check(&follow_with(ts(plan), &fake).await);
-    server.child.start_kill().unwrap();
-    server.child.wait().await.unwrap();
+    served.server.child.start_kill().unwrap();
+    served.server.child.wait().await.unwrap();
 }
 
 #[tokio::test]
 async fn typescript_sdk_ending_its_http_session_stops_the_polling() {
     let fake = FakeServe::start().await;
-    let mut server = http_server(&fake).await;
-    let plan = json!({"url": server.url, "token": server.token, "uri": URI, "endSession": true});
+    let mut served = http_server(&fake).await;
+    let plan =
+        json!({"url": served.server.url, "token": served.token, "uri": URI, "endSession": true});
     check(&follow_with(ts(plan), &fake).await);
-    server.child.start_kill().unwrap();
-    server.child.wait().await.unwrap();
+    served.server.child.start_kill().unwrap();
+    served.server.child.wait().await.unwrap();
 }
 
 #[tokio::test]
@@ -256,11 +205,11 @@ async fn python_client_listens_to_a_log_over_stdio() {
 #[tokio::test]
 async fn python_client_listens_to_a_log_over_http() {
     let fake = FakeServe::start().await;
-    let mut server = http_server(&fake).await;
-    let plan = json!({"url": server.url, "token": server.token, "uri": URI});
+    let mut served = http_server(&fake).await;
+    let plan = json!({"url": served.server.url, "token": served.token, "uri": URI});
     let steps = follow_with(py(plan), &fake).await;
     assert_eq!(steps[0]["protocol"], "2026-07-28", "the default mode");
     check(&steps);
-    server.child.start_kill().unwrap();
-    server.child.wait().await.unwrap();
+    served.server.child.start_kill().unwrap();
+    served.server.child.wait().await.unwrap();
 }

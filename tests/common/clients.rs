@@ -1,0 +1,127 @@
+//! The real MCP clients the end-to-end tests drive the server with (the pinned Python `mcp` in
+//! `.venv`, the TypeScript SDK in `tests/clients/node_modules`, both installed by
+//! scripts/test.sh), and `smol-mcp-http` as a process on a free loopback port.
+
+use super::real_serve::free_port;
+use super::stdio::server_env;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+pub const HTTP_SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
+
+/// How long a client script may take before the test calls it hung.
+const CLIENT_LIMIT: Duration = Duration::from_secs(120);
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// tests/clients, with the TypeScript SDK installed in it.
+pub fn clients_dir() -> PathBuf {
+    let dir = repo().join("tests/clients");
+    assert!(
+        dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
+        "the TypeScript clients are not installed: run scripts/test.sh"
+    );
+    dir
+}
+
+/// The Python with the pinned `mcp` package.
+pub fn python() -> PathBuf {
+    let python = repo().join(".venv/bin/python");
+    assert!(python.exists(), "no Python MCP client: run scripts/test.sh");
+    python
+}
+
+/// An environment as the JSON object the client scripts pass on to the server they spawn.
+pub fn env_object(env: Vec<(String, String)>) -> Value {
+    Value::Object(
+        env.into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect(),
+    )
+}
+
+/// Runs a Python client script from tests/clients with `plan` as its one argument, and answers
+/// the JSON it prints.
+pub async fn run_python(script: &str, plan: &Value) -> Value {
+    let mut command = Command::new(python());
+    command
+        .arg(clients_dir().join(script))
+        .arg(plan.to_string());
+    run(command, script).await
+}
+
+/// The same for a Node script (the TypeScript SDK).
+pub async fn run_node(script: &str, plan: &Value) -> Value {
+    let mut command = Command::new("node");
+    command
+        .arg(clients_dir().join(script))
+        .arg(plan.to_string());
+    run(command, script).await
+}
+
+async fn run(mut command: Command, script: &str) -> Value {
+    let out = tokio::time::timeout(CLIENT_LIMIT, command.kill_on_drop(true).output())
+        .await
+        .unwrap_or_else(|_| panic!("the client {script} hung"))
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the client {script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client {script} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// `smol-mcp-http` on a free loopback port, killed when dropped.
+pub struct HttpServer {
+    pub child: Child,
+    pub url: String,
+    pub port: u16,
+}
+
+impl HttpServer {
+    /// Starts the server with the test environment for `runtime_dir` (`server_env`), the bearer
+    /// `token` and `extra`, and waits until it listens.
+    pub async fn spawn(runtime_dir: &Path, token: &str, extra: &[(&str, &str)]) -> HttpServer {
+        let port = free_port();
+        let port_text = port.to_string();
+        let mut vars = vec![
+            ("SMOL_MCP_AUTH_TOKEN", token),
+            ("SMOL_MCP_HTTP_PORT", port_text.as_str()),
+        ];
+        vars.extend_from_slice(extra);
+        let child = Command::new(HTTP_SERVER)
+            .env_clear()
+            .envs(server_env(runtime_dir, &vars))
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the HTTP server did not listen"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        HttpServer {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            port,
+        }
+    }
+}
