@@ -296,6 +296,28 @@ pub mod types {
             value.parse()
         }
     }
+    ///`EgressDenialInfo`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct EgressDenialInfo {
+        pub dest: ::std::string::String,
+        pub operation: ::std::string::String,
+        pub timestamp: ::std::string::String,
+    }
+    impl EgressDenialInfo {
+        pub fn builder() -> builder::EgressDenialInfo {
+            Default::default()
+        }
+    }
+    ///`EgressEventsResponse`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct EgressEventsResponse {
+        pub events: ::std::vec::Vec<EgressDenialInfo>,
+    }
+    impl EgressEventsResponse {
+        pub fn builder() -> builder::EgressEventsResponse {
+            Default::default()
+        }
+    }
     ///`EgressSignal`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct EgressSignal {
@@ -1810,6 +1832,128 @@ pub mod types {
         impl ::std::convert::From<super::DeleteResponse> for DeleteResponse {
             fn from(value: super::DeleteResponse) -> Self {
                 Self { deleted: Ok(value.deleted) }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct EgressDenialInfo {
+            dest: ::std::result::Result<::std::string::String, ::std::string::String>,
+            operation: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            timestamp: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for EgressDenialInfo {
+            fn default() -> Self {
+                Self {
+                    dest: Err("no value supplied for dest".to_string()),
+                    operation: Err("no value supplied for operation".to_string()),
+                    timestamp: Err("no value supplied for timestamp".to_string()),
+                }
+            }
+        }
+        impl EgressDenialInfo {
+            pub fn dest<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.dest = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for dest: {e}")
+                    });
+                self
+            }
+            pub fn operation<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.operation = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for operation: {e}")
+                    });
+                self
+            }
+            pub fn timestamp<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.timestamp = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for timestamp: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<EgressDenialInfo> for super::EgressDenialInfo {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: EgressDenialInfo,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    dest: value.dest?,
+                    operation: value.operation?,
+                    timestamp: value.timestamp?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::EgressDenialInfo> for EgressDenialInfo {
+            fn from(value: super::EgressDenialInfo) -> Self {
+                Self {
+                    dest: Ok(value.dest),
+                    operation: Ok(value.operation),
+                    timestamp: Ok(value.timestamp),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct EgressEventsResponse {
+            events: ::std::result::Result<
+                ::std::vec::Vec<super::EgressDenialInfo>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for EgressEventsResponse {
+            fn default() -> Self {
+                Self {
+                    events: Err("no value supplied for events".to_string()),
+                }
+            }
+        }
+        impl EgressEventsResponse {
+            pub fn events<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::EgressDenialInfo>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.events = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for events: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<EgressEventsResponse>
+        for super::EgressEventsResponse {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: EgressEventsResponse,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { events: value.events? })
+            }
+        }
+        impl ::std::convert::From<super::EgressEventsResponse> for EgressEventsResponse {
+            fn from(value: super::EgressEventsResponse) -> Self {
+                Self { events: Ok(value.events) }
             }
         }
         #[derive(Clone, Debug)]
@@ -4811,6 +4955,18 @@ let response = client.branch_machine()
     pub fn branch_machine(&self) -> builder::BranchMachine<'_> {
         builder::BranchMachine::new(self)
     }
+    /**Sends a `GET` request to `/api/v1/machines/{name}/egress-events`
+
+```ignore
+let response = client.get_machine_egress_events()
+    .name(name)
+    .limit(limit)
+    .send()
+    .await;
+```*/
+    pub fn get_machine_egress_events(&self) -> builder::GetMachineEgressEvents<'_> {
+        builder::GetMachineEgressEvents::new(self)
+    }
     /**Sends a `POST` request to `/api/v1/machines/{name}/start`
 
 ```ignore
@@ -5933,6 +6089,98 @@ pub mod builder {
                     )
                 }
                 500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::get_machine_egress_events`]
+
+[`Client::get_machine_egress_events`]: super::Client::get_machine_egress_events*/
+    #[derive(Debug, Clone)]
+    pub struct GetMachineEgressEvents<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        limit: Result<Option<u64>, String>,
+    }
+    impl<'a> GetMachineEgressEvents<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                limit: Ok(None),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn limit<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<u64>,
+        {
+            self.limit = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `u64` for limit failed".to_string());
+            self
+        }
+        ///Sends a `GET` request to `/api/v1/machines/{name}/egress-events`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::EgressEventsResponse>,
+            Error<types::ApiErrorResponse>,
+        > {
+            let Self { client, name, limit } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let limit = limit.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/machines/{}/egress-events", client.baseurl, encode_path(& name
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("limit", &limit))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "get_machine_egress_events",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                404u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

@@ -362,7 +362,7 @@ impl Operation {
             Operation::PublishCacheDisk => Some("No tool attaches or publishes cache disks (operator vocabulary)."),
             Operation::PutCredentialValues => Some("Credential values are secrets of the operator; passing them through an agent's tool call would put them in the model's context."),
             Operation::UpdateMachineEgress => Some("Egress is chosen when a machine is created; a tool that widens a running machine's egress would let the agent lift its own sandbox."),
-            Operation::GetMachineEgressEvents => Some("Egress audit for operators; no tool reports it."),
+            Operation::GetMachineEgressEvents => None,
             Operation::ExportMachine => Some("Export pushes to a registry with a control-plane-minted push token this server does not have."),
             Operation::ForkMachine => Some("The older name of branch_machine (POST .../branches) with the same body; branch-machine calls the current route."),
             Operation::ReleaseHeldFork => Some("Releases a held fork-pool slot; there is no pool vocabulary in the tools."),

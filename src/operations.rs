@@ -54,7 +54,7 @@ pub fn classify_local(op: smolvm::Operation) -> Use {
         PublishCacheDisk => Omitted,
         PutCredentialValues => Omitted,
         UpdateMachineEgress => Omitted,
-        GetMachineEgressEvents => Omitted,
+        GetMachineEgressEvents => Tools(&[Tool::RunCommand, Tool::RunOnce]),
         ExportMachine => Omitted,
         ForkMachine => Omitted,
         ReleaseHeldFork => Omitted,

@@ -4,8 +4,8 @@ use super::FleetApi;
 use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
-    CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, Machine, PublishedPort,
-    PulledImage, epoch_to_rfc3339,
+    CreateSpec, Deleted, Egress, EgressDenial, ExecOutput, ExecSpec, FleetKind, LogPage, Machine,
+    PublishedPort, PulledImage, epoch_to_rfc3339,
 };
 use super::transport::LocalEndpoint;
 use super::upstream::{send, send_raw, within};
@@ -45,6 +45,9 @@ const STOP_DELETE: Duration = Duration::from_secs(120);
 const LOGS: Duration = Duration::from_secs(15);
 const PULL: Duration = START;
 const HEALTH: Duration = Duration::from_secs(2);
+/// The engine reads egress events from a local file: an answer slower than this is not worth
+/// holding a command's result for.
+const EGRESS_EVENTS: Duration = Duration::from_secs(5);
 /// The workload of a machine created with `keep_running`: images whose own command exits at
 /// once (alpine's shell, most language images) would otherwise stop the machine before any exec.
 const KEEPALIVE: &[&str] = &["sh", "-c", "while true; do sleep 3600; done"];
@@ -351,6 +354,33 @@ impl FleetApi for LocalFleet {
             os: Some(i.os),
             layer_count: i64::try_from(i.layer_count).ok(),
         })
+    }
+
+    /// `GET .../egress-events`: the engine reads the refusals from the machine's VMM log
+    /// (`egress-denials.log` in its state directory), where libkrun writes `egress policy denied
+    /// connect to <addr>` / `... sendto <addr>` with the address as `ip:port` (smol-machines/libkrun
+    /// src/devices/src/virtio/vsock/muxer.rs). Oldest first, the newest `limit` kept; empty for a
+    /// machine with no policy or one that never booted. A timestamp is RFC 3339 as logged, or
+    /// empty when the line had none (observed on the real 1.32.2 serve: tests/real_serve.rs).
+    async fn egress_denials(&self, name: &str, limit: u32) -> FleetResult<Vec<EgressDenial>> {
+        let ctx = format!("egress events of {name}");
+        let request = self
+            .client
+            .get_machine_egress_events()
+            .name(name)
+            .limit(u64::from(limit));
+        let answer = send(&ctx, EGRESS_EVENTS, request.send()).await?;
+        Ok(answer
+            .events
+            .into_iter()
+            .map(|e| EgressDenial {
+                at: chrono::DateTime::parse_from_rfc3339(&e.timestamp)
+                    .ok()
+                    .map(std::time::SystemTime::from),
+                operation: e.operation,
+                dest: e.dest,
+            })
+            .collect())
     }
 }
 

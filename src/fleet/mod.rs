@@ -63,6 +63,16 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// The last `tail` lines of the machine's log, or what arrived since `cursor`.
     async fn logs(&self, machine: &str, tail: usize, cursor: Option<&str>) -> FleetResult<LogPage>;
 
+    /// The newest `limit` connections and datagrams the machine's egress policy refused, oldest
+    /// first. Only the local engine records them; the cloud API has no such route.
+    async fn egress_denials(&self, _machine: &str, _limit: u32) -> FleetResult<Vec<EgressDenial>> {
+        Err(FleetError::new(
+            ErrorKind::Unsupported,
+            "egress denials",
+            "only the local engine reports the egress it denied",
+        ))
+    }
+
     /// Pulls an image into a running machine's cache. Only the local engine has such a cache.
     async fn pull_image(&self, _machine: &str, _image: &str) -> FleetResult<PulledImage> {
         Err(FleetError::new(

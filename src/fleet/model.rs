@@ -308,6 +308,18 @@ pub struct Account {
     pub plan: Option<String>,
 }
 
+/// An outbound connection (TCP `connect`) or datagram (UDP `sendto`) the machine's egress policy
+/// refused, as the engine recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressDenial {
+    /// When it was refused; `None` when the engine could not place it in time.
+    pub at: Option<std::time::SystemTime>,
+    /// `connect` or `sendto`.
+    pub operation: String,
+    /// Where the guest tried to go, as the engine gives it: `ip:port` (`[v6]:port`).
+    pub dest: String,
+}
+
 /// Seconds since the Unix epoch as RFC 3339 UTC (the local API's `createdAt` is epoch seconds,
 /// the cloud's is already RFC 3339). `None` outside chrono's range of years.
 pub fn epoch_to_rfc3339(secs: i64) -> Option<String> {

@@ -2,6 +2,7 @@
 
 use super::args;
 use super::call::random_hex;
+use super::egress_report::{EgressWatch, refused_during};
 use super::lifecycle::{base_spec, with_egress_hint};
 use super::output::head_tail;
 use super::provisional::Provisional;
@@ -131,7 +132,9 @@ pub(super) async fn run_command(
     let mut spec = exec_spec(call, &a.run)?;
     let fleet = call.fleet(a.target).await?;
     fit_fleet(call, fleet.kind(), &a.run, &mut spec)?;
-    let started_machine = call.phase(&fleet, &a.name).await?.boots_on_use();
+    let machine = call.cancellable(fleet.get(&a.name)).await?;
+    let started_machine = machine.phase().boots_on_use();
+    let watch = EgressWatch::begin_described(fleet.kind(), &machine.network);
     let began = Instant::now();
     // Neither engine can cancel an exec: dropping the request leaves the command running in the
     // guest. Every command carries a marker in its environment (children inherit it), so that a
@@ -146,6 +149,8 @@ pub(super) async fn run_command(
         other => other?,
     };
     let timed_out = output.timed_out(began.elapsed(), spec.timeout_secs);
+    let failed = output.exit_code != 0 || timed_out;
+    let blocked_egress = refused_during(watch, call, &fleet, &a.name, failed).await;
     let mut shaped = shape(&output, call.backend.config.max_output_bytes);
     let mut overflow = Vec::new();
     if shaped.stdout.dropped > 0 || shaped.stderr.dropped > 0 {
@@ -187,6 +192,7 @@ pub(super) async fn run_command(
         truncated: shaped.truncated,
         overflow,
         started_machine,
+        blocked_egress,
     })
 }
 
@@ -212,16 +218,21 @@ pub(super) async fn run_once(
             .await
             .map_err(|e| with_egress_hint(e, &spec.egress, Tool::RunOnce))?;
         call.wait_ready(&fleet, machine.id()).await?;
+        let watch = EgressWatch::begin(fleet.kind(), &spec.egress);
         let began = Instant::now();
         let output = call.cancellable(fleet.exec(machine.id(), &exec)).await?;
-        Ok::<_, ToolError>((output, began.elapsed()))
+        let elapsed = began.elapsed();
+        // Asked before the machine goes: the engine's record of it goes with it.
+        let failed = output.exit_code != 0 || output.timed_out(elapsed, exec.timeout_secs);
+        let blocked_egress = refused_during(watch, call, &fleet, machine.id(), failed).await;
+        Ok::<_, ToolError>((output, elapsed, blocked_egress))
     }
     .await;
     // Whatever happened, the machine goes (a cancelled call included).
     if let Err(e) = machine.abandon().await {
         tracing::warn!(machine = %name, error = %e.message, "run-once could not delete its machine; it stays recorded for the session's clean-up");
     }
-    let (output, elapsed) = result?;
+    let (output, elapsed, blocked_egress) = result?;
     let shaped = shape(&output, config.max_output_bytes);
     Ok(results::RunOnce {
         truncated: shaped.truncated,
@@ -230,5 +241,6 @@ pub(super) async fn run_once(
         stderr: shaped.stderr.text,
         exit_code: output.exit_code,
         machine: name,
+        blocked_egress,
     })
 }

@@ -10,6 +10,7 @@
 pub mod args;
 mod call;
 mod commands;
+mod egress_report;
 pub mod error;
 mod files;
 mod lifecycle;
@@ -208,7 +209,9 @@ tool_table! {
              process: cd and export do not carry over, so pass workdir and env. Output over the budget keeps \
              its head and tail (truncated: true) and the whole stream is saved in the machine at the path \
              overflow names, for read-file. A stopped machine is started first and left running \
-             (startedMachine: true).",
+             (startedMachine: true). When a command fails on a local machine with restricted egress, \
+             blockedEgress lists the destinations the engine refused during it (ask for them in allowHosts \
+             or allowCidrs).",
     }
     RunOnce => "run-once" {
         title: "Run once in a throwaway machine",
@@ -222,7 +225,8 @@ tool_table! {
              delete, in one call. Nothing persists: use create-machine and run-command when later calls need \
              the same machine or its files. Egress is blocked unless network, allowHosts or allowCidrs grant \
              it, and on the local fleet a registry image needs egress to its registry (network: \"open\", or \
-             allowHosts naming it).",
+             allowHosts naming it). A failed command's blockedEgress, locally, lists the destinations the \
+             engine refused during it.",
     }
     ReadFile => "read-file" {
         title: "Read a file",

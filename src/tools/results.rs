@@ -108,6 +108,23 @@ pub struct CommandRun {
     pub overflow: Vec<Overflow>,
     /// The machine was stopped and this command started it (it is left running).
     pub started_machine: bool,
+    /// Present when the command failed on a local machine with blocked or allow-listed egress
+    /// and the engine refused egress while it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_egress: Option<Vec<BlockedEgress>>,
+}
+
+/// Egress the machine's policy refused while the command ran, by destination.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedEgress {
+    /// As the engine recorded it: an IP address (a name outside allowHosts fails to resolve
+    /// instead, and is not recorded).
+    pub host: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Refusals during the command.
+    pub count: u64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -120,6 +137,10 @@ pub struct RunOnce {
     pub truncated: bool,
     /// The throwaway machine's name (already deleted).
     pub machine: String,
+    /// Present when the command failed on a local machine with blocked or allow-listed egress
+    /// and the engine refused egress while it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_egress: Option<Vec<BlockedEgress>>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
