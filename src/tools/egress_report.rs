@@ -17,9 +17,11 @@ use std::time::{Duration, SystemTime};
 pub const DENIALS_ASKED: u32 = 1000;
 /// The most destinations one result lists, the most refused first.
 pub const MAX_DESTINATIONS: usize = 20;
-/// Clock slack on each side of the run: the engine's log may stamp whole seconds, and its line is
-/// written a moment after the refusal. Same host, same clock: the slack is for that, not skew.
-pub const SLACK: Duration = Duration::from_secs(2);
+/// Clock slack on each side of the run. The engine's log may stamp whole seconds, cut down (the
+/// logger's default form), so a refusal early in the run can carry a time up to a second before
+/// it began; same host, same clock, so no more is needed. A command that follows another at once
+/// may therefore also count the previous one's last refusals.
+pub const SLACK: Duration = Duration::from_secs(1);
 
 /// A command being watched for refused egress: started only where refusals can be recorded.
 #[derive(Debug, Clone, Copy)]
@@ -165,15 +167,15 @@ mod tests {
     #[test]
     fn only_the_runs_refusals_count_grouped_and_most_refused_first() {
         let denials = [
-            denial(Some(90), "1.1.1.1:443"),  // before the run and its slack
+            denial(Some(98), "1.1.1.1:443"),  // before the run and its slack
             denial(Some(99), "9.9.9.9:80"),   // within the slack before it
             denial(Some(101), "1.1.1.1:443"), // in the run
             denial(Some(102), "8.8.8.8:53"),
             denial(Some(103), "1.1.1.1:443"),
             denial(Some(103), "1.1.1.1:80"),
             denial(None, "1.1.1.1:443"),      // cannot be placed
-            denial(Some(112), "1.1.1.1:443"), // within the slack after it
-            denial(Some(113), "7.7.7.7:443"), // after the slack
+            denial(Some(111), "1.1.1.1:443"), // within the slack after it
+            denial(Some(112), "7.7.7.7:443"), // after the slack
         ];
         let found = group(&denials, at(100), at(110));
         let seen: Vec<(&str, Option<u16>, u64)> = found

@@ -24,6 +24,14 @@ pub struct FakeState {
     /// files the fake never holds. Like the engine, the answer declares its length.
     pub generated_files: BTreeMap<(String, String), u64>,
     pub logs: BTreeMap<String, Vec<String>>,
+    /// Each machine's egress refusals, oldest first, as `GET .../egress-events` answers them.
+    pub egress_events: BTreeMap<String, Vec<Value>>,
+    /// Refusals (operation, dest) recorded, stamped now, each time a command other than a
+    /// readiness probe runs on the machine (`*`: any machine): what the engine logs when the
+    /// command tries them.
+    pub denials_on_exec: BTreeMap<String, Vec<(String, String)>>,
+    /// The egress-events route answers 500.
+    pub egress_events_fail: bool,
     pub exec_hook: Option<ExecHook>,
     /// How long an exec that is not a readiness probe (`echo`) takes to answer.
     pub exec_delay: Option<std::time::Duration>,
@@ -233,6 +241,29 @@ impl FakeServe {
         self.state.lock().unwrap().exec_hook = Some(Arc::new(hook));
     }
 
+    /// Records an egress refusal on a machine with the given timestamp (RFC 3339, or empty).
+    pub fn push_egress_denial(&self, name: &str, timestamp: &str, operation: &str, dest: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .egress_events
+            .entry(name.to_owned())
+            .or_default()
+            .push(json!({"timestamp": timestamp, "operation": operation, "dest": dest}));
+    }
+
+    /// Makes every later command on the machine (`*`: on any machine; not a readiness probe)
+    /// record this refusal.
+    pub fn deny_on_exec(&self, name: &str, operation: &str, dest: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .denials_on_exec
+            .entry(name.to_owned())
+            .or_default()
+            .push((operation.to_owned(), dest.to_owned()));
+    }
+
     /// Appends a line to a machine's log, as its guest console grows: the next
     /// `GET /api/v1/machines/{id}/logs` shows it (`stream_logs` in the vendored 1.32.2 spec,
     /// `text/event-stream`, one `event: log` / `data: <line>` frame a line as the engine's
@@ -385,6 +416,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         let delay = state.lock().unwrap().exec_delay;
         if let (false, Some(delay)) = (readiness_probe, delay) {
             tokio::time::sleep(delay).await;
+        }
+        if !readiness_probe {
+            record_denials_on_exec(&mut state.lock().unwrap(), parts.uri.path());
         }
         // `sleep N` sleeps N seconds, or until its `timeoutSecs`, where the engine ends it and
         // answers exit 124 in the form the test chose.
@@ -723,6 +757,32 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         .collect();
                     ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
                 }
+                // smolvm 1.32.2 `get_machine_egress_events` (vendored spec; the handler is not
+                // in the searched sources): the newest `limit` (default 200) refusals, oldest
+                // first; a `limit` that is not a whole number is axum's plain-text 400 (both
+                // observed on the real serve, tests/egress.rs).
+                ("GET", ["egress-events"]) => {
+                    if st.egress_events_fail {
+                        return api_error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "INTERNAL_ERROR",
+                            "reading the egress log failed".to_owned(),
+                        );
+                    }
+                    let limit = match query_param(parts.uri.query(), "limit").map(str::parse) {
+                        None => 200,
+                        Some(Ok(n)) => n,
+                        Some(Err(_)) => {
+                            return plain_text(
+                                StatusCode::BAD_REQUEST,
+                                "Failed to deserialize query string: limit: invalid digit found in string".to_owned(),
+                            );
+                        }
+                    };
+                    let events = st.egress_events.get(&name).cloned().unwrap_or_default();
+                    let newest = events.len().saturating_sub(limit);
+                    axum::Json(json!({"events": events[newest..]})).into_response()
+                }
                 ("POST", ["images", "pull"]) => axum::Json(json!({"image": {
                     "reference": json_body["image"], "digest": "sha256:0123", "size": 3_500_000,
                     "architecture": "amd64", "os": "linux", "layerCount": 1
@@ -740,5 +800,21 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             "NOT_FOUND",
             format!("no route {path}"),
         ),
+    }
+}
+
+/// The refusals a command on the machine of `exec_path` (`/api/v1/machines/{name}/exec`) makes,
+/// stamped now with microseconds, as the engine's log stamps them (the spec's example).
+fn record_denials_on_exec(st: &mut FakeState, exec_path: &str) {
+    let Some(name) = exec_path.split('/').nth(4) else {
+        return;
+    };
+    let mut denials = st.denials_on_exec.get(name).cloned().unwrap_or_default();
+    denials.extend(st.denials_on_exec.get("*").cloned().unwrap_or_default());
+    let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let events = st.egress_events.entry(name.to_owned()).or_default();
+    for (operation, dest) in denials {
+        events.push(json!({"timestamp": now, "operation": operation, "dest": dest}));
     }
 }
