@@ -58,8 +58,9 @@ async fn a_failed_command_reports_the_refusals_of_its_run_grouped_and_counted() 
         "10.9.9.9:22",
     );
     fake.push_egress_denial("allowed", "", "connect", "10.8.8.8:22");
-    fake.deny_on_exec("allowed", "connect", "151.101.0.223:443");
+    // Refused first, but once: listed after the destination refused twice.
     fake.deny_on_exec("allowed", "sendto", "[2001:db8::1]:123");
+    fake.deny_on_exec("allowed", "connect", "151.101.0.223:443");
     fake.deny_on_exec("allowed", "connect", "151.101.0.223:443");
     fake.take_requests();
 

@@ -113,6 +113,24 @@ async fn start_stop_delete_get_list() {
     assert_json_snapshot!("local_lifecycle", fake.take_requests());
 }
 
+/// The blocked-egress report's question: the newest refusals, many at once (the route has no
+/// `since`; the report picks the run's by time).
+#[tokio::test]
+async fn egress_events() {
+    let (fake, fleet) = fleet().await;
+    fake.add_machine("m1", "running");
+    fake.push_egress_denial(
+        "m1",
+        "2026-08-13T02:31:05.123456Z",
+        "connect",
+        "93.184.215.14:443",
+    );
+    let denials = fleet.egress_denials("m1", 1000).await.unwrap();
+    assert_eq!(denials.len(), 1);
+    assert_eq!(denials[0].dest, "93.184.215.14:443");
+    assert_json_snapshot!("local_egress_events", fake.take_requests());
+}
+
 #[tokio::test]
 async fn exec_with_argv_and_with_a_string() {
     let (fake, fleet) = fleet().await;
