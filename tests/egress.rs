@@ -375,3 +375,133 @@ async fn the_route_answers_as_the_real_serve_and_reads_as_the_engine_records() {
     assert_eq!(newest.len(), 1);
     assert_eq!(newest[0].dest, "10.0.0.1:22");
 }
+
+// ---- under real MCP clients --------------------------------------------------------------------
+
+fn clients_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// Runs `script` (a plan runner in tests/clients) with `program` and the plan; its JSON report.
+async fn run_plan(program: &std::path::Path, script: &str, plan: Value) -> Value {
+    assert!(
+        program.exists(),
+        "no {}: run scripts/test.sh",
+        program.display()
+    );
+    let out = tokio::process::Command::new(program)
+        .arg(clients_dir().join(script))
+        .arg(plan.to_string())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn failing_calls() -> Value {
+    json!([
+        {"tool": "create-machine", "args": {"image": "alpine", "name": "clients", "allowHosts": ["pypi.org"]}},
+        {"tool": "run-command", "args": {"name": "clients", "command": "pip install requests"}},
+        {"tool": "run-once", "args": {"image": "alpine", "command": "pip install requests"}},
+        {"tool": "delete-machine", "args": {"name": "clients"}}
+    ])
+}
+
+fn check_failing_calls(report: &Value) {
+    let calls = report["calls"].as_array().unwrap();
+    for (i, call) in calls.iter().enumerate() {
+        assert_eq!(call["isError"], false, "call {i}: {}", call["text"]);
+    }
+    for call in &calls[1..3] {
+        assert_eq!(call["structured"]["exitCode"], 1, "{call}");
+        assert_eq!(
+            call["structured"]["blockedEgress"],
+            json!([{"host": "151.101.0.223", "port": 443, "count": 1}]),
+            "{call}"
+        );
+    }
+}
+
+fn pip_fails(fake: &FakeServe) {
+    fake.deny_on_exec("*", "connect", "151.101.0.223:443");
+    fake.set_exec(|request| {
+        if request["command"][0] == "echo" {
+            return common::fake_serve::default_exec(request);
+        }
+        common::fake_serve::exec_response(1, b"", b"ERROR: Could not find a version\n")
+    });
+}
+
+/// The TypeScript SDK validates every structured result against the tool's output schema: a
+/// result carrying blockedEgress passes it.
+#[tokio::test]
+async fn the_typescript_sdk_over_stdio_gets_the_report() {
+    let fake = FakeServe::start().await;
+    pip_fails(&fake);
+    let rt = tempfile::tempdir().unwrap();
+    let env: serde_json::Map<String, Value> =
+        common::stdio::server_env(rt.path(), &[("SMOL_LOCAL_URL", &fake.url())])
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+    let plan = json!({"server": common::stdio::SERVER, "env": env, "calls": failing_calls()});
+    let node = which("node");
+    check_failing_calls(&run_plan(&node, "ts_plan.mjs", plan).await);
+}
+
+/// The Python client in its default mode (2026-07-28) over HTTP.
+#[tokio::test]
+async fn the_python_client_over_http_gets_the_report() {
+    let fake = FakeServe::start().await;
+    pip_fails(&fake);
+    let rt = tempfile::tempdir().unwrap();
+    let port = common::real_serve::free_port();
+    let token = "egress-http-token";
+    let env = common::stdio::server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_AUTH_TOKEN", token),
+            ("SMOL_MCP_HTTP_PORT", &port.to_string()),
+        ],
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp-http"))
+        .env_clear()
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "not listening");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let python = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let plan = json!({
+        "url": format!("http://127.0.0.1:{port}/mcp"), "token": token, "mode": "auto",
+        "calls": failing_calls()
+    });
+    check_failing_calls(&run_plan(&python, "http_plan.py", plan).await);
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+}
+
+/// A program on PATH.
+fn which(program: &str) -> std::path::PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(program))
+                .find(|p| p.exists())
+        })
+        .unwrap_or_else(|| panic!("{program} is not on PATH"))
+}
