@@ -351,3 +351,53 @@ async fn a_cancelled_command_is_killed_in_a_booted_guest() {
     let cleanup = h.backend.cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
 }
+
+/// The blocked-egress report on a booted guest, where the fake's account of the engine can be
+/// checked: a connect to an address outside the allow-list is refused and reported as `ip:port`
+/// with its count, and a name outside allowHosts fails to resolve (libkrun answers NXDOMAIN)
+/// rather than being refused at connect. Never run where this was written (no guest boots
+/// there): what it asserts is what the engine's source says.
+#[tokio::test]
+#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
+async fn a_refused_connect_is_reported_on_a_booted_guest() {
+    let (_serve, h) = setup().await;
+    // The registry's hosts, so that the image pulls; nothing else.
+    h.ok(
+        "create-machine",
+        json!({
+            "image": "alpine", "name": "mcp-egress",
+            "allowHosts": ["registry-1.docker.io", "auth.docker.io", "production.cloudflare.docker.com"]
+        }),
+    )
+    .await;
+    let refused = h
+        .ok(
+            "run-command",
+            json!({"name": "mcp-egress", "command": "wget -q -T 3 -O /dev/null http://1.1.1.1/; wget -q -T 3 -O /dev/null http://1.1.1.1/"}),
+        )
+        .await;
+    assert_ne!(refused["exitCode"], 0, "{refused}");
+    let reported = refused["blockedEgress"].as_array().expect("blockedEgress");
+    assert!(
+        reported
+            .iter()
+            .any(|b| b["host"] == "1.1.1.1" && b["port"] == 80 && b["count"].as_u64() >= Some(2)),
+        "{refused}"
+    );
+    let unresolved = h
+        .ok(
+            "run-command",
+            json!({"name": "mcp-egress", "command": "wget -q -T 3 -O /dev/null http://example.com/"}),
+        )
+        .await;
+    assert_ne!(unresolved["exitCode"], 0, "{unresolved}");
+    assert!(
+        unresolved["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("bad address"),
+        "a name outside allowHosts does not resolve: {unresolved}"
+    );
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
+}
