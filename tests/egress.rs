@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::clients;
 use common::fake_serve::FakeServe;
 use common::mcp::Harness;
 use common::real_serve::RealServe;
@@ -378,31 +379,6 @@ async fn the_route_answers_as_the_real_serve_and_reads_as_the_engine_records() {
 
 // ---- under real MCP clients --------------------------------------------------------------------
 
-fn clients_dir() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
-/// Runs `script` (a plan runner in tests/clients) with `program` and the plan; its JSON report.
-async fn run_plan(program: &std::path::Path, script: &str, plan: Value) -> Value {
-    assert!(
-        program.exists(),
-        "no {}: run scripts/test.sh",
-        program.display()
-    );
-    let out = tokio::process::Command::new(program)
-        .arg(clients_dir().join(script))
-        .arg(plan.to_string())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 fn failing_calls() -> Value {
     json!([
         {"tool": "create-machine", "args": {"image": "alpine", "name": "clients", "allowHosts": ["pypi.org"]}},
@@ -444,14 +420,11 @@ async fn the_typescript_sdk_over_stdio_gets_the_report() {
     let fake = FakeServe::start().await;
     pip_fails(&fake);
     let rt = tempfile::tempdir().unwrap();
-    let env: serde_json::Map<String, Value> =
-        common::stdio::server_env(rt.path(), &[("SMOL_LOCAL_URL", &fake.url())])
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect();
-    let plan = json!({"server": common::stdio::SERVER, "env": env, "calls": failing_calls()});
-    let node = which("node");
-    check_failing_calls(&run_plan(&node, "ts_plan.mjs", plan).await);
+    let env = common::stdio::server_env(rt.path(), &[("SMOL_LOCAL_URL", &fake.url())]);
+    let plan = json!({
+        "server": common::stdio::SERVER, "env": clients::env_object(env), "calls": failing_calls()
+    });
+    check_failing_calls(&clients::run_node("ts_plan.mjs", &plan).await);
 }
 
 /// The Python client in its default mode (2026-07-28) over HTTP.
@@ -460,48 +433,11 @@ async fn the_python_client_over_http_gets_the_report() {
     let fake = FakeServe::start().await;
     pip_fails(&fake);
     let rt = tempfile::tempdir().unwrap();
-    let port = common::real_serve::free_port();
     let token = "egress-http-token";
-    let env = common::stdio::server_env(
-        rt.path(),
-        &[
-            ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_AUTH_TOKEN", token),
-            ("SMOL_MCP_HTTP_PORT", &port.to_string()),
-        ],
-    );
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp-http"))
-        .env_clear()
-        .envs(env)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < Duration::from_secs(10), "not listening");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let python = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    let plan = json!({
-        "url": format!("http://127.0.0.1:{port}/mcp"), "token": token, "mode": "auto",
-        "calls": failing_calls()
-    });
-    check_failing_calls(&run_plan(&python, "http_plan.py", plan).await);
-    child.start_kill().unwrap();
-    child.wait().await.unwrap();
-}
-
-/// A program on PATH.
-fn which(program: &str) -> std::path::PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|dir| dir.join(program))
-                .find(|p| p.exists())
-        })
-        .unwrap_or_else(|| panic!("{program} is not on PATH"))
+    let mut server =
+        clients::HttpServer::spawn(rt.path(), token, &[("SMOL_LOCAL_URL", &fake.url())]).await;
+    let plan = json!({"url": server.url, "token": token, "mode": "auto", "calls": failing_calls()});
+    check_failing_calls(&clients::run_python("http_plan.py", &plan).await);
+    server.child.start_kill().unwrap();
+    server.child.wait().await.unwrap();
 }
