@@ -53,6 +53,8 @@ pub enum Operation {
     MachineEvents,
     /// `POST /v1/machines/{id}/exec`
     MachineExec,
+    /// `POST /v1/machines/{id}/exec/stream`
+    MachineExecStream,
     /// `GET /v1/machines/{id}/files/{path}`
     MachineFileRead,
     /// `PUT /v1/machines/{id}/files/{path}`
@@ -154,6 +156,7 @@ impl Operation {
         Operation::MachineCode,
         Operation::MachineEvents,
         Operation::MachineExec,
+        Operation::MachineExecStream,
         Operation::MachineFileRead,
         Operation::MachineFileWrite,
         Operation::MachineFork,
@@ -219,6 +222,7 @@ impl Operation {
             Operation::MachineCode => "machine_code",
             Operation::MachineEvents => "machine_events",
             Operation::MachineExec => "machine_exec",
+            Operation::MachineExecStream => "machine_exec_stream",
             Operation::MachineFileRead => "machine_file_read",
             Operation::MachineFileWrite => "machine_file_write",
             Operation::MachineFork => "machine_fork",
@@ -285,6 +289,7 @@ impl Operation {
             Operation::MachineCode => "POST",
             Operation::MachineEvents => "GET",
             Operation::MachineExec => "POST",
+            Operation::MachineExecStream => "POST",
             Operation::MachineFileRead => "GET",
             Operation::MachineFileWrite => "PUT",
             Operation::MachineFork => "POST",
@@ -351,6 +356,7 @@ impl Operation {
             Operation::MachineCode => "/v1/machines/{id}/code",
             Operation::MachineEvents => "/v1/machines/{id}/events",
             Operation::MachineExec => "/v1/machines/{id}/exec",
+            Operation::MachineExecStream => "/v1/machines/{id}/exec/stream",
             Operation::MachineFileRead => "/v1/machines/{id}/files/{path}",
             Operation::MachineFileWrite => "/v1/machines/{id}/files/{path}",
             Operation::MachineFork => "/v1/machines/{id}/fork",
@@ -418,6 +424,7 @@ impl Operation {
             Operation::MachineCode => Some("Runs code in a language runtime; run-command covers it with an argv or a shell string."),
             Operation::MachineEvents => None,
             Operation::MachineExec => None,
+            Operation::MachineExecStream => None,
             Operation::MachineFileRead => None,
             Operation::MachineFileWrite => None,
             Operation::MachineFork => None,

@@ -349,7 +349,7 @@ impl Operation {
             Operation::ListMachines => None,
             Operation::CreateMachine => None,
             Operation::ExecCommand => None,
-            Operation::ExecStream => Some("Tool results are returned whole: run-command keeps the head and tail of each stream and spills the rest into the machine, so a stream adds nothing an MCP result can carry."),
+            Operation::ExecStream => None,
             Operation::DownloadFile => None,
             Operation::UploadFile => None,
             Operation::ListImages => Some("The engine's image cache is an implementation detail; no tool reports it, and pull-image answers with the image it pulled."),

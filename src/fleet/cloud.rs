@@ -164,26 +164,14 @@ impl CloudFleet {
     async fn exec_by_id(&self, label: &str, id: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
         let ctx = format!("exec in {label}");
         // The machine may be stopped (an auto-stop sweep, say): the exec then boots it first.
-        let limit = Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS))
-            + self.deadlines.exec_slack
-            + self.deadlines.boot;
-        let body = types::MachineCommandRequest {
-            command: types::CommandSpec::Array(spec.command.argv()),
-            cwd: spec.workdir.clone(),
-            env: spec.env.clone(),
-            stdin: spec.stdin.clone(),
-            stream: None,
-            timeout_seconds: spec
-                .timeout_secs
-                .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
-        };
+        let limit = self.exec_limit(spec);
         let request = self
             .client
             .machine_exec()
             .id(id)
             // Both families: the text is capped at 1 MiB, the base64 twin is byte-exact.
             .output(types::MachineExecOutput::Both)
-            .body(body);
+            .body(command_request(spec));
         let out = send(&ctx, limit, request.send()).await?;
         let (stdout, stdout_cut) =
             exact_or_text(out.stdout_b64.as_deref(), out.stdout, out.stdout_truncated);
@@ -196,6 +184,12 @@ impl CloudFleet {
             stdout_cut_upstream: stdout_cut,
             stderr_cut_upstream: stderr_cut,
         })
+    }
+
+    fn exec_limit(&self, spec: &ExecSpec) -> Duration {
+        Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS))
+            + self.deadlines.exec_slack
+            + self.deadlines.boot
     }
 
     /// The files route is `/v1/machines/{id}/files/{path suffix}` with the suffix's slashes kept
@@ -451,6 +445,32 @@ impl FleetApi for CloudFleet {
         self.exec_by_id(machine, &id, spec).await
     }
 
+    /// `exec/stream` (override cloud-exec-stream-route): the output as it comes, untruncated.
+    async fn exec_streamed(
+        &self,
+        machine: &str,
+        spec: &ExecSpec,
+        output: &super::OutputSender,
+    ) -> FleetResult<ExecOutput> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("exec in {machine}");
+        // A stopped machine is booted by the call first, as with the plain exec.
+        let limit = self.exec_limit(spec);
+        let request = self
+            .client
+            .machine_exec_stream()
+            .id(&id)
+            .body(command_request(spec));
+        within(&ctx, limit, async {
+            let body = send(&ctx, limit, request.send()).await?;
+            super::exec_stream::read_exec_stream(&ctx, body.into_inner(), output, |e| {
+                super::upstream::transport(&ctx, e)
+            })
+            .await
+        })
+        .await
+    }
+
     async fn read_file(&self, machine: &str, path: &str) -> FleetResult<FileStream> {
         let id = self.resolve(machine).await?;
         let ctx = format!("read {path} in {machine}");
@@ -684,6 +704,20 @@ fn describe_network(n: &types::MachineNetworkRecord) -> String {
         Some("allowCidrs") => Egress::Allow { hosts, cidrs }.describe(),
         Some(other) => other.to_owned(),
         None => "unknown".into(),
+    }
+}
+
+/// The body of both exec routes (`exec` and `exec/stream` take the same `MachineCommandRequest`).
+fn command_request(spec: &ExecSpec) -> types::MachineCommandRequest {
+    types::MachineCommandRequest {
+        command: types::CommandSpec::Array(spec.command.argv()),
+        cwd: spec.workdir.clone(),
+        env: spec.env.clone(),
+        stdin: spec.stdin.clone(),
+        stream: None,
+        timeout_seconds: spec
+            .timeout_secs
+            .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
     }
 }
 

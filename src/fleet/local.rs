@@ -190,31 +190,8 @@ impl FleetApi for LocalFleet {
 
     async fn exec(&self, name: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
         let ctx = format!("exec in {name}");
-        // The tools refuse this first, naming the argument; this keeps any other caller from
-        // sending a command the engine's request deadline would cut off without its output.
-        if let Some(secs) = spec.timeout_secs.filter(|&s| s > MAX_EXEC_TIMEOUT_SECS) {
-            return Err(FleetError::new(
-                ErrorKind::Refused,
-                ctx,
-                exec_timeout_refusal(secs),
-            ));
-        }
-        let limit = (Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS))
-            + EXEC_SLACK)
-            .min(START);
-        let body = types::ExecRequest {
-            // 1.32.2 starts a stopped machine for the command, as the cloud does.
-            auto_start: true,
-            background: None,
-            command: spec.command.argv(),
-            env: env_list(&spec.env),
-            secrets: Default::default(),
-            stdin: spec.stdin.clone(),
-            timeout_secs: spec.timeout_secs.map(clamp_i64),
-            user: None,
-            workdir: spec.workdir.clone(),
-        };
-        let request = self.client.exec_command().id(name).body(body);
+        let limit = exec_limit(&ctx, spec)?;
+        let request = self.client.exec_command().id(name).body(exec_body(spec));
         let out = send(&ctx, limit, request.send()).await.map_err(|e| {
             output_over_cap(deadline_passed(
                 e,
@@ -228,6 +205,34 @@ impl FleetApi for LocalFleet {
             stdout_cut_upstream: false,
             stderr_cut_upstream: false,
         })
+    }
+
+    /// `exec/stream` answers while the command runs: 1.32.2 forwards each event of the guest
+    /// agent as it comes (smolvm src/api/handlers/exec.rs `exec_stream`, an unbounded channel
+    /// drained by `async_stream`; the version that collected every event first predates
+    /// 1.32.2's `autoStart` and `stdoutB64`). The handler reads neither `stdin` nor
+    /// `background`, so a command with stdin goes through the plain exec.
+    async fn exec_streamed(
+        &self,
+        name: &str,
+        spec: &ExecSpec,
+        output: &super::OutputSender,
+    ) -> FleetResult<ExecOutput> {
+        if spec.stdin.is_some() {
+            return self.exec(name, spec).await;
+        }
+        let ctx = format!("exec in {name}");
+        let limit = exec_limit(&ctx, spec)?;
+        let request = self.client.exec_stream().id(name).body(exec_body(spec));
+        within(&ctx, limit, async {
+            let body = send(&ctx, limit, request.send()).await?;
+            super::exec_stream::read_exec_stream(&ctx, body.into_inner(), output, |e| {
+                super::upstream::transport(&ctx, e)
+            })
+            .await
+        })
+        .await
+        .map_err(|e| deadline_passed(e, "the command may still be running in the guest"))
     }
 
     async fn read_file(&self, name: &str, path: &str) -> FleetResult<FileStream> {
@@ -381,6 +386,40 @@ impl FleetApi for LocalFleet {
                 dest: e.dest,
             })
             .collect())
+    }
+}
+
+/// How long an exec may take in all: its own timeout and some slack, within the engine's
+/// request deadline.
+fn exec_limit(ctx: &str, spec: &ExecSpec) -> FleetResult<Duration> {
+    // The tools refuse this first, naming the argument; this keeps any other caller from
+    // sending a command the engine's request deadline would cut off without its output.
+    if let Some(secs) = spec.timeout_secs.filter(|&s| s > MAX_EXEC_TIMEOUT_SECS) {
+        return Err(FleetError::new(
+            ErrorKind::Refused,
+            ctx,
+            exec_timeout_refusal(secs),
+        ));
+    }
+    Ok(
+        (Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS)) + EXEC_SLACK)
+            .min(START),
+    )
+}
+
+/// The body of both exec routes (`exec` and `exec/stream` take the same `ExecRequest`).
+fn exec_body(spec: &ExecSpec) -> types::ExecRequest {
+    types::ExecRequest {
+        // 1.32.2 starts a stopped machine for the command, as the cloud does.
+        auto_start: true,
+        background: None,
+        command: spec.command.argv(),
+        env: env_list(&spec.env),
+        secrets: Default::default(),
+        stdin: spec.stdin.clone(),
+        timeout_secs: spec.timeout_secs.map(clamp_i64),
+        user: None,
+        workdir: spec.workdir.clone(),
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod cloud;
 pub mod error;
+pub mod exec_stream;
 pub mod file_stream;
 pub mod local;
 pub mod model;
@@ -50,6 +51,19 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
 
     /// Runs a command; a stopped machine is started by it and left running.
     async fn exec(&self, machine: &str, spec: &ExecSpec) -> FleetResult<ExecOutput>;
+
+    /// Runs a command like [`FleetApi::exec`], handing each piece of its output to `output` as
+    /// the fleet streams it, and answers the whole as `exec` would. A fleet without a stream
+    /// sends nothing and answers at the end.
+    async fn exec_streamed(
+        &self,
+        machine: &str,
+        spec: &ExecSpec,
+        output: &OutputSender,
+    ) -> FleetResult<ExecOutput> {
+        let _ = output;
+        self.exec(machine, spec).await
+    }
 
     /// A file's bytes as they arrive; the caller reads as far as it needs and drops the rest.
     async fn read_file(&self, machine: &str, path: &str) -> FleetResult<FileStream>;

@@ -203,6 +203,34 @@ impl Command {
     }
 }
 
+/// Which of a command's output streams a piece came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+impl OutputStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        }
+    }
+}
+
+/// A piece of a running command's output, as the fleet's stream delivered it (text: both
+/// engines decode output as UTF-8 before streaming it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    pub stream: OutputStream,
+    pub text: String,
+}
+
+/// Where a streamed exec hands each piece of output as it arrives. Unbounded: the engine caps
+/// a streamed command's output (11 MiB locally), and the reader on the other end only batches.
+pub type OutputSender = tokio::sync::mpsc::UnboundedSender<OutputChunk>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecSpec {
     pub command: Command,

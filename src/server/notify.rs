@@ -13,9 +13,11 @@
 #![allow(deprecated)]
 
 use crate::backend::events::{EventLevel, ServerEvent};
+use crate::fleet::{OutputChunk, OutputSender, OutputStream};
 use rmcp::RoleServer;
 use rmcp::model::{
-    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+    LoggingLevel, LoggingMessageNotificationParam, MetaObject, NotificationMetaObject,
+    ProgressNotificationParam, ProgressToken,
 };
 use rmcp::service::{Peer, RequestContext};
 use std::convert::Infallible;
@@ -32,6 +34,14 @@ pub const LOGGER: &str = "smol-mcp";
 /// At most one progress notification a second (the spec leaves the rate to the server; a
 /// client renders each one).
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// A running command's output goes out at most this often: a chatty command's lines are
+/// gathered into one notification, and a line after a quiet spell goes at once.
+pub const OUTPUT_EVERY: Duration = Duration::from_millis(250);
+/// The most output text one notification carries; more within one interval is left out of the
+/// notification (never out of the result), and the notification says how much.
+pub const OUTPUT_BATCH_MAX_BYTES: usize = 64 * 1024;
+/// The `_meta` key of a progress notification's output pieces, each `{stream, text}`.
+pub const OUTPUT_META_KEY: &str = "smol-mcp/output";
 /// A notification that the transport does not take within this is dropped, so that a stuck
 /// client never holds up the call it is being told about.
 const SEND_DEADLINE: Duration = Duration::from_secs(2);
@@ -71,6 +81,33 @@ impl Progress {
         }
     }
 
+    /// Whether the request asked for progress (and so gets a running command's output).
+    pub fn is_requested(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    /// Runs `work`, which hands a command's output to the sender it is given, and sends that
+    /// output to the client as progress notifications while it runs: batched (at most one
+    /// notification every [`OUTPUT_EVERY`]; the first piece after a quiet spell goes at once),
+    /// and all of it sent before this returns, so the client has every line before the result.
+    pub async fn with_output<'a, T>(
+        &self,
+        work: impl FnOnce(OutputSender) -> Pin<Box<dyn Future<Output = T> + Send + 'a>>,
+    ) -> T {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let Some(sink) = self.sink.clone() else {
+            drop(receiver);
+            return work(sender).await;
+        };
+        // A task of its own, not a branch of a select: a notification being sent when the
+        // command ends is never cut off midway, and the last batch goes once the sender (moved
+        // into `work`) is dropped with it, on every path, cancellation included.
+        let forwarding = tokio::spawn(forward_output(sink, receiver));
+        let out = work(sender).await;
+        let _ = forwarding.await;
+        out
+    }
+
     /// Runs `work`, telling the client once a second what is being waited for: `waiting_for`
     /// ("waiting for machine m to run commands"), how long so far, and `limit` when the wait has
     /// one. A wait over within a second sends nothing.
@@ -95,7 +132,148 @@ impl Progress {
     }
 }
 
+/// Gathers a command's output between two notifications.
+#[derive(Default)]
+struct OutputBatch {
+    pieces: Vec<OutputChunk>,
+    bytes: usize,
+    /// Bytes over [`OUTPUT_BATCH_MAX_BYTES`] left out of this batch.
+    skipped: usize,
+}
+
+impl OutputBatch {
+    fn push(&mut self, chunk: OutputChunk) {
+        let room = OUTPUT_BATCH_MAX_BYTES - self.bytes;
+        let mut text = chunk.text;
+        if text.len() > room {
+            let mut cut = room;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.skipped += text.len() - cut;
+            text.truncate(cut);
+        }
+        if text.is_empty() {
+            return;
+        }
+        self.bytes += text.len();
+        match self.pieces.last_mut() {
+            Some(last) if last.stream == chunk.stream => last.text.push_str(&text),
+            _ => self.pieces.push(OutputChunk {
+                stream: chunk.stream,
+                text,
+            }),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pieces.is_empty() && self.skipped == 0
+    }
+
+    /// The notification's `message`: each run of one stream marked `[stdout]` or `[stderr]`,
+    /// a marker always at the start of a line.
+    fn message(&self) -> String {
+        let mut message = String::with_capacity(self.bytes + 16 * self.pieces.len());
+        for piece in &self.pieces {
+            if !message.is_empty() && !message.ends_with('\n') {
+                message.push('\n');
+            }
+            message.push_str(match piece.stream {
+                OutputStream::Stdout => "[stdout] ",
+                OutputStream::Stderr => "[stderr] ",
+            });
+            message.push_str(&piece.text);
+        }
+        if self.skipped > 0 {
+            if !message.is_empty() && !message.ends_with('\n') {
+                message.push('\n');
+            }
+            message.push_str(&format!(
+                "[smol-mcp] {} more bytes of output in this moment are not shown here; the \
+                 result keeps the head and tail, and the whole when it is long",
+                self.skipped
+            ));
+        }
+        message
+    }
+
+    fn meta(&self) -> NotificationMetaObject {
+        let pieces: Vec<serde_json::Value> = self
+            .pieces
+            .iter()
+            .map(|p| serde_json::json!({"stream": p.stream.as_str(), "text": p.text}))
+            .collect();
+        let mut map = serde_json::Map::new();
+        map.insert(OUTPUT_META_KEY.to_owned(), serde_json::Value::Array(pieces));
+        NotificationMetaObject(MetaObject(map))
+    }
+}
+
+async fn forward_output(
+    sink: Arc<ProgressSink>,
+    mut receiver: tokio::sync::mpsc::UnboundedReceiver<OutputChunk>,
+) {
+    let mut batch = OutputBatch::default();
+    let mut last_sent: Option<Instant> = None;
+    loop {
+        let due = last_sent.map_or_else(Instant::now, |at| at + OUTPUT_EVERY);
+        let next = if batch.is_empty() {
+            receiver.recv().await
+        } else {
+            tokio::select! {
+                next = receiver.recv() => next,
+                () = tokio::time::sleep_until(due.into()) => {
+                    sink.send_output(std::mem::take(&mut batch)).await;
+                    last_sent = Some(Instant::now());
+                    continue;
+                }
+            }
+        };
+        let Some(chunk) = next else {
+            break;
+        };
+        batch.push(chunk);
+        if Instant::now() >= due {
+            // A quiet spell is over: what is already queued goes with this piece, at once.
+            while let Ok(more) = receiver.try_recv() {
+                batch.push(more);
+            }
+            sink.send_output(std::mem::take(&mut batch)).await;
+            last_sent = Some(Instant::now());
+        }
+    }
+    if !batch.is_empty() {
+        sink.send_output(batch).await;
+    }
+}
+
 impl ProgressSink {
+    /// Sends a batch of output. Progress is the call's elapsed seconds, in milliseconds and
+    /// always above the last value sent (the spec wants it increasing).
+    async fn send_output(&self, batch: OutputBatch) {
+        let now = Instant::now();
+        let mut progress = ((now - self.began).as_secs_f64() * 1000.0).floor() / 1000.0;
+        {
+            let Ok(mut last) = self.last.lock() else {
+                return;
+            };
+            if let Some((_, value)) = *last
+                && progress <= value
+            {
+                progress = value + 0.001;
+            }
+            *last = Some((now, progress));
+        }
+        let mut param = ProgressNotificationParam::new(self.token.clone(), progress)
+            .with_message(batch.message());
+        param.meta = Some(batch.meta());
+        match tokio::time::timeout(SEND_DEADLINE, self.peer.notify_progress(param)).await {
+            Ok(Ok(())) => tracing::trace!(progress, "output sent as progress"),
+            Ok(Err(e)) => tracing::debug!(error = %e, "an output notification was not sent"),
+            Err(_) => tracing::debug!("an output notification was dropped: the client is slow"),
+        }
+    }
+
     async fn tick(&self, waiting_for: &str, limit: Option<Duration>) -> Infallible {
         let phase_began = Instant::now();
         // Progress and total are in seconds of the whole call, so that the fraction is how
@@ -280,6 +458,52 @@ async fn send_event(peer: &Peer<RoleServer>, event: &ServerEvent, threshold: Log
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chunk(stream: OutputStream, text: &str) -> OutputChunk {
+        OutputChunk {
+            stream,
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_batch_marks_each_run_of_a_stream_on_its_own_line() {
+        let mut batch = OutputBatch::default();
+        batch.push(chunk(OutputStream::Stdout, "one\n"));
+        batch.push(chunk(OutputStream::Stdout, "two"));
+        batch.push(chunk(OutputStream::Stderr, "warn\n"));
+        batch.push(chunk(OutputStream::Stdout, "three\n"));
+        assert_eq!(
+            batch.message(),
+            "[stdout] one\ntwo\n[stderr] warn\n[stdout] three\n"
+        );
+        assert_eq!(
+            serde_json::to_value(batch.meta()).unwrap()[OUTPUT_META_KEY],
+            serde_json::json!([
+                {"stream": "stdout", "text": "one\ntwo"},
+                {"stream": "stderr", "text": "warn\n"},
+                {"stream": "stdout", "text": "three\n"},
+            ])
+        );
+    }
+
+    #[test]
+    fn an_oversized_batch_is_cut_on_a_character_and_says_how_much_is_left_out() {
+        let mut batch = OutputBatch::default();
+        batch.push(chunk(
+            OutputStream::Stdout,
+            &"a".repeat(OUTPUT_BATCH_MAX_BYTES - 1),
+        ));
+        batch.push(chunk(OutputStream::Stdout, "\u{e9}\u{e9}"));
+        let message = batch.message();
+        assert_eq!(batch.bytes, OUTPUT_BATCH_MAX_BYTES - 1);
+        assert_eq!(batch.skipped, 4);
+        assert!(
+            message.contains("4 more bytes"),
+            "{}",
+            &message[message.len() - 200..]
+        );
+    }
 
     #[test]
     fn levels_rank_as_the_spec_orders_them() {

@@ -141,7 +141,10 @@ pub(super) async fn run_command(
     // cancelled one, and whatever it started, can be found and killed by a second exec.
     let marker = format!("{}-{}", std::process::id(), random_hex());
     spec.env.insert(RUN_MARKER.to_owned(), marker.clone());
-    let output = match call.cancellable(fleet.exec(&a.name, &spec)).await {
+    let output = match call
+        .cancellable(super::streamed::exec(call, &fleet, &a.name, &spec))
+        .await
+    {
         Err(e) if e.kind == super::ToolErrorKind::Cancelled => {
             kill_marked(fleet.clone(), a.name.clone(), marker);
             return Err(e);
@@ -220,7 +223,9 @@ pub(super) async fn run_once(
         call.wait_ready(&fleet, machine.id()).await?;
         let watch = EgressWatch::begin(fleet.kind(), &spec.egress);
         let began = Instant::now();
-        let output = call.cancellable(fleet.exec(machine.id(), &exec)).await?;
+        let output = call
+            .cancellable(super::streamed::exec(call, &fleet, machine.id(), &exec))
+            .await?;
         let elapsed = began.elapsed();
         // Asked before the machine goes: the engine's record of it goes with it.
         let failed = output.exit_code != 0 || output.timed_out(elapsed, exec.timeout_secs);

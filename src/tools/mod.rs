@@ -19,6 +19,7 @@ pub mod output;
 mod provisional;
 pub mod results;
 pub mod schema;
+mod streamed;
 
 use crate::backend::{Backend, Mode};
 pub use call::{Call, Scope};
