@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn chunks_cut_anywhere_keep_characters_and_line_ends_whole() {
-        let frame = "event: stdout\ndata: h\u{e9}llo \u{1f600}\r\r\n\n".as_bytes();
+        let frame = "event: stdout\ndata: h\u{e9}llo \u{1f600}\rdata: \r\n\r\n".as_bytes();
         for cut in 1..frame.len() {
             let (a, b) = frame.split_at(cut);
             assert_eq!(
