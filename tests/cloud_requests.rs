@@ -393,3 +393,30 @@ async fn error_bodies_of_every_shape_keep_their_code_and_message() {
     let missing = fleet.read_file(&src, "/workspace/none").await.unwrap_err();
     assert_eq!(missing.message, "file not found: workspace/none");
 }
+
+#[tokio::test]
+async fn streamed_exec_sends_the_exec_body_to_exec_stream() {
+    let (fake, fleet) = fleet().await;
+    let id = fake.add_machine("w", "started");
+    fake.with(|st| {
+        st.exec_hook = Some(std::sync::Arc::new(|_| {
+            exec_answer(42, b"one\ntwo\n", b"boom\n")
+        }))
+    });
+    let mut argv = ExecSpec::new(Command::Argv(vec!["make".into(), "test".into()]));
+    argv.workdir = Some("/workspace".into());
+    argv.env.insert("CI".into(), "1".into());
+    argv.stdin = Some("yes\n".into());
+    argv.timeout_secs = Some(60);
+    let (sender, mut pieces) = tokio::sync::mpsc::unbounded_channel();
+    let out = fleet.exec_streamed(&id, &argv, &sender).await.unwrap();
+    assert_eq!(out.exit_code, 42);
+    assert_eq!(out.stdout, b"one\ntwo\n");
+    assert_eq!(out.stderr, b"boom\n");
+    let mut texts = Vec::new();
+    while let Ok(piece) = pieces.try_recv() {
+        texts.push(format!("{}:{}", piece.stream.as_str(), piece.text));
+    }
+    assert_eq!(texts, ["stdout:one\n", "stdout:two\n", "stderr:boom\n"]);
+    assert_json_snapshot!("cloud_exec_stream", fake.take_requests());
+}

@@ -456,15 +456,26 @@ impl FleetApi for CloudFleet {
         let ctx = format!("exec in {machine}");
         // A stopped machine is booted by the call first, as with the plain exec.
         let limit = self.exec_limit(spec);
+        // Built here rather than by the generated builder, to send the `accept:
+        // text/event-stream` the SDK and the Rust client send (facts 3.7).
+        let mut url = self.base_url.clone();
+        let base_path = url.path().trim_end_matches('/').to_owned();
+        url.set_path(&format!(
+            "{base_path}/v1/machines/{}/exec/stream",
+            percent_encoding::utf8_percent_encode(&id, SEGMENT)
+        ));
         let request = self
-            .client
-            .machine_exec_stream()
-            .id(&id)
-            .body(command_request(spec));
+            .http
+            .post(url)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .json(&command_request(spec));
         within(&ctx, limit, async {
-            let body = send(&ctx, limit, request.send()).await?;
-            super::exec_stream::read_exec_stream(&ctx, body.into_inner(), output, |e| {
-                super::upstream::transport(&ctx, e)
+            let response = request.send().await.map_err(|e| transport(&ctx, &e))?;
+            if !response.status().is_success() {
+                return Err(from_response(&ctx, response).await);
+            }
+            super::exec_stream::read_exec_stream(&ctx, response.bytes_stream(), output, |e| {
+                transport(&ctx, e)
             })
             .await
         })

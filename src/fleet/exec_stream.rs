@@ -13,7 +13,7 @@ use super::model::{ExecOutput, OutputChunk, OutputSender, OutputStream};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
-/// One server-sent event: its type and its data lines joined by `\n`.
+/// One server-sent event: its type and its data lines, joined as [`SseParser`] says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
     pub event: String,
@@ -27,14 +27,23 @@ pub struct SseEvent {
 /// line after every `\r` as well as every `\n`, so output holding a CR is only read right by a
 /// parser that ends lines there too. Lines are decoded only once whole, so a character whose
 /// bytes arrive in two chunks is never broken.
+///
+/// The data lines of an event are joined by what ended them: a lone CR by a CR, an LF or a
+/// CR LF by an LF. The SSE format joins them all with LF; the engine's axum writes each CR or
+/// LF of the output itself as the end of a data line, so joining by the ending it wrote gives
+/// back the output byte for byte (`"a\r\nb"` arrives as `data: a\r`, `data: \n`, `data: b`).
+/// A CR LF is never such an ending (axum follows each with `data: `), nor is a lone CR on the
+/// cloud, whose own client ends lines only at LF and CR LF.
 #[derive(Debug, Default)]
 pub struct SseParser {
     line: Vec<u8>,
     /// The last byte fed was a CR: an LF right after it ends nothing more.
     after_cr: bool,
     event: String,
-    data: Vec<String>,
+    data: String,
     has_data: bool,
+    /// What ended the event's last data line, to join the next one with.
+    data_line_end: char,
 }
 
 impl SseParser {
@@ -44,10 +53,12 @@ impl SseParser {
         for &byte in bytes {
             let after_cr = std::mem::replace(&mut self.after_cr, byte == b'\r');
             match byte {
-                b'\n' if after_cr => {}
+                // The CR before it ended the line: the line's ending was a CR LF.
+                b'\n' if after_cr => self.data_line_end = '\n',
                 b'\n' | b'\r' => {
+                    let end = byte as char;
                     let line = std::mem::take(&mut self.line);
-                    if let Some(event) = self.line_ended(&line) {
+                    if let Some(event) = self.line_ended(&line, end) {
                         done.push(event);
                     }
                 }
@@ -57,7 +68,7 @@ impl SseParser {
         done
     }
 
-    fn line_ended(&mut self, line: &[u8]) -> Option<SseEvent> {
+    fn line_ended(&mut self, line: &[u8], end: char) -> Option<SseEvent> {
         if line.is_empty() {
             // A blank line dispatches the event; one without data is no event at all.
             let event = std::mem::take(&mut self.event);
@@ -71,7 +82,7 @@ impl SseParser {
                 } else {
                     event
                 },
-                data: data.join("\n"),
+                data,
             });
         }
         // A comment: the keep-alive axum sends every 15 s.
@@ -86,8 +97,11 @@ impl SseParser {
         match field {
             "event" => self.event = value.to_owned(),
             "data" => {
-                self.data.push(value.to_owned());
-                self.has_data = true;
+                if std::mem::replace(&mut self.has_data, true) {
+                    self.data.push(self.data_line_end);
+                }
+                self.data.push_str(value);
+                self.data_line_end = end;
             }
             _ => {}
         }
@@ -228,10 +242,15 @@ mod tests {
             events(&[b"event: stdout\ndata: a\ndata: \n\n"]),
             vec![ev("stdout", "a\n")]
         );
-        // "a\r\nb": CR and LF each start a new data line, so the CR reads as a line break.
+        // "a\r\nb": CR and LF each end a data line, and come back as they were.
         assert_eq!(
             events(&[b"event: stdout\ndata: a\rdata: \ndata: b\n\n"]),
-            vec![ev("stdout", "a\n\nb")]
+            vec![ev("stdout", "a\r\nb")]
+        );
+        // A progress bar's bare CRs.
+        assert_eq!(
+            events(&[b"event: stdout\ndata: 10%\rdata: 90%\rdata: \n\n"]),
+            vec![ev("stdout", "10%\r90%\r")]
         );
         // CR LF line ends (the cloud may send them) end one line, not two.
         assert_eq!(
@@ -242,7 +261,7 @@ mod tests {
 
     #[test]
     fn chunks_cut_anywhere_keep_characters_and_line_ends_whole() {
-        let frame = "event: stdout\ndata: h\u{e9}llo \u{1f600}\rdata: \r\n\r\n".as_bytes();
+        let frame = "event: stdout\r\ndata: h\u{e9}llo \u{1f600}\r\ndata: \r\n\r\n".as_bytes();
         for cut in 1..frame.len() {
             let (a, b) = frame.split_at(cut);
             assert_eq!(

@@ -11,6 +11,9 @@
 //! timers (`auto_stop_after`, `ttl_after`). Sweeps and queued work are applied lazily, before every
 //! request and every `with`, so a test watches them happen by waiting and looking.
 
+use super::fake_stream::{
+    StreamCounts, StreamHook, StreamStep, sse_response, steps_from_answer, whole_body,
+};
 use base64::Engine as _;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -87,6 +90,13 @@ pub struct CloudState {
     /// The TTL sweep: a machine created with `ttlSeconds` is deleted this long after its create,
     /// whatever it is doing (facts 3.3).
     pub ttl_after: Option<Duration>,
+    /// Scripts what `POST .../exec/stream` sends; without it, the exec answer (hook or
+    /// default) is streamed one line an event (see `fake_stream`).
+    pub stream_hook: Option<StreamHook>,
+    /// The pause between every two frames, on the streaming front only
+    /// ([`FakeCloud::start_streaming`]); wiremock sends the body whole.
+    pub stream_gap: Option<Duration>,
+    pub streams: Arc<StreamCounts>,
     created_at: BTreeMap<String, Instant>,
     active_until: BTreeMap<String, Instant>,
     booted_at: BTreeMap<String, Instant>,
@@ -98,6 +108,8 @@ pub struct CloudState {
 pub struct FakeCloud {
     pub server: Arc<MockServer>,
     pub state: Arc<Mutex<CloudState>>,
+    /// The streaming front's address, when there is one (see [`FakeCloud::start_streaming`]).
+    front: Option<String>,
 }
 
 struct Responder(Arc<Mutex<CloudState>>);
@@ -125,11 +137,39 @@ impl FakeCloud {
         FakeCloud {
             server: Arc::new(server),
             state,
+            front: None,
         }
     }
 
+    /// The fake behind a small axum front that serves `POST /v1/machines/{id}/exec/stream`
+    /// itself, frame by frame over time as the service does (wiremock can only answer a body
+    /// whole), and passes every other request on to the wiremock fake unchanged.
+    pub async fn start_streaming() -> FakeCloud {
+        let mut fake = FakeCloud::start().await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front = format!("http://{}", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .fallback(front_handle)
+            .with_state((fake.state.clone(), fake.server.uri()));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        fake.front = Some(front);
+        fake
+    }
+
     pub fn url(&self) -> String {
-        self.server.uri()
+        self.front.clone().unwrap_or_else(|| self.server.uri())
+    }
+
+    /// Scripts the frames of `POST .../exec/stream` from the request body.
+    pub fn set_stream(&self, hook: impl Fn(&Value) -> Vec<StreamStep> + Send + Sync + 'static) {
+        self.state.lock().unwrap().stream_hook = Some(Arc::new(hook));
+    }
+
+    /// The streams served so far (begun, closed early by the client, sent to the end).
+    pub fn streams(&self) -> Arc<StreamCounts> {
+        self.state.lock().unwrap().streams.clone()
     }
 
     pub fn take_requests(&self) -> Vec<Value> {
@@ -327,6 +367,77 @@ fn problem(status: u16, detail: &str, code: &str) -> ResponseTemplate {
                    "detail": detail, "code": code})
             .to_string(),
         )
+}
+
+/// The front of [`FakeCloud::start_streaming`].
+async fn front_handle(
+    axum::extract::State((state, upstream)): axum::extract::State<(Arc<Mutex<CloudState>>, String)>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let path = parts.uri.path().to_owned();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if let ("POST", ["v1", "machines", id, "exec", "stream"]) =
+        (parts.method.as_str(), segments.as_slice())
+    {
+        let authorized = parts
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            == Some(&format!("Bearer {TOKEN}"));
+        let mut st = state.lock().unwrap();
+        st.tick();
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        st.requests.push(json!({
+            "method": "POST", "path": path, "query": parts.uri.query(),
+            "headers": {"authorization": header("authorization"), "content-type": header("content-type"), "accept": header("accept")},
+            "body": serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+        }));
+        if !authorized {
+            return axum::http::StatusCode::UNAUTHORIZED.into_response();
+        }
+        if !st.machines.contains_key(*id) {
+            return (axum::http::StatusCode::NOT_FOUND, "machine not found").into_response();
+        }
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let steps = stream_steps(&mut st, id, &body);
+        return sse_response(steps, st.stream_gap, st.streams.clone());
+    }
+    let url = format!(
+        "{upstream}{}",
+        parts.uri.path_and_query().map_or("/", |p| p.as_str())
+    );
+    let mut forward = reqwest::Client::new().request(parts.method.clone(), url);
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::HOST {
+            forward = forward.header(name, value);
+        }
+    }
+    let answer = forward.body(bytes).send().await.unwrap();
+    let mut response = axum::response::Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        response = response.header(name, value);
+    }
+    let body = answer.bytes().await.unwrap();
+    response.body(axum::body::Body::from(body)).unwrap()
+}
+
+/// What a streamed exec sends: the test's script, or the exec answer one line an event.
+fn stream_steps(st: &mut CloudState, id: &str, body: &Value) -> Vec<StreamStep> {
+    st.boot_for_operation(id);
+    match (st.stream_hook.clone(), st.exec_hook.clone()) {
+        (Some(stream), _) => stream(body),
+        (None, Some(exec)) => steps_from_answer(&exec(body)),
+        (None, None) => steps_from_answer(&default_exec(st, id, body)),
+    }
 }
 
 fn json_answer(status: u16, body: Value) -> ResponseTemplate {
@@ -628,6 +739,13 @@ fn machine_route(
                 obj.remove("stderrB64");
             }
             json_answer(200, answer).set_delay(boot)
+        }
+        // Wiremock answers the stream whole; `FakeCloud::start_streaming` sends it over time.
+        ("POST", "exec/stream") => {
+            let steps = stream_steps(st, id, body);
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "text/event-stream")
+                .set_body_raw(whole_body(&steps), "text/event-stream")
         }
         ("GET", "events") => json_answer(
             200,

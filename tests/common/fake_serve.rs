@@ -2,6 +2,7 @@
 //! shapes (every response carries the schema's required fields), keeps a little state so flows
 //! make sense, and records every request for snapshot tests.
 
+use super::fake_stream::{StreamCounts, StreamHook, StreamStep, sse_response, steps_from_answer};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -48,6 +49,12 @@ pub struct FakeState {
     pub directories: BTreeMap<(String, String), Vec<Value>>,
     /// Answer a missing file 404 (1.32.2's spec) instead of the source's 500.
     pub missing_file_404: bool,
+    /// Scripts what `POST .../exec/stream` sends; without it, the exec answer (hook or
+    /// default) is streamed one line an event (see `fake_stream`).
+    pub stream_hook: Option<StreamHook>,
+    /// The pause between every two frames of a streamed command.
+    pub stream_gap: Option<std::time::Duration>,
+    pub streams: Arc<StreamCounts>,
 }
 
 /// The three ways the engine reports a command ended at its timeout, all exit 124 (the guest
@@ -264,6 +271,16 @@ impl FakeServe {
             .push((operation.to_owned(), dest.to_owned()));
     }
 
+    /// Scripts the frames of `POST .../exec/stream` from the request body.
+    pub fn set_stream(&self, hook: impl Fn(&Value) -> Vec<StreamStep> + Send + Sync + 'static) {
+        self.state.lock().unwrap().stream_hook = Some(Arc::new(hook));
+    }
+
+    /// The streams served so far (begun, closed early by the client, sent to the end).
+    pub fn streams(&self) -> Arc<StreamCounts> {
+        self.state.lock().unwrap().streams.clone()
+    }
+
     /// Appends a line to a machine's log, as its guest console grows: the next
     /// `GET /api/v1/machines/{id}/logs` shows it (`stream_logs` in the vendored 1.32.2 spec,
     /// `text/event-stream`, one `event: log` / `data: <line>` frame a line as the engine's
@@ -348,6 +365,59 @@ async fn handle(state: State<Arc<Mutex<FakeState>>>, request: Request) -> Respon
         Ok(response) => response,
         Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
     }
+}
+
+/// What `exec/stream` sends for a command: the test's script, or what the plain exec would
+/// answer, streamed as 1.32.2 streams it. The plain exec's timing holds (`exec_delay`, `sleep N`
+/// up to its `timeoutSecs`, then exit 124 with the agent's words), and output past the agent's
+/// cap on a streamed exec ends in its error frame with no exit (`MAX_STREAMING_EXEC_OUTPUT`,
+/// 11 MiB in all, smolvm src/agent/client.rs; its message is in the 1.32.2 binary).
+fn stream_steps(st: &FakeState, request: &Value) -> Vec<StreamStep> {
+    if let Some(script) = &st.stream_hook {
+        return script(request);
+    }
+    let mut steps = Vec::new();
+    let readiness_probe = request["command"][0] == "echo"
+        && request["command"][1]
+            .as_str()
+            .is_some_and(|a| a.starts_with("ready-"));
+    if let (false, Some(delay)) = (readiness_probe, st.exec_delay) {
+        steps.push(StreamStep::Pause(delay));
+    }
+    if let Some(secs) = sleep_secs(request) {
+        let limit = request["timeoutSecs"].as_f64().filter(|&l| l < secs);
+        steps.push(StreamStep::Pause(std::time::Duration::from_secs_f64(
+            limit.unwrap_or(secs),
+        )));
+        if let Some(limit) = limit {
+            let stderr = match st.timeout_form {
+                TimeoutForm::Command => format!("\ncommand timed out after {}ms", limit * 1000.0),
+                TimeoutForm::Container => format!("container timed out after {limit}s"),
+                TimeoutForm::Bare => String::new(),
+            };
+            steps.extend(steps_from_answer(&exec_response(124, b"", stderr.as_bytes())));
+            return steps;
+        }
+    }
+    let answer = match &st.exec_hook {
+        Some(exec) => exec(request),
+        None => default_exec(request),
+    };
+    let b64_len = |key: &str| {
+        answer[key]
+            .as_str()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .map_or(0, |bytes| bytes.len())
+    };
+    if b64_len("stdoutB64") + b64_len("stderrB64") > ENGINE_OUTPUT_CAP {
+        steps.push(StreamStep::stdout(&"x".repeat(64 * 1024)));
+        steps.push(StreamStep::engine_error(&format!(
+            "streaming output exceeded {ENGINE_OUTPUT_CAP} byte cap; exec terminated (output truncated)"
+        )));
+        return steps;
+    }
+    steps.extend(steps_from_answer(&answer));
+    steps
 }
 
 /// A command the fake "runs" for a while: `sleep N` (alone, or as the script of `sh -c`).
@@ -523,12 +593,13 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         }
         // The body is checked before the machine is looked for: its type by axum's `Json`, then
         // the command (smolvm src/api/handlers/exec.rs `exec_command`, `validate_command`).
-        ("POST", ["api", "v1", "machines", _, "exec"])
+        // `exec/stream` takes the same `ExecRequest` (1.32.2 spec) through the same checks.
+        ("POST", ["api", "v1", "machines", _, "exec" | "exec/stream"])
             if unknown_field("ExecRequest", &json_body).is_some() =>
         {
             unknown_field("ExecRequest", &json_body).unwrap()
         }
-        ("POST", ["api", "v1", "machines", _, "exec"])
+        ("POST", ["api", "v1", "machines", _, "exec" | "exec/stream"])
             if json_body["command"].as_array().is_some_and(Vec::is_empty) =>
         {
             api_error(
@@ -634,6 +705,12 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     info["parentMachine"] = json!(name);
                     st.machines.insert(child, info.clone());
                     axum::Json(info).into_response()
+                }
+                // Answered at once and sent as the command runs (see `fake_stream`); the
+                // engine's request deadline bounds only the answer, not its body.
+                ("POST", ["exec", "stream"]) => {
+                    let steps = stream_steps(&st, &json_body);
+                    sse_response(steps, st.stream_gap, st.streams.clone())
                 }
                 ("POST", ["exec"]) => {
                     let hook = st.exec_hook.clone();

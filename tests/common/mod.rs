@@ -3,6 +3,7 @@
 pub mod clients;
 pub mod fake_cloud;
 pub mod fake_serve;
+pub mod fake_stream;
 pub mod mcp;
 pub mod real_serve;
 pub mod stdio;
