@@ -30,6 +30,15 @@ pub enum StreamStep {
     Split(String, String, usize, Duration),
     /// Waits before the next step (the command is quiet).
     Pause(Duration),
+    /// A stdout line `<prefix> <ns>`, `<ns>` the nanoseconds from [`epoch`] to its sending:
+    /// what the latency benchmark times.
+    Stamped(String),
+}
+
+/// The instant stamped lines count from, shared by everything in this process.
+pub fn epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
 }
 
 impl StreamStep {
@@ -84,7 +93,7 @@ pub fn steps_from_answer(answer: &Value) -> Vec<StreamStep> {
         }
     }
     steps.push(StreamStep::exit(
-        answer["exitCode"].as_i64().unwrap_or(0) as i32,
+        answer["exitCode"].as_i64().unwrap_or(0) as i32
     ));
     steps
 }
@@ -183,6 +192,10 @@ fn async_stream_of(
                 StreamStep::Event(event, data) => {
                     return Some((Ok(frame(&event, &data).await), st));
                 }
+                StreamStep::Stamped(prefix) => {
+                    let line = format!("{prefix} {}\n", epoch().elapsed().as_nanos());
+                    return Some((Ok(frame("stdout", &line).await), st));
+                }
                 StreamStep::Split(event, data, at, pause) => {
                     let bytes = frame(&event, &data).await;
                     st.pending = Some((bytes.slice(at..), pause));
@@ -203,7 +216,7 @@ pub fn whole_body(steps: &[StreamStep]) -> Vec<u8> {
                 StreamStep::Event(event, data) | StreamStep::Split(event, data, _, _) => {
                     body.extend_from_slice(&frame(event, data).await);
                 }
-                StreamStep::Pause(_) => {}
+                StreamStep::Pause(_) | StreamStep::Stamped(_) => {}
             }
         }
         body
