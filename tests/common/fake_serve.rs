@@ -395,7 +395,11 @@ fn stream_steps(st: &FakeState, request: &Value) -> Vec<StreamStep> {
                 TimeoutForm::Container => format!("container timed out after {limit}s"),
                 TimeoutForm::Bare => String::new(),
             };
-            steps.extend(steps_from_answer(&exec_response(124, b"", stderr.as_bytes())));
+            steps.extend(steps_from_answer(&exec_response(
+                124,
+                b"",
+                stderr.as_bytes(),
+            )));
             return steps;
         }
     }
