@@ -116,10 +116,11 @@ async fn a_cancelled_command_is_killed_in_the_guest() {
             .and_then(|env| env.iter().find(|v| v["name"] == "SMOL_MCP_RUN"))
             .and_then(|v| v["value"].as_str().map(str::to_owned))
     };
+    // rmcp's client sends a progress token, so the command went through the output stream.
     let first = fake
         .take_requests()
         .into_iter()
-        .filter(|r| r["path"].as_str().unwrap().ends_with("/exec"))
+        .filter(|r| r["path"].as_str().unwrap().ends_with("/exec/stream"))
         .find_map(|r| marker_of(&r));
     assert!(first.is_some(), "the command carried a marker");
 

@@ -740,10 +740,12 @@ async fn a_request_past_the_engines_deadline_is_a_timeout_that_says_so() {
         st.request_deadline = Some(std::time::Duration::from_secs(1));
         st.exec_delay = Some(std::time::Duration::from_secs(3));
     }
+    // With stdin the plain exec runs (the stream route reads no stdin), whatever the progress
+    // token rmcp's client sends: the request deadline bounds that route's answer.
     let err = h
         .err(
             "run-command",
-            json!({"name": "slow", "command": "make", "timeoutSecs": 60}),
+            json!({"name": "slow", "command": "make", "timeoutSecs": 60, "stdin": ""}),
         )
         .await;
     assert!(err.starts_with("TIMEOUT"), "{err}");
@@ -807,10 +809,12 @@ async fn output_over_the_engines_cap_says_how_to_get_it() {
             exec_response(0, &over, b"")
         }
     });
+    // With stdin the plain exec runs (the stream route reads no stdin, and ends output past
+    // its cap with an error frame instead: src/fleet/exec_stream.rs).
     let err = h
         .err(
             "run-command",
-            json!({"name": "loud", "command": "yes | head -c 12M"}),
+            json!({"name": "loud", "command": "yes | head -c 12M", "stdin": ""}),
         )
         .await;
     assert!(err.starts_with("UPSTREAM"), "{err}");
