@@ -129,6 +129,9 @@ async fn session(env: &[(&str, &str)]) -> Session {
     }
 }
 
+/// What a fake's streamed exec sends, from the request.
+type Script = Box<dyn Fn(&Value) -> Vec<StreamStep> + Send + Sync>;
+
 /// A fleet under test: a fake that streams over time, and a session on it.
 struct Fleet {
     name: &'static str,
@@ -137,7 +140,7 @@ struct Fleet {
     /// The machine run-command runs in.
     machine: String,
     requests: Box<dyn Fn() -> Vec<Value>>,
-    set_stream: Box<dyn Fn(Box<dyn Fn(&Value) -> Vec<StreamStep> + Send + Sync>)>,
+    set_stream: Box<dyn Fn(Script)>,
     set_gap: Box<dyn Fn(Option<Duration>)>,
     /// Machines the fake holds now.
     machine_count: Box<dyn Fn() -> usize>,
