@@ -401,3 +401,38 @@ async fn a_refused_connect_is_reported_on_a_booted_guest() {
     let cleanup = h.backend.cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
 }
+
+/// 1.32.2's `exec/stream` is live by its source (its handler forwards each event of the guest
+/// agent as it comes); this confirms it on a guest: the first line arrives seconds before the
+/// command ends, and a CR comes back as it was.
+#[tokio::test]
+#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
+async fn the_engines_exec_stream_is_live_in_a_booted_guest() {
+    use smol_mcp::fleet::{Command, ExecSpec, FleetApi, LocalFleet};
+    let (serve, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "cpus": 1, "memoryMb": 512}),
+        )
+        .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let fleet = LocalFleet::new(serve.endpoint.clone()).unwrap();
+    let (sender, mut pieces) = tokio::sync::mpsc::unbounded_channel();
+    let spec = ExecSpec::new(Command::Shell(
+        "echo first; sleep 3; printf 'a\\r\\nb'".into(),
+    ));
+    let began = std::time::Instant::now();
+    let run = tokio::spawn(async move { fleet.exec_streamed(&name, &spec, &sender).await });
+    let first = pieces.recv().await.unwrap();
+    let first_at = began.elapsed();
+    let out = run.await.unwrap().unwrap();
+    let ended_at = began.elapsed();
+    assert_eq!(first.text, "first\n");
+    assert!(
+        ended_at - first_at > std::time::Duration::from_secs(2),
+        "the first line came {first_at:?} in, the end {ended_at:?}: not live"
+    );
+    assert_eq!(out.stdout, b"first\na\r\nb");
+    assert_eq!(out.exit_code, 0);
+}
