@@ -10,12 +10,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
 #[path = "../tests/common/fake_serve.rs"]
 #[allow(dead_code)]
 mod fake_serve;
+#[path = "../tests/common/fake_stream.rs"]
+#[allow(dead_code)]
+mod fake_stream;
 #[path = "../tests/common/real_serve.rs"]
 #[allow(dead_code)]
 mod real_serve;
