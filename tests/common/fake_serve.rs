@@ -713,6 +713,14 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 // Answered at once and sent as the command runs (see `fake_stream`); the
                 // engine's request deadline bounds only the answer, not its body.
                 ("POST", ["exec", "stream"]) => {
+                    // A streamed command is refused egress as a plain one is, from its start.
+                    let readiness_probe = json_body["command"][0] == "echo"
+                        && json_body["command"][1]
+                            .as_str()
+                            .is_some_and(|a| a.starts_with("ready-"));
+                    if !readiness_probe {
+                        record_denials_on_exec(&mut st, parts.uri.path());
+                    }
                     let steps = stream_steps(&st, &json_body);
                     sse_response(steps, st.stream_gap, st.streams.clone())
                 }
