@@ -45,6 +45,8 @@ pub struct Backend {
     pub events: Events,
     /// The logs clients follow, one poller each, shared by every session of the process.
     pub follow: crate::resources::follow::LogFollowers,
+    /// Every command run, recorded off the calls' path (`crate::ledger`).
+    pub ledger: crate::ledger::Ledger,
 }
 
 /// A read-file download paused between pages: where it is, and the stream to go on with.
@@ -86,6 +88,8 @@ impl Backend {
     pub fn new(config: Config) -> Result<Backend, StartupError> {
         ensure_runtime_dir(&config.runtime_dir)?;
         let mode = resolve_mode(&config);
+        let events = Events::default();
+        let ledger = crate::ledger::Ledger::open(&config, events.clone());
         Ok(Backend {
             record: Record::new(&config.runtime_dir),
             config: Arc::new(config),
@@ -95,8 +99,9 @@ impl Backend {
             parked_reads: std::sync::Mutex::new(Vec::new()),
             in_use: lease::InUse::default(),
             lease_session: format!("leased-{}", std::process::id()),
-            events: Events::default(),
+            events,
             follow: crate::resources::follow::LogFollowers::new(),
+            ledger,
         })
     }
 
@@ -342,6 +347,7 @@ impl Backend {
                     .collect()
             })
             .unwrap_or_default();
+        self.ledger.flush().await;
         let mut total = Cleanup::default();
         for session in sessions {
             let c = self.cleanup_session(&session).await;
@@ -356,6 +362,7 @@ impl Backend {
 
     /// At process exit: the session's machines, then the serve if this process started it.
     pub async fn shutdown(&self, session: &str) -> Cleanup {
+        self.ledger.flush().await;
         let cleanup = self.cleanup_session(session).await;
         if let Some(serve) = self.local.lock().await.take() {
             serve.stop().await;

@@ -27,6 +27,8 @@ use tokio_util::sync::CancellationToken;
 pub const TARGETS_URI: &str = "smol://targets";
 pub const LOGS_TEMPLATE: &str = "smol://machine/{target}/{name}/logs";
 pub const FILE_TEMPLATE: &str = "smol://machine/{target}/{name}/file{+path}";
+pub const RUNS_URI: &str = "smol://runs";
+pub const RUN_TEMPLATE: &str = "smol://runs/{id}";
 const MACHINE_PREFIX: &str = "smol://machine/";
 
 /// How many machine names a completion offers at most (the spec's limit is 100).
@@ -45,6 +47,14 @@ pub enum ResourceUri {
         name: String,
         path: String,
     },
+    /// A page of the run ledger: runs older than `before` (the newest when `None`).
+    Runs {
+        before: Option<i64>,
+        limit: usize,
+    },
+    Run {
+        id: i64,
+    },
 }
 
 impl ResourceUri {
@@ -54,11 +64,14 @@ impl ResourceUri {
         if uri == TARGETS_URI {
             return Ok(ResourceUri::Targets);
         }
+        if let Some(runs) = parse_runs(uri)? {
+            return Ok(runs);
+        }
         let unknown = || {
             ErrorData::resource_not_found(
                 format!(
-                    "no resource {}: this server offers {TARGETS_URI}, {LOGS_TEMPLATE} and \
-                     {FILE_TEMPLATE}",
+                    "no resource {}: this server offers {TARGETS_URI}, {LOGS_TEMPLATE}, \
+                     {FILE_TEMPLATE}, {RUNS_URI} and {RUN_TEMPLATE}",
                     tools::error::quote(uri)
                 ),
                 // SEP-2164: the error SHOULD carry the URI asked for, so that a client reading
@@ -85,6 +98,72 @@ impl ResourceUri {
         tools::args::absolute_path("path", &path).map_err(argument_error)?;
         Ok(ResourceUri::File { kind, name, path })
     }
+}
+
+/// `smol://runs`, `smol://runs?before=ID&limit=N` and `smol://runs/{id}`; `None` for other URIs.
+fn parse_runs(uri: &str) -> Result<Option<ResourceUri>, ErrorData> {
+    let Some(rest) = uri.strip_prefix(RUNS_URI) else {
+        return Ok(None);
+    };
+    let id = |what: &str, text: &str| {
+        text.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            ErrorData::invalid_params(
+                format!(
+                    "{what}: {} is not a run id; give the id of a run as smol://runs lists it \
+                     (a whole number)",
+                    tools::error::quote(text)
+                ),
+                None,
+            )
+        })
+    };
+    if let Some(text) = rest.strip_prefix('/') {
+        return Ok(Some(ResourceUri::Run {
+            id: id("id", text)?,
+        }));
+    }
+    let query = match rest {
+        "" => "",
+        _ => match rest.strip_prefix('?') {
+            Some(query) => query,
+            None => return Ok(None),
+        },
+    };
+    let (mut before, mut limit) = (None, crate::ledger::PAGE_DEFAULT);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "before" => before = Some(id("before", value)?),
+            "limit" => {
+                limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=crate::ledger::PAGE_MAX).contains(n))
+                    .ok_or_else(|| {
+                        ErrorData::invalid_params(
+                            format!(
+                                "limit: {} is not accepted: give 1 to {}",
+                                tools::error::quote(value),
+                                crate::ledger::PAGE_MAX
+                            ),
+                            None,
+                        )
+                    })?
+            }
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "{}: smol://runs takes only before (a run id: the runs older than it) \
+                         and limit (1 to {})",
+                        tools::error::quote(other),
+                        crate::ledger::PAGE_MAX
+                    ),
+                    None,
+                ));
+            }
+        }
+    }
+    Ok(Some(ResourceUri::Runs { before, limit }))
 }
 
 /// The URI of a machine's logs, as `follow` and clients name it.
@@ -149,8 +228,9 @@ fn tool_error(e: ToolError) -> ErrorData {
     }
 }
 
-pub fn list() -> Vec<Resource> {
-    vec![
+/// The resources; the run ledger's only while it is on.
+pub fn list(backend: &Backend) -> Vec<Resource> {
+    let mut resources = vec![
         Resource::new(TARGETS_URI, "targets")
             .with_title("Fleets usable from this host")
             .with_description(
@@ -161,7 +241,24 @@ pub fn list() -> Vec<Resource> {
                  a target, or when machines fail to start.",
             )
             .with_mime_type("application/json"),
-    ]
+    ];
+    if backend.ledger.is_on() {
+        resources.push(
+            Resource::new(RUNS_URI, "runs")
+                .with_title("Commands run, newest first")
+                .with_description(format!(
+                    "The run ledger: every command run-command and run-once ran through this \
+                     server, kept across restarts, newest first: tool, fleet, machine, command, \
+                     start and end, outcome, exit code, bytes of output. {} a page; `next` is the \
+                     URI of the page after (smol://runs?before=ID, with &limit=N up to {}). Read \
+                     smol://runs/{{id}} for a run's output.",
+                    crate::ledger::PAGE_DEFAULT,
+                    crate::ledger::PAGE_MAX
+                ))
+                .with_mime_type("application/json"),
+        );
+    }
+    resources
 }
 
 pub fn templates(mode: Mode) -> Vec<ResourceTemplate> {
@@ -185,6 +282,14 @@ pub fn templates(mode: Mode) -> Vec<ResourceTemplate> {
                  through the rest with the read-file tool.",
                 served(mode)[0].as_str()
             )),
+        ResourceTemplate::new(RUN_TEMPLATE, "run")
+            .with_title("One command run")
+            .with_description(
+                "One run from the run ledger (ids come from smol://runs): the command, its \
+                 working directory and environment variable names (never their values), start, \
+                 end, outcome, exit code, and the head and tail of its stdout and stderr.",
+            )
+            .with_mime_type("application/json"),
     ]
 }
 
@@ -247,7 +352,48 @@ pub async fn read(
         ResourceUri::File { kind, name, path } => {
             read_file(backend, session, ct, uri, kind, &name, &path).await
         }
+        ResourceUri::Runs { before, limit } => {
+            let (runs, more) = backend
+                .ledger
+                .page(before, limit)
+                .await
+                .map_err(ledger_error)?;
+            let next = match runs.last() {
+                Some(oldest) if more => {
+                    json!(format!("{RUNS_URI}?before={}&limit={limit}", oldest.id))
+                }
+                _ => Value::Null,
+            };
+            let page = json!({
+                "runs": runs.iter().map(crate::ledger::RunSummary::to_json).collect::<Vec<_>>(),
+                "next": next,
+                "droppedRecords": backend.ledger.dropped(),
+            });
+            json_contents(&page, uri)
+        }
+        ResourceUri::Run { id } => match backend.ledger.run(id).await.map_err(ledger_error)? {
+            Some(run) => json_contents(&run.to_json(), uri),
+            None => Err(ErrorData::resource_not_found(
+                format!(
+                    "no run {id} in the run ledger (it may have been pruned); smol://runs lists \
+                     the runs kept"
+                ),
+                Some(json!({ "uri": uri })),
+            )),
+        },
     }
+}
+
+fn ledger_error(e: crate::ledger::LedgerError) -> ErrorData {
+    ErrorData::internal_error(e.to_string(), None)
+}
+
+fn json_contents(value: &Value, uri: &str) -> Result<Vec<ResourceContents>, ErrorData> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    Ok(vec![
+        ResourceContents::text(text, uri).with_mime_type("application/json"),
+    ])
 }
 
 /// A resource read runs its tool in the process's scope: its URI names the fleet. It makes no

@@ -159,7 +159,9 @@ impl ServerHandler for SmolMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(ListResourcesResult::with_all_items(crate::resources::list()))
+        Ok(ListResourcesResult::with_all_items(crate::resources::list(
+            &self.backend,
+        )))
     }
 
     async fn list_resource_templates(

@@ -9,6 +9,7 @@ use super::provisional::Provisional;
 use super::results::{self, Overflow};
 use super::{Call, Tool, ToolError};
 use crate::fleet::{ExecOutput, ExecSpec, FleetKind, local};
+use crate::ledger::RunStart;
 use std::time::Instant;
 
 /// The environment variable that marks the processes of one run-command call.
@@ -136,6 +137,12 @@ pub(super) async fn run_command(
     let started_machine = machine.phase().boots_on_use();
     let watch = EgressWatch::begin_described(fleet.kind(), &machine.network);
     let began = Instant::now();
+    let run = call.backend.ledger.begin(RunStart::new(
+        Tool::RunCommand.name(),
+        fleet.kind(),
+        &a.name,
+        &spec,
+    ));
     // Neither engine can cancel an exec: dropping the request leaves the command running in the
     // guest. Every command carries a marker in its environment (children inherit it), so that a
     // cancelled one, and whatever it started, can be found and killed by a second exec.
@@ -146,12 +153,18 @@ pub(super) async fn run_command(
         .await
     {
         Err(e) if e.kind == super::ToolErrorKind::Cancelled => {
+            run.failed(&e);
             kill_marked(fleet.clone(), a.name.clone(), marker);
             return Err(e);
         }
-        other => other?,
+        Err(e) => {
+            run.failed(&e);
+            return Err(e);
+        }
+        Ok(output) => output,
     };
     let timed_out = output.timed_out(began.elapsed(), spec.timeout_secs);
+    run.exited(&output, timed_out);
     let failed = output.exit_code != 0 || timed_out;
     let blocked_egress = refused_during(watch, call, &fleet, &a.name, failed).await;
     let mut shaped = shape(&output, call.backend.config.max_output_bytes);
@@ -223,12 +236,27 @@ pub(super) async fn run_once(
         call.wait_ready(&fleet, machine.id()).await?;
         let watch = EgressWatch::begin(fleet.kind(), &spec.egress);
         let began = Instant::now();
-        let output = call
+        let run = call.backend.ledger.begin(RunStart::new(
+            Tool::RunOnce.name(),
+            fleet.kind(),
+            &name,
+            &exec,
+        ));
+        let output = match call
             .cancellable(super::streamed::exec(call, &fleet, machine.id(), &exec))
-            .await?;
+            .await
+        {
+            Ok(output) => output,
+            Err(e) => {
+                run.failed(&e);
+                return Err(e);
+            }
+        };
         let elapsed = began.elapsed();
+        let timed_out = output.timed_out(elapsed, exec.timeout_secs);
+        run.exited(&output, timed_out);
         // Asked before the machine goes: the engine's record of it goes with it.
-        let failed = output.exit_code != 0 || output.timed_out(elapsed, exec.timeout_secs);
+        let failed = output.exit_code != 0 || timed_out;
         let blocked_egress = refused_during(watch, call, &fleet, machine.id(), failed).await;
         Ok::<_, ToolError>((output, elapsed, blocked_egress))
     }
