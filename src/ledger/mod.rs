@@ -53,6 +53,8 @@ pub const PAGE_MAX: usize = 500;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamRecord {
     pub bytes: i64,
+    /// Bytes between the head and the tail, kept by neither.
+    pub dropped: i64,
     pub head: String,
     pub tail: String,
 }
@@ -71,8 +73,10 @@ impl StreamRecord {
 
     /// For output kept as it arrived (a job's head and tail): the total and the two ends.
     pub fn from_parts(total: u64, head: &[u8], tail: &[u8]) -> StreamRecord {
+        let kept = (head.len() + tail.len()) as u64;
         StreamRecord {
             bytes: i64::try_from(total).unwrap_or(i64::MAX),
+            dropped: i64::try_from(total.saturating_sub(kept)).unwrap_or(i64::MAX),
             head: String::from_utf8_lossy(head).into_owned(),
             tail: String::from_utf8_lossy(tail).into_owned(),
         }
@@ -320,7 +324,7 @@ impl Ledger {
                 }
                 false
             }
-            // The writer has stopped, which it only does once the ledger is reported broken.
+            // The writer thread could not be started (reported then).
             Err(TrySendError::Disconnected(_)) => false,
         }
     }
@@ -335,7 +339,10 @@ impl Ledger {
         if self.queue.is_none() {
             return run;
         }
-        self.shared.announce_if_broken();
+        if self.shared.broken.get().is_some() {
+            self.shared.announce_if_broken();
+            return run;
+        }
         let (command_kind, command) = match &start.command {
             Command::Shell(text) => ("shell", text.clone()),
             Command::Argv(argv) => ("argv", Value::from(argv.clone()).to_string()),
@@ -504,6 +511,7 @@ impl Run {
     fn redact_stream(&self, stream: StreamRecord) -> StreamRecord {
         StreamRecord {
             bytes: stream.bytes,
+            dropped: stream.dropped,
             head: self.redact(stream.head),
             tail: self.redact(stream.tail),
         }
@@ -554,7 +562,18 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
         Ok(conn) => conn,
         Err(e) => {
             shared.report_broken(e);
-            // Dropping the receiver makes every later record a no-op for the callers.
+            // Still read the queue: a run recorded while the file was being opened goes
+            // unrecorded too, and the clients hear of it at the first such run; reads waiting on
+            // a flush are answered at once.
+            for op in receiver {
+                match op {
+                    Op::Begin(_) => shared.announce_if_broken(),
+                    Op::End(_) => {}
+                    Op::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
             return;
         }
     };
@@ -671,7 +690,7 @@ impl RunDetail {
                     "bytes": s.bytes,
                     "head": s.head,
                     "tail": s.tail,
-                    "truncated": (s.head.len() + s.tail.len()) < usize::try_from(s.bytes).unwrap_or(usize::MAX),
+                    "droppedBytes": s.dropped,
                 })
             })
         };
@@ -700,6 +719,10 @@ mod tests {
         bytes.extend("ü".repeat(STREAM_TAIL_BYTES).into_bytes());
         let kept = StreamRecord::of(&bytes);
         assert_eq!(kept.bytes, bytes.len() as i64);
+        assert_eq!(
+            kept.dropped as usize,
+            bytes.len() - kept.head.len() - kept.tail.len()
+        );
         assert!(kept.head.len() <= STREAM_HEAD_BYTES && kept.head.chars().all(|c| c == 'é'));
         assert!(kept.tail.len() <= STREAM_TAIL_BYTES && kept.tail.chars().all(|c| c == 'ü'));
         assert!(!kept.tail.is_empty());
@@ -711,9 +734,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn ids_increase_even_within_one_microsecond() {
-        let shared = Shared {
+    fn shared() -> Shared {
+        Shared {
             path: PathBuf::new(),
             max_runs: 1,
             max_days: 1,
@@ -722,9 +744,108 @@ mod tests {
             announced: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             write_failures: AtomicU64::new(0),
-            last_id: AtomicI64::new(i64::MAX / 2),
+            last_id: AtomicI64::new(0),
             reader: Mutex::new(None),
+        }
+    }
+
+    fn start(env: &[(&str, &str)]) -> RunStart {
+        RunStart {
+            tool: "run-command",
+            fleet: FleetKind::Local,
+            machine: "box".into(),
+            command: Command::Shell("env".into()),
+            workdir: None,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_records_instead_of_waiting() {
+        // A writer stuck on a slow disk: nothing reads the queue.
+        let (queue, _stuck_writer) = std::sync::mpsc::sync_channel(2);
+        let ledger = Ledger {
+            shared: Arc::new(shared()),
+            queue: Some(queue),
         };
+        let runs: Vec<Run> = (0..10).map(|_| ledger.begin(start(&[]))).collect();
+        assert_eq!(ledger.dropped(), 8);
+        assert_eq!(runs.iter().filter(|r| r.id().is_some()).count(), 2);
+    }
+
+    #[test]
+    fn kept_output_and_errors_name_environment_values_instead_of_holding_them() {
+        let (queue, written) = std::sync::mpsc::sync_channel(8);
+        let ledger = Ledger {
+            shared: Arc::new(shared()),
+            queue: Some(queue),
+        };
+        let env = [
+            ("TOKEN", "s3cr3t-token"),
+            ("TOKEN_PART", "s3cr3t"),
+            ("ON", "1"),
+        ];
+        let output = ExecOutput {
+            exit_code: 0,
+            stdout: b"s3cr3t-token and s3cr3t and 1".to_vec(),
+            stderr: b"s3cr3t".to_vec(),
+            stdout_cut_upstream: false,
+            stderr_cut_upstream: false,
+        };
+        ledger.begin(start(&env)).exited(&output, false);
+        ledger.begin(start(&env)).failed(&ToolError::new(
+            ToolErrorKind::Internal,
+            "the engine said: bad value s3cr3t-token",
+        ));
+        let ops: Vec<Op> = written.try_iter().collect();
+        let ends: Vec<&Ended> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::End(end) => Some(&**end),
+                _ => None,
+            })
+            .collect();
+        let stdout = ends[0].stdout.as_ref().unwrap();
+        assert_eq!(stdout.head, "[$TOKEN] and [$TOKEN_PART] and 1");
+        assert_eq!(stdout.bytes, output.stdout.len() as i64);
+        assert_eq!(ends[0].stderr.as_ref().unwrap().head, "[$TOKEN_PART]");
+        assert_eq!(ends[1].outcome, "error");
+        assert!(
+            ends[1]
+                .error
+                .as_deref()
+                .unwrap()
+                .ends_with("bad value [$TOKEN]"),
+            "{:?}",
+            ends[1].error
+        );
+    }
+
+    #[test]
+    fn a_run_dropped_unfinished_is_recorded_abandoned() {
+        let (queue, written) = std::sync::mpsc::sync_channel(8);
+        let ledger = Ledger {
+            shared: Arc::new(shared()),
+            queue: Some(queue),
+        };
+        drop(ledger.begin(start(&[])));
+        let outcomes: Vec<&str> = written
+            .try_iter()
+            .filter_map(|op| match op {
+                Op::End(end) => Some(end.outcome),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(outcomes, ["abandoned"]);
+    }
+
+    #[test]
+    fn ids_increase_even_within_one_microsecond() {
+        let shared = shared();
+        shared.last_id.store(i64::MAX / 2, Ordering::Relaxed);
         let first = shared.next_id();
         let second = shared.next_id();
         assert_eq!(first, i64::MAX / 2 + 1);

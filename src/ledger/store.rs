@@ -29,9 +29,11 @@ CREATE TABLE IF NOT EXISTS runs (
     timed_out INTEGER,
     error TEXT,
     stdout_bytes INTEGER,
+    stdout_dropped INTEGER,
     stdout_head TEXT,
     stdout_tail TEXT,
     stderr_bytes INTEGER,
+    stderr_dropped INTEGER,
     stderr_head TEXT,
     stderr_tail TEXT
 );
@@ -134,7 +136,8 @@ pub(super) fn update(conn: &Connection, end: &Ended) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET ended_ms = ?2, outcome = ?3, exit_code = ?4, timed_out = ?5, \
          error = ?6, stdout_bytes = ?7, stdout_head = ?8, stdout_tail = ?9, stderr_bytes = ?10, \
-         stderr_head = ?11, stderr_tail = ?12 WHERE id = ?1",
+         stderr_head = ?11, stderr_tail = ?12, stdout_dropped = ?13, stderr_dropped = ?14 \
+         WHERE id = ?1",
     )?
     .execute(params![
         end.id,
@@ -149,6 +152,8 @@ pub(super) fn update(conn: &Connection, end: &Ended) -> rusqlite::Result<()> {
         err.as_ref().map(|s| s.bytes),
         err.as_ref().map(|s| s.head.as_str()),
         err.as_ref().map(|s| s.tail.as_str()),
+        out.as_ref().map(|s| s.dropped),
+        err.as_ref().map(|s| s.dropped),
     ])?;
     Ok(())
 }
@@ -196,19 +201,33 @@ pub(super) fn page(
 pub(super) fn one(conn: &Connection, id: i64) -> rusqlite::Result<Option<RunDetail>> {
     conn.prepare_cached(&format!(
         "SELECT {SUMMARY_COLUMNS}, workdir, env_names, error, stdout_head, stdout_tail, \
-         stderr_head, stderr_tail FROM runs WHERE id = ?1"
+         stderr_head, stderr_tail, stdout_dropped, stderr_dropped FROM runs WHERE id = ?1"
     ))?
     .query_row([id], |row| {
-        let stream = |bytes: Option<i64>, head: Option<String>, tail: Option<String>| {
+        let stream = |bytes: Option<i64>,
+                      head: Option<String>,
+                      tail: Option<String>,
+                      dropped: Option<i64>| {
             bytes.map(|bytes| StreamRecord {
                 bytes,
+                dropped: dropped.unwrap_or(0),
                 head: head.unwrap_or_default(),
                 tail: tail.unwrap_or_default(),
             })
         };
         let summary = summary(row)?;
-        let stdout = stream(summary.stdout_bytes, row.get(16)?, row.get(17)?);
-        let stderr = stream(summary.stderr_bytes, row.get(18)?, row.get(19)?);
+        let stdout = stream(
+            summary.stdout_bytes,
+            row.get(16)?,
+            row.get(17)?,
+            row.get(20)?,
+        );
+        let stderr = stream(
+            summary.stderr_bytes,
+            row.get(18)?,
+            row.get(19)?,
+            row.get(21)?,
+        );
         Ok(RunDetail {
             workdir: row.get(13)?,
             env_names: row.get(14)?,
