@@ -578,6 +578,9 @@ async fn the_runs_resources_page_newest_first_and_refuse_bad_uris() {
         7,
         "the default page holds them all"
     );
+    let exact = s.read("smol://runs?limit=7").await.unwrap();
+    assert_eq!(exact["runs"].as_array().unwrap().len(), 7);
+    assert_eq!(exact["next"], Value::Null, "no page after the last");
     assert_eq!(first["droppedRecords"], 0);
 
     let one = s
