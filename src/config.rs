@@ -440,7 +440,7 @@ settings! {
         default: "",
         shown_default: "`$XDG_RUNTIME_DIR/smol-mcp`, else `/tmp/smol-mcp-<uid>`",
         accepts: Accepts::Text,
-        why: "private to the user; holds the socket, the serve log and the ephemeral record",
+        why: "private to the user; holds the socket, the serve log, the ephemeral record and the run ledger",
     },
     machine_prefix: String {
         key: "machinePrefix",

@@ -137,7 +137,7 @@ async fn the_resources_templates_and_capabilities_are_listed() {
 
     let listed = s.client.list_all_resources().await.unwrap();
     let uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
-    assert_eq!(uris, ["smol://targets"]);
+    assert_eq!(uris, ["smol://targets", "smol://runs"]);
     assert_eq!(listed[0].mime_type.as_deref(), Some("application/json"));
     let templates = s.client.list_all_resource_templates().await.unwrap();
     let templates: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
@@ -145,7 +145,8 @@ async fn the_resources_templates_and_capabilities_are_listed() {
         templates,
         [
             "smol://machine/{target}/{name}/logs",
-            "smol://machine/{target}/{name}/file{+path}"
+            "smol://machine/{target}/{name}/file{+path}",
+            "smol://runs/{id}"
         ]
     );
 }
