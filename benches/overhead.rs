@@ -405,6 +405,8 @@ async fn run() -> Value {
     }
     c.close().await;
 
+    let ledger = ledger_cost(&fake).await;
+
     json!({
         "machine": machine_info(),
         "smolvm": real_serve::PINNED_SMOLVM,
@@ -421,6 +423,98 @@ async fn run() -> Value {
         "readFile64MiB": {"rawMiBps": raw_mibs, "toolMiBps": tool_mibs, "ratio": tool_mibs / raw_mibs, "pageBytes": PAGE,
                           "protocolFloorMiBps": floor_mibs},
         "cancelledCreateMs": stats(&cancel_times),
+        "ledger": ledger,
+    })
+}
+
+/// What the run ledger costs a call: run-command on the fake serve through two stdio servers
+/// of the same build, one with the ledger and one with it off, called in turn so that both see
+/// the same machine at the same moments; and, in-process, the work the ledger adds to a call's
+/// path (a run begun and ended: two records put on the writer's queue).
+async fn ledger_cost(fake: &fake_serve::FakeServe) -> Value {
+    fake.set_exec(fake_serve::default_exec);
+    fake.add_machine("bench-run", "running");
+    let (on_dir, off_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut on, _) = Client::spawn(&base_env(on_dir.path(), &fake.url())).await;
+    let mut off_env = base_env(off_dir.path(), &fake.url());
+    off_env.push(("SMOL_MCP_LEDGER_MAX_RUNS".into(), "0".into()));
+    let (mut off, _) = Client::spawn(&off_env).await;
+    let args =
+        json!({"name": "bench-run", "command": ["echo", "hello"], "env": {"TOKEN": "not-kept"}});
+    for c in [&mut on, &mut off] {
+        let r = c.tool("run-command", args.clone()).await;
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    let (mut with, mut without) = (vec![], vec![]);
+    for _ in 0..500 {
+        for (c, samples) in [(&mut on, &mut with), (&mut off, &mut without)] {
+            let t = Instant::now();
+            let r = c.tool("run-command", args.clone()).await;
+            samples.push(t.elapsed());
+            assert_eq!(r["result"]["isError"], false, "{r}");
+        }
+    }
+    let listed = on
+        .request("resources/read", json!({"uri": "smol://runs?limit=500"}))
+        .await;
+    let text = listed["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or("{}");
+    let recorded = serde_json::from_str::<Value>(text).unwrap()["runs"]
+        .as_array()
+        .map_or(0, Vec::len);
+    on.close().await;
+    off.close().await;
+
+    // In-process: begin and end a run 20,000 times, letting the writer catch up (untimed) every
+    // 500 so that the queue never fills and every record is really queued.
+    let dir = tempfile::tempdir().unwrap();
+    let vars: std::collections::BTreeMap<String, String> = [(
+        "SMOL_MCP_RUNTIME_DIR".to_owned(),
+        dir.path().join("rt").display().to_string(),
+    )]
+    .into();
+    let config =
+        smol_mcp::config::Config::from_sources(&vars, std::path::Path::new("/nonexistent"))
+            .unwrap();
+    std::fs::create_dir_all(&config.runtime_dir).unwrap();
+    let ledger = smol_mcp::ledger::Ledger::open(&config, Default::default());
+    let mut spec = smol_mcp::fleet::ExecSpec::new(smol_mcp::fleet::Command::Argv(vec![
+        "echo".into(),
+        "hello".into(),
+    ]));
+    spec.env.insert("TOKEN".into(), "not-kept".into());
+    let output = smol_mcp::fleet::ExecOutput {
+        exit_code: 0,
+        stdout: b"hello\n".repeat(2000),
+        stderr: Vec::new(),
+        stdout_cut_upstream: false,
+        stderr_cut_upstream: false,
+    };
+    let mut path_cost = Vec::new();
+    for i in 0..20_000 {
+        if i % 500 == 0 {
+            ledger.flush().await;
+        }
+        let t = Instant::now();
+        let run = ledger.begin(smol_mcp::ledger::RunStart::new(
+            "run-command",
+            smol_mcp::fleet::FleetKind::Local,
+            "bench-run",
+            &spec,
+        ));
+        run.exited(&output, false);
+        path_cost.push(t.elapsed());
+    }
+    ledger.flush().await;
+    json!({
+        "withLedgerMs": stats(&with),
+        "withoutLedgerMs": stats(&without),
+        "overheadP50Ms": stats(&with).p50_ms - stats(&without).p50_ms,
+        "overheadP95Ms": stats(&with).p95_ms - stats(&without).p95_ms,
+        "runsRecorded": recorded,
+        "onTheCallPathMs": stats(&path_cost),
+        "droppedInProcess": ledger.dropped(),
     })
 }
 
@@ -490,6 +584,26 @@ fn print_table(r: &Value) {
     );
 }
 
+fn print_ledger(l: &Value) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "| run-command with the ledger vs without (same run, in turn): p50 / p95 | {:.3} / {:.3} ms vs {:.3} / {:.3} ms: {:+.3} / {:+.3} ms ({} runs in smol://runs?limit=500 after) | <= 0.1 ms p50 |",
+        f(&l["withLedgerMs"]["p50_ms"]),
+        f(&l["withLedgerMs"]["p95_ms"]),
+        f(&l["withoutLedgerMs"]["p50_ms"]),
+        f(&l["withoutLedgerMs"]["p95_ms"]),
+        f(&l["overheadP50Ms"]),
+        f(&l["overheadP95Ms"]),
+        l["runsRecorded"]
+    );
+    println!(
+        "| the ledger's work on a call's path, in-process (begin + end, 12 KB of output): p50 / p95 | {:.4} / {:.4} ms ({} dropped) | |",
+        f(&l["onTheCallPathMs"]["p50_ms"]),
+        f(&l["onTheCallPathMs"]["p95_ms"]),
+        l["droppedInProcess"]
+    );
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -498,6 +612,7 @@ fn main() {
         .unwrap();
     let report = runtime.block_on(run());
     print_table(&report);
+    print_ledger(&report["ledger"]);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("overhead.json");
