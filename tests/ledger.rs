@@ -657,3 +657,79 @@ async fn long_output_keeps_its_head_and_tail_and_counts_what_fell_between() {
     assert_eq!(stdout["droppedBytes"], 10_000 - 4096);
     assert_eq!(run["stderr"]["bytes"], 0);
 }
+
+#[tokio::test]
+async fn a_cancelled_run_and_a_failed_one_are_recorded_as_such() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+    let (_dir, rt) = runtime_dir();
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    fake.add_machine("box", "running");
+    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+
+    let Value::Object(args) = json!({"name": "box", "command": "sleep 60", "timeoutSecs": 120})
+    else {
+        unreachable!()
+    };
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("run-command").with_arguments(args),
+    ));
+    let handle = s
+        .client
+        .peer()
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    // Cancel once the run has begun: the ledger lists it as running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let runs = s.all_runs().await;
+        if runs.first().is_some_and(|r| r["outcome"] == "running") {
+            assert_eq!(runs[0]["endedAt"], Value::Null);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{runs:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    handle.cancel(Some("test".into())).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let cancelled = loop {
+        let runs = s.all_runs().await;
+        if runs[0]["outcome"] != "running" {
+            break runs[0].clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "{runs:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(cancelled["outcome"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["exitCode"], Value::Null);
+    let detail = s.read(cancelled["uri"].as_str().unwrap()).await.unwrap();
+    assert!(
+        detail["error"].as_str().unwrap().contains("CANCELLED"),
+        "{detail}"
+    );
+    assert_eq!(detail["stdout"], Value::Null);
+
+    // Output past the engine's 11 MiB cap: the engine answers 500 and the run has no exit code.
+    let huge = vec![b'x'; 11 * 1024 * 1024 + 1];
+    fake.set_exec(move |req| {
+        if is_probe(req) {
+            return common::fake_serve::default_exec(req);
+        }
+        exec_response(0, &huge, b"")
+    });
+    let err = s
+        .call("run-command", json!({"name": "box", "command": "yes"}))
+        .await
+        .unwrap_err();
+    let failed = s
+        .read(s.all_runs().await[0]["uri"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(failed["outcome"], "error");
+    assert!(
+        failed["error"].as_str().unwrap().contains("exceeded"),
+        "{failed} (the tool said {err})"
+    );
+}
