@@ -538,14 +538,14 @@ settings! {
         env: "SMOL_MCP_LEDGER_MAX_RUNS",
         default: "2000",
         accepts: whole(0, 10_000_000),
-        why: "the run ledger keeps the newest this many runs (each at most about 8 KiB of output), pruned at start; 0 turns the ledger off",
+        why: "the run ledger keeps the newest this many runs (each at most about 8 KiB of output), pruned when a process first uses it; 0 turns the ledger off",
     },
     ledger_max_days: u64 {
         key: "ledgerMaxDays",
         env: "SMOL_MCP_LEDGER_MAX_DAYS",
         default: "30",
         accepts: whole(1, 36_500),
-        why: "runs older than this many days leave the run ledger at the next start",
+        why: "runs older than this many days leave the run ledger when a process first uses it",
     },
     cloud_url: String {
         key: "cloudUrl",

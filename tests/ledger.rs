@@ -733,3 +733,20 @@ async fn a_cancelled_run_and_a_failed_one_are_recorded_as_such() {
         "{failed} (the tool said {err})"
     );
 }
+
+/// SQLite and its writer thread cost about 2 MiB, so a process opens the ledger only when it
+/// first runs a command (or reads smol://runs), and prunes it then.
+#[tokio::test]
+async fn the_ledger_is_opened_at_the_first_run_not_at_start() {
+    let (_dir, rt) = runtime_dir();
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    fake.add_machine("box", "running");
+    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+    s.ok("list-machines", json!({})).await;
+    assert!(rt.is_dir() && !rt.join(FILE_NAME).exists());
+    s.ok("run-command", json!({"name": "box", "command": "true"}))
+        .await;
+    assert_eq!(s.all_runs().await.len(), 1);
+    assert!(rt.join(FILE_NAME).exists());
+}

@@ -246,8 +246,11 @@ impl Shared {
 #[derive(Clone)]
 pub struct Ledger {
     shared: Arc<Shared>,
-    /// `None` when the ledger is off.
-    queue: Option<SyncSender<Op>>,
+    on: bool,
+    /// The writer's queue, made with the writer at the first run or read: SQLite and its thread
+    /// cost about 2 MiB, which a session that never runs a command should not pay at start.
+    /// `None` inside when the thread could not be started.
+    queue: Arc<OnceLock<Option<SyncSender<Op>>>>,
 }
 
 fn now_micros() -> i64 {
@@ -259,8 +262,9 @@ fn now_ms() -> i64 {
 }
 
 impl Ledger {
-    /// Starts the writer, which opens and prunes the file off the caller's path. Off when
-    /// `ledgerMaxRuns` is 0: no file is opened and nothing is recorded.
+    /// The process's ledger. Nothing is opened yet: the writer starts at the first run or read,
+    /// and opens and prunes the file off the caller's path. Off when `ledgerMaxRuns` is 0: no
+    /// file is opened and nothing is recorded.
     pub fn open(config: &Config, events: Events) -> Ledger {
         let shared = Arc::new(Shared {
             path: config.runtime_dir.join(FILE_NAME),
@@ -274,28 +278,40 @@ impl Ledger {
             last_id: AtomicI64::new(0),
             reader: Mutex::new(None),
         });
-        if shared.max_runs == 0 {
-            return Ledger {
-                shared,
-                queue: None,
-            };
-        }
-        let (queue, receiver) = std::sync::mpsc::sync_channel(QUEUE);
-        let writer_shared = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("smol-mcp-ledger".into())
-            .spawn(move || write_loop(&writer_shared, receiver));
-        if let Err(e) = spawned {
-            shared.report_broken(format!("could not start its writer thread: {e}"));
-        }
         Ledger {
+            on: shared.max_runs > 0,
             shared,
-            queue: Some(queue),
+            queue: Arc::new(OnceLock::new()),
         }
     }
 
+    /// The writer's queue, starting the writer on first use; `None` when the ledger is off or
+    /// its writer could not be started.
+    fn started(&self) -> Option<&SyncSender<Op>> {
+        if !self.on {
+            return None;
+        }
+        self.queue
+            .get_or_init(|| {
+                let (queue, receiver) = std::sync::mpsc::sync_channel(QUEUE);
+                let writer_shared = self.shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("smol-mcp-ledger".into())
+                    .spawn(move || write_loop(&writer_shared, receiver));
+                match spawned {
+                    Ok(_) => Some(queue),
+                    Err(e) => {
+                        self.shared
+                            .report_broken(format!("could not start its writer thread: {e}"));
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
     pub fn is_on(&self) -> bool {
-        self.queue.is_some()
+        self.on
     }
 
     pub fn path(&self) -> &Path {
@@ -308,7 +324,7 @@ impl Ledger {
     }
 
     fn send(&self, op: Op) -> bool {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.started() else {
             return false;
         };
         match queue.try_send(op) {
@@ -324,7 +340,7 @@ impl Ledger {
                 }
                 false
             }
-            // The writer thread could not be started (reported then).
+            // Only a test's queue without a writer gets here.
             Err(TrySendError::Disconnected(_)) => false,
         }
     }
@@ -336,10 +352,10 @@ impl Ledger {
             id: 0,
             env_values: Vec::new(),
         };
-        if self.queue.is_none() {
+        if !self.on {
             return run;
         }
-        if self.shared.broken.get().is_some() {
+        if self.started().is_none() || self.shared.broken.get().is_some() {
             self.shared.announce_if_broken();
             return run;
         }
@@ -376,8 +392,12 @@ impl Ledger {
         run
     }
 
-    /// Waits (a bounded time) until what was queued before is written.
+    /// Waits (a bounded time) until what was queued before is written; at once when nothing
+    /// was (the writer is not started for this).
     pub async fn flush(&self) {
+        if self.queue.get().is_none() {
+            return;
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         if self.send(Op::Flush(tx)) {
             let _ = tokio::time::timeout(FLUSH_WAIT, rx).await;
@@ -397,9 +417,12 @@ impl Ledger {
         &self,
         read: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, LedgerError> {
-        if self.queue.is_none() {
+        if !self.on {
             return Err(LedgerError::Off);
         }
+        // A read is a first use too: the writer opens (and prunes) the file, then the flush
+        // waits for that and for what was queued before.
+        self.started();
         self.flush().await;
         if let Some(reason) = self.shared.broken.get() {
             return Err(self.unavailable(reason.clone()));
@@ -769,7 +792,8 @@ mod tests {
         let (queue, _stuck_writer) = std::sync::mpsc::sync_channel(2);
         let ledger = Ledger {
             shared: Arc::new(shared()),
-            queue: Some(queue),
+            on: true,
+            queue: Arc::new(OnceLock::from(Some(queue))),
         };
         let runs: Vec<Run> = (0..10).map(|_| ledger.begin(start(&[]))).collect();
         assert_eq!(ledger.dropped(), 8);
@@ -781,7 +805,8 @@ mod tests {
         let (queue, written) = std::sync::mpsc::sync_channel(8);
         let ledger = Ledger {
             shared: Arc::new(shared()),
-            queue: Some(queue),
+            on: true,
+            queue: Arc::new(OnceLock::from(Some(queue))),
         };
         let env = [
             ("TOKEN", "s3cr3t-token"),
@@ -829,7 +854,8 @@ mod tests {
         let (queue, written) = std::sync::mpsc::sync_channel(8);
         let ledger = Ledger {
             shared: Arc::new(shared()),
-            queue: Some(queue),
+            on: true,
+            queue: Arc::new(OnceLock::from(Some(queue))),
         };
         drop(ledger.begin(start(&[])));
         let outcomes: Vec<&str> = written
