@@ -362,3 +362,43 @@ impl<'a> Call<'a> {
         Ok(m.phase())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::notify::Progress;
+
+    #[test]
+    fn an_ephemeral_machine_goes_with_its_session_or_its_lease() {
+        let runtime = std::env::temp_dir().join(format!("smol-mcp-call-test-{}", random_hex()));
+        let mut vars = std::collections::BTreeMap::new();
+        vars.insert(
+            "SMOL_MCP_RUNTIME_DIR".to_owned(),
+            runtime.display().to_string(),
+        );
+        vars.insert("SMOL_MCP_MACHINE_LEASE_SECS".to_owned(), "77".to_owned());
+        let config =
+            crate::config::Config::from_sources(&vars, std::path::Path::new("/nonexistent"))
+                .unwrap();
+        let backend = Backend::new(config).unwrap();
+        let scope = Scope::Process(backend.mode);
+        let in_session = Call::new(
+            &backend,
+            "a-session",
+            scope,
+            CancellationToken::new(),
+            Progress::none(),
+        );
+        assert_eq!(in_session.ephemeral_end(), "when this session ends");
+        let leased = Call::new(
+            &backend,
+            backend.lease_session(),
+            scope,
+            CancellationToken::new(),
+            Progress::none(),
+        );
+        let end = leased.ephemeral_end();
+        assert!(end.contains("77 s") && end.contains("lease"), "{end}");
+        let _ = std::fs::remove_dir_all(runtime);
+    }
+}
