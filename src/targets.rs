@@ -2,10 +2,9 @@
 //! it cannot: the facts behind the `smol://targets` resource and `smol-mcp doctor`, gathered in
 //! one place so that the two never disagree.
 
-use crate::backend::local_serve::{EngineSource, locate_engine, version_at_least};
+use crate::backend::local_serve::{EngineSource, local_endpoint, locate_engine, version_at_least};
 use crate::backend::{Mode, ephemeral::ensure_runtime_dir};
 use crate::config::Config;
-use crate::fleet::transport::LocalEndpoint;
 use crate::fleet::{CloudFleet, FleetError, FleetKind, LocalFleet};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -308,14 +307,6 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
         running_as_root,
         uid_drop_off,
         problems,
-    }
-}
-
-fn local_endpoint(config: &Config) -> Result<LocalEndpoint, FleetError> {
-    if config.local_url.is_empty() {
-        Ok(LocalEndpoint::Unix(config.runtime_dir.join("api.sock")))
-    } else {
-        LocalEndpoint::parse(&config.local_url)
     }
 }
 

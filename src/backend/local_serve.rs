@@ -116,15 +116,20 @@ fn check_version(health: &Health, wanted: &str) -> FleetResult<()> {
     )))
 }
 
+/// Where the local serve answers: `localUrl`, else the runtime directory's socket.
+pub fn local_endpoint(config: &Config) -> FleetResult<LocalEndpoint> {
+    if config.local_url.is_empty() {
+        Ok(LocalEndpoint::Unix(config.runtime_dir.join("api.sock")))
+    } else {
+        LocalEndpoint::parse(&config.local_url)
+    }
+}
+
 impl LocalServe {
     /// Uses the serve at `localUrl` (or the runtime directory's socket) if one answers there;
     /// otherwise starts one.
     pub async fn acquire(config: &Config) -> FleetResult<LocalServe> {
-        let endpoint = if config.local_url.is_empty() {
-            LocalEndpoint::Unix(config.runtime_dir.join("api.sock"))
-        } else {
-            LocalEndpoint::parse(&config.local_url)?
-        };
+        let endpoint = local_endpoint(config)?;
         // Only the runtime directory's own serve has an owner to record; one at localUrl is
         // the user's to run and stop.
         let owner_file = config

@@ -284,20 +284,13 @@ impl Backend {
             .record
             .orphaned(FleetKind::Local)
             .is_ok_and(|o| !o.is_empty());
-        if has_local_orphans {
-            let endpoint = if self.config.local_url.is_empty() {
-                Ok(crate::fleet::transport::LocalEndpoint::Unix(
-                    self.config.runtime_dir.join("api.sock"),
-                ))
-            } else {
-                crate::fleet::transport::LocalEndpoint::parse(&self.config.local_url)
-            };
-            if let Ok(fleet) = endpoint.and_then(crate::fleet::LocalFleet::new)
-                && fleet.health().await.is_ok()
-            {
-                let cleanup = sweep(&self.record, &(Arc::new(fleet) as Fleet), None).await;
-                publish_orphan_sweep(&self.events, FleetKind::Local, &cleanup);
-            }
+        if has_local_orphans
+            && let Ok(fleet) =
+                local_serve::local_endpoint(&self.config).and_then(crate::fleet::LocalFleet::new)
+            && fleet.health().await.is_ok()
+        {
+            let cleanup = sweep(&self.record, &(Arc::new(fleet) as Fleet), None).await;
+            publish_orphan_sweep(&self.events, FleetKind::Local, &cleanup);
         }
     }
 
