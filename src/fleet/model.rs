@@ -238,6 +238,10 @@ pub struct ExecSpec {
     pub env: BTreeMap<String, String>,
     pub stdin: Option<String>,
     pub timeout_secs: Option<u64>,
+    /// Detach the command and answer at once with `pid=N` on stdout (both engines' `background`
+    /// exec field); its output goes nowhere and neither engine reports its end, so a job
+    /// redirects it to files itself (`crate::jobs`).
+    pub background: bool,
 }
 
 impl ExecSpec {
@@ -248,6 +252,7 @@ impl ExecSpec {
             env: BTreeMap::new(),
             stdin: None,
             timeout_secs: None,
+            background: false,
         }
     }
 }
