@@ -176,6 +176,8 @@ pub mod types {
     ///`MachineCommandRequest`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct MachineCommandRequest {
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub background: ::std::option::Option<bool>,
         pub command: CommandSpec,
         #[serde(skip_serializing_if = "::std::option::Option::is_none")]
         pub cwd: ::std::option::Option<::std::string::String>,
@@ -1502,6 +1504,10 @@ pub mod types {
         }
         #[derive(Clone, Debug)]
         pub struct MachineCommandRequest {
+            background: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
             command: ::std::result::Result<super::CommandSpec, ::std::string::String>,
             cwd: ::std::result::Result<
                 ::std::option::Option<::std::string::String>,
@@ -1530,6 +1536,7 @@ pub mod types {
         impl ::std::default::Default for MachineCommandRequest {
             fn default() -> Self {
                 Self {
+                    background: Ok(Default::default()),
                     command: Err("no value supplied for command".to_string()),
                     cwd: Ok(Default::default()),
                     env: Ok(Default::default()),
@@ -1540,6 +1547,18 @@ pub mod types {
             }
         }
         impl MachineCommandRequest {
+            pub fn background<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.background = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for background: {e}")
+                    });
+                self
+            }
             pub fn command<T>(mut self, value: T) -> Self
             where
                 T: ::std::convert::TryInto<super::CommandSpec>,
@@ -1627,6 +1646,7 @@ pub mod types {
                 value: MachineCommandRequest,
             ) -> ::std::result::Result<Self, super::error::ConversionError> {
                 Ok(Self {
+                    background: value.background?,
                     command: value.command?,
                     cwd: value.cwd?,
                     env: value.env?,
@@ -1640,6 +1660,7 @@ pub mod types {
         for MachineCommandRequest {
             fn from(value: super::MachineCommandRequest) -> Self {
                 Self {
+                    background: Ok(value.background),
                     command: Ok(value.command),
                     cwd: Ok(value.cwd),
                     env: Ok(value.env),

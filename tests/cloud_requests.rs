@@ -420,3 +420,17 @@ async fn streamed_exec_sends_the_exec_body_to_exec_stream() {
     assert_eq!(texts, ["stdout:one\n", "stdout:two\n", "stderr:boom\n"]);
     assert_json_snapshot!("cloud_exec_stream", fake.take_requests());
 }
+
+#[tokio::test]
+async fn background_exec_sends_background_true() {
+    let (fake, fleet) = fleet().await;
+    let id = fake.add_machine("w", "started");
+    let mut spec = ExecSpec::new(Command::Shell("sleep 600".into()));
+    spec.background = true;
+    spec.env.insert("JOB".into(), "1".into());
+    spec.workdir = Some("/workspace".into());
+    let out = fleet.exec(&id, &spec).await.unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(out.stdout, b"pid=4242\n", "answered at once with the pid");
+    assert_json_snapshot!("cloud_exec_background", fake.take_requests());
+}

@@ -220,3 +220,17 @@ async fn streamed_exec_sends_the_exec_body_to_exec_stream() {
         .unwrap();
     assert_json_snapshot!("local_exec_stream", fake.take_requests());
 }
+
+#[tokio::test]
+async fn background_exec_sends_background_true() {
+    let (fake, fleet) = fleet().await;
+    fake.add_machine("m1", "running");
+    let mut spec = ExecSpec::new(Command::Shell("sleep 600".into()));
+    spec.background = true;
+    spec.env.insert("JOB".into(), "1".into());
+    spec.workdir = Some("/work".into());
+    let out = fleet.exec("m1", &spec).await.unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(out.stdout, b"pid=4242\n", "answered at once with the pid");
+    assert_json_snapshot!("local_exec_background", fake.take_requests());
+}

@@ -721,6 +721,9 @@ fn describe_network(n: &types::MachineNetworkRecord) -> String {
 /// The body of both exec routes (`exec` and `exec/stream` take the same `MachineCommandRequest`).
 fn command_request(spec: &ExecSpec) -> types::MachineCommandRequest {
     types::MachineCommandRequest {
+        // Sent only when set (an override adds it: absent from the published spec), so every
+        // foreground body stays as it was.
+        background: spec.background.then_some(true),
         command: types::CommandSpec::Array(spec.command.argv()),
         cwd: spec.workdir.clone(),
         env: spec.env.clone(),

@@ -412,7 +412,8 @@ fn exec_body(spec: &ExecSpec) -> types::ExecRequest {
     types::ExecRequest {
         // 1.32.2 starts a stopped machine for the command, as the cloud does.
         auto_start: true,
-        background: None,
+        // Sent only when set, so every foreground body stays as it was.
+        background: spec.background.then_some(true),
         command: spec.command.argv(),
         env: env_list(&spec.env),
         secrets: Default::default(),

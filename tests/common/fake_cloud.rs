@@ -476,6 +476,10 @@ fn envelope(request: &Request) -> Value {
 /// What exec answers by default: `echo` echoes; `sh -c 'exit N'` exits N; `base64 < 'p'` and
 /// `... base64 -d > 'p'` read and write the fake's files, as the fallback file path does.
 fn default_exec(st: &mut CloudState, id: &str, body: &Value) -> Value {
+    // Detached at once, its pid on stdout (facts 3.7 `background` [SDK]).
+    if body["background"] == json!(true) {
+        return background_answer(FAKE_BACKGROUND_PID);
+    }
     let argv: Vec<String> = match &body["command"] {
         Value::Array(a) => a
             .iter()
@@ -524,6 +528,15 @@ fn default_exec(st: &mut CloudState, id: &str, body: &Value) -> Value {
         _ => (0, b"ok\n".to_vec(), vec![]),
     };
     exec_answer(code, &stdout, &stderr)
+}
+
+/// The pid the fake reports for a background command it does not really run.
+pub const FAKE_BACKGROUND_PID: u32 = 4242;
+
+/// What the service answers a `background: true` exec at once: exit 0, stdout `pid=<n>\n`
+/// (facts 3.7 [SDK]; the same answer as the local engine's, smolvm src/api/handlers/exec.rs).
+pub fn background_answer(pid: u32) -> Value {
+    exec_answer(0, format!("pid={pid}\n").as_bytes(), b"")
 }
 
 /// An exec answer as the service gives it (facts 3.7): the text fields lossy UTF-8 cut at

@@ -296,8 +296,13 @@ impl FakeServe {
     }
 }
 
-/// What exec answers by default: `echo` echoes, `sh -c "exit N"` exits N, anything else prints ok.
+/// What exec answers by default: `echo` echoes, `sh -c "exit N"` exits N, anything else prints ok;
+/// a `background` command is detached and answered at once with its pid (see
+/// [`background_answer`]).
 pub fn default_exec(request: &Value) -> Value {
+    if request["background"] == json!(true) {
+        return background_answer(FAKE_BACKGROUND_PID);
+    }
     let argv: Vec<&str> = request["command"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -310,6 +315,16 @@ pub fn default_exec(request: &Value) -> Value {
         _ => (0, "ok\n".to_owned()),
     };
     exec_response(code, stdout.as_bytes(), b"")
+}
+
+/// The pid the fake reports for a background command it does not really run.
+pub const FAKE_BACKGROUND_PID: u32 = 4242;
+
+/// What 1.32.2 answers a `background: true` exec as soon as the command is spawned: exit 0,
+/// stdout `pid=<n>\n`, no stderr (smolvm src/api/handlers/exec.rs `exec_command`, its
+/// `req.background` branch, search-index id 70216742866).
+pub fn background_answer(pid: u32) -> Value {
+    exec_response(0, format!("pid={pid}\n").as_bytes(), b"")
 }
 
 pub fn exec_response(code: i32, stdout: &[u8], stderr: &[u8]) -> Value {
@@ -496,7 +511,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         }
         // `sleep N` sleeps N seconds, or until its `timeoutSecs`, where the engine ends it and
         // answers exit 124 in the form the test chose.
-        if let Some(secs) = sleep_secs(&json_body) {
+        if let Some(secs) =
+            sleep_secs(&json_body).filter(|_| json_body["background"] != json!(true))
+        {
             let limit = json_body["timeoutSecs"].as_f64();
             match limit.filter(|&l| l < secs) {
                 Some(limit) => {
