@@ -14,6 +14,9 @@ mod fake_serve;
 #[path = "../tests/common/fake_stream.rs"]
 #[allow(dead_code)]
 mod fake_stream;
+#[path = "../tests/common/guest_shell.rs"]
+#[allow(dead_code)]
+mod guest_shell;
 #[path = "../tests/common/real_serve.rs"]
 #[allow(dead_code)]
 mod real_serve;

@@ -12,8 +12,10 @@
 //! request and every `with`, so a test watches them happen by waiting and looking.
 
 use super::fake_stream::{
-    StreamCounts, StreamHook, StreamStep, sse_response, steps_from_answer, whole_body,
+    StreamCounts, StreamHook, StreamStep, live_sse_response, sse_response, steps_from_answer,
+    whole_body,
 };
+use super::guest_shell::{GuestCommand, GuestShell, KillOnDrop, stream_events};
 use base64::Engine as _;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -97,6 +99,9 @@ pub struct CloudState {
     /// ([`FakeCloud::start_streaming`]); wiremock sends the body whole.
     pub stream_gap: Option<Duration>,
     pub streams: Arc<StreamCounts>,
+    /// Exec really runs the command on the host ([`FakeCloud::start_guest_shell`]); the exec
+    /// and stream hooks do not apply then.
+    pub guest_shell: Option<Arc<GuestShell>>,
     created_at: BTreeMap<String, Instant>,
     active_until: BTreeMap<String, Instant>,
     booted_at: BTreeMap<String, Instant>,
@@ -110,6 +115,8 @@ pub struct FakeCloud {
     pub state: Arc<Mutex<CloudState>>,
     /// The streaming front's address, when there is one (see [`FakeCloud::start_streaming`]).
     front: Option<String>,
+    /// Kills the guest shell's processes when the last handle goes.
+    _guest_shell: Option<Arc<KillOnDrop>>,
 }
 
 struct Responder(Arc<Mutex<CloudState>>);
@@ -138,6 +145,7 @@ impl FakeCloud {
             server: Arc::new(server),
             state,
             front: None,
+            _guest_shell: None,
         }
     }
 
@@ -156,6 +164,29 @@ impl FakeCloud {
         });
         fake.front = Some(front);
         fake
+    }
+
+    /// The fake with its guest shell, behind the streaming front (which runs each command as
+    /// it comes, where wiremock could only answer whole): `POST /v1/machines/{id}/exec` (and
+    /// `.../exec/stream`, and `stream: true` on `/exec`) really run the command as a host
+    /// process, as the service runs it in the guest (see `guest_shell`): a string `command`
+    /// through `sh -c`, an array as argv, with `cwd` (a host path here), `env`, `stdin` and
+    /// `timeoutSeconds`; `background: true` detaches it and answers `pid=<n>` at once. Stopping
+    /// or deleting the machine (by hand or by its sweeps) kills what it started, and so does
+    /// dropping the last handle of the fake. Machines are keyed by id.
+    pub async fn start_guest_shell() -> FakeCloud {
+        let mut fake = FakeCloud::start_streaming().await;
+        let shell = GuestShell::new();
+        fake.state.lock().unwrap().guest_shell = Some(shell.clone());
+        fake._guest_shell = Some(Arc::new(KillOnDrop(shell)));
+        fake
+    }
+
+    /// The pids (each leading its process group) of the commands the guest shell still runs
+    /// on a machine (by id), foreground and background.
+    pub fn guest_processes(&self, id: &str) -> Vec<u32> {
+        let shell = self.state.lock().unwrap().guest_shell.clone();
+        shell.map(|s| s.processes(id)).unwrap_or_default()
     }
 
     pub fn url(&self) -> String {
@@ -245,6 +276,7 @@ impl CloudState {
                 .collect();
             for id in expired {
                 self.machines.remove(&id);
+                self.end_processes(&id);
                 self.deleted.push(id);
             }
         }
@@ -270,6 +302,7 @@ impl CloudState {
                     m["state"] = json!("stopped");
                     m["ready"] = json!(false);
                 }
+                self.end_processes(&id);
                 self.event(&id, "auto-stopped after idle timeout");
             }
         }
@@ -326,6 +359,13 @@ impl CloudState {
         problem(status, message, problem_code(status))
     }
 
+    /// A machine stopped or went away: what its guest shell ran ends with it.
+    fn end_processes(&self, id: &str) {
+        if let Some(shell) = &self.guest_shell {
+            shell.kill_machine(id);
+        }
+    }
+
     fn event(&mut self, id: &str, message: &str) {
         let list = self.events.entry(id.to_owned()).or_default();
         let n = list.len() + 1;
@@ -379,6 +419,12 @@ async fn front_handle(
     let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
     let path = parts.uri.path().to_owned();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let guest_shell = state.lock().unwrap().guest_shell.clone();
+    if let Some(shell) = guest_shell
+        && let Some(response) = guest_exec(&state, &shell, &parts, &bytes).await
+    {
+        return response;
+    }
     if let ("POST", ["v1", "machines", id, "exec", "stream"]) =
         (parts.method.as_str(), segments.as_slice())
     {
@@ -428,6 +474,113 @@ async fn front_handle(
     }
     let body = answer.bytes().await.unwrap();
     response.body(axum::body::Body::from(body)).unwrap()
+}
+
+/// `POST /v1/machines/{id}/exec` and `.../exec/stream` in guest-shell mode: the command really
+/// runs (see `guest_shell`). `None` for any other request.
+async fn guest_exec(
+    state: &Arc<Mutex<CloudState>>,
+    shell: &Arc<GuestShell>,
+    parts: &axum::http::request::Parts,
+    bytes: &[u8],
+) -> Option<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let path = parts.uri.path();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let body: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+    let (id, streamed) = match (parts.method.as_str(), segments.as_slice()) {
+        ("POST", ["v1", "machines", id, "exec"]) => (id.to_string(), body["stream"] == json!(true)),
+        ("POST", ["v1", "machines", id, "exec", "stream"]) => (id.to_string(), true),
+        _ => return None,
+    };
+    // A string is run through a shell, an array is the argv (facts 3.7 `command`); anything
+    // else is left to the plain fake.
+    let argv: Vec<String> = match &body["command"] {
+        Value::String(script) => vec!["sh".into(), "-c".into(), script.clone()],
+        Value::Array(argv) => argv
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect(),
+        _ => vec![],
+    };
+    if argv.is_empty() {
+        return None;
+    }
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let query = parts.uri.query().unwrap_or_default().to_owned();
+    let boot = {
+        let mut st = state.lock().unwrap();
+        st.tick();
+        st.requests.push(json!({
+            "method": "POST", "path": path, "query": parts.uri.query(),
+            "headers": {"authorization": header("authorization"), "content-type": header("content-type"), "accept": header("accept")},
+            "body": body.clone(),
+        }));
+        st.next_request += 1;
+        if header("authorization") != Some(format!("Bearer {TOKEN}")) {
+            return Some(axum::http::StatusCode::UNAUTHORIZED.into_response());
+        }
+        if !st.machines.contains_key(&id) {
+            return Some((axum::http::StatusCode::NOT_FOUND, "machine not found").into_response());
+        }
+        // Exec on a stopped machine boots it inside the call (facts 3.7 auto-start).
+        st.boot_for_operation(&id)
+    };
+    tokio::time::sleep(boot).await;
+    let command = GuestCommand {
+        argv,
+        env: body["env"]
+            .as_object()
+            .map(|vars| {
+                vars.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        workdir: body["cwd"].as_str().map(str::to_owned),
+        stdin: body["stdin"].as_str().map(|s| s.as_bytes().to_vec()),
+        timeout: body["timeoutSeconds"].as_u64().map(Duration::from_secs),
+    };
+    if streamed {
+        let streams = state.lock().unwrap().streams.clone();
+        return Some(live_sse_response(
+            stream_events(shell, &id, command),
+            streams,
+        ));
+    }
+    let started = Instant::now();
+    let mut answer = if body["background"] == json!(true) {
+        match shell.spawn_background(&id, &command) {
+            Ok(pid) => background_answer(pid),
+            Err(e) => {
+                return Some(
+                    (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("background exec failed: {e}"),
+                    )
+                        .into_response(),
+                );
+            }
+        }
+    } else {
+        let outcome = shell.run(&id, command, None).await;
+        exec_answer(outcome.exit_code, &outcome.stdout, &outcome.stderr)
+    };
+    answer["machineId"] = json!(id);
+    answer["durationMs"] = json!(started.elapsed().as_millis() as u64);
+    if query.contains("output=text")
+        && let Some(obj) = answer.as_object_mut()
+    {
+        obj.remove("stdoutB64");
+        obj.remove("stderrB64");
+    }
+    Some(axum::Json(answer).into_response())
 }
 
 /// What a streamed exec sends: the test's script, or the exec answer one line an event.
@@ -696,6 +849,7 @@ fn machine_route(
         ("GET", "") => json_answer(200, rec),
         ("DELETE", "") => {
             st.machines.remove(id);
+            st.end_processes(id);
             st.deleted.push(id.to_owned());
             if query.contains("includeUsage=true") && !st.delete_ignores_include_usage {
                 json_answer(
@@ -733,6 +887,7 @@ fn machine_route(
         }
         ("POST", "stop") => {
             st.booted_at.remove(id);
+            st.end_processes(id);
             set_state(st, "stopped");
             st.event(id, "machine stopped");
             json_answer(200, st.machines[id].clone())

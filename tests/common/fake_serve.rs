@@ -2,7 +2,10 @@
 //! shapes (every response carries the schema's required fields), keeps a little state so flows
 //! make sense, and records every request for snapshot tests.
 
-use super::fake_stream::{StreamCounts, StreamHook, StreamStep, sse_response, steps_from_answer};
+use super::fake_stream::{
+    StreamCounts, StreamHook, StreamStep, live_sse_response, sse_response, steps_from_answer,
+};
+use super::guest_shell::{GuestCommand, GuestShell, KillOnDrop, stream_events};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -55,6 +58,9 @@ pub struct FakeState {
     /// The pause between every two frames of a streamed command.
     pub stream_gap: Option<std::time::Duration>,
     pub streams: Arc<StreamCounts>,
+    /// Exec really runs the command on the host ([`FakeServe::start_guest_shell`]); the exec
+    /// hook, `exec_delay` and the scripted `sleep` do not apply then.
+    pub guest_shell: Option<Arc<GuestShell>>,
 }
 
 /// The three ways the engine reports a command ended at its timeout, all exit 124 (the guest
@@ -85,6 +91,8 @@ pub struct FakeServe {
     pub state: Arc<Mutex<FakeState>>,
     pub socket: PathBuf,
     _dir: Arc<tempfile::TempDir>,
+    /// Kills the guest shell's processes when the last handle goes.
+    _guest_shell: Option<Arc<KillOnDrop>>,
 }
 
 /// A MachineInfo with every field the spec requires.
@@ -220,7 +228,28 @@ impl FakeServe {
             state,
             socket,
             _dir: Arc::new(dir),
+            _guest_shell: None,
         }
+    }
+
+    /// The fake with its guest shell: `POST .../exec` and `.../exec/stream` really run the
+    /// argv as a host process, as the engine runs it in the guest (see `guest_shell`), with
+    /// the request's `env`, `workdir` (a host path here), `stdin` and `timeoutSecs`;
+    /// `background: true` detaches it and answers `pid=<n>` at once. Stopping or deleting the
+    /// machine kills what it started, and so does dropping the last handle of the fake.
+    pub async fn start_guest_shell() -> FakeServe {
+        let mut fake = FakeServe::start().await;
+        let shell = GuestShell::new();
+        fake.state.lock().unwrap().guest_shell = Some(shell.clone());
+        fake._guest_shell = Some(Arc::new(KillOnDrop(shell)));
+        fake
+    }
+
+    /// The pids (each leading its process group) of the commands the guest shell still runs
+    /// on a machine, foreground and background.
+    pub fn guest_processes(&self, name: &str) -> Vec<u32> {
+        let shell = self.state.lock().unwrap().guest_shell.clone();
+        shell.map(|s| s.processes(name)).unwrap_or_default()
     }
 
     pub fn url(&self) -> String {
@@ -496,6 +525,12 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         .await
         .unwrap_or_default();
     let json_body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let guest_shell = state.lock().unwrap().guest_shell.clone();
+    if let Some(shell) = guest_shell
+        && let Some(response) = guest_exec(&state, &shell, &parts, &bytes, &json_body).await
+    {
+        return response;
+    }
     if parts.method == Method::POST && parts.uri.path().ends_with("/exec") {
         let readiness_probe = json_body["command"][0] == "echo"
             && json_body["command"][1]
@@ -674,9 +709,16 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         }
                         for clone in &clones {
                             st.machines.remove(clone);
+                            if let Some(shell) = &st.guest_shell {
+                                shell.kill_machine(clone);
+                            }
                         }
                     }
                     st.machines.remove(&name);
+                    // The machine's processes end with its VM.
+                    if let Some(shell) = &st.guest_shell {
+                        shell.kill_machine(&name);
+                    }
                     axum::Json(json!({ "deleted": name })).into_response()
                 }
                 // A start of a running machine answers its record unchanged: it does not
@@ -705,6 +747,11 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     {
                         info["branchable"] = json!(true);
                         info["forkable"] = json!(true);
+                    }
+                    if rest[0] == "stop"
+                        && let Some(shell) = &st.guest_shell
+                    {
+                        shell.kill_machine(&name);
                     }
                     st.machines.insert(name, info.clone());
                     axum::Json(info).into_response()
@@ -923,4 +970,130 @@ fn record_denials_on_exec(st: &mut FakeState, exec_path: &str) {
     for (operation, dest) in denials {
         events.push(json!({"timestamp": now, "operation": operation, "dest": dest}));
     }
+}
+
+/// `POST .../exec` and `.../exec/stream` in guest-shell mode: the command really runs (see
+/// `guest_shell`). `None` for any other request, and for a body or machine the engine refuses
+/// before running anything, which the plain path answers as the engine does.
+async fn guest_exec(
+    state: &Arc<Mutex<FakeState>>,
+    shell: &Arc<GuestShell>,
+    parts: &axum::http::request::Parts,
+    bytes: &[u8],
+    body: &Value,
+) -> Option<Response> {
+    if parts.method != Method::POST {
+        return None;
+    }
+    let segments: Vec<String> = parts
+        .uri
+        .path()
+        .trim_start_matches('/')
+        .splitn(5, '/')
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect();
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let (name, streamed) = match seg.as_slice() {
+        ["api", "v1", "machines", name, "exec"] => (name.to_string(), false),
+        ["api", "v1", "machines", name, "exec/stream"] => (name.to_string(), true),
+        _ => return None,
+    };
+    let argv: Vec<String> = body["command"]
+        .as_array()?
+        .iter()
+        .map(|a| a.as_str().map(str::to_owned))
+        .collect::<Option<_>>()?;
+    if argv.is_empty() || unknown_field("ExecRequest", body).is_some() {
+        return None;
+    }
+    {
+        let mut st = state.lock().unwrap();
+        let info = st.machines.get(&name)?.clone();
+        st.requests
+            .push(envelope(&parts.method, &parts.uri, &parts.headers, bytes));
+        // `autoStart` (default true) starts a stopped machine for the command; without it a
+        // machine that is not running is refused (the live exec handler's `require_running`,
+        // /work/notes-issue11.md section 1).
+        if info["state"] != json!("running") {
+            if body["autoStart"] == json!(false) {
+                return Some(api_error(
+                    StatusCode::CONFLICT,
+                    "CONFLICT",
+                    "machine is not running and autoStart is false".to_owned(),
+                ));
+            }
+            if let Some(m) = st.machines.get_mut(&name) {
+                m["state"] = json!("running");
+            }
+        }
+        let readiness_probe =
+            argv[0] == "echo" && argv.get(1).is_some_and(|a| a.starts_with("ready-"));
+        if !readiness_probe {
+            record_denials_on_exec(&mut st, parts.uri.path());
+        }
+    }
+    let env = body["env"]
+        .as_array()
+        .map(|vars| {
+            vars.iter()
+                .filter_map(|v| {
+                    Some((
+                        v["name"].as_str()?.to_owned(),
+                        v["value"].as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut command = GuestCommand {
+        argv,
+        env,
+        workdir: body["workdir"].as_str().map(str::to_owned),
+        stdin: body["stdin"].as_str().map(|s| s.as_bytes().to_vec()),
+        timeout: body["timeoutSecs"]
+            .as_u64()
+            .map(std::time::Duration::from_secs),
+    };
+    if streamed {
+        // The stream handler reads neither `stdin` nor `background` (smolvm 1.32.2 exec.rs
+        // `exec_stream`, /work/notes-issue11.md section 1).
+        command.stdin = None;
+        let streams = state.lock().unwrap().streams.clone();
+        return Some(live_sse_response(
+            stream_events(shell, &name, command),
+            streams,
+        ));
+    }
+    if body["background"] == json!(true) {
+        return Some(match shell.spawn_background(&name, &command) {
+            Ok(pid) => axum::Json(background_answer(pid)).into_response(),
+            Err(e) => api_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "INTERNAL_ERROR",
+                format!("agent operation failed: background exec: {e}"),
+            ),
+        });
+    }
+    let outcome = shell.run(&name, command, None).await;
+    if outcome.stdout.len().max(outcome.stderr.len()) > ENGINE_OUTPUT_CAP {
+        return Some(api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL_ERROR",
+            format!(
+                "command output exceeded {ENGINE_OUTPUT_CAP} bytes and was truncated. Use streaming exec (exec_stream / execStream) for large output."
+            ),
+        ));
+    }
+    Some(
+        axum::Json(exec_response(
+            outcome.exit_code,
+            &outcome.stdout,
+            &outcome.stderr,
+        ))
+        .into_response(),
+    )
 }

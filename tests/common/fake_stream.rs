@@ -222,3 +222,33 @@ pub fn whole_body(steps: &[StreamStep]) -> Vec<u8> {
         body
     })
 }
+
+/// The `200 text/event-stream` answer sending each `(event, data)` as it is received, until the
+/// sender is dropped: a command the fake really runs (its guest shell), streamed live.
+pub fn live_sse_response(
+    events: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    counts: Arc<StreamCounts>,
+) -> axum::response::Response {
+    counts.begun.fetch_add(1, Ordering::SeqCst);
+    let watch = Watch {
+        counts,
+        done: false,
+    };
+    let body = futures::stream::unfold((events, watch), |(mut events, mut watch)| async move {
+        match events.recv().await {
+            Some((event, data)) => Some((
+                Ok::<_, Infallible>(frame(&event, &data).await),
+                (events, watch),
+            )),
+            None => {
+                watch.finish();
+                None
+            }
+        }
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}

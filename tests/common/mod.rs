@@ -4,6 +4,7 @@ pub mod clients;
 pub mod fake_cloud;
 pub mod fake_serve;
 pub mod fake_stream;
+pub mod guest_shell;
 pub mod mcp;
 pub mod real_serve;
 pub mod stdio;
