@@ -328,3 +328,39 @@ async fn cloud_a_streamed_command_sends_its_output_as_it_comes() {
     assert_eq!(out.exit_code, 4);
     assert_eq!(out.stdout, b"first\nsecond\n");
 }
+
+/// The server's own kill of a cancelled run-command (a second exec finding the processes that
+/// carry the call's marker in their environment) really ends the command the guest shell runs:
+/// the shell is faithful enough for the server's cancellation path.
+#[tokio::test]
+async fn a_cancelled_run_command_is_really_killed_by_the_servers_marker_kill() {
+    use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+    let (fake, _fleet) = local().await;
+    let url = fake.url();
+    let h = common::mcp::Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let serde_json::Value::Object(args) =
+        serde_json::json!({"name": "m1", "command": "sleep 60; echo never", "timeoutSecs": 120})
+    else {
+        unreachable!()
+    };
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("run-command").with_arguments(args),
+    ));
+    let handle = h
+        .client
+        .peer()
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    eventually("the command runs", || {
+        !fake.guest_processes("m1").is_empty()
+    })
+    .await;
+    let running = fake.guest_processes("m1");
+    handle.cancel(Some("test".into())).await.unwrap();
+    eventually("the marker kill ended it", || {
+        running.iter().all(|pid| !alive(*pid))
+    })
+    .await;
+}
