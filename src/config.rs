@@ -505,6 +505,13 @@ settings! {
         accepts: whole(1, 7 * DAY),
         why: "the ceiling a call may ask for (at least `execTimeoutSecs`)",
     },
+    task_after_millis: u64 {
+        key: "taskAfterMillis",
+        env: "SMOL_MCP_TASK_AFTER_MILLIS",
+        default: "1000",
+        accepts: whole(0, 3_600_000),
+        why: "a run-command or run-once from a client that declared the tasks extension answers as usual when it ends within this, else becomes a task the client polls; 0 makes every such call a task",
+    },
     max_output_bytes: usize {
         key: "maxOutputBytes",
         env: "SMOL_MCP_MAX_OUTPUT_BYTES",

@@ -47,6 +47,9 @@ pub struct Backend {
     pub follow: crate::resources::follow::LogFollowers,
     /// Every command run, recorded off the calls' path (`crate::ledger`).
     pub ledger: crate::ledger::Ledger,
+    /// Long calls carried on as MCP tasks; here because they outlive the handler of their
+    /// request (`crate::server::tasks`).
+    pub tasks: crate::server::tasks::Tasks,
 }
 
 /// A read-file download paused between pages: where it is, and the stream to go on with.
@@ -102,6 +105,7 @@ impl Backend {
             events,
             follow: crate::resources::follow::LogFollowers::new(),
             ledger,
+            tasks: Default::default(),
         })
     }
 

@@ -6,17 +6,19 @@ pub mod fleet_choice;
 pub mod instructions;
 pub mod notify;
 pub mod stdio;
+pub mod tasks;
 
 use crate::backend::Backend;
 use crate::tools::{self, Catalog, Tool, ToolError};
 #[allow(deprecated)]
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    ContentBlock, Implementation, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, ContentBlock, GetTaskParams, GetTaskResult,
+    Implementation, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -121,6 +123,9 @@ impl ServerHandler for SmolMcp {
                 // scenario among them, ask of every server, and a server that answers it must
                 // declare it in server/discover (SEP-2575).
                 .enable_prompts()
+                // SEP-2663: a long run-command or run-once becomes a task for a client that
+                // declares the extension too (`tasks`).
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
@@ -266,6 +271,15 @@ impl ServerHandler for SmolMcp {
             &self.session
         };
         let args = serde_json::Value::Object(args);
+        if tasks::may_become_task(tool, &context) {
+            let call = self.detached_call(tool, scope, owner.to_owned(), args, &context);
+            let after = std::time::Duration::from_millis(self.backend.config.task_after_millis);
+            return Ok(self
+                .backend
+                .tasks
+                .call_or_task(call, after, &context.ct)
+                .await);
+        }
         let caller = tools::Caller {
             owner,
             scope,
@@ -279,6 +293,81 @@ impl ServerHandler for SmolMcp {
             call.await
         };
         Ok(CallToolResponse::Complete(into_result(result)))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.backend.tasks.get(&request.task_id)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.backend.tasks.cancel(&request.task_id)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.backend
+            .tasks
+            .update(&request.task_id, request.input_responses)
+    }
+}
+
+impl SmolMcp {
+    /// The call as a future of its own (owning what it uses), so that it can outlive its
+    /// request as a task.
+    fn detached_call(
+        &self,
+        tool: Tool,
+        scope: tools::Scope,
+        owner: String,
+        args: serde_json::Value,
+        context: &RequestContext<RoleServer>,
+    ) -> tasks::DetachedCall {
+        let config = &self.backend.config;
+        let exec_timeout = args
+            .get("timeoutSecs")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(config.exec_timeout_secs)
+            .min(config.max_exec_timeout_secs);
+        let bound = tasks::task_ttl(std::time::Duration::from_secs(exec_timeout), config);
+        let ct = tokio_util::sync::CancellationToken::new();
+        let activity = Arc::new(notify::Activity::default());
+        let progress = notify::Progress::from_request(context).observed_by(activity.clone());
+        let backend = self.backend.clone();
+        let call_ct = ct.clone();
+        let request = is_stateless(context).then(|| context.clone());
+        let work = async move {
+            let caller = tools::Caller {
+                owner: &owner,
+                scope,
+                ct: call_ct,
+                progress,
+            };
+            let call = tools::call(&backend, caller, tool, args);
+            match &request {
+                Some(context) => {
+                    notify::with_request_events(backend.events.subscribe(), context, call).await
+                }
+                None => call.await,
+            }
+        };
+        tasks::DetachedCall {
+            tool,
+            ct,
+            activity,
+            bound,
+            work: Box::pin(work),
+        }
     }
 }
 

@@ -50,6 +50,42 @@ const SEND_DEADLINE: Duration = Duration::from_secs(2);
 #[derive(Clone, Default)]
 pub struct Progress {
     sink: Option<Arc<ProgressSink>>,
+    /// What the call is doing now, kept for a task's status message (`super::tasks`).
+    activity: Option<Arc<Activity>>,
+}
+
+/// The latest thing a call waited for or printed, in one line: what a task's `statusMessage`
+/// shows, since a task's request has been answered and its progress has nowhere to go.
+#[derive(Default)]
+pub struct Activity {
+    latest: Mutex<Option<String>>,
+}
+
+/// The most of one output line a status message quotes.
+const ACTIVITY_MAX_CHARS: usize = 200;
+
+impl Activity {
+    pub fn latest(&self) -> Option<String> {
+        self.latest.lock().ok().and_then(|l| l.clone())
+    }
+
+    fn set(&self, text: String) {
+        if let Ok(mut latest) = self.latest.lock() {
+            *latest = Some(text);
+        }
+    }
+
+    /// Keeps the batch's last non-blank line, marked with its stream.
+    fn saw_output(&self, batch: &OutputBatch) {
+        let last = batch.pieces.iter().rev().find_map(|piece| {
+            let line = piece.text.lines().rev().find(|l| !l.trim().is_empty())?;
+            Some((piece.stream, line))
+        });
+        if let Some((stream, line)) = last {
+            let line: String = line.trim_end().chars().take(ACTIVITY_MAX_CHARS).collect();
+            self.set(format!("[{}] {line}", stream.as_str()));
+        }
+    }
 }
 
 struct ProgressSink {
@@ -60,6 +96,7 @@ struct ProgressSink {
     began: Instant,
     /// The last progress value sent and when, to keep values increasing and the rate down.
     last: Mutex<Option<(Instant, f64)>>,
+    activity: Option<Arc<Activity>>,
 }
 
 impl Progress {
@@ -76,8 +113,34 @@ impl Progress {
                     peer: context.peer.clone(),
                     began: Instant::now(),
                     last: Mutex::new(None),
+                    activity: None,
                 })
             }),
+            activity: None,
+        }
+    }
+
+    /// The same progress, also keeping `activity` up to date: the waits always, the output
+    /// when the request asked for progress (only then does the command go through the
+    /// engine's output stream).
+    pub fn observed_by(mut self, activity: Arc<Activity>) -> Self {
+        self.sink = self.sink.map(|sink| {
+            Arc::new(ProgressSink {
+                token: sink.token.clone(),
+                peer: sink.peer.clone(),
+                began: sink.began,
+                last: Mutex::new(None),
+                activity: Some(activity.clone()),
+            })
+        });
+        self.activity = Some(activity);
+        self
+    }
+
+    /// Notes what the call is doing now, for a task's status message; nothing is sent.
+    pub fn doing(&self, what: &str) {
+        if let Some(activity) = &self.activity {
+            activity.set(what.to_owned());
         }
     }
 
@@ -121,6 +184,9 @@ impl Progress {
         limit: Option<Duration>,
         mut work: Pin<Box<dyn Future<Output = T> + Send + '_>>,
     ) -> T {
+        if let Some(activity) = &self.activity {
+            activity.set(waiting_for.to_owned());
+        }
         let Some(sink) = &self.sink else {
             return work.await;
         };
@@ -251,6 +317,9 @@ impl ProgressSink {
     /// Sends a batch of output. Progress is the call's elapsed seconds, in milliseconds and
     /// always above the last value sent (the spec wants it increasing).
     async fn send_output(&self, batch: OutputBatch) {
+        if let Some(activity) = &self.activity {
+            activity.saw_output(&batch);
+        }
         let now = Instant::now();
         let mut progress = ((now - self.began).as_secs_f64() * 1000.0).floor() / 1000.0;
         {

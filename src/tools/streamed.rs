@@ -13,6 +13,7 @@ pub(super) async fn exec(
     machine: &str,
     spec: &ExecSpec,
 ) -> FleetResult<ExecOutput> {
+    call.progress.doing("the command is running");
     if !call.progress.is_requested() {
         return fleet.exec(machine, spec).await;
     }

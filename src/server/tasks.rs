@@ -1,0 +1,201 @@
+//! MCP tasks (SEP-2663, the `io.modelcontextprotocol/tasks` extension): a `run-command` or
+//! `run-once` from a client that declared the extension answers as usual when it ends within
+//! `taskAfterMillis`; a longer one is answered with a task, which goes on running in the
+//! process while the client polls `tasks/get` for it, however short the client's request
+//! timeout. rmcp's `TaskManager` keeps the tasks; it lives in the `Backend` because over HTTP
+//! rmcp builds a handler for every 2026-07-28 request, and a task outlives its request.
+
+use super::notify::Activity;
+use crate::tools::results::Answer;
+use crate::tools::{Tool, ToolError, ToolErrorKind};
+use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
+use rmcp::service::RequestContext;
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::{ErrorData, RoleServer};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// What a task is told to wait between two polls (rmcp's default too).
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a running task's status message is brought up to date.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// Beyond the waits the configuration bounds (serve start-up, readiness, the command's
+/// timeout): a machine's create and start, and the cloud's image pull at create.
+const TTL_MARGIN: Duration = Duration::from_secs(600);
+
+/// The process's tasks.
+#[derive(Default)]
+pub struct Tasks {
+    manager: TaskManager,
+}
+
+/// A tool call that runs on its own, ready to be awaited here or handed to a task.
+pub struct DetachedCall {
+    pub tool: Tool,
+    /// The call's own token: not the request's, which rmcp cancels once a 2026-07-28 request
+    /// over HTTP is answered, and a task's call goes on after that.
+    pub ct: CancellationToken,
+    pub activity: Arc<Activity>,
+    /// The longest the call can take by the configuration's bounds (see [`task_ttl`]).
+    pub bound: Duration,
+    pub work: Pin<Box<dyn Future<Output = Result<Answer, ToolError>> + Send>>,
+}
+
+/// Whether a call of `tool` from this request may become a task: the command tools, asked by
+/// a client that declared the extension (in the request's `_meta` on 2026-07-28, at
+/// `initialize` on a session; rmcp answers either way, and refuses a task to anyone else).
+pub fn may_become_task(tool: Tool, context: &RequestContext<RoleServer>) -> bool {
+    matches!(tool, Tool::RunCommand | Tool::RunOnce)
+        && context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+}
+
+/// How long a task is kept: rmcp fails a task still running after its TTL and aborts its
+/// future (its sweep, `task_manager.rs`), and keeps a finished one one more TTL for the
+/// client to fetch. So the TTL is the call's own bound, the command's timeout and the waits
+/// before it, plus a margin: a task is never cut short by it, and its result stays at least
+/// that long after it ends.
+pub fn task_ttl(exec_timeout: Duration, config: &crate::config::Config) -> Duration {
+    exec_timeout
+        + Duration::from_secs(config.serve_start_timeout_secs)
+        + Duration::from_secs(config.ready_timeout_secs)
+        + TTL_MARGIN
+}
+
+/// Cancels the call when its task's future is dropped before the call ends: rmcp aborts a
+/// task at its TTL, and the call, running on its own, then still takes its cancellation path
+/// (the marked command killed, run-once's machine deleted).
+struct CancelOnDrop(Option<CancellationToken>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(ct) = self.0.take() {
+            ct.cancel();
+        }
+    }
+}
+
+impl Tasks {
+    /// Runs `call`; answers its result if it ends within `after` (or the request is cancelled
+    /// first, as without tasks), else a task that carries it on.
+    pub async fn call_or_task(
+        &self,
+        call: DetachedCall,
+        after: Duration,
+        request_ct: &CancellationToken,
+    ) -> CallToolResponse {
+        let DetachedCall {
+            tool,
+            ct,
+            activity,
+            bound,
+            work,
+        } = call;
+        let began = Instant::now();
+        // On a task of its own: a task's future may be aborted (its TTL), the call never is.
+        let mut running = tokio::spawn(work);
+        tokio::select! {
+            joined = &mut running => return CallToolResponse::Complete(joined_result(joined)),
+            () = request_ct.cancelled() => {
+                ct.cancel();
+                return CallToolResponse::Complete(joined_result(running.await));
+            }
+            () = tokio::time::sleep(after) => {}
+        }
+        let guard = CancelOnDrop(Some(ct.clone()));
+        let options = TaskOptions::new()
+            .with_ttl_ms(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX))
+            .with_poll_interval_ms(u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000))
+            .with_status_message(status_message(tool, began, &activity));
+        let task = self.manager.spawn(options, move |context| {
+            Box::pin(async move {
+                let _guard = guard;
+                let ticker = async {
+                    loop {
+                        tokio::time::sleep(STATUS_EVERY).await;
+                        context.set_status_message(status_message(tool, began, &activity));
+                    }
+                };
+                let joined = tokio::select! {
+                    joined = &mut running => joined,
+                    () = context.cancelled() => {
+                        // tasks/cancel: the call's own cancellation path ends the command
+                        // (run-command's marker kill, run-once's machine deleted); the task
+                        // ends once that is done.
+                        ct.cancel();
+                        (&mut running).await
+                    }
+                    never = ticker => match never {},
+                };
+                match joined {
+                    Ok(Err(e)) if e.kind == ToolErrorKind::Cancelled => Err(TaskExit::Cancelled),
+                    other => {
+                        let result = joined_result(other);
+                        context.set_status_message(format!(
+                            "{} ended after {} s",
+                            tool.name(),
+                            began.elapsed().as_secs()
+                        ));
+                        Ok(result)
+                    }
+                }
+            })
+        });
+        tracing::info!(task = %task.task_id, tool = tool.name(), "a long call goes on as a task");
+        CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+
+    pub fn get(&self, task_id: &str) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        Ok(rmcp::model::GetTaskResult::new(
+            self.manager.get_task(task_id)?,
+        ))
+    }
+
+    pub fn cancel(&self, task_id: &str) -> Result<(), ErrorData> {
+        self.manager.cancel_task(task_id)
+    }
+
+    /// No task of this server asks for input, so this only checks the task exists (the spec
+    /// has unknown `inputResponses` keys ignored).
+    pub fn update(
+        &self,
+        task_id: &str,
+        responses: impl IntoIterator<Item = (String, serde_json::Value)>,
+    ) -> Result<(), ErrorData> {
+        self.manager.update_task(task_id, responses)
+    }
+}
+
+/// "run-command running for 42 s: [stdout] compiling foo" (the latest output line when the
+/// request asked for progress, else the latest wait).
+fn status_message(tool: Tool, began: Instant, activity: &Activity) -> String {
+    let mut message = format!(
+        "{} running for {} s",
+        tool.name(),
+        began.elapsed().as_secs()
+    );
+    if let Some(latest) = activity.latest() {
+        message.push_str(": ");
+        message.push_str(&latest);
+    }
+    message
+}
+
+fn joined_result(
+    joined: Result<Result<Answer, ToolError>, tokio::task::JoinError>,
+) -> CallToolResult {
+    match joined {
+        Ok(result) => super::into_result(result),
+        Err(e) => {
+            tracing::error!(error = %e, "a tool call's task ended without a result");
+            super::into_result(Err(ToolError::new(
+                ToolErrorKind::Internal,
+                format!("the call ended without a result: {e}"),
+            )))
+        }
+    }
+}

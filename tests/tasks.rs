@@ -1,0 +1,404 @@
+//! MCP tasks (SEP-2663) on the 2026-07-28 lifecycle: a run-command or run-once from a client
+//! that declares the `io.modelcontextprotocol/tasks` extension becomes a task when it runs
+//! longer than `taskAfterMillis`; tasks/get polls it to the result the call would have
+//! answered, tasks/cancel ends its command. Raw JSON-RPC over HTTP against `smol-mcp-http`
+//! and the fake serve, then the official Python client through its extension hook.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::clients::HttpServer;
+use common::fake_serve::FakeServe;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "tasks-token";
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// A 2026-07-28 client over HTTP speaking raw JSON-RPC, with or without the tasks extension.
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    tasks: bool,
+    next_id: u64,
+}
+
+impl Client {
+    /// `timeout`: each request's, as a client's tool-call timeout.
+    fn new(server: &HttpServer, tasks: bool, timeout: Duration) -> Client {
+        Client {
+            http: reqwest::Client::builder().timeout(timeout).build().unwrap(),
+            url: server.url.clone(),
+            tasks,
+            next_id: 1,
+        }
+    }
+
+    fn meta(&self) -> Value {
+        let capabilities = if self.tasks {
+            json!({"extensions": {TASKS: {}}})
+        } else {
+            json!({})
+        };
+        json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw-tasks", "version": "0"},
+        })
+    }
+
+    /// Sends one request and answers its JSON-RPC response (result or error), or the HTTP
+    /// client's error (a timeout).
+    async fn request(
+        &mut self,
+        method: &str,
+        name: &str,
+        mut params: Value,
+    ) -> Result<Value, reqwest::Error> {
+        params["_meta"] = self.meta();
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let text = self
+            .http
+            .post(&self.url)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .header("mcp-name", name)
+            .json(&body)
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(answer(&text, id))
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        self.request(
+            "tools/call",
+            tool,
+            json!({"name": tool, "arguments": arguments}),
+        )
+        .await
+        .unwrap()
+    }
+
+    async fn get(&mut self, task_id: &str) -> Value {
+        self.request("tasks/get", task_id, json!({"taskId": task_id}))
+            .await
+            .unwrap()
+    }
+
+    async fn cancel(&mut self, task_id: &str) -> Value {
+        self.request("tasks/cancel", task_id, json!({"taskId": task_id}))
+            .await
+            .unwrap()
+    }
+
+    /// Polls tasks/get until the task is no longer working; answers every poll's result.
+    async fn poll_until_done(&mut self, task_id: &str, limit: Duration) -> Vec<Value> {
+        let start = Instant::now();
+        let mut polls = Vec::new();
+        loop {
+            let got = self.get(task_id).await;
+            let result = got["result"].clone();
+            assert!(result.is_object(), "tasks/get answered {got}");
+            let working = result["status"] == "working";
+            polls.push(result);
+            if !working {
+                return polls;
+            }
+            assert!(start.elapsed() < limit, "the task still works: {polls:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The JSON-RPC answer with `id` in a body that is JSON or an SSE stream.
+fn answer(body: &str, id: u64) -> Value {
+    if let Ok(value) = serde_json::from_str::<Value>(body) {
+        return value;
+    }
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .find(|message| message["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {id} in {body}"))
+}
+
+async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not happen in {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The fake serve with machine `m` running, and `smol-mcp-http` in front of it answering a
+/// call as a task after 300 ms.
+async fn setup() -> (FakeServe, HttpServer, tempfile::TempDir) {
+    let fake = FakeServe::start().await;
+    fake.add_machine("m", "running");
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let server = HttpServer::spawn(
+        rt.path(),
+        TOKEN,
+        &[
+            ("SMOL_LOCAL_URL", &url),
+            ("SMOL_MCP_TASK_AFTER_MILLIS", "300"),
+        ],
+    )
+    .await;
+    (fake, server, rt)
+}
+
+/// The kill exec's script (run-command's marker kill), once the fake has seen it.
+fn kill_script(fake: &FakeServe) -> Option<String> {
+    fake.state
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap().ends_with("/exec"))
+        .filter_map(|r| r["body"]["command"][2].as_str().map(str::to_owned))
+        .find(|script| script.contains("SMOL_MCP_RUN="))
+}
+
+fn sorted_keys(value: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+#[tokio::test]
+async fn the_server_declares_the_tasks_extension() {
+    let (_fake, server, _rt) = setup().await;
+    let mut client = Client::new(&server, false, Duration::from_secs(10));
+    let discover = client
+        .request("server/discover", "", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        discover["result"]["capabilities"]["extensions"][TASKS],
+        json!({}),
+        "{discover}"
+    );
+}
+
+/// The whole point: a command longer than the client's request timeout (1 s here, 60 s in
+/// many clients) completes, through a task the client polls with requests as short.
+#[tokio::test]
+async fn a_long_command_becomes_a_task_that_outlives_the_request_timeout() {
+    let (_fake, server, _rt) = setup().await;
+    let mut client = Client::new(&server, true, Duration::from_secs(1));
+    let began = Instant::now();
+    let created = client
+        .call(
+            "run-command",
+            json!({"name": "m", "command": "sleep 3", "timeoutSecs": 30}),
+        )
+        .await;
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    assert_eq!(task["status"], "working", "{created}");
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "answered at the threshold"
+    );
+    // Never cut short by rmcp's TTL: at least the command's timeout.
+    assert!(
+        task["ttlMs"].as_u64().unwrap() >= 30_000,
+        "the TTL covers the call: {task}"
+    );
+    assert!(task["pollIntervalMs"].is_u64(), "{task}");
+    let task_id = task["taskId"].as_str().unwrap().to_owned();
+
+    let polls = client
+        .poll_until_done(&task_id, Duration::from_secs(10))
+        .await;
+    let working = &polls[0];
+    assert!(
+        working["statusMessage"]
+            .as_str()
+            .unwrap()
+            .starts_with("run-command running for "),
+        "{working}"
+    );
+    let done = polls.last().unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["resultType"], "complete", "{done}");
+    assert!(
+        began.elapsed() >= Duration::from_secs(3),
+        "completed when the command ended"
+    );
+    let result = &done["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["exitCode"], 0, "{result}");
+    assert_eq!(result["structuredContent"]["stdout"], "ok\n", "{result}");
+
+    // The same shape as the answer without a task.
+    let mut plain = Client::new(&server, false, Duration::from_secs(10));
+    let direct = plain
+        .call("run-command", json!({"name": "m", "command": "sleep 1"}))
+        .await;
+    let direct = &direct["result"];
+    assert_eq!(
+        sorted_keys(&result["structuredContent"]),
+        sorted_keys(&direct["structuredContent"])
+    );
+    assert_eq!(result["content"], direct["content"], "same text block");
+}
+
+#[tokio::test]
+async fn a_short_command_answers_as_usual() {
+    let (_fake, server, _rt) = setup().await;
+    let mut client = Client::new(&server, true, Duration::from_secs(10));
+    let answered = client
+        .call("run-command", json!({"name": "m", "command": ["true"]}))
+        .await;
+    let result = &answered["result"];
+    assert_ne!(result["resultType"], "task", "{answered}");
+    assert!(result.get("taskId").is_none(), "{answered}");
+    assert_eq!(result["structuredContent"]["exitCode"], 0, "{answered}");
+}
+
+#[tokio::test]
+async fn without_the_extension_a_long_command_answers_when_it_ends() {
+    let (_fake, server, _rt) = setup().await;
+    let mut client = Client::new(&server, false, Duration::from_secs(10));
+    let began = Instant::now();
+    let answered = client
+        .call("run-command", json!({"name": "m", "command": "sleep 2"}))
+        .await;
+    let result = &answered["result"];
+    assert!(result.get("taskId").is_none(), "{answered}");
+    assert_eq!(result["structuredContent"]["exitCode"], 0, "{answered}");
+    assert!(began.elapsed() >= Duration::from_secs(2));
+    // And its tasks/get is refused: it never declared the extension (rmcp's -32021).
+    let refused = client.get("any").await;
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+}
+
+#[tokio::test]
+async fn an_unknown_task_id_is_an_invalid_params_error() {
+    let (_fake, server, _rt) = setup().await;
+    let mut client = Client::new(&server, true, Duration::from_secs(10));
+    for answered in [
+        client.get("no-such-task").await,
+        client.cancel("no-such-task").await,
+    ] {
+        assert_eq!(answered["error"]["code"], -32602, "{answered}");
+        assert!(
+            answered["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no-such-task"),
+            "{answered}"
+        );
+    }
+}
+
+/// tasks/cancel ends the command in the guest by the call's own cancellation path (the marker
+/// kill), and the task ends cancelled.
+#[tokio::test]
+async fn cancelling_a_task_kills_its_command() {
+    let (fake, server, _rt) = setup().await;
+    let mut client = Client::new(&server, true, Duration::from_secs(5));
+    let created = client
+        .call(
+            "run-command",
+            json!({"name": "m", "command": "sleep 60", "timeoutSecs": 120}),
+        )
+        .await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    assert!(
+        kill_script(&fake).is_none(),
+        "nothing killed before the cancel"
+    );
+    let acked = client.cancel(&task_id).await;
+    assert!(acked["result"].is_object(), "{acked}");
+    until("the marker kill exec", Duration::from_secs(5), || {
+        kill_script(&fake).is_some()
+    })
+    .await;
+    assert!(kill_script(&fake).unwrap().contains("kill -9"));
+    let polls = client
+        .poll_until_done(&task_id, Duration::from_secs(5))
+        .await;
+    let done = polls.last().unwrap();
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(done.get("result").is_none(), "{done}");
+}
+
+/// run-once's cancellation path deletes the machine it created.
+#[tokio::test]
+async fn cancelling_a_run_once_task_deletes_its_machine() {
+    let (fake, server, _rt) = setup().await;
+    let mut client = Client::new(&server, true, Duration::from_secs(5));
+    let created = client
+        .call(
+            "run-once",
+            json!({"image": "alpine", "command": "sleep 60", "timeoutSecs": 120}),
+        )
+        .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let once = |fake: &FakeServe| {
+        fake.state
+            .lock()
+            .unwrap()
+            .machines
+            .keys()
+            .any(|name| name.starts_with("mcp-once-"))
+    };
+    assert!(once(&fake), "run-once made its machine");
+    client.cancel(&task_id).await;
+    until("run-once's machine deleted", Duration::from_secs(5), || {
+        !once(&fake)
+    })
+    .await;
+    let polls = client
+        .poll_until_done(&task_id, Duration::from_secs(5))
+        .await;
+    assert_eq!(polls.last().unwrap()["status"], "cancelled");
+}
+
+/// A tool error in a task is the result the call would have answered (isError), in a
+/// completed task: a failed task is for errors of the protocol.
+#[tokio::test]
+async fn a_tool_error_in_a_task_is_a_completed_task_with_is_error() {
+    let (fake, server, _rt) = setup().await;
+    // The engine ends a request at its deadline (408, empty body; smolvm src/api/mod.rs).
+    fake.state.lock().unwrap().request_deadline = Some(Duration::from_millis(1500));
+    let mut client = Client::new(&server, true, Duration::from_secs(5));
+    let created = client
+        .call("run-command", json!({"name": "m", "command": "sleep 5"}))
+        .await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let polls = client
+        .poll_until_done(&task_id, Duration::from_secs(10))
+        .await;
+    let done = polls.last().unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(!text.is_empty(), "{done}");
+
+    // An unknown machine fails at once: answered as usual, not as a task.
+    let at_once = client
+        .call(
+            "run-command",
+            json!({"name": "no-such-machine", "command": "sleep 2"}),
+        )
+        .await;
+    assert_eq!(at_once["result"]["isError"], true, "{at_once}");
+    assert!(at_once["result"].get("taskId").is_none(), "{at_once}");
+}
