@@ -8,8 +8,10 @@
 
 mod common;
 
-use common::clients::HttpServer;
+use common::clients::{HttpServer, env_object, run_python};
 use common::fake_serve::FakeServe;
+use common::fake_stream::StreamStep;
+use common::stdio::{SERVER, server_env};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -56,7 +58,11 @@ impl Client {
         name: &str,
         mut params: Value,
     ) -> Result<Value, reqwest::Error> {
-        params["_meta"] = self.meta();
+        let mut meta = self.meta();
+        if let Some(Value::Object(extra)) = params.get("_meta") {
+            meta.as_object_mut().unwrap().extend(extra.clone());
+        }
+        params["_meta"] = meta;
         let id = self.next_id;
         self.next_id += 1;
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -85,6 +91,14 @@ impl Client {
         )
         .await
         .unwrap()
+    }
+
+    /// A tools/call whose request asks for progress (so the command goes through the
+    /// engine's output stream).
+    async fn call_with_progress(&mut self, tool: &str, arguments: Value) -> Value {
+        let params =
+            json!({"name": tool, "arguments": arguments, "_meta": {"progressToken": "p1"}});
+        self.request("tools/call", tool, params).await.unwrap()
     }
 
     async fn get(&mut self, task_id: &str) -> Value {
@@ -401,4 +415,106 @@ async fn a_tool_error_in_a_task_is_a_completed_task_with_is_error() {
         .await;
     assert_eq!(at_once["result"]["isError"], true, "{at_once}");
     assert!(at_once["result"].get("taskId").is_none(), "{at_once}");
+}
+
+/// A task's status message says how long it has run and, when the request asked for
+/// progress, the latest line of output.
+#[tokio::test]
+async fn a_task_status_message_shows_the_latest_output_line() {
+    let (fake, server, _rt) = setup().await;
+    fake.set_stream(|_| {
+        let mut steps = Vec::new();
+        for i in 1..=4 {
+            steps.push(StreamStep::stdout(&format!("compiling part {i}\n")));
+            steps.push(StreamStep::Pause(Duration::from_millis(400)));
+        }
+        steps.push(StreamStep::Pause(Duration::from_secs(2)));
+        steps.push(StreamStep::exit(0));
+        steps
+    });
+    let mut client = Client::new(&server, true, Duration::from_secs(5));
+    let created = client
+        .call_with_progress("run-command", json!({"name": "m", "command": "make"}))
+        .await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let polls = client
+        .poll_until_done(&task_id, Duration::from_secs(10))
+        .await;
+    let messages: Vec<&str> = polls
+        .iter()
+        .filter(|p| p["status"] == "working")
+        .filter_map(|p| p["statusMessage"].as_str())
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.ends_with(": [stdout] compiling part 4")),
+        "{messages:?}"
+    );
+    let done = polls.last().unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["stdout"],
+        "compiling part 1\ncompiling part 2\ncompiling part 3\ncompiling part 4\n",
+        "{done}"
+    );
+}
+
+// ---- The official Python client (mcp 2.3.0), through its extension hook -------------------
+
+/// A command of 4 s under a 1.5 s request timeout becomes a task the client polls to the
+/// command's result; a short one is answered as usual.
+fn check_python(report: &Value) {
+    assert_eq!(report["protocol"], "2026-07-28", "{report}");
+    let long = &report["calls"][0];
+    let task = &long["task"];
+    assert!(task.is_object(), "the long call became a task: {report}");
+    assert_eq!(task["status"], "completed", "{report}");
+    assert!(task["polls"].as_u64().unwrap() >= 2, "{report}");
+    assert!(
+        task["messages"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("run-command running for"),
+        "{report}"
+    );
+    assert_eq!(long["isError"], false, "{report}");
+    assert_eq!(long["structured"]["exitCode"], 0, "{report}");
+    assert_eq!(long["structured"]["stdout"], "ok\n", "{report}");
+    assert!(long["seconds"].as_f64().unwrap() >= 4.0, "{report}");
+    let short = &report["calls"][1];
+    assert!(short["task"].is_null(), "{report}");
+    assert_eq!(short["structured"]["exitCode"], 0, "{report}");
+}
+
+fn python_calls() -> Value {
+    json!([
+        {"tool": "run-command", "args": {"name": "m", "command": "sleep 4", "timeoutSecs": 30}},
+        {"tool": "run-command", "args": {"name": "m", "command": ["true"]}},
+    ])
+}
+
+#[tokio::test]
+async fn the_python_client_polls_a_task_past_its_request_timeout_over_http() {
+    let (_fake, server, _rt) = setup().await;
+    let plan = json!({"url": server.url, "token": TOKEN, "timeout": 1.5, "calls": python_calls()});
+    check_python(&run_python("tasks.py", &plan).await);
+}
+
+#[tokio::test]
+async fn the_python_client_polls_a_task_past_its_request_timeout_over_stdio() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("m", "running");
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let env = server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", &url),
+            ("SMOL_MCP_TASK_AFTER_MILLIS", "300"),
+        ],
+    );
+    let plan =
+        json!({"server": SERVER, "env": env_object(env), "timeout": 1.5, "calls": python_calls()});
+    check_python(&run_python("tasks.py", &plan).await);
 }
