@@ -199,3 +199,48 @@ fn joined_result(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// rmcp aborts a task's future at its TTL; the call, on a task of its own, is then
+    /// cancelled and so still takes its cancellation path rather than being dropped midway.
+    #[tokio::test]
+    async fn a_task_aborted_at_its_ttl_cancels_its_call() {
+        let tasks = Tasks::default();
+        let ct = CancellationToken::new();
+        let (cleaned_up, mut cleaned_up_rx) = tokio::sync::oneshot::channel();
+        let call_ct = ct.clone();
+        let call = DetachedCall {
+            tool: Tool::RunCommand,
+            ct,
+            activity: Arc::default(),
+            bound: Duration::from_millis(100),
+            work: Box::pin(async move {
+                call_ct.cancelled().await;
+                let _ = cleaned_up.send(());
+                Err(ToolError::cancelled())
+            }),
+        };
+        let response = tasks
+            .call_or_task(call, Duration::ZERO, &CancellationToken::new())
+            .await;
+        let CallToolResponse::Task(created) = response else {
+            panic!("not a task");
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            cleaned_up_rx.try_recv().is_err(),
+            "still running before the sweep"
+        );
+        // rmcp sweeps on its entry points: this get finds the TTL passed.
+        let got = tasks.get(&created.task.task_id).unwrap();
+        assert_eq!(got.task.status(), rmcp::model::TaskStatus::Failed);
+        tokio::time::timeout(Duration::from_secs(2), cleaned_up_rx)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
