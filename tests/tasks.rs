@@ -520,3 +520,105 @@ async fn the_python_client_polls_a_task_past_its_request_timeout_over_stdio() {
         json!({"server": SERVER, "env": env_object(env), "timeout": 1.5, "calls": python_calls()});
     check_python(&run_python("tasks.py", &plan).await);
 }
+
+// ---- Session clients (initialize) ----------------------------------------------------------
+
+/// A raw session client over HTTP: initialize (declaring the tasks extension or not), then
+/// requests carrying the session id.
+struct SessionClient {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+    next_id: u64,
+}
+
+impl SessionClient {
+    async fn open(server: &HttpServer, tasks: bool) -> SessionClient {
+        let http = reqwest::Client::new();
+        let capabilities = if tasks {
+            json!({"extensions": {TASKS: {}}})
+        } else {
+            json!({})
+        };
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": capabilities,
+            "clientInfo": {"name": "raw-session", "version": "0"}}});
+        let response = http
+            .post(&server.url)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .unwrap();
+        let session = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let initialized = answer(&response.text().await.unwrap(), 0);
+        assert!(initialized["result"].is_object(), "{initialized}");
+        let client = SessionClient {
+            http,
+            url: server.url.clone(),
+            session,
+            next_id: 1,
+        };
+        client
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        client
+    }
+
+    async fn post(&self, body: Value) -> String {
+        self.http
+            .post(&self.url)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        answer(&self.post(body).await, id)
+    }
+}
+
+#[tokio::test]
+async fn a_session_client_that_declares_the_extension_gets_a_task_too() {
+    let (_fake, server, _rt) = setup().await;
+    let mut client = SessionClient::open(&server, true).await;
+    let call = json!({"name": "run-command", "arguments": {"name": "m", "command": "sleep 2"}});
+    let created = client.request("tools/call", call.clone()).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let start = Instant::now();
+    let done = loop {
+        let got = client
+            .request("tasks/get", json!({"taskId": task_id}))
+            .await;
+        if got["result"]["status"] != "working" {
+            break got;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(done["result"]["result"]["structuredContent"]["exitCode"], 0);
+
+    let mut plain = SessionClient::open(&server, false).await;
+    let answered = plain.request("tools/call", call).await;
+    assert!(answered["result"].get("taskId").is_none(), "{answered}");
+    assert_eq!(answered["result"]["structuredContent"]["exitCode"], 0);
+}

@@ -35,8 +35,8 @@ pub struct Tasks {
 /// A tool call that runs on its own, ready to be awaited here or handed to a task.
 pub struct DetachedCall {
     pub tool: Tool,
-    /// The call's own token: not the request's, which rmcp cancels once a 2026-07-28 request
-    /// over HTTP is answered, and a task's call goes on after that.
+    /// The call's own token: not the request's, which rmcp cancels once the request is
+    /// answered (seen on HTTP and stdio), and a task's call goes on after that.
     pub ct: CancellationToken,
     pub activity: Arc<Activity>,
     /// The longest the call can take by the configuration's bounds (see [`task_ttl`]).
