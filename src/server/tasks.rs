@@ -98,6 +98,10 @@ impl Tasks {
         let began = Instant::now();
         // On a task of its own: a task's future may be aborted (its TTL), the call never is.
         let mut running = tokio::spawn(work);
+        // If rmcp drops this request's handler (its transport gone) before the call ends or
+        // becomes a task, the call is cancelled as it was when it ran inside the handler,
+        // rather than running on unseen.
+        let guard = CancelOnDrop(Some(ct.clone()));
         tokio::select! {
             joined = &mut running => return CallToolResponse::Complete(joined_result(joined)),
             () = request_ct.cancelled() => {
@@ -106,7 +110,6 @@ impl Tasks {
             }
             () = tokio::time::sleep(after) => {}
         }
-        let guard = CancelOnDrop(Some(ct.clone()));
         let options = TaskOptions::new()
             .with_ttl_ms(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX))
             .with_poll_interval_ms(u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000))
@@ -238,6 +241,38 @@ mod tests {
         // rmcp sweeps on its entry points: this get finds the TTL passed.
         let got = tasks.get(&created.task.task_id).unwrap();
         assert_eq!(got.task.status(), rmcp::model::TaskStatus::Failed);
+        tokio::time::timeout(Duration::from_secs(2), cleaned_up_rx)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// A request's handler dropped while its call runs (before the threshold) cancels the
+    /// call, as dropping the call itself did before it ran on a task of its own.
+    #[tokio::test]
+    async fn a_handler_dropped_before_the_threshold_cancels_its_call() {
+        let tasks = Tasks::default();
+        let ct = CancellationToken::new();
+        let call_ct = ct.clone();
+        let (cleaned_up, cleaned_up_rx) = tokio::sync::oneshot::channel();
+        let call = DetachedCall {
+            tool: Tool::RunOnce,
+            ct,
+            activity: Arc::default(),
+            bound: Duration::from_secs(60),
+            work: Box::pin(async move {
+                call_ct.cancelled().await;
+                let _ = cleaned_up.send(());
+                Err(ToolError::cancelled())
+            }),
+        };
+        let request_ct = CancellationToken::new();
+        let handler = tasks.call_or_task(call, Duration::from_secs(60), &request_ct);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), handler)
+                .await
+                .is_err()
+        );
         tokio::time::timeout(Duration::from_secs(2), cleaned_up_rx)
             .await
             .unwrap()
