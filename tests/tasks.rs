@@ -307,9 +307,14 @@ async fn without_the_extension_a_long_command_answers_when_it_ends() {
 async fn an_unknown_task_id_is_an_invalid_params_error() {
     let (_fake, server, _rt) = setup().await;
     let mut client = Client::new(&server, true, Duration::from_secs(10));
+    let update = json!({"taskId": "no-such-task", "inputResponses": {}});
     for answered in [
         client.get("no-such-task").await,
         client.cancel("no-such-task").await,
+        client
+            .request("tasks/update", "no-such-task", update)
+            .await
+            .unwrap(),
     ] {
         assert_eq!(answered["error"]["code"], -32602, "{answered}");
         assert!(
@@ -339,6 +344,14 @@ async fn cancelling_a_task_kills_its_command() {
         kill_script(&fake).is_none(),
         "nothing killed before the cancel"
     );
+    // No task of this server asks for input: tasks/update is acknowledged and changes nothing.
+    let update = json!({"taskId": task_id, "inputResponses": {"k": {"action": "accept"}}});
+    let updated = client
+        .request("tasks/update", &task_id, update)
+        .await
+        .unwrap();
+    assert_eq!(updated["result"]["resultType"], "complete", "{updated}");
+    assert_eq!(client.get(&task_id).await["result"]["status"], "working");
     let acked = client.cancel(&task_id).await;
     // An empty ack (SEP-2663): the status is for tasks/get to tell.
     assert_eq!(acked["result"]["resultType"], "complete", "{acked}");
