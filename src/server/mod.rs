@@ -342,7 +342,7 @@ impl SmolMcp {
         let bound = tasks::task_ttl(std::time::Duration::from_secs(exec_timeout), config);
         let ct = tokio_util::sync::CancellationToken::new();
         let activity = Arc::new(notify::Activity::default());
-        let progress = notify::Progress::from_request(context).observed_by(activity.clone());
+        let progress = notify::Progress::observed(context, Some(activity.clone()));
         let backend = self.backend.clone();
         let call_ct = ct.clone();
         let request = is_stateless(context).then(|| context.clone());

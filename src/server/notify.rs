@@ -106,6 +106,13 @@ impl Progress {
     }
 
     pub fn from_request(context: &RequestContext<RoleServer>) -> Self {
+        Progress::observed(context, None)
+    }
+
+    /// The request's progress, also keeping `activity` up to date: the waits always, the
+    /// output when the request asked for progress (only then does the command go through the
+    /// engine's output stream).
+    pub fn observed(context: &RequestContext<RoleServer>, activity: Option<Arc<Activity>>) -> Self {
         Progress {
             sink: context.meta.get_progress_token().map(|token| {
                 Arc::new(ProgressSink {
@@ -113,28 +120,11 @@ impl Progress {
                     peer: context.peer.clone(),
                     began: Instant::now(),
                     last: Mutex::new(None),
-                    activity: None,
+                    activity: activity.clone(),
                 })
             }),
-            activity: None,
+            activity,
         }
-    }
-
-    /// The same progress, also keeping `activity` up to date: the waits always, the output
-    /// when the request asked for progress (only then does the command go through the
-    /// engine's output stream).
-    pub fn observed_by(mut self, activity: Arc<Activity>) -> Self {
-        self.sink = self.sink.map(|sink| {
-            Arc::new(ProgressSink {
-                token: sink.token.clone(),
-                peer: sink.peer.clone(),
-                began: sink.began,
-                last: Mutex::new(None),
-                activity: Some(activity.clone()),
-            })
-        });
-        self.activity = Some(activity);
-        self
     }
 
     /// Notes what the call is doing now, for a task's status message; nothing is sent.

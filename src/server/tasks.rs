@@ -66,9 +66,10 @@ pub fn task_ttl(exec_timeout: Duration, config: &crate::config::Config) -> Durat
         + TTL_MARGIN
 }
 
-/// Cancels the call when its task's future is dropped before the call ends: rmcp aborts a
-/// task at its TTL, and the call, running on its own, then still takes its cancellation path
-/// (the marked command killed, run-once's machine deleted).
+/// Cancels the call when dropped before the call ends (the request's handler dropped before
+/// the threshold, or the task's future aborted by rmcp at its TTL), so that the call, running
+/// on its own, still takes its cancellation path: the marked command killed, run-once's
+/// machine deleted. Dropped after the call ended, it cancels nothing that still runs.
 struct CancelOnDrop(Option<CancellationToken>);
 
 impl Drop for CancelOnDrop {
