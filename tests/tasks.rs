@@ -637,3 +637,77 @@ async fn a_session_client_that_declares_the_extension_gets_a_task_too() {
     assert!(answered["result"].get("taskId").is_none(), "{answered}");
     assert_eq!(answered["result"]["structuredContent"]["exitCode"], 0);
 }
+
+/// Once a call is a task its request is over: its progress token is spent, so the output
+/// goes on in the status message and no longer as notifications/progress (seen over stdio,
+/// where the connection outlives the request).
+#[tokio::test]
+async fn a_task_sends_no_progress_after_its_request_is_answered() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("m", "running");
+    fake.set_stream(|_| {
+        let mut steps = Vec::new();
+        for i in 1..=12 {
+            steps.push(StreamStep::stdout(&format!("line {i}\n")));
+            steps.push(StreamStep::Pause(Duration::from_millis(150)));
+        }
+        steps.push(StreamStep::exit(0));
+        steps
+    });
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let mut server = common::stdio::StdioServer::spawn(server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", &url),
+            ("SMOL_MCP_TASK_AFTER_MILLIS", "500"),
+        ],
+    ))
+    .await;
+    let meta = json!({
+        "progressToken": "tok",
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-stdio", "version": "0"},
+    });
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "run-command", "arguments": {"name": "m", "command": "make"}, "_meta": meta}});
+    server.send_raw(format!("{call}\n").as_bytes()).await;
+    let mut progress_before = 0;
+    let created = loop {
+        let message = server.next_message(Duration::from_secs(10)).await;
+        if message["id"] == 1 {
+            break message;
+        }
+        if message["method"] == "notifications/progress" {
+            progress_before += 1;
+        }
+    };
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    assert!(
+        progress_before > 0,
+        "the output came as progress until then"
+    );
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    // The command prints for another 1.3 s: none of it as progress.
+    let quiet_until = Instant::now() + Duration::from_millis(1500);
+    while let Some(message) = server
+        .maybe_message(quiet_until.saturating_duration_since(Instant::now()))
+        .await
+    {
+        assert_ne!(
+            message["method"], "notifications/progress",
+            "progress after the task was answered: {message}"
+        );
+    }
+    let get = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get",
+        "params": {"taskId": task_id, "_meta": meta}});
+    server.send_raw(format!("{get}\n").as_bytes()).await;
+    let got = server.next_message(Duration::from_secs(5)).await;
+    assert!(
+        got["result"]["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("[stdout] line ")),
+        "{got}"
+    );
+}
