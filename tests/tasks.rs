@@ -647,7 +647,7 @@ async fn a_task_sends_no_progress_after_its_request_is_answered() {
     fake.add_machine("m", "running");
     fake.set_stream(|_| {
         let mut steps = Vec::new();
-        for i in 1..=12 {
+        for i in 1..=24 {
             steps.push(StreamStep::stdout(&format!("line {i}\n")));
             steps.push(StreamStep::Pause(Duration::from_millis(150)));
         }
@@ -689,7 +689,7 @@ async fn a_task_sends_no_progress_after_its_request_is_answered() {
         "the output came as progress until then"
     );
     let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
-    // The command prints for another 1.3 s: none of it as progress.
+    // The command prints for 3 s more: nothing of the next 1.5 s comes as progress.
     let quiet_until = Instant::now() + Duration::from_millis(1500);
     while let Some(message) = server
         .maybe_message(quiet_until.saturating_duration_since(Instant::now()))

@@ -59,12 +59,21 @@ pub struct Progress {
 #[derive(Default)]
 pub struct Activity {
     latest: Mutex<Option<String>>,
+    /// Set once the call's request has been answered (with a task): its progress token is
+    /// spent, so nothing more goes out on it. A sender holds the read lock while it sends, so
+    /// no notification can follow the answer.
+    answered: tokio::sync::RwLock<bool>,
 }
 
 /// The most of one output line a status message quotes.
 const ACTIVITY_MAX_CHARS: usize = 200;
 
 impl Activity {
+    /// Stops the call's progress notifications, once any being sent has gone.
+    pub async fn request_answered(&self) {
+        *self.answered.write().await = true;
+    }
+
     pub fn latest(&self) -> Option<String> {
         self.latest.lock().ok().and_then(|l| l.clone())
     }
@@ -307,9 +316,17 @@ impl ProgressSink {
     /// Sends a batch of output. Progress is the call's elapsed seconds, in milliseconds and
     /// always above the last value sent (the spec wants it increasing).
     async fn send_output(&self, batch: OutputBatch) {
-        if let Some(activity) = &self.activity {
-            activity.saw_output(&batch);
-        }
+        let _sending = match &self.activity {
+            Some(activity) => {
+                activity.saw_output(&batch);
+                let answered = activity.answered.read().await;
+                if *answered {
+                    return;
+                }
+                Some(answered)
+            }
+            None => None,
+        };
         let now = Instant::now();
         let mut progress = ((now - self.began).as_secs_f64() * 1000.0).floor() / 1000.0;
         {
@@ -350,6 +367,16 @@ impl ProgressSink {
     }
 
     async fn send(&self, message: String, total: Option<f64>) {
+        let _sending = match &self.activity {
+            Some(activity) => {
+                let answered = activity.answered.read().await;
+                if *answered {
+                    return;
+                }
+                Some(answered)
+            }
+            None => None,
+        };
         let now = Instant::now();
         // Tenths of a second: whole seconds could repeat a value across two waits of one call.
         let progress = ((now - self.began).as_secs_f64() * 10.0).floor() / 10.0;

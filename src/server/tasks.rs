@@ -111,6 +111,7 @@ impl Tasks {
             }
             () = tokio::time::sleep(after) => {}
         }
+        activity.request_answered().await;
         let options = TaskOptions::new()
             .with_ttl_ms(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX))
             .with_poll_interval_ms(u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000))
