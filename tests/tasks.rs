@@ -711,3 +711,55 @@ async fn a_task_sends_no_progress_after_its_request_is_answered() {
         "{got}"
     );
 }
+
+/// The cloud fleet: a long command (through the service's output stream, the request asking
+/// for progress) becomes a task like a local one, with its output in the status message.
+#[tokio::test]
+async fn a_long_cloud_command_becomes_a_task_too() {
+    let cloud = common::fake_cloud::FakeCloud::start_streaming().await;
+    cloud.add_machine("w", "started");
+    cloud.set_stream(|_| {
+        let mut steps = Vec::new();
+        for i in 1..=4 {
+            steps.push(StreamStep::stdout(&format!("step {i}\n")));
+            steps.push(StreamStep::Pause(Duration::from_millis(400)));
+        }
+        steps.push(StreamStep::exit(0));
+        steps
+    });
+    let rt = tempfile::tempdir().unwrap();
+    let url = cloud.url();
+    let server = HttpServer::spawn(
+        rt.path(),
+        TOKEN,
+        &[
+            ("SMOL_CLOUD_URL", &url),
+            ("SMOL_CLOUD_TOKEN", common::fake_cloud::TOKEN),
+            ("SMOL_MCP_TARGETS", "cloud"),
+            ("SMOL_MCP_TASK_AFTER_MILLIS", "300"),
+        ],
+    )
+    .await;
+    let mut client = Client::new(&server, true, Duration::from_secs(1));
+    let created = client
+        .call_with_progress("run-command", json!({"name": "w", "command": "make"}))
+        .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let polls = client
+        .poll_until_done(&task_id, Duration::from_secs(10))
+        .await;
+    assert!(
+        polls
+            .iter()
+            .filter_map(|p| p["statusMessage"].as_str())
+            .any(|m| m.contains(": [stdout] step ")),
+        "{polls:?}"
+    );
+    let done = polls.last().unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["stdout"], "step 1\nstep 2\nstep 3\nstep 4\n",
+        "{done}"
+    );
+}
