@@ -763,3 +763,73 @@ async fn a_long_cloud_command_becomes_a_task_too() {
         "{done}"
     );
 }
+
+/// The same for the server's log messages: a task's request got the events raised during its
+/// call (its `_meta` log level), but once it is answered, an event another call raises (here
+/// the local serve found by a first local call) is not sent again on the task's account.
+#[tokio::test]
+async fn a_task_forwards_no_log_messages_after_its_request_is_answered() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("m", "running");
+    let cloud = common::fake_cloud::FakeCloud::start_streaming().await;
+    cloud.add_machine("w", "started");
+    cloud.set_stream(|_| {
+        vec![
+            StreamStep::stdout("working\n"),
+            StreamStep::Pause(Duration::from_secs(4)),
+            StreamStep::exit(0),
+        ]
+    });
+    let rt = tempfile::tempdir().unwrap();
+    let (local_url, cloud_url) = (fake.url(), cloud.url());
+    let mut server = common::stdio::StdioServer::spawn(server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", &local_url),
+            ("SMOL_CLOUD_URL", &cloud_url),
+            ("SMOL_CLOUD_TOKEN", common::fake_cloud::TOKEN),
+            ("SMOL_MCP_TARGETS", "both"),
+            ("SMOL_MCP_TASK_AFTER_MILLIS", "300"),
+        ],
+    ))
+    .await;
+    let meta = |log_level: Option<&str>| {
+        let mut meta = json!({
+            "progressToken": "tok",
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw-stdio", "version": "0"},
+        });
+        if let Some(level) = log_level {
+            meta["io.modelcontextprotocol/logLevel"] = json!(level);
+        }
+        meta
+    };
+    let on_cloud = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "run-command", "_meta": meta(Some("info")),
+        "arguments": {"name": "w", "command": "make", "target": "cloud"}}});
+    server.send_raw(format!("{on_cloud}\n").as_bytes()).await;
+    let created = loop {
+        let message = server.next_message(Duration::from_secs(10)).await;
+        if message["id"] == 1 {
+            break message;
+        }
+    };
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    // A first local call, asking for no log messages: it finds the local serve (an event).
+    let on_local = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "run-command", "_meta": meta(None),
+        "arguments": {"name": "m", "command": ["true"], "target": "local"}}});
+    server.send_raw(format!("{on_local}\n").as_bytes()).await;
+    let mut log_messages = Vec::new();
+    let quiet_until = Instant::now() + Duration::from_secs(1);
+    while let Some(message) = server
+        .maybe_message(quiet_until.saturating_duration_since(Instant::now()))
+        .await
+    {
+        if message["method"] == "notifications/message" {
+            log_messages.push(message);
+        }
+    }
+    assert!(log_messages.is_empty(), "{log_messages:?}");
+}
