@@ -656,7 +656,7 @@ async fn a_task_sends_no_progress_after_its_request_is_answered() {
     });
     let rt = tempfile::tempdir().unwrap();
     let url = fake.url();
-    let mut server = common::stdio::StdioServer::spawn(server_env(
+    let mut server = common::stdio::StdioServer::spawn_uninitialized(server_env(
         rt.path(),
         &[
             ("SMOL_LOCAL_URL", &url),
@@ -782,7 +782,7 @@ async fn a_task_forwards_no_log_messages_after_its_request_is_answered() {
     });
     let rt = tempfile::tempdir().unwrap();
     let (local_url, cloud_url) = (fake.url(), cloud.url());
-    let mut server = common::stdio::StdioServer::spawn(server_env(
+    let mut server = common::stdio::StdioServer::spawn_uninitialized(server_env(
         rt.path(),
         &[
             ("SMOL_LOCAL_URL", &local_url),

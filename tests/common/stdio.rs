@@ -36,22 +36,7 @@ pub struct StdioServer {
 
 impl StdioServer {
     pub async fn spawn(env: Vec<(String, String)>) -> StdioServer {
-        let mut child = Command::new(SERVER)
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut server = StdioServer {
-            child,
-            stdin,
-            lines,
-        };
+        let mut server = StdioServer::spawn_uninitialized(env).await;
         let init = server
             .request(
                 0,
@@ -65,6 +50,27 @@ impl StdioServer {
         assert_eq!(init["result"]["serverInfo"]["name"], "smol-mcp");
         server.notify("notifications/initialized").await;
         server
+    }
+
+    /// The server with no session opened: for 2026-07-28 requests, each carrying its own
+    /// `_meta`.
+    pub async fn spawn_uninitialized(env: Vec<(String, String)>) -> StdioServer {
+        let mut child = Command::new(SERVER)
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        StdioServer {
+            child,
+            stdin,
+            lines,
+        }
     }
 
     async fn send(&mut self, message: Value) {
