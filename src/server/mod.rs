@@ -346,6 +346,7 @@ impl SmolMcp {
         let backend = self.backend.clone();
         let call_ct = ct.clone();
         let request = is_stateless(context).then(|| context.clone());
+        let answered = activity.clone();
         let work = async move {
             let caller = tools::Caller {
                 owner: &owner,
@@ -356,7 +357,14 @@ impl SmolMcp {
             let call = tools::call(&backend, caller, tool, args);
             match &request {
                 Some(context) => {
-                    notify::with_request_events(backend.events.subscribe(), context, call).await
+                    let events = backend.events.subscribe();
+                    notify::with_request_events_until_answered(
+                        events,
+                        context,
+                        call,
+                        Some(&answered),
+                    )
+                    .await
                 }
                 None => call.await,
             }

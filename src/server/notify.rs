@@ -69,9 +69,15 @@ pub struct Activity {
 const ACTIVITY_MAX_CHARS: usize = 200;
 
 impl Activity {
-    /// Stops the call's progress notifications, once any being sent has gone.
+    /// Stops the notifications on the call's request, once any being sent has gone.
     pub async fn request_answered(&self) {
         *self.answered.write().await = true;
+    }
+
+    /// While the request is still unanswered, a guard to hold while sending on it.
+    async fn unless_answered(&self) -> Option<tokio::sync::RwLockReadGuard<'_, bool>> {
+        let answered = self.answered.read().await;
+        (!*answered).then_some(answered)
     }
 
     pub fn latest(&self) -> Option<String> {
@@ -319,11 +325,10 @@ impl ProgressSink {
         let _sending = match &self.activity {
             Some(activity) => {
                 activity.saw_output(&batch);
-                let answered = activity.answered.read().await;
-                if *answered {
-                    return;
+                match activity.unless_answered().await {
+                    Some(guard) => Some(guard),
+                    None => return,
                 }
-                Some(answered)
             }
             None => None,
         };
@@ -368,13 +373,10 @@ impl ProgressSink {
 
     async fn send(&self, message: String, total: Option<f64>) {
         let _sending = match &self.activity {
-            Some(activity) => {
-                let answered = activity.answered.read().await;
-                if *answered {
-                    return;
-                }
-                Some(answered)
-            }
+            Some(activity) => match activity.unless_answered().await {
+                Some(guard) => Some(guard),
+                None => return,
+            },
             None => None,
         };
         let now = Instant::now();
@@ -475,12 +477,25 @@ pub async fn with_request_events<F: Future>(
     context: &RequestContext<RoleServer>,
     work: F,
 ) -> F::Output {
+    with_request_events_until_answered(events, context, work, None).await
+}
+
+/// The same, ending when `answered`'s request has been answered before `work` is done (a
+/// call answered with a task): the request is over, and an event raised later is no longer
+/// its news. Each send holds `answered`'s read lock, so none follows the answer.
+pub async fn with_request_events_until_answered<F: Future>(
+    events: broadcast::Receiver<ServerEvent>,
+    context: &RequestContext<RoleServer>,
+    work: F,
+    answered: Option<&Activity>,
+) -> F::Output {
     let Some(level) = context.meta.log_level() else {
         return work.await;
     };
     let mut events = events;
     let out = {
-        let forwarding = forward_events_borrowed(&mut events, &context.peer, move || level);
+        let forwarding =
+            forward_events_borrowed(&mut events, &context.peer, move || level, answered);
         tokio::pin!(work, forwarding);
         tokio::select! {
             out = &mut work => out,
@@ -489,6 +504,13 @@ pub async fn with_request_events<F: Future>(
     };
     // Events raised at the very end of the call still belong to it.
     while let Ok(event) = events.try_recv() {
+        let _sending = match answered {
+            Some(activity) => match activity.unless_answered().await {
+                Some(guard) => Some(guard),
+                None => break,
+            },
+            None => None,
+        };
         send_event(&context.peer, &event, level).await;
     }
     out
@@ -499,7 +521,7 @@ async fn forward_events(
     peer: &Peer<RoleServer>,
     threshold: impl Fn() -> LoggingLevel,
 ) {
-    forward_events_borrowed(&mut events, peer, threshold).await;
+    forward_events_borrowed(&mut events, peer, threshold, None).await;
 }
 
 /// Ends when the bus closes or the client's transport is gone.
@@ -507,10 +529,18 @@ async fn forward_events_borrowed(
     events: &mut broadcast::Receiver<ServerEvent>,
     peer: &Peer<RoleServer>,
     threshold: impl Fn() -> LoggingLevel,
+    answered: Option<&Activity>,
 ) {
     loop {
         match events.recv().await {
             Ok(event) => {
+                let _sending = match answered {
+                    Some(activity) => match activity.unless_answered().await {
+                        Some(guard) => Some(guard),
+                        None => return,
+                    },
+                    None => None,
+                };
                 if !send_event(peer, &event, threshold()).await {
                     return;
                 }
