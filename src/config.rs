@@ -511,6 +511,26 @@ settings! {
         default: "1000",
         accepts: whole(0, 3_600_000),
         why: "a run-command or run-once from a client that declared the tasks extension answers as usual when it ends within this, else becomes a task the client polls; 0 makes every such call a task",
+    max_job_secs: u64 {
+        key: "maxJobSecs",
+        env: "SMOL_MCP_MAX_JOB_SECS",
+        default: "3600",
+        accepts: whole(1, 7 * DAY),
+        why: "a background job's timeoutSecs when it gives none, and the most it may ask for: a long build or test suite, not a service",
+    },
+    max_running_jobs: usize {
+        key: "maxRunningJobs",
+        env: "SMOL_MCP_MAX_RUNNING_JOBS",
+        default: "16",
+        accepts: whole(1, 1024),
+        why: "each running job is watched by one exec a poll; a runaway agent cannot start more",
+    },
+    job_poll_millis: u64 {
+        key: "jobPollMillis",
+        env: "SMOL_MCP_JOB_POLL_MILLIS",
+        default: "1000",
+        accepts: whole(50, 60_000),
+        why: "how often a running job's files are looked at: how soon its end is seen",
     },
     max_output_bytes: usize {
         key: "maxOutputBytes",

@@ -14,6 +14,7 @@ pub mod config;
 pub mod fleet;
 pub mod generated;
 pub mod http;
+pub mod jobs;
 pub mod ledger;
 pub mod operations;
 pub mod resources;

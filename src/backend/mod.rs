@@ -50,6 +50,8 @@ pub struct Backend {
     /// Long calls carried on as MCP tasks; here because they outlive the handler of their
     /// request (`crate::server::tasks`).
     pub tasks: crate::server::tasks::Tasks,
+    /// Commands started with `background: true`, and their watchers (`crate::jobs`).
+    pub jobs: crate::jobs::Jobs,
 }
 
 /// A read-file download paused between pages: where it is, and the stream to go on with.
@@ -93,6 +95,7 @@ impl Backend {
         let mode = resolve_mode(&config);
         let events = Events::default();
         let ledger = crate::ledger::Ledger::open(&config, events.clone());
+        let config_max_running_jobs = config.max_running_jobs;
         Ok(Backend {
             record: Record::new(&config.runtime_dir),
             config: Arc::new(config),
@@ -106,6 +109,7 @@ impl Backend {
             follow: crate::resources::follow::LogFollowers::new(),
             ledger,
             tasks: Default::default(),
+            jobs: crate::jobs::Jobs::new(config_max_running_jobs),
         })
     }
 

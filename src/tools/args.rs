@@ -459,6 +459,8 @@ tool_arguments! {
         pub name: String,
         #[serde(flatten)]
         pub run: CommandFields,
+        /// Start the command as a background job and return at once with its job id, instead of waiting for it: for builds, test suites and anything that may outlast your client's tool-call timeout. Read it with job-output. timeoutSecs then defaults to, and may be at most, the server's maxJobSecs (3600); stdin is not accepted.
+        pub background: Option<bool>,
     }
 }
 
@@ -525,6 +527,25 @@ tool_arguments! {
         pub tail: Option<u64>,
         /// The cursor a previous call returned for this machine: only what arrived since is returned.
         pub cursor: Option<String>,
+    }
+}
+
+tool_arguments! {
+    pub struct JobOutputArgs {
+        /// The job id run-command answered (job-...).
+        pub job: String,
+        /// The cursor the previous job-output call answered: only output after it is returned. Leave it out to read from the start.
+        pub cursor: Option<String>,
+        /// Wait up to this many seconds for the job to end before answering (it answers as soon as the job ends), 0 to 300; 0 (the default) answers at once. Keep it under your client's tool-call timeout, which is often 60 s.
+        #[schemars(range(min = 0, max = 300))]
+        pub wait_secs: Option<u64>,
+    }
+}
+
+tool_arguments! {
+    pub struct JobArgs {
+        /// The job id run-command answered (job-...).
+        pub job: String,
     }
 }
 

@@ -16,7 +16,7 @@ const READY_PROBE_TIMEOUT_SECS: u64 = 10;
 const CLEANUP_DEADLINE: Duration = Duration::from_secs(120);
 
 pub struct Call<'a> {
-    pub backend: &'a Backend,
+    pub backend: &'a Arc<Backend>,
     pub session: &'a str,
     pub catalog: Arc<Catalog>,
     scope: Scope,
@@ -61,7 +61,7 @@ pub(super) fn random_hex() -> String {
 
 impl<'a> Call<'a> {
     pub fn new(
-        backend: &'a Backend,
+        backend: &'a Arc<Backend>,
         session: &'a str,
         scope: Scope,
         ct: CancellationToken,
@@ -380,7 +380,7 @@ mod tests {
         let config =
             crate::config::Config::from_sources(&vars, std::path::Path::new("/nonexistent"))
                 .unwrap();
-        let backend = Backend::new(config).unwrap();
+        let backend = Arc::new(Backend::new(config).unwrap());
         let scope = Scope::Process(backend.mode);
         let in_session = Call::new(
             &backend,

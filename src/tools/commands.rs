@@ -9,28 +9,15 @@ use super::provisional::Provisional;
 use super::results::{self, Overflow};
 use super::{Call, Tool, ToolError};
 use crate::fleet::{ExecOutput, ExecSpec, FleetKind, local};
+use crate::jobs::guest;
 use crate::ledger::RunStart;
 use std::time::Instant;
 
-/// The environment variable that marks the processes of one run-command call.
-pub const RUN_MARKER: &str = "SMOL_MCP_RUN";
-
-/// Kills, in the guest, every process whose environment carries `marker`: a command whose call
-/// was cancelled, and its children. Best effort, in the background: the call has already ended,
-/// and an image without `sh` keeps its command (the log says so).
+/// Kills, in the guest, the command of a cancelled call and its children (they carry its
+/// marker). Best effort, in the background: the call has already ended, and an image without
+/// `sh` keeps its command (the log says so).
 fn kill_marked(fleet: crate::fleet::Fleet, machine: String, marker: String) {
-    let script = format!(
-        "for e in /proc/[0-9]*/environ; do \
-           if tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qx '{RUN_MARKER}={marker}'; then \
-             p=${{e#/proc/}}; kill -9 \"${{p%/environ}}\" 2>/dev/null; \
-           fi; \
-         done; true"
-    );
-    let mut kill = ExecSpec::new(crate::fleet::Command::Argv(vec![
-        "sh".into(),
-        "-c".into(),
-        script,
-    ]));
+    let mut kill = ExecSpec::new(guest::kill_marked(&marker));
     kill.timeout_secs = Some(30);
     tokio::spawn(async move {
         match fleet.exec(&machine, &kill).await {
@@ -47,7 +34,33 @@ fn kill_marked(fleet: crate::fleet::Fleet, machine: String, marker: String) {
     });
 }
 
-fn exec_spec(call: &Call<'_>, fields: &args::CommandFields) -> Result<ExecSpec, ToolError> {
+/// The timeouts a command may ask for: a foreground one's (execTimeoutSecs up to
+/// maxExecTimeoutSecs) or a background job's (up to maxJobSecs, which is also its default).
+struct TimeoutRule {
+    default: u64,
+    max: u64,
+    setting: &'static str,
+}
+
+impl TimeoutRule {
+    fn foreground(config: &crate::config::Config) -> TimeoutRule {
+        TimeoutRule {
+            default: config.exec_timeout_secs,
+            max: config.max_exec_timeout_secs,
+            setting: "maxExecTimeoutSecs",
+        }
+    }
+
+    fn background(config: &crate::config::Config) -> TimeoutRule {
+        TimeoutRule {
+            default: config.max_job_secs,
+            max: config.max_job_secs,
+            setting: "maxJobSecs",
+        }
+    }
+}
+
+fn exec_spec(fields: &args::CommandFields, rule: TimeoutRule) -> Result<ExecSpec, ToolError> {
     let mut spec = ExecSpec::new(args::command("command", &fields.command)?);
     if let Some(w) = &fields.workdir {
         args::absolute_path("workdir", w)?;
@@ -58,14 +71,13 @@ fn exec_spec(call: &Call<'_>, fields: &args::CommandFields) -> Result<ExecSpec, 
         spec.env = env.clone();
     }
     spec.stdin = fields.stdin.clone();
-    let config = &call.backend.config;
-    let secs = fields.timeout_secs.unwrap_or(config.exec_timeout_secs);
-    if secs == 0 || secs > config.max_exec_timeout_secs {
+    let secs = fields.timeout_secs.unwrap_or(rule.default);
+    if secs == 0 || secs > rule.max {
         return Err(ToolError::argument(
             "timeoutSecs",
             format!(
-                "{secs} is not accepted: give 1 to {} (this server's ceiling, maxExecTimeoutSecs)",
-                config.max_exec_timeout_secs
+                "{secs} is not accepted: give 1 to {} (this server's ceiling, {})",
+                rule.max, rule.setting
             ),
         ));
     }
@@ -128,9 +140,32 @@ fn shape(output: &ExecOutput, budget: usize) -> Shaped {
 pub(super) async fn run_command(
     call: &Call<'_>,
     a: args::RunCommandArgs,
-) -> Result<results::CommandRun, ToolError> {
+) -> Result<results::RunCommandAnswer, ToolError> {
     args::machine_ref("name", &a.name)?;
-    let mut spec = exec_spec(call, &a.run)?;
+    if a.background != Some(true) {
+        return run_foreground(call, a)
+            .await
+            .map(results::RunCommandAnswer::Finished);
+    }
+    if a.run.stdin.is_some() {
+        return Err(ToolError::argument(
+            "stdin",
+            "is not accepted with background: true (a detached command reads nothing): write \
+             the input into the machine with write-file and redirect from it, or run without \
+             background",
+        ));
+    }
+    let spec = exec_spec(&a.run, TimeoutRule::background(&call.backend.config))?;
+    super::jobs::start(call, &a, spec)
+        .await
+        .map(results::RunCommandAnswer::Started)
+}
+
+async fn run_foreground(
+    call: &Call<'_>,
+    a: args::RunCommandArgs,
+) -> Result<results::CommandRun, ToolError> {
+    let mut spec = exec_spec(&a.run, TimeoutRule::foreground(&call.backend.config))?;
     let fleet = call.fleet(a.target).await?;
     fit_fleet(call, fleet.kind(), &a.run, &mut spec)?;
     let machine = call.cancellable(fleet.get(&a.name)).await?;
@@ -147,7 +182,8 @@ pub(super) async fn run_command(
     // guest. Every command carries a marker in its environment (children inherit it), so that a
     // cancelled one, and whatever it started, can be found and killed by a second exec.
     let marker = format!("{}-{}", std::process::id(), random_hex());
-    spec.env.insert(RUN_MARKER.to_owned(), marker.clone());
+    spec.env
+        .insert(guest::RUN_MARKER.to_owned(), marker.clone());
     let output = match call
         .cancellable(super::streamed::exec(call, &fleet, &a.name, &spec))
         .await
@@ -220,7 +256,7 @@ pub(super) async fn run_once(
     let name = format!("{}once-{}", config.machine_prefix, random_hex());
     let mut spec = base_spec(call, &a.machine, name.clone(), config.run_once_network)?;
     spec.ephemeral = true;
-    let mut exec = exec_spec(call, &a.run)?;
+    let mut exec = exec_spec(&a.run, TimeoutRule::foreground(config))?;
     let fleet = call.fleet(a.target).await?;
     fit_fleet(call, fleet.kind(), &a.run, &mut exec)?;
     let mut machine = Provisional::begin(call, &fleet, &name, true)?;

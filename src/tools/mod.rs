@@ -13,6 +13,7 @@ mod commands;
 mod egress_report;
 pub mod error;
 mod files;
+mod jobs;
 mod lifecycle;
 mod logs;
 pub mod output;
@@ -202,7 +203,7 @@ tool_table! {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
         args: args::RunCommandArgs,
-        result: results::CommandRun,
+        result: results::RunCommandAnswer,
         run: commands::run_command,
         description: "Run one command in an existing machine and wait for it to end (up to timeoutSecs: 120 s by \
              default, 900 at most, 290 locally), then return stdout, stderr and exitCode. A non-zero exit is a result, \
@@ -212,7 +213,50 @@ tool_table! {
              overflow names, for read-file. A stopped machine is started first and left running \
              (startedMachine: true). When a command fails on a local machine with restricted egress, \
              blockedEgress lists the destinations the engine refused during it (ask for them in allowHosts \
-             or allowCidrs).",
+             or allowCidrs). For anything that may take longer than a minute or two (builds, test suites, \
+             installs), pass background: true: the command starts as a job and this returns at once with \
+             its job id and cursor; follow it with job-output (waitSecs waits for the end), stop it with \
+             cancel-job. A job runs up to maxJobSecs (3600 s) and ends with its machine.",
+    }
+    JobOutput => "job-output" {
+        title: "Read a job's output",
+        hints: READ_ONLY,
+        changes_machines: false,
+        args: args::JobOutputArgs,
+        result: results::JobReport,
+        run: jobs::job_output,
+        description: "Report a background job (started by run-command with background: true): its state (running, \
+             exited, timedOut, cancelled, or lost when its machine stopped or went), exitCode once ended, and \
+             the stdout and stderr written since the cursor you pass (from the start without one), at most \
+             maxOutputBytes of each. Pass the answered cursor back next time to get only new output; more: \
+             true means output is already waiting, so call again at once. With waitSecs it first waits up to \
+             that long for the job to end, answering as soon as it does: the way to wait for a long build \
+             without holding one call open for all of it. The whole streams stay in the machine at \
+             outputFiles.",
+    }
+    CancelJob => "cancel-job" {
+        title: "Cancel a job",
+        hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
+        changes_machines: true,
+        args: args::JobArgs,
+        result: results::JobSummary,
+        run: jobs::cancel_job,
+        description: "Stop a background job now: its command and every process it started are killed (state \
+             cancelled, exitCode 137). The output written so far stays readable with job-output and in the \
+             machine's outputFiles; the machine keeps running. Cancelling a job that has ended changes \
+             nothing and reports how it ended.",
+    }
+    ListJobs => "list-jobs" {
+        title: "List jobs",
+        hints: READ_ONLY,
+        changes_machines: false,
+        args: args::TargetOnly,
+        result: results::JobList,
+        run: jobs::list_jobs,
+        description: "List this server's background jobs on the fleet, newest first: the running ones and the last \
+             100 that ended, each with its machine, command, state, exitCode, elapsedSecs and output sizes. \
+             Use it to find a job id you lost track of or to see what is still running before starting \
+             more (at most maxRunningJobs, 16, run at once). Read-only; job-output gives a job's output.",
     }
     RunOnce => "run-once" {
         title: "Run once in a throwaway machine",
@@ -359,7 +403,7 @@ pub struct Caller<'a> {
 
 /// Runs one tool call to its structured result or its tool error.
 pub async fn call(
-    backend: &Backend,
+    backend: &Arc<Backend>,
     caller: Caller<'_>,
     tool: Tool,
     args: Value,

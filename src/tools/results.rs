@@ -34,6 +34,11 @@ replies_without_a_page!(
     Started,
     Stopped,
     CommandRun,
+    RunCommandAnswer,
+    JobStarted,
+    JobReport,
+    JobSummary,
+    JobList,
     RunOnce,
     FileWritten,
     Branched,
@@ -112,6 +117,93 @@ pub struct CommandRun {
     /// and the engine refused egress while it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_egress: Option<Vec<BlockedEgress>>,
+}
+
+/// run-command's answer: the finished command, or, with `background: true`, the job it started.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RunCommandAnswer {
+    Finished(CommandRun),
+    Started(JobStarted),
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStarted {
+    /// The job's id, for job-output, cancel-job and list-jobs.
+    pub job: String,
+    /// Always "running": the command was started, nothing more is known yet.
+    pub state: String,
+    pub machine: String,
+    /// The cursor to give job-output to read from the start.
+    pub cursor: String,
+    /// The seconds after which the server kills it (timedOut).
+    pub timeout_secs: u64,
+    /// Where the whole stdout and stderr accumulate in the machine (for read-file, or commands).
+    pub output_files: JobFiles,
+    /// The job's row in the run ledger (smol://runs/{run}), when the ledger is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<i64>,
+    /// The machine was stopped and starting the job started it (it is left running).
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct JobFiles {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A job as it stands.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSummary {
+    pub job: String,
+    pub target: crate::fleet::FleetKind,
+    pub machine: String,
+    /// The command as given (argv joined by spaces, or the shell text), cut to 200 characters.
+    pub command: String,
+    /// running, exited, timedOut (killed at timeoutSecs), cancelled (by cancel-job) or lost (its machine stopped or went: see reason).
+    pub state: String,
+    /// Once ended: the command's exit status (124 for timedOut, 137 for cancelled; null when lost).
+    pub exit_code: Option<i32>,
+    /// Why a lost job is lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// RFC 3339.
+    pub started_at: String,
+    pub elapsed_secs: u64,
+    /// How much each stream had written at the last look (every jobPollMillis while it runs).
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub output_files: JobFiles,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<i64>,
+}
+
+/// job-output's answer: the job's state and the output after the cursor it was given.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobReport {
+    #[serde(flatten)]
+    pub summary: JobSummary,
+    /// stdout written after the cursor (at most maxOutputBytes; a character cut at the end waits for the next call).
+    pub stdout: String,
+    /// stderr written after the cursor, likewise.
+    pub stderr: String,
+    /// Give it back as cursor next time to read only what follows.
+    pub cursor: String,
+    /// More output is already there after cursor: call again without waiting.
+    pub more: bool,
+    /// Why no output could be read this time (the machine is gone, say); the state still holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_unavailable: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobList {
+    /// Newest first: the running jobs and the last 100 ended ones of this server.
+    pub jobs: Vec<JobSummary>,
 }
 
 /// Egress the machine's policy refused while the command ran, by destination.

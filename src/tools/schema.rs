@@ -33,6 +33,11 @@ pub fn input<T: JsonSchema>() -> JsonObject {
 /// fills itself. Field descriptions that say what a value means stay.
 pub fn output<T: JsonSchema>() -> JsonObject {
     let mut output = schema::<T>(Contract::Serialize);
+    // MCP wants an object schema at the top; a result that is one of several objects
+    // (run-command's) comes out of schemars as a bare anyOf.
+    if !output.contains_key("type") {
+        output.insert("type".into(), Value::String("object".into()));
+    }
     let mut value = Value::Object(std::mem::take(&mut output));
     trim_output(&mut value);
     match value {

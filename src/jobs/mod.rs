@@ -1,0 +1,548 @@
+//! Background jobs: commands that outlive the tool call that started them (run-command with
+//! `background: true`). A job runs detached in its machine with its streams in files there
+//! (`guest`); a watcher task here looks at those files every `jobPollMillis`, enforces the
+//! job's timeout, notices when its machine stops or goes, and records the end in the run
+//! ledger. Output is never held here: a reader asks for the bytes after its cursor and they are
+//! read from the machine, so a job that prints for hours costs this process nothing more than
+//! one that prints a line. A job ends with its machine: a stopped or deleted machine ends it as
+//! `lost`. While it runs its machine counts as in use, so a leased ephemeral machine is not
+//! reaped under it.
+
+pub mod guest;
+
+use crate::backend::Backend;
+use crate::fleet::{ErrorKind, ExecSpec, Fleet, FleetError, FleetKind};
+use crate::ledger::{Run, RunStart, StreamRecord};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Ended jobs kept for job-output and list-jobs after their end; older ones are forgotten
+/// (their ledger rows stay).
+const ENDED_KEPT: usize = 100;
+
+/// A probe that finds no files this long after the start means the wrapper never ran (no
+/// `sh` in the image, an unwritable /tmp); before that they may simply not be created yet.
+const FILES_GRACE: Duration = Duration::from_secs(15);
+
+/// Probes failing in a row before the job is given up as lost.
+const PROBE_FAILURES_MAX: u32 = 30;
+
+/// How each end of a stream is kept in the ledger when the job ends.
+const LEDGER_END_BYTES: usize = 2048;
+
+/// How a job stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    Exited(i32),
+    /// Killed by this server at its timeout.
+    TimedOut,
+    /// Killed by cancel-job.
+    Cancelled,
+    /// Its machine stopped or went, or its files did: the reason says which.
+    Lost(String),
+}
+
+impl Phase {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Phase::Running => "running",
+            Phase::Exited(_) => "exited",
+            Phase::TimedOut => "timedOut",
+            Phase::Cancelled => "cancelled",
+            Phase::Lost(_) => "lost",
+        }
+    }
+
+    /// The status the command ended with: its own, or 124 for a timeout (as a foreground
+    /// command's), or 137 for one killed by cancel-job (SIGKILL).
+    pub fn exit_code(&self) -> Option<i32> {
+        match self {
+            Phase::Exited(code) => Some(*code),
+            Phase::TimedOut => Some(124),
+            Phase::Cancelled => Some(137),
+            Phase::Running | Phase::Lost(_) => None,
+        }
+    }
+}
+
+/// What the watcher last saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub phase: Phase,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub ended: Option<SystemTime>,
+}
+
+/// One background job.
+#[derive(Debug)]
+pub struct Job {
+    pub id: String,
+    pub fleet: Fleet,
+    pub machine: String,
+    /// The command as given (argv joined by spaces, or the shell text), for listing.
+    pub command: String,
+    /// The path its files start with in the machine (`.stdout`, `.stderr`, `.exit`).
+    pub base: String,
+    pub started: SystemTime,
+    pub timeout: Duration,
+    /// Its row in the run ledger (`smol://runs/{id}`), when the ledger is on.
+    pub run_id: Option<i64>,
+    started_at: Instant,
+    state: watch::Sender<State>,
+    /// Tells the watcher that cancel-job has ended the job.
+    stop_watching: CancellationToken,
+}
+
+/// A position in a job's two streams, as job-output hands it out: `<stdout>:<stderr>` bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub stdout: u64,
+    pub stderr: u64,
+}
+
+impl Cursor {
+    pub fn parse(text: &str) -> Option<Cursor> {
+        let (stdout, stderr) = text.split_once(':')?;
+        Some(Cursor {
+            stdout: stdout.parse().ok()?,
+            stderr: stderr.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.stdout, self.stderr)
+    }
+}
+
+/// Output read after a cursor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub next: Cursor,
+    /// Output remains after `next` (call again).
+    pub more: bool,
+}
+
+impl Job {
+    pub fn kind(&self) -> FleetKind {
+        self.fleet.kind()
+    }
+
+    pub fn state(&self) -> State {
+        self.state.borrow().clone()
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        match self.state.borrow().ended {
+            Some(ended) => ended.duration_since(self.started).unwrap_or_default(),
+            None => self.started_at.elapsed(),
+        }
+    }
+
+    pub fn path(&self, stream: &str) -> String {
+        format!("{}.{stream}", self.base)
+    }
+
+    /// Ends the job with `phase` unless it has already ended; answers whether this did.
+    fn end(&self, phase: Phase) -> bool {
+        self.state.send_if_modified(|state| {
+            if state.phase != Phase::Running {
+                return false;
+            }
+            state.phase = phase;
+            state.ended = Some(SystemTime::now());
+            true
+        })
+    }
+
+    /// Waits until the job has ended or `limit` has passed, whichever comes first.
+    pub async fn wait_end(&self, limit: Duration) {
+        let mut seen = self.state.subscribe();
+        let ended = seen.wait_for(|state| state.phase != Phase::Running);
+        let _ = tokio::time::timeout(limit, ended).await;
+    }
+
+    /// Up to `limit` bytes of each stream after `from`, read from the machine. A character cut
+    /// by the end of what was read is left for the next read, unless the job has ended and
+    /// nothing follows it.
+    pub async fn read(&self, from: Cursor, limit: usize) -> Result<Chunk, FleetError> {
+        let limit = limit.max(4);
+        let ended_before = self.state().phase != Phase::Running;
+        let mut read = ExecSpec::new(guest::read(&self.base, from.stdout, from.stderr, limit));
+        read.timeout_secs = Some(60);
+        let out = self.fleet.exec(&self.machine, &read).await?;
+        let keep = |bytes: Vec<u8>| -> Vec<u8> {
+            let mut bytes = bytes;
+            if !(ended_before && bytes.len() < limit) {
+                bytes.truncate(guest::complete_utf8_len(&bytes));
+            }
+            bytes
+        };
+        let (stdout, stderr) = (keep(out.stdout), keep(out.stderr));
+        let next = Cursor {
+            stdout: from.stdout + stdout.len() as u64,
+            stderr: from.stderr + stderr.len() as u64,
+        };
+        let state = self.state();
+        let more = stdout.len() + 4 > limit
+            || stderr.len() + 4 > limit
+            || next.stdout < state.stdout_bytes
+            || next.stderr < state.stderr_bytes;
+        Ok(Chunk {
+            stdout,
+            stderr,
+            next,
+            more,
+        })
+    }
+
+    /// Kills the job's command and everything it started (cancel-job). Answers false when it
+    /// had already ended.
+    pub async fn cancel(&self) -> Result<bool, FleetError> {
+        self.kill(Phase::Cancelled).await
+    }
+
+    async fn kill(&self, phase: Phase) -> Result<bool, FleetError> {
+        if self.state().phase != Phase::Running {
+            return Ok(false);
+        }
+        // The job's id is the marker in its environment.
+        let mut kill = ExecSpec::new(guest::kill_marked(&self.id));
+        kill.timeout_secs = Some(30);
+        let out = self.fleet.exec(&self.machine, &kill).await?;
+        if out.exit_code != 0 {
+            return Err(FleetError::new(
+                ErrorKind::Upstream,
+                "cancel-job",
+                format!(
+                    "the kill exited {}: {}",
+                    out.exit_code,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            ));
+        }
+        let ended = self.end(phase);
+        self.stop_watching.cancel();
+        Ok(ended)
+    }
+}
+
+/// Every job of this process.
+#[derive(Debug)]
+pub struct Jobs {
+    jobs: Mutex<Vec<Arc<Job>>>,
+    /// One permit per running job (`maxRunningJobs`).
+    slots: Arc<Semaphore>,
+    max_running: usize,
+}
+
+/// What a job is started with.
+pub struct Start<'a> {
+    pub fleet: Fleet,
+    pub machine: &'a str,
+    pub spec: ExecSpec,
+    pub timeout: Duration,
+}
+
+/// Why a job did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "{0} jobs are running already (maxRunningJobs): wait for one to end, or cancel one with cancel-job"
+    )]
+    Full(usize),
+    #[error("the machine did not start the job: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+}
+
+impl Jobs {
+    pub fn new(max_running: usize) -> Jobs {
+        Jobs {
+            jobs: Mutex::new(Vec::new()),
+            slots: Arc::new(Semaphore::new(max_running)),
+            max_running,
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Job>> {
+        self.jobs
+            .lock()
+            .ok()?
+            .iter()
+            .find(|job| job.id == id)
+            .cloned()
+    }
+
+    /// Newest first.
+    pub fn list(&self) -> Vec<Arc<Job>> {
+        let mut jobs = self.jobs.lock().map(|j| j.clone()).unwrap_or_default();
+        jobs.reverse();
+        jobs
+    }
+
+    fn remember(&self, job: Arc<Job>) {
+        if let Ok(mut jobs) = self.jobs.lock() {
+            jobs.push(job);
+            let ended = jobs
+                .iter()
+                .filter(|job| job.state().phase != Phase::Running)
+                .count();
+            if ended > ENDED_KEPT {
+                let mut excess = ended - ENDED_KEPT;
+                jobs.retain(|job| {
+                    if excess > 0 && job.state().phase != Phase::Running {
+                        excess -= 1;
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+        }
+    }
+
+    /// Starts `start.spec` detached in its machine and a watcher for it. The ledger row is
+    /// begun here and ended by the watcher.
+    pub async fn start(
+        &self,
+        backend: &Arc<Backend>,
+        start: Start<'_>,
+    ) -> Result<Arc<Job>, StartError> {
+        let permit = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| StartError::Full(self.max_running))?;
+        let id = format!("job-{:016x}", rand::random::<u64>());
+        let base = guest::base_path(&id);
+        let mut spec = start.spec;
+        spec.env.insert(guest::RUN_MARKER.to_owned(), id.clone());
+        let run = backend.ledger.begin(RunStart::new(
+            "job",
+            start.fleet.kind(),
+            start.machine,
+            &spec,
+        ));
+        let command = match &spec.command {
+            crate::fleet::Command::Argv(argv) => argv.join(" "),
+            crate::fleet::Command::Shell(text) => text.clone(),
+        };
+        let mut detached = spec.clone();
+        detached.command = guest::wrapper(&base, &spec.command);
+        detached.background = true;
+        detached.stdin = None;
+        // The engines ignore a detached command's timeout; the watcher enforces it.
+        detached.timeout_secs = None;
+        let answer = match start.fleet.exec(start.machine, &detached).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                run.failed(&e.clone().into());
+                return Err(e.into());
+            }
+        };
+        let said = String::from_utf8_lossy(&answer.stdout);
+        if answer.exit_code != 0 || !said.trim_start().starts_with("pid=") {
+            let why = format!(
+                "exit {}, {}{}",
+                answer.exit_code,
+                said.trim(),
+                String::from_utf8_lossy(&answer.stderr).trim()
+            );
+            run.failed(&crate::tools::ToolError::new(
+                crate::tools::ToolErrorKind::Internal,
+                why.clone(),
+            ));
+            return Err(StartError::Refused(why));
+        }
+        let job = Arc::new(Job {
+            run_id: run.id(),
+            id,
+            fleet: start.fleet,
+            machine: start.machine.to_owned(),
+            command,
+            base,
+            started: SystemTime::now(),
+            started_at: Instant::now(),
+            timeout: start.timeout,
+            state: watch::Sender::new(State {
+                phase: Phase::Running,
+                stdout_bytes: 0,
+                stderr_bytes: 0,
+                ended: None,
+            }),
+            stop_watching: CancellationToken::new(),
+        });
+        self.remember(job.clone());
+        backend.hold(std::slice::from_ref(&job.machine));
+        tokio::spawn(watch_job(backend.clone(), job.clone(), run, permit));
+        Ok(job)
+    }
+}
+
+/// Looks at the job until it ends, then records its end and lets its machine go.
+async fn watch_job(backend: Arc<Backend>, job: Arc<Job>, run: Run, _permit: OwnedSemaphorePermit) {
+    let poll = Duration::from_millis(backend.config.job_poll_millis);
+    let mut failures = 0u32;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            _ = job.stop_watching.cancelled() => break,
+        }
+        if job.state().phase != Phase::Running {
+            break;
+        }
+        if job.started_at.elapsed() >= job.timeout {
+            match job.kill(Phase::TimedOut).await {
+                Ok(_) => {}
+                Err(e) => {
+                    job.end(Phase::Lost(format!(
+                        "its timeout passed and it could not be killed: {}",
+                        e.message
+                    )));
+                }
+            }
+            break;
+        }
+        match look(&job).await {
+            Ok(Seen::Running) => failures = 0,
+            Ok(Seen::Ended(phase)) => {
+                job.end(phase);
+                break;
+            }
+            Err(e) => {
+                failures += 1;
+                if failures >= PROBE_FAILURES_MAX {
+                    job.end(Phase::Lost(format!(
+                        "its machine did not answer {failures} looks in a row: {e}"
+                    )));
+                    break;
+                }
+            }
+        }
+    }
+    record_end(&job, run).await;
+    backend.release(std::slice::from_ref(&job.machine));
+    tracing::info!(job = %job.id, machine = %job.machine, phase = job.state().phase.word(), "job ended");
+}
+
+enum Seen {
+    Running,
+    Ended(Phase),
+}
+
+/// One look at the job: its machine first, since an exec would start a stopped machine again.
+async fn look(job: &Job) -> Result<Seen, FleetError> {
+    match job.fleet.get(&job.machine).await {
+        Ok(machine) if !machine.is_running() => {
+            return Ok(Seen::Ended(Phase::Lost(format!(
+                "its machine is {}: a job ends with its machine",
+                machine.state
+            ))));
+        }
+        Ok(_) => {}
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            return Ok(Seen::Ended(Phase::Lost(
+                "its machine was deleted: a job ends with its machine".into(),
+            )));
+        }
+        Err(e) => return Err(e),
+    }
+    let mut probe = ExecSpec::new(guest::probe(&job.base));
+    probe.timeout_secs = Some(30);
+    let out = job.fleet.exec(&job.machine, &probe).await?;
+    let Some(seen) = guest::Probed::parse(&out) else {
+        return Err(FleetError::new(
+            ErrorKind::Upstream,
+            "job probe",
+            format!(
+                "unexpected answer (exit {}): {}",
+                out.exit_code,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    };
+    job.state.send_if_modified(|state| {
+        let (stdout, stderr) = (
+            seen.stdout_bytes.unwrap_or(state.stdout_bytes),
+            seen.stderr_bytes.unwrap_or(state.stderr_bytes),
+        );
+        let changed = (stdout, stderr) != (state.stdout_bytes, state.stderr_bytes);
+        state.stdout_bytes = stdout;
+        state.stderr_bytes = stderr;
+        changed
+    });
+    if let Some(code) = seen.exit_code {
+        return Ok(Seen::Ended(Phase::Exited(code)));
+    }
+    if seen.stdout_bytes.is_none() && job.started_at.elapsed() > FILES_GRACE {
+        return Ok(Seen::Ended(Phase::Lost(format!(
+            "its output files ({}.*) are not in the machine: it has no sh, /tmp is not writable, \
+             or the machine was restarted",
+            job.base
+        ))));
+    }
+    Ok(Seen::Running)
+}
+
+/// The ledger row gets the job's end with the two ends of each stream, read from the machine
+/// while it is still there.
+async fn record_end(job: &Job, run: Run) {
+    let state = job.state();
+    let code = match &state.phase {
+        Phase::Lost(reason) => {
+            run.failed(&crate::tools::ToolError::new(
+                crate::tools::ToolErrorKind::Fleet(ErrorKind::NotFound),
+                format!("job lost: {reason}"),
+            ));
+            return;
+        }
+        Phase::Cancelled => {
+            run.failed(&crate::tools::ToolError::cancelled());
+            return;
+        }
+        phase => phase.exit_code().unwrap_or(-1),
+    };
+    let mut streams = Vec::new();
+    for (stream, total) in [
+        ("stdout", state.stdout_bytes),
+        ("stderr", state.stderr_bytes),
+    ] {
+        let mut ends = ExecSpec::new(guest::ends(&job.base, stream, LEDGER_END_BYTES));
+        ends.timeout_secs = Some(30);
+        let record = match job.fleet.exec(&job.machine, &ends).await {
+            Ok(out) => StreamRecord::from_parts(total, &out.stdout, &out.stderr),
+            Err(_) => StreamRecord::from_parts(total, b"", b""),
+        };
+        streams.push(record);
+    }
+    let stderr = streams.pop().unwrap_or_default();
+    let stdout = streams.pop().unwrap_or_default();
+    run.ended(code, state.phase == Phase::TimedOut, stdout, stderr);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_reads_back_what_it_wrote() {
+        let c = Cursor {
+            stdout: 1024,
+            stderr: 7,
+        };
+        assert_eq!(Cursor::parse(&c.to_string()), Some(c));
+        assert_eq!(Cursor::parse("0:0"), Some(Cursor::default()));
+        for bad in ["", "1", "a:b", "-1:0", "1:2:3", " 1:2"] {
+            assert_eq!(Cursor::parse(bad), None, "{bad}");
+        }
+    }
+}
