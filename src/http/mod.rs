@@ -211,7 +211,11 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
             response
         }
         (Method::POST, Some(id)) => match g.sessions.enter(&id) {
-            Some(in_flight) => holding(next.run(request).await, in_flight),
+            Some(in_flight) => {
+                let mut request = request;
+                request.extensions_mut().insert(g.sessions.job_hold(&id));
+                holding(next.run(request).await, in_flight)
+            }
             None => next.run(request).await,
         },
         (_, session) => {

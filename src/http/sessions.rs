@@ -40,6 +40,19 @@ impl Drop for InFlight {
     }
 }
 
+struct JobHold {
+    sessions: Arc<Sessions>,
+    id: Arc<str>,
+}
+
+impl crate::jobs::SessionHold for JobHold {
+    fn hold(&self) -> Option<Box<dyn Send + Sync>> {
+        self.sessions
+            .enter(&self.id)
+            .map(|in_flight| Box::new(in_flight) as Box<dyn Send + Sync>)
+    }
+}
+
 impl Sessions {
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Activity>> {
         // Nothing panics while holding it; if something did, the counts are still usable.
@@ -77,6 +90,15 @@ impl Sessions {
             sessions: self.clone(),
             id: key,
         })
+    }
+
+    /// What a job started by a request of session `id` holds while it runs: the session counts
+    /// as busy, as if a POST were in flight.
+    pub(crate) fn job_hold(self: &Arc<Self>, id: &str) -> crate::jobs::SessionHoldRef {
+        crate::jobs::SessionHoldRef(Arc::new(JobHold {
+            sessions: self.clone(),
+            id: Arc::from(id),
+        }))
     }
 
     pub(crate) fn forget(&self, id: &str) {

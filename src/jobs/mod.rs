@@ -32,6 +32,18 @@ const PROBE_FAILURES_MAX: u32 = 30;
 /// How each end of a stream is kept in the ledger when the job ends.
 const LEDGER_END_BYTES: usize = 2048;
 
+/// Keeps the session that started a job from being closed as idle while the job runs (an
+/// HTTP session is idle when no request of it is in flight; its end deletes its ephemeral
+/// machines, which would end the job). What `hold` answers is held until the job ends.
+pub trait SessionHold: Send + Sync {
+    fn hold(&self) -> Option<Box<dyn Send + Sync>>;
+}
+
+/// How a request carries its session's [`SessionHold`] (the HTTP layer puts it among the
+/// request's extensions).
+#[derive(Clone)]
+pub struct SessionHoldRef(pub Arc<dyn SessionHold>);
+
 /// How a job stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
@@ -78,7 +90,6 @@ pub struct State {
 }
 
 /// One background job.
-#[derive(Debug)]
 pub struct Job {
     pub id: String,
     pub fleet: Fleet,
@@ -95,6 +106,14 @@ pub struct Job {
     state: watch::Sender<State>,
     /// Tells the watcher that cancel-job has ended the job.
     stop_watching: CancellationToken,
+    /// The starting session's hold, let go when the job ends.
+    session_hold: Mutex<Option<Box<dyn Send + Sync>>>,
+}
+
+impl std::fmt::Debug for SessionHoldRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionHoldRef")
+    }
 }
 
 /// A position in a job's two streams, as job-output hands it out: `<stdout>:<stderr>` bytes.
@@ -128,6 +147,16 @@ pub struct Chunk {
     pub next: Cursor,
     /// Output remains after `next` (call again).
     pub more: bool,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("id", &self.id)
+            .field("machine", &self.machine)
+            .field("state", &*self.state.borrow())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Job {
@@ -249,6 +278,8 @@ pub struct Start<'a> {
     pub machine: &'a str,
     pub spec: ExecSpec,
     pub timeout: Duration,
+    /// The starting request's session, kept busy while the job runs.
+    pub session: Option<SessionHoldRef>,
 }
 
 /// Why a job did not start.
@@ -380,6 +411,7 @@ impl Jobs {
                 ended: None,
             }),
             stop_watching: CancellationToken::new(),
+            session_hold: Mutex::new(start.session.and_then(|s| s.0.hold())),
         });
         self.remember(job.clone());
         backend.hold(std::slice::from_ref(&job.machine));
@@ -431,6 +463,9 @@ async fn watch_job(backend: Arc<Backend>, job: Arc<Job>, run: Run, _permit: Owne
     }
     record_end(&job, run).await;
     backend.release(std::slice::from_ref(&job.machine));
+    if let Ok(mut hold) = job.session_hold.lock() {
+        hold.take();
+    }
     tracing::info!(job = %job.id, machine = %job.machine, phase = job.state().phase.word(), "job ended");
 }
 

@@ -404,6 +404,7 @@ fn caller<'a>(backend: &Backend, session: &'a str, ct: CancellationToken) -> too
         scope: tools::Scope::Process(backend.mode),
         ct,
         progress: crate::server::notify::Progress::none(),
+        session_hold: None,
     }
 }
 

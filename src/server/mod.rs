@@ -285,6 +285,11 @@ impl ServerHandler for SmolMcp {
             scope,
             ct: context.ct.clone(),
             progress: notify::Progress::from_request(&context),
+            session_hold: context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<crate::jobs::SessionHoldRef>())
+                .cloned(),
         };
         let call = tools::call(&self.backend, caller, tool, args);
         let result = if is_stateless(&context) {

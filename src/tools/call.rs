@@ -27,6 +27,8 @@ pub struct Call<'a> {
     used: OnceLock<FleetKind>,
     /// The machine names this call uses, which the lease reaper must leave alone until it ends.
     held: std::sync::Mutex<Vec<String>>,
+    /// The caller's session, which a job this call starts keeps open (`crate::jobs`).
+    pub session_hold: Option<crate::jobs::SessionHoldRef>,
 }
 
 /// Which fleets a call may name: those of the process, or the one its session chose when
@@ -76,7 +78,13 @@ impl<'a> Call<'a> {
             progress,
             used: OnceLock::new(),
             held: std::sync::Mutex::new(Vec::new()),
+            session_hold: None,
         }
+    }
+
+    pub fn with_session_hold(mut self, hold: Option<crate::jobs::SessionHoldRef>) -> Self {
+        self.session_hold = hold;
+        self
     }
 
     /// When an ephemeral machine this call makes goes: with the session, or, for a sessionless

@@ -27,6 +27,7 @@ pub(super) async fn start(
         machine: &a.name,
         spec,
         timeout: Duration::from_secs(timeout_secs),
+        session: call.session_hold.clone(),
     };
     // Not cancellable once sent: a job the engine started must be known here, or nothing
     // would ever watch or end it.

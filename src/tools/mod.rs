@@ -399,6 +399,8 @@ pub struct Caller<'a> {
     pub scope: call::Scope,
     pub ct: tokio_util::sync::CancellationToken,
     pub progress: crate::server::notify::Progress,
+    /// Keeps the caller's session open while a job it starts runs (HTTP sessions only).
+    pub session_hold: Option<crate::jobs::SessionHoldRef>,
 }
 
 /// Runs one tool call to its structured result or its tool error.
@@ -418,7 +420,8 @@ pub async fn call(
         caller.scope,
         caller.ct,
         caller.progress,
-    );
+    )
+    .with_session_hold(caller.session_hold);
     // Every machine the call names: its lease is renewed and the reaper waits for the call.
     for key in ["name", "childName"] {
         if let Some(name) = args.get(key).and_then(Value::as_str) {
