@@ -511,6 +511,7 @@ settings! {
         default: "1000",
         accepts: whole(0, 3_600_000),
         why: "a run-command or run-once from a client that declared the tasks extension answers as usual when it ends within this, else becomes a task the client polls; 0 makes every such call a task",
+    },
     max_job_secs: u64 {
         key: "maxJobSecs",
         env: "SMOL_MCP_MAX_JOB_SECS",
