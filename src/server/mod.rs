@@ -285,11 +285,7 @@ impl ServerHandler for SmolMcp {
             scope,
             ct: context.ct.clone(),
             progress: notify::Progress::from_request(&context),
-            session_hold: context
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<crate::jobs::SessionHoldRef>())
-                .cloned(),
+            session_hold: session_hold(&context),
         };
         let call = tools::call(&self.backend, caller, tool, args);
         let result = if is_stateless(&context) {
@@ -352,12 +348,14 @@ impl SmolMcp {
         let call_ct = ct.clone();
         let request = is_stateless(context).then(|| context.clone());
         let answered = activity.clone();
+        let hold = session_hold(context);
         let work = async move {
             let caller = tools::Caller {
                 owner: &owner,
                 scope,
                 ct: call_ct,
                 progress,
+                session_hold: hold,
             };
             let call = tools::call(&backend, caller, tool, args);
             match &request {
@@ -382,6 +380,16 @@ impl SmolMcp {
             work: Box::pin(work),
         }
     }
+}
+
+/// What keeps the request's HTTP session open while a job it starts runs (`crate::jobs`); the
+/// HTTP layer puts it among the request's extensions.
+fn session_hold(context: &RequestContext<RoleServer>) -> Option<crate::jobs::SessionHoldRef> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::jobs::SessionHoldRef>())
+        .cloned()
 }
 
 /// Whether this request follows the 2026-07-28 lifecycle: it says so in its own `_meta`. Asked
