@@ -778,7 +778,9 @@ async fn a_local_timeout_past_the_engines_deadline_is_refused_up_front() {
         let err = h.err(tool, args).await;
         assert!(err.starts_with("INVALID_ARGUMENT: timeoutSecs:"), "{err}");
         assert!(
-            err.contains("at most 290") && err.contains("after 300 s") && err.contains("nohup"),
+            err.contains("at most 290")
+                && err.contains("after 300 s")
+                && err.contains("background: true"),
             "{err}"
         );
     }

@@ -410,8 +410,8 @@ fn exec_limit(ctx: &str, spec: &ExecSpec) -> FleetResult<Duration> {
 /// The body of both exec routes (`exec` and `exec/stream` take the same `ExecRequest`).
 fn exec_body(spec: &ExecSpec) -> types::ExecRequest {
     types::ExecRequest {
-        // 1.32.2 starts a stopped machine for the command, as the cloud does.
-        auto_start: true,
+        // 1.32.2 starts a stopped machine for the command, as the cloud does, unless told not to.
+        auto_start: spec.start_if_stopped,
         // Sent only when set, so every foreground body stays as it was.
         background: spec.background.then_some(true),
         command: spec.command.argv(),
@@ -429,8 +429,8 @@ pub fn exec_timeout_refusal(secs: u64) -> String {
     format!(
         "{secs} s is longer than the local engine allows: it ends every request after {} s \
          (its request deadline), and a command needs some of that to start and answer, so give \
-         at most {MAX_EXEC_TIMEOUT_SECS}. Run longer work in the background (`nohup sh -c '...' \
-         > /tmp/job.log 2>&1 &`) and check on it with short commands",
+         at most {MAX_EXEC_TIMEOUT_SECS}. Start longer work as a background job (run-command with background: true) \
+         and follow it with job-output",
         ENGINE_REQUEST_DEADLINE.as_secs()
     )
 }

@@ -242,6 +242,10 @@ pub struct ExecSpec {
     /// exec field); its output goes nowhere and neither engine reports its end, so a job
     /// redirects it to files itself (`crate::jobs`).
     pub background: bool,
+    /// Start the machine for the command if it is stopped (both engines do by default). A job's
+    /// own looks at a machine turn it off locally, so that a machine stopped under a job stays
+    /// stopped; the cloud API has no such switch.
+    pub start_if_stopped: bool,
 }
 
 impl ExecSpec {
@@ -253,6 +257,7 @@ impl ExecSpec {
             stdin: None,
             timeout_secs: None,
             background: false,
+            start_if_stopped: true,
         }
     }
 }

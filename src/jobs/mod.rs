@@ -206,6 +206,7 @@ impl Job {
         let ended_before = self.state().phase != Phase::Running;
         let mut read = ExecSpec::new(guest::read(&self.base, from.stdout, from.stderr, limit));
         read.timeout_secs = Some(60);
+        read.start_if_stopped = false;
         let out = self.fleet.exec(&self.machine, &read).await?;
         let keep = |bytes: Vec<u8>| -> Vec<u8> {
             let mut bytes = bytes;
@@ -245,6 +246,7 @@ impl Job {
         // The job's id is the marker in its environment.
         let mut kill = ExecSpec::new(guest::kill_marked(&self.id));
         kill.timeout_secs = Some(30);
+        kill.start_if_stopped = false;
         let out = self.fleet.exec(&self.machine, &kill).await?;
         if out.exit_code != 0 {
             return Err(FleetError::new(
@@ -493,6 +495,7 @@ async fn look(job: &Job) -> Result<Seen, FleetError> {
     }
     let mut probe = ExecSpec::new(guest::probe(&job.base));
     probe.timeout_secs = Some(30);
+    probe.start_if_stopped = false;
     let out = job.fleet.exec(&job.machine, &probe).await?;
     let Some(seen) = guest::Probed::parse(&out) else {
         return Err(FleetError::new(
@@ -553,6 +556,7 @@ async fn record_end(job: &Job, run: Run) {
     ] {
         let mut ends = ExecSpec::new(guest::ends(&job.base, stream, LEDGER_END_BYTES));
         ends.timeout_secs = Some(30);
+        ends.start_if_stopped = false;
         let record = match job.fleet.exec(&job.machine, &ends).await {
             Ok(out) => StreamRecord::from_parts(total, &out.stdout, &out.stderr),
             Err(_) => StreamRecord::from_parts(total, b"", b""),

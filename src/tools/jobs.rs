@@ -147,10 +147,22 @@ pub(super) async fn job_output(
         .await?;
     }
     let budget = call.backend.config.max_output_bytes;
-    let (chunk, unavailable) = match call.cancellable(job.read(from, budget)).await {
-        Ok(chunk) => (Some(chunk), None),
-        Err(e) if e.kind == ToolErrorKind::Cancelled => return Err(e),
-        Err(e) => (None, Some(e.message)),
+    // A lost job's machine is stopped or gone: reading would start a stopped cloud machine
+    // again (and bill it), so nothing is read.
+    let (chunk, unavailable) = if let Phase::Lost(reason) = job.state().phase {
+        (
+            None,
+            Some(format!(
+                "not read: {reason}. If the machine still exists, its files are at \
+                 outputFiles (read-file starts a stopped machine)"
+            )),
+        )
+    } else {
+        match call.cancellable(job.read(from, budget)).await {
+            Ok(chunk) => (Some(chunk), None),
+            Err(e) if e.kind == ToolErrorKind::Cancelled => return Err(e),
+            Err(e) => (None, Some(e.message)),
+        }
     };
     let summary = summary(&job);
     Ok(match chunk {
