@@ -116,6 +116,22 @@ impl Harness {
         answer.text
     }
 
+    /// A JSON resource (`smol://runs/...`), parsed.
+    pub async fn resource(&self, uri: &str) -> Value {
+        let contents = self
+            .client
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+            .unwrap()
+            .contents;
+        match &contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
+                serde_json::from_str(text).unwrap()
+            }
+            other => panic!("not text: {other:?}"),
+        }
+    }
+
     pub fn record_path(&self) -> std::path::PathBuf {
         self.runtime.path().join("rt").join("ephemeral.json")
     }
