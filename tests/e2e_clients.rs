@@ -31,7 +31,10 @@ fn worked_flow() -> Value {
 
 fn check_worked_flow(report: &Value) {
     assert_eq!(report["server"], "smol-mcp");
-    assert_eq!(report["tools"].as_array().unwrap().len(), 13);
+    assert_eq!(
+        report["tools"].as_array().unwrap().len(),
+        smol_mcp::tools::Tool::ALL.len()
+    );
     let c = report["calls"].as_array().unwrap();
     // Every structured result passed the SDK's output-schema validation, or it would be an error.
     for (i, call) in c[..8].iter().enumerate() {
@@ -98,7 +101,10 @@ async fn the_inspector_cli_finds_the_schemas_portable() {
         "{stderr}"
     );
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(listed["tools"].as_array().unwrap().len(), 13);
+    assert_eq!(
+        listed["tools"].as_array().unwrap().len(),
+        smol_mcp::tools::Tool::ALL.len()
+    );
 
     let mut command = tokio::process::Command::new(dir.join("node_modules/.bin/mcp-inspector"));
     command.arg("--cli").arg(SERVER);
