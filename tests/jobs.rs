@@ -101,6 +101,22 @@ async fn read_to_end(h: &Harness, job: &str, wait: u64) -> (String, String, Valu
     unreachable!()
 }
 
+/// The job's ledger row once its end is recorded.
+async fn ledger_end(h: &Harness, run: i64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let detail = h.resource(&format!("smol://runs/{run}")).await;
+        if detail["outcome"] != "running" {
+            return detail;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job's end never reached the ledger"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !done() {
@@ -141,8 +157,9 @@ async fn a_job_is_read_by_cursor_to_its_end(cloud: bool) {
     let whole = h.ok("job-output", json!({"job": job})).await;
     assert_eq!(whole["stdout"], stdout);
     // The ledger row is the job's.
+    // The watcher records the end in the ledger once it has read the streams' ends.
     let run = started["run"].as_i64().expect("a ledger row");
-    let detail = h.resource(&format!("smol://runs/{run}")).await;
+    let detail = ledger_end(&h, run).await;
     assert_eq!(detail["tool"], "job", "{detail}");
     assert_eq!(detail["outcome"], "exited", "{detail}");
     assert_eq!(detail["exitCode"], 3, "{detail}");
@@ -458,15 +475,7 @@ async fn the_exec_bodies_of_a_job(cloud: bool) -> Vec<Value> {
     let killed = start_job(&h, "box", "sleep 30", json!({"timeoutSecs": 60})).await;
     h.ok("cancel-job", json!({"job": killed["job"]})).await;
     // The first job's ends are read by its watcher for the ledger before it records the end.
-    let run = done["run"].as_i64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while h.resource(&format!("smol://runs/{run}")).await["outcome"] == "running" {
-        assert!(
-            Instant::now() < deadline,
-            "the job's end never reached the ledger"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ledger_end(&h, done["run"].as_i64().unwrap()).await;
     let mut bodies: Vec<Value> = fake
         .take_requests()
         .into_iter()

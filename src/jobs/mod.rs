@@ -106,6 +106,9 @@ pub struct Job {
     state: watch::Sender<State>,
     /// Tells the watcher that cancel-job has ended the job.
     stop_watching: CancellationToken,
+    /// Held by the watcher through each look (the machine's state, then the probe), so that
+    /// a stop can wait until no look is under way before the machine stops.
+    looking: tokio::sync::Mutex<()>,
     /// The starting session's hold, let go when the job ends.
     session_hold: Mutex<Option<Box<dyn Send + Sync>>>,
 }
@@ -322,6 +325,26 @@ impl Jobs {
         jobs
     }
 
+    /// `machine` is about to be stopped by stop-machine: its running jobs end now, each once
+    /// its watcher's look in progress is done, so that no look follows the stop (on cloud an
+    /// exec starts a stopped machine again, and bills it).
+    pub async fn machine_stopping(&self, kind: FleetKind, machine: &str) {
+        let running: Vec<Arc<Job>> = self
+            .list()
+            .into_iter()
+            .filter(|job| {
+                job.kind() == kind && job.machine == machine && job.state().phase == Phase::Running
+            })
+            .collect();
+        for job in running {
+            let _looking = job.looking.lock().await;
+            job.end(Phase::Lost(
+                "its machine was stopped (stop-machine): a job ends with its machine".into(),
+            ));
+            job.stop_watching.cancel();
+        }
+    }
+
     fn remember(&self, job: Arc<Job>) {
         if let Ok(mut jobs) = self.jobs.lock() {
             jobs.push(job);
@@ -413,6 +436,7 @@ impl Jobs {
                 ended: None,
             }),
             stop_watching: CancellationToken::new(),
+            looking: tokio::sync::Mutex::new(()),
             session_hold: Mutex::new(start.session.and_then(|s| s.0.hold())),
         });
         self.remember(job.clone());
@@ -446,7 +470,13 @@ async fn watch_job(backend: Arc<Backend>, job: Arc<Job>, run: Run, _permit: Owne
             }
             break;
         }
-        match look(&job).await {
+        let looking = job.looking.lock().await;
+        if job.state().phase != Phase::Running {
+            break;
+        }
+        let seen = look(&job).await;
+        drop(looking);
+        match seen {
             Ok(Seen::Running) => failures = 0,
             Ok(Seen::Ended(phase)) => {
                 job.end(phase);

@@ -281,6 +281,12 @@ pub(super) async fn stop_machine(
 ) -> Result<results::Stopped, ToolError> {
     args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
+    // Its jobs end first: a watcher's look sent after the stop would start a cloud machine
+    // again (the cloud's exec always does).
+    call.backend
+        .jobs
+        .machine_stopping(fleet.kind(), &a.name)
+        .await;
     let machine = call.cancellable(fleet.stop(&a.name)).await?;
     Ok(results::Stopped { machine })
 }
