@@ -140,8 +140,12 @@ pub(super) async fn job_output(
     // Reading renews a leased machine's lease, like any call naming it.
     call.hold(&job.machine);
     if wait > 0 {
+        let limit = Duration::from_secs(wait);
+        let waiting_for = format!("waiting for job {} to end", job.id);
         call.cancellable(async {
-            job.wait_end(Duration::from_secs(wait)).await;
+            call.progress
+                .during(&waiting_for, Some(limit), Box::pin(job.wait_end(limit)))
+                .await;
             Ok::<_, ToolError>(())
         })
         .await?;
