@@ -516,3 +516,72 @@ async fn the_exec_bodies_of_a_cloud_job() {
         the_exec_bodies_of_a_job(true).await
     );
 }
+
+/// A job-output that waits, with a progress token, tells the client what it waits for about
+/// once a second (so a client that resets its timeout on progress can wait longer than it).
+#[tokio::test]
+async fn a_waiting_job_output_reports_progress() {
+    use common::stdio::{StdioServer, server_env};
+    let fake = FakeServe::start_guest_shell().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let mut server = StdioServer::spawn(server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", &url),
+            ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
+        ],
+    ))
+    .await;
+    server
+        .tool(
+            2,
+            "create-machine",
+            json!({"name": "box", "image": "alpine"}),
+        )
+        .await;
+    let started = server
+        .tool(
+            3,
+            "run-command",
+            json!({"name": "box", "command": "sleep 3; echo done", "background": true}),
+        )
+        .await;
+    server
+        .send_raw(
+            format!(
+                "{}\n",
+                json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+                    "name": "job-output",
+                    "arguments": {"job": started["job"], "waitSecs": 20},
+                    "_meta": {"progressToken": "wait-1"}}})
+            )
+            .as_bytes(),
+        )
+        .await;
+    let mut progress = Vec::new();
+    let answer = loop {
+        let message = server.next_message(Duration::from_secs(20)).await;
+        if message["id"] == 4 {
+            break message;
+        }
+        if message["method"] == "notifications/progress" {
+            progress.push(message["params"].clone());
+        }
+    };
+    assert_eq!(
+        answer["result"]["structuredContent"]["state"], "exited",
+        "{answer}"
+    );
+    assert!(progress.len() >= 2, "{progress:?}");
+    for p in &progress {
+        assert_eq!(p["progressToken"], "wait-1");
+        assert!(
+            p["message"]
+                .as_str()
+                .unwrap()
+                .contains(started["job"].as_str().unwrap()),
+            "{p}"
+        );
+    }
+}
