@@ -233,7 +233,10 @@ async fn run() -> Value {
         let t = Instant::now();
         let r = c.request("tools/list", json!({})).await;
         list_tools.push(t.elapsed());
-        assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 13);
+        assert_eq!(
+            r["result"]["tools"].as_array().unwrap().len(),
+            smol_mcp::tools::Tool::ALL.len()
+        );
         catalog_bytes = serde_json::to_string(&r["result"]).unwrap().len();
         description_bytes = r["result"]["tools"]
             .as_array()
