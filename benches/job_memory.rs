@@ -53,7 +53,11 @@ async fn main() {
         stdio::StdioServer::spawn(stdio::server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
     let pid = server.child.id().unwrap();
     server
-        .tool(1, "create-machine", json!({"name": "bench", "image": "alpine"}))
+        .tool(
+            1,
+            "create-machine",
+            json!({"name": "bench", "image": "alpine"}),
+        )
         .await;
     // Numbered lines of 100 bytes, 100 a second, for the whole run.
     let script = format!(
@@ -120,7 +124,10 @@ async fn main() {
     let rss_end = status_kib(pid, "VmRSS:");
     let hwm = status_kib(pid, "VmHWM:");
     let written = last["stdoutBytes"].as_u64().unwrap();
-    println!("| job of {minutes} min, read every {} s | |", READ_EVERY.as_secs());
+    println!(
+        "| job of {minutes} min, read every {} s | |",
+        READ_EVERY.as_secs()
+    );
     println!("|---|---|");
     println!("| bytes the job wrote | {written} |");
     println!("| bytes read by cursor ({calls} job-output calls) | {read_bytes} |");
@@ -130,7 +137,10 @@ async fn main() {
         rss_start as f64 / 1024.0,
         rss_end as f64 / 1024.0
     );
-    println!("| server peak RSS (VmHWM) | {:.1} MiB |", hwm as f64 / 1024.0);
+    println!(
+        "| server peak RSS (VmHWM) | {:.1} MiB |",
+        hwm as f64 / 1024.0
+    );
     for (minute, rss, read) in &samples {
         println!(
             "| minute {minute}: RSS | {:.1} MiB ({read} bytes read) |",
