@@ -436,3 +436,64 @@ async fn the_engines_exec_stream_is_live_in_a_booted_guest() {
     assert_eq!(out.stdout, b"first\na\r\nb");
     assert_eq!(out.exit_code, 0);
 }
+
+/// A background job in a real guest (alpine: busybox sh, tail and head): the engine's detached
+/// exec keeps the command running after it answers, the wrapper's files fill, job-output reads
+/// them by cursor to the exit status, and cancel-job's marker kill ends a second job and its
+/// child (no `sleep 300` left in the guest).
+#[tokio::test]
+#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
+async fn a_background_job_runs_and_is_read_and_cancelled_in_a_booted_guest() {
+    let (_serve, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "network": "open", "cpus": 1, "memoryMb": 512}),
+        )
+        .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let started = h
+        .ok(
+            "run-command",
+            json!({"name": name, "background": true,
+                   "command": "for i in 1 2 3; do echo \"line $i é\"; sleep 1; done; exit 4"}),
+        )
+        .await;
+    let job = started["job"].as_str().unwrap().to_owned();
+    let mut cursor = "0:0".to_owned();
+    let mut stdout = String::new();
+    let last = loop {
+        let r = h
+            .ok(
+                "job-output",
+                json!({"job": job, "cursor": cursor, "waitSecs": 2}),
+            )
+            .await;
+        stdout.push_str(r["stdout"].as_str().unwrap());
+        cursor = r["cursor"].as_str().unwrap().to_owned();
+        if r["state"] != "running" && r["more"] == false {
+            break r;
+        }
+    };
+    assert_eq!(stdout, "line 1 é\nline 2 é\nline 3 é\n", "{last}");
+    assert_eq!(last["state"], "exited");
+    assert_eq!(last["exitCode"], 4);
+
+    let sleeper = h
+        .ok(
+            "run-command",
+            json!({"name": name, "background": true, "command": "sleep 300 & sleep 301"}),
+        )
+        .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let cancelled = h.ok("cancel-job", json!({"job": sleeper["job"]})).await;
+    assert_eq!(cancelled["state"], "cancelled");
+    let ps = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "ps -o args | grep -c '^sleep 30[01]' || true"}),
+        )
+        .await;
+    assert_eq!(ps["stdout"].as_str().unwrap().trim(), "0", "{ps}");
+    h.ok("delete-machine", json!({"name": name})).await;
+}
