@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, then runs every test.
-#  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for the real-serve tests;
+#  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for the real-serve tests, and the same
+#    engine nested in a QEMU TCG machine whose guests boot (scripts/nested-engine.sh, Debian's
+#    qemu-system-x86 and kernel), for the booted-guest tests;
 #  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for the end-to-end tests;
 #  - the pinned TypeScript SDK and Inspector CLI (tests/clients/package.json), with npm;
 #  - the pinned official MCP conformance suite and the Node 22 it runs on (tests/conformance/
@@ -30,7 +32,46 @@ if ! node -e 'const v=(p)=>require("./tests/conformance/node_modules/"+p+"/packa
    || ! tests/conformance/node_modules/.bin/node --version >/dev/null 2>&1; then
   (cd tests/conformance && npm install --no-audit --no-fund --loglevel=error)
 fi
-cargo test --locked "$@"
+# The real engine with guests that boot, nested in QEMU (tests/booted_guest.rs and
+# tests/fake_vs_engine.rs use it); one outer VM for the whole run, taken down at the end unless
+# it was already up (a developer's).
+if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
+  # On a failure the outer VM's console (the serve's own log among it) is shown before it goes.
+  trap 'status=$?; if [ "$status" -ne 0 ]; then echo "--- the nested engine'"'"'s console, last lines:" >&2;
+        tail -n 60 target/nested-engine/serial.log >&2 2>/dev/null || true; fi;
+        scripts/nested-engine.sh down >/dev/null 2>&1 || true; exit "$status"' EXIT
+  scripts/nested-engine.sh up
+fi
+eval "$(scripts/nested-engine.sh env)"
+export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR
+# The outer VM has twice died under the booted suite on a fresh clone (QEMU gone, no word from
+# its console), failing every guest test after that moment. So: every test binary runs; if the
+# only failures are the guest's and the engine is gone, it is brought up again and those two are
+# run once more, and the output says so. Any other failure fails the run as it is.
+log="$(mktemp)"
+if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
+  # Every failed target as cargo names it (`--test x`, `--lib`, `--bin x`, `--doc`).
+  targets="$(grep -oE '`--(test|lib|bin|bench|doc|example)[^`]*`' "$log" | tr -d '`' | sort -u)"
+  others="$(echo "$targets" | grep -vxE -- '--test (booted_guest|fake_vs_engine)|' || true)"
+  failed="$(echo "$targets" | sed -n 's/^--test //p')"
+  boots="$(grep -c 'nested-init: .*s mounted' target/nested-engine/serial.log 2>/dev/null || true)"
+  if [ -z "$others" ] && [ -n "$failed" ] \
+     && { [ "${boots:-0}" -gt 1 ] || ! scripts/nested-engine.sh status >/dev/null 2>&1; }; then
+    echo "test.sh: the nested engine died or rebooted during the run (outer VM boots: ${boots:-0}; failed: $(echo $failed)); running those once more on a fresh one" >&2
+    tail -n 60 target/nested-engine/serial.log >&2 2>/dev/null || true
+    tail -n 40 target/nested-engine/qemu.log >&2 2>/dev/null || true
+    scripts/nested-engine.sh down >/dev/null 2>&1 || true
+    scripts/nested-engine.sh up
+    eval "$(scripts/nested-engine.sh env)"
+    again=()
+    for t in $failed; do again+=(--test "$t"); done
+    cargo test --locked "${again[@]}" "$@"
+  else
+    rm -f "$log"
+    exit 1
+  fi
+fi
+rm -f "$log"
 # The README's user path on a clean home (a release build of the server, the engine from PyPI).
 # Only with the whole suite: arguments select some tests, and this is not one of them.
 if [ "$#" -eq 0 ]; then

@@ -526,6 +526,20 @@ settings! {
         accepts: whole(1, 1024),
         why: "each running job is watched by one exec a poll; a runaway agent cannot start more",
     },
+    max_tasks: usize {
+        key: "maxTasks",
+        env: "SMOL_MCP_MAX_TASKS",
+        default: "64",
+        accepts: whole(1, 4096),
+        why: "calls carried on as MCP tasks at once, in the process; each holds a command in a machine, and one more is refused (RATE_LIMITED) rather than queued",
+    },
+    max_parked_reads: usize {
+        key: "maxParkedReads",
+        env: "SMOL_MCP_MAX_PARKED_READS",
+        default: "4",
+        accepts: whole(1, 256),
+        why: "read-file downloads kept open between pages, each an open engine request; past it the oldest is closed and its next page read anew",
+    },
     job_poll_millis: u64 {
         key: "jobPollMillis",
         env: "SMOL_MCP_JOB_POLL_MILLIS",
@@ -560,6 +574,34 @@ settings! {
         default: "100",
         accepts: whole(1, 1_000_000),
         why: "machine-logs' default page",
+    },
+    max_subscriptions_per_session: usize {
+        key: "maxSubscriptionsPerSession",
+        env: "SMOL_MCP_MAX_SUBSCRIPTIONS_PER_SESSION",
+        default: "32",
+        accepts: whole(1, 100_000),
+        why: "logs one session may follow at once (resources/subscribe); one more is refused naming this key: each followed machine costs the engine a request a second",
+    },
+    max_subscriptions: usize {
+        key: "maxSubscriptions",
+        env: "SMOL_MCP_MAX_SUBSCRIPTIONS",
+        default: "128",
+        accepts: whole(1, 100_000),
+        why: "log subscriptions of every session and listen of the process together; one more is refused naming this key",
+    },
+    max_listen_uris: usize {
+        key: "maxListenUris",
+        env: "SMOL_MCP_MAX_LISTEN_URIS",
+        default: "32",
+        accepts: whole(1, 100_000),
+        why: "logs URIs one subscriptions/listen may name; a listen naming more is refused naming this key",
+    },
+    stdio_max_pending_requests: usize {
+        key: "stdioMaxPendingRequests",
+        env: "SMOL_MCP_STDIO_MAX_PENDING_REQUESTS",
+        default: "64",
+        accepts: whole(1, 65_536),
+        why: "requests the stdio server takes on before their answers are written; past it stdin is not read until the client reads answers, so a client that never reads cannot grow the server's memory",
     },
     ledger_max_runs: u64 {
         key: "ledgerMaxRuns",
@@ -631,6 +673,20 @@ settings! {
         accepts: whole(1, 30 * DAY),
         why: "an ephemeral machine made by a 2026-07-28 (sessionless) HTTP request belongs to the server: deleted once no tool call has named it for this long, never during a call",
     },
+    mount_allow: Vec<String> {
+        key: "mountAllow",
+        env: "SMOL_MCP_MOUNT_ALLOW",
+        default: "",
+        accepts: Accepts::List,
+        why: "host directories a local machine may mount (a mount's source must be one of them or under one, symlinks resolved); empty refuses every mount: a machine that mounts the host's home has left the sandbox",
+    },
+    mount_writable: Vec<String> {
+        key: "mountWritable",
+        env: "SMOL_MCP_MOUNT_WRITABLE",
+        default: "",
+        accepts: Accepts::List,
+        why: "of those, the directories a mount may write to (`readonly: false`); every other mount is read-only",
+    },
     http_allowed_hosts: Vec<String> {
         key: "httpAllowedHosts",
         env: "SMOL_MCP_HTTP_ALLOWED_HOSTS",
@@ -660,6 +716,20 @@ settings! {
         default: "10",
         accepts: whole(1, 3_600),
         why: "a request's headers must arrive within this, and a keep-alive connection idle this long between requests is closed: a half-sent request holds nothing for long",
+    },
+    http_body_timeout_secs: u64 {
+        key: "httpBodyTimeoutSecs",
+        env: "SMOL_MCP_HTTP_BODY_TIMEOUT_SECS",
+        default: "30",
+        accepts: whole(1, 3_600),
+        why: "a request's body must arrive whole within this once its headers have: one that does not is answered 408 and its connection closed (4 MiB, rmcp's largest body, takes under a second even at 100 Mbit/s)",
+    },
+    http_max_sessions: usize {
+        key: "httpMaxSessions",
+        env: "SMOL_MCP_HTTP_MAX_SESSIONS",
+        default: "256",
+        accepts: whole(1, 65_536),
+        why: "HTTP sessions open at once; one more `initialize` is answered 503 with `Retry-After`, so a client that opens sessions and never ends them cannot grow the process without bound (each open session holds about 100 KiB)",
     },
     auth_token: Secret {
         key: "authToken",
@@ -867,6 +937,8 @@ mod tests {
         assert_eq!(c.http_allowed_origins, None, "unset: the computed default");
         assert_eq!(c.http_max_connections, 512);
         assert_eq!(c.http_header_timeout_secs, 10);
+        assert_eq!(c.http_body_timeout_secs, 30);
+        assert_eq!(c.http_max_sessions, 256);
         assert!(c.cloud_token.is_empty());
     }
 

@@ -81,7 +81,8 @@ pub struct LocalFacts {
     /// A serve already answering where this server looks for one (`localUrl`, else the runtime
     /// directory's socket); without one the server starts the engine on the first local call.
     pub serve: ServeFacts,
-    pub hypervisor: HypervisorFacts,
+    /// This host's hypervisor; absent for a named serve, whose host may be another one.
+    pub hypervisor: Option<HypervisorFacts>,
     pub runtime_dir: RuntimeDirFacts,
     pub running_as_root: bool,
     /// `SMOLVM_VM_UID_DROP=off` in this process's environment (the engine refuses to start
@@ -108,8 +109,18 @@ pub struct EngineFacts {
 #[serde(rename_all = "camelCase")]
 pub struct ServeFacts {
     pub url: String,
+    /// Named by `localUrl` (`SMOL_LOCAL_URL`): the user's serve, which may run on another
+    /// host (a VM, a forwarded port), so this host's engine and KVM say nothing of it.
+    pub named: bool,
     pub answering: bool,
     pub version: Option<String>,
+    /// Why it did not answer, when it did not.
+    pub error: Option<String>,
+    /// What the serve says of itself in `/health`.
+    pub nested_virt: Option<bool>,
+    pub uptime_secs: Option<i64>,
+    pub machines: Option<u64>,
+    pub running_machines: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -214,8 +225,11 @@ pub async fn gather(
 }
 
 async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
-    let mut problems = Vec::new();
     let serve = serve_facts(config).await;
+    if serve.named {
+        return named_serve_facts(config, serve);
+    }
+    let mut problems = Vec::new();
     let minimum = config.min_smolvm.clone();
     let engine = engine_facts(config, &serve, &minimum).await;
     if !serve.answering {
@@ -266,24 +280,7 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
             fix: hypervisor_fix(&hypervisor),
         });
     }
-    let runtime_dir = match ensure_runtime_dir(&config.runtime_dir) {
-        Ok(()) => RuntimeDirFacts {
-            path: config.runtime_dir.display().to_string(),
-            ok: true,
-            detail: "private to this user (mode 0700)".into(),
-        },
-        Err(e) => RuntimeDirFacts {
-            path: config.runtime_dir.display().to_string(),
-            ok: false,
-            detail: e.to_string(),
-        },
-    };
-    if !runtime_dir.ok {
-        problems.push(Problem {
-            what: format!("the runtime directory: {}", runtime_dir.detail),
-            fix: "set SMOL_MCP_RUNTIME_DIR to a directory of your own".into(),
-        });
-    }
+    let runtime_dir = runtime_dir_facts(config, &mut problems);
     let running_as_root = nix::unistd::geteuid().is_root();
     let uid_drop_off = std::env::var("SMOLVM_VM_UID_DROP").is_ok_and(|v| v == "off");
     // A serve already running was started with whatever it needed; only a serve this server
@@ -302,10 +299,88 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
         usable: problems.is_empty(),
         engine,
         serve,
-        hypervisor,
+        hypervisor: Some(hypervisor),
         runtime_dir,
         running_as_root,
         uid_drop_off,
+        problems,
+    }
+}
+
+fn runtime_dir_facts(config: &Config, problems: &mut Vec<Problem>) -> RuntimeDirFacts {
+    let facts = match ensure_runtime_dir(&config.runtime_dir) {
+        Ok(()) => RuntimeDirFacts {
+            path: config.runtime_dir.display().to_string(),
+            ok: true,
+            detail: "private to this user (mode 0700)".into(),
+        },
+        Err(e) => RuntimeDirFacts {
+            path: config.runtime_dir.display().to_string(),
+            ok: false,
+            detail: e.to_string(),
+        },
+    };
+    if !facts.ok {
+        problems.push(Problem {
+            what: format!("the runtime directory: {}", facts.detail),
+            fix: "set SMOL_MCP_RUNTIME_DIR to a directory of your own".into(),
+        });
+    }
+    facts
+}
+
+/// The facts of a serve the user named: its own answer, not this host's. The engine binary,
+/// `/dev/kvm` and root's uid-drop setting here belong to a serve this server would start, and
+/// it starts none in place of a named one.
+fn named_serve_facts(config: &Config, serve: ServeFacts) -> LocalFacts {
+    let mut problems = Vec::new();
+    let minimum = config.min_smolvm.clone();
+    if !serve.answering {
+        problems.push(Problem {
+            what: format!(
+                "the serve named by SMOL_LOCAL_URL ({}) does not answer /health: {}",
+                config.local_url,
+                serve.error.as_deref().unwrap_or("no answer")
+            ),
+            fix: "start that serve (or fix the address), or unset SMOL_LOCAL_URL to let this \
+                  server start an engine of its own; it never starts one in place of a serve \
+                  you named"
+                .into(),
+        });
+    }
+    let version_ok = match &serve.version {
+        Some(v) => minimum.is_empty() || version_at_least(v, &minimum),
+        None => false,
+    };
+    if let Some(version) = &serve.version
+        && !version_ok
+    {
+        problems.push(Problem {
+            what: format!(
+                "the serve at {} is smolvm {version}, older than the {minimum} this server needs",
+                serve.url
+            ),
+            fix: "upgrade the engine behind that serve, or set SMOL_MCP_MIN_SMOLVM to accept it \
+                  (empty turns the check off)"
+                .into(),
+        });
+    }
+    let engine = EngineFacts {
+        path: None,
+        found_by: "SMOL_LOCAL_URL",
+        version: serve.version.clone(),
+        minimum,
+        version_ok,
+    };
+    let runtime_dir = runtime_dir_facts(config, &mut problems);
+    LocalFacts {
+        usable: problems.is_empty(),
+        engine,
+        serve,
+        hypervisor: None,
+        runtime_dir,
+        running_as_root: nix::unistd::geteuid().is_root(),
+        uid_drop_off: std::env::var("SMOLVM_VM_UID_DROP").is_ok_and(|v| v == "off"),
         problems,
     }
 }
@@ -317,13 +392,24 @@ async fn serve_facts(config: &Config) -> ServeFacts {
         Err(_) => config.local_url.clone(),
     };
     let health = match endpoint.and_then(LocalFleet::new) {
-        Ok(fleet) => fleet.health().await.ok(),
-        Err(_) => None,
+        Ok(fleet) => fleet.health().await.map_err(|e| e.message),
+        Err(e) => Err(e.message),
     };
+    let answer = health.as_ref().ok();
     ServeFacts {
         url,
-        answering: health.as_ref().is_some_and(|h| h.status == "ok"),
-        version: health.map(|h| h.version),
+        named: !config.local_url.is_empty(),
+        answering: answer.is_some_and(|h| h.status == "ok"),
+        version: answer.map(|h| h.version.clone()),
+        error: match &health {
+            Ok(h) if h.status != "ok" => Some(format!("status {}", h.status)),
+            Ok(_) => None,
+            Err(e) => Some(e.clone()),
+        },
+        nested_virt: answer.map(|h| h.nested_virt),
+        uptime_secs: answer.and_then(|h| h.uptime_secs),
+        machines: answer.and_then(|h| h.machines.map(|m| m.0)),
+        running_machines: answer.and_then(|h| h.machines.map(|m| m.1)),
     }
 }
 
@@ -527,6 +613,9 @@ pub fn render(targets: &Targets) -> String {
                     (Some(p), Some(v)) => format!("{v} at {p} ({})", e.found_by),
                     (Some(p), None) => format!("{p} ({}), does not run", e.found_by),
                     (None, Some(v)) => format!("{v}, answering at {}", l.serve.url),
+                    (None, None) if l.serve.named => {
+                        "behind SMOL_LOCAL_URL, which does not answer".into()
+                    }
                     (None, None) => "not found".into(),
                 };
                 let engine_ok = e.version_ok && (e.path.is_some() || l.serve.answering);
@@ -549,29 +638,55 @@ pub fn render(targets: &Targets) -> String {
                 rows.push([
                     "local".into(),
                     "serve".into(),
-                    "ok".into(),
-                    if l.serve.answering {
-                        format!("answering at {}", l.serve.url)
-                    } else {
-                        format!(
+                    yes(l.serve.answering || !l.serve.named),
+                    match (l.serve.answering, l.serve.named) {
+                        (true, named) => format!(
+                            "answering at {}{}{}",
+                            l.serve.url,
+                            if named { " (SMOL_LOCAL_URL)" } else { "" },
+                            match (l.serve.machines, l.serve.running_machines) {
+                                (Some(all), Some(running)) =>
+                                    format!(", {all} machines, {running} running"),
+                                _ => String::new(),
+                            }
+                        ),
+                        (false, true) => format!(
+                            "the serve named by SMOL_LOCAL_URL does not answer at {}",
+                            l.serve.url
+                        ),
+                        (false, false) => format!(
                             "none at {} yet; started on the first local call",
                             l.serve.url
-                        )
+                        ),
                     },
                 ]);
-                rows.push([
-                    "local".into(),
-                    l.hypervisor.kind.into(),
-                    yes(l.hypervisor.usable),
-                    l.hypervisor.detail.clone(),
-                ]);
+                match &l.hypervisor {
+                    Some(h) => rows.push([
+                        "local".into(),
+                        h.kind.into(),
+                        yes(h.usable),
+                        h.detail.clone(),
+                    ]),
+                    None => rows.push([
+                        "local".into(),
+                        "hypervisor".into(),
+                        "ok".into(),
+                        format!(
+                            "the named serve's host's{}; this host's is not used",
+                            match l.serve.nested_virt {
+                                Some(true) => " (it reports nested virtualization)",
+                                _ => "",
+                            }
+                        ),
+                    ]),
+                }
                 rows.push([
                     "local".into(),
                     "runtime dir".into(),
                     yes(l.runtime_dir.ok),
                     format!("{}: {}", l.runtime_dir.path, l.runtime_dir.detail),
                 ]);
-                if l.running_as_root {
+                if l.running_as_root && !l.serve.named {
                     let ok = l.uid_drop_off || l.serve.answering;
                     rows.push([
                         "local".into(),

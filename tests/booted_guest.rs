@@ -1,50 +1,199 @@
-//! The tools against the real engine with guests that boot: commands, files, output spill, logs,
-//! timeouts, branching and run-once. The CI hosts' KVM is paravirtual and guests cannot boot
-//! there, so these are opt-in, for a host with working KVM (or Hypervisor.framework) and
-//! registry access:
+//! The tools on real booted guests: the pinned smolvm 1.32.2 engine nested in a QEMU TCG machine
+//! (`scripts/nested-engine.sh`, brought up by scripts/test.sh), reached as `SMOL_LOCAL_URL`.
+//! Every guest-side promise the README makes is checked here against the engine itself: exec,
+//! files, the output cap on both exec paths, timeouts, logs, streaming, jobs, branch, run-once,
+//! cancellation, the egress report, starts, the deadlines past 300 s, and one whole session under
+//! each real client (Python `mcp`, the TypeScript SDK) over stdio and HTTP. What the fakes claim
+//! of the engine is compared with its answers in `tests/fake_vs_engine.rs`.
 //!
-//!     cargo test --test booted_guest -- --ignored
+//! Boots take seconds here (4 to 20 s) and are serialised (`nested::serial`); machines are made
+//! without an image (the engine's bundled Alpine, no registry) unless the test is about images,
+//! which use the busybox archive the script builds from packages.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use common::mcp::Harness;
-use common::real_serve::RealServe;
-use serde_json::json;
+use common::nested::{nested, serial};
+use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use smol_mcp::backend::Backend;
+use smol_mcp::server::SmolMcp;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-async fn setup() -> (RealServe, Harness) {
-    let serve = RealServe::start().await;
-    let url = match &serve.endpoint {
-        smol_mcp::fleet::transport::LocalEndpoint::Unix(p) => format!("unix://{}", p.display()),
-        other => panic!("unexpected endpoint {other:?}"),
-    };
-    let h = Harness::start(&[
+const READY_SECS: &str = "180";
+
+async fn harness(extra: &[(&str, &str)]) -> Harness {
+    let url = nested().url;
+    let mut env = vec![
         ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_READY_TIMEOUT_SECS", "180"),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
         ("SMOL_MCP_MAX_OUTPUT_BYTES", "4096"),
-    ])
-    .await;
-    (serve, h)
+    ];
+    env.extend_from_slice(extra);
+    Harness::start(&env).await
 }
 
+/// create-machine, tried once more when the engine gave up on the boot ("no boot progress":
+/// under TCG a starved guest can miss the engine's 30 s cut), saying so in the output.
+async fn create(h: &Harness, args: Value) -> Value {
+    let first = h.call("create-machine", args.clone()).await;
+    if !first.is_error {
+        return first.structured;
+    }
+    let boot_failed = ["no boot progress", "before the agent was ready"]
+        .iter()
+        .any(|why| first.text.contains(why));
+    assert!(boot_failed, "create-machine failed: {}", first.text);
+    eprintln!(
+        "booted_guest: a boot failed under TCG; creating once more: {}",
+        first.text
+    );
+    h.ok("create-machine", args).await
+}
+
+async fn cleanup(h: &Harness) {
+    let cleanup = h.backend.cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
+}
+
+/// The machines the engine itself lists, by name.
+async fn engine_machines() -> Vec<String> {
+    let list: Value = common::nested::rest()
+        .get(format!("{}/api/v1/machines", nested().url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    list["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// An MCP client that keeps every progress notification, with when it arrived.
+#[derive(Clone, Default)]
+struct Recorder {
+    progress: Arc<Mutex<Vec<(Instant, ProgressNotificationParam)>>>,
+}
+
+impl ClientHandler for Recorder {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push((Instant::now(), params));
+    }
+}
+
+/// The server in process with a [`Recorder`] as its client.
+async fn recorded(
+    extra: &[(&str, &str)],
+) -> (Recorder, RunningService<RoleClient, Recorder>, Arc<Backend>) {
+    let url = nested().url;
+    let runtime = tempfile::tempdir().unwrap().keep();
+    let mut env = vec![
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+    ];
+    env.extend_from_slice(extra);
+    let backend = Arc::new(Backend::new(common::mcp::config(&env, &runtime.join("rt"))).unwrap());
+    let server = SmolMcp::new(backend.clone(), "booted-recorded".to_owned());
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let recorder = Recorder::default();
+    let client = recorder.clone().serve(client_io).await.unwrap();
+    (recorder, client, backend)
+}
+
+/// A tool call (rmcp's client gives every request a progress token of its own); the structured
+/// result, or the error text.
+async fn call_with_progress(
+    client: &RunningService<RoleClient, Recorder>,
+    tool: &str,
+    args: Value,
+) -> Result<Value, String> {
+    let Value::Object(map) = args else {
+        panic!("arguments must be an object")
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
+        .await
+        .unwrap();
+    let text: Vec<String> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    if result.is_error == Some(true) {
+        Err(text.join("\n"))
+    } else {
+        Ok(result.structured_content.unwrap_or(Value::Null))
+    }
+}
+
+/// A command longer than the engine's 300 s request deadline, on both exec routes: 1.32.2 does
+/// not bound exec or exec/stream (seen: 321 s and 331 s execs answered whole), so the server no
+/// longer refuses a timeout over 290 s. Named to start first: it holds the serial lock only
+/// while its machine boots, then waits its 5 minutes beside the other tests.
 #[tokio::test]
-#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
-async fn commands_files_spill_logs_and_timeouts_in_a_booted_guest() {
-    let (_serve, h) = setup().await;
-    let created = h
-        .ok(
-            "create-machine",
-            json!({"image": "alpine", "network": "open", "cpus": 1, "memoryMb": 512}),
-        )
-        .await;
-    assert_eq!(created["ready"], true);
+async fn a_305_s_command_past_the_engines_300_s_request_deadline_answers_whole() {
+    let (h, name) = {
+        let _one_at_a_time = serial().await;
+        let h = harness(&[]).await;
+        let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+        let name = created["machine"]["name"].as_str().unwrap().to_owned();
+        (h, name)
+    };
+    let plain = h.call(
+        "run-command",
+        json!({"name": name, "command": "sleep 305; echo plain done", "timeoutSecs": 330, "stdin": ""}),
+    );
+    let (_recorder, client, backend) = recorded(&[]).await;
+    let streamed = call_with_progress(
+        &client,
+        "run-command",
+        json!({"name": name, "command": "echo begun; sleep 305; echo streamed done", "timeoutSecs": 330}),
+    );
+    let (plain, streamed) = tokio::join!(plain, streamed);
+    assert!(!plain.is_error, "{}", plain.text);
+    assert_eq!(plain.structured["stdout"], "plain done\n");
+    let streamed = streamed.unwrap();
+    assert_eq!(streamed["stdout"], "begun\nstreamed done\n", "{streamed}");
+    drop(backend);
+    let _one_at_a_time = serial().await;
+    cleanup(&h).await;
+}
+
+/// A machine without an image (the engine's bundled Alpine, no pull): commands, stdin, env and
+/// workdir, files, the spill of long output, timeouts in the VM path's form, the VM path's
+/// 500 past the 11 MiB cap, a directory and a missing file, both logs, and run-once.
+#[tokio::test]
+async fn a_bare_machine_runs_commands_files_logs_and_run_once() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 512})).await;
+    assert_eq!(created["ready"], true, "{created}");
+    assert_eq!(created["machine"]["image"], Value::Null, "{created}");
     let name = created["machine"]["name"].as_str().unwrap().to_owned();
 
     let r = h
         .ok(
             "run-command",
-            json!({"name": name, "command": "echo out; echo err >&2; exit 42"}),
+            json!({"name": name, "command": "cat /etc/alpine-release >/dev/null && echo out; echo err >&2; exit 42"}),
         )
         .await;
     assert_eq!(
@@ -62,7 +211,12 @@ async fn commands_files_spill_logs_and_timeouts_in_a_booted_guest() {
         )
         .await;
     assert_eq!(r["stdout"], "piped");
-    let r = h.ok("run-command", json!({"name": name, "command": "echo $GREETING; pwd", "env": {"GREETING": "hi"}, "workdir": "/tmp"})).await;
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "echo $GREETING; pwd", "env": {"GREETING": "hi"}, "workdir": "/tmp"}),
+        )
+        .await;
     assert_eq!(r["stdout"], "hi\n/tmp\n");
 
     h.ok(
@@ -74,13 +228,6 @@ async fn commands_files_spill_logs_and_timeouts_in_a_booted_guest() {
         .read(json!({"name": name, "path": "/root/a.bin", "encoding": "base64"}))
         .await;
     assert_eq!(back, "AAEC/w==");
-    let r = h
-        .ok(
-            "run-command",
-            json!({"name": name, "command": "wc -c < /root/a.bin"}),
-        )
-        .await;
-    assert_eq!(r["stdout"].as_str().unwrap().trim(), "4");
 
     let big = h
         .ok(
@@ -101,80 +248,6 @@ async fn commands_files_spill_logs_and_timeouts_in_a_booted_guest() {
     let timed = h
         .ok(
             "run-command",
-            json!({"name": name, "command": "sleep 30", "timeoutSecs": 2}),
-        )
-        .await;
-    assert_eq!(
-        (timed["exitCode"].as_i64(), timed["timedOut"].as_bool()),
-        (Some(124), Some(true))
-    );
-
-    let logs = h.ok("machine-logs", json!({"name": name, "tail": 5})).await;
-    assert!(!logs["lines"].as_array().unwrap().is_empty());
-
-    h.ok("delete-machine", json!({"name": name})).await;
-}
-
-#[tokio::test]
-#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
-async fn branching_and_run_once_in_booted_guests() {
-    let (_serve, h) = setup().await;
-    h.ok(
-        "create-machine",
-        json!({"image": "alpine", "name": "mcp-src", "network": "open", "branchable": true}),
-    )
-    .await;
-    h.ok(
-        "run-command",
-        json!({"name": "mcp-src", "command": "echo state > /root/s"}),
-    )
-    .await;
-    let child = h
-        .ok(
-            "branch-machine",
-            json!({"name": "mcp-src", "childName": "mcp-child"}),
-        )
-        .await;
-    assert_eq!(child["ready"], true);
-    let r = h
-        .ok(
-            "run-command",
-            json!({"name": "mcp-child", "command": "cat /root/s"}),
-        )
-        .await;
-    assert_eq!(r["stdout"], "state\n", "the child has the source's disk");
-    let once = h
-        .ok(
-            "run-once",
-            json!({"image": "alpine", "network": "open", "command": ["echo", "hello"]}),
-        )
-        .await;
-    assert_eq!(once["stdout"], "hello\n");
-    let cleanup = h.backend.cleanup_session(&h.session).await;
-    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
-    let left = h.ok("list-machines", json!({})).await;
-    assert_eq!(left["machines"], json!([]));
-}
-
-/// What the fake serve claims about the engine's limits, checked on a booted guest: a 1 s
-/// timeout reads `timedOut` (whichever of the three forms the engine uses for this machine),
-/// an exit 124 of the command's own does not, output over 11 MiB is the clear error the fake's
-/// 500 produces, and a timeout past the 300 s request deadline is refused before anything runs.
-#[tokio::test]
-#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
-async fn the_engines_limits_are_what_the_fake_says() {
-    let (serve, h) = setup().await;
-    let created = h
-        .ok(
-            "create-machine",
-            json!({"image": "alpine", "network": "open", "cpus": 1, "memoryMb": 512}),
-        )
-        .await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
-
-    let timed = h
-        .ok(
-            "run-command",
             json!({"name": name, "command": "sleep 30", "timeoutSecs": 1}),
         )
         .await;
@@ -189,140 +262,421 @@ async fn the_engines_limits_are_what_the_fake_says() {
             json!({"name": name, "command": "exit 124", "timeoutSecs": 30}),
         )
         .await;
-    assert_eq!(
-        (own["exitCode"].as_i64(), own["timedOut"].as_bool()),
-        (Some(124), Some(false)),
-        "{own}"
-    );
+    assert_eq!(own["timedOut"], false, "{own}");
 
-    // 12 MiB on stdout: past the agent's 11 MiB cap. The fake answers the VM path's 500; an
-    // image machine's container path may instead hang until the timeout, which this shows too.
-    let answer = h
+    // The VM path past the cap: the plain exec (stdin given) answers the agent's 500 with none
+    // of the output, an error saying where to put it. (The streamed exec past the cap is left to
+    // the fake: on the nested engine it took the serve down mid-stream once in four runs.)
+    let twelve_mib = "head -c 12582912 /dev/zero | tr '\\0' x";
+    let over = h
         .call(
             "run-command",
-            json!({"name": name, "command": "head -c 12582912 /dev/zero | tr '\\0' x", "timeoutSecs": 60}),
+            json!({"name": name, "command": twelve_mib, "timeoutSecs": 120, "stdin": ""}),
         )
         .await;
+    assert!(over.is_error, "{}", &over.text[..over.text.len().min(300)]);
     assert!(
-        answer.is_error,
-        "no error: if this is a timeout, the container path hung past the cap and the fake's \
-         VM-path 500 does not describe image machines: {}",
-        answer.text
-    );
-    assert!(
-        answer.text.contains("cap of 11 MiB per stream") && answer.text.contains("read-file"),
+        over.text.contains("cap of 11 MiB per stream"),
         "{}",
-        answer.text
+        over.text
     );
 
-    let err = h
-        .err(
-            "run-command",
-            json!({"name": name, "command": "sleep 400", "timeoutSecs": 400}),
-        )
-        .await;
-    assert!(
-        err.starts_with("INVALID_ARGUMENT: timeoutSecs:") && err.contains("at most 290"),
-        "{err}"
-    );
-
-    // An upload over 100 MiB, straight to the engine (the tool refuses it before sending): the
-    // fake answers 413 in plain text, as the engine's upload handler says it does.
-    let http = serve.endpoint.http_client().unwrap();
-    let base = serve.endpoint.base_url();
-    let response = http
-        .put(format!("{base}/api/v1/machines/{name}/files/tmp%2Fbig"))
-        .header("content-type", "application/octet-stream")
-        .body(vec![0u8; 101 * 1024 * 1024])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 413);
-    assert!(
-        response
-            .text()
-            .await
-            .unwrap()
-            .contains("100 MiB upload limit"),
-        "the engine's words for an upload over its limit"
-    );
-
-    h.ok("delete-machine", json!({"name": name})).await;
-}
-
-/// What the fake claims about logs, starts and file reads, on a booted guest: `tail` returns at most that many
-/// of the console's lines (never none for a machine that booted), a cursor returns only what came
-/// after it, and `branchable: true` on a running machine that is not branchable is refused rather
-/// than answered with the record unchanged.
-#[tokio::test]
-#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
-async fn logs_tail_cursor_and_a_branchable_start_on_a_booted_guest() {
-    let (_serve, h) = setup().await;
-    h.ok(
-        "create-machine",
-        json!({"image": "alpine", "name": "mcp-logs", "network": "open"}),
-    )
-    .await;
-    let first = h
-        .ok("machine-logs", json!({"name": "mcp-logs", "tail": 5}))
-        .await;
-    let lines = first["lines"].as_array().unwrap();
-    assert!(
-        !lines.is_empty() && lines.len() <= 5,
-        "a booted machine's console has lines: {first}"
-    );
-    let again = h
-        .ok(
-            "machine-logs",
-            json!({"name": "mcp-logs", "cursor": first["cursor"]}),
-        )
-        .await;
-    for line in again["lines"].as_array().unwrap() {
-        assert!(
-            !lines.contains(line) || again["gap"] == true,
-            "{line} came twice"
-        );
-    }
-    let refused = h
-        .err(
-            "start-machine",
-            json!({"name": "mcp-logs", "branchable": true}),
-        )
-        .await;
-    assert!(refused.starts_with("CONFLICT"), "{refused}");
-    // The fake's answers for a directory and a missing file, checked against the engine's.
     let directory = h
-        .err("read-file", json!({"name": "mcp-logs", "path": "/etc"}))
+        .err("read-file", json!({"name": name, "path": "/etc"}))
         .await;
     assert!(directory.contains("is a directory"), "{directory}");
     let missing = h
-        .err(
-            "read-file",
-            json!({"name": "mcp-logs", "path": "/no/such/file"}),
-        )
+        .err("read-file", json!({"name": name, "path": "/no/such/file"}))
         .await;
     assert!(missing.starts_with("NOT_FOUND"), "{missing}");
-    let cleanup = h.backend.cleanup_session(&h.session).await;
-    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
+
+    // Logs: a bare machine has no workload, which the answer says; the engine's log has this
+    // test's commands and none of the server's own (its readiness probes ran at create).
+    let workload = h.ok("machine-logs", json!({"name": name})).await;
+    assert_eq!(workload["lines"], json!([]), "{workload}");
+    assert!(
+        workload["note"]
+            .as_str()
+            .unwrap()
+            .contains("printed nothing"),
+        "{workload}"
+    );
+    let engine = h
+        .ok(
+            "machine-logs",
+            json!({"name": name, "source": "engine", "tail": 10000}),
+        )
+        .await;
+    let lines: Vec<&str> = engine["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("head -c 12582912")),
+        "the agent's own commands are in the engine's log: {lines:?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("smol-mcp-internal") || l.contains("ready-")),
+        "none of the server's probes: {lines:?}"
+    );
+    let after = h
+        .ok(
+            "machine-logs",
+            json!({"name": name, "source": "engine", "cursor": engine["cursor"]}),
+        )
+        .await;
+    for line in after["lines"].as_array().unwrap() {
+        assert!(
+            !lines.contains(&line.as_str().unwrap()) || after["gap"] == true,
+            "{line} came twice"
+        );
+    }
+
+    let once = h
+        .ok(
+            "run-once",
+            json!({"command": ["echo", "hello"], "cpus": 1, "memoryMb": 256}),
+        )
+        .await;
+    assert_eq!(once["stdout"], "hello\n");
+    assert!(
+        !engine_machines()
+            .await
+            .contains(&once["machine"].as_str().unwrap().to_owned())
+    );
+    cleanup(&h).await;
+    assert!(
+        !engine_machines().await.contains(&name),
+        "the session's machine is gone"
+    );
 }
 
-/// A cancelled run-command's command (and what it started) is killed in the guest.
+/// A machine from an image runs execs in a container: there the agent stops reading at the cap
+/// and the engine answers 200 with about 11 MiB and exit 141 (SIGPIPE), which the server
+/// refuses; and a pull into such a machine answers success for any reference without pulling
+/// (`digest: packed`, `size: 0`), which the server refuses too.
 #[tokio::test]
-#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
-async fn a_cancelled_command_is_killed_in_a_booted_guest() {
-    use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
-    use rmcp::service::PeerRequestOptions;
-    let (_serve, h) = setup().await;
-    h.ok(
+async fn an_image_machine_s_cut_output_and_fake_pulls_are_errors() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let image = nested().busybox_image;
+    let created = create(&h, json!({"image": image, "cpus": 1, "memoryMb": 512})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "echo in busybox"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "in busybox\n");
+    // The plain exec (stdin given): the container path's 200 with exit 141.
+    let over = h
+        .call(
+            "run-command",
+            json!({"name": name, "command": "head -c 12582912 /dev/zero | tr '\\0' x", "timeoutSecs": 120, "stdin": ""}),
+        )
+        .await;
+    assert!(
+        over.is_error,
+        "an ordinary result: {}",
+        &over.text[..over.text.len().min(300)]
+    );
+    assert!(
+        over.text.contains("SIGPIPE") && over.text.contains("read-file"),
+        "{}",
+        over.text
+    );
+    let pulled = h
+        .err(
+            "pull-image",
+            json!({"name": name, "image": "doesnotexist.invalid/foo/bar:1"}),
+        )
+        .await;
+    assert!(
+        pulled.starts_with("UNSUPPORTED") && pulled.contains("pulled nothing"),
+        "{pulled}"
+    );
+    cleanup(&h).await;
+}
+
+/// A stopped machine: run-command starts it first and reports the boot as progress; then
+/// start-machine with wait false answers while it boots (state starting), and it comes up.
+#[tokio::test]
+async fn a_stopped_machine_reports_its_boot_and_starts_without_waiting() {
+    let _one_at_a_time = serial().await;
+    let (recorder, client, backend) = recorded(&[]).await;
+    let created = call_with_progress(
+        &client,
         "create-machine",
-        json!({"image": "alpine", "name": "mcp-kill", "network": "open"}),
+        json!({"cpus": 1, "memoryMb": 256}),
+    )
+    .await
+    .unwrap();
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    call_with_progress(&client, "stop-machine", json!({"name": name}))
+        .await
+        .unwrap();
+    recorder.progress.lock().unwrap().clear();
+    let began = Instant::now();
+    let r = call_with_progress(
+        &client,
+        "run-command",
+        json!({"name": name, "command": "echo up"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (r["stdout"].as_str(), r["startedMachine"].as_bool()),
+        (Some("up\n"), Some(true)),
+        "{r}"
+    );
+    let progress = recorder.progress.lock().unwrap().clone();
+    let booting: Vec<_> = progress
+        .iter()
+        .filter(|(_, p)| {
+            p.message
+                .as_deref()
+                .is_some_and(|m| m.contains(&format!("machine {name} to start")))
+        })
+        .collect();
+    assert!(
+        !booting.is_empty(),
+        "progress while it booted ({:?} in all): {progress:?}",
+        began.elapsed()
+    );
+
+    call_with_progress(&client, "stop-machine", json!({"name": name}))
+        .await
+        .unwrap();
+    let asked = Instant::now();
+    let started = call_with_progress(
+        &client,
+        "start-machine",
+        json!({"name": name, "wait": false}),
+    )
+    .await
+    .unwrap();
+    let answered = asked.elapsed();
+    assert_eq!(started["ready"], false, "{started}");
+    assert_eq!(
+        started["machine"]["state"], "starting",
+        "answered before the boot: {started}"
+    );
+    let got = call_with_progress(&client, "get-machine", json!({"name": name}))
+        .await
+        .unwrap();
+    assert_ne!(got["state"], "stopped", "{got}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = call_with_progress(&client, "get-machine", json!({"name": name}))
+            .await
+            .unwrap();
+        if m["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never came up: {m}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let booted = asked.elapsed();
+    assert!(
+        answered < booted,
+        "answered in {answered:?}, booted in {booted:?}"
+    );
+    call_with_progress(&client, "delete-machine", json!({"name": name}))
+        .await
+        .unwrap();
+    drop(backend);
+}
+
+/// Jobs in the guest's busybox: one read by cursor to its exit status, one cancelled with its
+/// child (none left), and the job's ledger row without the server's own marker among its
+/// environment names and without the value of the one the agent set.
+#[tokio::test]
+async fn background_jobs_run_are_read_cancelled_and_recorded() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let started = h
+        .ok(
+            "run-command",
+            json!({"name": name, "background": true, "env": {"TOKEN": "s3cr3t-value-xyz"},
+                   "command": "for i in 1 2 3; do echo \"line $i é\"; sleep 1; done; exit 4"}),
+        )
+        .await;
+    let job = started["job"].as_str().unwrap().to_owned();
+    let mut cursor = "0:0".to_owned();
+    let mut stdout = String::new();
+    let last = loop {
+        let r = h
+            .ok(
+                "job-output",
+                json!({"job": job, "cursor": cursor, "waitSecs": 5}),
+            )
+            .await;
+        stdout.push_str(r["stdout"].as_str().unwrap());
+        cursor = r["cursor"].as_str().unwrap().to_owned();
+        if r["state"] != "running" && r["more"] == false {
+            break r;
+        }
+    };
+    assert_eq!(stdout, "line 1 é\nline 2 é\nline 3 é\n", "{last}");
+    assert_eq!(
+        (last["state"].as_str(), last["exitCode"].as_i64()),
+        (Some("exited"), Some(4))
+    );
+
+    let sleeper = h
+        .ok(
+            "run-command",
+            json!({"name": name, "background": true, "command": "sleep 300 & sleep 301"}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cancelled = h.ok("cancel-job", json!({"job": sleeper["job"]})).await;
+    assert_eq!(cancelled["state"], "cancelled");
+    let ps = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "ps -o args | grep -c '^sleep 30[01]' || true"}),
+        )
+        .await;
+    assert_eq!(ps["stdout"].as_str().unwrap().trim(), "0", "{ps}");
+
+    h.backend.ledger.flush().await;
+    let runs = h.resource("smol://runs").await;
+    // The runs list writes ids as strings; the job's answer, as the number or the string.
+    let run_id = started["run"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| started["run"].to_string());
+    let row = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"].as_str() == Some(run_id.as_str()))
+        .unwrap_or_else(|| panic!("no row for the job: {runs}"))
+        .clone();
+    let detail = h
+        .resource(&format!("smol://runs/{}", row["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(detail["envNames"], json!(["TOKEN"]), "{detail}");
+    let db = std::fs::read_dir(h.runtime.path().join("rt")).unwrap();
+    for file in db {
+        let bytes = std::fs::read(file.unwrap().path()).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("s3cr3t-value-xyz"),
+            "the value is in the runtime dir"
+        );
+    }
+    cleanup(&h).await;
+}
+
+/// The egress report on an allow-listed machine: a refused connect, and a name outside
+/// allowHosts refused at lookup (`resolve`), each in the report of the command that made it
+/// even when the two commands run back to back in the same second.
+#[tokio::test]
+async fn refused_egress_is_reported_to_the_command_that_made_it() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(
+        &h,
+        json!({"cpus": 1, "memoryMb": 256, "allowHosts": ["example.org"]}),
     )
     .await;
-    let serde_json::Value::Object(args) = json!({
-        "name": "mcp-kill",
-        "command": "sleep 271 & sleep 272",
-        "timeoutSecs": 280
-    }) else {
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let refused = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "wget -q -T 3 -O /dev/null http://1.1.1.1/"}),
+        )
+        .await;
+    assert_ne!(refused["exitCode"], 0, "{refused}");
+    assert_eq!(
+        refused["blockedEgress"],
+        json!([{"host": "1.1.1.1", "port": 80, "operation": "connect", "count": 1}]),
+        "{refused}"
+    );
+    let unresolved = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "wget -q -T 3 -O /dev/null http://example.com/"}),
+        )
+        .await;
+    assert_ne!(unresolved["exitCode"], 0, "{unresolved}");
+    let report = unresolved["blockedEgress"].as_array().unwrap();
+    assert!(
+        report
+            .iter()
+            .all(|b| b["host"] == "example.com" && b["operation"] == "resolve"),
+        "only its own refusals, none of the previous command's: {unresolved}"
+    );
+    cleanup(&h).await;
+}
+
+/// Branch a running machine: the child has the source's disk, /tmp and running processes; the
+/// source of a live child refuses delete; the session's end deletes both.
+#[tokio::test]
+async fn a_branch_copies_disk_and_processes_and_the_session_end_deletes_both() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256, "branchable": true})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    h.ok(
+        "run-command",
+        json!({"name": name, "command": "echo state > /root/s; echo tmp > /tmp/t"}),
+    )
+    .await;
+    h.ok(
+        "run-command",
+        json!({"name": name, "background": true, "command": "sleep 999"}),
+    )
+    .await;
+    let child_name = format!("mcp-child-{}", &name[4..]);
+    let child = h
+        .ok(
+            "branch-machine",
+            json!({"name": name, "childName": child_name}),
+        )
+        .await;
+    assert_eq!(child["ready"], true, "{child}");
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": child_name, "command": "cat /root/s /tmp/t; ps -o args | grep -c '^sleep 999'"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "state\ntmp\n1\n", "{r}");
+    let refused = common::nested::rest()
+        .delete(format!("{}/api/v1/machines/{name}", nested().url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 409, "a live child's source");
+    cleanup(&h).await;
+    let left = engine_machines().await;
+    assert!(
+        !left.contains(&name) && !left.contains(&child_name),
+        "{left:?}"
+    );
+}
+
+/// A cancelled run-command's command, and what it started, is killed in the guest.
+#[tokio::test]
+async fn a_cancelled_command_is_killed_in_the_guest() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let Value::Object(args) =
+        json!({"name": name, "command": "sleep 271 & sleep 272", "timeoutSecs": 280})
+    else {
         panic!()
     };
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(
@@ -334,166 +688,183 @@ async fn a_cancelled_command_is_killed_in_a_booted_guest() {
         .send_cancellable_request(request, PeerRequestOptions::no_options())
         .await
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     handle.cancel(Some("test".into())).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    let ps = h
-        .ok(
-            "run-command",
-            json!({"name": "mcp-kill", "command": "ps -o args"}),
-        )
-        .await;
-    let listing = ps["stdout"].as_str().unwrap();
-    assert!(
-        !listing.contains("sleep 271") && !listing.contains("sleep 272"),
-        "the cancelled command and its child are gone: {listing}"
-    );
-    let cleanup = h.backend.cleanup_session(&h.session).await;
-    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ps = h
+            .ok(
+                "run-command",
+                json!({"name": name, "command": "ps -o args"}),
+            )
+            .await;
+        let listing = ps["stdout"].as_str().unwrap().to_owned();
+        if !listing.contains("sleep 271") && !listing.contains("sleep 272") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still running: {listing}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    cleanup(&h).await;
 }
 
-/// The blocked-egress report on a booted guest, where the fake's account of the engine can be
-/// checked: a connect to an address outside the allow-list is refused and reported as `ip:port`
-/// with its count, and a name outside allowHosts fails to resolve (libkrun answers NXDOMAIN)
-/// rather than being refused at connect. Never run where this was written (no guest boots
-/// there): what it asserts is what the engine's source says.
+/// The engine's exec/stream is live: the first line arrives seconds before the end, and a CR
+/// comes back as it was.
 #[tokio::test]
-#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
-async fn a_refused_connect_is_reported_on_a_booted_guest() {
-    let (_serve, h) = setup().await;
-    // The registry's hosts, so that the image pulls; nothing else.
-    h.ok(
-        "create-machine",
-        json!({
-            "image": "alpine", "name": "mcp-egress",
-            "allowHosts": ["registry-1.docker.io", "auth.docker.io", "production.cloudflare.docker.com"]
-        }),
-    )
-    .await;
-    let refused = h
-        .ok(
-            "run-command",
-            json!({"name": "mcp-egress", "command": "wget -q -T 3 -O /dev/null http://1.1.1.1/; wget -q -T 3 -O /dev/null http://1.1.1.1/"}),
-        )
-        .await;
-    assert_ne!(refused["exitCode"], 0, "{refused}");
-    let reported = refused["blockedEgress"].as_array().expect("blockedEgress");
-    assert!(
-        reported
-            .iter()
-            .any(|b| b["host"] == "1.1.1.1" && b["port"] == 80 && b["count"].as_u64() >= Some(2)),
-        "{refused}"
-    );
-    let unresolved = h
-        .ok(
-            "run-command",
-            json!({"name": "mcp-egress", "command": "wget -q -T 3 -O /dev/null http://example.com/"}),
-        )
-        .await;
-    assert_ne!(unresolved["exitCode"], 0, "{unresolved}");
-    assert!(
-        unresolved["stderr"]
-            .as_str()
-            .unwrap()
-            .contains("bad address"),
-        "a name outside allowHosts does not resolve: {unresolved}"
-    );
-    let cleanup = h.backend.cleanup_session(&h.session).await;
-    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
-}
-
-/// 1.32.2's `exec/stream` is live by its source (its handler forwards each event of the guest
-/// agent as it comes); this confirms it on a guest: the first line arrives seconds before the
-/// command ends, and a CR comes back as it was.
-#[tokio::test]
-#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
-async fn the_engines_exec_stream_is_live_in_a_booted_guest() {
+async fn the_engines_exec_stream_is_live() {
+    use smol_mcp::fleet::transport::LocalEndpoint;
     use smol_mcp::fleet::{Command, ExecSpec, FleetApi, LocalFleet};
-    let (serve, h) = setup().await;
-    let created = h
-        .ok(
-            "create-machine",
-            json!({"image": "alpine", "cpus": 1, "memoryMb": 512}),
-        )
-        .await;
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     let name = created["machine"]["name"].as_str().unwrap().to_owned();
-    let fleet = LocalFleet::new(serve.endpoint.clone()).unwrap();
+    let fleet = LocalFleet::new(LocalEndpoint::parse(&nested().url).unwrap()).unwrap();
     let (sender, mut pieces) = tokio::sync::mpsc::unbounded_channel();
     let spec = ExecSpec::new(Command::Shell(
         "echo first; sleep 3; printf 'a\\r\\nb'".into(),
     ));
-    let began = std::time::Instant::now();
-    let run = tokio::spawn(async move { fleet.exec_streamed(&name, &spec, &sender).await });
+    let began = Instant::now();
+    let machine = name.clone();
+    let run = tokio::spawn(async move { fleet.exec_streamed(&machine, &spec, &sender).await });
     let first = pieces.recv().await.unwrap();
     let first_at = began.elapsed();
     let out = run.await.unwrap().unwrap();
     let ended_at = began.elapsed();
     assert_eq!(first.text, "first\n");
     assert!(
-        ended_at - first_at > std::time::Duration::from_secs(2),
-        "the first line came {first_at:?} in, the end {ended_at:?}: not live"
+        ended_at - first_at > Duration::from_secs(2),
+        "first {first_at:?}, end {ended_at:?}"
     );
     assert_eq!(out.stdout, b"first\na\r\nb");
-    assert_eq!(out.exit_code, 0);
+    cleanup(&h).await;
 }
 
-/// A background job in a real guest (alpine: busybox sh, tail and head): the engine's detached
-/// exec keeps the command running after it answers, the wrapper's files fill, job-output reads
-/// them by cursor to the exit status, and cancel-job's marker kill ends a second job and its
-/// child (no `sleep 300` left in the guest).
+/// With a serve at `localUrl`, smol://targets and doctor report that serve's own facts (its
+/// health answer), not this host's KVM or engine binary.
 #[tokio::test]
-#[ignore = "needs a host whose hypervisor boots guests and that reaches an image registry"]
-async fn a_background_job_runs_and_is_read_and_cancelled_in_a_booted_guest() {
-    let (_serve, h) = setup().await;
-    let created = h
-        .ok(
-            "create-machine",
-            json!({"image": "alpine", "network": "open", "cpus": 1, "memoryMb": 512}),
-        )
-        .await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
-    let started = h
-        .ok(
-            "run-command",
-            json!({"name": name, "background": true,
-                   "command": "for i in 1 2 3; do echo \"line $i é\"; sleep 1; done; exit 4"}),
-        )
-        .await;
-    let job = started["job"].as_str().unwrap().to_owned();
-    let mut cursor = "0:0".to_owned();
-    let mut stdout = String::new();
-    let last = loop {
-        let r = h
-            .ok(
-                "job-output",
-                json!({"job": job, "cursor": cursor, "waitSecs": 2}),
-            )
-            .await;
-        stdout.push_str(r["stdout"].as_str().unwrap());
-        cursor = r["cursor"].as_str().unwrap().to_owned();
-        if r["state"] != "running" && r["more"] == false {
-            break r;
-        }
-    };
-    assert_eq!(stdout, "line 1 é\nline 2 é\nline 3 é\n", "{last}");
-    assert_eq!(last["state"], "exited");
-    assert_eq!(last["exitCode"], 4);
+async fn targets_and_doctor_describe_the_named_serve() {
+    let h = harness(&[]).await;
+    let t = h.resource("smol://targets").await;
+    let local = &t["fleets"][0];
+    assert_eq!(local["serve"]["named"], true, "{local}");
+    assert_eq!(local["serve"]["answering"], true, "{local}");
+    assert_eq!(local["engine"]["version"], "1.32.2", "{local}");
+    assert_eq!(local["hypervisor"], Value::Null, "not this host's: {local}");
+    assert_eq!(local["usable"], true, "{local}");
+    let rt = tempfile::tempdir().unwrap();
+    let url = nested().url;
+    let env = common::stdio::server_env(rt.path(), &[("SMOL_LOCAL_URL", url.as_str())]);
+    let out = std::process::Command::new(common::stdio::SERVER)
+        .arg("doctor")
+        .env_clear()
+        .envs(env)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("answering at") && text.contains("SMOL_LOCAL_URL"),
+        "{text}"
+    );
+    assert!(!text.contains("/dev/kvm"), "{text}");
+}
 
-    let sleeper = h
-        .ok(
-            "run-command",
-            json!({"name": name, "background": true, "command": "sleep 300 & sleep 301"}),
-        )
-        .await;
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let cancelled = h.ok("cancel-job", json!({"job": sleeper["job"]})).await;
-    assert_eq!(cancelled["state"], "cancelled");
-    let ps = h
-        .ok(
-            "run-command",
-            json!({"name": name, "command": "ps -o args | grep -c '^sleep 30[01]' || true"}),
-        )
-        .await;
-    assert_eq!(ps["stdout"].as_str().unwrap().trim(), "0", "{ps}");
-    h.ok("delete-machine", json!({"name": name})).await;
+/// One whole session under each real client, over each transport, on the real guest.
+async fn client_session(program: &str, script: &str, transport: &str) {
+    let _one_at_a_time = serial().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = nested().url;
+    // Small machines: the nested engine's guests share its 8 GiB, and a session holds three.
+    let vars = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+        ("SMOL_MCP_MACHINE_LEASE_SECS", "20"),
+        ("SMOL_MCP_CPUS", "1"),
+        ("SMOL_MCP_MEMORY_MB", "512"),
+    ];
+    let mut server = None;
+    let plan = if transport == "stdio" {
+        let env = common::stdio::server_env(rt.path(), &vars);
+        json!({"transport": "stdio", "server": common::stdio::SERVER,
+               "env": common::clients::env_object(env), "engineUrl": url, "mode": "legacy"})
+    } else {
+        let token = "booted-session-token";
+        let http = common::clients::HttpServer::spawn(rt.path(), token, &vars).await;
+        let plan = json!({"transport": "http", "url": http.url, "token": token,
+                          "engineUrl": url, "mode": "legacy"});
+        server = Some(http);
+        plan
+    };
+    let mut report =
+        common::clients::run_client_for(program, script, &plan, Duration::from_secs(420)).await;
+    // An engine fault under TCG (a boot that exits before its agent is ready, a fork whose
+    // agent connection closes: each seen once in a few dozen sessions here) is the engine's,
+    // not the server's: the session is run once more, and the output says so.
+    let engine_fault = |report: &Value| {
+        report["steps"].as_object().is_some_and(|steps| {
+            steps.values().any(|s| {
+                s["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("HTTP 500") && e.contains("agent"))
+            })
+        })
+    };
+    if engine_fault(&report) {
+        eprintln!(
+            "booted_guest: an engine fault in the {script} session over {transport}; running it once more: {report}"
+        );
+        report =
+            common::clients::run_client_for(program, script, &plan, Duration::from_secs(420)).await;
+    }
+    if let Some(mut http) = server {
+        http.child.start_kill().unwrap();
+        http.child.wait().await.unwrap();
+    }
+    let steps = &report["steps"];
+    for step in [
+        "initialize",
+        "tools",
+        "create",
+        "progress",
+        "job",
+        "files",
+        "logs",
+        "branch",
+        "runOnce",
+        "end",
+    ] {
+        assert_eq!(
+            steps[step]["ok"], true,
+            "{script} over {transport}, step {step}: {}",
+            steps[step]
+        );
+    }
+    assert_eq!(
+        steps["job"]["stdout"], "job 1\njob 2\njob 3\n",
+        "{}",
+        steps["job"]
+    );
+    assert_eq!(steps["job"]["exitCode"], 3, "{}", steps["job"]);
+    assert_eq!(steps["end"]["remaining"], json!([]), "{}", steps["end"]);
+    assert_eq!(report["ok"], true, "{report}");
+}
+
+#[tokio::test]
+async fn a_session_under_the_python_client_over_stdio() {
+    client_session("python", "booted_session.py", "stdio").await;
+}
+
+#[tokio::test]
+async fn a_session_under_the_python_client_over_http() {
+    client_session("python", "booted_session.py", "http").await;
+}
+
+#[tokio::test]
+async fn a_session_under_the_typescript_sdk_over_stdio() {
+    client_session("node", "booted_session.mjs", "stdio").await;
+}
+
+#[tokio::test]
+async fn a_session_under_the_typescript_sdk_over_http() {
+    client_session("node", "booted_session.mjs", "http").await;
 }

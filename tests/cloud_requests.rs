@@ -7,7 +7,7 @@ mod common;
 
 use common::fake_cloud::{FakeCloud, TEXT_CAP, TOKEN, exec_answer, short_deadlines};
 use insta::assert_json_snapshot;
-use smol_mcp::fleet::{Backstop, FleetApi};
+use smol_mcp::fleet::{Backstop, FleetApi, LogSource};
 use std::time::Duration;
 
 /// What the server gives ephemeral machines by default (ephemeralTtlSecs, ephemeralAutoStopSecs).
@@ -261,12 +261,15 @@ async fn events_account_and_usage() {
         .await
         .unwrap();
     fleet.start(&created.id, None).await.unwrap();
-    let page = fleet.logs(&created.id, 1, None).await.unwrap();
+    let page = fleet
+        .logs(&created.id, 1, None, LogSource::default())
+        .await
+        .unwrap();
     assert_eq!(page.lines, ["2026-09-08T14:47:39Z INFO machine started"]);
     assert_eq!(page.cursor, "e:ev-2");
     fleet.stop(&created.id).await.unwrap();
     let next = fleet
-        .logs(&created.id, 1, Some(&page.cursor))
+        .logs(&created.id, 1, Some(&page.cursor), LogSource::default())
         .await
         .unwrap();
     assert_eq!(next.lines, ["2026-09-08T14:47:40Z INFO machine stopped"]);

@@ -272,7 +272,7 @@ async fn python_client_sessions_over_http_clean_up_when_they_end() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(status.code(), Some(143));
+    assert_eq!(status.code(), Some(0), "a clean stop exits 0");
     let left: Vec<String> = fake
         .state
         .lock()
@@ -285,5 +285,66 @@ async fn python_client_sessions_over_http_clean_up_when_they_end() {
         left,
         ["kept-auto", "kept-legacy"],
         "the stop deleted the open session's machine and the leased one"
+    );
+}
+
+/// SIGHUP (a closed terminal, a supervisor's reload) stops the HTTP server as SIGTERM does: the
+/// open session's ephemeral machine is deleted and the process exits 0.
+#[tokio::test]
+async fn sighup_stops_the_server_cleanly_deleting_the_sessions_machines() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let mut server = spawn(rt.path(), &fake.url()).await;
+    let http = reqwest::Client::new();
+    let post = |session: Option<&str>, body: Value| {
+        let mut r = http
+            .post(&server.url)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(s) = session {
+            r = r
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        r.send()
+    };
+    let init = post(None, json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}))
+        .await
+        .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    init.text().await.unwrap();
+    post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .unwrap();
+    let created = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "create-machine", "arguments": {"image": "alpine", "name": "mcp-hup"}}}),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(created.contains("\"ready\":true"), "{created}");
+    let pid = nix::unistd::Pid::from_raw(server.child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(15), server.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(
+        !fake.state.lock().unwrap().machines.contains_key("mcp-hup"),
+        "the session's machine is deleted"
     );
 }

@@ -223,23 +223,94 @@ async fn stdin_eof_deletes_the_session_s_machines_and_ends_the_process() {
     );
 }
 
+/// SIGTERM, SIGHUP (a closed terminal, a supervisor's reload) and SIGINT each stop the server
+/// cleanly: its ephemeral machine deleted, exit 0 (what supervisors count as a clean stop).
 #[tokio::test]
-async fn sigterm_cleans_up_and_exits_143() {
-    let fake = FakeServe::start().await;
+async fn sigterm_sighup_and_sigint_clean_up_and_exit_zero() {
+    use nix::sys::signal::Signal;
+    for signal in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
+        let fake = FakeServe::start().await;
+        let rt = tempfile::tempdir().unwrap();
+        let url = fake.url();
+        let mut server =
+            StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
+        server
+            .tool(1, "create-machine", json!({"image": "alpine"}))
+            .await;
+        assert_eq!(fake.state.lock().unwrap().machines.len(), 1);
+        let pid = nix::unistd::Pid::from_raw(server.child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(10), server.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{signal}: {status}");
+        assert!(
+            fake.state.lock().unwrap().machines.is_empty(),
+            "{signal}: the ephemeral machine is deleted"
+        );
+    }
+}
+
+/// Orphans are the engine's that made them: a start on another engine with the same runtime
+/// directory leaves them recorded (its engine does not have them), and the next start on the
+/// first engine deletes them.
+#[tokio::test]
+async fn another_engine_on_the_same_runtime_dir_leaves_the_first_engine_s_orphans_recorded() {
+    let first_engine = FakeServe::start().await;
+    let other_engine = FakeServe::start().await;
     let rt = tempfile::tempdir().unwrap();
-    let url = fake.url();
-    let mut server = StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
-    server
-        .tool(1, "create-machine", json!({"image": "alpine"}))
+    let (first_url, other_url) = (first_engine.url(), other_engine.url());
+    let mut first =
+        StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &first_url)])).await;
+    first
+        .tool(
+            1,
+            "create-machine",
+            json!({"image": "alpine", "name": "mcp-orphan", "start": false}),
+        )
         .await;
-    let pid = nix::unistd::Pid::from_raw(server.child.id().unwrap() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(10), server.child.wait())
-        .await
+    first.child.kill().await.unwrap();
+    assert!(
+        first_engine
+            .state
+            .lock()
+            .unwrap()
+            .machines
+            .contains_key("mcp-orphan")
+    );
+
+    // Another engine, same runtime directory: its local calls do not take the record's
+    // entries of the first engine for its own.
+    let mut other =
+        StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &other_url)])).await;
+    other.tool(2, "list-machines", json!({})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    other.close_stdin();
+    other.child.wait().await.unwrap();
+    let record = std::fs::read_to_string(rt.path().join("rt/ephemeral.json")).unwrap();
+    assert!(record.contains("mcp-orphan"), "still recorded: {record}");
+
+    // The first engine again: its orphan is deleted.
+    let mut again =
+        StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &first_url)])).await;
+    again.tool(3, "list-machines", json!({})).await;
+    let start = Instant::now();
+    while first_engine
+        .state
+        .lock()
         .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(143));
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+        .machines
+        .contains_key("mcp-orphan")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the first engine's orphan is deleted by a start on it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    again.close_stdin();
+    again.child.wait().await.unwrap();
 }
 
 #[tokio::test]
@@ -464,4 +535,191 @@ async fn reading_a_page_of_a_huge_file_holds_the_page_not_the_file() {
         peak < baseline + 16.0,
         "peak memory grew from {baseline:.1} to {peak:.1} MiB reading pages of a 1 GiB file"
     );
+}
+
+/// A client that writes many requests and never reads its answers: the server stops reading
+/// once `stdioMaxPendingRequests` answers wait (the client's writes then block), its memory
+/// stays bounded, and when the client starts reading every answer arrives, once each.
+#[tokio::test]
+async fn a_client_that_never_reads_its_answers_stalls_its_writes_not_the_servers_memory() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    const CALLS: u64 = 5_000;
+    let fake = FakeServe::start().await;
+    // Answers of some size, as a real fleet's list is.
+    for i in 0..40 {
+        fake.add_machine(&format!("listed-machine-{i:03}"), "running");
+    }
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let mut child = tokio::process::Command::new(SERVER)
+        .env_clear()
+        .envs(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)]))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "never-reads", "version": "0"}}});
+    stdin
+        .write_all(format!("{init}\n").as_bytes())
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(answer["id"], 0);
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+        .await
+        .unwrap();
+    let baseline = peak_rss_mib(pid);
+
+    let written = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let written = written.clone();
+        tokio::spawn(async move {
+            for id in 1..=CALLS {
+                let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "list-machines", "arguments": {}}});
+                stdin
+                    .write_all(format!("{call}\n").as_bytes())
+                    .await
+                    .unwrap();
+                written.store(id, Ordering::Relaxed);
+            }
+            stdin
+        })
+    };
+    // Wait until the client's writes stall (or, on a server that reads on regardless, all are
+    // written).
+    let (mut last, mut still_since) = (0, Instant::now());
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = written.load(Ordering::Relaxed);
+        if now == CALLS {
+            // A server that keeps reading: give its queued answers time to pile up.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            break;
+        }
+        if now != last {
+            (last, still_since) = (now, Instant::now());
+        } else if still_since.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "neither stalled nor done"
+        );
+    }
+    let stalled_at = written.load(Ordering::Relaxed);
+    let peak = peak_rss_mib(pid);
+    eprintln!("stalled at {stalled_at} requests, peak RSS {peak:.1} MiB (at start {baseline:.1})");
+    assert!(
+        stalled_at < CALLS,
+        "the server read all {CALLS} requests while no answer was read"
+    );
+    assert!(
+        peak < baseline + 40.0,
+        "peak RSS {peak:.1} MiB (at start {baseline:.1} MiB) with {stalled_at} requests written"
+    );
+
+    // The client reads now: every answer arrives, once, and the writes go on to the end.
+    let mut seen = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while (seen.len() as u64) < CALLS {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let line = tokio::time::timeout(remaining, lines.next_line())
+            .await
+            .expect("all answers in time")
+            .unwrap()
+            .expect("the server closed stdout");
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        let Some(id) = answer["id"].as_u64() else {
+            continue;
+        };
+        assert_eq!(answer["result"]["isError"], false, "{line}");
+        assert!(seen.insert(id), "answered twice: {id}");
+    }
+    let stdin = writer.await.unwrap();
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// Images that are no reference (a URL, a relative path, `..`, upper case, an empty tag, a
+/// short digest) are refused naming `image` and what is accepted, and never reach the engine;
+/// OCI references and an absolute archive path do.
+#[tokio::test]
+async fn odd_images_are_refused_naming_image_and_never_reach_the_engine() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let mut server = StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])).await;
+    let digest = "a".repeat(64);
+    let mut id = 1;
+    for image in [
+        "http://evil/".to_owned(),
+        "../../x".to_owned(),
+        "./x.tar".to_owned(),
+        "/images/../../etc/shadow".to_owned(),
+        "Alpine".to_owned(),
+        "alpine:".to_owned(),
+        "alpine@sha256:abc".to_owned(),
+        "ghcr.io//img".to_owned(),
+        "-alpine".to_owned(),
+        "alpine:3.20 --privileged".to_owned(),
+    ] {
+        id += 1;
+        let answer = server
+            .request(
+                id,
+                "tools/call",
+                json!({"name": "create-machine", "arguments": {"image": image, "start": false}}),
+            )
+            .await;
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(answer["result"]["isError"], true, "{image}: {answer}");
+        assert!(
+            text.contains("image") && text.contains("alpine:3.20") && text.contains("sha256"),
+            "{image}: {text}"
+        );
+    }
+    let creates = fake
+        .take_requests()
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == "/api/v1/machines")
+        .count();
+    assert_eq!(creates, 0, "no refused image reached the engine");
+    for image in [
+        "alpine".to_owned(),
+        "alpine:3.20".to_owned(),
+        "python:3.12-alpine".to_owned(),
+        format!("ghcr.io/org/img@sha256:{digest}"),
+        format!("localhost:5000/team/app_x:v1.2-rc@sha256:{digest}"),
+        "/images/app.tar".to_owned(),
+    ] {
+        id += 1;
+        let answer = server
+            .request(
+                id,
+                "tools/call",
+                json!({"name": "create-machine", "arguments": {"image": image, "start": false}}),
+            )
+            .await;
+        assert_eq!(answer["result"]["isError"], false, "{image}: {answer}");
+    }
+    server.close_stdin();
+    server.child.wait().await.unwrap();
 }

@@ -1,4 +1,4 @@
-//! The blocked-egress report: a command that fails on a local machine whose egress is blocked or
+//! The blocked-egress report: a command that fails on a local machine whose egress is
 //! allow-listed carries the egress the engine refused while it ran (`blockedEgress`), read from
 //! `GET /api/v1/machines/{name}/egress-events`. Against the fake serve through an MCP client,
 //! and the route itself against the real 1.32.2 serve (which answers it without booting).
@@ -75,16 +75,19 @@ async fn a_failed_command_reports_the_refusals_of_its_run_grouped_and_counted() 
     assert_eq!(
         failed["blockedEgress"],
         json!([
-            {"host": "151.101.0.223", "port": 443, "count": 2},
-            {"host": "2001:db8::1", "port": 123, "count": 1},
+            {"host": "151.101.0.223", "port": 443, "operation": "connect", "count": 2},
+            {"host": "2001:db8::1", "port": 123, "operation": "sendto", "count": 1},
         ])
     );
     let requests = fake.take_requests();
     let asked = events_requests(&requests);
-    assert_eq!(asked.len(), 1, "{requests:#?}");
-    assert_eq!(asked[0]["method"], "GET");
-    assert_eq!(asked[0]["path"], "/api/v1/machines/allowed/egress-events");
-    assert_eq!(asked[0]["query"], "limit=1000");
+    // The readiness probe ran on the machine moments before, so a baseline was read first.
+    assert_eq!(asked.len(), 2, "{requests:#?}");
+    for a in &asked {
+        assert_eq!(a["method"], "GET");
+        assert_eq!(a["path"], "/api/v1/machines/allowed/egress-events");
+        assert_eq!(a["query"], "limit=1000");
+    }
 
     // The first run's refusals, stamped well before the next one (commands back to back fall
     // within the clock slack of each other), and one stamped after it (a clock an hour ahead):
@@ -125,10 +128,66 @@ async fn a_failed_command_reports_the_refusals_of_its_run_grouped_and_counted() 
     assert_eq!(
         timed_out["blockedEgress"],
         json!([
-            {"host": "151.101.0.223", "port": 443, "count": 2},
-            {"host": "2001:db8::1", "port": 123, "count": 1},
+            {"host": "151.101.0.223", "port": 443, "operation": "connect", "count": 2},
+            {"host": "2001:db8::1", "port": 123, "operation": "sendto", "count": 1},
         ]),
         "a timeout is a failure too, and earlier runs' refusals stay out"
+    );
+}
+
+/// The engine stamps refusals in whole seconds and gives them no id: a command right after
+/// another on the same machine shares its second, and only the baseline read before it keeps
+/// the earlier command's refusals (a name refused at lookup among them) out of its report.
+#[tokio::test]
+async fn back_to_back_commands_each_report_only_their_own_refusals() {
+    let (fake, h) = setup().await;
+    create(&h, "twice", json!({"allowHosts": ["pypi.org"]})).await;
+    fake.deny_on_exec("twice", "resolve", "example.com");
+    let first = h
+        .ok("run-command", json!({"name": "twice", "command": "exit 1"}))
+        .await;
+    assert_eq!(
+        first["blockedEgress"],
+        json!([{"host": "example.com", "operation": "resolve", "count": 1}])
+    );
+    fake.state.lock().unwrap().denials_on_exec.clear();
+    fake.deny_on_exec("twice", "connect", "1.1.1.1:443");
+    let second = h
+        .ok("run-command", json!({"name": "twice", "command": "exit 1"}))
+        .await;
+    assert_eq!(
+        second["blockedEgress"],
+        json!([{"host": "1.1.1.1", "port": 443, "operation": "connect", "count": 1}]),
+        "the first command's refusal, stamped in the same second, is not the second's"
+    );
+}
+
+/// An engine on another clock (a serve elsewhere; the nested engine's QEMU guest was seen most
+/// of a second off, and a refusal at the start of a short command fell out of its report): the
+/// stamps are placed by the answer's `Date`, not read as this host's time.
+#[tokio::test]
+async fn an_engine_on_another_clock_still_reports_the_commands_own_refusals() {
+    let (fake, h) = setup().await;
+    fake.state.lock().unwrap().engine_clock_behind = Duration::from_secs(3);
+    create(&h, "late", json!({"allowHosts": ["pypi.org"]})).await;
+    fake.deny_on_exec("late", "resolve", "example.com");
+    let first = h
+        .ok("run-command", json!({"name": "late", "command": "exit 1"}))
+        .await;
+    assert_eq!(
+        first["blockedEgress"],
+        json!([{"host": "example.com", "operation": "resolve", "count": 1}]),
+        "{first}"
+    );
+    fake.state.lock().unwrap().denials_on_exec.clear();
+    fake.deny_on_exec("late", "connect", "1.1.1.1:443");
+    let second = h
+        .ok("run-command", json!({"name": "late", "command": "exit 1"}))
+        .await;
+    assert_eq!(
+        second["blockedEgress"],
+        json!([{"host": "1.1.1.1", "port": 443, "operation": "connect", "count": 1}]),
+        "{second}"
     );
 }
 
@@ -137,12 +196,15 @@ async fn a_blocked_run_once_machine_is_asked_before_it_is_deleted() {
     let (fake, h) = setup().await;
     fake.deny_on_exec("*", "connect", "93.184.215.14:80");
     let failed = h
-        .ok("run-once", json!({"image": "alpine", "command": "exit 1"}))
+        .ok(
+            "run-once",
+            json!({"image": "alpine", "allowHosts": ["pypi.org"], "command": "exit 1"}),
+        )
         .await;
     assert_eq!(failed["exitCode"], 1);
     assert_eq!(
         failed["blockedEgress"],
-        json!([{"host": "93.184.215.14", "port": 80, "count": 1}])
+        json!([{"host": "93.184.215.14", "port": 80, "operation": "connect", "count": 1}])
     );
     let requests = fake.take_requests();
     let position = |wanted: &dyn Fn(&Value) -> bool| requests.iter().position(wanted).unwrap();
@@ -197,7 +259,7 @@ async fn an_open_machine_gets_no_report_and_no_events_request() {
 #[tokio::test]
 async fn nothing_refused_in_the_run_leaves_the_field_out() {
     let (fake, h) = setup().await;
-    create(&h, "quiet", json!({})).await;
+    create(&h, "quiet", json!({"allowHosts": ["pypi.org"]})).await;
     fake.push_egress_denial(
         "quiet",
         &stamp(SystemTime::now() - Duration::from_secs(60)),
@@ -208,7 +270,25 @@ async fn nothing_refused_in_the_run_leaves_the_field_out() {
         .ok("run-command", json!({"name": "quiet", "command": "exit 1"}))
         .await;
     assert!(failed.get("blockedEgress").is_none(), "{failed}");
-    assert_eq!(events_requests(&fake.take_requests()).len(), 1);
+    // A baseline (the readiness probe ran moments before) and the report.
+    assert_eq!(events_requests(&fake.take_requests()).len(), 2);
+}
+
+/// A blocked machine has no network at all: its guest sees "Network unreachable" and the
+/// engine records nothing (the real 1.32.2 guest), so it is not asked.
+#[tokio::test]
+async fn a_blocked_machine_is_not_asked() {
+    let (fake, h) = setup().await;
+    create(&h, "sealed", json!({})).await;
+    fake.take_requests();
+    let failed = h
+        .ok(
+            "run-command",
+            json!({"name": "sealed", "command": "exit 1"}),
+        )
+        .await;
+    assert!(failed.get("blockedEgress").is_none(), "{failed}");
+    assert!(events_requests(&fake.take_requests()).is_empty());
 }
 
 #[tokio::test]
@@ -237,21 +317,21 @@ async fn a_failing_events_route_leaves_the_result_intact() {
     assert!(failed.get("blockedEgress").is_none(), "{failed}");
     assert_eq!(
         events_requests(&fake.take_requests()).len(),
-        1,
-        "it was asked, and failed"
+        2,
+        "it was asked (a baseline, then the report), and failed"
     );
     // The same run with the route answering: the report is there.
     fake.state.lock().unwrap().egress_events_fail = false;
     let once = h
         .ok(
             "run-once",
-            json!({"image": "alpine", "command": "curl https://1.1.1.1"}),
+            json!({"image": "alpine", "allowCidrs": ["10.0.0.0/8"], "command": "curl https://1.1.1.1"}),
         )
         .await;
     assert_eq!(once["exitCode"], 5);
     assert_eq!(
         once["blockedEgress"],
-        json!([{"host": "1.1.1.1", "port": 443, "count": 1}])
+        json!([{"host": "1.1.1.1", "port": 443, "operation": "connect", "count": 1}])
     );
 }
 
@@ -383,7 +463,7 @@ fn failing_calls() -> Value {
     json!([
         {"tool": "create-machine", "args": {"image": "alpine", "name": "clients", "allowHosts": ["pypi.org"]}},
         {"tool": "run-command", "args": {"name": "clients", "command": "pip install requests"}},
-        {"tool": "run-once", "args": {"image": "alpine", "command": "pip install requests"}},
+        {"tool": "run-once", "args": {"image": "alpine", "allowHosts": ["pypi.org"], "command": "pip install requests"}},
         {"tool": "delete-machine", "args": {"name": "clients"}}
     ])
 }
@@ -397,7 +477,7 @@ fn check_failing_calls(report: &Value) {
         assert_eq!(call["structured"]["exitCode"], 1, "{call}");
         assert_eq!(
             call["structured"]["blockedEgress"],
-            json!([{"host": "151.101.0.223", "port": 443, "count": 1}]),
+            json!([{"host": "151.101.0.223", "port": 443, "operation": "connect", "count": 1}]),
             "{call}"
         );
     }

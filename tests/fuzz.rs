@@ -9,6 +9,14 @@
 //!   binary. Every request line with an id gets exactly one answer, the process stays up, and a
 //!   final valid request is answered.
 //!
+//! - HTTP Host and Origin: generated sets of `Host` and `Origin` headers (well-formed, with
+//!   userinfo, paths, bad ports, repeated, random text) on raw requests to the HTTP binary. A
+//!   request is served only with exactly one allowed Host and at most one allowed Origin; every
+//!   other is refused 400 or 403 with a JSON-RPC body.
+//! - HTTP bodies: request bodies sent in generated pieces and pauses, some stopping short. A
+//!   body that arrives in time is served; one that stops short is answered 408 within the body
+//!   timeout and its connection closed.
+//!
 //! Failures print the seed; `SMOL_MCP_FUZZ_SEED=<seed>` replays a run. Nothing is persisted
 //! (proptest's failure files would land in the source tree).
 
@@ -16,6 +24,7 @@
 
 mod common;
 
+use common::clients::HttpServer;
 use common::fake_serve::FakeServe;
 use common::mcp::Harness;
 use common::stdio::{StdioServer, server_env};
@@ -134,6 +143,49 @@ fn valid_looking(key: &str, schema: &Value) -> BoxedStrategy<Value> {
             Just(json!("alpine")),
             Just(json!("python:3.12-alpine")),
             "[a-z]{1,8}(:[a-z0-9.]{1,5})?".prop_map(Value::from),
+            odd_image().prop_map(Value::from),
+        ]
+        .boxed(),
+        // Hostile mount sources (the host's secrets, climbing out of a directory, relative)
+        // and malformed cursors, besides the schema's own shapes.
+        ("mounts", Some("array")) => {
+            let source = prop_oneof![
+                proptest::sample::select(vec![
+                    "/etc",
+                    "/root/.ssh",
+                    "~/.ssh",
+                    "../../etc",
+                    "/tmp/../etc",
+                    "relative/dir",
+                    "/",
+                ])
+                .prop_map(str::to_owned),
+                "/[a-z]{1,6}(/[a-z.]{1,6}){0,2}",
+            ];
+            let mount = (
+                source,
+                "/mnt/[a-z]{1,6}",
+                proptest::option::of(any::<bool>()),
+            )
+                .prop_map(|(source, target, readonly)| match readonly {
+                    Some(ro) => json!({"source": source, "target": target, "readonly": ro}),
+                    None => json!({"source": source, "target": target}),
+                });
+            proptest::collection::vec(mount, 0..3)
+                .prop_map(Value::Array)
+                .boxed()
+        }
+        ("cursor", Some("string")) => prop_oneof![
+            proptest::sample::select(vec![
+                "garbage",
+                "c:-1:x",
+                "",
+                "c:0:",
+                "j:999999999999999999999:x",
+                "\u{0}",
+            ])
+            .prop_map(Value::from),
+            "\\PC{0,24}".prop_map(Value::from),
         ]
         .boxed(),
         ("path", Some("string")) => prop_oneof![
@@ -213,6 +265,46 @@ fn arguments_of(
     fields
         .prop_map(|fields| fields.into_iter().flatten().collect())
         .boxed()
+}
+
+/// Images that are no reference: URLs, relative paths, `..`, upper case, empty tags, short
+/// digests, flags, and arbitrary text.
+fn odd_image() -> BoxedStrategy<String> {
+    prop_oneof![
+        proptest::sample::select(vec![
+            "http://evil/",
+            "https://registry.example/x",
+            "../../x",
+            "./image.tar",
+            "/images/../../etc/shadow",
+            "/",
+            "Alpine",
+            "alpine:",
+            "alpine@sha256:abc",
+            "ghcr.io//img",
+            "-alpine",
+            "--privileged",
+            "alpine:3.20 --net=host",
+            "a\u{0}b",
+            "~/x.tar",
+        ])
+        .prop_map(str::to_owned),
+        "\\PC{1,24}",
+        "[a-z]{1,6}(://|/\\.\\./|:/)[a-z]{0,6}",
+    ]
+    .boxed()
+}
+
+/// What may reach the engine as an image, checked apart from the server's own grammar: no
+/// scheme, no `.` or `..` segment, no relative or home path, no space or control character,
+/// no flag.
+fn plausible_image(image: &str) -> bool {
+    !image.contains("://")
+        && !image.split('/').any(|seg| seg == ".." || seg == ".")
+        && !image.starts_with('.')
+        && !image.starts_with('-')
+        && !image.starts_with('~')
+        && !image.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// Does a recorded request match an operation's method and path template?
@@ -317,6 +409,19 @@ fn tool_arguments_fuzz_answers_every_call_leaks_nothing_and_stays_in_the_operati
                 prop_assert!(
                     allowed.iter().any(|op| matches(method, path, *op)),
                     "{method} {path} is no operation the server uses"
+                );
+                if let Some(image) = request["body"]["image"].as_str() {
+                    prop_assert!(
+                        plausible_image(image),
+                        "{method} {path} sent the image {image:?}"
+                    );
+                }
+                // No mountAllow here: no mount, of any host directory, reaches the engine.
+                let mounts = request["body"]["mounts"].as_array().map_or(0, Vec::len);
+                prop_assert!(
+                    mounts == 0,
+                    "{method} {path} sent mounts: {}",
+                    request["body"]
                 );
             }
             Ok(())
@@ -558,4 +663,503 @@ fn framing_fuzz_answers_every_request_once_and_keeps_serving() {
         .unwrap()
         .unwrap();
     assert!(status.success(), "{status}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subscriptions
+
+#[derive(Debug, Clone)]
+enum SubscriptionOp {
+    /// Which client, which machine (the first three exist), which spelling of its URI.
+    Subscribe(usize, usize, usize),
+    Unsubscribe(usize, usize, usize),
+}
+
+const PER_SESSION: usize = 3;
+const IN_ALL: usize = 4;
+const MACHINES: [&str; 6] = ["fz-a", "fz-b", "fz-c", "gone-x", "gone-y", "gone-z"];
+
+fn logs_uri(machine: usize, spelling: usize) -> String {
+    let name = MACHINES[machine];
+    // The name's first letter percent-encoded is the same machine under another URI.
+    let name = match spelling {
+        0 => name.to_owned(),
+        _ => format!("%{:02X}{}", name.as_bytes()[0], &name[1..]),
+    };
+    format!("smol://machine/local/{name}/logs")
+}
+
+fn subscription_op() -> impl Strategy<Value = SubscriptionOp> {
+    prop_oneof![
+        3 => (0..2usize, 0..MACHINES.len(), 0..2usize)
+            .prop_map(|(c, m, s)| SubscriptionOp::Subscribe(c, m, s)),
+        1 => (0..2usize, 0..MACHINES.len(), 0..2usize)
+            .prop_map(|(c, m, s)| SubscriptionOp::Unsubscribe(c, m, s)),
+    ]
+}
+
+/// Generated subscribe and unsubscribe sequences from two sessions of one process, with
+/// maxSubscriptionsPerSession 3 and maxSubscriptions 4: an unknown machine is always refused
+/// naming it, each limit is refused naming its key, and the engine is polled by one poller per
+/// machine followed, none once the sessions end.
+#[test]
+#[allow(deprecated)] // resources/subscribe: the session lifecycle's way to follow a log
+fn subscription_fuzz_refuses_unknown_machines_names_the_limits_and_polls_once_per_machine() {
+    use rmcp::ServiceExt;
+    use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
+    use std::collections::BTreeSet;
+    let rt = tokio_runtime();
+    let ops = proptest::collection::vec(subscription_op(), 1..14);
+    let mut runner = runner("subscriptions", 32);
+    let result = runner.run(&ops, |ops| {
+        rt.block_on(async {
+            let fake = FakeServe::start().await;
+            for name in &MACHINES[..3] {
+                fake.add_machine(name, "running");
+            }
+            let per_session = PER_SESSION.to_string();
+            let in_all = IN_ALL.to_string();
+            let h = Harness::start(&[
+                ("SMOL_LOCAL_URL", fake.url().as_str()),
+                (
+                    "SMOL_MCP_MAX_SUBSCRIPTIONS_PER_SESSION",
+                    per_session.as_str(),
+                ),
+                ("SMOL_MCP_MAX_SUBSCRIPTIONS", in_all.as_str()),
+            ])
+            .await;
+            let server = smol_mcp::server::SmolMcp::new(h.backend.clone(), "second");
+            let (server_io, client_io) = tokio::io::duplex(1 << 16);
+            tokio::spawn(async move {
+                if let Ok(running) = server.serve(server_io).await {
+                    let _ = running.waiting().await;
+                }
+            });
+            let second = ().serve(client_io).await.unwrap();
+            let clients = [h.client.peer().clone(), second.peer().clone()];
+            let mut held: [BTreeSet<String>; 2] = [BTreeSet::new(), BTreeSet::new()];
+            for op in &ops {
+                match *op {
+                    SubscriptionOp::Subscribe(c, m, sp) => {
+                        let uri = logs_uri(m, sp);
+                        let answer = tokio::time::timeout(
+                            ANSWER_WAIT,
+                            clients[c].subscribe(SubscribeRequestParams::new(uri.clone())),
+                        )
+                        .await
+                        .map_err(|_| TestCaseError::fail(format!("{op:?}: no answer")))?;
+                        let total: usize = held.iter().map(BTreeSet::len).sum();
+                        if held[c].contains(&uri) {
+                            prop_assert!(answer.is_ok(), "{op:?}: {answer:?}");
+                        } else if held[c].len() >= PER_SESSION {
+                            let err = format!("{answer:?}");
+                            prop_assert!(
+                                err.contains("maxSubscriptionsPerSession"),
+                                "{op:?}: {err}"
+                            );
+                        } else if m >= 3 {
+                            let err = format!("{answer:?}");
+                            prop_assert!(
+                                answer.is_err() && err.contains(MACHINES[m]),
+                                "{op:?}: {err}"
+                            );
+                        } else if total >= IN_ALL {
+                            let err = format!("{answer:?}");
+                            prop_assert!(
+                                err.contains("maxSubscriptions") && !err.contains("PerSession"),
+                                "{op:?}: {err}"
+                            );
+                        } else {
+                            prop_assert!(answer.is_ok(), "{op:?}: {answer:?}");
+                            held[c].insert(uri);
+                        }
+                    }
+                    SubscriptionOp::Unsubscribe(c, m, sp) => {
+                        let uri = logs_uri(m, sp);
+                        let answer = clients[c]
+                            .unsubscribe(UnsubscribeRequestParams::new(uri.clone()))
+                            .await;
+                        prop_assert!(answer.is_ok(), "{op:?}: {answer:?}");
+                        held[c].remove(&uri);
+                    }
+                }
+                let machines: BTreeSet<String> = held
+                    .iter()
+                    .flatten()
+                    .map(|uri| uri.replace("%66", "f").replace("%67", "g"))
+                    .collect();
+                prop_assert_eq!(h.backend.follow.pollers(), machines.len(), "after {:?}", op);
+            }
+            let _ = second.cancel().await;
+            let _ = h.client.cancel().await;
+            let deadline = tokio::time::Instant::now() + ANSWER_WAIT;
+            while h.backend.follow.pollers() > 0 {
+                prop_assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "pollers left after the sessions ended"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let polled: BTreeSet<String> = fake
+                .take_requests()
+                .iter()
+                .filter_map(|r| r["path"].as_str().map(str::to_owned))
+                .filter(|p| p.ends_with("/logs"))
+                .collect();
+            for path in &polled {
+                prop_assert!(
+                    !path.contains("gone-"),
+                    "an unknown machine was polled: {path}"
+                );
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A client that never reads
+
+/// Generated bursts of requests written by a client that does not read, under a small
+/// stdioMaxPendingRequests: the writes stall rather than the server reading on, and once the
+/// client reads, every request is answered exactly once.
+#[test]
+fn never_reading_client_fuzz_stalls_the_writes_and_answers_every_request_once() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let rt = tokio_runtime();
+    let burst = (
+        1usize..=8,
+        1500usize..3000,
+        proptest::collection::vec(0..3usize, 1..4),
+    );
+    let mut runner = runner("never reading", 6);
+    let result = runner.run(&burst, |(max_pending, count, kinds)| {
+        rt.block_on(async {
+            let fake = FakeServe::start().await;
+            let dir = tempfile::tempdir().unwrap();
+            let max = max_pending.to_string();
+            let mut child = tokio::process::Command::new(common::stdio::SERVER)
+                .env_clear()
+                .envs(server_env(
+                    dir.path(),
+                    &[
+                        ("SMOL_LOCAL_URL", fake.url().as_str()),
+                        ("SMOL_MCP_STDIO_MAX_PENDING_REQUESTS", max.as_str()),
+                    ],
+                ))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let mut payload = String::from(
+                "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"fz\",\"version\":\"0\"}}}\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+            );
+            for id in 1..=count {
+                // Every other one a tools/list, whose 40 KB answers fill the stdout pipe at once.
+                let kind = if id % 2 == 0 { 1 } else { kinds[id % kinds.len()] };
+                // Each request padded to about 1 KiB: the payload (1.5 to 3 MB) is many times
+                // what the stdin pipe and the server's read buffer hold together, so a finished
+                // write can only mean the server read on (without it, 1,500 pings made 75 KB,
+                // which a 64 KiB pipe and one read of the codec could take whole).
+                let meta = json!({"fuzzPad": "p".repeat(1000)});
+                let line = match kind {
+                    0 => json!({"jsonrpc": "2.0", "id": id, "method": "ping",
+                        "params": {"_meta": meta}}),
+                    1 => json!({"jsonrpc": "2.0", "id": id, "method": "tools/list",
+                        "params": {"_meta": meta}}),
+                    _ => json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                        "params": {"name": "list-machines", "arguments": {}, "_meta": meta}}),
+                };
+                payload.push_str(&format!("{line}\n"));
+            }
+            let writer = tokio::spawn(async move {
+                let written = stdin.write_all(payload.as_bytes()).await;
+                (stdin, written)
+            });
+            // Not reading: the payload outgrows the stdin pipe and what the server may take
+            // on, so the writes stall.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            prop_assert!(
+                !writer.is_finished(),
+                "all {count} requests were read while no answer was (stdioMaxPendingRequests {max_pending})"
+            );
+            let mut seen = std::collections::HashSet::new();
+            while seen.len() < count + 1 {
+                let line = tokio::time::timeout(ANSWER_WAIT, lines.next_line())
+                    .await
+                    .map_err(|_| TestCaseError::fail(format!("{} of {count} answered", seen.len())))?
+                    .unwrap()
+                    .ok_or_else(|| TestCaseError::fail("stdout closed"))?;
+                let answer: Value = serde_json::from_str(&line).unwrap();
+                if let Some(id) = answer["id"].as_u64() {
+                    prop_assert!(seen.insert(id), "answered twice: {id}");
+                }
+            }
+            let (stdin, written) = writer.await.unwrap();
+            prop_assert!(written.is_ok(), "{written:?}");
+            drop(stdin);
+            let status = tokio::time::timeout(ANSWER_WAIT, child.wait())
+                .await
+                .unwrap()
+                .unwrap();
+            prop_assert!(status.success(), "{status}");
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP Host and Origin, and slow bodies
+
+const HTTP_TOKEN: &str = "fuzz-http-token";
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"fuzz","version":"0"}}}"#;
+
+/// Host values, with PORT for the listener's port. The first three are allowed.
+const GOOD_HOSTS: &[&str] = &["127.0.0.1:PORT", "localhost:PORT", "[::1]:PORT"];
+const BAD_HOSTS: &[&str] = &[
+    "evil.example@127.0.0.1:PORT",
+    "evil.example@127.0.0.1",
+    "127.0.0.1@evil.example",
+    "user:pass@localhost:PORT",
+    "127.0.0.1:PORT/mcp",
+    "127.0.0.1:PORT?x",
+    "127.0.0.1:PORT#x",
+    "127.0.0.1:99999",
+    "127.0.0.1:",
+    "127.0.0.1:PORT:PORT",
+    "[::1",
+    "[::1]x",
+    "[evil.example]:PORT",
+    "",
+    "evil.example",
+    "evil.example:PORT",
+    "127.0.0.1.evil.example:PORT",
+];
+const GOOD_ORIGINS: &[&str] = &["http://127.0.0.1:PORT", "http://localhost:PORT"];
+const BAD_ORIGINS: &[&str] = &[
+    "http://evil.example",
+    "null",
+    "http://127.0.0.1:1",
+    "https://127.0.0.1:PORT",
+    "http://evil.example@127.0.0.1:PORT",
+    "",
+];
+
+#[derive(Debug, Clone)]
+enum HeaderValue {
+    Good(usize),
+    Bad(usize),
+    Random(String),
+}
+
+fn header_value(good: usize, bad: usize) -> impl Strategy<Value = HeaderValue> {
+    prop_oneof![
+        3 => (0..good).prop_map(HeaderValue::Good),
+        3 => (0..bad).prop_map(HeaderValue::Bad),
+        1 => "[a-zA-Z0-9@:/.\\[\\]_?#%-]{0,24}".prop_map(HeaderValue::Random),
+    ]
+}
+
+impl HeaderValue {
+    /// The text, and whether it is one the listener allows.
+    fn text(&self, good: &[&str], bad: &[&str], port: u16) -> (String, bool) {
+        let port = port.to_string();
+        match self {
+            HeaderValue::Good(i) => (good[*i].replace("PORT", &port), true),
+            HeaderValue::Bad(i) => (bad[*i].replace("PORT", &port), false),
+            HeaderValue::Random(text) => {
+                let allowed = good.iter().any(|g| g.replace("PORT", &port) == text.trim());
+                (text.clone(), allowed)
+            }
+        }
+    }
+}
+
+async fn raw_http(port: u16, request: &[u8], within: Duration) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(request).await.ok()?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(within, s.read_to_end(&mut answer))
+        .await
+        .ok()?
+        .ok()?;
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// A refusal of the guard: 400 or 403, with a JSON-RPC error that names what it refused.
+fn json_rpc_refusal(answer: &str, naming: &[&str]) -> Result<(), TestCaseError> {
+    let status = answer.get(9..12).unwrap_or_default();
+    prop_assert!(status == "400" || status == "403", "{answer}");
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or_default())
+        .map_err(|e| TestCaseError::fail(format!("not JSON ({e}): {answer}")))?;
+    prop_assert_eq!(&body["jsonrpc"], "2.0", "{}", answer);
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    prop_assert!(
+        naming.iter().any(|n| message.contains(n)),
+        "{message} names none of {naming:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn http_host_and_origin_fuzz_serves_only_one_allowed_host_and_origin() {
+    let rt = tokio_runtime();
+    let fake = rt.block_on(FakeServe::start());
+    let dir = tempfile::tempdir().unwrap();
+    let local_url = fake.url();
+    let server = rt.block_on(HttpServer::spawn(
+        dir.path(),
+        HTTP_TOKEN,
+        &[
+            ("SMOL_LOCAL_URL", local_url.as_str()),
+            ("SMOL_MCP_LOG", "error"),
+            ("SMOL_MCP_HTTP_MAX_SESSIONS", "1000"),
+        ],
+    ));
+    let port = server.port;
+    let cases = (
+        proptest::collection::vec(header_value(GOOD_HOSTS.len(), BAD_HOSTS.len()), 0..3),
+        proptest::collection::vec(header_value(GOOD_ORIGINS.len(), BAD_ORIGINS.len()), 0..3),
+    );
+    let mut runner = runner("http host and origin", 96);
+    let result = runner.run(&cases, |(hosts, origins)| {
+        let hosts: Vec<(String, bool)> = hosts
+            .iter()
+            .map(|h| h.text(GOOD_HOSTS, BAD_HOSTS, port))
+            .collect();
+        let origins: Vec<(String, bool)> = origins
+            .iter()
+            .map(|o| o.text(GOOD_ORIGINS, BAD_ORIGINS, port))
+            .collect();
+        let mut request = String::from("POST /mcp HTTP/1.1\r\n");
+        for (h, _) in &hosts {
+            request.push_str(&format!("host: {h}\r\n"));
+        }
+        for (o, _) in &origins {
+            request.push_str(&format!("origin: {o}\r\n"));
+        }
+        request.push_str(&format!(
+            "authorization: Bearer {HTTP_TOKEN}\r\ncontent-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\nconnection: close\r\n\
+             content-length: {}\r\n\r\n{INITIALIZE}",
+            INITIALIZE.len()
+        ));
+        let host_ok = hosts.len() == 1 && hosts[0].1;
+        let origin_ok = origins.len() <= 1 && origins.iter().all(|(_, ok)| *ok);
+        let answer = rt
+            .block_on(raw_http(port, request.as_bytes(), ANSWER_WAIT))
+            .ok_or_else(|| TestCaseError::fail(format!("no answer to {request:?}")))?;
+        if host_ok && origin_ok {
+            prop_assert!(answer.starts_with("HTTP/1.1 200"), "{request:?}: {answer}");
+        } else {
+            let naming: &[&str] = if host_ok { &["Origin"] } else { &["Host"] };
+            json_rpc_refusal(&answer, naming)
+                .map_err(|e| TestCaseError::fail(format!("{request:?}: {e}")))?;
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// How a body is sent: its pieces' sizes and the pauses between them, and where it stops.
+#[derive(Debug, Clone)]
+struct Dribble {
+    pieces: Vec<(usize, u64)>,
+    /// Some(n): only the first n bytes are sent.
+    stop_at: Option<usize>,
+}
+
+fn dribble() -> impl Strategy<Value = Dribble> {
+    (
+        proptest::collection::vec((1usize..64, 0u64..120), 1..6),
+        proptest::option::of(0..INITIALIZE.len()),
+    )
+        .prop_map(|(pieces, stop_at)| Dribble { pieces, stop_at })
+}
+
+#[test]
+fn http_body_fuzz_serves_bodies_in_time_and_closes_late_ones_with_408() {
+    let rt = tokio_runtime();
+    let fake = rt.block_on(FakeServe::start());
+    let dir = tempfile::tempdir().unwrap();
+    let local_url = fake.url();
+    let server = rt.block_on(HttpServer::spawn(
+        dir.path(),
+        HTTP_TOKEN,
+        &[
+            ("SMOL_LOCAL_URL", local_url.as_str()),
+            ("SMOL_MCP_LOG", "error"),
+            ("SMOL_MCP_HTTP_BODY_TIMEOUT_SECS", "2"),
+            ("SMOL_MCP_HTTP_MAX_SESSIONS", "1000"),
+        ],
+    ));
+    let port = server.port;
+    let mut runner = runner("http bodies", 16);
+    let result = runner.run(&dribble(), |d| {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = INITIALIZE.as_bytes();
+        let end = d.stop_at.unwrap_or(body.len());
+        rt.block_on(async {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
+            let head = format!(
+                "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nauthorization: Bearer {HTTP_TOKEN}\r\n\
+                 content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+                 connection: close\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            s.write_all(head.as_bytes()).await.unwrap();
+            let started = std::time::Instant::now();
+            let (mut sent, mut pieces) = (0, d.pieces.iter().cycle());
+            while sent < end {
+                let (size, pause) = pieces.next().copied().unwrap_or((64, 0));
+                // Pauses stop once a piece has used its share: what arrives in time must.
+                if started.elapsed() < Duration::from_millis(600) {
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                let next = (sent + size).min(end);
+                s.write_all(&body[sent..next]).await.unwrap();
+                sent = next;
+            }
+            let mut answer = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(6), s.read_to_end(&mut answer)).await;
+            let answer = String::from_utf8_lossy(&answer).into_owned();
+            prop_assert!(read.is_ok(), "{d:?}: the connection was not closed: {answer}");
+            if d.stop_at.is_some() {
+                prop_assert!(answer.starts_with("HTTP/1.1 408"), "{d:?}: {answer}");
+                prop_assert!(started.elapsed() >= Duration::from_millis(1500), "{d:?}");
+                let body: Value =
+                    serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or_default())
+                        .map_err(|e| TestCaseError::fail(format!("not JSON ({e}): {answer}")))?;
+                prop_assert!(
+                    body["error"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("httpBodyTimeoutSecs"),
+                    "{answer}"
+                );
+            } else {
+                prop_assert!(answer.starts_with("HTTP/1.1 200"), "{d:?}: {answer}");
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
 }

@@ -750,3 +750,137 @@ async fn the_ledger_is_opened_at_the_first_run_not_at_start() {
     assert_eq!(s.all_runs().await.len(), 1);
     assert!(rt.join(FILE_NAME).exists());
 }
+
+/// Where a value lies against the 2 KiB cuts of the kept output.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// Across the head's end, the output short enough that the tail starts where the head
+    /// ends: `split` bytes of the value in the head, the rest in the tail.
+    AcrossTheHead,
+    /// The value's first `split` bytes end the head and its rest starts the tail, from two
+    /// places of a long output (never whole in it).
+    PiecesAtBothCuts,
+    /// Across the tail's start in a long output: its last `split` bytes start the tail.
+    AcrossTheTail,
+}
+
+fn laid_out(value: &str, split: usize, layout: Layout) -> Vec<u8> {
+    let v = value.as_bytes();
+    let mut out = Vec::new();
+    match layout {
+        Layout::AcrossTheHead => {
+            out.extend(std::iter::repeat_n(b'a', 2048 - split));
+            out.extend_from_slice(v);
+            out.extend(std::iter::repeat_n(b'b', 1000));
+        }
+        Layout::PiecesAtBothCuts => {
+            out.extend(std::iter::repeat_n(b'a', 2048 - split));
+            out.extend_from_slice(&v[..split]);
+            out.extend(std::iter::repeat_n(b'c', 5000));
+            out.extend_from_slice(&v[split..]);
+            out.extend(std::iter::repeat_n(b'b', 2048 - (v.len() - split)));
+        }
+        Layout::AcrossTheTail => {
+            out.extend(std::iter::repeat_n(b'a', 6000));
+            out.extend_from_slice(v);
+            out.extend(std::iter::repeat_n(b'b', 2048 - split));
+        }
+    }
+    out
+}
+
+/// A value across a 2 KiB cut, or its pieces at both cuts, is in no ledger file whole
+/// (database, WAL), on stdout and stderr, for a short value and a 47-character one cut at its
+/// first, middle and last byte; and the output around it is kept.
+#[tokio::test]
+async fn a_value_across_the_cuts_of_the_kept_output_is_in_no_ledger_file() {
+    const SHORT: &str = "hunter2xyz";
+    const LONG: &str = "k7Qz-secret-token-0123456789-abcdefghij-XYZWV42"; // 47 characters
+    assert_eq!(LONG.len(), 47);
+    let (_dir, rt) = runtime_dir();
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    fake.add_machine("box", "running");
+    let layouts = [
+        Layout::AcrossTheHead,
+        Layout::PiecesAtBothCuts,
+        Layout::AcrossTheTail,
+    ];
+    fake.set_exec(move |req| {
+        if is_probe(req) {
+            return common::fake_serve::default_exec(req);
+        }
+        // The command says where the value goes: "case LAYOUT SPLIT".
+        let text = req["command"].to_string();
+        let words: Vec<&str> = text
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let at = words.iter().position(|w| *w == "case").unwrap();
+        let layout = layouts[words[at + 1].parse::<usize>().unwrap()];
+        let split: usize = words[at + 2].parse().unwrap();
+        let value = env_values(req).into_iter().next().unwrap();
+        let out = laid_out(&value, split, layout);
+        exec_response(0, &out, &out)
+    });
+    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+    let mut cases = 0;
+    for value in [SHORT, LONG] {
+        for split in [1, value.len() / 2, value.len() - 1] {
+            for (i, layout) in layouts.iter().enumerate() {
+                let result = s
+                    .ok(
+                        "run-command",
+                        json!({"name": "box", "command": format!("case {i} {split}"),
+                               "env": {"SECRET": value}}),
+                    )
+                    .await;
+                // The command really printed the value (or its pieces).
+                let printed = result["stdout"].as_str().unwrap_or_default().to_owned();
+                assert!(
+                    printed.contains(&value[..split]) || result["stdoutFile"].is_string(),
+                    "{layout:?} {split}: {result}"
+                );
+                cases += 1;
+            }
+        }
+    }
+    let runs = s.all_runs().await;
+    assert_eq!(runs.len(), cases);
+    let mut files = 0;
+    for entry in std::fs::read_dir(&rt).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with(FILE_NAME) {
+            continue;
+        }
+        files += 1;
+        let bytes = std::fs::read(&path).unwrap();
+        for value in [SHORT, LONG] {
+            let count = bytes
+                .windows(value.len())
+                .filter(|w| *w == value.as_bytes())
+                .count();
+            assert_eq!(count, 0, "{name} holds {value} {count} times");
+        }
+    }
+    assert!(files >= 2, "the database and its WAL");
+    for run in &runs {
+        let detail = s.read(run["uri"].as_str().unwrap()).await.unwrap();
+        for stream in ["stdout", "stderr"] {
+            let head = detail[stream]["head"].as_str().unwrap();
+            let tail = detail[stream]["tail"].as_str().unwrap();
+            let joined = format!("{head}{tail}");
+            for value in [SHORT, LONG] {
+                assert!(
+                    !joined.contains(value),
+                    "{stream} of {}: {joined}",
+                    run["uri"]
+                );
+            }
+            // What is around the value is kept.
+            assert!(head.starts_with("aaaa"), "{head}");
+            assert!(tail.ends_with('b'), "{tail}");
+        }
+    }
+}

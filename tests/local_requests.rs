@@ -8,7 +8,9 @@ mod common;
 use common::fake_serve::{FakeServe, exec_response};
 use insta::assert_json_snapshot;
 use smol_mcp::fleet::FleetApi;
-use smol_mcp::fleet::{Command, CreateSpec, Egress, ExecSpec, LocalFleet, Mount, PortMapping};
+use smol_mcp::fleet::{
+    Command, CreateSpec, Egress, ExecSpec, LocalFleet, LogSource, Mount, PortMapping,
+};
 
 async fn fleet() -> (FakeServe, LocalFleet) {
     let fake = FakeServe::start().await;
@@ -48,8 +50,19 @@ async fn create_with_each_egress_policy() {
     assert_json_snapshot!("local_create_egress", fake.take_requests());
 }
 
+/// Without an image the engine boots its bundled Alpine root file system: the body has no
+/// `image` at all (not an empty one).
 #[tokio::test]
-async fn create_with_ports_mounts_disks_and_a_workload_command() {
+async fn create_without_an_image() {
+    let (fake, fleet) = fleet().await;
+    fleet.create(&CreateSpec::bare("m-bare")).await.unwrap();
+    let requests = fake.take_requests();
+    assert!(requests[0]["body"].get("image").is_none(), "{requests:?}");
+    assert_json_snapshot!("local_create_bare", requests);
+}
+
+#[tokio::test]
+async fn create_with_ports_mounts_and_disks() {
     let (fake, fleet) = fleet().await;
     let mut spec = CreateSpec::new("m-full", "nginx:alpine");
     spec.cpus = 4;
@@ -79,7 +92,6 @@ async fn create_with_ports_mounts_disks_and_a_workload_command() {
     ];
     spec.storage_gb = Some(40);
     spec.overlay_gb = Some(5);
-    spec.keep_running = true;
     // The cloud's backstop for ephemeral machines has no local counterpart.
     spec.ephemeral = true;
     let created = fleet.create(&spec).await.unwrap();
@@ -180,11 +192,35 @@ async fn files_logs_pull_and_health() {
     for line in ["boot", "ready", "third"] {
         fake.push_log("m1", line);
     }
-    let first = fleet.logs("m1", 2, None).await.unwrap();
+    let first = fleet
+        .logs("m1", 2, None, LogSource::Workload)
+        .await
+        .unwrap();
     assert_eq!(first.lines, ["ready", "third"]);
     fake.push_log("m1", "fourth");
-    let next = fleet.logs("m1", 2, Some(&first.cursor)).await.unwrap();
+    let next = fleet
+        .logs("m1", 2, Some(&first.cursor), LogSource::Workload)
+        .await
+        .unwrap();
     assert_eq!(next.lines, ["fourth"]);
+    // The engine's own log, without this server's internal commands in it.
+    fake.state.lock().unwrap().engine_logs.insert(
+        "m1".into(),
+        vec![
+            r#"{"message":"agent ready"}"#.into(),
+            r#"{"message":"running command","command":["echo","ready-1","smol-mcp-internal"]}"#
+                .into(),
+            r#"{"message":"running command","command":["make"]}"#.into(),
+        ],
+    );
+    let engine = fleet.logs("m1", 10, None, LogSource::Engine).await.unwrap();
+    assert_eq!(
+        engine.lines,
+        [
+            r#"{"message":"agent ready"}"#,
+            r#"{"message":"running command","command":["make"]}"#
+        ]
+    );
     let image = fleet.pull_image("m1", "python:3.12-alpine").await.unwrap();
     assert_eq!(image.reference, "python:3.12-alpine");
     assert_eq!(fleet.health().await.unwrap().version, "1.32.2");

@@ -303,6 +303,7 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
             parent: None,
             recorded_at: 0,
             lease: None,
+            engine: None,
         })
         .unwrap();
     list_machines(&s).await;

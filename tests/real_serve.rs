@@ -9,7 +9,7 @@ mod common;
 use common::real_serve::{PINNED_SMOLVM, RealServe};
 use smol_mcp::fleet::ErrorKind;
 use smol_mcp::fleet::FleetApi;
-use smol_mcp::fleet::{CreateSpec, Egress, LocalFleet, PortMapping};
+use smol_mcp::fleet::{CreateSpec, Egress, LocalFleet, LogSource, PortMapping};
 
 fn spec(name: &str) -> CreateSpec {
     let mut spec = CreateSpec::new(name, "alpine");
@@ -105,9 +105,30 @@ async fn refusals_carry_the_engine_message() {
         "the engine names the fix: {not_branchable}"
     );
 
-    let no_logs = fleet.logs("it-twice", 10, None).await.unwrap_err();
+    let no_logs = fleet
+        .logs("it-twice", 10, None, LogSource::Engine)
+        .await
+        .unwrap_err();
     assert_eq!(no_logs.kind, ErrorKind::NotFound);
     assert!(no_logs.message.contains("no logs yet"), "{no_logs}");
+    // The workload's log of a machine that exists but has none is an empty page that says why.
+    let no_workload = fleet
+        .logs("it-twice", 10, None, LogSource::Workload)
+        .await
+        .unwrap();
+    assert!(no_workload.lines.is_empty());
+    assert!(
+        no_workload
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("printed nothing")),
+        "{no_workload:?}"
+    );
+    let unknown = fleet
+        .logs("no-such-machine", 10, None, LogSource::Workload)
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.kind, ErrorKind::NotFound, "{unknown}");
     // The machine-logs tool never asks for more than 10000 lines; the engine, asked for more of
     // a machine that has no log, answers the 404 before it looks at `tail` (the fake serve
     // checks in the same order).

@@ -152,7 +152,7 @@ async fn the_resources_templates_and_capabilities_are_listed() {
 }
 
 #[tokio::test]
-async fn targets_in_local_mode_reports_the_serve_the_hypervisor_and_the_runtime_dir() {
+async fn targets_with_a_named_serve_reports_the_serves_own_facts_not_this_hosts() {
     let (fake, s) = local().await;
     let t = targets(&s).await;
     assert_eq!(t["mode"], "local");
@@ -161,32 +161,62 @@ async fn targets_in_local_mode_reports_the_serve_the_hypervisor_and_the_runtime_
     let l = &fleets[0];
     assert_eq!(l["target"], "local");
     assert_eq!(l["serve"]["answering"], true);
+    assert_eq!(l["serve"]["named"], true);
     assert_eq!(l["serve"]["url"], fake.url());
+    assert_eq!(l["serve"]["nestedVirt"], false, "its /health answer");
+    assert_eq!(l["serve"]["uptimeSecs"], 1);
     assert_eq!(l["engine"]["version"], "1.32.2", "the serve's own version");
+    assert_eq!(l["engine"]["foundBy"], "SMOL_LOCAL_URL");
+    assert_eq!(l["engine"]["path"], Value::Null, "no engine of this host's");
     assert_eq!(l["engine"]["versionOk"], true);
     assert_eq!(l["runtimeDir"]["ok"], true);
-    // The hypervisor is this host's: the facts must agree with what the host has.
-    let kvm = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    assert_eq!(l["hypervisor"]["kind"], "KVM");
-    assert_eq!(l["hypervisor"]["usable"], kvm);
-    assert_eq!(l["usable"], kvm, "{l}");
-    assert_eq!(t["usable"], kvm);
+    // The serve may be on another host (a VM, a forwarded port): this host's /dev/kvm says
+    // nothing of it, whatever this host has.
+    assert_eq!(l["hypervisor"], Value::Null, "{l}");
+    assert_eq!(l["usable"], true, "{l}");
+    assert_eq!(t["usable"], true);
     assert_eq!(t["notServed"][0]["target"], "cloud");
+}
+
+#[tokio::test]
+async fn a_named_serve_that_does_not_answer_is_the_problem_not_the_engine_or_kvm() {
+    let runtime = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &[("SMOL_LOCAL_URL", "http://127.0.0.1:9")],
+        &runtime.path().join("rt"),
+    );
+    let host = smol_mcp::targets::Host {
+        kvm_device: runtime.path().join("no-kvm"),
+    };
+    let t = smol_mcp::targets::gather(
+        &cfg,
+        smol_mcp::backend::Mode::Single(smol_mcp::fleet::FleetKind::Local),
+        None,
+        &host,
+    )
+    .await;
+    assert!(!t.usable);
+    let rendered = smol_mcp::targets::render(&t);
+    assert!(
+        rendered.contains("the serve named by SMOL_LOCAL_URL (http://127.0.0.1:9) does not answer"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("never starts one in place"), "{rendered}");
+    assert!(
+        !rendered.contains("does not exist"),
+        "no KVM advice: {rendered}"
+    );
+    assert!(
+        !rendered.contains("pip install"),
+        "no install advice: {rendered}"
+    );
 }
 
 #[tokio::test]
 async fn a_missing_kvm_device_is_a_problem_with_advice() {
     let runtime = tempfile::tempdir().unwrap();
-    let fake = FakeServe::start().await;
-    let url = fake.url();
-    let cfg = config(
-        &[("SMOL_LOCAL_URL", url.as_str())],
-        &runtime.path().join("rt"),
-    );
+    // No serve named: the one this server would start runs on this host, so its KVM counts.
+    let cfg = config(&[], &runtime.path().join("rt"));
     let host = smol_mcp::targets::Host {
         kvm_device: runtime.path().join("no-kvm"),
     };
@@ -664,4 +694,271 @@ async fn doctor_exits_non_zero_and_says_what_to_do_without_a_usable_fleet() {
         !stdout.contains("smk_revoked"),
         "the token is never printed"
     );
+}
+
+/// A 2026-07-28 client of its own backend, for listens.
+async fn discover_client(
+    env: &[(&str, &str)],
+) -> (
+    RunningService<RoleClient, Recorder>,
+    Arc<Backend>,
+    tempfile::TempDir,
+) {
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let runtime = tempfile::tempdir().unwrap();
+    let backend = Arc::new(Backend::new(config(env, &runtime.path().join("rt"))).unwrap());
+    backend.follow.set_poll_interval(Duration::from_millis(100));
+    let server = SmolMcp::new(backend.clone(), "listen-bounds");
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (tx, _updates) = mpsc::unbounded_channel();
+    let client = Recorder { updated: tx }
+        .serve_with_lifecycle(
+            client_io,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    (client, backend, runtime)
+}
+
+#[tokio::test]
+async fn a_subscription_to_an_unknown_machine_is_refused_naming_it() {
+    let (fake, s) = local().await;
+    let err = s
+        .client
+        .subscribe(SubscribeRequestParams::new(
+            "smol://machine/local/ghost-box/logs",
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ghost-box") && err.contains("no machine"),
+        "{err}"
+    );
+    assert_eq!(s.backend.follow.pollers(), 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        log_polls(&fake),
+        0,
+        "nothing polls a machine that is not there"
+    );
+
+    // The same for a listen: its final answer names the machine, and nothing polls.
+    let url = fake.url();
+    let (client, backend, _rt) = discover_client(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let mut sub = client
+        .listen(
+            rmcp::model::SubscriptionFilter::builder()
+                .resource_subscriptions(["smol://machine/local/ghost-two/logs"])
+                .build(),
+        )
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("the listen answers")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ghost-two"), "{err}");
+    assert_eq!(backend.follow.pollers(), 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(log_polls(&fake), 0);
+}
+
+#[tokio::test]
+async fn subscriptions_are_bounded_per_session_and_in_all_naming_the_limit() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    for name in ["a1", "a2", "a3", "a4"] {
+        fake.add_machine(name, "running");
+    }
+    let env = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_SUBSCRIPTIONS_PER_SESSION", "2"),
+        ("SMOL_MCP_MAX_SUBSCRIPTIONS", "3"),
+    ];
+    let first = connect(&env).await;
+    let uri = |n: &str| format!("smol://machine/local/{n}/logs");
+    for n in ["a1", "a2"] {
+        first
+            .client
+            .subscribe(SubscribeRequestParams::new(uri(n)))
+            .await
+            .unwrap();
+    }
+    // Subscribing again to one it holds is not a new subscription.
+    first
+        .client
+        .subscribe(SubscribeRequestParams::new(uri("a1")))
+        .await
+        .unwrap();
+    let err = first
+        .client
+        .subscribe(SubscribeRequestParams::new(uri("a3")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("maxSubscriptionsPerSession"), "{err}");
+    assert!(
+        err.contains("-32602") || err.contains("InvalidParams") || err.contains("invalid"),
+        "{err}"
+    );
+
+    // A second session of the same process meets the process's limit.
+    let backend = first.backend.clone();
+    let server = SmolMcp::new(backend.clone(), "second");
+    let (server_io, client_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (tx, _second_updates) = mpsc::unbounded_channel();
+    let second = Recorder { updated: tx }.serve(client_io).await.unwrap();
+    second
+        .subscribe(SubscribeRequestParams::new(uri("a3")))
+        .await
+        .unwrap();
+    let err = second
+        .subscribe(SubscribeRequestParams::new(uri("a4")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("maxSubscriptions"), "{err}");
+    assert!(!err.contains("maxSubscriptionsPerSession"), "{err}");
+    assert_eq!(backend.follow.pollers(), 3);
+
+    // One given up makes room.
+    first
+        .client
+        .unsubscribe(UnsubscribeRequestParams::new(uri("a1")))
+        .await
+        .unwrap();
+    second
+        .subscribe(SubscribeRequestParams::new(uri("a4")))
+        .await
+        .unwrap();
+    assert_eq!(backend.follow.pollers(), 3);
+}
+
+#[tokio::test]
+async fn a_listen_naming_more_uris_than_the_limit_is_refused_naming_it() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let mut uris = Vec::new();
+    for i in 0..3 {
+        fake.add_machine(&format!("l{i}"), "running");
+        uris.push(format!("smol://machine/local/l{i}/logs"));
+    }
+    let (client, backend, _rt) = discover_client(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_LISTEN_URIS", "2"),
+    ])
+    .await;
+    let mut sub = client
+        .listen(
+            rmcp::model::SubscriptionFilter::builder()
+                .resource_subscriptions(uris.clone())
+                .build(),
+        )
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("the listen answers")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("maxListenUris"), "{err}");
+    assert_eq!(backend.follow.pollers(), 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(log_polls(&fake), 0, "a refused listen polls nothing");
+
+    // At the limit it is served.
+    let mut sub = client
+        .listen(
+            rmcp::model::SubscriptionFilter::builder()
+                .resource_subscriptions(uris[..2].to_vec())
+                .build(),
+        )
+        .await
+        .unwrap();
+    wait_until("two pollers", || backend.follow.pollers() == 2).await;
+    sub.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_poller_per_machine_whatever_the_spelling_of_its_uri() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    fake.add_machine("box", "running");
+    fake.push_log("box", "old");
+    // The same machine, five spellings (the name segment is percent-decoded).
+    let spellings = [
+        "smol://machine/local/box/logs",
+        "smol://machine/local/b%6Fx/logs",
+        "smol://machine/local/%62ox/logs",
+        "smol://machine/local/bo%78/logs",
+        "smol://machine/local/%62%6F%78/logs",
+    ];
+    let mut s = connect(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    for uri in &spellings[..2] {
+        s.client
+            .subscribe(SubscribeRequestParams::new(*uri))
+            .await
+            .unwrap();
+    }
+    let (client, backend, _rt) = discover_client(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let mut sub = client
+        .listen(
+            rmcp::model::SubscriptionFilter::builder()
+                .resource_subscriptions(spellings)
+                .build(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.backend.follow.pollers(), 1, "one poller per machine");
+    wait_until("the listen's poller", || backend.follow.pollers() >= 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        backend.follow.pollers(),
+        1,
+        "one poller per machine in a listen"
+    );
+
+    // Polled about once per interval (100 ms) per backend: two backends, so about 20 in a
+    // second; a poller per URI would make 70.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    log_polls(&fake);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let polls = log_polls(&fake);
+    assert!(
+        polls <= 30,
+        "{polls} log requests in a second for one machine"
+    );
+
+    // Each subscriber hears under the URI it used.
+    fake.push_log("box", "new");
+    let mut heard = Vec::new();
+    for _ in 0..2 {
+        heard.push(
+            tokio::time::timeout(Duration::from_secs(10), s.updates.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    heard.sort();
+    let mut expected: Vec<String> = spellings[..2].iter().map(|u| u.to_string()).collect();
+    expected.sort();
+    assert_eq!(heard, expected);
+    sub.cancel().await.unwrap();
 }

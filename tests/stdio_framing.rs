@@ -170,6 +170,31 @@ async fn every_bad_line_gets_its_error_and_the_next_line_is_served() {
             -32602,
             json!(23),
         ),
+        (
+            "resources/read with a numeric uri",
+            br#"{"jsonrpc":"2.0","id":30,"method":"resources/read","params":{"uri":7}}"#.to_vec(),
+            -32602,
+            json!(30),
+        ),
+        (
+            "resources/read without a uri",
+            br#"{"jsonrpc":"2.0","id":31,"method":"resources/read","params":{}}"#.to_vec(),
+            -32602,
+            json!(31),
+        ),
+        (
+            "logging/setLevel with an unknown level",
+            br#"{"jsonrpc":"2.0","id":32,"method":"logging/setLevel","params":{"level":"loud"}}"#
+                .to_vec(),
+            -32602,
+            json!(32),
+        ),
+        (
+            "completion/complete without a ref",
+            br#"{"jsonrpc":"2.0","id":33,"method":"completion/complete","params":{}}"#.to_vec(),
+            -32602,
+            json!(33),
+        ),
         // Forwarded: rmcp's own answer, with the id.
         (
             "unknown method",

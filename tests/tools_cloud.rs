@@ -144,6 +144,19 @@ async fn cloud_refusals_come_before_any_request() {
         err.starts_with("UNSUPPORTED") && err.contains("mounts are local only"),
         "{err}"
     );
+    // Only the local engine boots a machine without an image.
+    for tool in ["create-machine", "run-once"] {
+        let args = if tool == "run-once" {
+            json!({"command": "true"})
+        } else {
+            json!({})
+        };
+        let err = h.err(tool, args).await;
+        assert!(
+            err.contains("image") && err.contains("required on the cloud fleet"),
+            "{tool}: {err}"
+        );
+    }
     let creates = cloud
         .take_requests()
         .into_iter()

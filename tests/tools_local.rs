@@ -260,7 +260,8 @@ async fn branch_children_with_the_prefix_are_ephemeral() {
         )
         .await;
     assert!(
-        not_branchable.starts_with("CONFLICT") && not_branchable.contains("forkable"),
+        // 1.32.2's words: "was not started as branchable ... --branchable".
+        not_branchable.starts_with("CONFLICT") && not_branchable.contains("branchable"),
         "{not_branchable}"
     );
     let cleanup = h.backend.cleanup_session(&h.session).await;
@@ -552,7 +553,7 @@ async fn logs_ask_for_the_tail_and_resume_by_content_in_a_moving_window() {
         .filter(|r| r["path"] == "/api/v1/machines/chatty/logs")
         .map(|r| r["query"].clone())
         .collect();
-    assert_eq!(queries, [json!("follow=false&tail=3")]);
+    assert_eq!(queries, [json!("follow=false&source=workload&tail=3")]);
 
     for i in 12_001..=12_005 {
         fake.push_log("chatty", &format!("line {i}"));
@@ -579,7 +580,7 @@ async fn logs_ask_for_the_tail_and_resume_by_content_in_a_moving_window() {
         .into_iter()
         .find(|r| r["path"] == "/api/v1/machines/chatty/logs")
         .unwrap();
-    assert_eq!(query["query"], "follow=false&tail=10000");
+    assert_eq!(query["query"], "follow=false&source=workload&tail=10000");
 
     // More than the engine's window arrives: the cursor's lines are gone from it.
     for i in 12_006..=22_100 {
@@ -729,72 +730,85 @@ async fn start_branchable_on_a_running_machine_is_refused_with_the_way_out() {
     .await;
 }
 
-/// The engine answers 408 with an empty body once its request deadline passes (the fake's is
-/// set to 1 s here; the engine's is 300 s), while the command runs on in the guest.
+/// The engine answers 408 with an empty body once its request deadline passes on a route it
+/// bounds (the fake's is set to 1 s here; the engine's is 300 s), while the work goes on behind
+/// it; an exec, which 1.32.2 does not bound, runs past the same deadline and answers.
 #[tokio::test]
-async fn a_request_past_the_engines_deadline_is_a_timeout_that_says_so() {
+async fn a_request_past_the_engines_deadline_is_a_timeout_that_says_so_and_exec_is_not_cut() {
     let (fake, h) = setup().await;
     fake.add_machine("slow", "running");
     {
         let mut st = fake.state.lock().unwrap();
         st.request_deadline = Some(std::time::Duration::from_secs(1));
+        st.file_delay = Some(std::time::Duration::from_secs(3));
+        st.files
+            .insert(("slow".into(), "/tmp/f".into()), b"bytes".to_vec());
         st.exec_delay = Some(std::time::Duration::from_secs(3));
     }
-    // With stdin the plain exec runs (the stream route reads no stdin), whatever the progress
-    // token rmcp's client sends: the request deadline bounds that route's answer.
     let err = h
-        .err(
-            "run-command",
-            json!({"name": "slow", "command": "make", "timeoutSecs": 60, "stdin": ""}),
-        )
+        .err("read-file", json!({"name": "slow", "path": "/tmp/f"}))
         .await;
     assert!(err.starts_with("TIMEOUT"), "{err}");
     assert!(
         err.contains("HTTP 408")
             && err.contains("request deadline (300 s) passed")
-            && err.contains("may still be running in the guest"),
+            && err.contains("may still be going on in the guest"),
         "{err}"
     );
     assert!(!err.contains("empty answer"), "{err}");
+    // Both exec routes: the plain one (stdin) and the stream (a progress token).
+    let plain = h
+        .ok(
+            "run-command",
+            json!({"name": "slow", "command": "make", "timeoutSecs": 60, "stdin": ""}),
+        )
+        .await;
+    assert_eq!(plain["exitCode"], 0, "{plain}");
 }
 
-/// A local timeout the engine's 300 s request deadline would cut short is refused before
-/// anything is sent; run-once creates nothing.
+/// A local timeout longer than the engine's 300 s request deadline is sent as asked (1.32.2
+/// bounds exec by the command's own timeout only); the ceiling is the operator's
+/// maxExecTimeoutSecs, on both tools.
 #[tokio::test]
-async fn a_local_timeout_past_the_engines_deadline_is_refused_up_front() {
+async fn a_local_timeout_past_300_s_is_sent_up_to_the_operators_ceiling() {
     let (fake, h) = setup().await;
     fake.add_machine("m", "running");
     fake.take_requests();
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "m", "command": "true", "timeoutSecs": 600}),
+        )
+        .await;
+    assert_eq!(r["exitCode"], 0);
+    let sent = fake.take_requests();
+    let exec = sent
+        .iter()
+        .find(|r| r["path"].as_str().is_some_and(|p| p.contains("/exec")))
+        .unwrap();
+    assert_eq!(exec["body"]["timeoutSecs"], 600, "{exec}");
     for (tool, args) in [
         (
             "run-command",
-            json!({"name": "m", "command": "make", "timeoutSecs": 600}),
+            json!({"name": "m", "command": "make", "timeoutSecs": 901}),
         ),
         (
             "run-once",
-            json!({"image": "alpine", "command": "make", "timeoutSecs": 291}),
+            json!({"image": "alpine", "command": "make", "timeoutSecs": 901}),
         ),
     ] {
         let err = h.err(tool, args).await;
-        assert!(err.starts_with("INVALID_ARGUMENT: timeoutSecs:"), "{err}");
         assert!(
-            err.contains("at most 290")
-                && err.contains("after 300 s")
-                && err.contains("background: true"),
+            err.starts_with("INVALID_ARGUMENT: timeoutSecs:")
+                && err.contains("1 to 900")
+                && err.contains("maxExecTimeoutSecs"),
             "{err}"
         );
     }
     assert!(
         fake.take_requests().iter().all(|r| r["method"] == "GET"),
-        "no machine is created and no command sent"
+        "no machine is created and no command sent past the ceiling"
     );
-    let r = h
-        .ok(
-            "run-command",
-            json!({"name": "m", "command": "true", "timeoutSecs": 290}),
-        )
-        .await;
-    assert_eq!(r["exitCode"], 0);
 }
 
 /// Past 11 MiB on a stream the engine answers 500 "command output exceeded ..." and none of the
@@ -985,5 +999,207 @@ async fn an_upload_over_the_engines_limit_is_refused_before_it_is_sent() {
     assert_eq!(
         response.text().await.unwrap(),
         "file exceeds the 100 MiB upload limit"
+    );
+}
+
+/// read-file's length is bounded by the page budget: past it the call is refused, naming the
+/// bound, before the file is asked for (a length of 2^53 had the server buffer a whole 1 GiB
+/// file; issue "Hardening, second round", point 2).
+#[tokio::test]
+async fn a_read_longer_than_a_page_is_refused_before_anything_is_read() {
+    let (fake, h) = setup().await;
+    fake.add_machine("m", "running");
+    fake.state
+        .lock()
+        .unwrap()
+        .generated_files
+        .insert(("m".into(), "/big".into()), 1 << 30);
+    fake.take_requests();
+    for (length, encoding, most) in [
+        (1u64 << 53, "utf8", 65_536),
+        (64 << 20, "utf8", 65_536),
+        (65_537, "utf8", 65_536),
+        (65_537, "base64", 65_536),
+    ] {
+        let err = h
+            .err(
+                "read-file",
+                json!({"name": "m", "path": "/big", "length": length, "encoding": encoding}),
+            )
+            .await;
+        assert!(
+            err.starts_with("INVALID_ARGUMENT: length:")
+                && err.contains(&format!("at most {most}")),
+            "{length} {encoding}: {err}"
+        );
+    }
+    assert!(
+        fake.take_requests()
+            .iter()
+            .all(|r| !r["path"].as_str().unwrap_or_default().contains("/files/")),
+        "no file was asked for"
+    );
+    let (page, text) = h
+        .read(json!({"name": "m", "path": "/big", "length": 65_536}))
+        .await;
+    assert_eq!(text.len(), 65_536);
+    assert_eq!(page["eof"], false);
+}
+
+/// A machine-logs cursor this server did not give is refused naming the argument, instead of
+/// reading as none (every line returned as new, `gap: false`).
+#[tokio::test]
+async fn a_malformed_logs_cursor_is_refused() {
+    let (fake, h) = setup().await;
+    fake.add_machine("m", "running");
+    fake.push_log("m", "a line");
+    for cursor in ["garbage", "c:-1:x", "e:ev-1", ""] {
+        let err = h
+            .err("machine-logs", json!({"name": "m", "cursor": cursor}))
+            .await;
+        assert!(
+            err.contains("cursor:") && err.contains("is not a cursor machine-logs gave"),
+            "{cursor:?}: {err}"
+        );
+    }
+    let first = h.ok("machine-logs", json!({"name": "m"})).await;
+    let next = h
+        .ok(
+            "machine-logs",
+            json!({"name": "m", "cursor": first["cursor"]}),
+        )
+        .await;
+    assert_eq!(next["lines"], json!([]), "{next}");
+}
+
+/// Mounts need the operator's allow-list (unset: refused), resolve symlinks before the check,
+/// and are read-only unless under mountWritable (issue "Hardening, second round", point 9: an
+/// agent could mount /etc or ~/.ssh read-write).
+#[tokio::test]
+async fn mounts_need_the_operators_allow_list_and_are_read_only_by_default() {
+    let (fake, h) = setup().await;
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "a", "mounts": [{"source": "/etc", "target": "/mnt"}]}),
+        )
+        .await;
+    assert!(
+        err.starts_with("INVALID_ARGUMENT: mounts[0].source:") && err.contains("mountAllow"),
+        "{err}"
+    );
+    let shared = tempfile::tempdir().unwrap();
+    let writable = shared.path().join("rw");
+    std::fs::create_dir(&writable).unwrap();
+    let escape = shared.path().join("escape");
+    std::os::unix::fs::symlink("/etc", &escape).unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let allow = shared.path().display().to_string();
+    let rw = writable.display().to_string();
+    let url = fake.url();
+    let h = common::mcp::Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+        ("SMOL_MCP_MOUNT_WRITABLE", rw.as_str()),
+    ])
+    .await;
+    drop(runtime);
+    for (source, readonly, refused) in [
+        ("/etc".to_owned(), None, "mountAllow"),
+        (escape.display().to_string(), None, "mountAllow"),
+        (allow.clone(), Some(false), "mountWritable"),
+    ] {
+        let mut mount = json!({"source": source, "target": "/mnt"});
+        if let Some(ro) = readonly {
+            mount["readonly"] = json!(ro);
+        }
+        let err = h
+            .err("create-machine", json!({"image": "a", "mounts": [mount]}))
+            .await;
+        assert!(err.contains(refused), "{source}: {err}");
+    }
+    fake.take_requests();
+    h.ok(
+        "create-machine",
+        json!({"image": "a", "name": "mounted", "start": false, "mounts": [
+            {"source": allow, "target": "/ro"},
+            {"source": rw, "target": "/rw", "readonly": false}
+        ]}),
+    )
+    .await;
+    let sent = fake.take_requests();
+    let create = sent.iter().find(|r| r["method"] == "POST").unwrap();
+    let mounts = &create["body"]["mounts"];
+    assert_eq!(mounts[0]["readonly"], true, "{mounts}");
+    assert_eq!(mounts[1].get("readonly"), None, "{mounts}");
+}
+
+/// A machine this server has seen is not asked for before each command: the exec goes alone,
+/// without autoStart. Stopped behind the server's back, the machine refuses that exec at once;
+/// it is then started (its boot reported like any start) and sent the command again. Deleted
+/// behind its back, the command fails NOT_FOUND and the next one asks for the machine again.
+#[tokio::test]
+async fn a_seen_machine_runs_a_command_in_one_request_and_a_stopped_one_is_started_first() {
+    let (fake, h) = setup().await;
+    h.ok("create-machine", json!({"name": "seen"})).await;
+    fake.take_requests();
+    let ran = h
+        .ok("run-command", json!({"name": "seen", "command": "true"}))
+        .await;
+    assert_eq!(ran["startedMachine"], false);
+    let requests = fake.take_requests();
+    let sent: Vec<String> = requests
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["method"].as_str().unwrap(),
+                r["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(sent, ["POST /api/v1/machines/seen/exec/stream"]);
+    assert_eq!(requests[0]["body"]["autoStart"], false, "{requests:?}");
+
+    fake.state.lock().unwrap().machines.get_mut("seen").unwrap()["state"] = json!("stopped");
+    let ran = h
+        .ok("run-command", json!({"name": "seen", "command": "true"}))
+        .await;
+    assert_eq!(ran["startedMachine"], true, "{ran}");
+    assert_eq!(ran["exitCode"], 0);
+    let sent: Vec<String> = fake
+        .take_requests()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["method"].as_str().unwrap(),
+                r["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "POST /api/v1/machines/seen/exec/stream",
+            "GET /api/v1/machines/seen",
+            "POST /api/v1/machines/seen/start",
+            "POST /api/v1/machines/seen/exec/stream",
+        ],
+        "refused, started (its state read first, as every start), then run"
+    );
+
+    fake.state.lock().unwrap().machines.remove("seen");
+    let gone = h
+        .err("run-command", json!({"name": "seen", "command": "true"}))
+        .await;
+    assert!(gone.starts_with("NOT_FOUND"), "{gone}");
+    fake.take_requests();
+    h.err("run-command", json!({"name": "seen", "command": "true"}))
+        .await;
+    let first = &fake.take_requests()[0];
+    assert_eq!(
+        (first["method"].as_str(), first["path"].as_str()),
+        (Some("GET"), Some("/api/v1/machines/seen"))
     );
 }

@@ -46,6 +46,11 @@ pub struct Entry {
     /// written before it existed, and for session machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
+    /// The engine the machine was made on (`Backend::engine`): another engine using the same
+    /// runtime directory has no such machine, and its 404 must not count as the delete. Absent
+    /// in records written before it existed, which any engine's sweep takes as its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// A process-owned machine's lease: renewed by every tool call naming the machine, and over
@@ -71,6 +76,10 @@ impl Entry {
     /// owner's leased machine stays until its lease runs out, for the next server to adopt.
     fn orphaned(&self, now: u64) -> bool {
         !process_alive(self.owner_pid) && self.lease.is_none_or(|l| l.expired(now))
+    }
+
+    fn made_on(&self, engine: &str) -> bool {
+        self.engine.as_deref().is_none_or(|e| e == engine)
     }
 }
 
@@ -275,26 +284,44 @@ impl Record {
     }
 
     /// Entries of this session, and entries whose process has died (leased ones once their
-    /// lease has run out).
+    /// lease has run out), of machines made on `engine`.
     pub fn owned_or_orphaned(
         &self,
         session: &str,
         fleet: FleetKind,
+        engine: &str,
     ) -> Result<Vec<Entry>, RecordError> {
         let now = now_secs();
         Ok(self
             .entries()?
             .into_iter()
-            .filter(|e| e.fleet == fleet && (e.session == session || e.orphaned(now)))
+            .filter(|e| {
+                e.fleet == fleet && e.made_on(engine) && (e.session == session || e.orphaned(now))
+            })
             .collect())
     }
 
-    pub fn orphaned(&self, fleet: FleetKind) -> Result<Vec<Entry>, RecordError> {
+    /// Machines made on `engine` whose process has died.
+    pub fn orphaned(&self, fleet: FleetKind, engine: &str) -> Result<Vec<Entry>, RecordError> {
         let now = now_secs();
         Ok(self
             .entries()?
             .into_iter()
-            .filter(|e| e.fleet == fleet && e.orphaned(now))
+            .filter(|e| e.fleet == fleet && e.made_on(engine) && e.orphaned(now))
+            .collect())
+    }
+
+    /// Orphans made on another engine than `engine`: left recorded for a start on theirs.
+    pub fn orphaned_elsewhere(
+        &self,
+        fleet: FleetKind,
+        engine: &str,
+    ) -> Result<Vec<Entry>, RecordError> {
+        let now = now_secs();
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| e.fleet == fleet && !e.made_on(engine) && e.orphaned(now))
             .collect())
     }
 
@@ -366,6 +393,7 @@ mod tests {
             parent: None,
             recorded_at: 0,
             lease: None,
+            engine: None,
         }
     }
 
@@ -403,14 +431,14 @@ mod tests {
         record.add(entry("sibling", me, "s2")).unwrap();
         record.add(entry("orphan", dead, "s9")).unwrap();
         let found: Vec<String> = record
-            .owned_or_orphaned("s1", FleetKind::Local)
+            .owned_or_orphaned("s1", FleetKind::Local, "e")
             .unwrap()
             .into_iter()
             .map(|e| e.name)
             .collect();
         assert_eq!(found, ["mine", "orphan"]);
-        assert_eq!(record.orphaned(FleetKind::Local).unwrap().len(), 1);
-        assert!(record.orphaned(FleetKind::Cloud).unwrap().is_empty());
+        assert_eq!(record.orphaned(FleetKind::Local, "e").unwrap().len(), 1);
+        assert!(record.orphaned(FleetKind::Cloud, "e").unwrap().is_empty());
         assert!(
             record.add_new(entry("mine", dead, "s7")).unwrap(),
             "kept as it was"
@@ -466,12 +494,16 @@ mod tests {
         let names =
             |entries: Vec<Entry>| -> Vec<String> { entries.into_iter().map(|e| e.name).collect() };
         assert_eq!(
-            names(record.orphaned(FleetKind::Local).unwrap()),
+            names(record.orphaned(FleetKind::Local, "e").unwrap()),
             ["stale", "session"],
             "a client may still use the fresh one"
         );
         assert_eq!(
-            names(record.owned_or_orphaned("s1", FleetKind::Local).unwrap()),
+            names(
+                record
+                    .owned_or_orphaned("s1", FleetKind::Local, "e")
+                    .unwrap()
+            ),
             ["stale", "session"]
         );
         let me = std::process::id();

@@ -137,7 +137,30 @@ impl LocalServe {
             .is_empty()
             .then(|| config.runtime_dir.join("serve.owner"));
         let fleet = LocalFleet::new(endpoint.clone())?;
-        if let Ok(health) = fleet.health().await
+        let health = fleet.health().await;
+        if !config.local_url.is_empty() {
+            // A serve the user named is theirs: when it does not answer, that is the error.
+            // Starting one in its place would delete their socket and write their state.
+            match &health {
+                Ok(h) if h.status == "ok" => {}
+                Ok(h) => {
+                    return Err(unavailable(format!(
+                        "the serve named by SMOL_LOCAL_URL ({}) answers /health with status {}; \
+                         this server uses it as it is and never starts one in its place",
+                        config.local_url, h.status
+                    )));
+                }
+                Err(e) => {
+                    return Err(unavailable(format!(
+                        "the serve named by SMOL_LOCAL_URL ({}) does not answer /health ({}): \
+                         start it, or unset SMOL_LOCAL_URL to let this server start an engine of \
+                         its own (it never starts one in place of a serve you named)",
+                        config.local_url, e.message
+                    )));
+                }
+            }
+        }
+        if let Ok(health) = health
             && health.status == "ok"
         {
             check_version(&health, &config.min_smolvm)?;
@@ -242,6 +265,16 @@ impl LocalServe {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Whether the serve this process started or took over has exited (killed, crashed): known
+    /// without a request, so the next call starts another rather than failing on a dead
+    /// socket. A serve someone else runs cannot be watched this way; a failed call notices it.
+    pub fn exited(&mut self) -> bool {
+        if let Some(child) = &mut self.child {
+            return matches!(child.try_wait(), Ok(Some(_)));
+        }
+        self.adopted.is_some_and(|pid| !process_alive(pid))
     }
 
     /// Whether this process started the serve (rather than finding one that answered).

@@ -52,6 +52,8 @@ pub struct Backend {
     pub tasks: crate::server::tasks::Tasks,
     /// Commands started with `background: true`, and their watchers (`crate::jobs`).
     pub jobs: crate::jobs::Jobs,
+    /// Which local engine this process uses, found on first need (`engine`).
+    local_engine: std::sync::OnceLock<String>,
 }
 
 /// A read-file download paused between pages: where it is, and the stream to go on with.
@@ -67,10 +69,9 @@ pub struct ParkedRead {
     pub parked_at: std::time::Instant,
 }
 
-/// How long a paused download waits for its next page, and how many may wait at once (each
-/// holds an open request to the engine, which holds the file).
+/// How long a paused download waits for its next page (each holds an open request to the
+/// engine, which holds the file; how many may wait at once is `maxParkedReads`).
 const PARKED_READ_SECS: u64 = 30;
-const PARKED_READS_MAX: usize = 4;
 
 /// What ended up deleted, and what could not be.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -96,6 +97,8 @@ impl Backend {
         let events = Events::default();
         let ledger = crate::ledger::Ledger::open(&config, events.clone());
         let config_max_running_jobs = config.max_running_jobs;
+        let max_subscriptions = config.max_subscriptions;
+        let max_tasks = config.max_tasks;
         Ok(Backend {
             record: Record::new(&config.runtime_dir),
             config: Arc::new(config),
@@ -106,10 +109,11 @@ impl Backend {
             in_use: lease::InUse::default(),
             lease_session: format!("leased-{}", std::process::id()),
             events,
-            follow: crate::resources::follow::LogFollowers::new(),
+            follow: crate::resources::follow::LogFollowers::new(max_subscriptions),
             ledger,
-            tasks: Default::default(),
+            tasks: crate::server::tasks::Tasks::new(max_tasks),
             jobs: crate::jobs::Jobs::new(config_max_running_jobs),
+            local_engine: std::sync::OnceLock::new(),
         })
     }
 
@@ -170,7 +174,7 @@ impl Backend {
 
     pub fn park_read(&self, read: ParkedRead) {
         if let Ok(mut parked) = self.parked_reads.lock() {
-            if parked.len() >= PARKED_READS_MAX
+            if parked.len() >= self.config.max_parked_reads
                 && let Some(oldest) = (0..parked.len()).min_by_key(|&i| parked[i].parked_at)
             {
                 parked.swap_remove(oldest);
@@ -183,6 +187,30 @@ impl Backend {
         match self.mode {
             Mode::Both => true,
             Mode::Single(k) => k == kind,
+        }
+    }
+
+    /// Which engine the machines of `kind` are made on, as the record keys them: the named serve,
+    /// else the engine binary this process starts (a runtime directory may be used with
+    /// several in turn); on cloud, the service's URL.
+    pub fn engine(&self, kind: FleetKind) -> String {
+        match kind {
+            FleetKind::Cloud => format!("cloud {}", self.config.cloud_url),
+            FleetKind::Local => self
+                .local_engine
+                .get_or_init(|| {
+                    if self.config.local_url.is_empty() {
+                        format!(
+                            "smolvm {}",
+                            local_serve::locate_engine(&self.config.smolvm)
+                                .path
+                                .display()
+                        )
+                    } else {
+                        format!("serve {}", self.config.local_url)
+                    }
+                })
+                .clone(),
         }
     }
 
@@ -199,8 +227,19 @@ impl Backend {
             },
             FleetKind::Local => {
                 let mut local = self.local.lock().await;
-                if let Some(serve) = local.as_ref() {
-                    return Ok(serve.fleet.clone() as Fleet);
+                if let Some(serve) = local.as_mut() {
+                    if !serve.exited() {
+                        return Ok(serve.fleet.clone() as Fleet);
+                    }
+                    // Noticed before any request is sent, so this call goes to the new serve
+                    // instead of failing on the dead one's socket.
+                    tracing::warn!(
+                        listen = %serve.listen,
+                        "the smolvm serve this process ran has exited; starting another"
+                    );
+                    if let Some(dead) = local.take() {
+                        dead.stop().await;
+                    }
                 }
                 let serve = LocalServe::acquire(&self.config).await?;
                 self.events.publish(serve_event(&serve));
@@ -212,8 +251,9 @@ impl Backend {
                 let record = self.record.clone();
                 let orphan_fleet = fleet.clone();
                 let events = self.events.clone();
+                let engine = self.engine(FleetKind::Local);
                 tokio::spawn(async move {
-                    let cleanup = sweep(&record, &orphan_fleet, None).await;
+                    let cleanup = sweep(&record, &orphan_fleet, &engine, None).await;
                     publish_orphan_sweep(&events, FleetKind::Local, &cleanup);
                 });
                 Ok(fleet)
@@ -240,6 +280,7 @@ impl Backend {
             parent: parent.map(str::to_owned),
             recorded_at: ephemeral::now_secs(),
             lease: self.lease_for(session),
+            engine: Some(self.engine(fleet)),
         })
     }
 
@@ -265,6 +306,7 @@ impl Backend {
             parent: None,
             recorded_at: ephemeral::now_secs(),
             lease: self.lease_for(session),
+            engine: Some(self.engine(fleet)),
         };
         if let Err(e) = self.record.set_created(&created) {
             tracing::warn!(error = %e, "could not record the id of {name}");
@@ -280,24 +322,32 @@ impl Backend {
     /// At startup: delete what a dead process left, wherever that needs no new serve. Cloud
     /// orphans always; local ones if a serve already answers (otherwise the first local call does it).
     pub async fn sweep_orphans_at_start(self: &Arc<Self>) {
+        let cloud_engine = self.engine(FleetKind::Cloud);
         let has_cloud_orphans = self
             .record
-            .orphaned(FleetKind::Cloud)
+            .orphaned(FleetKind::Cloud, &cloud_engine)
             .is_ok_and(|o| !o.is_empty());
         if has_cloud_orphans && let Some(Ok(cloud)) = self.cloud() {
-            let cleanup = sweep(&self.record, &(cloud as Fleet), None).await;
+            let cleanup = sweep(&self.record, &(cloud as Fleet), &cloud_engine, None).await;
             publish_orphan_sweep(&self.events, FleetKind::Cloud, &cleanup);
         }
+        let local_engine = self.engine(FleetKind::Local);
         let has_local_orphans = self
             .record
-            .orphaned(FleetKind::Local)
+            .orphaned(FleetKind::Local, &local_engine)
             .is_ok_and(|o| !o.is_empty());
         if has_local_orphans
             && let Ok(fleet) =
                 local_serve::local_endpoint(&self.config).and_then(crate::fleet::LocalFleet::new)
             && fleet.health().await.is_ok()
         {
-            let cleanup = sweep(&self.record, &(Arc::new(fleet) as Fleet), None).await;
+            let cleanup = sweep(
+                &self.record,
+                &(Arc::new(fleet) as Fleet),
+                &local_engine,
+                None,
+            )
+            .await;
             publish_orphan_sweep(&self.events, FleetKind::Local, &cleanup);
         }
     }
@@ -308,7 +358,14 @@ impl Backend {
         let mut total = Cleanup::default();
         // Only a cloud fleet that was used has machines of this session.
         if let Some(Ok(cloud)) = self.cloud.get() {
-            let c = sweep(&self.record, &(cloud.clone() as Fleet), Some(session)).await;
+            let engine = self.engine(FleetKind::Cloud);
+            let c = sweep(
+                &self.record,
+                &(cloud.clone() as Fleet),
+                &engine,
+                Some(session),
+            )
+            .await;
             total.deleted.extend(c.deleted);
             total.failed.extend(c.failed);
         }
@@ -316,7 +373,8 @@ impl Backend {
         if let Some(serve) = local.as_ref() {
             let fleet: Fleet = serve.fleet.clone();
             drop(local);
-            let c = sweep(&self.record, &fleet, Some(session)).await;
+            let engine = self.engine(FleetKind::Local);
+            let c = sweep(&self.record, &fleet, &engine, Some(session)).await;
             total.deleted.extend(c.deleted);
             total.failed.extend(c.failed);
         }
@@ -532,12 +590,30 @@ pub(crate) fn live_clones(message: &str) -> Option<Vec<String>> {
     (!names.is_empty()).then_some(names)
 }
 
-/// Deletes the recorded machines of `session` (or only orphans when `None`) on one fleet.
-async fn sweep(record: &Record, fleet: &Fleet, session: Option<&str>) -> Cleanup {
+/// Deletes the recorded machines of `session` (or only orphans when `None`) made on `engine`,
+/// on one fleet. Orphans of other engines stay recorded, and the log says so: this engine
+/// would answer 404 for them, which is no delete.
+async fn sweep(record: &Record, fleet: &Fleet, engine: &str, session: Option<&str>) -> Cleanup {
     let kind = fleet.kind();
+    if let Ok(elsewhere) = record.orphaned_elsewhere(kind, engine)
+        && !elsewhere.is_empty()
+    {
+        let engines: std::collections::BTreeSet<&str> = elsewhere
+            .iter()
+            .filter_map(|e| e.engine.as_deref())
+            .collect();
+        let names: Vec<&str> = elsewhere.iter().map(|e| e.name.as_str()).collect();
+        tracing::info!(
+            fleet = kind.as_str(),
+            this_engine = engine,
+            their_engines = ?engines,
+            machines = ?names,
+            "orphaned machines made on another engine are left recorded; a start on their engine deletes them"
+        );
+    }
     let entries = match session {
-        Some(s) => record.owned_or_orphaned(s, kind),
-        None => record.orphaned(kind),
+        Some(s) => record.owned_or_orphaned(s, kind, engine),
+        None => record.orphaned(kind, engine),
     };
     let entries = match entries {
         Ok(entries) => entries,
@@ -612,6 +688,7 @@ mod tests {
             parent: parent.map(Into::into),
             recorded_at: 0,
             lease: None,
+            engine: None,
         }
     }
 

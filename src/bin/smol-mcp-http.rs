@@ -91,25 +91,33 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     tracing::info!("listening for MCP over HTTP on http://{address}{path}");
     let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    // A closed terminal or a supervisor's reload: without a handler it kills the process
+    // before its machines are deleted.
+    let mut hangup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let server = tokio::spawn(smol_mcp::http::serve(
         listener,
         &config,
         backend.clone(),
         shutdown.clone(),
     ));
-    let code = tokio::select! {
-        _ = interrupt.recv() => 130,
-        _ = terminate.recv() => 143,
+    let reason = tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+        _ = hangup.recv() => "SIGHUP",
     };
-    tracing::info!("stopping: cleaning up every session's machines");
+    tracing::info!("{reason}: stopping, cleaning up every session's machines");
     shutdown.cancel();
     // Open event streams may keep a graceful shutdown waiting; do not wait for them long.
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     let cleanup = backend.shutdown_process().await;
+    // A stop that was asked for and done is a success, whichever signal asked: supervisors
+    // (systemd without SuccessExitStatus=, container runtimes) read 128+N from a process that
+    // handled the signal as a failure.
     if !cleanup.failed.is_empty() {
         tracing::error!(failed = ?cleanup.failed, "some ephemeral machines could not be deleted; they stay recorded for the next start");
+        return Ok(ExitCode::from(1));
     }
-    Ok(ExitCode::from(code))
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {

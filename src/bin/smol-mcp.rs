@@ -1,6 +1,6 @@
 //! `smol-mcp`: the MCP server on stdio. One session per process; when the client goes away
-//! (stdin EOF) or the process is told to stop (SIGINT, SIGTERM), the session's ephemeral machines
-//! are deleted and a smolvm serve this process started is stopped.
+//! (stdin EOF) or the process is told to stop (SIGINT, SIGTERM, SIGHUP), the session's ephemeral
+//! machines are deleted and a smolvm serve this process started is stopped.
 
 use anyhow::Context;
 use smol_mcp::backend::Backend;
@@ -14,6 +14,7 @@ enum End {
     Eof,
     Interrupt,
     Terminate,
+    HangUp,
 }
 
 /// With no arguments: serve MCP on stdio.
@@ -57,25 +58,35 @@ async fn run() -> anyhow::Result<ExitCode> {
     }
     let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    // A closed terminal or a supervisor's reload: without a handler it kills the process
+    // before its machines are deleted.
+    let mut hangup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let server = SmolMcp::new(backend.clone(), session.clone());
     // Not rmcp's stdio transport directly: it drops malformed lines without an answer.
-    let serving = smol_mcp::server::stdio::serve_stdio(server);
+    let serving =
+        smol_mcp::server::stdio::serve_stdio(server, backend.config.stdio_max_pending_requests);
     let end = tokio::select! {
         _ = serving => End::Eof,
         _ = interrupt.recv() => End::Interrupt,
         _ = terminate.recv() => End::Terminate,
+        _ = hangup.recv() => End::HangUp,
     };
-    let (reason, code) = match end {
-        End::Eof => ("stdin closed", 0),
-        End::Interrupt => ("SIGINT", 130),
-        End::Terminate => ("SIGTERM", 143),
+    let reason = match end {
+        End::Eof => "stdin closed",
+        End::Interrupt => "SIGINT",
+        End::Terminate => "SIGTERM",
+        End::HangUp => "SIGHUP",
     };
     tracing::info!("{reason}: cleaning up");
     let cleanup = backend.shutdown(&session).await;
+    // A stop that was asked for and done is a success, whichever signal asked: supervisors
+    // (systemd without SuccessExitStatus=, container runtimes) read 128+N from a process that
+    // handled the signal as a failure.
     if !cleanup.failed.is_empty() {
         tracing::error!(failed = ?cleanup.failed, "some ephemeral machines could not be deleted; they stay recorded for the next start");
+        return Ok(ExitCode::from(1));
     }
-    Ok(ExitCode::from(code))
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {

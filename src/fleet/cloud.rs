@@ -5,8 +5,8 @@ use super::FleetApi;
 use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
-    Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, Machine,
-    PublishedPort, Usage,
+    Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
+    Machine, PublishedPort, Usage,
 };
 use super::upstream::{from_response, map_error, retry_read, send, snippet, transport, within};
 use crate::generated::smolcloud::{self, types};
@@ -571,9 +571,28 @@ impl FleetApi for CloudFleet {
 
     /// The control plane's event log (what happened to the machine, not what ran in it). The
     /// route has no tail or since parameter, so the whole log is read and paged here.
-    async fn logs(&self, machine: &str, tail: usize, cursor: Option<&str>) -> FleetResult<LogPage> {
-        let id = self.resolve(machine).await?;
+    async fn logs(
+        &self,
+        machine: &str,
+        tail: usize,
+        cursor: Option<&str>,
+        _source: LogSource,
+    ) -> FleetResult<LogPage> {
         let ctx = format!("events of {machine}");
+        // An empty one is what an empty log gave.
+        if let Some(given) = cursor.filter(|c| !c.is_empty() && !c.starts_with("e:")) {
+            return Err(FleetError::new(
+                ErrorKind::Invalid,
+                ctx,
+                format!(
+                    "cursor: {:?} is not a cursor machine-logs gave for a cloud machine (they \
+                     look like e:<event id>); pass back the one from the previous call, or leave \
+                     it out for the last events",
+                    snippet(given, 40)
+                ),
+            ));
+        }
+        let id = self.resolve(machine).await?;
         let events = retry_read(|| {
             send(
                 &ctx,
@@ -596,6 +615,14 @@ fn create_body(
             "mounts are local only: a cloud machine has no host file system to mount from".into(),
         ));
     }
+    let Some(image) = &spec.image else {
+        return Err((
+            ErrorKind::Unsupported,
+            "image is required on the cloud fleet: it has no bundled root file system (only \
+             the local engine boots one without an image); give one, like alpine:3.20"
+                .into(),
+        ));
+    };
     if spec.overlay_gb.is_some() {
         return Err((
             ErrorKind::Unsupported,
@@ -632,7 +659,7 @@ fn create_body(
     }
     Ok(types::CreateMachineRequest {
         name: Some(spec.name.clone()),
-        source: types::MachineSource::Image(spec.image.clone()),
+        source: types::MachineSource::Image(image.clone()),
         resources: Some(types::MachineResources {
             cpus: Some(i32::try_from(spec.cpus).unwrap_or(i32::MAX)),
             memory_mb: Some(i32::try_from(spec.memory_mb).unwrap_or(i32::MAX)),
@@ -779,6 +806,7 @@ pub(crate) fn page_by_event_id(
             .map(|e| format!("{} {} {}", e.created_at, e.level.to_uppercase(), e.message))
             .collect(),
         cursor: next,
+        note: None,
         gap: false,
     }
 }

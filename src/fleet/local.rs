@@ -4,29 +4,28 @@ use super::FleetApi;
 use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
-    CreateSpec, Deleted, Egress, EgressDenial, ExecOutput, ExecSpec, FleetKind, LogPage, Machine,
-    PublishedPort, PulledImage, epoch_to_rfc3339,
+    CreateSpec, Deleted, Egress, EgressDenial, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
+    Machine, PublishedPort, PulledImage, epoch_to_rfc3339,
 };
 use super::transport::LocalEndpoint;
 use super::upstream::{send, send_raw, within};
 use crate::generated::smolvm::{self, types};
 use base64::Engine as _;
 use futures::{StreamExt, TryStreamExt};
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// The engine ends every request on its machine routes (create, list, get, start, fork, stop,
-/// delete, exec, files, images) after 300 s with a 408 and an empty body, whatever is still going
-/// on behind it: a guest command keeps running (smolvm src/api/mod.rs, `API_REQUEST_TIMEOUT_SECS`
-/// and its `TimeoutLayer`). Logs are outside it.
+/// The engine ends a request on most machine routes (list, get, fork and branches, stop, delete,
+/// files, the image list, egress events) after 300 s with a 408 and an empty body, whatever is
+/// still going on behind it (its `TimeoutLayer`, `API_REQUEST_TIMEOUT_SECS`). 1.32.2 took create,
+/// start, exec, exec/stream, run and images/pull out of that layer (the 300 s constant's place in
+/// the 1.32.2 router; each route held open 330 s against the real serve; plain execs of 321 s and
+/// 331 s answered 200 with all their output on the real guest), and logs were never in it.
 pub const ENGINE_REQUEST_DEADLINE: Duration = Duration::from_secs(300);
 /// Waiting this much past the engine's deadline lets its 408, which says what happened, arrive
 /// before this server's own deadline would.
 const PAST_ENGINE_DEADLINE: Duration = Duration::from_secs(10);
-/// The longest command timeout a local exec accepts: the engine's deadline less the time it needs
-/// to reach the guest and answer (an auto-start boot takes more, and then the engine's own
-/// timeout, which keeps the output, may lose to its request deadline, which keeps nothing).
-/// Longer commands are to go through a long-work route (a later issue); until then, refused.
-pub const MAX_EXEC_TIMEOUT_SECS: u64 = 290;
 /// The largest upload the engine takes (smolvm src/api/handlers/files.rs `upload_file`,
 /// `MAX_FILE_UPLOAD_BYTES`; "MiB upload limit" in the 1.32.2 binary): over it, a 413 in plain
 /// text "file exceeds the 100 MiB upload limit".
@@ -37,28 +36,60 @@ pub const MAX_UPLOAD_BYTES: u64 = 100 * 1024 * 1024;
 /// agent, `strings usr/local/bin/smolvm-agent`), and the container path stops reading.
 pub const ENGINE_OUTPUT_CAP_BYTES: u64 = 11 * 1024 * 1024;
 
-// Deadlines per call. Start and branch may pull and boot; exec adds its own timeout. Those the
-// engine bounds end just past its deadline.
+// Deadlines per call, fitted to what the engine allows each route. Those the engine bounds end
+// just past its deadline, so that its 408 arrives first and says what happened.
 const DEFAULT: Duration = Duration::from_secs(60);
-const START: Duration = ENGINE_REQUEST_DEADLINE.saturating_add(PAST_ENGINE_DEADLINE);
+/// A create of a new local image archive stages it first (about a minute under TCG).
+const CREATE: Duration = Duration::from_secs(300);
+/// A start waits for the boot (the engine gives up after 30 s without boot progress), then a
+/// cold pull of the image (which the engine does not bound), then the workload's launch.
+const START: Duration = Duration::from_secs(900);
+/// A branch waits for the child's boot, under the engine's request deadline.
+const BRANCH: Duration = ENGINE_REQUEST_DEADLINE.saturating_add(PAST_ENGINE_DEADLINE);
 const STOP_DELETE: Duration = Duration::from_secs(120);
+/// A file transfer boots a stopped machine first, all under the engine's request deadline.
+const FILES: Duration = ENGINE_REQUEST_DEADLINE.saturating_add(PAST_ENGINE_DEADLINE);
 const LOGS: Duration = Duration::from_secs(15);
-const PULL: Duration = START;
+/// The guest agent gives up on a pull after 600 s without progress; the route has no deadline.
+const PULL: Duration = Duration::from_secs(900);
 const HEALTH: Duration = Duration::from_secs(2);
 /// The engine reads egress events from a local file: an answer slower than this is not worth
 /// holding a command's result for.
 const EGRESS_EVENTS: Duration = Duration::from_secs(5);
-/// The workload of a machine created with `keep_running`: images whose own command exits at
-/// once (alpine's shell, most language images) would otherwise stop the machine before any exec.
-const KEEPALIVE: &[&str] = &["sh", "-c", "while true; do sleep 3600; done"];
-/// What an exec without its own timeout may take, and the slack added to one that has one.
+/// An exec that ended this recently may have left refusals that fall in the next command's
+/// window: the engine's stamps are whole seconds, cut down, placed on this host's clock within
+/// about a second, and the window has a second of slack on each side.
+const RECENT_EXEC: Duration = Duration::from_secs(4);
+/// How long a start not waited for is given to fail at once (a missing machine, a conflict).
+const BEGIN_START_WATCH: Duration = Duration::from_secs(1);
+/// What an empty workload log means, and where else to look.
+const NO_WORKLOAD_LOG: &str = "the machine's workload has printed nothing: a machine without an \
+     image has no workload, and one this server made from an image runs the image's own command \
+     only if it stays up. A command's output comes back in its result (or job-output for a \
+     background job); machine-logs with source engine shows the boot and the guest agent's log";
+/// The digest the engine reports for a pull into a machine made from a local image archive.
+const PACKED_DIGEST: &str = "packed";
+/// What an exec without its own timeout may take, and the slack added to one that has one (the
+/// agent's own socket wait is the timeout plus 5 s).
 const EXEC_DEFAULT_SECS: u64 = 120;
 const EXEC_SLACK: Duration = Duration::from_secs(30);
+/// What an exec allowed to start a stopped machine adds for that boot.
+const EXEC_BOOT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone)]
 pub struct LocalFleet {
     client: smolvm::Client,
     endpoint: LocalEndpoint,
+    /// The machines whose start goes on without a caller waiting for it ([`FleetApi::begin_start`]):
+    /// one such start per machine, however often it is asked for.
+    starting: Arc<Mutex<HashSet<String>>>,
+    /// When each machine's latest exec ended, for [`FleetApi::egress_baseline`]; entries older
+    /// than [`RECENT_EXEC`] are dropped as others are added.
+    recent_execs: Arc<Mutex<HashMap<String, Instant>>>,
+    /// Each machine's network as the engine last answered it ([`FleetApi::known_network`]),
+    /// so that a command can run without asking for its machine first; forgotten at delete
+    /// and replaced whole at each list.
+    networks: Arc<Mutex<HashMap<String, String>>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,16 +97,57 @@ pub struct Health {
     pub status: String,
     /// The release (`1.32.2`), unlike the spec's `info.version`.
     pub version: String,
+    /// The serve runs inside a virtual machine with nested virtualization (its own reading).
+    pub nested_virt: bool,
+    pub uptime_secs: Option<i64>,
+    /// Its machines: all of them, and those running.
+    pub machines: Option<(u64, u64)>,
 }
 
 impl LocalFleet {
     pub fn new(endpoint: LocalEndpoint) -> FleetResult<Self> {
         let client = smolvm::Client::new_with_client(&endpoint.base_url(), endpoint.http_client()?);
-        Ok(LocalFleet { client, endpoint })
+        Ok(LocalFleet {
+            client,
+            endpoint,
+            starting: Arc::default(),
+            recent_execs: Arc::default(),
+            networks: Arc::default(),
+        })
+    }
+
+    /// Remembers the network of a machine the engine just answered.
+    fn seen(&self, machine: Machine) -> Machine {
+        if let Ok(mut networks) = self.networks.lock() {
+            networks.insert(machine.name.clone(), machine.network.clone());
+        }
+        machine
+    }
+
+    /// A machine the engine no longer has (deleted elsewhere) is forgotten, so the next
+    /// command asks for it again.
+    fn gone_if_not_found(&self, name: &str, e: &FleetError) {
+        if e.is_not_found() {
+            self.forget(name);
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        if let Ok(mut networks) = self.networks.lock() {
+            networks.remove(name);
+        }
     }
 
     pub fn endpoint(&self) -> &LocalEndpoint {
         &self.endpoint
+    }
+
+    fn exec_ended(&self, machine: &str) {
+        if let Ok(mut recent) = self.recent_execs.lock() {
+            let now = Instant::now();
+            recent.retain(|_, ended| now.duration_since(*ended) < RECENT_EXEC);
+            recent.insert(machine.to_owned(), now);
+        }
     }
 
     pub async fn health(&self) -> FleetResult<Health> {
@@ -83,6 +155,9 @@ impl LocalFleet {
         Ok(Health {
             status: h.status,
             version: h.version,
+            nested_virt: h.nested_virt,
+            uptime_secs: h.uptime_seconds,
+            machines: h.machines.map(|m| (m.total, m.running)),
         })
     }
 }
@@ -95,19 +170,49 @@ impl FleetApi for LocalFleet {
 
     async fn list(&self) -> FleetResult<Vec<Machine>> {
         let list = send("list machines", DEFAULT, self.client.list_machines().send()).await?;
-        Ok(list.machines.into_iter().map(view).collect())
+        let machines: Vec<Machine> = list.machines.into_iter().map(view).collect();
+        if let Ok(mut networks) = self.networks.lock() {
+            *networks = machines
+                .iter()
+                .map(|m| (m.name.clone(), m.network.clone()))
+                .collect();
+        }
+        Ok(machines)
+    }
+
+    fn known_network(&self, name: &str) -> Option<String> {
+        self.networks.lock().ok()?.get(name).cloned()
+    }
+
+    /// The engine's 409 for an exec with `autoStart: false` on a machine that is not running,
+    /// in its own words (`machine is not running and autoStart is false`, on both exec routes
+    /// of the real 1.32.2 serve; compared against the fake in tests/fake_vs_engine.rs).
+    fn is_not_running(&self, e: &FleetError) -> bool {
+        e.kind == ErrorKind::Conflict && e.message.contains("is not running")
     }
 
     async fn get(&self, name: &str) -> FleetResult<Machine> {
         let ctx = format!("get machine {name}");
-        let info = send(&ctx, DEFAULT, self.client.get_machine().name(name).send()).await?;
-        Ok(view(info))
+        let info = send(&ctx, DEFAULT, self.client.get_machine().name(name).send())
+            .await
+            .inspect_err(|e| self.gone_if_not_found(name, e))?;
+        let mut machine = self.seen(view(info));
+        // The engine has no `starting` state: a machine reads as before until its boot is done.
+        let starting = self
+            .starting
+            .lock()
+            .map(|s| s.contains(name))
+            .unwrap_or(false);
+        if starting && !machine.is_running() {
+            machine.state = "starting".into();
+        }
+        Ok(machine)
     }
 
     async fn create(&self, spec: &CreateSpec) -> FleetResult<Machine> {
         let ctx = format!("create machine {}", spec.name);
         let request = self.client.create_machine().body(create_body(spec));
-        Ok(view(send(&ctx, DEFAULT, request.send()).await?))
+        Ok(self.seen(view(send(&ctx, CREATE, request.send()).await?)))
     }
 
     /// Locally, branchability is chosen at each start: a machine started without it cannot be
@@ -151,24 +256,74 @@ impl FleetApi for LocalFleet {
             request = request.forkable(true);
         }
         let answer = send(&ctx, START, request.send()).await;
-        Ok(view(answer.map_err(|e| {
+        Ok(self.seen(view(answer.map_err(|e| {
             deadline_passed(
                 e,
                 "the machine may still be starting: get-machine shows its state",
             )
-        })?))
+        })?)))
+    }
+
+    /// The engine's start answers only once the guest has booted (about 17 s on the nested real
+    /// 1.32.2 guest) and has no field to answer sooner; the machine reads `created` or
+    /// `stopped` until then. So the start is sent from a task of its own, and this answers after
+    /// [`BEGIN_START_WATCH`] with the machine `starting` (as get-machine reads it until the
+    /// start ends). A start refused at once (a conflict, a missing machine) is still this call's
+    /// error; one that fails later is logged, and get-machine shows the machine as it is.
+    async fn begin_start(&self, name: &str, branchable: Option<bool>) -> FleetResult<Machine> {
+        let ctx = format!("start machine {name}");
+        let before = self.get(name).await?;
+        if before.is_running() && branchable != Some(true) {
+            return Ok(before);
+        }
+        let claimed = self
+            .starting
+            .lock()
+            .map(|mut starting| starting.insert(name.to_owned()))
+            .unwrap_or(false);
+        if !claimed {
+            // Already being started for an earlier call: that start goes on.
+            return Ok(before);
+        }
+        let fleet = self.clone();
+        let owned = name.to_owned();
+        let mut start = tokio::spawn(async move {
+            let answer = fleet.start(&owned, branchable).await;
+            if let Ok(mut starting) = fleet.starting.lock() {
+                starting.remove(&owned);
+            }
+            answer
+        });
+        tokio::select! {
+            done = &mut start => {
+                return done.map_err(|e| FleetError::new(ErrorKind::Upstream, ctx, e.to_string()))?;
+            }
+            _ = tokio::time::sleep(BEGIN_START_WATCH) => {}
+        }
+        let machine = name.to_owned();
+        tokio::spawn(async move {
+            match start.await {
+                Ok(Ok(_)) => tracing::info!(%machine, "a start not waited for is done"),
+                Ok(Err(e)) => {
+                    tracing::warn!(%machine, error = %e.message, "a start not waited for failed")
+                }
+                Err(e) => tracing::warn!(%machine, error = %e, "a start not waited for ended"),
+            }
+        });
+        self.get(name).await
     }
 
     async fn stop(&self, name: &str) -> FleetResult<Machine> {
         let ctx = format!("stop machine {name}");
         let request = self.client.stop_machine().name(name);
-        Ok(view(send(&ctx, STOP_DELETE, request.send()).await?))
+        Ok(self.seen(view(send(&ctx, STOP_DELETE, request.send()).await?)))
     }
 
     async fn delete(&self, name: &str) -> FleetResult<Deleted> {
         let ctx = format!("delete machine {name}");
         let request = self.client.delete_machine().name(name);
         let answer = send(&ctx, STOP_DELETE, request.send()).await?;
+        self.forget(name);
         Ok(Deleted {
             deleted: answer.deleted,
             usage_micros: None,
@@ -182,6 +337,10 @@ impl FleetApi for LocalFleet {
         let ctx = format!("delete machine {name} and its clones");
         let request = self.client.delete_machine().name(name).cascade(true);
         let answer = send(&ctx, STOP_DELETE, request.send()).await?;
+        // Its clones go too; the next list or get learns which are left.
+        if let Ok(mut networks) = self.networks.lock() {
+            networks.clear();
+        }
         Ok(Deleted {
             deleted: answer.deleted,
             usage_micros: None,
@@ -190,21 +349,24 @@ impl FleetApi for LocalFleet {
 
     async fn exec(&self, name: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
         let ctx = format!("exec in {name}");
-        let limit = exec_limit(&ctx, spec)?;
+        let limit = exec_limit(spec);
         let request = self.client.exec_command().id(name).body(exec_body(spec));
         let out = send(&ctx, limit, request.send()).await.map_err(|e| {
+            self.gone_if_not_found(name, &e);
             output_over_cap(deadline_passed(
                 e,
                 "the command may still be running in the guest",
             ))
         })?;
-        Ok(ExecOutput {
+        self.exec_ended(name);
+        let output = ExecOutput {
             exit_code: out.exit_code,
             stdout: exact_bytes(&out.stdout_b64, out.stdout),
             stderr: exact_bytes(&out.stderr_b64, out.stderr),
             stdout_cut_upstream: false,
             stderr_cut_upstream: false,
-        })
+        };
+        whole_output(&ctx, output)
     }
 
     /// `exec/stream` answers while the command runs: 1.32.2 forwards each event of the guest
@@ -222,9 +384,9 @@ impl FleetApi for LocalFleet {
             return self.exec(name, spec).await;
         }
         let ctx = format!("exec in {name}");
-        let limit = exec_limit(&ctx, spec)?;
+        let limit = exec_limit(spec);
         let request = self.client.exec_stream().id(name).body(exec_body(spec));
-        within(&ctx, limit, async {
+        let output = within(&ctx, limit, async {
             let body = send(&ctx, limit, request.send()).await?;
             super::exec_stream::read_exec_stream(&ctx, body.into_inner(), output, |e| {
                 super::upstream::transport(&ctx, e)
@@ -232,13 +394,18 @@ impl FleetApi for LocalFleet {
             .await
         })
         .await
-        .map_err(|e| deadline_passed(e, "the command may still be running in the guest"))
+        .map_err(|e| {
+            self.gone_if_not_found(name, &e);
+            deadline_passed(e, "the command may still be running in the guest")
+        })?;
+        self.exec_ended(name);
+        whole_output(&ctx, output)
     }
 
     async fn read_file(&self, name: &str, path: &str) -> FleetResult<FileStream> {
         let ctx = format!("read {path} in {name}");
         let request = self.client.download_file().id(name).path(path).send();
-        let response = send_raw(&ctx, DEFAULT, request).await.map_err(|e| {
+        let response = send_raw(&ctx, FILES, request).await.map_err(|e| {
             missing_file(
                 deadline_passed(e, "the read may still be going on in the guest"),
                 path,
@@ -274,7 +441,7 @@ impl FleetApi for LocalFleet {
         let len = bytes.len() as u64;
         check_upload_size(&ctx, len)?;
         let request = self.client.upload_file().id(name).path(path).body(bytes);
-        let answer = send(&ctx, DEFAULT + transfer_time(len), request.send())
+        let answer = send(&ctx, FILES, request.send())
             .await
             .map_err(|e| deadline_passed(e, "the write may still be going on in the guest"))?;
         Ok(u64::try_from(answer.size).unwrap_or(len))
@@ -296,21 +463,46 @@ impl FleetApi for LocalFleet {
             wait_ready: None,
         };
         let request = self.client.branch_machine().name(source).body(body);
-        let answer = send(&ctx, START, request.send()).await;
-        Ok(view(answer.map_err(|e| {
+        let answer = send(&ctx, BRANCH, request.send()).await;
+        Ok(self.seen(view(answer.map_err(|e| {
             deadline_passed(
                 e,
                 "the branch may still be made: list-machines shows it if it was",
             )
-        })?))
+        })?)))
     }
 
     /// The guest console. Without a usable cursor: the last `tail` lines. With one: what
     /// arrived after the cursor's last lines, found by content in the newest lines the engine
     /// gives (see [`page_after_anchor`]).
-    async fn logs(&self, name: &str, tail: usize, cursor: Option<&str>) -> FleetResult<LogPage> {
+    /// `source=workload` is what the workload printed (`workload.log`, kept across restarts);
+    /// `source=console`, the engine's default, is the kernel and the guest agent's JSON log,
+    /// truncated at each boot, with a "running command" record of every exec, this server's
+    /// own probes and job scripts among them. Those are left out here: they are not the agent's
+    /// commands.
+    async fn logs(
+        &self,
+        name: &str,
+        tail: usize,
+        cursor: Option<&str>,
+        source: LogSource,
+    ) -> FleetResult<LogPage> {
         let ctx = format!("logs of {name}");
         let anchor = cursor.and_then(Anchor::parse);
+        if let (Some(given), None) = (cursor, &anchor) {
+            // A cursor this server did not give would read as "none" and return every line
+            // as new, with no gap said.
+            return Err(FleetError::new(
+                ErrorKind::Invalid,
+                ctx,
+                format!(
+                    "cursor: {:?} is not a cursor machine-logs gave for a local machine (they \
+                     look like c:<lines>:<hash>); pass back the one from the previous call, or \
+                     leave it out for the last lines",
+                    super::upstream::snippet(given, 40)
+                ),
+            ));
+        }
         // The engine reads `tail` like `tail -n` (0 is no line at all) and refuses more than
         // 10000; without `tail` and without follow it sends only the first 64 KiB of the log
         // (smolvm 1.32.2, src/api/handlers/machines.rs; "tail value .. exceeds maximum of" in
@@ -320,22 +512,46 @@ impl FleetApi for LocalFleet {
             Some(_) => ENGINE_MAX_TAIL,
             None => tail.clamp(1, ENGINE_MAX_TAIL),
         };
-        let lines = within(&ctx, LOGS, async {
+        let read = within(&ctx, LOGS, async {
             let request = self
                 .client
                 .stream_logs()
                 .id(name)
                 .follow(false)
+                .source(match source {
+                    LogSource::Workload => "workload",
+                    LogSource::Engine => "console",
+                })
                 .tail(want as u64);
             let stream = send(&ctx, LOGS, request.send()).await?;
             let bytes = collect(&ctx, stream).await?;
             Ok(sse_data_lines(&String::from_utf8_lossy(&bytes)))
         })
-        .await?;
-        Ok(match anchor {
+        .await;
+        let lines = match read {
+            Ok(lines) if source == LogSource::Engine => lines
+                .into_iter()
+                .filter(|line| !crate::fleet::internal::is_internal_record(line))
+                .collect(),
+            Ok(lines) => lines,
+            // A machine whose workload has not written (or never started) has no log file:
+            // "machine 'x' has no logs yet — it may not have been started".
+            Err(e) if source == LogSource::Workload && e.status == Some(404) => {
+                self.get(name).await?;
+                let mut page = tail_page(Vec::new(), tail);
+                page.note = Some(NO_WORKLOAD_LOG.to_owned());
+                return Ok(page);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut page = match anchor {
             Some(anchor) => page_after_anchor(lines, &anchor),
             None => tail_page(lines, tail),
-        })
+        };
+        if source == LogSource::Workload && page.lines.is_empty() && cursor.is_none() {
+            page.note = Some(NO_WORKLOAD_LOG.to_owned());
+        }
+        Ok(page)
     }
 
     async fn pull_image(&self, name: &str, image: &str) -> FleetResult<PulledImage> {
@@ -351,6 +567,21 @@ impl FleetApi for LocalFleet {
             .await
             .map_err(|e| deadline_passed(e, "the pull may still be going on in the machine"))?
             .image;
+        // A machine made from a local image archive answers every pull 200 with this digest
+        // and size 0, whatever the reference (even one that cannot resolve), having fetched
+        // nothing (seen on the real 1.32.2 guest): not a pull, so not reported as one.
+        if i.digest == PACKED_DIGEST && i.size == 0 {
+            return Err(FleetError::new(
+                ErrorKind::Unsupported,
+                ctx,
+                format!(
+                    "the engine pulled nothing: {name} was made from a local image archive, \
+                     and such a machine answers every pull as done without fetching {image}. \
+                     Pull into a machine made from a registry image, or create a machine \
+                     with image {image} instead"
+                ),
+            ));
+        }
         Ok(PulledImage {
             reference: i.reference,
             digest: Some(i.digest),
@@ -367,6 +598,24 @@ impl FleetApi for LocalFleet {
     /// src/devices/src/virtio/vsock/muxer.rs). Oldest first, the newest `limit` kept; empty for a
     /// machine with no policy or one that never booted. A timestamp is RFC 3339 as logged, or
     /// empty when the line had none (observed on the real 1.32.2 serve: tests/real_serve.rs).
+    async fn egress_baseline(&self, name: &str, limit: u32) -> Vec<EgressDenial> {
+        let recent = self
+            .recent_execs
+            .lock()
+            .map(|r| {
+                r.get(name)
+                    .is_some_and(|ended| ended.elapsed() < RECENT_EXEC)
+            })
+            .unwrap_or(false);
+        if !recent {
+            return Vec::new();
+        }
+        self.egress_denials(name, limit).await.unwrap_or_else(|e| {
+            tracing::debug!(machine = %name, error = %e.message, "no egress baseline; the report may count an earlier command's refusals");
+            Vec::new()
+        })
+    }
+
     async fn egress_denials(&self, name: &str, limit: u32) -> FleetResult<Vec<EgressDenial>> {
         let ctx = format!("egress events of {name}");
         let request = self
@@ -374,37 +623,67 @@ impl FleetApi for LocalFleet {
             .get_machine_egress_events()
             .name(name)
             .limit(u64::from(limit));
-        let answer = send(&ctx, EGRESS_EVENTS, request.send()).await?;
+        let sent = std::time::SystemTime::now();
+        let answer = send_raw(&ctx, EGRESS_EVENTS, request.send()).await?;
+        let answered = std::time::SystemTime::now();
+        let engine_said = answer
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| chrono::DateTime::parse_from_rfc2822(v).ok())
+            .map(std::time::SystemTime::from);
+        let to_this_host = clock_mapping(engine_said, sent, answered);
         Ok(answer
+            .into_inner()
             .events
             .into_iter()
-            .map(|e| EgressDenial {
-                at: chrono::DateTime::parse_from_rfc3339(&e.timestamp)
+            .map(|e| {
+                let at = chrono::DateTime::parse_from_rfc3339(&e.timestamp)
                     .ok()
-                    .map(std::time::SystemTime::from),
-                operation: e.operation,
-                dest: e.dest,
+                    .map(std::time::SystemTime::from);
+                EgressDenial {
+                    at,
+                    on_this_host: at.and_then(&to_this_host),
+                    operation: e.operation,
+                    dest: e.dest,
+                }
             })
             .collect())
     }
 }
 
-/// How long an exec may take in all: its own timeout and some slack, within the engine's
-/// request deadline.
-fn exec_limit(ctx: &str, spec: &ExecSpec) -> FleetResult<Duration> {
-    // The tools refuse this first, naming the argument; this keeps any other caller from
-    // sending a command the engine's request deadline would cut off without its output.
-    if let Some(secs) = spec.timeout_secs.filter(|&s| s > MAX_EXEC_TIMEOUT_SECS) {
-        return Err(FleetError::new(
-            ErrorKind::Refused,
-            ctx,
-            exec_timeout_refusal(secs),
-        ));
+/// Moves an engine stamp (whole seconds, cut down) onto this host's clock: to the middle of the
+/// second it names, shifted by the difference between the engine's `Date` (cut down the same
+/// way) and the middle of our request, so the two halves cancel. Without a `Date`, the same
+/// clock is assumed.
+fn clock_mapping(
+    engine_said: Option<std::time::SystemTime>,
+    sent: std::time::SystemTime,
+    answered: std::time::SystemTime,
+) -> impl Fn(std::time::SystemTime) -> Option<std::time::SystemTime> {
+    let half_second = Duration::from_millis(500);
+    let ours = sent + answered.duration_since(sent).unwrap_or_default() / 2;
+    move |stamp| match engine_said {
+        None => stamp.checked_add(half_second),
+        Some(theirs) => match stamp.duration_since(theirs) {
+            Ok(after) => ours.checked_add(after),
+            Err(before) => ours.checked_sub(before.duration()),
+        },
     }
-    Ok(
-        (Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS)) + EXEC_SLACK)
-            .min(START),
-    )
+}
+
+/// How long an exec may take in all: its own timeout (which the agent enforces, answering exit
+/// 124 with the output so far), some slack, and a boot when it may start the machine. The
+/// engine puts no deadline of its own on the route.
+fn exec_limit(spec: &ExecSpec) -> Duration {
+    let boot = if !spec.start_if_stopped {
+        Duration::ZERO
+    } else {
+        EXEC_BOOT
+    };
+    Duration::from_secs(spec.timeout_secs.unwrap_or(EXEC_DEFAULT_SECS))
+        .saturating_add(EXEC_SLACK)
+        .saturating_add(boot)
 }
 
 /// The body of both exec routes (`exec` and `exec/stream` take the same `ExecRequest`).
@@ -422,17 +701,6 @@ fn exec_body(spec: &ExecSpec) -> types::ExecRequest {
         user: None,
         workdir: spec.workdir.clone(),
     }
-}
-
-/// Why a command timeout is too long for the local engine, and what to do instead.
-pub fn exec_timeout_refusal(secs: u64) -> String {
-    format!(
-        "{secs} s is longer than the local engine allows: it ends every request after {} s \
-         (its request deadline), and a command needs some of that to start and answer, so give \
-         at most {MAX_EXEC_TIMEOUT_SECS}. Start longer work as a background job (run-command with background: true) \
-         and follow it with job-output",
-        ENGINE_REQUEST_DEADLINE.as_secs()
-    )
 }
 
 /// Refuses an upload the engine would refuse (see [`MAX_UPLOAD_BYTES`]) before it is sent.
@@ -468,6 +736,58 @@ fn deadline_passed(mut e: FleetError, meanwhile: &str) -> FleetError {
         );
     }
     e
+}
+
+/// A machine made from an image runs an exec in its container, where the agent stops reading a
+/// stream at its cap: the command dies of SIGPIPE (exit 141) and the engine answers 200 with
+/// the part that arrived, as if nothing had happened (12 MiB on stdout gave 200, about 11.0 MiB
+/// and exit 141 on the real 1.32.2 guest). That answer is not the command's output: which
+/// stream reached the cap, if one did. The margin covers what the pipe held when reading
+/// stopped.
+pub(crate) fn cut_at_cap(output: &ExecOutput) -> Option<&'static str> {
+    const MARGIN: u64 = 1024 * 1024;
+    if output.exit_code != SIGPIPE_EXIT {
+        return None;
+    }
+    let near_cap = |bytes: &[u8]| bytes.len() as u64 + MARGIN >= ENGINE_OUTPUT_CAP_BYTES;
+    if near_cap(&output.stdout) {
+        Some("stdout")
+    } else if near_cap(&output.stderr) {
+        Some("stderr")
+    } else {
+        None
+    }
+}
+
+/// An exec's answer, unless it is one cut at the cap ([`cut_at_cap`]), which is refused.
+fn whole_output(ctx: &str, output: ExecOutput) -> FleetResult<ExecOutput> {
+    match cut_at_cap(&output) {
+        Some(stream) => Err(FleetError::new(
+            ErrorKind::Upstream,
+            ctx,
+            cut_at_cap_message(stream, &output),
+        )),
+        None => Ok(output),
+    }
+}
+
+/// The exit status of a process killed by SIGPIPE, as a shell reports it.
+const SIGPIPE_EXIT: i32 = 141;
+
+pub(crate) fn cut_at_cap_message(stream: &str, output: &ExecOutput) -> String {
+    let got = if stream == "stdout" {
+        output.stdout.len()
+    } else {
+        output.stderr.len()
+    };
+    format!(
+        "the command's {stream} passed the engine's cap of {} MiB per stream: the engine stopped \
+         reading it after {got} bytes and the command was killed by SIGPIPE (exit 141), so what \
+         came back is neither its whole output nor its real exit status. Send the output to a \
+         file in the machine (`... > /tmp/out.txt 2>&1`) and page through it with read-file, \
+         or run it with background: true and read it with job-output",
+        ENGINE_OUTPUT_CAP_BYTES >> 20
+    )
 }
 
 /// The engine's 500 for an exec whose output passed its cap (see [`ENGINE_OUTPUT_CAP_BYTES`]):
@@ -524,17 +844,17 @@ pub(crate) fn create_body(spec: &CreateSpec) -> types::CreateMachineRequest {
     };
     types::CreateMachineRequest {
         name: Some(spec.name.clone()),
-        image: Some(spec.image.clone()),
+        image: spec.image.clone(),
         cpus: Some(clamp_i32(spec.cpus)),
         memory_mb: Some(clamp_i32(spec.memory_mb)),
         network: Some(network),
         allowed_hosts: hosts,
         allowed_cidrs: cidrs,
-        cmd: if spec.keep_running {
-            KEEPALIVE.iter().map(|s| s.to_string()).collect()
-        } else {
-            Vec::new()
-        },
+        // No `cmd`: the image's own command is the machine's workload, its output what
+        // machine-logs shows. One that exits at once (a shell) does not stop the machine: 1.32.2
+        // keeps a main container of its own for the execs (seen on the real guest with
+        // busybox's `/bin/sh`), and a bare machine has no workload at all.
+        cmd: Vec::new(),
         env: env_list(&spec.env),
         ports: spec
             .ports
@@ -701,6 +1021,7 @@ pub(crate) fn tail_page(lines: Vec<String>, tail: usize) -> LogPage {
     LogPage {
         cursor: Anchor::of(&lines).cursor(),
         lines,
+        note: None,
         gap: false,
     }
 }
@@ -726,7 +1047,12 @@ pub(crate) fn page_after_anchor(window: Vec<String>, anchor: &Anchor) -> LogPage
     } else {
         Anchor::of(&window).cursor()
     };
-    LogPage { lines, cursor, gap }
+    LogPage {
+        lines,
+        note: None,
+        cursor,
+        gap,
+    }
 }
 
 #[cfg(test)]
@@ -734,14 +1060,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn deadlines_fit_the_engines_request_deadline() {
-        // The engine's 408 arrives before this server gives up on start, fork and pull...
+    fn an_engine_stamp_is_placed_on_this_hosts_clock_by_the_answers_date() {
+        let t =
+            |millis: u64| std::time::UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + millis);
+        // The engine's clock 0.9 s behind ours. A refusal at our 100.55 is its 99.65, stamped
+        // 99; asked at our 100.5-100.7, it says 99 (its 99.7). Read as our clock, the stamp
+        // falls before a command begun at 100.5 with a second's slack; placed, it is within
+        // a second of the truth.
+        let place = clock_mapping(Some(t(99_000)), t(100_500), t(100_700));
+        let placed = place(t(99_000)).unwrap();
+        let truth = t(100_550);
+        let off = placed
+            .duration_since(truth)
+            .or_else(|e| Ok::<_, ()>(e.duration()))
+            .unwrap();
+        assert!(off < Duration::from_secs(1), "{off:?}");
+        assert!(t(99_000) < t(100_500) - Duration::from_secs(1));
+        // The same clocks: a stamp moves to the middle of its second.
+        let same = clock_mapping(None, t(0), t(0));
+        assert_eq!(same(t(5_000)), Some(t(5_500)));
+        // An engine ahead of us, and a stamp after its Date.
+        let ahead = clock_mapping(Some(t(12_000)), t(10_000), t(10_000));
+        assert_eq!(ahead(t(13_000)), Some(t(11_000)));
+    }
+
+    #[test]
+    fn deadlines_fit_what_the_engine_allows_each_route() {
+        // Where the engine's 300 s layer holds, its 408 arrives first, and not long before
+        // this server would give up.
+        for bounded in [BRANCH, FILES] {
+            assert!(bounded > ENGINE_REQUEST_DEADLINE, "{bounded:?}");
+            assert!(bounded <= ENGINE_REQUEST_DEADLINE + Duration::from_secs(30));
+        }
+        // Where it does not, a start or a pull may run past it (a cold pull of a large image).
         assert!(START > ENGINE_REQUEST_DEADLINE && PULL > ENGINE_REQUEST_DEADLINE);
-        // ...and not long after it: a pull no longer waits 600 s for an answer that ended at 300.
-        assert!(START <= ENGINE_REQUEST_DEADLINE + Duration::from_secs(30));
-        assert!(PULL <= ENGINE_REQUEST_DEADLINE + Duration::from_secs(30));
-        // The longest command and the engine's time to answer it fit in the deadline.
-        assert!(Duration::from_secs(MAX_EXEC_TIMEOUT_SECS) < ENGINE_REQUEST_DEADLINE);
+        // An exec is bounded by its own timeout, past 300 s too, plus a boot when it may start
+        // the machine.
+        let mut spec = ExecSpec::new(super::super::Command::Shell("sleep 600".into()));
+        spec.timeout_secs = Some(600);
+        assert_eq!(exec_limit(&spec), Duration::from_secs(600 + 30 + 120));
+        spec.start_if_stopped = false;
+        assert_eq!(exec_limit(&spec), Duration::from_secs(600 + 30));
     }
 
     #[test]

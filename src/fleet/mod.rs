@@ -7,6 +7,7 @@ pub mod cloud;
 pub mod error;
 pub mod exec_stream;
 pub mod file_stream;
+pub mod internal;
 pub mod local;
 pub mod model;
 pub mod transport;
@@ -28,6 +29,19 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
 
     async fn list(&self) -> FleetResult<Vec<Machine>>;
 
+    /// The machine's network (`Machine::network`) as this fleet last saw it, if it keeps it:
+    /// enough to run a command without asking for the machine first. `None` when unknown,
+    /// and on a fleet that keeps nothing.
+    fn known_network(&self, _machine: &str) -> Option<String> {
+        None
+    }
+
+    /// Whether `e` is this fleet's refusal of a command sent with `start_if_stopped: false`
+    /// to a machine that is not running (which the caller may then start its own way).
+    fn is_not_running(&self, _e: &FleetError) -> bool {
+        false
+    }
+
     /// A machine by name (or, on cloud, by `mach-` id).
     async fn get(&self, machine: &str) -> FleetResult<Machine>;
 
@@ -37,6 +51,13 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// Starts a machine. `branchable`: `Some(true)` asks for a branch source, `Some(false)` for
     /// none, `None` for whatever the machine already is.
     async fn start(&self, machine: &str, branchable: Option<bool>) -> FleetResult<Machine>;
+
+    /// Asks a machine to start and answers once the start is under way, its boot not awaited
+    /// (start-machine with `wait: false`). A fleet whose start answers before the boot (the
+    /// cloud's 202) needs nothing more than its start.
+    async fn begin_start(&self, machine: &str, branchable: Option<bool>) -> FleetResult<Machine> {
+        self.start(machine, branchable).await
+    }
 
     async fn stop(&self, machine: &str) -> FleetResult<Machine>;
 
@@ -74,8 +95,14 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// Copies a running branchable machine into a new child.
     async fn branch(&self, source: &str, child: &str, branchable: bool) -> FleetResult<Machine>;
 
-    /// The last `tail` lines of the machine's log, or what arrived since `cursor`.
-    async fn logs(&self, machine: &str, tail: usize, cursor: Option<&str>) -> FleetResult<LogPage>;
+    /// The last `tail` lines of the machine's log `source`, or what arrived since `cursor`.
+    async fn logs(
+        &self,
+        machine: &str,
+        tail: usize,
+        cursor: Option<&str>,
+        source: LogSource,
+    ) -> FleetResult<LogPage>;
 
     /// The newest `limit` connections and datagrams the machine's egress policy refused, oldest
     /// first. Only the local engine records them; the cloud API has no such route.
@@ -85,6 +112,14 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
             "egress denials",
             "only the local engine reports the egress it denied",
         ))
+    }
+
+    /// The refusals to leave out of the next command's report on `machine`: the engine stamps
+    /// refusals in whole seconds and gives them no id, so those of a command that ended in the
+    /// last seconds cannot be told from the next one's by time. Empty when no command ran on
+    /// the machine lately (nothing to confuse), and on a fleet that records none.
+    async fn egress_baseline(&self, _machine: &str, _limit: u32) -> Vec<EgressDenial> {
+        Vec::new()
     }
 
     /// Pulls an image into a running machine's cache. Only the local engine has such a cache.

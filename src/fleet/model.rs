@@ -95,6 +95,18 @@ impl Phase {
     }
 }
 
+/// Which of a machine's logs is read. The cloud has one, its control plane's event log, for
+/// either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogSource {
+    /// What the machine's workload (its image's own command) printed, kept across restarts.
+    #[default]
+    Workload,
+    /// The engine's log of the machine: its kernel and guest agent (boot milestones, one
+    /// record per command), this boot only.
+    Engine,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PublishedPort {
@@ -146,7 +158,8 @@ pub struct Mount {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateSpec {
     pub name: String,
-    pub image: String,
+    /// `None`: the local engine's own bundled Alpine root file system, booted with no pull.
+    pub image: Option<String>,
     pub cpus: u32,
     pub memory_mb: u32,
     pub egress: Egress,
@@ -161,16 +174,22 @@ pub struct CreateSpec {
     /// The machine belongs to a session and is deleted when it ends; a fleet that bills gives it
     /// a backstop of its own for a session that dies without cleaning up.
     pub ephemeral: bool,
-    /// Keep the machine running between commands, whatever the image's own command does.
-    pub keep_running: bool,
 }
 
 impl CreateSpec {
     /// A spec with defaults for everything but the name and image.
     pub fn new(name: impl Into<String>, image: impl Into<String>) -> Self {
         CreateSpec {
+            image: Some(image.into()),
+            ..Self::bare(name)
+        }
+    }
+
+    /// A spec for a machine of the local engine's bundled root file system (no image).
+    pub fn bare(name: impl Into<String>) -> Self {
+        CreateSpec {
             name: name.into(),
-            image: image.into(),
+            image: None,
             cpus: 2,
             memory_mb: 2048,
             egress: Egress::Blocked,
@@ -181,7 +200,6 @@ impl CreateSpec {
             env: BTreeMap::new(),
             branchable: false,
             ephemeral: false,
-            keep_running: false,
         }
     }
 }
@@ -300,6 +318,9 @@ const TIMEOUT_MARKERS: &[&str] = &["command timed out", "container timed out aft
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogPage {
     pub lines: Vec<String>,
+    /// Why the page is empty when the log is not there to read (a machine whose workload never
+    /// wrote one), for the agent.
+    pub note: Option<String>,
     /// Pass back to get only what arrived since.
     pub cursor: String,
     /// The cursor's place is no longer in what the fleet returns: lines between it and this
@@ -350,11 +371,20 @@ pub struct Account {
 /// refused, as the engine recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressDenial {
-    /// When it was refused; `None` when the engine could not place it in time.
+    /// When it was refused, as the engine stamped it (its own clock, whole seconds cut down);
+    /// `None` when the engine could not place it in time. Two reads of the same refusal carry
+    /// the same stamp, which is what matches them.
     pub at: Option<std::time::SystemTime>,
-    /// `connect` or `sendto`.
+    /// The same moment on this host's clock: the middle of the second the stamp names, moved
+    /// by how far the engine's clock was from ours when it answered (the answer's `Date`
+    /// header, also whole seconds), so within about a second of the truth either way. The
+    /// engine may run on another clock: the nested engine's QEMU guest was seen up to a second
+    /// off, enough to move a refusal out of the command that made it.
+    pub on_this_host: Option<std::time::SystemTime>,
+    /// `connect` (TCP), `sendto` (UDP) or `resolve` (a DNS name outside allowHosts).
     pub operation: String,
-    /// Where the guest tried to go, as the engine gives it: `ip:port` (`[v6]:port`).
+    /// Where the guest tried to go, as the engine gives it: `ip:port` (`[v6]:port`), or the
+    /// name for `resolve`.
     pub dest: String,
 }
 

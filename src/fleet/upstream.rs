@@ -39,9 +39,11 @@ pub(crate) async fn map_error<E: ErrorBody>(context: &str, err: ClientError<E>) 
             FleetError {
                 kind: ErrorKind::from_status(status),
                 context: context.to_owned(),
-                message: body
-                    .message()
-                    .unwrap_or_else(|| "no message in the answer".to_owned()),
+                message: without_ansi(
+                    &body
+                        .message()
+                        .unwrap_or_else(|| "no message in the answer".to_owned()),
+                ),
                 status: Some(status),
                 upstream_code: body.code(),
                 request_id,
@@ -98,6 +100,28 @@ fn request_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// `text` without terminal colour codes: the engine passes on its own coloured log lines in
+/// some errors (a failed start quotes `\x1b[33m WARN\x1b[0m ...`, seen on the real 1.32.2
+/// guest), which read as noise to an agent.
+pub(crate) fn without_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            // Parameters and intermediates, then one final byte in @..~.
+            for next in chars.by_ref() {
+                if ('@'..='~').contains(&next) {
+                    break;
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
 pub(crate) fn snippet(text: &str, max_chars: usize) -> String {
     let trimmed = text.trim();
     if trimmed.chars().count() <= max_chars {
@@ -123,13 +147,13 @@ pub async fn from_response(context: &str, response: reqwest::Response) -> FleetE
     FleetError {
         kind: ErrorKind::from_status(status),
         context: context.to_owned(),
-        message: message.unwrap_or_else(|| {
+        message: without_ansi(&message.unwrap_or_else(|| {
             if text.trim().is_empty() {
                 "empty answer".to_owned()
             } else {
                 snippet(&text, 500)
             }
-        }),
+        })),
         status: Some(status),
         upstream_code: code,
         request_id,
@@ -226,6 +250,17 @@ pub(crate) async fn within<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_codes_are_taken_out_of_upstream_words() {
+        assert_eq!(
+            without_ansi(
+                "\u{1b}[2m2026-12-01T20:32:13Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m VM exited"
+            ),
+            "2026-12-01T20:32:13Z  WARN VM exited"
+        );
+        assert_eq!(without_ansi("plain [text]"), "plain [text]");
+    }
 
     #[test]
     fn error_texts_of_every_shape() {

@@ -2,18 +2,28 @@
 //! connections and leaves Nagle on: with it, twenty thousand idle or half-sent connections (no
 //! token needed) used up the process's file descriptors, and every reply on a keep-alive
 //! connection waited ~40 ms for the client's delayed ACK.
+//!
+//! The limit alone let slow clients starve the rest: 600 connections dribbling their headers or
+//! bodies held every slot, and every legitimate call was refused for as long as they lasted. So
+//! at the limit a new connection takes the slot of the one that has waited longest on its client
+//! (no request of it being served: headers or a body still arriving, or idle between requests);
+//! only when every open connection is serving a request is the new one refused.
 
 use axum::Router;
+use axum::extract::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
@@ -25,6 +35,106 @@ pub(crate) struct Limits {
 /// a socket with unread bytes sends a reset, which can destroy the 503 before the client reads it.
 const REFUSAL_LINGER: Duration = Duration::from_millis(500);
 
+struct Entry {
+    /// Requests of the connection being served; 0 while it waits on its client.
+    serving: usize,
+    /// Since when it has been waiting (its accept, or the end of its last request).
+    waiting_since: Instant,
+    close: CancellationToken,
+    /// The connection's slot: handed to the connection that displaces it, so that the slot
+    /// cannot be taken by another in between.
+    slot: OwnedSemaphorePermit,
+}
+
+/// The open connections, with what each is doing.
+#[derive(Default)]
+pub(crate) struct Connections {
+    map: Mutex<HashMap<u64, Entry>>,
+    next: AtomicU64,
+}
+
+impl Connections {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+        // Nothing panics while holding it; if something did, the entries are still usable.
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open(self: &Arc<Self>, slot: OwnedSemaphorePermit) -> (Connection, CancellationToken) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let close = CancellationToken::new();
+        self.lock().insert(
+            id,
+            Entry {
+                serving: 0,
+                waiting_since: Instant::now(),
+                close: close.clone(),
+                slot,
+            },
+        );
+        (
+            Connection {
+                connections: self.clone(),
+                id,
+            },
+            close,
+        )
+    }
+
+    /// Closes the connection that has waited longest on its client and answers its slot; none
+    /// when every open connection is serving a request.
+    fn displace_longest_waiting(&self) -> Option<OwnedSemaphorePermit> {
+        let mut map = self.lock();
+        let victim = map
+            .iter()
+            .filter(|(_, e)| e.serving == 0)
+            .min_by_key(|(_, e)| e.waiting_since)
+            .map(|(id, _)| *id);
+        let entry = map.remove(&victim?)?;
+        entry.close.cancel();
+        Some(entry.slot)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// One open connection, as its requests see it (an extension of each request).
+#[derive(Clone)]
+pub(crate) struct Connection {
+    connections: Arc<Connections>,
+    id: u64,
+}
+
+impl Connection {
+    /// The connection serves a request (its body has arrived and it passed the guard) until
+    /// the returned value is dropped, and meanwhile no new connection may take its slot.
+    pub(crate) fn serving(&self) -> Serving {
+        if let Some(e) = self.connections.lock().get_mut(&self.id) {
+            e.serving += 1;
+        }
+        Serving(self.clone())
+    }
+
+    fn closed(&self) {
+        self.connections.lock().remove(&self.id);
+    }
+}
+
+pub(crate) struct Serving(Connection);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(e) = self.0.connections.lock().get_mut(&self.0.id) {
+            e.serving = e.serving.saturating_sub(1);
+            if e.serving == 0 {
+                e.waiting_since = Instant::now();
+            }
+        }
+    }
+}
+
 /// Serves until `shutdown`, then stops accepting and lets open connections finish (the caller
 /// bounds how long it waits).
 pub(crate) async fn accept_loop(
@@ -33,11 +143,12 @@ pub(crate) async fn accept_loop(
     limits: Limits,
     shutdown: CancellationToken,
 ) {
-    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let max = limits.max_connections;
+    let open = Arc::new(Semaphore::new(max));
     // Refusals are bounded too, else a flood would hold a descriptor per refused socket for
     // the linger time; past this bound a connection is closed without an answer.
-    let refusing = Arc::new(Semaphore::new(limits.max_connections));
-    let graceful = GracefulShutdown::new();
+    let refusing = Arc::new(Semaphore::new(max));
+    let connections = Arc::new(Connections::default());
     let mut builder = http1::Builder::new();
     // The header timeout also runs while a keep-alive connection waits for its next request
     // (hyper starts it on every head read), so idle connections are closed after it too.
@@ -64,30 +175,77 @@ pub(crate) async fn accept_loop(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            if let Ok(refusal) = refusing.clone().try_acquire_owned() {
-                let max = limits.max_connections;
-                tokio::spawn(async move {
-                    refuse(stream, max).await;
-                    drop(refusal);
-                });
-            }
-            continue;
+        let serve = Serve {
+            builder: builder.clone(),
+            app: app.clone(),
+            connections: connections.clone(),
+            shutdown: shutdown.clone(),
         };
-        // Nothing per connection beyond hyper's own state and a clone of the router (reference
-        // counts): an unauthenticated connection costs no session and no MCP work.
-        let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended");
-            }
-            drop(permit);
-        });
+        let slot = match open.clone().try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            Err(_) => connections.displace_longest_waiting(),
+        };
+        if let Some(slot) = slot {
+            tokio::spawn(serve.run(stream, slot));
+            continue;
+        }
+        if let Ok(refusal) = refusing.clone().try_acquire_owned() {
+            tokio::spawn(async move {
+                refuse(stream, max).await;
+                drop(refusal);
+            });
+        }
     }
     drop(listener);
-    graceful.shutdown().await;
+    // A connection's slot comes back when it has finished or was displaced: all back, all done.
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    let _ = open.acquire_many(all).await;
+}
+
+struct Serve {
+    builder: http1::Builder,
+    app: Router,
+    connections: Arc<Connections>,
+    shutdown: CancellationToken,
+}
+
+impl Serve {
+    /// One connection, until it ends, is displaced, or the server stops (then its request in
+    /// flight is finished first).
+    async fn run(self, stream: TcpStream, slot: OwnedSemaphorePermit) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
+        let (connection, displaced) = self.connections.open(slot);
+        let tagged = connection.clone();
+        // Nothing per connection beyond hyper's own state, its entry in `Connections` and a
+        // clone of the router (reference counts): an unauthenticated connection costs no
+        // session and no MCP work.
+        let service = self.app.map_request(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(tagged.clone());
+            request
+        });
+        let conn = self
+            .builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        tokio::pin!(conn);
+        let ended = tokio::select! {
+            ended = conn.as_mut() => ended,
+            // Dropping the connection closes its socket.
+            () = displaced.cancelled() => {
+                tracing::debug!("closed a waiting connection to make room for a new one");
+                Ok(())
+            }
+            () = self.shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = ended {
+            tracing::debug!(error = %e, "connection ended");
+        }
+        connection.closed();
+    }
 }
 
 /// The answer past the connection limit: a complete 503 with `Retry-After`, then close.
@@ -96,7 +254,7 @@ async fn refuse(mut stream: TcpStream, max: usize) {
         "jsonrpc": "2.0",
         "error": {
             "code": -32000,
-            "message": format!("too many connections: this server holds at most {max} at once; retry shortly"),
+            "message": format!("too many connections: this server holds at most {max} at once (httpMaxConnections), all of them serving requests; retry shortly"),
         },
         "id": null,
     })
@@ -115,4 +273,42 @@ async fn refuse(mut stream: TcpStream, max: usize) {
         while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_waiting_connection_is_displaced_never_one_serving() {
+        let connections = Arc::new(Connections::default());
+        let slots = Arc::new(Semaphore::new(3));
+        let slot = || slots.clone().try_acquire_owned().unwrap();
+        let (old, old_closed) = connections.open(slot());
+        let (busy, busy_closed) = connections.open(slot());
+        let (young, young_closed) = connections.open(slot());
+        let serving = busy.serving();
+        // `old` waited longest, but a request it finishes starts its wait again.
+        std::thread::sleep(Duration::from_millis(2));
+        drop(old.serving());
+        let taken = connections.displace_longest_waiting();
+        assert!(taken.is_some());
+        assert!(young_closed.is_cancelled(), "young waited longest now");
+        assert!(!old_closed.is_cancelled() && !busy_closed.is_cancelled());
+        assert_eq!(slots.available_permits(), 0, "the slot was handed over");
+        drop(taken);
+        assert!(connections.displace_longest_waiting().is_some());
+        assert!(old_closed.is_cancelled());
+        assert!(
+            connections.displace_longest_waiting().is_none(),
+            "the one left is serving a request"
+        );
+        assert!(!busy_closed.is_cancelled());
+        drop(serving);
+        assert_eq!(connections.len(), 1);
+        busy.closed();
+        young.closed();
+        assert_eq!(connections.len(), 0);
+        assert_eq!(slots.available_permits(), 3);
+    }
 }

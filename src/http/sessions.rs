@@ -9,6 +9,7 @@
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -22,6 +23,28 @@ struct Activity {
 #[derive(Default)]
 pub(crate) struct Sessions {
     map: Mutex<HashMap<Arc<str>, Activity>>,
+    /// Initializes in flight: they count against the bound before their session exists, so
+    /// that a burst of them cannot overshoot it.
+    opening: AtomicUsize,
+}
+
+/// An initialize let through under the bound; its place is given back when this is dropped,
+/// whether or not a session came of it.
+pub(crate) struct Opening {
+    sessions: Arc<Sessions>,
+}
+
+impl Opening {
+    /// The initialize's answer carried the new session's id: from now on it is tracked.
+    pub(crate) fn opened(self, id: &str) {
+        self.sessions.opened(id);
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.sessions.opening.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A POST of a session in flight; the session counts as busy until this is dropped (with the
@@ -59,8 +82,20 @@ impl Sessions {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A place for one more session, unless `max` are open or opening.
+    pub(crate) fn reserve(self: &Arc<Self>, max: usize) -> Option<Opening> {
+        let map = self.lock();
+        if map.len() + self.opening.load(Ordering::Relaxed) >= max {
+            return None;
+        }
+        self.opening.fetch_add(1, Ordering::Relaxed);
+        Some(Opening {
+            sessions: self.clone(),
+        })
+    }
+
     /// A session rmcp has just opened (its initialize answer carried the id).
-    pub(crate) fn opened(&self, id: &str) {
+    fn opened(&self, id: &str) {
         self.lock().insert(
             Arc::from(id),
             Activity {
@@ -155,10 +190,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sessions_are_bounded_counting_those_opening() {
+        let sessions = Arc::new(Sessions::default());
+        let first = sessions.reserve(2).unwrap();
+        let second = sessions.reserve(2).unwrap();
+        assert!(sessions.reserve(2).is_none(), "two opening fill the bound");
+        first.opened("a");
+        drop(second);
+        let third = sessions.reserve(2).unwrap();
+        assert!(sessions.reserve(2).is_none(), "one open, one opening");
+        third.opened("b");
+        assert!(sessions.reserve(2).is_none());
+        sessions.forget("a");
+        assert!(sessions.reserve(2).is_some());
+    }
+
+    #[test]
     fn a_session_is_idle_only_with_nothing_in_flight() {
         let sessions = Arc::new(Sessions::default());
-        sessions.opened("a");
-        sessions.opened("b");
+        sessions.reserve(9).unwrap().opened("a");
+        sessions.reserve(9).unwrap().opened("b");
         let call = sessions.enter("a");
         assert!(call.is_some());
         assert!(

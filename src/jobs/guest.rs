@@ -7,6 +7,7 @@
 //! the job's paths and numbers as positional parameters, never spliced into its text, so no
 //! argument needs quoting.
 
+use crate::fleet::internal::marked_script;
 use crate::fleet::{Command, ExecOutput};
 
 /// Where a job's files live in the machine: `<base>.stdout`, `<base>.stderr`, `<base>.exit`.
@@ -22,7 +23,7 @@ pub fn wrapper(base: &str, command: &Command) -> Command {
     let mut argv = vec![
         "sh".to_owned(),
         "-c".to_owned(),
-        script.to_owned(),
+        marked_script(script),
         base.to_owned(),
     ];
     argv.extend(command.argv());
@@ -33,7 +34,12 @@ pub fn wrapper(base: &str, command: &Command) -> Command {
 /// size, or `-` while the file does not exist), then the status if there is one.
 pub fn probe(base: &str) -> Command {
     let script = r#"for s in stdout stderr; do if [ -f "$0.$s" ]; then wc -c <"$0.$s"; else echo -; fi; done; cat "$0.exit" 2>/dev/null; true"#;
-    Command::Argv(vec!["sh".into(), "-c".into(), script.into(), base.into()])
+    Command::Argv(vec![
+        "sh".into(),
+        "-c".into(),
+        marked_script(script),
+        base.into(),
+    ])
 }
 
 /// What a probe found.
@@ -79,7 +85,7 @@ pub fn read(base: &str, stdout_from: u64, stderr_from: u64, limit: usize) -> Com
     Command::Argv(vec![
         "sh".into(),
         "-c".into(),
-        script.into(),
+        marked_script(script),
         base.into(),
         // tail counts from 1.
         (stdout_from + 1).to_string(),
@@ -95,7 +101,7 @@ pub fn ends(base: &str, stream: &str, each: usize) -> Command {
     Command::Argv(vec![
         "sh".into(),
         "-c".into(),
-        script.into(),
+        marked_script(script),
         base.into(),
         stream.into(),
         each.to_string(),
@@ -108,15 +114,15 @@ pub const RUN_MARKER: &str = "SMOL_MCP_RUN";
 
 /// Kills every process whose environment carries the marker `marker`. Neither engine can
 /// cancel an exec or signal a detached one, so this is the only way to end a command early.
+/// One `grep` reads every process's environment: a `tr | grep` per process took over 30 s in
+/// a busy guest under TCG. Markers have a fixed-length random tail, so a match is the marker.
 pub fn kill_marked(marker: &str) -> Command {
     let script = format!(
-        "for e in /proc/[0-9]*/environ; do \
-           if tr '\\0' '\\n' < \"$e\" 2>/dev/null | grep -qx '{RUN_MARKER}={marker}'; then \
-             p=${{e#/proc/}}; kill -9 \"${{p%/environ}}\" 2>/dev/null; \
-           fi; \
+        "for e in $(grep -l '{RUN_MARKER}={marker}' /proc/[0-9]*/environ 2>/dev/null); do \
+           p=${{e#/proc/}}; kill -9 \"${{p%/environ}}\" 2>/dev/null; \
          done; true"
     );
-    Command::Argv(vec!["sh".into(), "-c".into(), script])
+    Command::Argv(vec!["sh".into(), "-c".into(), marked_script(&script)])
 }
 
 /// The length of `bytes` without a character cut at its end (one whose continuation bytes are

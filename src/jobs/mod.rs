@@ -111,6 +111,9 @@ pub struct Job {
     looking: tokio::sync::Mutex<()>,
     /// The starting session's hold, let go when the job ends.
     session_hold: Mutex<Option<Box<dyn Send + Sync>>>,
+    /// Its `maxRunningJobs` slot, given back the moment the job ends (not once its watcher has
+    /// written the ledger row), so that a start right after a cancel-job finds it free.
+    slot: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
 impl std::fmt::Debug for SessionHoldRef {
@@ -184,14 +187,18 @@ impl Job {
 
     /// Ends the job with `phase` unless it has already ended; answers whether this did.
     fn end(&self, phase: Phase) -> bool {
-        self.state.send_if_modified(|state| {
+        let ended = self.state.send_if_modified(|state| {
             if state.phase != Phase::Running {
                 return false;
             }
             state.phase = phase;
             state.ended = Some(SystemTime::now());
             true
-        })
+        });
+        if let Ok(mut slot) = self.slot.lock() {
+            slot.take();
+        }
+        ended
     }
 
     /// Waits until the job has ended or `limit` has passed, whichever comes first.
@@ -248,7 +255,7 @@ impl Job {
         }
         // The job's id is the marker in its environment.
         let mut kill = ExecSpec::new(guest::kill_marked(&self.id));
-        kill.timeout_secs = Some(30);
+        kill.timeout_secs = Some(60);
         kill.start_if_stopped = false;
         let out = self.fleet.exec(&self.machine, &kill).await?;
         if out.exit_code != 0 {
@@ -381,13 +388,15 @@ impl Jobs {
         let id = format!("job-{:016x}", rand::random::<u64>());
         let base = guest::base_path(&id);
         let mut spec = start.spec;
-        spec.env.insert(guest::RUN_MARKER.to_owned(), id.clone());
+        // The row is begun before the marker joins the environment: the marker is the
+        // server's own, not a variable the agent set, so it is no name in `envNames`.
         let run = backend.ledger.begin(RunStart::new(
             "job",
             start.fleet.kind(),
             start.machine,
             &spec,
         ));
+        spec.env.insert(guest::RUN_MARKER.to_owned(), id.clone());
         let command = match &spec.command {
             crate::fleet::Command::Argv(argv) => argv.join(" "),
             crate::fleet::Command::Shell(text) => text.clone(),
@@ -438,16 +447,17 @@ impl Jobs {
             stop_watching: CancellationToken::new(),
             looking: tokio::sync::Mutex::new(()),
             session_hold: Mutex::new(start.session.and_then(|s| s.0.hold())),
+            slot: Mutex::new(Some(permit)),
         });
         self.remember(job.clone());
         backend.hold(std::slice::from_ref(&job.machine));
-        tokio::spawn(watch_job(backend.clone(), job.clone(), run, permit));
+        tokio::spawn(watch_job(backend.clone(), job.clone(), run));
         Ok(job)
     }
 }
 
 /// Looks at the job until it ends, then records its end and lets its machine go.
-async fn watch_job(backend: Arc<Backend>, job: Arc<Job>, run: Run, _permit: OwnedSemaphorePermit) {
+async fn watch_job(backend: Arc<Backend>, job: Arc<Job>, run: Run) {
     let poll = Duration::from_millis(backend.config.job_poll_millis);
     let mut failures = 0u32;
     loop {

@@ -487,11 +487,22 @@ impl Run {
         if self.ledger.is_none() {
             return;
         }
+        // Redacted whole before the cut: a value across the head's edge would otherwise be
+        // cut in two, neither half matching, and the halves stored side by side.
         let (stdout, stderr) = (
-            StreamRecord::of(&output.stdout),
-            StreamRecord::of(&output.stderr),
+            self.stream_of(&output.stdout),
+            self.stream_of(&output.stderr),
         );
         self.ended(output.exit_code, timed_out, stdout, stderr);
+    }
+
+    /// The head and tail of a whole stream with every value replaced first; the sizes are the
+    /// stream's own.
+    fn stream_of(&self, bytes: &[u8]) -> StreamRecord {
+        let redacted = redact_bytes(bytes, &self.env_values);
+        let mut kept = StreamRecord::of(&redacted);
+        kept.bytes = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+        kept
     }
 
     /// The command exited; its streams as kept by the caller (a job keeps only the two ends).
@@ -524,21 +535,26 @@ impl Run {
         self.finish(outcome, None, None, Some(message), None, None);
     }
 
+    /// Every value in `text` replaced by its name, and so is a value's first piece at its end:
+    /// the texts the ledger keeps are stored next to each other (a stream's head and tail are
+    /// adjacent in the row), so a head ending with a value's start and a tail starting with
+    /// its rest would hold it whole in the file.
     fn redact(&self, mut text: String) -> String {
         for (value, name) in &self.env_values {
             if text.contains(value.as_str()) {
                 text = text.replace(value.as_str(), name);
             }
         }
-        text
+        redact_end(text, &self.env_values)
     }
 
+    /// A tail is cut at its start too, maybe inside a value.
     fn redact_stream(&self, stream: StreamRecord) -> StreamRecord {
         StreamRecord {
             bytes: stream.bytes,
             dropped: stream.dropped,
             head: self.redact(stream.head),
-            tail: self.redact(stream.tail),
+            tail: redact_start(self.redact(stream.tail), &self.env_values),
         }
     }
 
@@ -570,6 +586,75 @@ impl Drop for Run {
     fn drop(&mut self) {
         self.finish("abandoned", None, None, None, None, None);
     }
+}
+
+/// `bytes` with every occurrence of each value replaced by its name (longest values first, as
+/// `env_values` is sorted).
+fn redact_bytes(bytes: &[u8], env_values: &[(String, String)]) -> Vec<u8> {
+    let mut text = bytes.to_vec();
+    for (value, name) in env_values {
+        let finder = memchr::memmem::Finder::new(value.as_bytes());
+        if finder.find(&text).is_none() {
+            continue;
+        }
+        let mut out = Vec::with_capacity(text.len());
+        let mut at = 0;
+        for found in finder.find_iter(&text) {
+            // find_iter gives non-overlapping matches, left to right.
+            out.extend_from_slice(&text[at..found]);
+            out.extend_from_slice(name.as_bytes());
+            at = found + value.len();
+        }
+        out.extend_from_slice(&text[at..]);
+        text = out;
+    }
+    text
+}
+
+/// Replaces a value's first bytes left at the end of `text` by the value's name. Any piece
+/// counts, one byte included: what is lost is less than a value's length, and no text the
+/// ledger keeps can then be joined to the one stored after it into a whole value.
+fn redact_end(mut text: String, env_values: &[(String, String)]) -> String {
+    let mut longest: Option<(usize, &str)> = None;
+    for (value, name) in env_values {
+        let v = value.as_bytes();
+        let piece = (1..v.len()).rev().find(|&k| {
+            k > longest.map_or(0, |(k, _)| k)
+                && value.is_char_boundary(k)
+                && text.as_bytes().ends_with(&v[..k])
+                && text.is_char_boundary(text.len() - k)
+        });
+        if let Some(k) = piece {
+            longest = Some((k, name));
+        }
+    }
+    if let Some((k, name)) = longest {
+        text.truncate(text.len() - k);
+        text.push_str(name);
+    }
+    text
+}
+
+/// Replaces a value's last bytes at the start of `text` (a tail cut inside a value) by the
+/// value's name.
+fn redact_start(mut text: String, env_values: &[(String, String)]) -> String {
+    let mut longest: Option<(usize, &str)> = None;
+    for (value, name) in env_values {
+        let v = value.as_bytes();
+        let piece = (1..v.len()).rev().find(|&k| {
+            k > longest.map_or(0, |(k, _)| k)
+                && value.is_char_boundary(v.len() - k)
+                && text.as_bytes().starts_with(&v[v.len() - k..])
+                && text.is_char_boundary(k)
+        });
+        if let Some(k) = piece {
+            longest = Some((k, name));
+        }
+    }
+    if let Some((k, name)) = longest {
+        text.replace_range(..k, name);
+    }
+    text
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, marked when cut.
@@ -860,6 +945,27 @@ mod tests {
             "{:?}",
             ends[1].error
         );
+    }
+
+    #[test]
+    fn a_piece_of_a_value_at_a_cut_edge_is_named_too() {
+        let values = vec![("hunter2xyz".to_owned(), "[$SECRET]".to_owned())];
+        // A value's start at a text's end, its rest at the next text's start.
+        assert_eq!(redact_end("aaahunter2".to_owned(), &values), "aaa[$SECRET]");
+        assert_eq!(redact_end("aaah".to_owned(), &values), "aaa[$SECRET]");
+        assert_eq!(redact_start("xyzbbb".to_owned(), &values), "[$SECRET]bbb");
+        assert_eq!(redact_start("zbbb".to_owned(), &values), "[$SECRET]bbb");
+        // Nothing of a value at the edges: untouched, its inner pieces too.
+        assert_eq!(redact_end("aaahunterb".to_owned(), &values), "aaahunterb");
+        assert_eq!(redact_start("bxyz".to_owned(), &values), "bxyz");
+        // Whole values go before the cut.
+        assert_eq!(
+            redact_bytes(b"1hunter2xyz2hunter2xyz", &values),
+            b"1[$SECRET]2[$SECRET]"
+        );
+        // A character cut in two is not split further.
+        let wide = vec![("ééé-secret".to_owned(), "[$W]".to_owned())];
+        assert_eq!(redact_end("aé".to_owned(), &wide), "a[$W]");
     }
 
     #[test]

@@ -1,14 +1,15 @@
-//! Following a machine's log: one poller per logs URI, shared by everyone subscribed to it, that
-//! asks the fleet for what arrived since its cursor and tells each subscriber when something did.
+//! Following a machine's log: one poller per machine, shared by everyone subscribed to its log
+//! under whatever spelling of its URI, that asks the fleet for what arrived since its cursor and
+//! tells each subscriber (under the URI it used) when something did.
 //! Neither engine pushes log lines to a caller that is not holding a request open (the local
 //! engine's `follow=true` holds one request per follower and outlives nothing; the cloud has only
 //! its event list), so the upstream is polled, and only while someone is subscribed.
 
 use crate::backend::Backend;
-use crate::fleet::FleetKind;
+use crate::fleet::{FleetKind, LogSource};
 use rmcp::model::ResourceUpdatedNotificationParam;
 use rmcp::service::SubscriptionSink;
-use rmcp::{Peer, RoleServer};
+use rmcp::{ErrorData, Peer, RoleServer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -49,7 +50,7 @@ impl Subscriber {
     }
 }
 
-/// The pollers of one process, by logs URI.
+/// The pollers of one process, by machine (its canonical logs URI).
 #[derive(Clone)]
 pub struct LogFollowers {
     inner: Arc<Inner>,
@@ -59,10 +60,13 @@ struct Inner {
     pollers: Mutex<HashMap<String, Poller>>,
     interval_ms: AtomicU64,
     next_id: AtomicU64,
+    /// `maxSubscriptions`: the subscriptions of every session and listen together.
+    max_subscriptions: usize,
 }
 
 struct Poller {
-    subscribers: HashMap<u64, Subscriber>,
+    /// Each subscriber with the URI it subscribed under, which its updates name.
+    subscribers: HashMap<u64, (Subscriber, String)>,
     stop: CancellationToken,
     /// Becomes true once the first poll has answered (or failed): the lines before it are the
     /// baseline, and anything after a subscribe returned is news.
@@ -75,14 +79,15 @@ struct Poller {
 /// One subscription; dropping it unsubscribes, and the last one gone stops the poller.
 pub struct Following {
     inner: Weak<Inner>,
-    uri: String,
+    /// The poller's key: the machine's canonical logs URI.
+    key: String,
     id: u64,
 }
 
 impl Drop for Following {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.upgrade() {
-            inner.remove(&self.uri, self.id);
+            inner.remove(&self.key, self.id);
         }
     }
 }
@@ -103,13 +108,13 @@ impl Inner {
     }
 
     /// The subscribers still there; a poller left with none is stopped and answers `None`.
-    fn live_subscribers(&self, uri: &str, generation: u64) -> Option<Vec<Subscriber>> {
+    fn live_subscribers(&self, uri: &str, generation: u64) -> Option<Vec<(Subscriber, String)>> {
         let mut pollers = self.pollers.lock().ok()?;
         let poller = pollers.get_mut(uri)?;
         if poller.generation != generation || poller.stop.is_cancelled() {
             return None;
         }
-        poller.subscribers.retain(|_, s| !s.gone());
+        poller.subscribers.retain(|_, (s, _)| !s.gone());
         if poller.subscribers.is_empty() {
             poller.stop.cancel();
             pollers.remove(uri);
@@ -120,19 +125,15 @@ impl Inner {
     }
 }
 
-impl Default for LogFollowers {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl LogFollowers {
-    pub fn new() -> LogFollowers {
+    /// Followers that accept at most `max_subscriptions` subscriptions at once.
+    pub fn new(max_subscriptions: usize) -> LogFollowers {
         LogFollowers {
             inner: Arc::new(Inner {
                 pollers: Mutex::new(HashMap::new()),
                 interval_ms: AtomicU64::new(DEFAULT_POLL_INTERVAL.as_millis() as u64),
                 next_id: AtomicU64::new(1),
+                max_subscriptions,
             }),
         }
     }
@@ -144,14 +145,25 @@ impl LogFollowers {
             .store(interval.as_millis().max(1) as u64, Ordering::Relaxed);
     }
 
-    /// How many logs are being polled now.
+    /// How many machines' logs are being polled now.
     pub fn pollers(&self) -> usize {
         self.inner.pollers.lock().map(|p| p.len()).unwrap_or(0)
     }
 
-    /// Subscribes to `uri`, the logs of `machine` on `kind`, starting its poller if it is the
-    /// first subscriber. Returns once the poller has its baseline (at most `BASELINE_WAIT`), so
-    /// that a line written after the subscription was answered is reported.
+    /// How many subscriptions there are now, every poller's together.
+    pub fn subscriptions(&self) -> usize {
+        self.inner
+            .pollers
+            .lock()
+            .map(|p| p.values().map(|poller| poller.subscribers.len()).sum())
+            .unwrap_or(0)
+    }
+
+    /// Subscribes to `uri`, the logs of `machine` on `kind`, starting the machine's poller if
+    /// it is the first subscriber. Returns once the poller has its baseline (at most
+    /// `BASELINE_WAIT`), so that a line written after the subscription was answered is
+    /// reported. Refused past `maxSubscriptions`: each machine followed costs the engine a
+    /// request every interval.
     pub async fn follow(
         &self,
         backend: &Arc<Backend>,
@@ -159,11 +171,22 @@ impl LogFollowers {
         machine: &str,
         uri: &str,
         subscriber: Subscriber,
-    ) -> Following {
+    ) -> Result<Following, ErrorData> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let key = super::logs_uri(kind, machine);
         let mut baseline = None;
         if let Ok(mut pollers) = self.inner.pollers.lock() {
-            let poller = pollers.entry(uri.to_owned()).or_insert_with(|| {
+            let held: usize = pollers.values().map(|p| p.subscribers.len()).sum();
+            if held >= self.inner.max_subscriptions {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "uri: {} not followed: this server already holds {held} log                          subscriptions, its limit (maxSubscriptions,                          SMOL_MCP_MAX_SUBSCRIPTIONS); unsubscribe from one or end a listen first",
+                        crate::tools::error::quote(uri)
+                    ),
+                    None,
+                ));
+            }
+            let poller = pollers.entry(key.clone()).or_insert_with(|| {
                 let stop = CancellationToken::new();
                 let (has_baseline, baseline) = tokio::sync::watch::channel(false);
                 tokio::spawn(poll(
@@ -172,13 +195,13 @@ impl LogFollowers {
                     Followed {
                         kind,
                         machine: machine.to_owned(),
-                        uri: uri.to_owned(),
+                        uri: key.clone(),
                         generation: id,
                     },
                     stop.clone(),
                     has_baseline,
                 ));
-                tracing::debug!(%uri, "following a log");
+                tracing::debug!(uri = %key, "following a log");
                 Poller {
                     subscribers: HashMap::new(),
                     stop,
@@ -186,7 +209,7 @@ impl LogFollowers {
                     generation: id,
                 }
             });
-            poller.subscribers.insert(id, subscriber);
+            poller.subscribers.insert(id, (subscriber, uri.to_owned()));
             baseline = Some(poller.baseline.clone());
         }
         if let Some(mut baseline) = baseline {
@@ -194,11 +217,11 @@ impl LogFollowers {
             // its first answer; the subscription stands either way.
             let _ = tokio::time::timeout(BASELINE_WAIT, baseline.wait_for(|b| *b)).await;
         }
-        Following {
+        Ok(Following {
             inner: Arc::downgrade(&self.inner),
-            uri: uri.to_owned(),
+            key,
             id,
-        }
+        })
     }
 }
 
@@ -250,7 +273,7 @@ async fn poll(
         let page = match backend.fleet(kind).await {
             Ok(fleet) => tokio::select! {
                 _ = stop.cancelled() => return,
-                page = fleet.logs(&machine, tail, cursor.as_deref()) => page,
+                page = fleet.logs(&machine, tail, cursor.as_deref(), LogSource::default()) => page,
             },
             Err(e) => Err(e),
         };
@@ -261,8 +284,8 @@ async fn poll(
                 cursor = Some(page.cursor);
                 if news {
                     let mut gone = Vec::new();
-                    for (i, s) in subscribers.iter().enumerate() {
-                        if !s.notify(&uri).await {
+                    for (i, (s, their_uri)) in subscribers.iter().enumerate() {
+                        if !s.notify(their_uri).await {
                             gone.push(i);
                         }
                     }

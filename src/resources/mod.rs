@@ -558,13 +558,28 @@ impl SessionSubscriptions {
         peer: rmcp::Peer<rmcp::RoleServer>,
     ) -> Result<(), ErrorData> {
         let (kind, name) = followable(uri, backend.mode)?;
-        if self.following.lock().is_ok_and(|f| f.contains_key(uri)) {
-            return Ok(());
+        let held = match self.following.lock() {
+            Ok(f) if f.contains_key(uri) => return Ok(()),
+            Ok(f) => f.len(),
+            Err(_) => 0,
+        };
+        let limit = backend.config.max_subscriptions_per_session;
+        if held >= limit {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "uri: {} not followed: this session already follows {held} logs, its limit \
+                     (maxSubscriptionsPerSession, SMOL_MCP_MAX_SUBSCRIPTIONS_PER_SESSION); \
+                     unsubscribe from one first",
+                    tools::error::quote(uri)
+                ),
+                None,
+            ));
         }
+        machine_exists(backend, kind, &name, uri).await?;
         let f = backend
             .follow
             .follow(backend, kind, &name, uri, follow::Subscriber::Session(peer))
-            .await;
+            .await?;
         if let Ok(mut following) = self.following.lock() {
             // Subscribing twice is one subscription: a guard replaced here unsubscribes.
             following.insert(uri.to_owned(), f);
@@ -576,6 +591,40 @@ impl SessionSubscriptions {
         if let Ok(mut following) = self.following.lock() {
             following.remove(uri);
         }
+    }
+}
+
+/// Refuses to follow a machine the fleet says does not exist: a poller for a name that never
+/// appears would cost the engine a request a second for nothing. A fleet that cannot answer
+/// now is not a refusal; the poller tries again as it would for a log not there yet.
+async fn machine_exists(
+    backend: &Arc<Backend>,
+    kind: FleetKind,
+    name: &str,
+    uri: &str,
+) -> Result<(), ErrorData> {
+    let found = match backend.fleet(kind).await {
+        Ok(fleet) => fleet.get(name).await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match found {
+        Err(e) if e.kind == crate::fleet::ErrorKind::NotFound => {
+            Err(ErrorData::resource_not_found(
+                format!(
+                    "uri: {} not followed: there is no machine {} on the {} fleet; \
+                     list-machines gives the names",
+                    tools::error::quote(uri),
+                    tools::error::quote(name),
+                    kind.as_str()
+                ),
+                Some(json!({ "uri": uri })),
+            ))
+        }
+        Err(e) => {
+            tracing::debug!(%uri, error = %e, "following a log whose machine could not be looked up");
+            Ok(())
+        }
+        Ok(()) => Ok(()),
     }
 }
 
@@ -595,6 +644,8 @@ pub fn followable(uri: &str, mode: Mode) -> Result<(FleetKind, String), ErrorDat
 }
 
 /// subscriptions/listen (2026-07-28): follows the accepted logs URIs until the listen ends.
+/// rmcp has acknowledged the listen before this runs, so a refusal (too many URIs, an unknown
+/// machine, the process's limit) is the listen's final answer, an error naming what was wrong.
 pub async fn listen(
     backend: &Arc<Backend>,
     context: rmcp::service::SubscriptionContext,
@@ -604,9 +655,21 @@ pub async fn listen(
         .resource_subscriptions
         .clone()
         .unwrap_or_default();
+    let limit = backend.config.max_listen_uris;
+    if uris.len() > limit {
+        return Err(ErrorData::invalid_params(
+            format!(
+                "resourceSubscriptions: {} logs URIs in one listen; the limit is {limit} \
+                 (maxListenUris, SMOL_MCP_MAX_LISTEN_URIS)",
+                uris.len()
+            ),
+            None,
+        ));
+    }
     let mut following = Vec::new();
     for uri in uris {
         if let Ok((kind, name)) = followable(&uri, backend.mode) {
+            machine_exists(backend, kind, &name, &uri).await?;
             following.push(
                 backend
                     .follow
@@ -617,7 +680,7 @@ pub async fn listen(
                         &uri,
                         follow::Subscriber::Listen(context.sink().clone()),
                     )
-                    .await,
+                    .await?,
             );
         }
     }

@@ -274,10 +274,11 @@ impl ServerHandler for SmolMcp {
         if tasks::may_become_task(tool, &context) {
             let call = self.detached_call(tool, scope, owner.to_owned(), args, &context);
             let after = std::time::Duration::from_millis(self.backend.config.task_after_millis);
+            let task_owner = self.task_owner(&context).to_owned();
             return Ok(self
                 .backend
                 .tasks
-                .call_or_task(call, after, &context.ct)
+                .call_or_task(call, after, &context.ct, &task_owner)
                 .await);
         }
         let caller = tools::Caller {
@@ -299,31 +300,46 @@ impl ServerHandler for SmolMcp {
     async fn get_task(
         &self,
         request: GetTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        self.backend.tasks.get(&request.task_id)
+        self.backend
+            .tasks
+            .get(&request.task_id, self.task_owner(&context))
     }
 
     async fn cancel_task(
         &self,
         request: CancelTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.backend.tasks.cancel(&request.task_id)
+        self.backend
+            .tasks
+            .cancel(&request.task_id, self.task_owner(&context))
     }
 
     async fn update_task(
         &self,
         request: UpdateTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.backend
-            .tasks
-            .update(&request.task_id, request.input_responses)
+        self.backend.tasks.update(
+            &request.task_id,
+            self.task_owner(&context),
+            request.input_responses,
+        )
     }
 }
 
 impl SmolMcp {
+    /// Who a task of this request belongs to: its session, or every sessionless request.
+    fn task_owner<'s>(&'s self, context: &RequestContext<RoleServer>) -> &'s str {
+        if is_stateless(context) {
+            tasks::STATELESS
+        } else {
+            &self.session
+        }
+    }
+
     /// The call as a future of its own (owning what it uses), so that it can outlive its
     /// request as a task.
     fn detached_call(

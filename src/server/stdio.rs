@@ -14,11 +14,23 @@
 //! messages it will take, already parsed (rmcp's Sink/Stream transport), and writes rmcp's
 //! messages itself, serialized once, so a page of a file is not copied through a pipe and split
 //! into lines again on its way out.
+//!
+//! Backpressure: rmcp keeps reading while its answers wait, each in a task of its own for the
+//! stdout lock, so a client that writes requests and never reads its answers would grow the
+//! process without bound. Each request handed to rmcp holds a permit until its answer is
+//! written (or the client cancels it); while `stdioMaxPendingRequests` are held, stdin is not
+//! read, so the client's own writes block instead.
 
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcRequest, RequestId,
+    ServerJsonRpcMessage,
+};
 use rmcp::{ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The longest line accepted, its newline included: rmcp's own `DEFAULT_MAX_LINE_LENGTH`, so a
 /// line forwarded to rmcp is never one rmcp discards.
@@ -34,7 +46,28 @@ pub const INVALID_PARAMS: i64 = -32602;
 /// The methods this server implements (`SmolMcp`): one of them whose params rmcp cannot read
 /// becomes rmcp's `CustomRequest`, which it answers "method not found"; the params are what is
 /// wrong, so it is answered `-32602` here.
-const SERVED_METHODS: &[&str] = &["initialize", "ping", "tools/list", "tools/call"];
+/// Only the methods rmcp models and this server declares: an unknown or undeclared method is
+/// still "method not found".
+const SERVED_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/list",
+    "prompts/get",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+];
 
 /// What to do with one line from the client.
 #[derive(Debug)]
@@ -309,17 +342,106 @@ async fn write_line<W: AsyncWrite + Unpin>(output: &Output<W>, line: &[u8]) -> s
     output.flush().await
 }
 
+/// The requests rmcp has and has not answered yet, each with its permit.
+struct Pending {
+    permits: Arc<Semaphore>,
+    held: std::sync::Mutex<HashMap<String, OwnedSemaphorePermit>>,
+}
+
+impl Pending {
+    fn new(max: usize) -> Pending {
+        Pending {
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            held: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn key(id: &RequestId) -> String {
+        serde_json::to_string(id).unwrap_or_default()
+    }
+
+    fn hold(&self, id: &RequestId, permit: OwnedSemaphorePermit) {
+        if let Ok(mut held) = self.held.lock() {
+            // A reused id replaces the older entry; its permit goes back.
+            held.insert(Pending::key(id), permit);
+        }
+    }
+
+    fn release(&self, id: &RequestId) {
+        if let Ok(mut held) = self.held.lock() {
+            held.remove(&Pending::key(id));
+        }
+    }
+
+    /// What a message handed to rmcp does to the count: a request takes `spare`; a
+    /// cancellation gives its request's permit back, since rmcp drops the cancelled request's
+    /// answer and nothing would be written to release it.
+    fn forwarded(&self, message: &ClientJsonRpcMessage, spare: &mut Option<OwnedSemaphorePermit>) {
+        match message {
+            ClientJsonRpcMessage::Request(request) => {
+                if let Some(permit) = spare.take() {
+                    self.hold(&request.id, permit);
+                }
+            }
+            ClientJsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) =
+                    &notification.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    self.release(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// An answer was written: its request's permit goes back.
+    fn answered(&self, message: &ServerJsonRpcMessage) {
+        match message {
+            ServerJsonRpcMessage::Response(response) => self.release(&response.id),
+            ServerJsonRpcMessage::Error(error) => {
+                if let Some(id) = &error.id {
+                    self.release(id);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The reading side's state between messages.
+struct Incoming<R, W> {
+    reader: LineReader<R>,
+    output: Output<W>,
+    pending: Arc<Pending>,
+    /// The permit taken before the next line is read; a line that is no request leaves it for
+    /// the one after.
+    spare: Option<OwnedSemaphorePermit>,
+}
+
 /// The client's next message for rmcp: bad lines in between are answered here and skipped.
-/// rmcp's own receive loop drives this, so a line reaches rmcp with no task in between.
-async fn next_message<R, W>(
-    reader: &mut LineReader<R>,
-    output: &Output<W>,
-) -> Option<ClientJsonRpcMessage>
+/// rmcp's own receive loop drives this, so a line reaches rmcp with no task in between. No line
+/// is read until a request may be taken on (a permit is free).
+async fn next_message<R, W>(incoming: &mut Incoming<R, W>) -> Option<ClientJsonRpcMessage>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     loop {
+        if incoming.spare.is_none() {
+            let permits = incoming.pending.permits.clone();
+            let permit = match permits.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    tracing::debug!(
+                        "stdioMaxPendingRequests answers not yet written: not reading stdin until the client takes some"
+                    );
+                    permits.acquire_owned().await.ok()?
+                }
+            };
+            incoming.spare = Some(permit);
+        }
+        let (reader, output) = (&mut incoming.reader, &incoming.output);
         let verdict = match reader.next().await {
             // rmcp ends the session when its input ends, as it did at stdin's EOF.
             Read::End => return None,
@@ -335,7 +457,10 @@ where
             }
         };
         match verdict {
-            Verdict::Forward(message) => return Some(*message),
+            Verdict::Forward(message) => {
+                incoming.pending.forwarded(&message, &mut incoming.spare);
+                return Some(*message);
+            }
             Verdict::Reply(answer) => {
                 let mut line = answer.to_string().into_bytes();
                 line.push(b'\n');
@@ -350,39 +475,52 @@ where
 }
 
 /// Serves one MCP session on the process's stdin and stdout; ends when the client closes stdin
-/// (or the session ends otherwise), after rmcp's last answers are written.
-pub async fn serve_stdio<S: ServerHandler>(server: S) {
+/// (or the session ends otherwise), after rmcp's last answers are written. At most
+/// `max_pending` requests are taken on before their answers are written.
+pub async fn serve_stdio<S: ServerHandler>(server: S, max_pending: usize) {
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    serve(server, stdin, stdout).await;
+    serve(server, stdin, stdout, max_pending).await;
 }
 
 /// `serve_stdio` on any byte streams.
-pub async fn serve<S, R, W>(server: S, input: R, output: W)
+pub async fn serve<S, R, W>(server: S, input: R, output: W, max_pending: usize)
 where
     S: ServerHandler,
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let output: Output<W> = std::sync::Arc::new(tokio::sync::Mutex::new(output));
-    let reader = LineReader {
-        read: BufReader::new(input),
-        line: Vec::new(),
-    };
-    let incoming = Box::pin(futures::stream::unfold(
-        (reader, output.clone()),
-        |(mut reader, output)| async move {
-            let message = next_message(&mut reader, &output).await?;
-            Some((message, (reader, output)))
+    let pending = Arc::new(Pending::new(max_pending));
+    let reader = Incoming {
+        reader: LineReader {
+            read: BufReader::new(input),
+            line: Vec::new(),
         },
-    ));
-    // Each of rmcp's messages, serialized once, written whole.
+        output: output.clone(),
+        pending: pending.clone(),
+        spare: None,
+    };
+    let incoming = Box::pin(futures::stream::unfold(reader, |mut reader| async move {
+        let message = next_message(&mut reader).await?;
+        Some((message, reader))
+    }));
+    // Each of rmcp's messages, serialized once, written whole. A failed write is logged and
+    // not returned: `sink::unfold` panics when it is used again after an error, and rmcp goes
+    // on sending; a client that closed stdout closes stdin too, which ends the session.
     let outgoing = Box::pin(futures::sink::unfold(
-        output,
-        |output, message: ServerJsonRpcMessage| async move {
-            let mut line = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
-            line.push(b'\n');
-            write_line(&output, &line).await?;
-            Ok::<_, std::io::Error>(output)
+        (output, pending),
+        |(output, pending), message: ServerJsonRpcMessage| async move {
+            match serde_json::to_vec(&message) {
+                Ok(mut line) => {
+                    line.push(b'\n');
+                    if let Err(e) = write_line(&output, &line).await {
+                        tracing::debug!(error = %e, "writing stdout failed; the answer is lost");
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "an answer could not be serialized"),
+            }
+            pending.answered(&message);
+            Ok::<_, std::io::Error>((output, pending))
         },
     ));
     match server.serve((outgoing, incoming)).await {
@@ -502,6 +640,26 @@ mod tests {
                 r#"{"jsonrpc":"2.0","id":8,"method":"initialize","params":{"capabilities":[]}}"#,
                 INVALID_PARAMS,
                 json!(8),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":7}}"#,
+                INVALID_PARAMS,
+                json!(9),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":10,"method":"resources/read","params":{}}"#,
+                INVALID_PARAMS,
+                json!(10),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":11,"method":"logging/setLevel","params":{"level":"loud"}}"#,
+                INVALID_PARAMS,
+                json!(11),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":12,"method":"resources/subscribe","params":{"uri":[]}}"#,
+                INVALID_PARAMS,
+                json!(12),
             ),
         ] {
             assert_eq!(code_and_id(line), (code, id), "{line}");

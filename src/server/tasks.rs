@@ -26,11 +26,31 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// timeout): a machine's create and start, and the cloud's image pull at create.
 const TTL_MARGIN: Duration = Duration::from_secs(600);
 
-/// The process's tasks.
-#[derive(Default)]
+/// The process's tasks, each with its owner: the session that started it, or
+/// [`STATELESS`] for a 2026-07-28 request (which has no session; its task id, long and random,
+/// is what it holds). Another owner's task reads as unknown.
 pub struct Tasks {
     manager: TaskManager,
+    owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// One permit per call that may become a task (`maxTasks`), taken when the call begins
+    /// (so that the bound is exact) and given back when it ends, as a task or not.
+    slots: Arc<tokio::sync::Semaphore>,
+    max: usize,
 }
+
+impl Tasks {
+    pub fn new(max: usize) -> Tasks {
+        Tasks {
+            manager: TaskManager::default(),
+            owners: Default::default(),
+            slots: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+        }
+    }
+}
+
+/// The owner of the tasks of requests without a session.
+pub const STATELESS: &str = "stateless requests";
 
 /// A tool call that runs on its own, ready to be awaited here or handed to a task.
 pub struct DetachedCall {
@@ -88,6 +108,7 @@ impl Tasks {
         call: DetachedCall,
         after: Duration,
         request_ct: &CancellationToken,
+        owner: &str,
     ) -> CallToolResponse {
         let DetachedCall {
             tool,
@@ -96,6 +117,16 @@ impl Tasks {
             bound,
             work,
         } = call;
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            return CallToolResponse::Complete(super::into_result(Err(ToolError::new(
+                ToolErrorKind::Fleet(crate::fleet::ErrorKind::RateLimited),
+                format!(
+                    "{} calls are running as tasks already (maxTasks): wait for one to end \
+                     (tasks/get), or cancel one (tasks/cancel)",
+                    self.max
+                ),
+            ))));
+        };
         let began = Instant::now();
         // On a task of its own: a task's future may be aborted (its TTL), the call never is.
         let mut running = tokio::spawn(work);
@@ -119,6 +150,7 @@ impl Tasks {
         let task = self.manager.spawn(options, move |context| {
             Box::pin(async move {
                 let _guard = guard;
+                let _slot = slot;
                 let ticker = async {
                     loop {
                         tokio::time::sleep(STATUS_EVERY).await;
@@ -150,17 +182,41 @@ impl Tasks {
                 }
             })
         });
+        if let Ok(mut owners) = self.owners.lock() {
+            // Tasks rmcp has let go of (past their TTL) are forgotten here too.
+            owners.retain(|id, _| self.manager.get_task(id).is_ok());
+            owners.insert(task.task_id.clone(), owner.to_owned());
+        }
         tracing::info!(task = %task.task_id, tool = tool.name(), "a long call goes on as a task");
         CallToolResponse::Task(CreateTaskResult::new(task))
     }
 
-    pub fn get(&self, task_id: &str) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+    /// Refuses a task of another owner as rmcp refuses an unknown one, so that its existence
+    /// is not told either.
+    fn owned(&self, task_id: &str, owner: &str) -> Result<(), ErrorData> {
+        let theirs = self
+            .owners
+            .lock()
+            .map(|owners| owners.get(task_id).is_some_and(|o| o != owner))
+            .unwrap_or(true);
+        if theirs {
+            return Err(ErrorData::invalid_params(
+                format!("Task not found: {task_id}"),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, task_id: &str, owner: &str) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.owned(task_id, owner)?;
         Ok(rmcp::model::GetTaskResult::new(
             self.manager.get_task(task_id)?,
         ))
     }
 
-    pub fn cancel(&self, task_id: &str) -> Result<(), ErrorData> {
+    pub fn cancel(&self, task_id: &str, owner: &str) -> Result<(), ErrorData> {
+        self.owned(task_id, owner)?;
         self.manager.cancel_task(task_id)
     }
 
@@ -169,8 +225,10 @@ impl Tasks {
     pub fn update(
         &self,
         task_id: &str,
+        owner: &str,
         responses: impl IntoIterator<Item = (String, serde_json::Value)>,
     ) -> Result<(), ErrorData> {
+        self.owned(task_id, owner)?;
         self.manager.update_task(task_id, responses)
     }
 }
@@ -214,7 +272,7 @@ mod tests {
     /// cancelled and so still takes its cancellation path rather than being dropped midway.
     #[tokio::test]
     async fn a_task_aborted_at_its_ttl_cancels_its_call() {
-        let tasks = Tasks::default();
+        let tasks = Tasks::new(64);
         let ct = CancellationToken::new();
         let (cleaned_up, mut cleaned_up_rx) = tokio::sync::oneshot::channel();
         let call_ct = ct.clone();
@@ -230,7 +288,7 @@ mod tests {
             }),
         };
         let response = tasks
-            .call_or_task(call, Duration::ZERO, &CancellationToken::new())
+            .call_or_task(call, Duration::ZERO, &CancellationToken::new(), STATELESS)
             .await;
         let CallToolResponse::Task(created) = response else {
             panic!("not a task");
@@ -241,7 +299,7 @@ mod tests {
             "still running before the sweep"
         );
         // rmcp sweeps on its entry points: this get finds the TTL passed.
-        let got = tasks.get(&created.task.task_id).unwrap();
+        let got = tasks.get(&created.task.task_id, STATELESS).unwrap();
         assert_eq!(got.task.status(), rmcp::model::TaskStatus::Failed);
         tokio::time::timeout(Duration::from_secs(2), cleaned_up_rx)
             .await
@@ -253,7 +311,7 @@ mod tests {
     /// call, as dropping the call itself did before it ran on a task of its own.
     #[tokio::test]
     async fn a_handler_dropped_before_the_threshold_cancels_its_call() {
-        let tasks = Tasks::default();
+        let tasks = Tasks::new(64);
         let ct = CancellationToken::new();
         let call_ct = ct.clone();
         let (cleaned_up, cleaned_up_rx) = tokio::sync::oneshot::channel();
@@ -269,7 +327,7 @@ mod tests {
             }),
         };
         let request_ct = CancellationToken::new();
-        let handler = tasks.call_or_task(call, Duration::from_secs(60), &request_ct);
+        let handler = tasks.call_or_task(call, Duration::from_secs(60), &request_ct, STATELESS);
         assert!(
             tokio::time::timeout(Duration::from_millis(50), handler)
                 .await
@@ -279,5 +337,79 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    /// `maxTasks` calls at once, counted from their start: one more is refused naming the
+    /// setting; a slot is given back when a call ends, as a task or before becoming one.
+    #[tokio::test]
+    async fn calls_past_max_tasks_are_refused_naming_the_setting_until_one_ends() {
+        let tasks = Tasks::new(1);
+        let call = |ct: CancellationToken| {
+            let call_ct = ct.clone();
+            DetachedCall {
+                tool: Tool::RunCommand,
+                ct,
+                activity: Arc::default(),
+                bound: Duration::from_secs(60),
+                work: Box::pin(async move {
+                    call_ct.cancelled().await;
+                    Err(ToolError::cancelled())
+                }),
+            }
+        };
+        let first_ct = CancellationToken::new();
+        let first = tasks
+            .call_or_task(
+                call(first_ct.clone()),
+                Duration::ZERO,
+                &CancellationToken::new(),
+                STATELESS,
+            )
+            .await;
+        let CallToolResponse::Task(created) = first else {
+            panic!("not a task");
+        };
+        let refused = tasks
+            .call_or_task(
+                call(CancellationToken::new()),
+                Duration::ZERO,
+                &CancellationToken::new(),
+                STATELESS,
+            )
+            .await;
+        let CallToolResponse::Complete(refused) = refused else {
+            panic!("a second task past maxTasks 1");
+        };
+        let text = serde_json::to_string(&refused).unwrap();
+        assert!(refused.is_error == Some(true), "{text}");
+        assert!(
+            text.contains("RATE_LIMITED") && text.contains("maxTasks"),
+            "{text}"
+        );
+        first_ct.cancel();
+        for _ in 0..100 {
+            if tasks
+                .get(&created.task.task_id, STATELESS)
+                .unwrap()
+                .task
+                .status()
+                != rmcp::model::TaskStatus::Working
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let again = tasks
+            .call_or_task(
+                call(CancellationToken::new()),
+                Duration::ZERO,
+                &CancellationToken::new(),
+                STATELESS,
+            )
+            .await;
+        assert!(
+            matches!(again, CallToolResponse::Task(_)),
+            "the slot came back"
+        );
     }
 }

@@ -292,6 +292,15 @@ fn describe(schema: &Value) -> String {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+pub enum LogSourceArg {
+    /// What the machine's workload printed.
+    Workload,
+    /// The engine's boot and guest-agent log.
+    Engine,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Network {
     /// Any destination.
     Open,
@@ -336,9 +345,8 @@ pub struct MountArg {
     pub source: String,
     /// Absolute path inside the machine.
     pub target: String,
-    /// Mount it read-only. Default false.
-    #[serde(default)]
-    pub readonly: bool,
+    /// Mount it read-only. Default true; false only where the operator allows writing.
+    pub readonly: Option<bool>,
 }
 
 /// Declares a tool's arguments. Every tool takes `target` (the fleet; its description is
@@ -383,8 +391,8 @@ tool_arguments! {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineBase {
-    /// OCI image reference, like alpine, python:3.12-alpine or ghcr.io/org/app:tag.
-    pub image: String,
+    /// OCI image reference, like alpine, python:3.12-alpine or ghcr.io/org/app:tag. Local: optional; without it the engine's bundled Alpine boots with no pull (fastest; needs no registry). Cloud: required.
+    pub image: Option<String>,
     /// Virtual CPUs, 1 to 64. Default from the server's configuration (2).
     #[schemars(range(min = 1, max = 64))]
     pub cpus: Option<u32>,
@@ -411,7 +419,7 @@ pub struct CommandFields {
     pub env: Option<BTreeMap<String, String>>,
     /// Text written to the command's standard input, then closed.
     pub stdin: Option<String>,
-    /// Seconds before the command is killed (exit 124, timedOut true). Default and ceiling from the server's configuration (120 and 900); at most 290 on the local fleet, whose engine ends every request at 300 s.
+    /// Seconds before the command is killed (exit 124, timedOut true). Default 120, at most 900.
     #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
 }
@@ -446,7 +454,7 @@ tool_arguments! {
     pub struct StartArgs {
         /// The machine's name (or its mach- id on cloud).
         pub name: String,
-        /// Wait until a command has run in it before answering. Default true.
+        /// Wait until a command has run in it before answering. Default true. With false it answers within seconds, the boot still under way (ready false); get-machine shows when it runs.
         pub wait: Option<bool>,
         /// Local only: start it as a branch source for branch-machine (default: as it was last started). On cloud this is fixed at create.
         pub branchable: Option<bool>,
@@ -484,7 +492,7 @@ tool_arguments! {
         pub encoding: Encoding,
         /// Byte to start at. Default 0.
         pub offset: Option<u64>,
-        /// Bytes to return, at least 1. Default: to the end of the file, or as many as the output budget allows; eof says whether the end was reached.
+        /// Bytes to return, 1 up to the output budget (a page). Default: to the end of the file, or as much as a page holds; eof says whether the end was reached.
         #[schemars(range(min = 1))]
         pub length: Option<u64>,
     }
@@ -527,6 +535,8 @@ tool_arguments! {
         pub tail: Option<u64>,
         /// The cursor a previous call returned for this machine: only what arrived since is returned.
         pub cursor: Option<String>,
+        /// Local only. workload (default): what the machine's workload printed, kept across restarts. engine: the engine's boot and guest-agent log for this boot, one record per command the agent ran.
+        pub source: Option<LogSourceArg>,
     }
 }
 
@@ -605,17 +615,170 @@ pub fn machine_ref(arg: &str, name: &str) -> Result<(), ToolError> {
     machine_name(arg, name)
 }
 
+/// An image is an OCI reference (the distribution spec's grammar: `[host[:port]/]path[:tag]`
+/// `[@algorithm:hex]`), or the local form smolvm 1.32.2's serve takes when started with
+/// `--local-image-dir`: an absolute path to an archive, which it checks against that
+/// directory. Anything else (a URL, a relative path, `..`) would reach the engine as a name
+/// to pull or a file to open, so it is refused here with what is accepted.
 pub fn image(arg: &str, image: &str) -> Result<(), ToolError> {
-    if image.is_empty()
-        || image.len() > 512
-        || image.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
+    let accepted = "give an OCI image reference, like alpine, alpine:3.20, \
+                    python:3.12-alpine, ghcr.io/org/img:tag or ghcr.io/org/img@sha256:<64 hex>, \
+                    or locally an absolute path to an image archive in the serve's \
+                    --local-image-dir, like /images/app.tar";
+    let shown = crate::tools::error::quote(image);
+    if image.is_empty() || image.len() > 512 {
         return Err(ToolError::argument(
             arg,
-            "give an OCI image reference without spaces, like alpine or python:3.12-alpine",
+            format!("{shown} is not accepted: 1 to 512 characters; {accepted}"),
+        ));
+    }
+    // The engine takes a name ending like an archive for a file, even without a slash, and
+    // looks for it in its own working directory.
+    let archive_name = [".tar", ".tar.gz", ".tgz"]
+        .iter()
+        .any(|suffix| image.ends_with(suffix));
+    let fits = if image.starts_with('/') {
+        local_image_path(image)
+    } else {
+        !archive_name && oci_reference(image)
+    };
+    if !fits {
+        return Err(ToolError::argument(
+            arg,
+            format!("{shown} is not an image reference; {accepted}"),
         ));
     }
     Ok(())
+}
+
+fn local_image_path(path: &str) -> bool {
+    path.len() > 1
+        && !path.ends_with('/')
+        && path
+            .split('/')
+            .skip(1)
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
+        && !path.chars().any(|c| c.is_control() || c.is_whitespace())
+}
+
+/// The reference grammar of the OCI distribution spec (`reference.go` in
+/// distribution/reference): lowercase path components joined by `.`, `_`, `__` or dashes,
+/// an optional registry host (with a dot or a port, or `localhost`) before them, a tag of at
+/// most 128 word characters, dots and dashes, and a digest.
+fn oci_reference(reference: &str) -> bool {
+    let (rest, digest) = match reference.split_once('@') {
+        Some((rest, digest)) => (rest, Some(digest)),
+        None => (reference, None),
+    };
+    if let Some(digest) = digest
+        && !oci_digest(digest)
+    {
+        return false;
+    }
+    // A tag is after the last colon that comes after the last slash (a colon before it is a
+    // registry's port).
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(tag) = tag {
+        let mut chars = tag.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !first_ok
+            || tag.len() > 128
+            || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        {
+            return false;
+        }
+    }
+    let mut components: Vec<&str> = name.split('/').collect();
+    if components.len() > 1 {
+        let first = components[0];
+        if first.contains('.') || first.contains(':') || first == "localhost" {
+            if !registry_host(first) {
+                return false;
+            }
+            components.remove(0);
+        }
+    }
+    !components.is_empty() && components.iter().all(|c| path_component(c))
+}
+
+fn path_component(component: &str) -> bool {
+    let bytes = component.as_bytes();
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        if alnum(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        // A separator: `.`, `_`, `__` or any run of dashes, between alphanumerics.
+        let start = i;
+        match bytes[i] {
+            b'.' => i += 1,
+            b'_' => {
+                i += 1;
+                if i < bytes.len() && bytes[i] == b'_' {
+                    i += 1;
+                }
+            }
+            b'-' => {
+                while i < bytes.len() && bytes[i] == b'-' {
+                    i += 1;
+                }
+            }
+            _ => return false,
+        }
+        if i == start || i >= bytes.len() || !alnum(bytes[i]) {
+            return false;
+        }
+    }
+    true
+}
+
+fn registry_host(host: &str) -> bool {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    };
+    if let Some(port) = port
+        && (port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return false;
+    }
+    !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+fn oci_digest(digest: &str) -> bool {
+    let Some((algorithm, hex)) = digest.split_once(':') else {
+        return false;
+    };
+    let algorithm_ok = !algorithm.is_empty()
+        && algorithm.split(['+', '.', '_', '-']).all(|part| {
+            part.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+                && part.bytes().all(|b| b.is_ascii_alphanumeric())
+        });
+    let hex_len_ok = match algorithm {
+        "sha256" => hex.len() == 64,
+        "sha512" => hex.len() == 128,
+        _ => hex.len() >= 32,
+    };
+    algorithm_ok && hex_len_ok && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 pub fn range(arg: &str, value: u64, min: u64, max: u64) -> Result<(), ToolError> {
@@ -832,5 +995,61 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn images_are_oci_references_or_absolute_archive_paths() {
+        let digest = "0123456789abcdef".repeat(4);
+        for good in [
+            "alpine".to_owned(),
+            "alpine:3.20".to_owned(),
+            "python:3.12-alpine".to_owned(),
+            "library/alpine:latest".to_owned(),
+            "ghcr.io/org/img:tag".to_owned(),
+            format!("ghcr.io/org/img@sha256:{digest}"),
+            format!("localhost:5000/a/b__c/d-e.f:V1_x@sha256:{digest}"),
+            "registry.example.com:443/team/app".to_owned(),
+            "a".to_owned(),
+            "/images/app.tar".to_owned(),
+        ] {
+            assert!(image("image", &good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "http://evil/",
+            "../../x",
+            "./x.tar",
+            "x.tar/../y",
+            "/images/../etc/shadow",
+            "/images/./x",
+            "/images/",
+            "/",
+            "Alpine",
+            "alpine:",
+            ":3.20",
+            "alpine@sha256:abc",
+            "alpine@sha256",
+            "ghcr.io//img",
+            "-alpine",
+            "alpine-",
+            "a..b",
+            "a___b",
+            "alpine:3.20 --privileged",
+            "alpine\n",
+            "ghcr.io:/img",
+            "ghcr.io:99999x/img",
+            "-bad.io/img",
+            "app.tar",
+            "org/app.tgz",
+        ] {
+            let err = image("image", bad).unwrap_err();
+            assert!(err.message.contains("image"), "{bad}: {}", err.message);
+            assert!(
+                err.message.contains("alpine:3.20"),
+                "{bad}: {}",
+                err.message
+            );
+        }
+        assert!(image("image", &"a".repeat(513)).is_err());
     }
 }

@@ -219,6 +219,8 @@ impl<'a> Call<'a> {
             fleet.kind().as_str(),
             spec.name,
             spec.image
+                .as_deref()
+                .unwrap_or("the engine's bundled Alpine root file system")
         );
         self.progress
             .during(
@@ -286,7 +288,13 @@ impl<'a> Call<'a> {
         let nonce = format!("ready-{}", random_hex());
         let limit = self.backend.config.ready_timeout_secs;
         let deadline = Instant::now() + Duration::from_secs(limit);
-        let mut probe = ExecSpec::new(Command::Argv(vec!["echo".into(), nonce.clone()]));
+        // `echo`, not a shell: an image without one still answers. The mark keeps the probe out
+        // of the machine's engine log as machine-logs shows it.
+        let mut probe = ExecSpec::new(Command::Argv(vec![
+            "echo".into(),
+            nonce.clone(),
+            crate::fleet::internal::MARK.into(),
+        ]));
         probe.timeout_secs = Some(READY_PROBE_TIMEOUT_SECS);
         let mut last;
         loop {

@@ -2,9 +2,12 @@
 //! allow-listed, the egress the engine refused while it ran, grouped by destination, so that
 //! the agent can ask for the allowHosts or allowCidrs it needs instead of guessing.
 //!
-//! Only the local engine records refusals (`GET /api/v1/machines/{name}/egress-events`); the
-//! cloud API has nothing of the kind. The engine's route has no `since` and no cursor (the newest
-//! `limit` events, oldest first), so the command's events are picked by their timestamps.
+//! Only the local engine records refusals (`GET /api/v1/machines/{name}/egress-events`): refused
+//! connects and datagrams, and names outside allowHosts refused at lookup (`resolve`); the cloud
+//! API has nothing of the kind. The engine's route has no `since`, no cursor and no id (the
+//! newest `limit` events, oldest first), and stamps whole seconds, so the command's events are
+//! picked by their timestamps, less a baseline read before it when another command ran on the
+//! machine in the last seconds (whose refusals could carry the same second).
 
 use super::Call;
 use super::results::BlockedEgress;
@@ -17,33 +20,52 @@ use std::time::{Duration, SystemTime};
 pub const DENIALS_ASKED: u32 = 1000;
 /// The most destinations one result lists, the most refused first.
 pub const MAX_DESTINATIONS: usize = 20;
-/// Clock slack on each side of the run. The engine's log may stamp whole seconds, cut down (the
-/// logger's default form), so a refusal early in the run can carry a time up to a second before
-/// it began; same host, same clock, so no more is needed. A command that follows another at once
-/// may therefore also count the previous one's last refusals.
+/// Clock slack on each side of the run. The engine stamps whole seconds, cut down, on its own
+/// clock, which [`EgressDenial::on_this_host`] places on ours within a second either way (the
+/// nested engine's clock was seen most of a second off ours: with no slack for that, a refusal
+/// at the start of a short command fell before it). A command that follows another at once may
+/// therefore also count the previous one's last refusals, which the baseline takes out.
 pub const SLACK: Duration = Duration::from_secs(1);
 
 /// A command being watched for refused egress: started only where refusals can be recorded.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EgressWatch {
     started: SystemTime,
+    /// Refusals already recorded before the command, which are not its own.
+    before: Vec<EgressDenial>,
 }
 
 impl EgressWatch {
-    /// Starts watching a command about to run on a machine of `fleet` with `egress`. `None` on
-    /// the cloud (which records nothing) and for an open machine (nothing is refused).
+    /// Starts watching a command about to run on a machine of `fleet` with `egress`. Only a
+    /// local machine with an allow-list is watched: the cloud records nothing, an open machine
+    /// is refused nothing, and a blocked one has no network at all (its guest sees "Network
+    /// unreachable" and the engine records no event: seen on the real 1.32.2 guest).
     pub fn begin(fleet: FleetKind, egress: &Egress) -> Option<EgressWatch> {
-        (fleet == FleetKind::Local && *egress != Egress::Open).then(|| EgressWatch {
+        (fleet == FleetKind::Local && matches!(egress, Egress::Allow { .. })).then(|| EgressWatch {
             started: SystemTime::now(),
+            before: Vec::new(),
         })
     }
 
     /// As [`EgressWatch::begin`], for a machine known by its record: `Machine::network` is
     /// `Egress::describe`'s reading.
     pub fn begin_described(fleet: FleetKind, network: &str) -> Option<EgressWatch> {
-        (network != Egress::Open.describe())
-            .then(|| Self::begin(fleet, &Egress::Blocked))
+        let allow = Egress::Allow {
+            hosts: Vec::new(),
+            cidrs: Vec::new(),
+        };
+        network
+            .starts_with(allow.describe().trim_end_matches(')'))
+            .then(|| Self::begin(fleet, &allow))
             .flatten()
+    }
+
+    /// Reads the refusals already recorded that could be taken for the command's own (see
+    /// [`crate::fleet::FleetApi::egress_baseline`]); at once when there are none to fear.
+    pub async fn with_baseline(mut self, fleet: &Fleet, machine: &str) -> EgressWatch {
+        self.before = fleet.egress_baseline(machine, DENIALS_ASKED).await;
+        self.started = SystemTime::now();
+        self
     }
 }
 
@@ -64,7 +86,8 @@ pub async fn refused_during(
         .await
     {
         Ok(denials) => {
-            let found = group(&denials, watch.started, SystemTime::now());
+            let fresh = without_baseline(denials, &watch.before);
+            let found = group(&fresh, watch.started, SystemTime::now());
             (!found.is_empty()).then_some(found)
         }
         Err(e) => {
@@ -74,7 +97,27 @@ pub async fn refused_during(
     }
 }
 
-/// The refusals stamped within `[started - SLACK, ended + SLACK]`, grouped by host and port, the
+/// `denials` less one of each refusal in `before` (the engine's list is oldest first and only
+/// grows at its end, so an earlier read's events are matched as a multiset).
+fn without_baseline(denials: Vec<EgressDenial>, before: &[EgressDenial]) -> Vec<EgressDenial> {
+    let key = |d: &EgressDenial| (d.at, d.operation.clone(), d.dest.clone());
+    let mut left: HashMap<(Option<SystemTime>, String, String), usize> = HashMap::new();
+    for d in before {
+        *left.entry(key(d)).or_insert(0) += 1;
+    }
+    denials
+        .into_iter()
+        .filter(|d| match left.get_mut(&key(d)) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        })
+        .collect()
+}
+
+/// The refusals placed (on this host's clock) within `[started - SLACK, ended + SLACK]`, grouped by host and port, the
 /// most refused first (then the first refused), at most [`MAX_DESTINATIONS`]. A refusal without
 /// a time cannot be placed in the run and is left out.
 pub fn group(
@@ -84,13 +127,18 @@ pub fn group(
 ) -> Vec<BlockedEgress> {
     let from = started.checked_sub(SLACK).unwrap_or(SystemTime::UNIX_EPOCH);
     let to = ended + SLACK;
-    let mut order: Vec<(String, Option<u16>)> = Vec::new();
-    let mut counts: HashMap<(String, Option<u16>), u64> = HashMap::new();
+    let mut order: Vec<(String, Option<u16>, String)> = Vec::new();
+    let mut counts: HashMap<(String, Option<u16>, String), u64> = HashMap::new();
     for denial in denials {
-        if !denial.at.is_some_and(|at| from <= at && at <= to) {
+        if !denial.on_this_host.is_some_and(|at| from <= at && at <= to) {
             continue;
         }
-        let key = host_and_port(&denial.dest);
+        let (host, port) = if denial.operation == "resolve" {
+            (denial.dest.clone(), None)
+        } else {
+            host_and_port(&denial.dest)
+        };
+        let key = (host, port, denial.operation.clone());
         let count = counts.entry(key.clone()).or_insert(0);
         if *count == 0 {
             order.push(key);
@@ -103,6 +151,7 @@ pub fn group(
             count: counts[&key],
             host: key.0,
             port: key.1,
+            operation: key.2,
         })
         .collect();
     // Stable: equal counts keep the order they were first refused in.
@@ -137,6 +186,7 @@ mod tests {
     fn denial(secs: Option<u64>, dest: &str) -> EgressDenial {
         EgressDenial {
             at: secs.map(at),
+            on_this_host: secs.map(at),
             operation: "connect".into(),
             dest: dest.into(),
         }
@@ -194,6 +244,40 @@ mod tests {
     }
 
     #[test]
+    fn a_baseline_read_before_the_command_takes_out_one_of_each_earlier_refusal() {
+        let earlier = [
+            denial(Some(100), "1.1.1.1:443"),
+            denial(Some(100), "1.1.1.1:443"),
+        ];
+        let now = vec![
+            denial(Some(100), "1.1.1.1:443"),
+            denial(Some(100), "1.1.1.1:443"),
+            // The same second and destination, refused again by the command itself.
+            denial(Some(100), "1.1.1.1:443"),
+            denial(Some(100), "8.8.8.8:53"),
+        ];
+        let fresh = without_baseline(now, &earlier);
+        let found = group(&fresh, at(100), at(101));
+        let seen: Vec<(&str, u64)> = found.iter().map(|b| (b.host.as_str(), b.count)).collect();
+        assert_eq!(seen, [("1.1.1.1", 1), ("8.8.8.8", 1)]);
+    }
+
+    #[test]
+    fn a_refused_name_is_reported_by_name_with_its_operation() {
+        let mut refused = denial(Some(100), "example.com");
+        refused.operation = "resolve".into();
+        let found = group(&[refused], at(100), at(100));
+        assert_eq!(
+            (
+                found[0].host.as_str(),
+                found[0].port,
+                found[0].operation.as_str()
+            ),
+            ("example.com", None, "resolve")
+        );
+    }
+
+    #[test]
     fn the_list_is_bounded() {
         let denials: Vec<EgressDenial> = (0..MAX_DESTINATIONS + 5)
             .map(|i| denial(Some(100), &format!("10.0.0.{i}:443")))
@@ -207,12 +291,12 @@ mod tests {
             hosts: vec!["pypi.org".into()],
             cidrs: vec![],
         };
-        assert!(EgressWatch::begin(FleetKind::Local, &Egress::Blocked).is_some());
+        assert!(EgressWatch::begin(FleetKind::Local, &Egress::Blocked).is_none());
         assert!(EgressWatch::begin(FleetKind::Local, &allow).is_some());
         assert!(EgressWatch::begin(FleetKind::Local, &Egress::Open).is_none());
         assert!(EgressWatch::begin(FleetKind::Cloud, &Egress::Blocked).is_none());
         assert!(EgressWatch::begin_described(FleetKind::Local, &allow.describe()).is_some());
-        assert!(EgressWatch::begin_described(FleetKind::Local, "blocked").is_some());
+        assert!(EgressWatch::begin_described(FleetKind::Local, "blocked").is_none());
         assert!(EgressWatch::begin_described(FleetKind::Local, "open").is_none());
         assert!(EgressWatch::begin_described(FleetKind::Cloud, "blocked").is_none());
     }

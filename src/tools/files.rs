@@ -28,21 +28,32 @@ pub(super) async fn read_file(
             "give at least 1, or leave it out to read to the end",
         ));
     }
+    let budget = call.backend.config.max_output_bytes;
+    // The page is held whole in memory on its way out: a length past the budget would have the
+    // server buffer whatever the caller names (2^53 buffered a whole 1 GiB file).
+    if let Some(length) = a.length.filter(|&l| l > budget as u64) {
+        return Err(ToolError::argument(
+            "length",
+            format!(
+                "{length} is over the {budget} bytes one page may hold (this server's output \
+                 budget): give at most {budget}, and read on from the offset after it"
+            ),
+        ));
+    }
+    // Base64 grows by a third: by default a page's encoded content stays within the budget.
+    let page_max = match a.encoding {
+        Encoding::Utf8 => budget,
+        Encoding::Base64 => budget / 4 * 3,
+    };
     let fleet = call.fleet(a.target).await?;
     let phase = call.phase(&fleet, &a.name).await?;
     let started_machine = phase.boots_on_use();
     if phase != Phase::Running {
         call.wait_ready(&fleet, &a.name).await?;
     }
-    let budget = call.backend.config.max_output_bytes;
-    // Base64 grows by a third: a page's encoded content stays within the budget.
-    let default_len = match a.encoding {
-        Encoding::Utf8 => budget,
-        Encoding::Base64 => budget / 4 * 3,
-    };
     let want = a
         .length
-        .map_or(default_len, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        .map_or(page_max, |l| usize::try_from(l).unwrap_or(page_max));
     let offset = a.offset.unwrap_or(0);
     let kind = fleet.kind();
     let shared = match call.backend.unpark_read(kind, &a.name, &a.path, offset) {

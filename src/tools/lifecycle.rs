@@ -53,12 +53,29 @@ fn egress(
 
 /// smolvm 1.32.2 accepts a create with no egress and fails the start when the image has to come
 /// from a registry; say which argument of `tool` (the one that was called) grants the pull.
-pub(super) fn with_egress_hint(mut e: ToolError, egress: &Egress, tool: Tool) -> ToolError {
+pub(super) fn with_egress_hint(mut e: ToolError, spec: &CreateSpec, tool: Tool) -> ToolError {
+    // Without an image nothing is pulled: the engine's words for a bare machine name
+    // `registryRef` among the create fields, which is no pull failing.
+    if spec.image.is_none() {
+        return e;
+    }
     let lower = e.message.to_lowercase();
-    let about_pull = ["registry", "pull", "manifest"]
+    let about_pull = ["registry ", "registry-", "registry:", "pull", "manifest"]
         .iter()
         .any(|w| lower.contains(w));
-    if about_pull && *egress != Egress::Open {
+    // A lookup that failed on the host (the engine resolves the registry there) is this
+    // host's network, which the machine's egress does not change.
+    let on_the_host = lower.contains("host-side") || lower.contains("on the host");
+    if about_pull && on_the_host {
+        e.message.push_str(
+            "\nThe engine fetches the image from this host, and the host could not reach the \
+             registry (its DNS or network): the machine's egress does not change that. Check the \
+             host's network, or create the machine without an image (the engine's bundled \
+             Alpine needs no registry).",
+        );
+        return e;
+    }
+    if about_pull && spec.egress != Egress::Open {
         e.message.push_str(&format!(
             "\nThe machine has no egress to the image's registry (network is blocked or an allow-list \
              without it), and the image is pulled from there. Pass network: \"open\" to {}, or \
@@ -79,8 +96,13 @@ pub(super) fn base_spec(
     default_network: NetworkDefault,
 ) -> Result<CreateSpec, ToolError> {
     let config = &call.backend.config;
-    args::image("image", &base.image)?;
-    let mut spec = CreateSpec::new(name, base.image.as_str());
+    let mut spec = match &base.image {
+        Some(image) => {
+            args::image("image", image)?;
+            CreateSpec::new(name, image.as_str())
+        }
+        None => CreateSpec::bare(name),
+    };
     spec.cpus = base.cpus.unwrap_or(config.cpus);
     args::range("cpus", u64::from(spec.cpus), 1, u64::from(MAX_CPUS))?;
     spec.memory_mb = base.memory_mb.unwrap_or(config.memory_mb);
@@ -96,14 +118,80 @@ pub(super) fn base_spec(
         base.allow_cidrs.clone(),
         default_network,
     )?;
-    spec.keep_running = true;
     Ok(spec)
+}
+
+/// Only the local engine has a root file system of its own to boot without an image: on the
+/// cloud a spec without one is refused before anything is sent.
+pub(super) fn require_image(kind: FleetKind, spec: &CreateSpec) -> Result<(), ToolError> {
+    if kind == FleetKind::Cloud && spec.image.is_none() {
+        return Err(ToolError::argument(
+            "image",
+            "is required on the cloud fleet (only the local engine boots a machine without \
+             one, from its bundled Alpine): give an OCI reference, like alpine:3.20",
+        ));
+    }
+    Ok(())
+}
+
+/// A mount's host directory, resolved (symlinks, `..`), if the operator's `mountAllow` holds it,
+/// and, for a writable mount, `mountWritable` too; refused otherwise, naming the setting.
+fn allowed_mount(
+    config: &crate::config::Config,
+    i: usize,
+    source: &str,
+    readonly: bool,
+) -> Result<String, ToolError> {
+    let arg = format!("mounts[{i}].source");
+    if config.mount_allow.is_empty() {
+        return Err(ToolError::argument(
+            &arg,
+            "mounts are off on this server: the operator has allowed no host directory \
+             (mountAllow). Copy files in with write-file instead",
+        ));
+    }
+    let resolved = std::fs::canonicalize(source).map_err(|e| {
+        ToolError::argument(
+            &arg,
+            format!("{source} cannot be resolved on the host: {e}"),
+        )
+    })?;
+    let under = |dirs: &[String]| {
+        dirs.iter().any(|dir| {
+            std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed))
+        })
+    };
+    if !under(&config.mount_allow) {
+        return Err(ToolError::argument(
+            &arg,
+            format!(
+                "{source} is not in a directory the operator allows mounting (mountAllow: {})",
+                config.mount_allow.join(", ")
+            ),
+        ));
+    }
+    if !readonly && !under(&config.mount_writable) {
+        return Err(ToolError::argument(
+            &format!("mounts[{i}].readonly"),
+            format!(
+                "false is not allowed for {source}: the operator allows writable mounts only \
+                 under mountWritable ({}); leave readonly out for a read-only mount",
+                if config.mount_writable.is_empty() {
+                    "none".to_owned()
+                } else {
+                    config.mount_writable.join(", ")
+                }
+            ),
+        ));
+    }
+    Ok(resolved.display().to_string())
 }
 
 fn create_spec(
     call: &Call<'_>,
     a: &args::CreateArgs,
     name: String,
+    kind: FleetKind,
 ) -> Result<CreateSpec, ToolError> {
     let mut spec = base_spec(call, &a.machine, name, call.backend.config.network_default)?;
     let ports = a.ports.clone().unwrap_or_default();
@@ -121,10 +209,16 @@ fn create_spec(
     for (i, m) in mounts.iter().enumerate() {
         args::absolute_path(&format!("mounts[{i}].source"), &m.source)?;
         args::absolute_path(&format!("mounts[{i}].target"), &m.target)?;
+        let readonly = m.readonly.unwrap_or(true);
+        // The cloud fleet has no host to mount from and says so itself.
+        let source = match kind {
+            FleetKind::Local => allowed_mount(&call.backend.config, i, &m.source, readonly)?,
+            FleetKind::Cloud => m.source.clone(),
+        };
         spec.mounts.push(Mount {
-            source: m.source.clone(),
+            source,
             target: m.target.clone(),
-            readonly: m.readonly,
+            readonly,
         });
     }
     if let Some(gb) = a.storage_gb {
@@ -165,10 +259,11 @@ pub(super) async fn create_machine(
              start false, pass branchable to start-machine instead",
         ));
     }
-    let mut spec = create_spec(call, &a, name.clone())?;
+    let mut spec = create_spec(call, &a, name.clone(), kind)?;
     spec.ephemeral = ephemeral;
     // The fleet is chosen (and the local serve started) only once the arguments are known good.
     let fleet = call.fleet(a.target).await?;
+    require_image(fleet.kind(), &spec)?;
     let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral)?;
     let machine = match call.create_reported(&fleet, &spec).await {
         Ok(m) => m,
@@ -178,7 +273,7 @@ pub(super) async fn create_machine(
         }
         Err(e) => {
             let _ = provisional.abandon().await;
-            return Err(with_egress_hint(e, &spec.egress, Tool::CreateMachine));
+            return Err(with_egress_hint(e, &spec, Tool::CreateMachine));
         }
     };
     provisional.created(&machine.id);
@@ -191,7 +286,12 @@ pub(super) async fn create_machine(
     }
     let started = async {
         let m = call
-            .start_reported(&fleet, &machine.id, Some(a.branchable), Some(&spec.image))
+            .start_reported(
+                &fleet,
+                &machine.id,
+                Some(a.branchable),
+                spec.image.as_deref(),
+            )
             .await?;
         call.wait_ready(&fleet, &m.id).await?;
         Ok::<Machine, ToolError>(m)
@@ -204,7 +304,7 @@ pub(super) async fn create_machine(
             ready: true,
         }),
         Err(e) => {
-            let mut e = with_egress_hint(e, &spec.egress, Tool::CreateMachine);
+            let mut e = with_egress_hint(e, &spec, Tool::CreateMachine);
             if named_by_caller && e.is(ErrorKind::Timeout) {
                 e.message.push_str(&format!(
                     "\nThe start may still be under way: the service queues starts and can take \
@@ -249,10 +349,15 @@ pub(super) async fn start_machine(
 ) -> Result<results::Started, ToolError> {
     args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
-    let machine = match call
-        .start_reported(&fleet, &a.name, a.branchable, None)
-        .await
-    {
+    let wait = a.wait.unwrap_or(true);
+    let started = if wait {
+        call.start_reported(&fleet, &a.name, a.branchable, None)
+            .await
+    } else {
+        call.cancellable(fleet.begin_start(&a.name, a.branchable))
+            .await
+    };
+    let machine = match started {
         Ok(m) => m,
         Err(mut e) if e.is(ErrorKind::Timeout) => {
             e.message.push_str(&format!(
@@ -265,7 +370,6 @@ pub(super) async fn start_machine(
         }
         Err(e) => return Err(e),
     };
-    let wait = a.wait.unwrap_or(true);
     if wait {
         call.wait_ready(&fleet, &machine.id).await?;
     }
@@ -389,7 +493,10 @@ mod tests {
                 "start machine m: HTTP 500: failed to fetch manifest from registry-1.docker.io",
             )
         };
-        let hinted = with_egress_hint(pull_failed(), &Egress::Blocked, Tool::RunOnce);
+        let blocked = CreateSpec::new("m", "alpine");
+        let mut open = blocked.clone();
+        open.egress = Egress::Open;
+        let hinted = with_egress_hint(pull_failed(), &blocked, Tool::RunOnce);
         assert!(
             hinted
                 .message
@@ -397,13 +504,32 @@ mod tests {
             "{}",
             hinted.message
         );
-        let hinted = with_egress_hint(pull_failed(), &Egress::Blocked, Tool::CreateMachine);
+        let hinted = with_egress_hint(pull_failed(), &blocked, Tool::CreateMachine);
         assert!(
             hinted.message.contains("to create-machine"),
             "{}",
             hinted.message
         );
-        let open = with_egress_hint(pull_failed(), &Egress::Open, Tool::RunOnce);
+        let open = with_egress_hint(pull_failed(), &open, Tool::RunOnce);
         assert_eq!(open, pull_failed(), "no hint when egress was open");
+        // A bare machine pulls nothing: the engine's refusal naming registryRef is no pull.
+        let bare_refused = ToolError::new(
+            ToolErrorKind::Fleet(ErrorKind::Invalid),
+            "create machine m: HTTP 400: cmd/entrypoint require an image, from, or registryRef",
+        );
+        let bare = with_egress_hint(bare_refused.clone(), &CreateSpec::bare("m"), Tool::RunOnce);
+        assert_eq!(bare, bare_refused);
+        // A lookup that failed on the host is not the machine's egress.
+        let host_dns = ToolError::new(
+            ToolErrorKind::Fleet(ErrorKind::Upstream),
+            "start machine m: pull alpine: host-side DNS lookup of registry-1.docker.io failed",
+        );
+        let hinted = with_egress_hint(host_dns, &blocked, Tool::CreateMachine);
+        assert!(
+            hinted.message.contains("from this host")
+                && !hinted.message.contains("network: \"open\""),
+            "{}",
+            hinted.message
+        );
     }
 }

@@ -1,8 +1,10 @@
-//! A machine's log: the guest console locally, the control plane's event log on cloud.
+//! A machine's log: locally what its workload printed, or the engine's own log of it; on cloud
+//! the control plane's event log.
 
 use super::args;
 use super::results;
 use super::{Call, ToolError};
+use crate::fleet::{FleetKind, LogSource};
 
 pub(super) async fn machine_logs(
     call: &Call<'_>,
@@ -12,8 +14,20 @@ pub(super) async fn machine_logs(
     let tail = a.tail.unwrap_or(call.backend.config.logs_tail as u64);
     args::range("tail", tail, 1, 10_000)?;
     let fleet = call.fleet(a.target).await?;
+    let source = match (a.source, fleet.kind()) {
+        (None, _) => LogSource::Workload,
+        (Some(_), FleetKind::Cloud) => {
+            return Err(ToolError::argument(
+                "source",
+                "is local only: a cloud machine has one log, its control plane's event log; \
+                 leave source out",
+            ));
+        }
+        (Some(args::LogSourceArg::Workload), _) => LogSource::Workload,
+        (Some(args::LogSourceArg::Engine), _) => LogSource::Engine,
+    };
     let page = call
-        .cancellable(fleet.logs(&a.name, tail as usize, a.cursor.as_deref()))
+        .cancellable(fleet.logs(&a.name, tail as usize, a.cursor.as_deref(), source))
         .await?;
     // Keep the newest lines that fit the budget.
     let budget = call.backend.config.max_output_bytes;
@@ -33,5 +47,6 @@ pub(super) async fn machine_logs(
         cursor: page.cursor,
         truncated,
         gap: page.gap,
+        note: page.note,
     })
 }

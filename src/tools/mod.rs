@@ -206,7 +206,7 @@ tool_table! {
         result: results::RunCommandAnswer,
         run: commands::run_command,
         description: "Run one command in an existing machine and wait for it to end (up to timeoutSecs: 120 s by \
-             default, 900 at most, 290 locally), then return stdout, stderr and exitCode. A non-zero exit is a result, \
+             default, 900 at most), then return stdout, stderr and exitCode. A non-zero exit is a result, \
              not an error; timedOut true means it was killed at timeoutSecs (exit 124). Each call is a new \
              process: cd and export do not carry over, so pass workdir and env. Output over the budget keeps \
              its head and tail (truncated: true) and the whole stream is saved in the machine at the path \
@@ -320,9 +320,10 @@ tool_table! {
         result: results::Logs,
         run: logs::machine_logs,
         description: "Read a machine's log: the last lines, or only what arrived since a previous call when you pass \
-             back its cursor. Locally this is the guest console (boot messages and the workload's own \
-             output); on cloud it is the control plane's event log (what happened to the machine, not what \
-             ran in it). A command's output comes back from run-command, not here. Read-only.",
+             back its cursor. Locally this is what the machine's workload (its image's own command) printed, \
+             kept across restarts; source engine gives the engine's boot and agent log instead. On cloud it is \
+             the control plane's event log (what happened to the machine). A command's output comes back from \
+             run-command or job-output, not here. Read-only.",
     }
     PullImage => "pull-image" {
         title: "Pull an image",

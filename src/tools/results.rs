@@ -210,11 +210,14 @@ pub struct JobList {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockedEgress {
-    /// As the engine recorded it: an IP address (a name outside allowHosts fails to resolve
-    /// instead, and is not recorded).
+    /// As the engine recorded it: an IP address for a refused connection, the name for a
+    /// refused lookup.
     pub host: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// connect (TCP), sendto (UDP), or resolve: a name outside allowHosts, which the guest saw
+    /// fail to resolve; add it to allowHosts.
+    pub operation: String,
     /// Refusals during the command.
     pub count: u64,
 }
@@ -285,4 +288,7 @@ pub struct Logs {
     /// lines the engine returns, so this page is those lines and some before them may be
     /// missing. Always false on cloud.
     pub gap: bool,
+    /// Why there is nothing to read, when the log is not there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }

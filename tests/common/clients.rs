@@ -64,8 +64,27 @@ pub async fn run_node(script: &str, plan: &Value) -> Value {
     run(command, script).await
 }
 
-async fn run(mut command: Command, script: &str) -> Value {
-    let out = tokio::time::timeout(CLIENT_LIMIT, command.kill_on_drop(true).output())
+/// A Python or Node client script with a limit of its own (a session on a real guest boots
+/// machines and takes minutes).
+pub async fn run_client_for(program: &str, script: &str, plan: &Value, limit: Duration) -> Value {
+    let program = if program == "python" {
+        python()
+    } else {
+        PathBuf::from(program)
+    };
+    let mut command = Command::new(program);
+    command
+        .arg(clients_dir().join(script))
+        .arg(plan.to_string());
+    run_for(command, script, limit).await
+}
+
+async fn run(command: Command, script: &str) -> Value {
+    run_for(command, script, CLIENT_LIMIT).await
+}
+
+async fn run_for(mut command: Command, script: &str, limit: Duration) -> Value {
+    let out = tokio::time::timeout(limit, command.kill_on_drop(true).output())
         .await
         .unwrap_or_else(|_| panic!("the client {script} hung"))
         .unwrap();

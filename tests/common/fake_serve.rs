@@ -27,7 +27,11 @@ pub struct FakeState {
     /// Files generated as they are sent (`a` to `z` repeated), of this many bytes: large
     /// files the fake never holds. Like the engine, the answer declares its length.
     pub generated_files: BTreeMap<(String, String), u64>,
+    /// Each machine's workload log (`source=workload`, what machine-logs reads by default).
     pub logs: BTreeMap<String, Vec<String>>,
+    /// Each machine's engine log (`source=console`, the engine's default: the kernel and the
+    /// guest agent's JSON records, one "running command" a command).
+    pub engine_logs: BTreeMap<String, Vec<String>>,
     /// Each machine's egress refusals, oldest first, as `GET .../egress-events` answers them.
     pub egress_events: BTreeMap<String, Vec<Value>>,
     /// Refusals (operation, dest) recorded, stamped now, each time a command other than a
@@ -36,14 +40,19 @@ pub struct FakeState {
     pub denials_on_exec: BTreeMap<String, Vec<(String, String)>>,
     /// The egress-events route answers 500.
     pub egress_events_fail: bool,
+    /// How far the engine's clock is behind ours: its refusals' stamps and its `Date` header
+    /// (a serve elsewhere, or the nested engine's QEMU guest, runs on its own clock).
+    pub engine_clock_behind: std::time::Duration,
     pub exec_hook: Option<ExecHook>,
     /// How long an exec that is not a readiness probe (`echo`) takes to answer.
     pub exec_delay: Option<std::time::Duration>,
     /// How long an image pull takes: the engine answers `POST .../images/pull` only once the
     /// guest agent's pull has returned (smolvm src/api/handlers/images.rs `pull_image`).
     pub pull_delay: Option<std::time::Duration>,
-    /// The engine's request deadline on its machine routes (smolvm src/api/mod.rs,
-    /// `API_REQUEST_TIMEOUT_SECS` = 300 and a `TimeoutLayer` answering 408 with an empty body);
+    /// How long a file read or write takes to answer.
+    pub file_delay: Option<std::time::Duration>,
+    /// The engine's request deadline on the machine routes its `TimeoutLayer` wraps
+    /// (`API_REQUEST_TIMEOUT_SECS` = 300, answering 408 with an empty body; see [`bounded`]);
     /// `None` is the engine's 300 s, a test sets a second or so.
     pub request_deadline: Option<std::time::Duration>,
     /// How a command that runs past its `timeoutSecs` is reported (see [`TimeoutForm`]).
@@ -310,10 +319,10 @@ impl FakeServe {
         self.state.lock().unwrap().streams.clone()
     }
 
-    /// Appends a line to a machine's log, as its guest console grows: the next
+    /// Appends a line to a machine's workload log, as its workload prints: the next
     /// `GET /api/v1/machines/{id}/logs` shows it (`stream_logs` in the vendored 1.32.2 spec,
-    /// `text/event-stream`, one `event: log` / `data: <line>` frame a line as the engine's
-    /// `src/api/handlers/machines.rs` sends them), so a followed log's next poll reports it.
+    /// `text/event-stream`, one unnamed `data: <line>` frame a line as the real 1.32.2 serve
+    /// sends them: tests/fake_vs_engine.rs), so a followed log's next poll reports it.
     pub fn push_log(&self, name: &str, line: &str) {
         self.state
             .lock()
@@ -392,11 +401,23 @@ fn generated_file(size: u64) -> Response {
         .into_response()
 }
 
-/// Every request, bounded as the engine bounds it: its logs route and `/health` are outside the
-/// request deadline, every other machine route answers 408 with an empty body once it passes.
+/// Whether the engine's request deadline bounds a request. In 1.32.2 its `TimeoutLayer` wraps
+/// list, get, fork and branches, stop, delete, files, the image list and the egress routes; not
+/// create, start, exec, exec/stream, run, images/pull (taken out of it since 1.9: the 300 s
+/// constant's place in the 1.32.2 router, and each route held open 330 s against the real
+/// serve), nor logs and `/health`.
+pub fn bounded(method: &Method, path: &str) -> bool {
+    let unbounded = ["/start", "/exec", "/exec/stream", "/run", "/images/pull"];
+    let outside_the_layer = path.ends_with("/logs")
+        || (method == Method::POST
+            && (path == "/api/v1/machines" || unbounded.iter().any(|end| path.ends_with(end))));
+    path.starts_with("/api/v1/machines") && !outside_the_layer
+}
+
+/// Every request, bounded as the engine bounds it (see [`bounded`]): past the deadline a
+/// bounded route answers 408 with an empty body.
 async fn handle(state: State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
-    let path = request.uri().path();
-    let bounded = path.starts_with("/api/v1/machines") && !path.ends_with("/logs");
+    let bounded = bounded(request.method(), request.uri().path());
     let deadline = state
         .lock()
         .unwrap()
@@ -569,6 +590,12 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             }
         }
     }
+    if parts.uri.path().contains("/files/") {
+        let delay = state.lock().unwrap().file_delay;
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+    }
     if parts.method == Method::POST && parts.uri.path().ends_with("/images/pull") {
         let delay = state.lock().unwrap().pull_delay;
         if let Some(delay) = delay {
@@ -643,6 +670,10 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 if let Some(v) = json_body.get(key) {
                     info[key] = v.clone();
                 }
+            }
+            // A bare machine (the engine's own Alpine root file system) has no image.
+            if json_body.get("image").is_none() {
+                info["image"] = Value::Null;
             }
             st.machines.insert(name, info.clone());
             axum::Json(info).into_response()
@@ -759,6 +790,18 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 // `/fork` is the older name of the same route (both in the 1.32.2 spec; the real
                 // serve answers both alike, `tests/fake_fidelity.rs`).
                 ("POST", ["branches"]) | ("POST", ["fork"]) => {
+                    // A running machine not started branchable, in 1.32.2's words (compared
+                    // with the real guest in tests/fake_vs_engine.rs); one not running, in the
+                    // older source's.
+                    if info["state"] == json!("running") && info["branchable"] != json!(true) {
+                        return api_error(
+                            StatusCode::CONFLICT,
+                            "CONFLICT",
+                            format!(
+                                "agent operation failed: fork: machine '{name}' was not started as branchable, so it has no copy-on-write memory to branch from. Restart it with `smolvm machine start --name {name} --branchable`; branchability is decided at start time and cannot be turned on for an already-running machine."
+                            ),
+                        );
+                    }
                     if info["branchable"] != json!(true) || info["state"] != json!("running") {
                         return api_error(
                             StatusCode::CONFLICT,
@@ -777,6 +820,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 // Answered at once and sent as the command runs (see `fake_stream`); the
                 // engine's request deadline bounds only the answer, not its body.
                 ("POST", ["exec", "stream"]) => {
+                    if let Some(refused) = require_running(&mut st, &name, &json_body) {
+                        return refused;
+                    }
                     // A streamed command is refused egress as a plain one is, from its start.
                     let readiness_probe = json_body["command"][0] == "echo"
                         && json_body["command"][1]
@@ -789,6 +835,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     sse_response(steps, st.stream_gap, st.streams.clone())
                 }
                 ("POST", ["exec"]) => {
+                    if let Some(refused) = require_running(&mut st, &name, &json_body) {
+                        return refused;
+                    }
                     let hook = st.exec_hook.clone();
                     let answer = match hook {
                         Some(h) => h(&json_body),
@@ -857,14 +906,35 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     axum::Json(json!({"path": file, "size": size})).into_response()
                 }
                 ("GET", ["logs"]) => {
-                    let Some(lines) = st.logs.get(&name) else {
-                        return api_error(
-                            StatusCode::NOT_FOUND,
-                            "NOT_FOUND",
-                            format!(
-                                "machine '{name}' has no logs yet — it may not have been started"
-                            ),
-                        );
+                    let logs = match query_param(parts.uri.query(), "source") {
+                        None | Some("console") => &st.engine_logs,
+                        Some("workload") => &st.logs,
+                        Some(other) => {
+                            return api_error(
+                                StatusCode::BAD_REQUEST,
+                                "BAD_REQUEST",
+                                format!(
+                                    "unknown log source '{other}': use \"console\" or \"workload\""
+                                ),
+                            );
+                        }
+                    };
+                    // A machine that has booted and whose log is empty (a bare machine's
+                    // workload) answers an empty stream; only one never started has no log
+                    // (both seen on the real 1.32.2 guest, tests/fake_vs_engine.rs).
+                    let empty = Vec::new();
+                    let lines = match logs.get(&name) {
+                        Some(lines) => lines,
+                        None if info["state"] != json!("created") => &empty,
+                        None => {
+                            return api_error(
+                                StatusCode::NOT_FOUND,
+                                "NOT_FOUND",
+                                format!(
+                                    "machine '{name}' has no logs yet — it may not have been started"
+                                ),
+                            );
+                        }
                     };
                     // `tail` as the engine reads it (smolvm 1.32.2, src/api/handlers/machines.rs,
                     // and the issue's observation): like `tail -n`, 0 is no line at all; over
@@ -904,10 +974,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                                 .collect()
                         }
                     };
-                    let body: String = lines
-                        .iter()
-                        .map(|l| format!("event: log\ndata: {l}\n\n"))
-                        .collect();
+                    let body: String = lines.iter().map(|l| format!("data: {l}\n\n")).collect();
                     ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
                 }
                 // smolvm 1.32.2 `get_machine_egress_events` (vendored spec; the handler is not
@@ -934,7 +1001,14 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     };
                     let events = st.egress_events.get(&name).cloned().unwrap_or_default();
                     let newest = events.len().saturating_sub(limit);
-                    axum::Json(json!({"events": events[newest..]})).into_response()
+                    let date = chrono::DateTime::<chrono::Utc>::from(engine_now(&st))
+                        .format("%a, %d %b %Y %H:%M:%S GMT")
+                        .to_string();
+                    (
+                        [(header::DATE, date)],
+                        axum::Json(json!({"events": events[newest..]})),
+                    )
+                        .into_response()
                 }
                 ("POST", ["images", "pull"]) => axum::Json(json!({"image": {
                     "reference": json_body["image"], "digest": "sha256:0123", "size": 3_500_000,
@@ -956,6 +1030,35 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
     }
 }
 
+/// Both exec routes: `autoStart` (default true) starts a machine whose VM is not there
+/// (created, stopped, failed) for the command; without it such a machine is refused, in the
+/// engine's words (the exec handler's `require_running`; both routes answered so on the real
+/// 1.32.2 serve, compared in tests/fake_vs_engine.rs). A suspended or unreachable machine's VM
+/// is still there: the command goes to it.
+fn require_running(st: &mut FakeState, name: &str, body: &Value) -> Option<Response> {
+    let machine = st.machines.get_mut(name)?;
+    if !matches!(
+        machine["state"].as_str(),
+        Some("created" | "stopped" | "failed")
+    ) {
+        return None;
+    }
+    if body["autoStart"] == json!(false) {
+        return Some(api_error(
+            StatusCode::CONFLICT,
+            "CONFLICT",
+            "machine is not running and autoStart is false".to_owned(),
+        ));
+    }
+    machine["state"] = json!("running");
+    None
+}
+
+/// Now on the engine's clock.
+fn engine_now(st: &FakeState) -> std::time::SystemTime {
+    std::time::SystemTime::now() - st.engine_clock_behind
+}
+
 /// The refusals a command on the machine of `exec_path` (`/api/v1/machines/{name}/exec`) makes,
 /// stamped now with microseconds, as the engine's log stamps them (the spec's example).
 fn record_denials_on_exec(st: &mut FakeState, exec_path: &str) {
@@ -964,8 +1067,10 @@ fn record_denials_on_exec(st: &mut FakeState, exec_path: &str) {
     };
     let mut denials = st.denials_on_exec.get(name).cloned().unwrap_or_default();
     denials.extend(st.denials_on_exec.get("*").cloned().unwrap_or_default());
-    let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
-        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    // Whole seconds, cut down, as the engine's virtio-net writer stamps them
+    // (`format_rfc3339_seconds`; `2026-12-01T20:32:34Z` from the real 1.32.2 guest).
+    let now = chrono::DateTime::<chrono::Utc>::from(engine_now(st))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let events = st.egress_events.entry(name.to_owned()).or_default();
     for (operation, dest) in denials {
         events.push(json!({"timestamp": now, "operation": operation, "dest": dest}));
@@ -1012,23 +1117,14 @@ async fn guest_exec(
     }
     {
         let mut st = state.lock().unwrap();
-        let info = st.machines.get(&name)?.clone();
+        st.machines.get(&name)?;
         st.requests
             .push(envelope(&parts.method, &parts.uri, &parts.headers, bytes));
         // `autoStart` (default true) starts a stopped machine for the command; without it a
         // machine that is not running is refused (the live exec handler's `require_running`,
         // /work/notes-issue11.md section 1).
-        if info["state"] != json!("running") {
-            if body["autoStart"] == json!(false) {
-                return Some(api_error(
-                    StatusCode::CONFLICT,
-                    "CONFLICT",
-                    "machine is not running and autoStart is false".to_owned(),
-                ));
-            }
-            if let Some(m) = st.machines.get_mut(&name) {
-                m["state"] = json!("running");
-            }
+        if let Some(refused) = require_running(&mut st, &name, body) {
+            return Some(refused);
         }
         let readiness_probe =
             argv[0] == "echo" && argv.get(1).is_some_and(|a| a.starts_with("ready-"));

@@ -6,6 +6,7 @@ pub mod fake_serve;
 pub mod fake_stream;
 pub mod guest_shell;
 pub mod mcp;
+pub mod nested;
 pub mod real_serve;
 pub mod stdio;
 

@@ -1,0 +1,1238 @@
+//! What this server costs on a guest that really boots: the nested real smolvm 1.32.2 engine
+//! (`scripts/nested-engine.sh`, a QEMU TCG VM on this host), each figure beside the same work
+//! done with the engine's REST API directly, in one run:
+//!
+//! 1. create to the first command's output: create-machine (no image: the engine's bundled
+//!    Alpine) then run-command `echo first`, from sending the create to the command's result,
+//!    beside POST machines, POST start and POST exec; 3 of each, in turn, each path first in
+//!    every other pair.
+//! 2. run-command `true` beside a raw exec of `true` on one running machine the server made:
+//!    20 of each, in turn, after a few of each to warm up.
+//! 3. streamed output: a run-command with a progress token whose command prints 20 lines about
+//!    300 ms apart, each stamped with the guest's clock, from the guest's print to the
+//!    notification's arrival; beside the raw exec/stream of the same command. The guest's clock
+//!    is not this host's (the QEMU VM's clock comes from an emulated RTC, whole seconds), so its
+//!    offset is measured with raw requests of the same stamp just before and just after: two-way
+//!    exchanges (a file written with the files API, the guest's reading of its clock on seeing
+//!    it, back on a raw exec/stream) and plain raw execs.
+//! 4. the engine requests the server made for each call, seen by a relay between a second
+//!    server and the engine (for the figures above the server talks to the engine directly).
+//!
+//! Run with `scripts/bench-booted.sh` (brings the nested engine up, then
+//! `cargo bench --bench booted`). Prints a table and writes the same figures as JSON to
+//! `target/bench/booted.json`; the relayed server's debug log goes to
+//! `target/bench/booted-server-debug.log`. Not a test: it asserts nothing about the figures.
+//! The engine may be shared: only machines this run made are deleted.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/nested.rs"]
+#[allow(dead_code)]
+mod nested;
+
+use serde_json::{Value, json};
+use smol_mcp::fleet::exec_stream::SseParser;
+use std::io::{Read, Write};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp");
+const FIRST_OUTPUT_RUNS: usize = 3;
+const ROUND_TRIPS: usize = 20;
+const WARM_UPS: usize = 3;
+const STREAM_LINES: usize = 20;
+const OFFSET_SAMPLES: usize = 5;
+const EXCHANGES: usize = 8;
+/// Tries of one create-to-output run before the bench gives up: the engine is shared, and a
+/// boot beside another one can fail under TCG.
+const TRIES: usize = 3;
+
+/// Prints `stamp <n> <seconds.micros> <source>` from a shell builtin where the shell has one (no
+/// process to start between the reading and the print). bash and newer busybox ash have
+/// `$EPOCHREALTIME`; the busybox ash 1.36.1 of the bundled Alpine answers it empty but sets
+/// `$EPOCHSECONDS` to the time in microseconds as it expands it (seen on this guest, where
+/// `date +%N` prints nothing); failing both, busybox `adjtimex`, a process apart.
+const STAMP_FN: &str = r#"st() { t=$EPOCHREALTIME; m=EPOCHREALTIME; if [ -z "$t" ]; then t=$EPOCHSECONDS; m=EPOCHSECONDS-set-by-EPOCHREALTIME; fi; case $t in *.*) ;; *) t=$(adjtimex | awk '/tv_sec/{s=$2}/tv_usec/{u=$2}END{printf "%d.%06d", s, u}'); m=adjtimex;; esac; echo "stamp $1 $t $m"; }"#;
+
+fn stream_script() -> String {
+    format!(
+        "{STAMP_FN}; i=0; while [ $i -lt {STREAM_LINES} ]; do st $i; sleep 0.3; i=$((i+1)); done"
+    )
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Machines this run made, deleted at the end even when the run panics (the server's own are
+/// deleted by it when its session ends cleanly; a panic kills it first).
+static MADE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn made(name: &str) {
+    MADE.lock().unwrap().push(name.to_owned());
+}
+
+fn gone(name: &str) {
+    MADE.lock().unwrap().retain(|n| n != name);
+}
+
+struct Leftovers {
+    authority: String,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut *MADE.lock().unwrap_or_else(|e| e.into_inner()));
+        for name in names {
+            eprintln!("booted bench: deleting {name}, left by this run");
+            let Ok(mut s) = std::net::TcpStream::connect(&self.authority) else {
+                continue;
+            };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(120)));
+            let _ = write!(
+                s,
+                "DELETE /api/v1/machines/{name} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                self.authority
+            );
+            let _ = s.read_to_end(&mut Vec::new());
+        }
+    }
+}
+
+/// A JSON-RPC client of the stdio server: one line per message, each stamped on arrival.
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+}
+
+impl Client {
+    async fn spawn(env: &[(String, String)], stderr: Stdio) -> Client {
+        let mut child = Command::new(SERVER)
+            .env_clear()
+            .envs(env.iter().cloned())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut client = Client {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        };
+        client
+            .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}))
+            .await;
+        client
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        client
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// The next message and when it arrived (µs since the epoch).
+    async fn next(&mut self) -> (Value, i64) {
+        let line = tokio::time::timeout(Duration::from_secs(900), self.lines.next_line())
+            .await
+            .expect("no message from the server in 900 s")
+            .unwrap()
+            .expect("the server closed stdout");
+        let at = now_us();
+        (serde_json::from_str(&line).unwrap(), at)
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.id();
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let (v, _) = self.next().await;
+            if v["id"] == json!(id) {
+                return v;
+            }
+        }
+    }
+
+    /// A tool call's result (`isError` and all), panicking only on a JSON-RPC error.
+    async fn tool(&mut self, name: &str, args: Value) -> Value {
+        let answer = self
+            .request("tools/call", json!({"name": name, "arguments": args}))
+            .await;
+        assert!(answer.get("error").is_none(), "{name}: {answer}");
+        answer["result"].clone()
+    }
+
+    async fn close(mut self) {
+        drop(self.stdin);
+        let _ = tokio::time::timeout(Duration::from_secs(120), self.child.wait()).await;
+    }
+}
+
+fn ok(result: &Value) -> bool {
+    result["isError"] == json!(false)
+}
+
+/// The server's environment: only what is named here.
+fn server_env(runtime: &std::path::Path, url: &str, log: &str) -> Vec<(String, String)> {
+    vec![
+        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".into(), runtime.display().to_string()),
+        (
+            "XDG_CONFIG_HOME".into(),
+            runtime.join("config").display().to_string(),
+        ),
+        (
+            "SMOL_MCP_RUNTIME_DIR".into(),
+            runtime.join("rt").display().to_string(),
+        ),
+        ("SMOL_LOCAL_URL".into(), url.into()),
+        ("SMOL_MCP_LOG".into(), log.into()),
+    ]
+}
+
+/// The engine's REST API, spoken to directly.
+struct Raw {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Raw {
+    async fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| format!("POST {path}: {e}"))?;
+        let status = r.status();
+        let text = r.text().await.map_err(|e| format!("POST {path}: {e}"))?;
+        if !status.is_success() {
+            return Err(format!("POST {path}: {status} {text}"));
+        }
+        serde_json::from_str(&text).map_err(|e| format!("POST {path}: {e}: {text}"))
+    }
+
+    async fn exec(&self, machine: &str, argv: &[&str]) -> Result<Value, String> {
+        self.post(
+            &format!("/api/v1/machines/{machine}/exec"),
+            &json!({"command": argv, "timeoutSecs": 30}),
+        )
+        .await
+    }
+
+    async fn delete(&self, machine: &str) {
+        let r = self
+            .http
+            .delete(format!("{}/api/v1/machines/{machine}", self.base))
+            .send()
+            .await;
+        match r {
+            Ok(r) if r.status().is_success() || r.status() == 404 => gone(machine),
+            Ok(r) => eprintln!("booted bench: delete {machine}: {}", r.status()),
+            Err(e) => eprintln!("booted bench: delete {machine}: {e}"),
+        }
+    }
+
+    async fn machines(&self) -> Vec<Value> {
+        let r = self
+            .http
+            .get(format!("{}/api/v1/machines", self.base))
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        v["machines"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+#[derive(Clone, Copy, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Stats {
+    n: usize,
+    min_ms: f64,
+    p50_ms: f64,
+    p90_ms: f64,
+    max_ms: f64,
+}
+
+/// Nearest rank, as the other benches take it; the median of 3 is the middle one.
+fn stats(samples: &[f64]) -> Stats {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+    Stats {
+        n: v.len(),
+        min_ms: v[0],
+        p50_ms: at(0.5),
+        p90_ms: at(0.9),
+        max_ms: v[v.len() - 1],
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Create to the first command's output.
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FirstOutput {
+    total_ms: f64,
+    /// create-machine's answer (server) or create + start (raw).
+    ready_ms: f64,
+    /// run-command's (server) or the exec's (raw, every try until `first` came back).
+    command_ms: f64,
+    exec_tries: usize,
+}
+
+async fn server_first_output(c: &mut Client) -> Result<FirstOutput, String> {
+    let t = Instant::now();
+    let created = c.tool("create-machine", json!({})).await;
+    let ready = t.elapsed();
+    if !ok(&created) {
+        return Err(format!("create-machine: {created}"));
+    }
+    let name = created["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    made(&name);
+    let ran = c
+        .tool(
+            "run-command",
+            json!({"name": name, "command": ["echo", "first"]}),
+        )
+        .await;
+    let total = t.elapsed();
+    let answer = if ok(&ran) && ran["structuredContent"]["stdout"] == "first\n" {
+        Ok(FirstOutput {
+            total_ms: ms(total),
+            ready_ms: ms(ready),
+            command_ms: ms(total - ready),
+            exec_tries: 1,
+        })
+    } else {
+        Err(format!("run-command: {ran}"))
+    };
+    let deleted = c.tool("delete-machine", json!({"name": name})).await;
+    if ok(&deleted) {
+        gone(&name);
+    } else {
+        eprintln!("booted bench: delete-machine {name}: {deleted}");
+    }
+    answer
+}
+
+async fn raw_first_output(raw: &Raw, name: &str) -> Result<FirstOutput, String> {
+    let t = Instant::now();
+    let created = raw
+        .post(
+            "/api/v1/machines",
+            &json!({"name": name, "cpus": 2, "memoryMb": 2048, "network": false}),
+        )
+        .await;
+    if created.is_ok() {
+        made(name);
+    }
+    let answer = async {
+        created?;
+        raw.post(&format!("/api/v1/machines/{name}/start"), &json!({}))
+            .await?;
+        let ready = t.elapsed();
+        // As a client of the raw API would: the first exec after the start may come too soon.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match raw.exec(name, &["echo", "first"]).await {
+                Ok(out) if out["stdout"] == "first\n" => break,
+                Ok(_) | Err(_) if t.elapsed() < Duration::from_secs(120) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await
+                }
+                other => return Err(format!("exec: {other:?}")),
+            }
+        }
+        let total = t.elapsed();
+        Ok(FirstOutput {
+            total_ms: ms(total),
+            ready_ms: ms(ready),
+            command_ms: ms(total - ready),
+            exec_tries: tries,
+        })
+    }
+    .await;
+    raw.delete(name).await;
+    answer
+}
+
+/// Notes a failed try, and gives up after [`TRIES`] of them for one run.
+async fn failed_try(what: &str, n: usize, e: String, failures: &mut Vec<String>) {
+    eprintln!("booted bench: {what}, try {}: {e}", n + 1);
+    failures.push(format!("{what}: {e}"));
+    assert!(n + 1 < TRIES, "{what} failed {TRIES} times: {failures:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+}
+
+async fn server_run(c: &mut Client, i: usize, failures: &mut Vec<String>) -> FirstOutput {
+    let mut n = 0;
+    let s = loop {
+        match server_first_output(c).await {
+            Ok(s) => break s,
+            Err(e) => failed_try("server create to output", n, e, failures).await,
+        }
+        n += 1;
+    };
+    eprintln!(
+        "booted bench: server create to output {}: {:.0} ms",
+        i + 1,
+        s.total_ms
+    );
+    s
+}
+
+async fn raw_run(raw: &Raw, i: usize, failures: &mut Vec<String>) -> FirstOutput {
+    let mut n = 0;
+    let r = loop {
+        let name = format!("bench-raw-{}-{i}-{n}", std::process::id());
+        match raw_first_output(raw, &name).await {
+            Ok(r) => break r,
+            Err(e) => failed_try("raw create to output", n, e, failures).await,
+        }
+        n += 1;
+    };
+    eprintln!(
+        "booted bench: raw create to output {}: {:.0} ms",
+        i + 1,
+        r.total_ms
+    );
+    r
+}
+
+async fn first_output(c: &mut Client, raw: &Raw) -> Value {
+    let (mut server, mut direct, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..FIRST_OUTPUT_RUNS {
+        // In turn, and each first in every other pair.
+        if i % 2 == 0 {
+            server.push(server_run(c, i, &mut failures).await);
+            direct.push(raw_run(raw, i, &mut failures).await);
+        } else {
+            direct.push(raw_run(raw, i, &mut failures).await);
+            server.push(server_run(c, i, &mut failures).await);
+        }
+    }
+    let totals = |v: &[FirstOutput]| v.iter().map(|s| s.total_ms).collect::<Vec<_>>();
+    let (ts, tr) = (stats(&totals(&server)), stats(&totals(&direct)));
+    json!({
+        "server": {"stats": ts, "runs": server},
+        "raw": {"stats": tr, "runs": direct},
+        "ratioMedian": ts.p50_ms / tr.p50_ms,
+        "failedTries": failures,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. run-command round trip beside a raw exec.
+
+async fn round_trip(c: &mut Client, raw: &Raw, machine: &str) -> Value {
+    let args = json!({"name": machine, "command": ["true"], "timeoutSecs": 30});
+    let server_once = async |c: &mut Client| {
+        let t = Instant::now();
+        let r = c.tool("run-command", args.clone()).await;
+        let took = ms(t.elapsed());
+        assert!(
+            ok(&r) && r["structuredContent"]["exitCode"] == 0,
+            "run-command true: {r}"
+        );
+        took
+    };
+    let raw_once = async || {
+        let t = Instant::now();
+        let r = raw.exec(machine, &["true"]).await.unwrap();
+        let took = ms(t.elapsed());
+        assert_eq!(r["exitCode"], 0, "{r}");
+        took
+    };
+    for _ in 0..WARM_UPS {
+        server_once(c).await;
+        raw_once().await;
+    }
+    let (mut server, mut direct) = (Vec::new(), Vec::new());
+    for i in 0..ROUND_TRIPS {
+        // In turn, and each first in every other pair.
+        if i % 2 == 0 {
+            server.push(server_once(c).await);
+            direct.push(raw_once().await);
+        } else {
+            direct.push(raw_once().await);
+            server.push(server_once(c).await);
+        }
+    }
+    let (ts, tr) = (stats(&server), stats(&direct));
+    json!({
+        "server": ts, "raw": tr,
+        "diffP50Ms": ts.p50_ms - tr.p50_ms, "diffP90Ms": ts.p90_ms - tr.p90_ms,
+        "serverMs": server, "rawMs": direct,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Streamed output latency.
+
+/// `stamp <n> <seconds.micros> <source>` lines in `text` (a notification's `[stdout] ` marks
+/// left off): (n, µs since the epoch by the guest's clock, source).
+fn stamps(text: &str) -> Vec<(usize, i64, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.trim_start_matches("[stdout] ").split_whitespace();
+            if words.next()? != "stamp" {
+                return None;
+            }
+            let n = words.next()?.parse().ok()?;
+            let (secs, frac) = words.next()?.split_once('.')?;
+            let frac = format!("{frac:0<6}");
+            let us = secs.parse::<i64>().ok()? * 1_000_000 + frac.get(..6)?.parse::<i64>().ok()?;
+            Some((n, us, words.next().unwrap_or("").to_owned()))
+        })
+        .collect()
+}
+
+/// One reading of the guest's clock from this host: when the host sent what made the guest read
+/// it, the reading, and when the reading arrived here (µs since the epoch, each by its clock).
+/// Whatever the legs took, guest − received <= offset <= guest − sent (offset: guest − host).
+#[derive(Clone, Copy, serde::Serialize)]
+struct ClockSample {
+    sent: i64,
+    guest: i64,
+    received: i64,
+}
+
+impl ClockSample {
+    fn rtt(&self) -> i64 {
+        self.received - self.sent
+    }
+    /// guest − host, taking the reading as made halfway between sending and arrival.
+    fn midpoint_offset(&self) -> i64 {
+        self.guest - (self.sent + self.received) / 2
+    }
+}
+
+/// Raw execs of the stamp (sh -c 'st 0'): the offset as a midpoint of the exec's round trip,
+/// whose first half (starting sh in the guest) is the longer one.
+async fn exec_samples(raw: &Raw, machine: &str) -> (Vec<ClockSample>, String) {
+    let script = format!("{STAMP_FN}; st 0");
+    let mut samples = Vec::new();
+    let mut source = String::new();
+    for _ in 0..OFFSET_SAMPLES {
+        let sent = now_us();
+        let out = raw.exec(machine, &["sh", "-c", &script]).await.unwrap();
+        let received = now_us();
+        let found = stamps(out["stdout"].as_str().unwrap_or_default());
+        let (_, guest, src) = found
+            .first()
+            .cloned()
+            .unwrap_or_else(|| panic!("no stamp in {out}"));
+        source = src;
+        samples.push(ClockSample {
+            sent,
+            guest,
+            received,
+        });
+    }
+    (samples, source)
+}
+
+/// Two-way exchanges in one raw exec/stream: the guest's shell spins on `[ -e FILE ]` (a
+/// builtin: no process started), this host writes FILE with the files API, and the guest
+/// prints its clock as soon as it sees it; the line comes back on the stream. Both legs are the
+/// engine and its agent, neither starts a process, so the midpoint is near the truth and the
+/// bounds are tight.
+async fn exchanges(raw: &Raw, machine: &str, tag: &str) -> Vec<ClockSample> {
+    let go = format!("/tmp/bench-clock-{}-{tag}", std::process::id());
+    let script = format!(
+        "{STAMP_FN}; rm -f {go}-*; st 0; i=1; while [ $i -le {EXCHANGES} ]; do while [ ! -e {go}-$i ]; do :; done; st $i; i=$((i+1)); done; rm -f {go}-*"
+    );
+    let response = raw
+        .http
+        .post(format!(
+            "{}/api/v1/machines/{machine}/exec/stream",
+            raw.base
+        ))
+        .json(&json!({"command": ["sh", "-c", script], "timeoutSecs": 120}))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    // The stream is read on a task of its own, so that a line is stamped when it arrives even
+    // while the next file is being written.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        let mut response = response;
+        let mut parser = SseParser::default();
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            let at = now_us();
+            for event in parser.feed(&chunk) {
+                if event.event == "stdout" {
+                    for (n, g, _) in stamps(&event.data) {
+                        let _ = tx.send((n, g, at));
+                    }
+                }
+            }
+        }
+    });
+    let mut samples = Vec::new();
+    let mut sent = None;
+    while let Some((n, guest, received)) = rx.recv().await {
+        if let Some(sent) = sent.take() {
+            samples.push(ClockSample {
+                sent,
+                guest,
+                received,
+            });
+        }
+        if n < EXCHANGES {
+            let path = format!("{go}-{}", n + 1).replace('/', "%2F");
+            sent = Some(now_us());
+            let r = raw
+                .http
+                .put(format!(
+                    "{}/api/v1/machines/{machine}/files/{path}",
+                    raw.base
+                ))
+                .header("content-type", "application/octet-stream")
+                .body("x")
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "{}", r.status());
+        }
+    }
+    reader.await.unwrap();
+    assert_eq!(samples.len(), EXCHANGES, "exchanges");
+    samples
+}
+
+/// The offset the samples of one moment allow: [max(guest − received), min(guest − sent)],
+/// and its middle.
+#[derive(Clone, Copy, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Bounds {
+    lower_ms: f64,
+    upper_ms: f64,
+    mid_ms: f64,
+}
+
+fn bounds<'a>(samples: impl Iterator<Item = &'a ClockSample> + Clone) -> Bounds {
+    let lower = samples.clone().map(|s| s.guest - s.received).max().unwrap();
+    let upper = samples.map(|s| s.guest - s.sent).min().unwrap();
+    Bounds {
+        lower_ms: lower as f64 / 1000.0,
+        upper_ms: upper as f64 / 1000.0,
+        mid_ms: (lower + upper) as f64 / 2000.0,
+    }
+}
+
+/// Each stamped line: (n, guest stamp µs, host arrival µs).
+type Arrivals = Vec<(usize, i64, i64)>;
+
+async fn server_stream(c: &mut Client, machine: &str) -> (Arrivals, usize, i64) {
+    let id = c.id();
+    let sent = now_us();
+    c.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "run-command",
+        "arguments": {"name": machine, "command": ["sh", "-c", stream_script()], "timeoutSecs": 120},
+        "_meta": {"progressToken": "bench-stream"}}}))
+    .await;
+    let (mut arrivals, mut notifications) = (Vec::new(), 0);
+    loop {
+        let (message, at) = c.next().await;
+        if message["id"] == json!(id) {
+            assert!(ok(&message["result"]), "streamed run-command: {message}");
+            let whole = stamps(
+                message["result"]["structuredContent"]["stdout"]
+                    .as_str()
+                    .unwrap_or_default(),
+            );
+            assert_eq!(whole.len(), STREAM_LINES, "{message}");
+            break;
+        }
+        if message["method"] != "notifications/progress" {
+            continue;
+        }
+        notifications += 1;
+        let text = message["params"]["message"].as_str().unwrap_or_default();
+        arrivals.extend(stamps(text).into_iter().map(|(n, g, _)| (n, g, at)));
+    }
+    (arrivals, notifications, sent)
+}
+
+async fn raw_stream(raw: &Raw, machine: &str) -> (Arrivals, i64) {
+    let sent = now_us();
+    let mut response = raw
+        .http
+        .post(format!(
+            "{}/api/v1/machines/{machine}/exec/stream",
+            raw.base
+        ))
+        .json(&json!({"command": ["sh", "-c", stream_script()], "timeoutSecs": 120}))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let mut parser = SseParser::default();
+    let mut arrivals = Vec::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        let at = now_us();
+        for event in parser.feed(&chunk) {
+            if event.event == "stdout" {
+                arrivals.extend(stamps(&event.data).into_iter().map(|(n, g, _)| (n, g, at)));
+            }
+        }
+    }
+    (arrivals, sent)
+}
+
+/// Guest print to arrival of each line, in ms, taking the guest's clock as `offset_ms` ahead.
+fn latencies(arrivals: &Arrivals, offset_ms: f64) -> Vec<f64> {
+    arrivals
+        .iter()
+        .map(|&(_, guest, at)| (at - guest) as f64 / 1000.0 + offset_ms)
+        .collect()
+}
+
+async fn streamed(c: &mut Client, raw: &Raw, machine: &str) -> Value {
+    let (execs_before, source) = exec_samples(raw, machine).await;
+    let exchanged_before = exchanges(raw, machine, "before").await;
+    let (server, notifications, server_sent) = server_stream(c, machine).await;
+    let (direct, raw_sent) = raw_stream(raw, machine).await;
+    let exchanged_after = exchanges(raw, machine, "after").await;
+    let (execs_after, _) = exec_samples(raw, machine).await;
+    assert_eq!(server.len(), STREAM_LINES, "lines in notifications");
+    assert_eq!(direct.len(), STREAM_LINES, "lines in the raw stream");
+
+    // The offset from the readings just before and just after (each moment's bounds from its
+    // exchanges and execs together), the two middles averaged; its uncertainty the wider half
+    // and half the drift between them. A raw line arrives after it was printed, which may
+    // raise the lower end.
+    let before = bounds(exchanged_before.iter().chain(&execs_before));
+    let after = bounds(exchanged_after.iter().chain(&execs_after));
+    let offset = (before.mid_ms + after.mid_ms) / 2.0;
+    let half = |b: &Bounds| (b.upper_ms - b.lower_ms) / 2.0;
+    let uncertainty = half(&before).max(half(&after)) + (after.mid_ms - before.mid_ms).abs() / 2.0;
+    let raw_lines_lower = direct
+        .iter()
+        .map(|&(_, g, at)| (g - at) as f64 / 1000.0)
+        .fold(f64::MIN, f64::max);
+    let (low, high) = (
+        (offset - uncertainty).max(raw_lines_lower),
+        offset + uncertainty,
+    );
+    // What the plain exec alone would have said (its quickest, as a midpoint).
+    let quickest = *execs_before.iter().min_by_key(|s| s.rtt()).unwrap();
+    let quickest_exchange = *exchanged_before.iter().min_by_key(|s| s.rtt()).unwrap();
+
+    let gaps: Vec<f64> = server
+        .windows(2)
+        .map(|w| (w[1].1 - w[0].1) as f64 / 1000.0)
+        .collect();
+    let at_offset = |o: f64| (stats(&latencies(&server, o)), stats(&latencies(&direct, o)));
+    let (s, r) = at_offset(offset);
+    let (s_low, r_low) = at_offset(low);
+    let (s_high, r_high) = at_offset(high);
+    let first_server = server.iter().min_by_key(|l| l.0).unwrap();
+    let first_raw = direct.iter().min_by_key(|l| l.0).unwrap();
+    json!({
+        "lines": STREAM_LINES,
+        "notifications": notifications,
+        "guestClock": source,
+        "lineGapMs": stats(&gaps),
+        "offset": {
+            "usedMs": offset, "uncertaintyMs": uncertainty, "lowMs": low, "highMs": high,
+            "before": before, "after": after, "rawLinesLowerMs": raw_lines_lower,
+            "quickestExchangeBeforeRttMs": quickest_exchange.rtt() as f64 / 1000.0,
+            "plainExecMidpoint": {"rttMs": quickest.rtt() as f64 / 1000.0,
+                                  "offsetMs": quickest.midpoint_offset() as f64 / 1000.0},
+            "exchangesBefore": exchanged_before, "exchangesAfter": exchanged_after,
+            "execsBefore": execs_before, "execsAfter": execs_after,
+        },
+        "server": s, "raw": r,
+        "diffP50Ms": s.p50_ms - r.p50_ms, "diffP90Ms": s.p90_ms - r.p90_ms,
+        "diffMaxMs": s.max_ms - r.max_ms,
+        "p50AtLowMs": {"server": s_low.p50_ms, "raw": r_low.p50_ms},
+        "p50AtHighMs": {"server": s_high.p50_ms, "raw": r_high.p50_ms},
+        "firstLineAfterSendMs": {
+            "server": (first_server.2 - server_sent) as f64 / 1000.0,
+            "raw": (first_raw.2 - raw_sent) as f64 / 1000.0,
+        },
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. The engine requests behind each call: a relay that notes each HTTP/1.1 request line the
+// server sends and when the first byte of its answer comes back.
+
+#[derive(Clone)]
+struct Seen {
+    at: Instant,
+    line: String,
+    first_byte: Option<Instant>,
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+/// The request in a line the client sent: a body sent without a newline at its end (JSON)
+/// runs on into the next request's line, so the method is looked for anywhere in it.
+fn request_line(line: &[u8]) -> Option<String> {
+    let line = String::from_utf8_lossy(line);
+    let line = line.trim_end_matches('\r');
+    let rest = line
+        .strip_suffix(" HTTP/1.1")
+        .or_else(|| line.strip_suffix(" HTTP/1.0"))?;
+    let start = ["GET /", "POST /", "PUT /", "DELETE /", "PATCH /", "HEAD /"]
+        .iter()
+        .filter_map(|m| rest.find(m))
+        .min()?;
+    Some(rest[start..].to_owned())
+}
+
+async fn relay(upstream: String) -> (String, Log) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let log: Log = Arc::default();
+    let accepted = log.clone();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let (upstream, log) = (upstream.clone(), accepted.clone());
+            tokio::spawn(async move {
+                let Ok(outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
+                let (mut from_client, mut to_client) = inbound.into_split();
+                let (mut from_engine, mut to_engine) = outbound.into_split();
+                let waiting: Arc<Mutex<Option<usize>>> = Arc::default();
+                let (waiting_up, log_up) = (waiting.clone(), log.clone());
+                let up = async move {
+                    let (mut buf, mut line) = (vec![0u8; 64 * 1024], Vec::new());
+                    while let Ok(n) = from_client.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        for &b in &buf[..n] {
+                            if b != b'\n' {
+                                if line.len() >= 8192 {
+                                    line.drain(..4096);
+                                }
+                                line.push(b);
+                                continue;
+                            }
+                            if let Some(request) = request_line(&line) {
+                                let mut log = log_up.lock().unwrap();
+                                log.push(Seen {
+                                    at: Instant::now(),
+                                    line: request,
+                                    first_byte: None,
+                                });
+                                *waiting_up.lock().unwrap() = Some(log.len() - 1);
+                            }
+                            line.clear();
+                        }
+                        if to_engine.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to_engine.shutdown().await;
+                };
+                let down = async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = from_engine.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let answered = waiting.lock().unwrap().take();
+                        if let Some(i) = answered
+                            && let Some(seen) = log.lock().unwrap().get_mut(i)
+                        {
+                            seen.first_byte = Some(Instant::now());
+                        }
+                        if to_client.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to_client.shutdown().await;
+                };
+                tokio::join!(up, down);
+            });
+        }
+    });
+    (url, log)
+}
+
+/// What the relay saw since the last call, the machine's name written `{name}`.
+fn take_requests(log: &Log, machine: &str) -> Vec<Value> {
+    std::mem::take(&mut *log.lock().unwrap())
+        .into_iter()
+        .map(|s| {
+            let line = if machine.is_empty() {
+                s.line
+            } else {
+                s.line.replace(machine, "{name}")
+            };
+            json!({"request": line,
+                   "firstByteMs": s.first_byte.map(|f| ms(f - s.at))})
+        })
+        .collect()
+}
+
+async fn requests_per_call(url: &str, rt: &std::path::Path, out_dir: &std::path::Path) -> Value {
+    let (relayed, log) = relay(url.trim_start_matches("http://").to_owned()).await;
+    let log_path = out_dir.join("booted-server-debug.log");
+    let stderr = std::fs::File::create(&log_path).unwrap();
+    let mut c = Client::spawn(
+        &server_env(rt, &relayed, "info,rmcp=warn,smol_mcp=debug"),
+        stderr.into(),
+    )
+    .await;
+    let mut calls = Vec::new();
+    let r = c.tool("list-machines", json!({})).await;
+    assert!(ok(&r), "{r}");
+    calls.push(json!({"call": "list-machines (the session's first call)",
+                      "requests": take_requests(&log, "")}));
+    let created = c.tool("create-machine", json!({})).await;
+    assert!(ok(&created), "{created}");
+    let name = created["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    made(&name);
+    calls
+        .push(json!({"call": "create-machine (no image)", "requests": take_requests(&log, &name)}));
+    let run = |command: Value| json!({"name": name, "command": command, "timeoutSecs": 30});
+    let r = c.tool("run-command", run(json!(["echo", "first"]))).await;
+    assert!(ok(&r), "{r}");
+    calls.push(json!({"call": "run-command echo first", "requests": take_requests(&log, &name)}));
+    for i in 0..3 {
+        let r = c.tool("run-command", run(json!(["true"]))).await;
+        assert!(ok(&r), "{r}");
+        calls.push(json!({"call": format!("run-command true ({})", i + 1),
+                          "requests": take_requests(&log, &name)}));
+    }
+    let r = c
+        .request(
+            "tools/call",
+            json!({"name": "run-command", "arguments": run(json!(["echo", "streamed"])),
+                   "_meta": {"progressToken": "bench-requests"}}),
+        )
+        .await;
+    assert!(ok(&r["result"]), "{r}");
+    calls.push(
+        json!({"call": "run-command echo streamed (with a progress token)",
+                      "requests": take_requests(&log, &name)}),
+    );
+    let r = c.tool("delete-machine", json!({"name": name})).await;
+    if ok(&r) {
+        gone(&name);
+    }
+    calls.push(json!({"call": "delete-machine", "requests": take_requests(&log, &name)}));
+    c.close().await;
+    json!({"calls": calls, "serverLog": log_path.display().to_string()})
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn host_info() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .unwrap_or("unknown cpu")
+        .trim()
+        .to_owned();
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu": cpu,
+        "loadAverage": load,
+    })
+}
+
+async fn run(out_dir: &std::path::Path) -> Value {
+    let nested = nested::nested();
+    let raw = Raw {
+        http: nested::rest(),
+        base: nested.url.clone(),
+    };
+    let others: Vec<String> = raw
+        .machines()
+        .await
+        .iter()
+        .filter(|m| m["state"] == "running")
+        .filter_map(|m| m["name"].as_str().map(str::to_owned))
+        .collect();
+    let host = host_info();
+    eprintln!(
+        "booted bench: engine {} ({} other machines running on it)",
+        nested.url,
+        others.len()
+    );
+    let rt = tempfile::tempdir().unwrap();
+    let mut c = Client::spawn(
+        &server_env(&rt.path().join("a"), &nested.url, "warn"),
+        Stdio::inherit(),
+    )
+    .await;
+    // The session's first local call finds the engine: done before anything is timed.
+    let r = c.tool("list-machines", json!({})).await;
+    assert!(ok(&r), "{r}");
+
+    let first = first_output(&mut c, &raw).await;
+
+    let created = c.tool("create-machine", json!({})).await;
+    assert!(ok(&created), "{created}");
+    let machine = created["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    made(&machine);
+    eprintln!("booted bench: round trips on {machine}");
+    let trips = round_trip(&mut c, &raw, &machine).await;
+    eprintln!(
+        "booted bench: run-command p50 {:.1} ms, raw exec p50 {:.1} ms",
+        trips["server"]["p50Ms"].as_f64().unwrap_or(f64::NAN),
+        trips["raw"]["p50Ms"].as_f64().unwrap_or(f64::NAN)
+    );
+    eprintln!("booted bench: streamed output on {machine}");
+    let stream = streamed(&mut c, &raw, &machine).await;
+    let r = c.tool("delete-machine", json!({"name": machine})).await;
+    if ok(&r) {
+        gone(&machine);
+    }
+    c.close().await;
+
+    eprintln!("booted bench: the requests behind each call, through a relay");
+    let requests = requests_per_call(&nested.url, &rt.path().join("b"), out_dir).await;
+
+    json!({
+        "host": host,
+        "engine": {"url": nested.url, "smolvm": "1.32.2",
+                   "where": "nested in a QEMU TCG VM (scripts/nested-engine.sh)",
+                   "otherMachinesRunningAtStart": others},
+        "firstOutput": first,
+        "roundTrip": trips,
+        "stream": stream,
+        "requests": requests,
+    })
+}
+
+fn print_table(r: &Value) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let h = &r["host"];
+    println!(
+        "smol-mcp on a booted guest: nested (TCG) figures on this host, {} cores ({}), load \
+         average {} at start; smolvm 1.32.2 in a QEMU TCG VM, shared ({} other machines running \
+         on it at start)",
+        h["cores"],
+        h["cpu"].as_str().unwrap_or(""),
+        h["loadAverage"].as_str().unwrap_or(""),
+        r["engine"]["otherMachinesRunningAtStart"]
+            .as_array()
+            .map_or(0, Vec::len)
+    );
+    println!();
+    println!("| measure | through the server | raw REST API | server vs raw | goal |");
+    println!("|---|---|---|---|---|");
+    let fo = &r["firstOutput"];
+    let (s, w) = (&fo["server"]["stats"], &fo["raw"]["stats"]);
+    println!(
+        "| create to first output (median / min / max of {}) | {:.0} / {:.0} / {:.0} ms | {:.0} / {:.0} / {:.0} ms | x{:.3} ({:+.0} ms) | within 5% |",
+        s["n"],
+        f(&s["p50Ms"]),
+        f(&s["minMs"]),
+        f(&s["maxMs"]),
+        f(&w["p50Ms"]),
+        f(&w["minMs"]),
+        f(&w["maxMs"]),
+        f(&fo["ratioMedian"]),
+        f(&s["p50Ms"]) - f(&w["p50Ms"])
+    );
+    let split = |runs: &Value, key: &str| {
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| format!("{:.0}", f(&x[key])))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "| of which ready (create-machine / create + start), each run | {} ms | {} ms | | |",
+        split(&fo["server"]["runs"], "readyMs"),
+        split(&fo["raw"]["runs"], "readyMs")
+    );
+    println!(
+        "| of which the command (run-command / exec), each run | {} ms | {} ms (tries: {}) | | |",
+        split(&fo["server"]["runs"], "commandMs"),
+        split(&fo["raw"]["runs"], "commandMs"),
+        split(&fo["raw"]["runs"], "execTries")
+    );
+    let rt = &r["roundTrip"];
+    println!(
+        "| run-command `true` vs exec `true` (p50 / p90 of {}, min / max) | {:.1} / {:.1} ms ({:.1} / {:.1}) | {:.1} / {:.1} ms ({:.1} / {:.1}) | {:+.1} / {:+.1} ms | within 2 ms |",
+        rt["server"]["n"],
+        f(&rt["server"]["p50Ms"]),
+        f(&rt["server"]["p90Ms"]),
+        f(&rt["server"]["minMs"]),
+        f(&rt["server"]["maxMs"]),
+        f(&rt["raw"]["p50Ms"]),
+        f(&rt["raw"]["p90Ms"]),
+        f(&rt["raw"]["minMs"]),
+        f(&rt["raw"]["maxMs"]),
+        f(&rt["diffP50Ms"]),
+        f(&rt["diffP90Ms"])
+    );
+    let st = &r["stream"];
+    let o = &st["offset"];
+    println!(
+        "| streamed line, guest print to notification / SSE line, p50 / p90 / max of {} (guest clock offset {:.1} +/- {:.1} ms; p50 at the ends of that) | {:.1} / {:.1} / {:.1} ms (p50 {:.1} to {:.1}) | {:.1} / {:.1} / {:.1} ms (p50 {:.1} to {:.1}) | {:+.1} / {:+.1} / {:+.1} ms | p50 under 50 ms |",
+        st["server"]["n"],
+        f(&o["usedMs"]),
+        f(&o["uncertaintyMs"]),
+        f(&st["server"]["p50Ms"]),
+        f(&st["server"]["p90Ms"]),
+        f(&st["server"]["maxMs"]),
+        f(&st["p50AtLowMs"]["server"]),
+        f(&st["p50AtHighMs"]["server"]),
+        f(&st["raw"]["p50Ms"]),
+        f(&st["raw"]["p90Ms"]),
+        f(&st["raw"]["maxMs"]),
+        f(&st["p50AtLowMs"]["raw"]),
+        f(&st["p50AtHighMs"]["raw"]),
+        f(&st["diffP50Ms"]),
+        f(&st["diffP90Ms"]),
+        f(&st["diffMaxMs"])
+    );
+    println!(
+        "| streamed: request sent to the first line's arrival | {:.0} ms | {:.0} ms | | |",
+        f(&st["firstLineAfterSendMs"]["server"]),
+        f(&st["firstLineAfterSendMs"]["raw"])
+    );
+    println!();
+    println!(
+        "Streamed lines: {} stamped lines in {} progress notifications; lines {:.0} ms apart \
+         (median: `sleep 0.3` plus starting it in the guest); guest clock read with {}.",
+        st["lines"],
+        st["notifications"],
+        f(&st["lineGapMs"]["p50Ms"]),
+        st["guestClock"].as_str().unwrap_or("")
+    );
+    println!(
+        "Guest clock offset (guest - host), taken with raw requests just before and just after \
+         the two streams: {x} two-way exchanges each time (the guest's shell spins on a file \
+         test, this host writes the file with the files API, the guest prints its clock and \
+         the line comes back on a raw exec/stream: the reading lies between the write's \
+         sending and the line's arrival; quickest exchange {:.1} ms) and {n} raw execs of the \
+         stamp. Before: [{:.1}, {:.1}] ms, after: [{:.1}, {:.1}] ms; used: the mean of the two \
+         middles, {:.1} ms, +/- the wider half and half the drift, {:.1} ms (the raw stream's \
+         own lines allow no less than {:.1} ms). A plain raw exec taken as a midpoint (its \
+         quickest, round trip {:.1} ms) would say {:.1} ms: its first half, starting sh in the \
+         guest, is the longer. server - raw does not depend on the offset.",
+        f(&o["quickestExchangeBeforeRttMs"]),
+        f(&o["before"]["lowerMs"]),
+        f(&o["before"]["upperMs"]),
+        f(&o["after"]["lowerMs"]),
+        f(&o["after"]["upperMs"]),
+        f(&o["usedMs"]),
+        f(&o["uncertaintyMs"]),
+        f(&o["rawLinesLowerMs"]),
+        f(&o["plainExecMidpoint"]["rttMs"]),
+        f(&o["plainExecMidpoint"]["offsetMs"]),
+        n = OFFSET_SAMPLES,
+        x = EXCHANGES
+    );
+    let failed = fo["failedTries"].as_array().map_or(0, Vec::len);
+    if failed > 0 {
+        println!(
+            "Create to first output: {failed} tries failed and were run again (the engine is \
+             shared): {}",
+            fo["failedTries"]
+        );
+    }
+    println!();
+    println!(
+        "Engine requests per call (a second server, through a relay; time to the answer's first byte):"
+    );
+    for call in r["requests"]["calls"].as_array().unwrap() {
+        let list: Vec<String> = call["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| {
+                format!(
+                    "{} ({:.1} ms)",
+                    q["request"].as_str().unwrap_or(""),
+                    f(&q["firstByteMs"])
+                )
+            })
+            .collect();
+        println!(
+            "- {}: {}",
+            call["call"].as_str().unwrap_or(""),
+            if list.is_empty() {
+                "none".to_owned()
+            } else {
+                list.join(", ")
+            }
+        );
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let _leftovers = Leftovers {
+        authority: nested::nested()
+            .url
+            .trim_start_matches("http://")
+            .to_owned(),
+    };
+    let report = runtime.block_on(run(&out_dir));
+    print_table(&report);
+    let path = out_dir.join("booted.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    println!("\nfigures written to {}", path.display());
+}

@@ -1,0 +1,236 @@
+//! Sessions opened and ended in rounds: the release `smol-mcp-http`, as a process, against the
+//! fake serve; each round opens SESSION_COUNT sessions (initialize, then `initialized`) and ends
+//! every one with DELETE, in waves of SESSION_HELD held open at once (by default the server's
+//! default `httpMaxSessions`, 256; the bound is set to the wave's size). The server's resident
+//! memory (VmRSS, from /proc) is printed after each round, beside the first round's: memory an
+//! ended session leaves behind shows as growth from round to round (the goal is every round
+//! within 10% of the first).
+//!
+//! Run with `scripts/bench-http.sh` or `cargo bench --bench session_memory`; SESSION_COUNT
+//! (default 5000), SESSION_HELD (default 256), SESSION_ROUNDS (default 4) and
+//! SESSION_CONCURRENCY (default 16) change the shape. Writes `target/bench/session_memory.json`.
+//! Not a test: it fails only when a session cannot be opened or ended, never on a figure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/fake_serve.rs"]
+#[allow(dead_code)]
+mod fake_serve;
+#[path = "../tests/common/fake_stream.rs"]
+#[allow(dead_code)]
+mod fake_stream;
+#[path = "../tests/common/guest_shell.rs"]
+#[allow(dead_code)]
+mod guest_shell;
+
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
+const TOKEN: &str = "session-memory-token";
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start(runtime: &std::path::Path, local_url: &str, max_sessions: usize) -> (Child, u16) {
+    let port = free_port();
+    let child = Command::new(SERVER)
+        .env_clear()
+        .envs([
+            ("PATH", std::env::var("PATH").unwrap_or_default()),
+            ("HOME", runtime.display().to_string()),
+            (
+                "XDG_CONFIG_HOME",
+                runtime.join("config").display().to_string(),
+            ),
+            (
+                "SMOL_MCP_RUNTIME_DIR",
+                runtime.join("rt").display().to_string(),
+            ),
+            ("SMOL_LOCAL_URL", local_url.to_owned()),
+            ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
+            ("SMOL_MCP_HTTP_PORT", port.to_string()),
+            ("SMOL_MCP_HTTP_MAX_SESSIONS", max_sessions.to_string()),
+            ("SMOL_MCP_LOG", "error".to_owned()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "not listening");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (child, port)
+}
+
+fn status_kib(child: &Child, field: &str) -> u64 {
+    let pid = child.id().unwrap();
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+async fn open(http: &reqwest::Client, url: &str) -> Option<String> {
+    let r = http
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "session-memory", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .ok()?;
+    let id = r.headers().get("mcp-session-id")?.to_str().ok()?.to_owned();
+    r.text().await.ok()?;
+    let r = http
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .ok()?;
+    r.status().is_success().then_some(id)
+}
+
+async fn end(http: &reqwest::Client, url: &str, id: &str) -> bool {
+    http.delete(url)
+        .bearer_auth(TOKEN)
+        .header("mcp-session-id", id)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
+async fn run() -> Value {
+    let count = env_number("SESSION_COUNT", 5000);
+    let held = env_number("SESSION_HELD", 256).clamp(1, count.max(1));
+    let rounds = env_number("SESSION_ROUNDS", 4);
+    let concurrency = env_number("SESSION_CONCURRENCY", 16);
+    let fake = fake_serve::FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let (server, port) = start(rt.path(), &fake.url(), held).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let http = reqwest::Client::new();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle = status_kib(&server, "VmRSS:");
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        let started = Instant::now();
+        let mut most_open = 0;
+        let mut left = count;
+        while left > 0 {
+            let wave = left.min(held);
+            left -= wave;
+            let ids: Vec<Option<String>> = futures::stream::iter(0..wave)
+                .map(|_| open(&http, &url))
+                .buffer_unordered(concurrency)
+                .collect()
+                .await;
+            let ids: Vec<String> = ids.into_iter().flatten().collect();
+            assert_eq!(ids.len(), wave, "round {round}: sessions not opened");
+            most_open = most_open.max(status_kib(&server, "VmRSS:"));
+            let ended: Vec<bool> = futures::stream::iter(ids.iter())
+                .map(|id| end(&http, &url, id))
+                .buffer_unordered(concurrency)
+                .collect()
+                .await;
+            assert!(ended.iter().all(|e| *e), "round {round}: a DELETE failed");
+        }
+        // What an ended session releases is released by its own tasks as they wind down.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let ended_rss = status_kib(&server, "VmRSS:");
+        rows.push(json!({
+            "round": round,
+            "seconds": started.elapsed().as_secs_f64(),
+            "openRssMiB": mib(most_open),
+            "endedRssMiB": mib(ended_rss),
+        }));
+    }
+    json!({
+        "machine": format!("{} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)),
+        "sessions": count,
+        "held": held,
+        "idleRssMiB": mib(idle),
+        "peakRssMiB": mib(status_kib(&server, "VmHWM:")),
+        "rounds": rows,
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(run());
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "smol-mcp-http sessions opened and ended ({}, {} sessions a round, {} open at once; idle {:.1} MiB)",
+        report["machine"].as_str().unwrap_or(""),
+        report["sessions"],
+        report["held"],
+        f(&report["idleRssMiB"])
+    );
+    println!();
+    println!(
+        "| round | RSS with a wave open (most) | RSS after the round | vs round 1 | seconds |"
+    );
+    println!("|---|---|---|---|---|");
+    let rounds = report["rounds"].as_array().unwrap();
+    let first = f(&rounds[0]["endedRssMiB"]);
+    for r in rounds {
+        let ended = f(&r["endedRssMiB"]);
+        println!(
+            "| {} | {:.1} MiB | {:.1} MiB | {:+.0}% | {:.1} |",
+            r["round"],
+            f(&r["openRssMiB"]),
+            ended,
+            (ended / first - 1.0) * 100.0,
+            f(&r["seconds"])
+        );
+    }
+    println!("\npeak RSS (VmHWM) {:.1} MiB", f(&report["peakRssMiB"]));
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("session_memory.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    println!("figures written to {}", path.display());
+}
