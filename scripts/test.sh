@@ -7,6 +7,8 @@
 #  - the pinned TypeScript SDK and Inspector CLI (tests/clients/package.json), with npm;
 #  - the pinned official MCP conformance suite and the Node 22 it runs on (tests/conformance/
 #    package.json), with npm, for tests/conformance.rs.
+#  - Debian's own python3 and python3-venv (apt-get), for scripts/check-user-path.sh, which follows
+#    the README on the system's python3 rather than the toolchain's.
 # Safe to re-run. A fresh clone needs a Rust toolchain, python3 with venv and pip, Node.js with
 # npm, and access to crates.io, PyPI and the npm registry.
 set -euo pipefail
@@ -75,5 +77,17 @@ rm -f "$log"
 # The README's user path on a clean home (a release build of the server, the engine from PyPI).
 # Only with the whole suite: arguments select some tests, and this is not one of them.
 if [ "$#" -eq 0 ]; then
+  # It runs the README on Debian's own python3 (and makes a virtualenv with it), not the
+  # toolchain's: python3 and python3-venv from Debian's packages, installed when missing.
+  missing=()
+  for p in python3 python3-venv; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "test.sh: installing ${missing[*]} from Debian's packages for scripts/check-user-path.sh" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq "${missing[@]}" >&2
+  fi
   scripts/check-user-path.sh
 fi
