@@ -50,14 +50,16 @@ async fn local_only_catalog() {
             tool["description"].as_str().unwrap().len() > 80,
             "{name} needs a real description"
         );
+        // What a client reads, with the spec's defaults for hints left out, is the tool
+        // table's.
         let annotations = &tool["annotations"];
-        for hint in [
-            "readOnlyHint",
-            "destructiveHint",
-            "idempotentHint",
-            "openWorldHint",
-        ] {
-            assert!(annotations[hint].is_boolean(), "{name} lacks {hint}");
+        let hint = |key: &str, default: bool| annotations[key].as_bool().unwrap_or(default);
+        let table = smol_mcp::tools::Tool::from_name(name).unwrap().hints();
+        assert_eq!(hint("readOnlyHint", false), table.read_only, "{name}");
+        assert_eq!(hint("openWorldHint", true), table.open_world, "{name}");
+        if !table.read_only {
+            assert_eq!(hint("destructiveHint", true), table.destructive, "{name}");
+            assert_eq!(hint("idempotentHint", false), table.idempotent, "{name}");
         }
         assert!(tool["outputSchema"].is_object(), "{name}");
         for (arg, schema) in tool["inputSchema"]["properties"].as_object().unwrap() {
@@ -95,6 +97,175 @@ async fn both_fleets_catalog_requires_target() {
         );
     }
     insta::assert_json_snapshot!("catalog_both", tools);
+}
+
+/// What `tools/list` costs an agent on every turn: the whole catalog of one fleet within 18 KB
+/// (about 4,500 tokens), printed so a change shows its cost. The figure is the compact JSON of
+/// the result, as it travels.
+#[tokio::test]
+async fn a_single_fleet_catalog_is_affordable() {
+    const CEILING_BYTES: usize = 18_000;
+    for (fleet, env) in [
+        ("local", vec![("SMOL_MCP_TARGETS", "local")]),
+        (
+            "cloud",
+            vec![
+                ("SMOL_MCP_TARGETS", "cloud"),
+                ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+            ],
+        ),
+    ] {
+        let tools = catalog(&env).await;
+        let bytes = serde_json::to_string(&serde_json::json!({ "tools": tools }))
+            .unwrap()
+            .len();
+        // About four bytes a token for English and JSON (the usual rule of thumb for
+        // BPE tokenizers).
+        println!("{fleet} catalog: {bytes} bytes, about {} tokens", bytes / 4);
+        assert!(
+            bytes <= CEILING_BYTES,
+            "the {fleet} catalog is {bytes} bytes, over its {CEILING_BYTES}-byte ceiling"
+        );
+    }
+}
+
+/// Every string a model reads in the catalog: descriptions, titles, schema descriptions.
+fn texts(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if matches!(key.as_str(), "description" | "title")
+                    && let Value::String(text) = v
+                {
+                    out.push(text.clone());
+                }
+                texts(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| texts(v, out)),
+        _ => {}
+    }
+}
+
+/// A single-fleet catalog never spends the model's context on the fleet it does not serve, and
+/// no text names an operator setting the agent can neither see nor set.
+#[tokio::test]
+async fn a_single_fleet_catalog_speaks_only_of_its_fleet() {
+    let local = catalog(&[("SMOL_MCP_TARGETS", "local")]).await;
+    let cloud = catalog(&[
+        ("SMOL_MCP_TARGETS", "cloud"),
+        ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+    ])
+    .await;
+    let both = catalog(&[
+        ("SMOL_MCP_TARGETS", "both"),
+        ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+    ])
+    .await;
+    let text_of = |tools: &Value| {
+        let mut all = Vec::new();
+        texts(tools, &mut all);
+        all.join("\n").to_lowercase()
+    };
+    let (local_text, cloud_text, both_text) = (text_of(&local), text_of(&cloud), text_of(&both));
+    for word in ["cloud", "mach-", "bill", "money", "dollar", "ingress"] {
+        assert!(
+            !local_text.contains(word),
+            "the local catalog says {word:?}"
+        );
+        assert!(
+            both_text.contains(word),
+            "the both-fleets catalog lost {word:?}"
+        );
+    }
+    for word in ["local", "bundled alpine", "mount", "engine"] {
+        assert!(
+            !cloud_text.contains(word),
+            "the cloud catalog says {word:?}"
+        );
+        assert!(
+            both_text.contains(word),
+            "the both-fleets catalog lost {word:?}"
+        );
+    }
+    // Arguments that exist on one fleet only are not offered on the other.
+    let create = |tools: &Value| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "create-machine")
+            .unwrap()["inputSchema"]["properties"]
+            .clone()
+    };
+    assert!(create(&local).get("mounts").is_some());
+    assert!(create(&cloud).get("mounts").is_none());
+    assert!(create(&cloud).get("overlayGb").is_none());
+    // Settings are the operator's: naming one tells the agent nothing it can act on. A key that
+    // is also a tool argument (cpus, memoryMb) is the argument.
+    let arguments: Vec<String> = both
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| {
+            t["inputSchema"]["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for setting in smol_mcp::config::SETTINGS {
+        if arguments.iter().any(|a| a == setting.key) {
+            continue;
+        }
+        for (fleet, text) in [
+            ("local", &local_text),
+            ("cloud", &cloud_text),
+            ("both", &both_text),
+        ] {
+            assert!(
+                !text.contains(&setting.key.to_lowercase())
+                    && !text.contains(&setting.env.to_lowercase()),
+                "the {fleet} catalog names the operator setting {}",
+                setting.key
+            );
+        }
+    }
+}
+
+/// A description is read by a model choosing a tool on every turn: within 90 words, on one
+/// line (a raw line break from a doc comment is noise in a schema).
+#[tokio::test]
+async fn descriptions_are_short_and_on_one_line() {
+    for env in [
+        vec![("SMOL_MCP_TARGETS", "local")],
+        vec![
+            ("SMOL_MCP_TARGETS", "both"),
+            ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+        ],
+    ] {
+        let tools = catalog(&env).await;
+        for tool in tools.as_array().unwrap() {
+            let name = tool["name"].as_str().unwrap();
+            let words = tool["description"]
+                .as_str()
+                .unwrap()
+                .split_whitespace()
+                .count();
+            assert!(words <= 90, "{name}'s description is {words} words");
+            let mut all = Vec::new();
+            texts(tool, &mut all);
+            for text in all {
+                assert!(!text.contains('\n'), "{name} has a line break in {text:?}");
+                assert!(
+                    !text.contains("{local:") && !text.contains("{cloud:"),
+                    "{name}: a fleet marker left in {text:?}"
+                );
+            }
+        }
+    }
 }
 
 /// The README's configuration table is the settings list, row for row: key, environment

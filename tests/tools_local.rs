@@ -344,7 +344,7 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
         (
             "get-machine",
             json!({}),
-            "name: required, and missing: The machine's name",
+            "name: required, and missing: Machine name",
         ),
         (
             "create-machine",

@@ -26,16 +26,16 @@ impl FleetKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Machine {
-    /// What every other call takes: the name locally, the `mach-` id on cloud.
+    /// What other calls take{cloud: (the mach- id on cloud)}.
     pub id: String,
     pub name: String,
     pub state: String,
     pub cpus: Option<u32>,
     pub memory_mb: Option<u32>,
-    /// `open`, `blocked`, or `allow(host,...,cidr,...)`.
+    /// open, blocked, or allow(host,...,cidr,...).
     pub network: String,
     pub image: Option<String>,
-    /// The cloud ingress address of the first published port; always null locally.
+    /// {cloud:The ingress address of the first published port.}
     pub url: Option<String>,
     pub pid: Option<i64>,
     /// RFC 3339, UTC.
@@ -111,7 +111,7 @@ pub enum LogSource {
 #[serde(rename_all = "camelCase")]
 pub struct PublishedPort {
     pub guest: u16,
-    /// The host (local) or node (cloud) side, once placed.
+    /// The outside port, once placed.
     pub host: Option<u16>,
 }
 
@@ -332,7 +332,7 @@ pub struct LogPage {
 #[serde(rename_all = "camelCase")]
 pub struct Deleted {
     pub deleted: String,
-    /// The settled cost on cloud, in micro-dollars (1,000,000 = 1 USD); null locally.
+    /// {cloud:What the machine cost, in millionths of a dollar.}
     pub usage_micros: Option<i64>,
 }
 

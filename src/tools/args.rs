@@ -293,28 +293,22 @@ fn describe(schema: &Value) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogSourceArg {
-    /// What the machine's workload printed.
     Workload,
-    /// The engine's boot and guest-agent log.
     Engine,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Network {
-    /// Any destination.
     Open,
-    /// No egress at all.
     Blocked,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
-    /// Text; bytes that are not UTF-8 are refused on write and replaced on read.
     #[default]
     Utf8,
-    /// Any bytes, as standard base64.
     Base64,
 }
 
@@ -329,11 +323,9 @@ pub enum CommandArg {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PortArg {
-    /// Port inside the machine, 1 to 65535.
     #[schemars(range(min = 1, max = 65535))]
     pub guest: u32,
-    /// Local only: the host port, 1 to 65535; defaults to the guest port. The cloud allocates
-    /// its own and reports it on the machine.
+    /// {local:Defaults to guest.}
     #[schemars(range(min = 1, max = 65535))]
     pub host: Option<u32>,
 }
@@ -341,11 +333,8 @@ pub struct PortArg {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MountArg {
-    /// Absolute path of a directory on the host.
     pub source: String,
-    /// Absolute path inside the machine.
     pub target: String,
-    /// Mount it read-only. Default true; false only where the operator allows writing.
     pub readonly: Option<bool>,
 }
 
@@ -382,7 +371,7 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct MachineArgs {
-        /// The machine's name (or its mach- id on cloud).
+        /// Machine name{cloud: or mach- id}.
         pub name: String,
     }
 }
@@ -391,19 +380,19 @@ tool_arguments! {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineBase {
-    /// OCI image reference, like alpine, python:3.12-alpine or ghcr.io/org/app:tag. Local: optional; without it the engine's bundled Alpine boots with no pull (fastest; needs no registry). Cloud: required.
+    /// OCI image, like python:3.12-alpine. {local:Omitted: the engine's bundled Alpine, no pull or registry needed.}{cloud: Required on cloud.}
     pub image: Option<String>,
-    /// Virtual CPUs, 1 to 64. Default from the server's configuration (2).
+    /// Virtual CPUs.
     #[schemars(range(min = 1, max = 64))]
     pub cpus: Option<u32>,
-    /// Memory in MiB, 128 to 262144. Default from the server's configuration (2048).
+    /// Memory in MiB.
     #[schemars(range(min = 128, max = 262144))]
     pub memory_mb: Option<u32>,
-    /// Egress: open or blocked. Default blocked unless the operator configured otherwise. A registry image still has to be pulled, which needs egress on the local fleet: pass open, or allowHosts naming the registry.
+    /// Its own egress (blocked by default).
     pub network: Option<Network>,
-    /// Egress allow-list of host names (like pypi.org); replaces network. Sent as hosts on both fleets.
+    /// Host names it may reach (like pypi.org); replaces network.
     pub allow_hosts: Option<Vec<String>>,
-    /// Egress allow-list of CIDR ranges (like 10.0.0.0/8); replaces network.
+    /// CIDR ranges it may reach (like 10.0.0.0/8); replaces network.
     pub allow_cidrs: Option<Vec<String>>,
 }
 
@@ -411,15 +400,15 @@ pub struct MachineBase {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandFields {
-    /// An argv array (["python3", "-c", "print(1)"]) run as is, or a string run with sh -c (pipes and redirects work).
+    /// An argv array run as is, or a string run with sh -c (pipes and redirects work).
     pub command: CommandArg,
-    /// Working directory inside the machine (absolute).
+    /// Absolute working directory.
     pub workdir: Option<String>,
-    /// Extra environment variables for this command.
+    /// Extra environment variables.
     pub env: Option<BTreeMap<String, String>>,
-    /// Text written to the command's standard input, then closed.
+    /// Text given on standard input, then closed.
     pub stdin: Option<String>,
-    /// Seconds before the command is killed (exit 124, timedOut true). Default 120, at most 900.
+    /// Seconds before it is killed (timedOut, exit 124).
     #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
 }
@@ -428,46 +417,46 @@ tool_arguments! {
     flattening pub struct CreateArgs {
         #[serde(flatten)]
         pub machine: MachineBase,
-        /// Machine name: 1 to 128 letters, digits, underscores or dashes, starting with a letter or digit, not ending with a dash, no two dashes in a row. Omitted: a generated mcp-<8 hex> name, and the machine is deleted when this session ends (without sessions: once unused for the server's lease, 30 min by default). A name with the mcp- prefix is ephemeral the same way; any other name persists.
+        /// Letters, digits, _ or -. Omitted or mcp-...: ephemeral (deleted at session end, or unused a while); else it persists.
         pub name: Option<String>,
-        /// TCP ports to publish, at most 16. On cloud a machine with a published port cannot also have blocked egress, and the machine's url reports the ingress address once something listens.
+        /// TCP ports to publish, at most 16.{cloud: On cloud they need egress that is not blocked; the machine's url is the ingress once something listens.}
         pub ports: Option<Vec<PortArg>>,
-        /// Disk size in GiB, 1 to 16384.
+        /// Disk size in GiB.
         #[schemars(range(min = 1, max = 16384))]
         pub storage_gb: Option<u32>,
-        /// Local only: host directories to mount, at most 16.
+        /// {local:Host directories (source) to mount at target, at most 16, where the operator allows; read-only unless it allows writing.}
         pub mounts: Option<Vec<MountArg>>,
-        /// Local only: size in GiB of the writable overlay over the image, 1 to 16384.
+        /// {local:Size in GiB of the writable layer over the image.}
         #[schemars(range(min = 1, max = 16384))]
         pub overlay_gb: Option<u32>,
-        /// Environment variables of the machine's workload and of every command run in it.
+        /// Environment of the workload and every command.
         pub env: Option<BTreeMap<String, String>>,
-        /// Create it as a branch source that branch-machine can copy, memory included. Cannot be turned on later on cloud. Default false.
+        /// Let branch-machine copy it.{cloud: Cannot be turned on later.}
         #[serde(default)]
         pub branchable: bool,
-        /// Start it and wait until a command has run (default true). With false the machine is created stopped, ready false, for start-machine later.
+        /// False: created stopped, for start-machine later.
         pub start: Option<bool>,
     }
 }
 
 tool_arguments! {
     pub struct StartArgs {
-        /// The machine's name (or its mach- id on cloud).
+        /// Machine name{cloud: or mach- id}.
         pub name: String,
-        /// Wait until a command has run in it before answering. Default true. With false it answers within seconds, the boot still under way (ready false); get-machine shows when it runs.
+        /// Default true. False: answers at once, boot under way (ready false).
         pub wait: Option<bool>,
-        /// Local only: start it as a branch source for branch-machine (default: as it was last started). On cloud this is fixed at create.
+        /// {local:Start it as a source branch-machine can copy. Omitted: as it was last started.}
         pub branchable: Option<bool>,
     }
 }
 
 tool_arguments! {
     flattening pub struct RunCommandArgs {
-        /// The machine's name (or its mach- id on cloud).
+        /// Machine name{cloud: or mach- id}.
         pub name: String,
         #[serde(flatten)]
         pub run: CommandFields,
-        /// Start the command as a background job and return at once with its job id, instead of waiting for it: for builds, test suites and anything that may outlast your client's tool-call timeout. Read it with job-output. timeoutSecs then defaults to, and may be at most, the server's maxJobSecs (3600); stdin is not accepted.
+        /// Return at once with a job id and cursor for job-output: for anything that may outlast this call. No stdin; a longer default timeout.
         pub background: Option<bool>,
     }
 }
@@ -483,16 +472,16 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct ReadFileArgs {
-        /// The machine's name (or its mach- id on cloud).
+        /// Machine name{cloud: or mach- id}.
         pub name: String,
-        /// Absolute path of the file inside the machine.
+        /// Absolute path in the machine.
         pub path: String,
-        /// utf8 (default) or base64 for binary files.
+        /// utf8 (default) or base64 for bytes.
         #[serde(default)]
         pub encoding: Encoding,
         /// Byte to start at. Default 0.
         pub offset: Option<u64>,
-        /// Bytes to return, 1 up to the output budget (a page). Default: to the end of the file, or as much as a page holds; eof says whether the end was reached.
+        /// Bytes to return. Default: a page.
         #[schemars(range(min = 1))]
         pub length: Option<u64>,
     }
@@ -500,13 +489,13 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct WriteFileArgs {
-        /// The machine's name (or its mach- id on cloud).
+        /// Machine name{cloud: or mach- id}.
         pub name: String,
-        /// Absolute path of the file inside the machine; parent directories are created.
+        /// Absolute path in the machine.
         pub path: String,
-        /// The file's content (may be empty), in the given encoding. It replaces the whole file.
+        /// The whole content, in encoding.
         pub content: String,
-        /// utf8 (default) or base64 for binary content.
+        /// utf8 (default) or base64 for bytes.
         #[serde(default)]
         pub encoding: Encoding,
     }
@@ -514,39 +503,39 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct BranchArgs {
-        /// The source: a running machine created with branchable true.
+        /// The running, branchable source.
         pub name: String,
-        /// Name for the new child: same rules as create-machine's name. With the mcp- prefix the child is ephemeral.
+        /// The child's name, as create-machine's; starting mcp-: ephemeral.
         pub child_name: String,
-        /// Let the child be branched in turn. Default false.
+        /// Let the child be branched in turn.
         #[serde(default)]
         pub branchable: bool,
-        /// Wait until a command has run in the child. Default true.
+        /// Wait until the child runs commands. Default true.
         pub wait: Option<bool>,
     }
 }
 
 tool_arguments! {
     pub struct LogsArgs {
-        /// The machine's name (or its mach- id on cloud).
+        /// Machine name{cloud: or mach- id}.
         pub name: String,
-        /// Lines from the end, 1 to 10000. Ignored when a cursor is given. Default from the server's configuration (100).
+        /// Lines from the end, when no cursor is given.
         #[schemars(range(min = 1, max = 10000))]
         pub tail: Option<u64>,
-        /// The cursor a previous call returned for this machine: only what arrived since is returned.
+        /// A previous call's cursor: only what arrived since.
         pub cursor: Option<String>,
-        /// Local only. workload (default): what the machine's workload printed, kept across restarts. engine: the engine's boot and guest-agent log for this boot, one record per command the agent ran.
+        /// {local:workload (default) or engine (this boot's engine and agent log).}
         pub source: Option<LogSourceArg>,
     }
 }
 
 tool_arguments! {
     pub struct JobOutputArgs {
-        /// The job id run-command answered (job-...).
+        /// The job id run-command returned.
         pub job: String,
-        /// The cursor the previous job-output call answered: only output after it is returned. Leave it out to read from the start.
+        /// The previous answer's cursor: only output after it. Omitted: from the start.
         pub cursor: Option<String>,
-        /// Wait up to this many seconds for the job to end before answering (it answers as soon as the job ends), 0 to 300; 0 (the default) answers at once. Keep it under your client's tool-call timeout, which is often 60 s.
+        /// Seconds to wait for the end first. Keep it under your tool-call timeout (often 60 s).
         #[schemars(range(min = 0, max = 300))]
         pub wait_secs: Option<u64>,
     }
@@ -554,16 +543,16 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct JobArgs {
-        /// The job id run-command answered (job-...).
+        /// The job id run-command returned.
         pub job: String,
     }
 }
 
 tool_arguments! {
     pub struct PullArgs {
-        /// A running machine whose image cache receives the image.
+        /// A running machine.
         pub name: String,
-        /// OCI image reference to pull.
+        /// OCI image reference.
         pub image: String,
     }
 }
@@ -932,11 +921,11 @@ mod tests {
         );
         assert_eq!(
             refusal(Tool::CreateMachine, json!({"image": "a", "network": "off"})),
-            "network: \"off\" is not accepted: give \"open\" or \"blocked\""
+            "network: \"off\" is not accepted: give one of \"open\", \"blocked\""
         );
         let missing = refusal(Tool::GetMachine, json!({}));
         assert!(
-            missing.starts_with("name: required, and missing: The machine's name"),
+            missing.starts_with("name: required, and missing: Machine name"),
             "{missing}"
         );
         assert_eq!(

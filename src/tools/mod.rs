@@ -129,10 +129,9 @@ tool_table! {
         args: args::TargetOnly,
         result: results::MachineList,
         run: lifecycle::list_machines,
-        description: "List every machine on this fleet with its name (or cloud id), state, size, egress, image, url \
-             and createdAt. Read-only and quick. Use it to find a machine to reuse, or to see what is still \
-             running (on cloud: still costing money) before creating another; for one machine you already \
-             know, get-machine is enough.",
+        description: "List this fleet's machines: state, size, egress, image, creation time. Use it to find a \
+             machine to reuse, or to see what still runs before creating another{cloud: (each costs money \
+             while it exists)}; for one known machine, get-machine.",
     }
     GetMachine => "get-machine" {
         title: "Get a machine",
@@ -141,10 +140,9 @@ tool_table! {
         args: args::MachineArgs,
         result: crate::fleet::Machine,
         run: lifecycle::get_machine,
-        description: "Report one machine by name (or cloud id): state (running, stopped, created...), cpus, memoryMb, \
-             network, image, url (the cloud ingress of its first published port; null locally), createdAt. \
-             Read-only and quick. Prefer it to list-machines to check whether a machine is running or a \
-             start took. Fails with NOT_FOUND when there is no such machine.",
+        description: "Report one machine: state (running, stopped, created...), size, egress, image{cloud:, url \
+             (ingress of its first published port)}, creation time. Use it to check a machine exists, \
+             runs, or that a start took. NOT_FOUND if there is none.",
     }
     CreateMachine => "create-machine" {
         title: "Create a machine",
@@ -153,14 +151,12 @@ tool_table! {
         args: args::CreateArgs,
         result: results::Created,
         run: lifecycle::create_machine,
-        description: "Create a microVM from an OCI image and, unless start is false, start it and wait until it runs \
-             commands (up to readyTimeoutSecs, 120 s by default, plus the image pull); then run-command, \
-             read-file and write-file work in it. Egress is blocked unless network, allowHosts or allowCidrs \
-             grant it, and on the local fleet a registry image needs egress to its registry. Without a name \
-             (or with the mcp- prefix) the machine is ephemeral: deleted when this session ends (a client \
-             without sessions: once unused for the server's lease, 30 min by default); any other name persists until delete-machine. If the start fails, a machine this call named is deleted \
-             again; one you named is left, stopped, to inspect. On cloud it costs money while it exists. For \
-             one command in a throwaway machine, run-once is simpler.",
+        description: "Create a microVM and, unless start is false, boot it and wait until it runs commands. \
+             {local:Without image: the engine's bundled Alpine, no pull, the fastest start. }Egress is \
+             blocked unless network, allowHosts or allowCidrs grant it. Unnamed, it is ephemeral (deleted \
+             when the session ends); a named one persists until delete-machine, and is left stopped if \
+             its start fails. {cloud:A cloud machine costs money while it exists. }For one command in a \
+             throwaway machine, use run-once.",
     }
     StartMachine => "start-machine" {
         title: "Start a machine",
@@ -169,11 +165,9 @@ tool_table! {
         args: args::StartArgs,
         result: results::Started,
         run: lifecycle::start_machine,
-        description: "Start a stopped machine and, unless wait is false, wait until it runs commands (up to \
-             readyTimeoutSecs, 120 s by default). Its disk is as it was left; memory, processes and /tmp \
-             start empty. On cloud a started machine bills for CPU and memory again until it is stopped. \
-             This is the way back from stop-machine (creating a machine with an existing name is a \
-             conflict).",
+        description: "Start a stopped machine and, unless wait is false, wait until it runs commands. Its disk is \
+             as left; memory, processes and /tmp start empty. The way back from stop-machine.{cloud: A \
+             running cloud machine bills for CPU and memory.}",
     }
     StopMachine => "stop-machine" {
         title: "Stop a machine",
@@ -182,9 +176,9 @@ tool_table! {
         args: args::MachineArgs,
         result: results::Stopped,
         run: lifecycle::stop_machine,
-        description: "Stop a running machine: processes, memory and /tmp are lost, the disk is kept. Use it to pause \
-             a machine you will come back to (start-machine resumes it); on cloud a stopped machine bills \
-             for its disk only. To throw a machine away, use delete-machine instead.",
+        description: "Stop a running machine: processes, memory, /tmp and jobs end; the disk stays. Use it to \
+             pause a machine to resume with start-machine{cloud: (a stopped cloud machine bills for disk \
+             only)}; to throw it away, delete-machine.",
     }
     DeleteMachine => "delete-machine" {
         title: "Delete a machine",
@@ -193,10 +187,10 @@ tool_table! {
         args: args::MachineArgs,
         result: crate::fleet::Deleted,
         run: lifecycle::delete_machine,
-        description: "Delete a machine, running or not, with its disk. Irreversible. Machines created without a name \
-             (the mcp- prefix) are deleted anyway when this session ends, or their lease runs out: delete \
-             them earlier only to free resources. On cloud the result carries usageMicros, what the machine cost in millionths of a \
-             dollar (null locally).",
+        description: "Delete a machine, running or not, with its disk and jobs. Irreversible. Ephemeral machines \
+             go anyway when the session ends: delete them earlier only to free resources. To keep the \
+             disk, stop-machine.{cloud: On cloud, usageMicros is what it cost, in millionths of a \
+             dollar.}",
     }
     RunCommand => "run-command" {
         title: "Run a command",
@@ -205,18 +199,11 @@ tool_table! {
         args: args::RunCommandArgs,
         result: results::RunCommandAnswer,
         run: commands::run_command,
-        description: "Run one command in an existing machine and wait for it to end (up to timeoutSecs: 120 s by \
-             default, 900 at most), then return stdout, stderr and exitCode. A non-zero exit is a result, \
-             not an error; timedOut true means it was killed at timeoutSecs (exit 124). Each call is a new \
-             process: cd and export do not carry over, so pass workdir and env. Output over the budget keeps \
-             its head and tail (truncated: true) and the whole stream is saved in the machine at the path \
-             overflow names, for read-file. A stopped machine is started first and left running \
-             (startedMachine: true). When a command fails on a local machine with restricted egress, \
-             blockedEgress lists the destinations the engine refused during it (ask for them in allowHosts \
-             or allowCidrs). For anything that may take longer than a minute or two (builds, test suites, \
-             installs), pass background: true: the command starts as a job and this returns at once with \
-             its job id and cursor; follow it with job-output (waitSecs waits for the end), stop it with \
-             cancel-job. A job runs up to maxJobSecs (3600 s) and ends with its machine.",
+        description: "Run a command in an existing machine and wait for its end: stdout, stderr, exitCode \
+             (non-zero is a result, not an error). Each call is a new process: cd and export do not carry \
+             over; pass workdir and env. Long output keeps head and tail; the whole is saved in the \
+             machine (overflow). Starts a stopped machine. For builds, tests, installs or anything that \
+             may outlast this call, pass background: true and follow the job with job-output.",
     }
     JobOutput => "job-output" {
         title: "Read a job's output",
@@ -225,14 +212,10 @@ tool_table! {
         args: args::JobOutputArgs,
         result: results::JobReport,
         run: jobs::job_output,
-        description: "Report a background job (started by run-command with background: true): its state (running, \
-             exited, timedOut, cancelled, or lost when its machine stopped or went), exitCode once ended, and \
-             the stdout and stderr written since the cursor you pass (from the start without one), at most \
-             maxOutputBytes of each. Pass the answered cursor back next time to get only new output; more: \
-             true means output is already waiting, so call again at once. With waitSecs it first waits up to \
-             that long for the job to end, answering as soon as it does: the way to wait for a long build \
-             without holding one call open for all of it. The whole streams stay in the machine at \
-             outputFiles.",
+        description: "Read a background job: state (running, exited, timedOut, cancelled, or lost with its \
+             machine), exitCode once ended, and output after the cursor you pass. Pass the returned \
+             cursor back for new output; more: true means more waits. waitSecs waits that long for the \
+             end: how to wait out a long build.",
     }
     CancelJob => "cancel-job" {
         title: "Cancel a job",
@@ -241,10 +224,9 @@ tool_table! {
         args: args::JobArgs,
         result: results::JobSummary,
         run: jobs::cancel_job,
-        description: "Stop a background job now: its command and every process it started are killed (state \
-             cancelled, exitCode 137). The output written so far stays readable with job-output and in the \
-             machine's outputFiles; the machine keeps running. Cancelling a job that has ended changes \
-             nothing and reports how it ended.",
+        description: "Stop a background job now, killing its command and every process it started (cancelled, exit \
+             137). Its output so far stays readable with job-output; the machine keeps running. An ended \
+             job stays as it ended.",
     }
     ListJobs => "list-jobs" {
         title: "List jobs",
@@ -253,10 +235,9 @@ tool_table! {
         args: args::TargetOnly,
         result: results::JobList,
         run: jobs::list_jobs,
-        description: "List this server's background jobs on the fleet, newest first: the running ones and the last \
-             100 that ended, each with its machine, command, state, exitCode, elapsedSecs and output sizes. \
-             Use it to find a job id you lost track of or to see what is still running before starting \
-             more (at most maxRunningJobs, 16, run at once). Read-only; job-output gives a job's output.",
+        description: "List this server's background jobs on the fleet, newest first: running ones and the last 100 \
+             ended. Use it to find a lost job id, or to see what runs before starting more (too many at \
+             once are refused).",
     }
     RunOnce => "run-once" {
         title: "Run once in a throwaway machine",
@@ -265,13 +246,11 @@ tool_table! {
         args: args::RunOnceArgs,
         result: results::RunOnce,
         run: commands::run_once,
-        description: "Run one self-contained command in a fresh machine that is deleted afterwards, whatever happens \
-             (success, failure, timeout or cancellation): create, start, wait until it runs commands, run, \
-             delete, in one call. Nothing persists: use create-machine and run-command when later calls need \
-             the same machine or its files. Egress is blocked unless network, allowHosts or allowCidrs grant \
-             it, and on the local fleet a registry image needs egress to its registry (network: \"open\", or \
-             allowHosts naming it). A failed command's blockedEgress, locally, lists the destinations the \
-             engine refused during it.",
+        description: "Run one command in a fresh machine deleted afterwards, whatever happens (even timeout or \
+             cancellation); the result is run-command's. Nothing persists: use create-machine and \
+             run-command when later calls need the machine or its files. {local:Without image: the \
+             bundled Alpine, no pull. }Egress is blocked unless network, allowHosts or allowCidrs grant \
+             it.",
     }
     ReadFile => "read-file" {
         title: "Read a file",
@@ -280,11 +259,9 @@ tool_table! {
         args: args::ReadFileArgs,
         result: results::FileRead,
         run: files::read_file,
-        description: "Read a file from a machine, as utf8 text or base64, one page at a time. The page itself is the \
-             answer's second content block (text); the structured result says where it sits: size (the whole \
-             file), offset, bytes, eof. Continue from offset + bytes until eof is true; the pages of one \
-             read continue one download. Use it for the overflow files run-command saves, too. A stopped \
-             machine is started first and left running (startedMachine: true).",
+        description: "Read a file from a machine a page at a time: the page is the answer's second content block; \
+             size, offset, bytes and eof place it. Continue from offset + bytes until eof. Also reads \
+             run-command's overflow and job outputFiles. Starts a stopped machine.",
     }
     WriteFile => "write-file" {
         title: "Write a file",
@@ -293,10 +270,9 @@ tool_table! {
         args: args::WriteFileArgs,
         result: results::FileWritten,
         run: files::write_file,
-        description: "Write a whole file into a machine (utf8 text, or base64 for bytes), creating parent directories \
-             and replacing any file at that path. It first waits until the machine runs commands (up to \
-             readyTimeoutSecs), so that the commands you run next see the file. A stopped machine is started \
-             first and left running (startedMachine: true).",
+        description: "Write a whole file into a machine, creating parent directories and replacing what was there. \
+             Waits until the machine runs commands, so the next command sees the file. Starts a stopped \
+             machine.",
     }
     BranchMachine => "branch-machine" {
         title: "Branch a machine",
@@ -305,12 +281,10 @@ tool_table! {
         args: args::BranchArgs,
         result: results::Branched,
         run: lifecycle::branch_machine,
-        description: "Copy a running machine into a new child, memory, processes and disk included, and wait until \
-             the child runs commands (up to readyTimeoutSecs): the child goes on from the source's exact \
-             state while the source keeps running. Use it to try something risky, or to fan out from a \
-             prepared machine. The source must be branchable (created with branchable true on cloud; started \
-             with it locally), else CONFLICT. A child named with the mcp- prefix is ephemeral, like an \
-             unnamed create-machine.",
+        description: "Copy a running machine (memory, processes, disk) into a new child that goes on from that \
+             state while the source runs on. Use it to try something risky or to fan out from a prepared \
+             machine. The source must be branchable (branchable: true at create{local:, or at \
+             start-machine}), else CONFLICT. A child named mcp-... is ephemeral.",
     }
     MachineLogs => "machine-logs" {
         title: "Read a machine's log",
@@ -319,11 +293,10 @@ tool_table! {
         args: args::LogsArgs,
         result: results::Logs,
         run: logs::machine_logs,
-        description: "Read a machine's log: the last lines, or only what arrived since a previous call when you pass \
-             back its cursor. Locally this is what the machine's workload (its image's own command) printed, \
-             kept across restarts; source engine gives the engine's boot and agent log instead. On cloud it is \
-             the control plane's event log (what happened to the machine). A command's output comes back from \
-             run-command or job-output, not here. Read-only.",
+        description: "Read a machine's log: the last lines, or what arrived since a previous cursor. {local:By \
+             default what its workload (the image's own command) printed, kept across restarts; source \
+             engine: the engine's boot and agent log. }{cloud:On cloud it is the control plane's event \
+             log: what happened to the machine. }Command output comes from run-command or job-output.",
     }
     PullImage => "pull-image" {
         title: "Pull an image",
@@ -332,11 +305,10 @@ tool_table! {
         args: args::PullArgs,
         result: crate::fleet::PulledImage,
         run: lifecycle::pull_image,
-        description: "Pull an OCI image into a running local machine's image cache and wait until the pull ends, so \
-             that starting a workload from that image later does not wait for the download. The machine \
-             needs egress to the registry (network open, or allowHosts naming it). Local fleet only: on \
-             cloud the control plane pulls at create. create-machine and run-once pull their own image; this \
-             is for images the machine will use later.",
+        description: "{local:Pull an OCI image into a running machine's image store. Rarely needed: create-machine \
+             and run-once pull their own image. Use it to fetch another image ahead of time, or to check \
+             a reference can be pulled.}{cloud: Not on cloud: the control plane pulls each machine's \
+             image at create.}",
     }
 }
 
@@ -363,8 +335,9 @@ impl Catalog {
         for tool in Tool::ALL.iter().copied() {
             let (input, output) = tool.schemas();
             listed.push(schema::definition(tool, mode, input.clone(), output));
-            inputs.push((tool, input));
+            inputs.push((tool, schema::worded_for(input, mode)));
         }
+        schema::refer_to_first_mention(&mut listed);
         Catalog {
             mode,
             listed,

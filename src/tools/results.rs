@@ -69,16 +69,16 @@ pub struct MachineList {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Created {
     pub machine: Machine,
-    /// Deleted by the server: when this session ends, or once its lease runs out for a client without sessions (the name has the ephemeral prefix).
+    /// The server deletes it when the session ends.
     pub ephemeral: bool,
-    /// A command has run in the machine.
+    /// It runs commands.
     pub ready: bool,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Started {
     pub machine: Machine,
-    /// A command has run in the machine (false when wait was false).
+    /// It runs commands (false after wait: false).
     pub ready: bool,
 }
 
@@ -90,11 +90,8 @@ pub struct Stopped {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Overflow {
-    /// stdout or stderr.
     pub stream: String,
-    /// Where the whole stream was written inside the machine.
     pub path: String,
-    /// The whole stream's length.
     pub bytes: u64,
 }
 
@@ -103,18 +100,17 @@ pub struct Overflow {
 pub struct CommandRun {
     pub stdout: String,
     pub stderr: String,
-    /// The command's exit status; non-zero is a result, not an error.
+    /// Non-zero is a result, not an error.
     pub exit_code: i32,
-    /// The command hit its timeout and was killed (exit 124).
+    /// Killed at timeoutSecs (exit 124).
     pub timed_out: bool,
-    /// Some output was left out of stdout or stderr.
+    /// Output was cut to its head and tail.
     pub truncated: bool,
-    /// Streams written whole into the machine because they were over the budget.
+    /// Where each cut stream was saved whole in the machine, for read-file.
     pub overflow: Vec<Overflow>,
-    /// The machine was stopped and this command started it (it is left running).
+    /// The stopped machine was started (and left running).
     pub started_machine: bool,
-    /// Present when the command failed on a local machine with blocked or allow-listed egress
-    /// and the engine refused egress while it ran.
+    /// {local:When a command with restricted egress failed: what the engine refused meanwhile (ask for it in allowHosts or allowCidrs).}
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_egress: Option<Vec<BlockedEgress>>,
 }
@@ -130,21 +126,21 @@ pub enum RunCommandAnswer {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStarted {
-    /// The job's id, for job-output, cancel-job and list-jobs.
+    /// For job-output and cancel-job.
     pub job: String,
-    /// Always "running": the command was started, nothing more is known yet.
+    /// running.
     pub state: String,
     pub machine: String,
-    /// The cursor to give job-output to read from the start.
+    /// For job-output: from the start.
     pub cursor: String,
-    /// The seconds after which the server kills it (timedOut).
+    /// Killed after this (timedOut).
     pub timeout_secs: u64,
-    /// Where the whole stdout and stderr accumulate in the machine (for read-file, or commands).
+    /// Where the whole streams accumulate in the machine.
     pub output_files: JobFiles,
-    /// The job's row in the run ledger (smol://runs/{run}), when the ledger is on.
+    /// Its record: smol://runs/{run}.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<i64>,
-    /// The machine was stopped and starting the job started it (it is left running).
+    /// The stopped machine was started (and left running).
     pub started_machine: bool,
 }
 
@@ -161,19 +157,18 @@ pub struct JobSummary {
     pub job: String,
     pub target: crate::fleet::FleetKind,
     pub machine: String,
-    /// The command as given (argv joined by spaces, or the shell text), cut to 200 characters.
+    /// As given, cut to 200 characters.
     pub command: String,
-    /// running, exited, timedOut (killed at timeoutSecs), cancelled (by cancel-job) or lost (its machine stopped or went: see reason).
+    /// running, exited, timedOut, cancelled or lost (its machine stopped or went).
     pub state: String,
-    /// Once ended: the command's exit status (124 for timedOut, 137 for cancelled; null when lost).
+    /// Once ended (124 timedOut, 137 cancelled, null lost).
     pub exit_code: Option<i32>,
-    /// Why a lost job is lost.
+    /// Why it is lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// RFC 3339.
     pub started_at: String,
     pub elapsed_secs: u64,
-    /// How much each stream had written at the last look (every jobPollMillis while it runs).
+    /// Written so far, at the last look.
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub output_files: JobFiles,
@@ -187,22 +182,22 @@ pub struct JobSummary {
 pub struct JobReport {
     #[serde(flatten)]
     pub summary: JobSummary,
-    /// stdout written after the cursor (at most maxOutputBytes; a character cut at the end waits for the next call).
+    /// Written after the cursor, at most a page.
     pub stdout: String,
-    /// stderr written after the cursor, likewise.
+    /// Likewise.
     pub stderr: String,
-    /// Give it back as cursor next time to read only what follows.
+    /// Pass it back to read what follows.
     pub cursor: String,
-    /// More output is already there after cursor: call again without waiting.
+    /// More is waiting: call again at once.
     pub more: bool,
-    /// Why no output could be read this time (the machine is gone, say); the state still holds.
+    /// Why no output could be read (the state still holds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_unavailable: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct JobList {
-    /// Newest first: the running jobs and the last 100 ended ones of this server.
+    /// Newest first.
     pub jobs: Vec<JobSummary>,
 }
 
@@ -210,13 +205,11 @@ pub struct JobList {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockedEgress {
-    /// As the engine recorded it: an IP address for a refused connection, the name for a
-    /// refused lookup.
+    /// An address, or a name for resolve.
     pub host: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
-    /// connect (TCP), sendto (UDP), or resolve: a name outside allowHosts, which the guest saw
-    /// fail to resolve; add it to allowHosts.
+    /// connect (TCP), sendto (UDP) or resolve (a name outside allowHosts).
     pub operation: String,
     /// Refusals during the command.
     pub count: u64,
@@ -230,10 +223,9 @@ pub struct RunOnce {
     pub exit_code: i32,
     pub timed_out: bool,
     pub truncated: bool,
-    /// The throwaway machine's name (already deleted).
+    /// Already deleted.
     pub machine: String,
-    /// Present when the command failed on a local machine with blocked or allow-listed egress
-    /// and the engine refused egress while it ran.
+    /// {local:When a command with restricted egress failed: what the engine refused meanwhile (ask for it in allowHosts or allowCidrs).}
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_egress: Option<Vec<BlockedEgress>>,
 }
@@ -246,15 +238,14 @@ pub struct FileRead {
     #[serde(skip)]
     #[schemars(skip)]
     pub content: String,
-    /// utf8 or base64.
     pub encoding: String,
-    /// The whole file's length in bytes.
+    /// The whole file, in bytes.
     pub size: u64,
     /// Where this page starts.
     pub offset: u64,
-    /// This page's length in bytes.
+    /// This page, in bytes.
     pub bytes: u64,
-    /// This page reaches the end of the file.
+    /// This page ends the file.
     pub eof: bool,
     pub started_machine: bool,
 }
@@ -273,22 +264,20 @@ pub struct Branched {
     /// The child.
     pub machine: Machine,
     pub ready: bool,
-    /// The child is deleted by the server, as an unnamed create-machine is.
+    /// The server deletes it when the session ends.
     pub ephemeral: bool,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Logs {
     pub lines: Vec<String>,
-    /// Pass it back as cursor to get only what arrives after these lines.
+    /// Pass it back to get only what arrives after.
     pub cursor: String,
-    /// Older lines of this page were left out to fit the output budget.
+    /// Older lines were left out to fit a page.
     pub truncated: bool,
-    /// Local fleet, with a cursor: the cursor's last lines have rolled out of the newest 10000
-    /// lines the engine returns, so this page is those lines and some before them may be
-    /// missing. Always false on cloud.
+    /// Lines between the cursor and this page may be missing.
     pub gap: bool,
-    /// Why there is nothing to read, when the log is not there.
+    /// Why there is nothing to read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
