@@ -210,9 +210,10 @@ impl LocalServe {
             .kill_on_drop(false);
         let mut child = command.spawn().map_err(|e| {
             unavailable(format!(
-                "could not run {} ({e}). The local fleet needs the smolvm engine: `pip install \
-                 smolmachines` carries it (found there without further setup), or name the binary \
-                 with SMOLVM; and a hypervisor on this host. Use the cloud fleet where there is neither",
+                "could not run {} ({e}). The local fleet needs the smolvm engine: \
+                 `scripts/install-engine.sh` in the smol-mcp checkout installs it where this server \
+                 finds it, or name the binary with SMOLVM; and a hypervisor on this host. Use the \
+                 cloud fleet where there is neither",
                 engine.display()
             ))
         })?;
@@ -272,7 +273,15 @@ impl LocalServe {
     /// socket. A serve someone else runs cannot be watched this way; a failed call notices it.
     pub fn exited(&mut self) -> bool {
         if let Some(child) = &mut self.child {
-            return matches!(child.try_wait(), Ok(Some(_)));
+            return match child.try_wait() {
+                Ok(Some(_)) => true,
+                // A killed multi-threaded serve shows its main thread as a zombie while its
+                // other threads are still being torn down, and a wait cannot reap it until
+                // they are: its sockets already refuse, so it is gone for a call's purposes
+                // (seen in CI as a call failing with "connection reset" right after a kill).
+                Ok(None) => child.id().is_some_and(dying),
+                Err(_) => false,
+            };
         }
         self.adopted.is_some_and(|pid| !process_alive(pid))
     }
@@ -399,11 +408,13 @@ impl EngineSource {
 pub fn locate_engine(configured: &str) -> EngineLocation {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let venv = std::env::var_os("VIRTUAL_ENV").map(PathBuf::from);
+    let xdg_data_home = std::env::var_os("XDG_DATA_HOME").map(PathBuf::from);
     locate_engine_from(
         configured,
         std::env::var_os("PATH").as_deref(),
         home.as_deref(),
         venv.as_deref(),
+        xdg_data_home.as_deref(),
     )
 }
 
@@ -412,6 +423,7 @@ fn locate_engine_from(
     path: Option<&std::ffi::OsStr>,
     home: Option<&std::path::Path>,
     venv: Option<&std::path::Path>,
+    xdg_data_home: Option<&std::path::Path>,
 ) -> EngineLocation {
     if configured != "smolvm" {
         return EngineLocation {
@@ -434,7 +446,10 @@ fn locate_engine_from(
             found_by: EngineSource::Path,
         };
     }
-    match packaged_engines(home, venv).into_iter().next() {
+    match packaged_engines(home, venv, xdg_data_home)
+        .into_iter()
+        .next()
+    {
         Some(found) => EngineLocation {
             path: found,
             found_by: EngineSource::Package,
@@ -446,13 +461,67 @@ fn locate_engine_from(
     }
 }
 
-/// `smol/smol-vmm` in the site-packages a `pip install smolmachines` writes to: the user's
-/// (`--user`), pipx's, an active virtualenv's, and the system's.
+/// Where `scripts/install-engine.sh` unpacks the engine and where the README's virtualenv goes:
+/// `$XDG_DATA_HOME/smol-mcp`, else `~/.local/share/smol-mcp`. A client launches the server with
+/// an environment of its own (no `VIRTUAL_ENV`, often no shell `PATH`), so the engine must be
+/// findable from `HOME` alone.
+fn smol_mcp_data_dir(
+    home: Option<&std::path::Path>,
+    xdg_data_home: Option<&std::path::Path>,
+) -> Option<PathBuf> {
+    xdg_data_home
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".local/share")))
+        .map(|d| d.join("smol-mcp"))
+}
+
+/// The engines `scripts/install-engine.sh` unpacked (`engine/<version>/smol-vmm`), the newest
+/// release first.
+fn installed_engines(data_dir: &std::path::Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("engine")) else {
+        return Vec::new();
+    };
+    let mut versions: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.path().join("smol-vmm"),
+            )
+        })
+        .filter(|(_, engine)| engine.is_file())
+        .collect();
+    versions.sort_by(|(a, _), (b, _)| {
+        if version_at_least(a, b) && a != b {
+            std::cmp::Ordering::Less
+        } else if a == b {
+            std::cmp::Ordering::Equal
+        } else {
+            std::cmp::Ordering::Greater
+        }
+    });
+    versions.into_iter().map(|(_, engine)| engine).collect()
+}
+
+/// `smol/smol-vmm` where the engine is installed: what `scripts/install-engine.sh` unpacked,
+/// then the site-packages a `pip install smolmachines` writes to: the README's virtualenv
+/// (`~/.local/share/smol-mcp/venv`), an active virtualenv's, the user's (`--user`), pipx's, and
+/// the system's.
 fn packaged_engines(
     home: Option<&std::path::Path>,
     venv: Option<&std::path::Path>,
+    xdg_data_home: Option<&std::path::Path>,
 ) -> Vec<PathBuf> {
+    let data_dir = smol_mcp_data_dir(home, xdg_data_home);
+    let mut found = data_dir
+        .as_deref()
+        .map(installed_engines)
+        .unwrap_or_default();
     let mut lib_dirs: Vec<PathBuf> = Vec::new();
+    if let Some(data_dir) = &data_dir {
+        lib_dirs.push(data_dir.join("venv/lib"));
+    }
     if let Some(venv) = venv {
         lib_dirs.push(venv.join("lib"));
     }
@@ -462,7 +531,6 @@ fn packaged_engines(
         lib_dirs.push(home.join(".local/pipx/venvs/smolmachines/lib"));
     }
     lib_dirs.extend(["/usr/local/lib", "/usr/lib", "/opt/homebrew/lib"].map(PathBuf::from));
-    let mut found = Vec::new();
     for lib in lib_dirs {
         let Ok(entries) = std::fs::read_dir(&lib) else {
             continue;
@@ -475,9 +543,16 @@ fn packaged_engines(
                     .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
             })
             .collect();
-        // The newest Python first: `python3.12` sorts after `python3.11`.
-        pythons.sort();
-        pythons.reverse();
+        // The newest Python first, by number: `python3.12` before `python3.9`.
+        pythons.sort_by_key(|p| {
+            std::cmp::Reverse(
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_prefix("python3."))
+                    .and_then(|minor| minor.parse::<u32>().ok())
+                    .unwrap_or(0),
+            )
+        });
         for python in pythons {
             for packages in ["site-packages", "dist-packages"] {
                 let engine = python.join(packages).join("smol/smol-vmm");
@@ -487,7 +562,27 @@ fn packaged_engines(
             }
         }
     }
+    // pip --user on macOS: ~/Library/Python/3.12/lib/python/site-packages.
+    if let Some(Ok(entries)) = home.map(|h| std::fs::read_dir(h.join("Library/Python"))) {
+        for entry in entries.flatten() {
+            let engine = entry.path().join("lib/python/site-packages/smol/smol-vmm");
+            if engine.is_file() {
+                found.push(engine);
+            }
+        }
+    }
     found
+}
+
+/// Whether `pid` is a zombie or being reaped (`/proc/<pid>/stat` state Z or X). Only Linux has
+/// `/proc`; elsewhere a wait that returned nothing is the answer.
+fn dying(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().next());
+    matches!(state, Some("Z") | Some("X"))
 }
 
 fn log_tail(path: &std::path::Path) -> String {
@@ -521,17 +616,82 @@ mod tests {
         std::fs::create_dir_all(packaged.parent().unwrap()).unwrap();
         std::fs::write(&packaged, "").unwrap();
         let empty_path = std::ffi::OsStr::new("/nonexistent");
-        let found = locate_engine_from("smolvm", Some(empty_path), Some(home.path()), None);
+        let found = locate_engine_from("smolvm", Some(empty_path), Some(home.path()), None, None);
         assert_eq!(found.path, packaged);
         assert_eq!(found.found_by, EngineSource::Package);
-        let configured =
-            locate_engine_from("/opt/smolvm", Some(empty_path), Some(home.path()), None);
+        let configured = locate_engine_from(
+            "/opt/smolvm",
+            Some(empty_path),
+            Some(home.path()),
+            None,
+            None,
+        );
         assert_eq!(
             configured.path,
             PathBuf::from("/opt/smolvm"),
             "a configured engine is used as given"
         );
         assert_eq!(configured.found_by, EngineSource::Configured);
+    }
+
+    #[test]
+    fn the_installed_engine_and_the_readme_venv_are_found_without_variables() {
+        let touch = |p: &std::path::Path| {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "").unwrap();
+        };
+        let empty_path = std::ffi::OsStr::new("/nonexistent");
+        let home = tempfile::tempdir().unwrap();
+        let venv = home
+            .path()
+            .join(".local/share/smol-mcp/venv/lib/python3.11/site-packages/smol/smol-vmm");
+        touch(&venv);
+        let found = locate_engine_from("smolvm", Some(empty_path), Some(home.path()), None, None);
+        assert_eq!(
+            found.path, venv,
+            "the README's virtualenv, with no VIRTUAL_ENV"
+        );
+        let older = home
+            .path()
+            .join(".local/share/smol-mcp/engine/1.9.0/smol-vmm");
+        let newer = home
+            .path()
+            .join(".local/share/smol-mcp/engine/1.32.2/smol-vmm");
+        touch(&older);
+        touch(&newer);
+        let found = locate_engine_from("smolvm", Some(empty_path), Some(home.path()), None, None);
+        assert_eq!(
+            found.path, newer,
+            "install-engine.sh's newest release, by number"
+        );
+        assert_eq!(found.found_by, EngineSource::Package);
+        let data = tempfile::tempdir().unwrap();
+        let elsewhere = data.path().join("smol-mcp/engine/1.32.2/smol-vmm");
+        touch(&elsewhere);
+        let found = locate_engine_from(
+            "smolvm",
+            Some(empty_path),
+            Some(home.path()),
+            None,
+            Some(data.path()),
+        );
+        assert_eq!(
+            found.path, elsewhere,
+            "XDG_DATA_HOME moves the data directory"
+        );
+        let mac_home = tempfile::tempdir().unwrap();
+        let mac = mac_home
+            .path()
+            .join("Library/Python/3.12/lib/python/site-packages/smol/smol-vmm");
+        touch(&mac);
+        let found = locate_engine_from(
+            "smolvm",
+            Some(empty_path),
+            Some(mac_home.path()),
+            None,
+            None,
+        );
+        assert_eq!(found.path, mac, "pip --user on macOS");
     }
 
     #[test]
