@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod fleet;
 pub mod generated;
 pub mod http;

@@ -5,6 +5,7 @@
 use crate::backend::local_serve::{EngineSource, local_endpoint, locate_engine, version_at_least};
 use crate::backend::{Mode, ephemeral::ensure_runtime_dir};
 use crate::config::Config;
+use crate::fleet::diagnosis::HostCause;
 use crate::fleet::{CloudFleet, FleetError, FleetKind, LocalFleet};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -38,7 +39,7 @@ pub struct NotServed {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "target", rename_all = "camelCase")]
 pub enum FleetFacts {
-    Local(LocalFacts),
+    Local(Box<LocalFacts>),
     Cloud(CloudFacts),
 }
 
@@ -88,7 +89,21 @@ pub struct LocalFacts {
     /// `SMOLVM_VM_UID_DROP=off` in this process's environment (the engine refuses to start
     /// as root without it).
     pub uid_drop_off: bool,
+    /// What `smol-mcp doctor` saw when it booted a test machine; never gathered for the
+    /// resource (a read must not boot a machine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootFacts>,
     pub problems: Vec<Problem>,
+}
+
+/// A real boot: a machine from the engine's bundled rootfs (no registry), one command in it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootFacts {
+    pub booted: bool,
+    /// From the call to the command's output, the engine's start included when it was needed.
+    pub secs: f64,
+    pub detail: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -192,7 +207,7 @@ pub async fn gather(
     let mut fleets = Vec::new();
     let mut not_served = Vec::new();
     if serves(FleetKind::Local) {
-        fleets.push(FleetFacts::Local(local_facts(config, host).await));
+        fleets.push(FleetFacts::Local(Box::new(local_facts(config, host).await)));
     } else {
         not_served.push(NotServed {
             target: "local",
@@ -245,9 +260,11 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
                 what: "the smolvm engine was not found: not on PATH, not in an installed \
                        smolmachines package, and SMOLVM is not set"
                     .into(),
-                fix: "install it with `python3 -m pip install --user smolmachines` (the wheel \
-                      carries it as smol/smol-vmm inside the Python package and puts nothing on \
-                      PATH; this server finds it there), or set SMOLVM to the engine binary"
+                fix: "run `scripts/install-engine.sh` from the smol-mcp checkout (it fetches \
+                      the pinned smolmachines wheel with python3 alone and unpacks the engine \
+                      into ~/.local/share/smol-mcp/engine, where this server finds it), or pip \
+                      install smolmachines into ~/.local/share/smol-mcp/venv, or set SMOLVM to \
+                      the engine binary"
                     .into(),
             }),
             _ if engine.version.is_none() => problems.push(Problem {
@@ -268,7 +285,7 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
     {
         problems.push(Problem {
             what: format!("the engine is {version}, older than the {minimum} this server needs"),
-            fix: "upgrade it (`python3 -m pip install --user --upgrade smolmachines`), or set \
+            fix: "upgrade it (`scripts/install-engine.sh` in the smol-mcp checkout installs the pinned release), or set \
                   SMOL_MCP_MIN_SMOLVM to accept it (empty turns the check off)"
                 .into(),
         });
@@ -287,12 +304,12 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
     // starts inherits this process's environment.
     if running_as_root && !uid_drop_off && !serve.answering {
         problems.push(Problem {
-            what: "running as root without SMOLVM_VM_UID_DROP=off: the engine refuses to start \
-                   (\"per-VM uid isolation\")"
-                .into(),
-            fix: "set SMOLVM_VM_UID_DROP=off in the server's environment (the `env` of the MCP \
-                  client's entry), or run the server as an ordinary user"
-                .into(),
+            what: format!(
+                "running as root without SMOLVM_VM_UID_DROP=off: {}; the engine starts and \
+                 lists machines, but every create fails within seconds",
+                HostCause::RootWithUidDrop.explain().0
+            ),
+            fix: HostCause::RootWithUidDrop.explain().1.into(),
         });
     }
     LocalFacts {
@@ -303,6 +320,7 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
         runtime_dir,
         running_as_root,
         uid_drop_off,
+        boot: None,
         problems,
     }
 }
@@ -381,6 +399,7 @@ fn named_serve_facts(config: &Config, serve: ServeFacts) -> LocalFacts {
         runtime_dir,
         running_as_root: nix::unistd::geteuid().is_root(),
         uid_drop_off: std::env::var("SMOLVM_VM_UID_DROP").is_ok_and(|v| v == "off"),
+        boot: None,
         problems,
     }
 }
@@ -699,6 +718,21 @@ pub fn render(targets: &Targets) -> String {
                         },
                     ]);
                 }
+                match &l.boot {
+                    Some(b) => rows.push([
+                        "local".into(),
+                        "boot".into(),
+                        yes(b.booted),
+                        b.detail.clone(),
+                    ]),
+                    None => rows.push([
+                        "local".into(),
+                        "boot".into(),
+                        "-".into(),
+                        "not tried (--quick, or the checks above failed): guests may still not boot"
+                            .into(),
+                    ]),
+                }
             }
             FleetFacts::Cloud(c) => {
                 rows.push(["cloud".into(), "url".into(), "ok".into(), c.url.clone()]);
@@ -769,9 +803,10 @@ pub fn render(targets: &Targets) -> String {
     out
 }
 
-/// `smol-mcp doctor`: the facts for the configured fleets, rendered, and whether any is usable.
-pub async fn doctor(config: Config) -> (String, bool) {
-    let mode = crate::backend::resolve_mode(&config);
+/// The facts for the configured fleets, as `smol-mcp doctor` gathers them before it boots
+/// anything.
+pub async fn doctor_facts(config: &Config) -> Targets {
+    let mode = crate::backend::resolve_mode(config);
     let cloud = (!config.cloud_token.is_empty()).then(|| {
         CloudFleet::new(
             &config.cloud_url,
@@ -783,6 +818,33 @@ pub async fn doctor(config: Config) -> (String, bool) {
         )
         .map(Arc::new)
     });
-    let targets = gather(&config, mode, cloud, &Host::this_host()).await;
-    (render(&targets), targets.usable)
+    gather(config, mode, cloud, &Host::this_host()).await
+}
+
+impl Targets {
+    /// Adds what a real boot showed to the local fleet's facts: a failed boot makes the fleet
+    /// unusable whatever the static checks said.
+    pub fn with_boot(mut self, boot: BootFacts, problem: Option<Problem>) -> Targets {
+        for fleet in &mut self.fleets {
+            if let FleetFacts::Local(local) = fleet {
+                if !boot.booted {
+                    local.usable = false;
+                }
+                if let Some(p) = problem.clone() {
+                    local.problems.push(p);
+                }
+                local.boot = Some(boot.clone());
+            }
+        }
+        self.usable = self.fleets.iter().any(FleetFacts::usable);
+        self
+    }
+
+    /// The local fleet's facts, when it is served.
+    pub fn local(&self) -> Option<&LocalFacts> {
+        self.fleets.iter().find_map(|f| match f {
+            FleetFacts::Local(l) => Some(l.as_ref()),
+            FleetFacts::Cloud(_) => None,
+        })
+    }
 }

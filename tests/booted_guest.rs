@@ -740,9 +740,11 @@ async fn the_engines_exec_stream_is_live() {
 }
 
 /// With a serve at `localUrl`, smol://targets and doctor report that serve's own facts (its
-/// health answer), not this host's KVM or engine binary.
+/// health answer), not this host's KVM or engine binary; and doctor boots a guest there.
 #[tokio::test]
 async fn targets_and_doctor_describe_the_named_serve() {
+    // doctor boots a machine of its own on the engine.
+    let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
     let t = h.resource("smol://targets").await;
     let local = &t["fleets"][0];
@@ -753,7 +755,13 @@ async fn targets_and_doctor_describe_the_named_serve() {
     assert_eq!(local["usable"], true, "{local}");
     let rt = tempfile::tempdir().unwrap();
     let url = nested().url;
-    let env = common::stdio::server_env(rt.path(), &[("SMOL_LOCAL_URL", url.as_str())]);
+    let env = common::stdio::server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+        ],
+    );
     let out = std::process::Command::new(common::stdio::SERVER)
         .arg("doctor")
         .env_clear()
@@ -767,6 +775,11 @@ async fn targets_and_doctor_describe_the_named_serve() {
         "{text}"
     );
     assert!(!text.contains("/dev/kvm"), "{text}");
+    // A real boot on the real engine: the bundled Alpine, one command, the time it took.
+    assert!(
+        text.contains("booted the engine's bundled Alpine and ran `uname -sr` (Linux"),
+        "{text}"
+    );
 }
 
 /// One whole session under each real client, over each transport, on the real guest.

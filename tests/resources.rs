@@ -696,6 +696,99 @@ async fn doctor_exits_non_zero_and_says_what_to_do_without_a_usable_fleet() {
     );
 }
 
+/// doctor boots a machine through run-once and reports the time, unless --quick; a host whose
+/// guests cannot boot, and the garbled KvmOpen refusal, each get their own cause and fix.
+#[tokio::test]
+async fn doctor_boots_a_machine_and_names_the_cause_when_it_cannot() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let env = server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_TARGETS", "local"),
+        ],
+    );
+    let booted = {
+        let env = env.clone();
+        tokio::task::spawn_blocking(move || doctor(env))
+            .await
+            .unwrap()
+    };
+    let stdout = String::from_utf8_lossy(&booted.stdout);
+    assert!(booted.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("booted the engine's bundled Alpine and ran `uname -sr`"),
+        "{stdout}"
+    );
+    let requests = fake.take_requests();
+    let created = requests
+        .iter()
+        .find(|r| r["method"] == "POST" && r["path"] == "/api/v1/machines")
+        .expect("doctor created a machine");
+    assert!(
+        created["body"].get("image").is_none() || created["body"]["image"].is_null(),
+        "the bundled rootfs, no registry: {created}"
+    );
+    assert!(
+        requests.iter().any(|r| r["method"] == "DELETE"
+            && r["path"]
+                .as_str()
+                .unwrap()
+                .starts_with("/api/v1/machines/mcp-")),
+        "the test machine is deleted"
+    );
+
+    let quick = {
+        let mut env = env.clone();
+        env.push(("SMOL_MCP_LOG".into(), "warn".into()));
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp"))
+                .args(["doctor", "--quick"])
+                .env_clear()
+                .envs(env)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    let stdout = String::from_utf8_lossy(&quick.stdout);
+    assert!(quick.status.success(), "{stdout}");
+    assert!(stdout.contains("not tried"), "{stdout}");
+    assert!(
+        !fake.take_requests().iter().any(|r| r["method"] == "POST"),
+        "--quick boots nothing"
+    );
+
+    fake.state.lock().unwrap().start_failure = Some("vm failed: no boot progress after 30s".into());
+    let cannot = {
+        let env = env.clone();
+        tokio::task::spawn_blocking(move || doctor(env))
+            .await
+            .unwrap()
+    };
+    let stdout = String::from_utf8_lossy(&cannot.stdout);
+    assert_eq!(cannot.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("local: NOT usable"), "{stdout}");
+    assert!(stdout.contains("guests do not boot"), "{stdout}");
+    assert!(stdout.contains("hardware virtualization"), "{stdout}");
+
+    fake.state.lock().unwrap().start_failure =
+        Some("monitor agent: Then log out and log back in...); KvmOpen(Error(13))".into());
+    let denied = tokio::task::spawn_blocking(move || doctor(env))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&denied.stdout);
+    assert_eq!(denied.status.code(), Some(1), "{stdout}");
+    if nix::unistd::geteuid().is_root() {
+        assert!(stdout.contains("SMOLVM_VM_UID_DROP=off"), "{stdout}");
+    } else {
+        assert!(stdout.contains("kvm group"), "{stdout}");
+    }
+}
+
 /// A 2026-07-28 client of its own backend, for listens.
 async fn discover_client(
     env: &[(&str, &str)],

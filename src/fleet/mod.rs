@@ -4,6 +4,7 @@
 //! create on cloud, the cloud's ephemeral backstop) is settled inside `local.rs` and `cloud.rs`.
 
 pub mod cloud;
+pub mod diagnosis;
 pub mod error;
 pub mod exec_stream;
 pub mod file_stream;

@@ -68,19 +68,9 @@ impl ToolError {
 
 impl From<FleetError> for ToolError {
     fn from(e: FleetError) -> Self {
-        let mut message = e.to_string();
-        // The engine's words when the host cannot run a guest at all; the agent can do nothing
-        // about it but go elsewhere, so say so.
-        if message.contains("no boot progress") || message.contains("did not become ready") {
-            message.push_str(
-                "\nThe local engine could not boot a guest on this host, which points at the \
-                 hypervisor rather than at this machine: the engine needs a usable KVM on Linux \
-                 (/dev/kvm readable and writable by this user, and not a paravirtual or nested \
-                 one that cannot run guests) or Hypervisor.framework on macOS. `smol-mcp doctor` \
-                 checks exactly that and says what to fix: ask the user to run it. Meanwhile use \
-                 the cloud fleet if this server has one.",
-            );
-        }
+        // The engine's words when the host cannot run a guest at all (or this user cannot reach
+        // its hypervisor): the agent can do nothing about it but pass the cause and the fix on.
+        let message = crate::fleet::diagnosis::with_host_hint(&e.to_string());
         ToolError::new(ToolErrorKind::Fleet(e.kind), message)
     }
 }
@@ -122,7 +112,11 @@ mod tests {
             "HTTP 500: vm failed: no boot progress after 30s",
         )
         .into();
-        assert!(boot.message.contains("usable KVM"), "{}", boot.message);
+        assert!(
+            boot.message.contains("could not boot a guest"),
+            "{}",
+            boot.message
+        );
         assert!(
             boot.message.contains("`smol-mcp doctor`")
                 && boot.message.contains("Hypervisor.framework"),

@@ -44,6 +44,9 @@ pub struct FakeState {
     /// (a serve elsewhere, or the nested engine's QEMU guest, runs on its own clock).
     pub engine_clock_behind: std::time::Duration,
     pub exec_hook: Option<ExecHook>,
+    /// Every start fails with this message, as the engine's 500: what a host that cannot boot
+    /// guests answers (`vm failed: no boot progress after 30s`, seen on a paravirtual KVM).
+    pub start_failure: Option<String>,
     /// How long an exec that is not a readiness probe (`echo`) takes to answer.
     pub exec_delay: Option<std::time::Duration>,
     /// How long an image pull takes: the engine answers `POST .../images/pull` only once the
@@ -758,6 +761,11 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 ("POST", ["start"]) if info["state"] == json!("running") => {
                     axum::Json(info).into_response()
                 }
+                ("POST", ["start"]) if st.start_failure.is_some() => api_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "INTERNAL_ERROR",
+                    st.start_failure.clone().unwrap_or_default(),
+                ),
                 // A stop of a machine that never started leaves it `created` (observed on the
                 // real serve, `tests/fake_fidelity.rs`).
                 ("POST", ["stop"]) if info["state"] == json!("created") => {
