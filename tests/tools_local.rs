@@ -347,6 +347,11 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
             "name: required, and missing: The machine's name",
         ),
         (
+            "list-machines",
+            json!({"bogus": 1}),
+            "bogus: not an argument of list-machines; it takes no arguments",
+        ),
+        (
             "create-machine",
             json!({"image": "alpine", "cpus": "2"}),
             "cpus: \"2\" is not accepted: give a whole number, 1 to 64",

@@ -63,13 +63,15 @@ fn check_arguments(
                 .map(String::as_str)
                 .filter(|k| mode == Mode::Both || *k != "target")
                 .collect();
+            // An empty list would read as a message cut short.
+            let accepted = if known.is_empty() {
+                "it takes no arguments".to_owned()
+            } else {
+                format!("its arguments are {}", known.join(", "))
+            };
             return Err(ToolError::argument(
                 &quote_name(name),
-                format!(
-                    "not an argument of {}; its arguments are {}",
-                    tool.name(),
-                    known.join(", ")
-                ),
+                format!("not an argument of {}; {accepted}", tool.name()),
             ));
         };
         check_value(name, property, value, false)?;
@@ -956,6 +958,27 @@ mod tests {
                 json!({"name": "m", "command": "x", "env": {"A": 1}})
             ),
             "env.A: 1 is not accepted: give a string"
+        );
+    }
+
+    #[test]
+    fn a_tool_without_arguments_says_so() {
+        let catalog = Catalog::of(Mode::Single(FleetKind::Local));
+        let refused = parse::<TargetOnly>(Tool::ListMachines, &catalog, json!({"bogus": 1}))
+            .unwrap_err()
+            .message;
+        assert_eq!(
+            refused,
+            "bogus: not an argument of list-machines; it takes no arguments"
+        );
+        // With both fleets `target` is its one argument, and it is listed.
+        let catalog = Catalog::of(Mode::Both);
+        let refused = parse::<TargetOnly>(Tool::ListMachines, &catalog, json!({"bogus": 1}))
+            .unwrap_err()
+            .message;
+        assert_eq!(
+            refused,
+            "bogus: not an argument of list-machines; its arguments are target"
         );
     }
 
