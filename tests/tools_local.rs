@@ -323,6 +323,11 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
         ),
         (
             "run-command",
+            json!({"name": "m", "command": ["a", 1]}),
+            "command[1]: 1 is not accepted: give a string",
+        ),
+        (
+            "run-command",
             json!({"name": "m", "command": "x", "timeoutSecs": 901}),
             "timeoutSecs: 901 is not accepted: give 1 to 900",
         ),
