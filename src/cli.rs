@@ -135,6 +135,16 @@ pub fn settings_help() -> String {
             s.env, s.key, s.accepts
         ));
     }
+    // Neither is a setting of this server, and both are what a first local run trips on.
+    help.push_str(
+        "The engine (local fleet): SMOLVM if set, else smolvm on PATH, else smol-vmm of the \
+         smolmachines package, looked for in ~/.local/share/smol-mcp/engine/<version>/smol-vmm \
+         (scripts/install-engine.sh), the venv ~/.local/share/smol-mcp/venv, the user's, pipx's \
+         and the system's site-packages, and an active VIRTUAL_ENV; `smol-mcp doctor` shows \
+         which one is used.\n\
+         As root, the engine refuses to start unless SMOLVM_VM_UID_DROP=off is in the server's \
+         environment (the env of the MCP client's entry for it).\n",
+    );
     help.push_str(&format!(
         "Logs go to stderr; SMOL_MCP_LOG takes a tracing filter [default: {DEFAULT_LOG}, less \
          rmcp's \"{CLIENT_GONE}\", which only means the client left]"

@@ -440,6 +440,15 @@ async fn help_version_and_refusals_never_wait_on_stdin() {
         stdout.contains("Usage: smol-mcp") && stdout.contains("SMOL_MCP_CPUS"),
         "{stdout}"
     );
+    for engine_fact in [
+        "SMOLVM_VM_UID_DROP=off",
+        "else smolvm on PATH",
+        "~/.local/share/smol-mcp/engine/<version>/smol-vmm",
+        "~/.local/share/smol-mcp/venv",
+        "VIRTUAL_ENV",
+    ] {
+        assert!(stdout.contains(engine_fact), "{engine_fact}: {stdout}");
+    }
     let (code, stdout, _) = run_with_stdin_open(&["--version"], &[]).await;
     assert_eq!(code, Some(0));
     assert_eq!(
