@@ -23,16 +23,16 @@ fi
 # The pinned TypeScript SDK and Inspector CLI (tests/clients/package-lock.json), for the same.
 if ! node -e 'const v=(p)=>require("./tests/clients/node_modules/"+p+"/package.json").version;
     process.exit(v("@modelcontextprotocol/sdk")==="1.32.2" && v("@modelcontextprotocol/inspector")==="2.12.0" ? 0 : 1)' 2>/dev/null; then
-  # `npm install` rather than `npm ci`: the lock lacks optional platform packages of other
-  # operating systems, which `npm ci` refuses; the pinned versions are the lock's either way.
-  (cd tests/clients && npm install --no-audit --no-fund --loglevel=error)
+  # `npm ci`, which installs the lock as it is and never rewrites it (`npm install` may, leaving
+  # the tree dirty); it refuses a lock that has fallen out of step with package.json.
+  (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # The pinned conformance suite, and Node 22 from the npm package `node` (the suite calls
 # fs.globSync, which older Node lacks; the host's own node may be older).
 if ! node -e 'const v=(p)=>require("./tests/conformance/node_modules/"+p+"/package.json").version;
     process.exit(v("@modelcontextprotocol/conformance")==="0.2.0-alpha.12" && v("node")==="22.23.3" ? 0 : 1)' 2>/dev/null \
    || ! tests/conformance/node_modules/.bin/node --version >/dev/null 2>&1; then
-  (cd tests/conformance && npm install --no-audit --no-fund --loglevel=error)
+  (cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # The real engine with guests that boot, nested in QEMU (tests/booted_guest.rs and
 # tests/fake_vs_engine.rs use it); one outer VM for the whole run, taken down at the end unless

@@ -30,8 +30,9 @@ pub enum ConfigError {
         var: &'static str,
         message: String,
     },
-    /// Values that are each acceptable but not together.
-    #[error("{key} ({var}): {message}")]
+    /// Values that are each acceptable but not together. Labelled as `Env` is, so that one
+    /// setting reads the same whichever check refused it.
+    #[error("{key} (${var}): {message}")]
     Conflict {
         key: &'static str,
         var: &'static str,
@@ -1062,6 +1063,25 @@ mod tests {
         // The default location may be absent.
         let vars = env(&[("XDG_CONFIG_HOME", dir.path().to_str().unwrap())]);
         assert!(Config::from_sources(&vars, &config_path(&vars)).is_ok());
+    }
+
+    #[test]
+    fn a_bad_value_and_a_conflict_label_their_setting_alike() {
+        let bad_value = error(&[("SMOL_MCP_CPUS", "lots")], Path::new("/x"));
+        let conflict = error(&[("SMOL_MCP_TARGETS", "cloud")], Path::new("/x"));
+        let ceiling = error(&[("SMOL_MCP_EXEC_TIMEOUT_SECS", "1000")], Path::new("/x"));
+        assert!(
+            bad_value.starts_with("cpus ($SMOL_MCP_CPUS): "),
+            "{bad_value}"
+        );
+        assert!(
+            conflict.starts_with("targets ($SMOL_MCP_TARGETS): "),
+            "{conflict}"
+        );
+        assert!(
+            ceiling.starts_with("execTimeoutSecs ($SMOL_MCP_EXEC_TIMEOUT_SECS): "),
+            "{ceiling}"
+        );
     }
 
     #[test]

@@ -86,7 +86,12 @@ async fn flags_take_either_form() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("--port <PORT>"));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--port <PORT>"), "{help}");
+    assert!(
+        help.contains("SMOLVM_VM_UID_DROP=off") && help.contains("else smolvm on PATH"),
+        "{help}"
+    );
 }
 
 #[tokio::test]

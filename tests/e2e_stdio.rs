@@ -440,6 +440,15 @@ async fn help_version_and_refusals_never_wait_on_stdin() {
         stdout.contains("Usage: smol-mcp") && stdout.contains("SMOL_MCP_CPUS"),
         "{stdout}"
     );
+    for engine_fact in [
+        "SMOLVM_VM_UID_DROP=off",
+        "else smolvm on PATH",
+        "~/.local/share/smol-mcp/engine/<version>/smol-vmm",
+        "~/.local/share/smol-mcp/venv",
+        "VIRTUAL_ENV",
+    ] {
+        assert!(stdout.contains(engine_fact), "{engine_fact}: {stdout}");
+    }
     let (code, stdout, _) = run_with_stdin_open(&["--version"], &[]).await;
     assert_eq!(code, Some(0));
     assert_eq!(
@@ -449,6 +458,71 @@ async fn help_version_and_refusals_never_wait_on_stdin() {
     let (code, _, stderr) = run_with_stdin_open(&[], &[("SMOL_MCP_TARGETS", "cloud")]).await;
     assert_eq!(code, Some(1));
     assert!(stderr.contains("SMOL_CLOUD_TOKEN"), "{stderr}");
+    assert!(
+        !stderr.contains("meant to be launched"),
+        "no word for a client on a pipe: {stderr}"
+    );
+}
+
+/// Started by hand, with a terminal as stdin (a pty from python3's pty module), the server says
+/// once what it is and still answers MCP on that terminal until ^D.
+#[tokio::test]
+async fn started_in_a_terminal_it_says_what_it_is_and_serves() {
+    const SCRIPT: &str = r#"
+import json, os, pty, select, subprocess, sys
+server, env = sys.argv[1], json.loads(sys.argv[2])
+master, slave = pty.openpty()
+child = subprocess.Popen([server], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+os.close(slave)
+init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "by-hand", "version": "0"}}}
+os.write(master, (json.dumps(init) + "\n").encode())
+ready, _, _ = select.select([child.stdout], [], [], 20)
+answer = child.stdout.readline().decode() if ready else ""
+os.write(master, b"\x04")
+_, err = child.communicate(timeout=20)
+print(json.dumps({"code": child.returncode, "answer": answer, "stderr": err.decode()}))
+"#;
+    let rt = tempfile::tempdir().unwrap();
+    let env: serde_json::Map<String, Value> = server_env(rt.path(), &[])
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("python3")
+            .args(["-c", SCRIPT, SERVER, &Value::Object(env).to_string()])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the pty run ends")
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stderr = report["stderr"].as_str().unwrap();
+    assert_eq!(
+        stderr
+            .matches("meant to be launched by an MCP client")
+            .count(),
+        1,
+        "one line for the person at the terminal: {stderr}"
+    );
+    assert!(
+        stderr.contains("smol-mcp doctor") && stderr.contains("--help"),
+        "{stderr}"
+    );
+    let answer: Value = serde_json::from_str(report["answer"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "smol-mcp",
+        "still serves: {answer}"
+    );
+    assert_eq!(report["code"], 0, "^D ends it as stdin EOF does: {stderr}");
 }
 
 /// The server's peak memory (VmHWM), in MiB.

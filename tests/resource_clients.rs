@@ -205,11 +205,33 @@ async fn python_client_listens_to_a_log_over_stdio() {
 #[tokio::test]
 async fn python_client_listens_to_a_log_over_http() {
     let fake = FakeServe::start().await;
-    let mut served = http_server(&fake).await;
-    let plan = json!({"url": served.server.url, "token": served.token, "uri": URI});
+    let rt = tempfile::tempdir().unwrap();
+    let token = "resources-token";
+    // The log as an operator sees it: the default filter, not the tests' SMOL_MCP_LOG.
+    let mut server = HttpServer::spawn_with(
+        rt.path(),
+        token,
+        &[("SMOL_LOCAL_URL", &fake.url())],
+        |command| {
+            command.env_remove("SMOL_MCP_LOG").stderr(Stdio::piped());
+        },
+    )
+    .await;
+    let plan = json!({"url": server.url, "token": token, "uri": URI});
     let steps = follow_with(py(plan), &fake).await;
     assert_eq!(steps[0]["protocol"], "2026-07-28", "the default mode");
     check(&steps);
-    served.server.child.start_kill().unwrap();
-    served.server.child.wait().await.unwrap();
+    server.child.start_kill().unwrap();
+    let log = server.child.wait_with_output().await.unwrap().stderr;
+    let log = String::from_utf8_lossy(&log);
+    assert!(
+        log.contains("listening for MCP over HTTP"),
+        "the server's log was read: {log}"
+    );
+    // rmcp's "failed to send pending response during drain", a dozen times a session.
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("during drain")),
+        "a client ending its listen is no error: {log}"
+    );
 }

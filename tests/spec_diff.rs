@@ -43,7 +43,11 @@ fn the_real_pair_1_14_3_against_the_vendored_1_32_2() {
         markdown.contains("candidate release: smolvm 1.14.3"),
         "the release comes from --version"
     );
-    assert!(markdown.contains("`info.version`: 0.5.2"));
+    assert!(
+        markdown
+            .contains("`info.version`: 0.5.2 (reported, not trusted: smolvm 1.14.3 says 0.5.2)"),
+        "the note is about the release checked"
+    );
     insta::assert_snapshot!("real_pair_1_14_3_markdown", markdown);
 
     let out = Command::new(SMOL_SPEC)
@@ -231,6 +235,45 @@ fn an_identical_pair_has_no_changes() {
     assert!(r.operations.is_empty());
     assert!(!r.needs_decision);
     assert_eq!((r.parity.called, r.parity.unknown), (1, 0));
+}
+
+#[test]
+fn the_version_note_quotes_the_checked_document_not_the_baseline() {
+    let mut candidate = base();
+    candidate["info"]["version"] = json!("4.5.6");
+    let r = diff_specs(
+        Api::Local,
+        &base(),
+        &candidate,
+        None,
+        &SentFields::new(),
+        Some("smolvm 9.8.7".into()),
+    );
+    let markdown = r.markdown();
+    let line = markdown
+        .lines()
+        .find(|l| l.starts_with("- candidate `info.version`"))
+        .unwrap();
+    assert_eq!(
+        line,
+        "- candidate `info.version`: 4.5.6 (reported, not trusted: smolvm 9.8.7 says 4.5.6)"
+    );
+
+    candidate["info"].as_object_mut().unwrap().remove("version");
+    let r = diff_specs(
+        Api::Local,
+        &base(),
+        &candidate,
+        None,
+        &SentFields::new(),
+        None,
+    );
+    assert!(
+        r.markdown()
+            .contains("`info.version`: none (reported, not trusted: the release is not known)"),
+        "{}",
+        r.markdown()
+    );
 }
 
 #[test]

@@ -323,6 +323,11 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
         ),
         (
             "run-command",
+            json!({"name": "m", "command": ["a", 1]}),
+            "command[1]: 1 is not accepted: give a string",
+        ),
+        (
+            "run-command",
             json!({"name": "m", "command": "x", "timeoutSecs": 901}),
             "timeoutSecs: 901 is not accepted: give 1 to 900",
         ),
@@ -345,6 +350,11 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
             "get-machine",
             json!({}),
             "name: required, and missing: Machine name",
+        ),
+        (
+            "list-machines",
+            json!({"bogus": 1}),
+            "bogus: not an argument of list-machines; it takes no arguments",
         ),
         (
             "create-machine",

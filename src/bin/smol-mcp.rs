@@ -6,9 +6,15 @@ use anyhow::Context;
 use smol_mcp::backend::Backend;
 use smol_mcp::config::Config;
 use smol_mcp::server::SmolMcp;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
+
+/// What a person who typed `smol-mcp` in a terminal needs to know.
+const BY_HAND: &str = "smol-mcp speaks MCP (JSON-RPC) on stdin/stdout and is meant to be launched \
+by an MCP client; `smol-mcp doctor` checks this host, `smol-mcp --help` lists the settings. \
+Serving on this terminal until Ctrl-D.";
 
 enum End {
     Eof,
@@ -116,6 +122,10 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         };
+    }
+    // Started by hand, the server would wait in silence for a client that is not coming.
+    if std::io::stdin().is_terminal() {
+        eprintln!("{BY_HAND}");
     }
     let code = match runtime.block_on(run()) {
         Ok(code) => code,

@@ -44,9 +44,16 @@ impl Report {
         let mut s = format!("# Spec diff: {api}\n\n");
         s.push_str(&format!("- baseline: `{}`\n", self.baseline));
         s.push_str(&format!("- candidate release: {release}\n"));
+        // A release's document need not carry its release number (smolvm 1.32.2 says 0.5.2), so
+        // the note quotes this document's own claim next to the release it came from.
+        let version = self.spec_version.as_deref().unwrap_or("none");
+        let claim = match (&self.release, &self.spec_version) {
+            (Some(release), Some(_)) => format!("{release} says {version}"),
+            (Some(release), None) => format!("{release} says nothing"),
+            (None, _) => "the release is not known".to_owned(),
+        };
         s.push_str(&format!(
-            "- candidate `info.version`: {} (reported, not trusted: smolvm 1.32.2 still says 0.5.2)\n",
-            self.spec_version.as_deref().unwrap_or("none")
+            "- candidate `info.version`: {version} (reported, not trusted: {claim})\n"
         ));
         s.push_str(&format!("- verdict: {verdict}\n\n"));
         s

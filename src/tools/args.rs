@@ -63,13 +63,15 @@ fn check_arguments(
                 .map(String::as_str)
                 .filter(|k| mode == Mode::Both || *k != "target")
                 .collect();
+            // An empty list would read as a message cut short.
+            let accepted = if known.is_empty() {
+                "it takes no arguments".to_owned()
+            } else {
+                format!("its arguments are {}", known.join(", "))
+            };
             return Err(ToolError::argument(
                 &quote_name(name),
-                format!(
-                    "not an argument of {}; its arguments are {}",
-                    tool.name(),
-                    known.join(", ")
-                ),
+                format!("not an argument of {}; {accepted}", tool.name()),
             ));
         };
         check_value(name, property, value, false)?;
@@ -109,9 +111,32 @@ fn quote_name(name: &str) -> String {
 }
 
 fn shown(value: &Value) -> String {
+    const MAX_CHARS: usize = 80;
     match value {
         Value::String(s) => quote(s),
-        other => quote(&other.to_string()).trim_matches('"').to_owned(),
+        // JSON text is already printable: quoting it again would escape its own quotes.
+        other => {
+            let text = other.to_string();
+            if text.chars().count() <= MAX_CHARS {
+                text
+            } else {
+                let prefix: String = text.chars().take(MAX_CHARS).collect();
+                format!("{prefix}... ({} bytes)", text.len())
+            }
+        }
+    }
+}
+
+/// The JSON Schema type name of `value`.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
     }
 }
 
@@ -133,13 +158,21 @@ fn check_value(path: &str, schema: &Value, value: &Value, nested: bool) -> Resul
     };
     for key in ["anyOf", "oneOf"] {
         if let Some(branches) = schema.get(key).and_then(Value::as_array) {
-            return if branches
+            if branches
                 .iter()
                 .any(|b| check_value(path, b, value, true).is_ok())
             {
-                Ok(())
-            } else {
-                Err(refuse())
+                return Ok(());
+            }
+            // A value of the one branch's type is wrong inside (["ls", 1]): that branch's
+            // refusal names the item at fault, where the whole value would hide it.
+            let same_type: Vec<&Value> = branches
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some(json_type(value)))
+                .collect();
+            return match same_type.as_slice() {
+                [branch] => check_value(path, branch, value, true),
+                _ => Err(refuse()),
             };
         }
     }
@@ -940,11 +973,43 @@ mod tests {
             "command: 7 is not accepted: give an array, each item a string or a string"
         );
         assert_eq!(
+            refusal(Tool::RunCommand, json!({"name": "m", "command": ["a", 1]})),
+            "command[1]: 1 is not accepted: give a string"
+        );
+        assert_eq!(
+            refusal(
+                Tool::RunCommand,
+                json!({"name": "m", "command": {"a": "b"}})
+            ),
+            r#"command: {"a":"b"} is not accepted: give an array, each item a string or a string"#
+        );
+        assert_eq!(
             refusal(
                 Tool::RunCommand,
                 json!({"name": "m", "command": "x", "env": {"A": 1}})
             ),
             "env.A: 1 is not accepted: give a string"
+        );
+    }
+
+    #[test]
+    fn a_tool_without_arguments_says_so() {
+        let catalog = Catalog::of(Mode::Single(FleetKind::Local));
+        let refused = parse::<TargetOnly>(Tool::ListMachines, &catalog, json!({"bogus": 1}))
+            .unwrap_err()
+            .message;
+        assert_eq!(
+            refused,
+            "bogus: not an argument of list-machines; it takes no arguments"
+        );
+        // With both fleets `target` is its one argument, and it is listed.
+        let catalog = Catalog::of(Mode::Both);
+        let refused = parse::<TargetOnly>(Tool::ListMachines, &catalog, json!({"bogus": 1}))
+            .unwrap_err()
+            .message;
+        assert_eq!(
+            refused,
+            "bogus: not an argument of list-machines; its arguments are target"
         );
     }
 

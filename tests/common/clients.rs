@@ -112,6 +112,17 @@ impl HttpServer {
     /// Starts the server with the test environment for `runtime_dir` (`server_env`), the bearer
     /// `token` and `extra`, and waits until it listens.
     pub async fn spawn(runtime_dir: &Path, token: &str, extra: &[(&str, &str)]) -> HttpServer {
+        HttpServer::spawn_with(runtime_dir, token, extra, |_| {}).await
+    }
+
+    /// The same, with `adjust` applied to the command last: to unset a variable of the test
+    /// environment, or to take the server's stderr.
+    pub async fn spawn_with(
+        runtime_dir: &Path,
+        token: &str,
+        extra: &[(&str, &str)],
+        adjust: impl FnOnce(&mut Command),
+    ) -> HttpServer {
         let port = free_port();
         let port_text = port.to_string();
         let mut vars = vec![
@@ -119,13 +130,14 @@ impl HttpServer {
             ("SMOL_MCP_HTTP_PORT", port_text.as_str()),
         ];
         vars.extend_from_slice(extra);
-        let child = Command::new(HTTP_SERVER)
+        let mut command = Command::new(HTTP_SERVER);
+        command
             .env_clear()
             .envs(server_env(runtime_dir, &vars))
             .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+            .kill_on_drop(true);
+        adjust(&mut command);
+        let child = command.spawn().unwrap();
         let start = Instant::now();
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
