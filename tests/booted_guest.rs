@@ -1,6 +1,6 @@
 //! The tools on real booted guests: the pinned smolvm 1.32.2 engine nested in a QEMU TCG machine
 //! (`scripts/nested-engine.sh`, brought up by scripts/test.sh), reached as `SMOL_LOCAL_URL`.
-//! Every guest-side promise the README makes is checked here against the engine itself: exec,
+//! Every guest-side promise the README and docs/tools.md make is checked here against the engine itself: exec,
 //! files, the output cap on both exec paths, timeouts, logs, streaming, jobs, branch, run-once,
 //! cancellation, the egress report, starts, the deadlines past 300 s, and one whole session under
 //! each real client (Python `mcp`, the TypeScript SDK) over stdio and HTTP. What the fakes claim

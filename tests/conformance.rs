@@ -37,9 +37,9 @@ const HTTP_SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "conformance-token";
 const BEARER: &str = "Bearer conformance-token";
 
-/// The scenarios issue 10 names as fixture-free: each must run and pass in full. One may stand
-/// in the baseline only with a reason that starts `awaiting-merge:` (a capability another
-/// branch of the same issue adds); the suite reports it stale once it passes, which fails this
+/// The fixture-free scenarios: each must run and pass in full. One may stand
+/// in the baseline only with a reason that starts `awaiting-merge:` (a capability not merged
+/// yet); the suite reports it stale once it passes, which fails this
 /// test until the entry is removed.
 const MUST_PASS_2025_11_25: &[&str] = &[
     "server-initialize",

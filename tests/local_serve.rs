@@ -244,8 +244,8 @@ async fn a_serve_whose_owner_lives_is_not_stopped_by_another_server() {
 
 /// A serve the user named (`SMOL_LOCAL_URL`) that does not answer is an error that says so:
 /// the server never deletes its socket, starts an engine of its own on it, or writes the user's
-/// engine state (issue "Hardening, second round", point 4: one failed health check under load
-/// was enough for it to take the user's serve over).
+/// engine state (once, one failed health check under load was enough for it to take the user's
+/// serve over).
 #[tokio::test]
 async fn a_named_serve_that_does_not_answer_is_never_replaced() {
     let rt = tempfile::tempdir().unwrap();

@@ -642,8 +642,7 @@ async fn a_session_client_that_declares_the_extension_gets_a_task_too() {
 }
 
 /// A task belongs to the session that started it: another session, and a sessionless
-/// (2026-07-28) request, find no such task and cannot cancel it (issue "Hardening, second
-/// round", point 10); its own session can.
+/// (2026-07-28) request, find no such task and cannot cancel it; its own session can.
 #[tokio::test]
 async fn a_task_is_read_and_cancelled_only_by_the_session_that_started_it() {
     let (_fake, server, _rt) = setup().await;

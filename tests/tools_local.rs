@@ -1014,7 +1014,7 @@ async fn an_upload_over_the_engines_limit_is_refused_before_it_is_sent() {
 
 /// read-file's length is bounded by the page budget: past it the call is refused, naming the
 /// bound, before the file is asked for (a length of 2^53 had the server buffer a whole 1 GiB
-/// file; issue "Hardening, second round", point 2).
+/// file).
 #[tokio::test]
 async fn a_read_longer_than_a_page_is_refused_before_anything_is_read() {
     let (fake, h) = setup().await;
@@ -1083,8 +1083,8 @@ async fn a_malformed_logs_cursor_is_refused() {
 }
 
 /// Mounts need the operator's allow-list (unset: refused), resolve symlinks before the check,
-/// and are read-only unless under mountWritable (issue "Hardening, second round", point 9: an
-/// agent could mount /etc or ~/.ssh read-write).
+/// and are read-only unless under mountWritable (without the list an agent could mount /etc or
+/// ~/.ssh read-write).
 #[tokio::test]
 async fn mounts_need_the_operators_allow_list_and_are_read_only_by_default() {
     let (fake, h) = setup().await;

@@ -219,8 +219,7 @@ impl FleetApi for LocalFleet {
     /// branched until it is stopped and started again with it. `None` keeps what it had.
     ///
     /// The engine answers a start of a running machine with its record unchanged, branchable
-    /// or not (observed on 1.32.2, the issue "Fakes that behave like the engine"; guests cannot
-    /// boot here to check it again), so asking a running machine to become branchable is
+    /// or not (observed on the 1.32.2 engine; not yet driven on the nested guest), so asking a running machine to become branchable is
     /// refused before the engine is asked: otherwise the start looks done and the branch after
     /// it fails. Not stopped and started here: a stop loses the guest's memory and processes,
     /// which the caller should choose.

@@ -448,7 +448,7 @@ const PARAMS_CHECKED_BELOW: usize = 64 * 1024;
 
 /// The answer to a request of a served method whose params rmcp cannot read: rmcp takes it
 /// for an unknown method and answers -32601, where the params are what is wrong (-32602), as
-/// the stdio server answers it (issue 19; `crate::server::stdio::check_line`, shared). Only
+/// the stdio server answers it (`crate::server::stdio::check_line`, shared). Only
 /// within a session: on the sessionless 2026-07-28 lifecycle several of these methods do not
 /// exist, and "method not found" (HTTP 404) is the answer the conformance suite checks.
 fn invalid_params(body: &[u8]) -> Option<serde_json::Value> {

@@ -232,7 +232,7 @@ impl<'a> Call<'a> {
     }
 
     /// Starts a machine, telling the client what it waits for: on the local fleet the first
-    /// start pulls the image and boots the guest (README: Egress), which can take minutes.
+    /// start pulls the image and boots the guest (docs/tools.md: Egress), which can take minutes.
     pub async fn start_reported(
         &self,
         fleet: &Fleet,

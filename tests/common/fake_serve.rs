@@ -90,8 +90,8 @@ pub enum TimeoutForm {
 
 /// The engine's request deadline when a test sets none.
 pub const ENGINE_REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
-/// The guest agent's cap on each exec stream (11 MiB; the issue "Fakes that behave like the
-/// engine"), and its answer past it on the VM path: a 500 whose message is pieced from the
+/// The guest agent's cap on each exec stream (11 MiB, observed on the 1.32.2 engine), and its
+/// answer past it on the VM path: a 500 whose message is pieced from the
 /// 1.32.2 agent's strings ("command output exceeded " / " bytes and was truncated. Use
 /// streaming exec (exec_stream / execStream) for large output.").
 pub const ENGINE_OUTPUT_CAP: usize = 11 * 1024 * 1024;
@@ -756,8 +756,8 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     axum::Json(json!({ "deleted": name })).into_response()
                 }
                 // A start of a running machine answers its record unchanged: it does not
-                // become branchable (observed on 1.32.2, the issue "Fakes that behave like
-                // the engine"; the guest must be running, so not checkable here).
+                // become branchable (observed on the 1.32.2 engine; not yet driven on the
+                // nested guest).
                 ("POST", ["start"]) if info["state"] == json!("running") => {
                     axum::Json(info).into_response()
                 }
@@ -945,7 +945,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         }
                     };
                     // `tail` as the engine reads it (smolvm 1.32.2, src/api/handlers/machines.rs,
-                    // and the issue's observation): like `tail -n`, 0 is no line at all; over
+                    // and observed on it): like `tail -n`, 0 is no line at all; over
                     // 10000 is a 400 ("tail value N exceeds maximum of 10000", pieced from
                     // `strings` on the pinned binary), asked after the no-logs 404 as the real
                     // serve does for a never-started machine (tests/real_serve.rs); without
@@ -1129,8 +1129,8 @@ async fn guest_exec(
         st.requests
             .push(envelope(&parts.method, &parts.uri, &parts.headers, bytes));
         // `autoStart` (default true) starts a stopped machine for the command; without it a
-        // machine that is not running is refused (the live exec handler's `require_running`,
-        // /work/notes-issue11.md section 1).
+        // machine that is not running is refused (the live exec handler's `require_running`
+        // in smolvm 1.32.2's exec.rs).
         if let Some(refused) = require_running(&mut st, &name, body) {
             return Some(refused);
         }
@@ -1164,7 +1164,7 @@ async fn guest_exec(
     };
     if streamed {
         // The stream handler reads neither `stdin` nor `background` (smolvm 1.32.2 exec.rs
-        // `exec_stream`, /work/notes-issue11.md section 1).
+        // `exec_stream`).
         command.stdin = None;
         let streams = state.lock().unwrap().streams.clone();
         return Some(live_sse_response(

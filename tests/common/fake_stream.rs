@@ -1,8 +1,7 @@
 //! The streamed exec of both fakes: `POST .../exec/stream` answering `text/event-stream` frame
 //! by frame over time, as the engines do.
 //!
-//! Local (smolvm 1.32.2 src/api/handlers/exec.rs `exec_stream`, search-index id 70216742866;
-//! /work/notes-issue11.md section 1): axum `Event`s sent as the guest agent produces them,
+//! Local (smolvm 1.32.2 src/api/handlers/exec.rs `exec_stream`, search-index id 70216742866): axum `Event`s sent as the guest agent produces them,
 //! `event: stdout` / `event: stderr` with the output as text (`String::from_utf8_lossy` of each
 //! chunk, one chunk a line per smolvm's docs/local-api api-fields.md), then `event: exit` with
 //! `{"exitCode":N}`, or `event: error` with `{"message":"<msg>"}` written by `format!` without

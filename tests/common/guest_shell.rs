@@ -19,7 +19,7 @@
 //!   (smolvm src/api/handlers/exec.rs `req.background` branch and src/agent/client.rs
 //!   `vm_exec_background`, search-index ids 70216742866 and 59930760840; cloud: facts 3.7 [SDK]).
 //! - The request's end does not end a foreground command (the engine's streamed exec ignores a
-//!   closed client, /work/notes-issue11.md section 1): it runs in a task of its own, so a
+//!   closed client, smolvm 1.32.2's exec.rs): it runs in a task of its own, so a
 //!   cancelled call's command is there to be killed by the server's marker kill, as in a guest.
 //!
 //! What differs from a guest: the command sees the host's environment (its `PATH` above all)
