@@ -73,6 +73,7 @@ impl LocalEndpoint {
     }
 
     pub fn http_client(&self) -> FleetResult<reqwest::Client> {
+        install_tls_provider();
         let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("smol-mcp/", env!("CARGO_PKG_VERSION")))
@@ -90,6 +91,16 @@ impl LocalEndpoint {
     }
 }
 
+/// reqwest is built without a crypto provider of its own (see Cargo.toml: ring instead of
+/// aws-lc-rs); every client it builds needs the process's default one installed first.
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err only when a provider is already installed, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The HTTPS client for the cloud, carrying the bearer token on every request. The header is
 /// marked sensitive so that it never appears in debug output.
 pub fn cloud_http_client(token: &str) -> FleetResult<reqwest::Client> {
@@ -101,6 +112,7 @@ pub fn cloud_http_client(token: &str) -> FleetResult<reqwest::Client> {
         )
     })?;
     value.set_sensitive(true);
+    install_tls_provider();
     let mut headers = HeaderMap::new();
     headers.insert(AUTHORIZATION, value);
     reqwest::Client::builder()
