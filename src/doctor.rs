@@ -9,7 +9,7 @@ use crate::backend::Backend;
 use crate::config::Config;
 use crate::fleet::diagnosis::{host_cause, root_with_uid_drop};
 use crate::server::notify::Progress;
-use crate::targets::{BootFacts, Problem, doctor_facts, render};
+use crate::targets::{BootFacts, Problem, doctor_facts, registry_facts, render};
 use crate::tools::{Caller, Scope, Tool};
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,7 +19,12 @@ const BOOT_COMMAND: [&str; 2] = ["uname", "-sr"];
 
 /// The report a person reads, and whether any served fleet is usable.
 pub async fn doctor(config: Config, quick: bool) -> (String, bool) {
-    let facts = doctor_facts(&config).await;
+    let mut facts = doctor_facts(&config).await;
+    // Pulls happen where the engine runs: for a serve named by localUrl that may be another
+    // host, whose DNS this one cannot speak for.
+    if facts.local().is_some_and(|l| !l.serve.named) {
+        facts = facts.with_registry(registry_facts().await);
+    }
     let boot_worth_trying = facts.local().is_some_and(|l| l.usable);
     let facts = if quick || !boot_worth_trying {
         facts

@@ -93,7 +93,62 @@ pub struct LocalFacts {
     /// resource (a read must not boot a machine).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub boot: Option<BootFacts>,
+    /// Whether this host resolves Docker Hub's registry, which the engine's image pulls need:
+    /// `smol-mcp doctor` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistryFacts>,
     pub problems: Vec<Problem>,
+}
+
+/// Whether the registry images come from by default resolves from this host. A machine needs
+/// none without an image, so its absence only limits which machines can be made.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryFacts {
+    pub host: &'static str,
+    pub resolves: bool,
+    pub detail: String,
+}
+
+/// The registry an image without a host (`alpine`, `python:3.12`) comes from.
+pub const DEFAULT_REGISTRY: &str = "registry-1.docker.io";
+
+/// Looks `DEFAULT_REGISTRY` up as the engine would, on this host, for at most 5 s.
+pub async fn registry_facts() -> RegistryFacts {
+    let lookup = async {
+        tokio::net::lookup_host((DEFAULT_REGISTRY, 443))
+            .await
+            .map(|addrs| addrs.count())
+    };
+    let (resolves, detail) = match tokio::time::timeout(Duration::from_secs(5), lookup).await {
+        Ok(Ok(found)) if found > 0 => (
+            true,
+            format!("{DEFAULT_REGISTRY} resolves from this host: images can be pulled"),
+        ),
+        Ok(Ok(_)) => (false, format!("{DEFAULT_REGISTRY} has no address here")),
+        Ok(Err(e)) => (
+            false,
+            format!("{DEFAULT_REGISTRY} does not resolve here ({e})"),
+        ),
+        Err(_) => (
+            false,
+            format!("looking up {DEFAULT_REGISTRY} took over 5 s"),
+        ),
+    };
+    let detail = if resolves {
+        detail
+    } else {
+        format!(
+            "{detail}: create-machine with an image will fail to pull (the machine's network \
+             setting does not change that); without image, machines boot the engine's bundled \
+             Alpine and need no registry. Fix the host's DNS or proxy to pull images"
+        )
+    };
+    RegistryFacts {
+        host: DEFAULT_REGISTRY,
+        resolves,
+        detail,
+    }
 }
 
 /// A real boot: a machine from the engine's bundled rootfs (no registry), one command in it.
@@ -321,6 +376,7 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
         running_as_root,
         uid_drop_off,
         boot: None,
+        registry: None,
         problems,
     }
 }
@@ -400,6 +456,7 @@ fn named_serve_facts(config: &Config, serve: ServeFacts) -> LocalFacts {
         running_as_root: nix::unistd::geteuid().is_root(),
         uid_drop_off: std::env::var("SMOLVM_VM_UID_DROP").is_ok_and(|v| v == "off"),
         boot: None,
+        registry: None,
         problems,
     }
 }
@@ -718,6 +775,14 @@ pub fn render(targets: &Targets) -> String {
                         },
                     ]);
                 }
+                if let Some(r) = &l.registry {
+                    rows.push([
+                        "local".into(),
+                        "registry".into(),
+                        if r.resolves { "ok" } else { "WARNING" }.into(),
+                        r.detail.clone(),
+                    ]);
+                }
                 match &l.boot {
                     Some(b) => rows.push([
                         "local".into(),
@@ -837,6 +902,17 @@ impl Targets {
             }
         }
         self.usable = self.fleets.iter().any(FleetFacts::usable);
+        self
+    }
+
+    /// Adds whether this host resolves the default registry to the local fleet's facts (a
+    /// warning, not a problem: machines without an image need none).
+    pub fn with_registry(mut self, registry: RegistryFacts) -> Targets {
+        for fleet in &mut self.fleets {
+            if let FleetFacts::Local(local) = fleet {
+                local.registry = Some(registry.clone());
+            }
+        }
         self
     }
 

@@ -613,8 +613,13 @@ async fn only_logs_can_be_subscribed_to() {
 }
 
 fn doctor(env: Vec<(String, String)>) -> std::process::Output {
+    doctor_with(&[], env)
+}
+
+fn doctor_with(flags: &[&str], env: Vec<(String, String)>) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp"))
         .arg("doctor")
+        .args(flags)
         .env_clear()
         .envs(env)
         .output()
@@ -669,6 +674,15 @@ async fn doctor_exits_non_zero_and_says_what_to_do_without_a_usable_fleet() {
         "{stdout}"
     );
     assert!(stdout.contains("smol/smol-vmm"), "{stdout}");
+    // Whether this host reaches the default registry, with what to do when it does not.
+    let registry = stdout
+        .lines()
+        .find(|l| l.starts_with("local  registry"))
+        .unwrap_or_else(|| panic!("a registry row: {stdout}"));
+    assert!(
+        registry.contains("images can be pulled") || registry.contains("bundled Alpine"),
+        "{registry}"
+    );
     assert!(stdout.contains("No served fleet is usable"), "{stdout}");
     if nix::unistd::geteuid().is_root() {
         assert!(stdout.contains("SMOLVM_VM_UID_DROP=off"), "{stdout}");
@@ -741,18 +755,10 @@ async fn doctor_boots_a_machine_and_names_the_cause_when_it_cannot() {
     );
 
     let quick = {
-        let mut env = env.clone();
-        env.push(("SMOL_MCP_LOG".into(), "warn".into()));
-        tokio::task::spawn_blocking(move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp"))
-                .args(["doctor", "--quick"])
-                .env_clear()
-                .envs(env)
-                .output()
-                .unwrap()
-        })
-        .await
-        .unwrap()
+        let env = env.clone();
+        tokio::task::spawn_blocking(move || doctor_with(&["--quick"], env))
+            .await
+            .unwrap()
     };
     let stdout = String::from_utf8_lossy(&quick.stdout);
     assert!(quick.status.success(), "{stdout}");

@@ -441,7 +441,7 @@ pub struct CommandFields {
     pub env: Option<BTreeMap<String, String>>,
     /// Text given on standard input, then closed.
     pub stdin: Option<String>,
-    /// Seconds before it is killed (timedOut, exit 124).
+    /// Seconds until it is killed (exit 124).
     #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
 }
@@ -476,9 +476,9 @@ tool_arguments! {
     pub struct StartArgs {
         /// Machine name{cloud: or mach- id}.
         pub name: String,
-        /// Default true. False: answers at once, boot under way (ready false).
+        /// False: answer at once, boot under way.
         pub wait: Option<bool>,
-        /// {local:Start it as a source branch-machine can copy. Omitted: as it was last started.}
+        /// {local:Start it copyable by branch-machine. Omitted: as last started.}
         pub branchable: Option<bool>,
     }
 }
@@ -489,7 +489,7 @@ tool_arguments! {
         pub name: String,
         #[serde(flatten)]
         pub run: CommandFields,
-        /// Return at once with a job id and cursor for job-output: for anything that may outlast this call. No stdin; a longer default timeout.
+        /// Return at once with a job id for job-output: for anything that may outlast this call. No stdin; longer default timeout.
         pub background: Option<bool>,
     }
 }
@@ -552,7 +552,7 @@ tool_arguments! {
     pub struct LogsArgs {
         /// Machine name{cloud: or mach- id}.
         pub name: String,
-        /// Lines from the end, when no cursor is given.
+        /// Lines from the end (without cursor).
         #[schemars(range(min = 1, max = 10000))]
         pub tail: Option<u64>,
         /// A previous call's cursor: only what arrived since.
@@ -566,7 +566,7 @@ tool_arguments! {
     pub struct JobOutputArgs {
         /// The job id run-command returned.
         pub job: String,
-        /// The previous answer's cursor: only output after it. Omitted: from the start.
+        /// The last answer's cursor. Omitted: from the start.
         pub cursor: Option<String>,
         /// Seconds to wait for the end first. Keep it under your tool-call timeout (often 60 s).
         #[schemars(range(min = 0, max = 300))]

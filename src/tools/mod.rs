@@ -129,9 +129,9 @@ tool_table! {
         args: args::TargetOnly,
         result: results::MachineList,
         run: lifecycle::list_machines,
-        description: "List this fleet's machines: state, size, egress, image, creation time. Use it to find a \
-             machine to reuse, or to see what still runs before creating another{cloud: (each costs money \
-             while it exists)}; for one known machine, get-machine.",
+        description: "List this fleet's machines. Use it to find a machine to reuse, or to see what still runs \
+             before creating another{cloud: (each costs money while it exists)}; for one known machine, \
+             get-machine.",
     }
     GetMachine => "get-machine" {
         title: "Get a machine",
@@ -140,9 +140,9 @@ tool_table! {
         args: args::MachineArgs,
         result: crate::fleet::Machine,
         run: lifecycle::get_machine,
-        description: "Report one machine: state (running, stopped, created...), size, egress, image{cloud:, url \
-             (ingress of its first published port)}, creation time. Use it to check a machine exists, \
-             runs, or that a start took. NOT_FOUND if there is none.",
+        description: "Report one machine's state (running, stopped, created...), size, egress and image{cloud:, \
+             and its url (ingress of its first published port)}. Use it to check a machine exists, runs, \
+             or that a start took. NOT_FOUND if there is none.",
     }
     CreateMachine => "create-machine" {
         title: "Create a machine",
@@ -151,12 +151,11 @@ tool_table! {
         args: args::CreateArgs,
         result: results::Created,
         run: lifecycle::create_machine,
-        description: "Create a microVM and, unless start is false, boot it and wait until it runs commands. \
-             {local:Without image: the engine's bundled Alpine, no pull, the fastest start. }Egress is \
-             blocked unless network, allowHosts or allowCidrs grant it. Unnamed, it is ephemeral (deleted \
-             when the session ends); a named one persists until delete-machine, and is left stopped if \
-             its start fails. {cloud:A cloud machine costs money while it exists. }For one command in a \
-             throwaway machine, use run-once.",
+        description: "Create a microVM and, unless start is false, boot it and wait until it runs commands. Egress \
+             is blocked unless network, allowHosts or allowCidrs grant it. Unnamed, it is ephemeral \
+             (deleted when the session ends); a named one persists until delete-machine, and is left \
+             stopped if its start fails. {cloud:A cloud machine costs money while it exists. }For one \
+             command in a throwaway machine, use run-once.",
     }
     StartMachine => "start-machine" {
         title: "Start a machine",
@@ -225,8 +224,7 @@ tool_table! {
         result: results::JobSummary,
         run: jobs::cancel_job,
         description: "Stop a background job now, killing its command and every process it started (cancelled, exit \
-             137). Its output so far stays readable with job-output; the machine keeps running. An ended \
-             job stays as it ended.",
+             137). Its output so far stays readable with job-output; the machine keeps running.",
     }
     ListJobs => "list-jobs" {
         title: "List jobs",
@@ -236,11 +234,10 @@ tool_table! {
         result: results::JobList,
         run: jobs::list_jobs,
         description: "List this server's background jobs on the fleet, newest first: running ones and the last 100 \
-             ended. Use it to find a lost job id, or to see what runs before starting more (too many at \
-             once are refused).",
+             ended. Use it to find a lost job id, or to see what runs before starting more.",
     }
     RunOnce => "run-once" {
-        title: "Run once in a throwaway machine",
+        title: "Run in a throwaway machine",
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
         args: args::RunOnceArgs,
@@ -248,9 +245,8 @@ tool_table! {
         run: commands::run_once,
         description: "Run one command in a fresh machine deleted afterwards, whatever happens (even timeout or \
              cancellation); the result is run-command's. Nothing persists: use create-machine and \
-             run-command when later calls need the machine or its files. {local:Without image: the \
-             bundled Alpine, no pull. }Egress is blocked unless network, allowHosts or allowCidrs grant \
-             it.",
+             run-command when later calls need the machine or its files. Egress is blocked unless \
+             network, allowHosts or allowCidrs grant it.",
     }
     ReadFile => "read-file" {
         title: "Read a file",
@@ -284,7 +280,7 @@ tool_table! {
         description: "Copy a running machine (memory, processes, disk) into a new child that goes on from that \
              state while the source runs on. Use it to try something risky or to fan out from a prepared \
              machine. The source must be branchable (branchable: true at create{local:, or at \
-             start-machine}), else CONFLICT. A child named mcp-... is ephemeral.",
+             start-machine}), else CONFLICT.",
     }
     MachineLogs => "machine-logs" {
         title: "Read a machine's log",
@@ -306,9 +302,8 @@ tool_table! {
         result: crate::fleet::PulledImage,
         run: lifecycle::pull_image,
         description: "{local:Pull an OCI image into a running machine's image store. Rarely needed: create-machine \
-             and run-once pull their own image. Use it to fetch another image ahead of time, or to check \
-             a reference can be pulled.}{cloud: Not on cloud: the control plane pulls each machine's \
-             image at create.}",
+             and run-once pull their own image. Use it to fetch another image ahead of time.}{cloud: Not \
+             on cloud: the control plane pulls each machine's image at create.}",
     }
 }
 

@@ -477,17 +477,10 @@ fn outline_field(field: Value) -> Value {
             .iter()
             .filter(|b| b.get("type") != Some(&Value::String("null".into())))
             .collect();
-        // A nullable field as a type pair, which every MCP SDK's validator reads (ajv, Python's
-        // jsonschema); input schemas keep to single types, which some model APIs require.
+        // Nullable as `anyOf` branches of single types, not a type pair: the Inspector flags
+        // pairs as unportable (a client mapping schemas onto Gemini's OpenAPI subset rejects them).
         if rest.len() == 1 && rest.len() < branches.len() {
-            let mut inner = outline_field(rest[0].clone());
-            if let Value::Object(inner_map) = &mut inner
-                && let Some(Value::String(t)) = inner_map.get("type").cloned()
-            {
-                inner_map.insert("type".into(), serde_json::json!([t, "null"]));
-                return inner;
-            }
-            return serde_json::json!({"anyOf": [inner, {"type": "null"}]});
+            return serde_json::json!({"anyOf": [outline_field(rest[0].clone()), {"type": "null"}]});
         }
     }
     let names = |object: &Value| {
@@ -583,12 +576,16 @@ mod tests {
         assert!(!all.contains("$defs") && !all.contains("$ref"));
         assert!(!all.contains("uint"));
         let get = tools.iter().find(|t| t.name == "get-machine").unwrap();
-        let url = &get.output_schema.as_ref().unwrap()["properties"]["url"]["type"];
+        let url = &get.output_schema.as_ref().unwrap()["properties"]["url"]["anyOf"];
         assert_eq!(
             url,
-            &serde_json::json!(["string", "null"]),
+            &serde_json::json!([{"type": "string"}, {"type": "null"}]),
             "url is null locally"
         );
+        let outputs =
+            serde_json::to_string(&tools.iter().map(|t| &t.output_schema).collect::<Vec<_>>())
+                .unwrap();
+        assert!(!outputs.contains("\"type\":["), "no type arrays in outputs");
     }
 
     #[test]
