@@ -360,8 +360,9 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
     if running_as_root && !uid_drop_off && !serve.answering {
         problems.push(Problem {
             what: format!(
-                "running as root without SMOLVM_VM_UID_DROP=off: {}; the engine starts and \
-                 lists machines, but every create fails within seconds",
+                "running as root without SMOLVM_VM_UID_DROP=off: {}; installed under a home \
+                 directory the engine refuses to start (that user cannot reach libkrun either), \
+                 elsewhere it starts but every create fails within seconds",
                 HostCause::RootWithUidDrop.explain().0
             ),
             fix: HostCause::RootWithUidDrop.explain().1.into(),

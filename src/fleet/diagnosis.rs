@@ -48,6 +48,10 @@ pub fn host_cause(message: &str, root_with_uid_drop: bool) -> Option<HostCause> 
     let lower = message.to_lowercase();
     // libkrun's KvmOpen(Error(13)) comes wrapped in the engine's advice for a user outside the
     // kvm group ("Then log out and log back in"), whoever the user is.
+    // The engine's own refusal to start as root when that user cannot reach its files either.
+    if lower.contains("per-vm uid isolation") {
+        return Some(HostCause::RootWithUidDrop);
+    }
     if lower.contains("kvmopen(error(13))") || lower.contains("log out and log back in") {
         return Some(if root_with_uid_drop {
             HostCause::RootWithUidDrop
@@ -93,6 +97,9 @@ mod tests {
             Some(HostCause::GuestsCannotBoot)
         );
         assert_eq!(host_cause("HTTP 500: disk full", true), None);
+        let refused = "Error: config operation failed: per-VM uid isolation: each VM runs as its \
+                       own unprivileged uid, which cannot reach: libkrun /root/.local/share/...";
+        assert_eq!(host_cause(refused, true), Some(HostCause::RootWithUidDrop));
         assert!(
             HostCause::RootWithUidDrop
                 .explain()

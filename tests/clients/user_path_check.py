@@ -33,6 +33,10 @@ async def main() -> None:
     # What a client passes on: its own environment (a clean user's) plus the entry's env block.
     full_env = {"PATH": path, "HOME": home, "XDG_RUNTIME_DIR": os.path.join(home, "run")}
     full_env.update(env)
+    # The README's root paragraph: a server run as root gets SMOLVM_VM_UID_DROP=off from every
+    # client entry (the check runs as root in CI; an ordinary user's entry leaves it out).
+    if os.geteuid() == 0:
+        full_env.setdefault("SMOLVM_VM_UID_DROP", "off")
     os.makedirs(full_env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
     params = StdioServerParameters(command=command, args=args, env=full_env)
     async with Client(params, mode="legacy") as session:
