@@ -32,6 +32,12 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
+
+/// The server under load: this build, or the build `SMOL_MCP_BENCH_BINARY` names (to set two
+/// builds side by side, one run after the other).
+fn server_binary() -> String {
+    std::env::var("SMOL_MCP_BENCH_BINARY").unwrap_or_else(|_| SERVER.to_owned())
+}
 const TOKEN: &str = "load-token";
 
 fn env_number(name: &str, default: usize) -> usize {
@@ -49,7 +55,7 @@ struct Server {
 impl Server {
     async fn start(runtime: &std::path::Path, local_url: &str) -> Server {
         let port = real_serve::free_port();
-        let child = Command::new(SERVER)
+        let child = Command::new(server_binary())
             .env_clear()
             .envs([
                 ("PATH", std::env::var("PATH").unwrap_or_default()),

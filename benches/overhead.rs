@@ -30,6 +30,13 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp");
 
+/// The server measured: the build `SMOL_MCP_BENCH_SERVER` names (scripts/bench.sh builds it as
+/// `cargo install` does, without the features the test dependencies switch on in the bench
+/// build), else the bench build's own.
+fn server() -> String {
+    std::env::var("SMOL_MCP_BENCH_SERVER").unwrap_or_else(|_| SERVER.to_owned())
+}
+
 /// A minimal JSON-RPC client of the stdio server: one line per message.
 struct Client {
     child: Child,
@@ -42,8 +49,13 @@ impl Client {
     /// Spawns the server and completes the handshake; returns the time from spawn to the
     /// initialize response.
     async fn spawn(env: &[(String, String)]) -> (Client, Duration) {
+        Client::spawn_binary(&server(), env).await
+    }
+
+    /// The same with another build of the server (the baseline of a before/after run).
+    async fn spawn_binary(binary: &str, env: &[(String, String)]) -> (Client, Duration) {
         let start = Instant::now();
-        let mut child = Command::new(SERVER)
+        let mut child = Command::new(binary)
             .env_clear()
             .envs(env.iter().cloned())
             .stdin(Stdio::piped())
@@ -235,7 +247,7 @@ async fn run() -> Value {
         list_tools.push(t.elapsed());
         assert_eq!(
             r["result"]["tools"].as_array().unwrap().len(),
-            smol_mcp::tools::Tool::ALL.len()
+            smol_mcp::policy::tools::Tool::ALL.len()
         );
         catalog_bytes = serde_json::to_string(&r["result"]).unwrap().len();
         description_bytes = r["result"]["tools"]
@@ -335,7 +347,10 @@ async fn run() -> Value {
         assert_eq!(r.bytes().await.unwrap().len(), SIZE);
         raw_secs.push(t.elapsed());
     }
-    let fake_env = base_env(rt.path(), &fake.url());
+    let mut fake_env = base_env(rt.path(), &fake.url());
+    // A page is at most maxOutputBytes (64 KiB by default, what fits a model's context); the
+    // throughput of large pages is what this row measures.
+    fake_env.push(("SMOL_MCP_MAX_OUTPUT_BYTES".into(), PAGE.to_string()));
     let (mut c, _) = Client::spawn(&fake_env).await;
     let mut tool_secs = Vec::new();
     for _ in 0..3 {
@@ -351,7 +366,10 @@ async fn run() -> Value {
                 s["bytes"].as_u64().map(|b| b as usize),
                 "the page is the second block"
             );
-            offset += s["bytes"].as_u64().unwrap() as usize;
+            offset += s["bytes"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("read-file did not answer a page: {r}"))
+                as usize;
             if s["eof"] == true {
                 break;
             }
@@ -412,6 +430,7 @@ async fn run() -> Value {
     c.close().await;
 
     let ledger = ledger_cost(&fake).await;
+    let builds = builds_side_by_side(&real_env).await;
 
     json!({
         "machine": machine_info(),
@@ -430,7 +449,128 @@ async fn run() -> Value {
                           "protocolFloorMiBps": floor_mibs},
         "cancelledCreateMs": stats(&cancel_times),
         "ledger": ledger,
+        "builds": builds,
     })
+}
+
+/// The figures a change to the server's structure can move, for this build and for the other
+/// builds of `smol-mcp` that `SMOL_MCP_BENCH_BASELINE` names (`label=path`, comma-separated),
+/// measured in turn in the same run (so that all see the same machine at the same moments):
+/// spawn to initialize, peak RSS after initialize and tools/list, peak RSS after initialize
+/// and 50 list-machines, and the p50 / p95 of tools/list and list-machines.
+async fn builds_side_by_side(env: &[(String, String)]) -> Value {
+    let mut builds: Vec<(String, String)> = std::env::var("SMOL_MCP_BENCH_BASELINE")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|b| !b.is_empty())
+        .map(|b| match b.split_once('=') {
+            Some((label, path)) => (label.to_owned(), path.to_owned()),
+            None => ("baseline".to_owned(), b.to_owned()),
+        })
+        .collect();
+    builds.push(("this build".to_owned(), server()));
+    let mut cold: Vec<Vec<Duration>> = vec![Vec::new(); builds.len()];
+    let mut rss_list_tools = vec![Vec::new(); builds.len()];
+    let mut rss_list_machines = vec![Vec::new(); builds.len()];
+    let mut tools_list: Vec<Vec<Duration>> = vec![Vec::new(); builds.len()];
+    let mut list_machines: Vec<Vec<Duration>> = vec![Vec::new(); builds.len()];
+    for _round in 0..5 {
+        for (i, (_, binary)) in builds.iter().enumerate() {
+            for _ in 0..2 {
+                let (client, took) = Client::spawn_binary(binary, env).await;
+                cold[i].push(took);
+                client.close().await;
+            }
+            let (mut c, _) = Client::spawn_binary(binary, env).await;
+            for _ in 0..20 {
+                let t = Instant::now();
+                c.request("tools/list", json!({})).await;
+                tools_list[i].push(t.elapsed());
+            }
+            rss_list_tools[i].push(c.peak_rss_kib());
+            c.close().await;
+            let (mut c, _) = Client::spawn_binary(binary, env).await;
+            for _ in 0..50 {
+                let t = Instant::now();
+                let r = c.tool("list-machines", json!({})).await;
+                list_machines[i].push(t.elapsed());
+                assert_eq!(r["result"]["isError"], false, "{r}");
+            }
+            rss_list_machines[i].push(c.peak_rss_kib());
+            c.close().await;
+        }
+    }
+    let median_mib = |kib: &mut Vec<u64>| {
+        kib.sort_unstable();
+        kib[kib.len() / 2] as f64 / 1024.0
+    };
+    let rows: Vec<Value> = builds
+        .iter()
+        .enumerate()
+        .map(|(i, (label, binary))| {
+            json!({
+                "build": label,
+                "binary": binary,
+                "coldStartMs": stats(&cold[i]),
+                "peakRssListToolsMiB": median_mib(&mut rss_list_tools[i].clone()),
+                "peakRssListMachinesMiB": median_mib(&mut rss_list_machines[i].clone()),
+                "peakRssListMachinesMaxMiB": rss_list_machines[i].iter().max().copied().unwrap_or(0) as f64 / 1024.0,
+                "toolsListMs": stats(&tools_list[i]),
+                "listMachinesMs": stats(&list_machines[i]),
+            })
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+fn print_builds(builds: &Value) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let rows = builds.as_array().unwrap();
+    println!();
+    println!(
+        "Builds side by side (5 rounds in turn; RSS is the median of 5 fresh processes, VmHWM):"
+    );
+    println!();
+    let header: Vec<String> = rows
+        .iter()
+        .map(|r| r["build"].as_str().unwrap_or("").to_owned())
+        .collect();
+    println!("| measure | {} |", header.join(" | "));
+    println!("|---|{}", "---|".repeat(rows.len()));
+    let line = |name: &str, cell: &dyn Fn(&Value) -> String| {
+        let cells: Vec<String> = rows.iter().map(cell).collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    };
+    line("spawn to initialize, min / median / max (ms)", &|r| {
+        let c = &r["coldStartMs"];
+        format!(
+            "{:.2} / {:.2} / {:.2}",
+            f(&c["min_ms"]),
+            f(&c["p50_ms"]),
+            f(&c["max_ms"])
+        )
+    });
+    line("peak RSS after initialize and tools/list (MiB)", &|r| {
+        format!("{:.1}", f(&r["peakRssListToolsMiB"]))
+    });
+    line(
+        "peak RSS after initialize and 50 list-machines (MiB; max of 5)",
+        &|r| {
+            format!(
+                "{:.1} ({:.1})",
+                f(&r["peakRssListMachinesMiB"]),
+                f(&r["peakRssListMachinesMaxMiB"])
+            )
+        },
+    );
+    line("tools/list p50 / p95 (ms)", &|r| {
+        let c = &r["toolsListMs"];
+        format!("{:.3} / {:.3}", f(&c["p50_ms"]), f(&c["p95_ms"]))
+    });
+    line("list-machines p50 / p95 (ms, real serve)", &|r| {
+        let c = &r["listMachinesMs"];
+        format!("{:.3} / {:.3}", f(&c["p50_ms"]), f(&c["p95_ms"]))
+    });
 }
 
 /// What the run ledger costs a call: run-command on the fake serve through two stdio servers
@@ -480,11 +620,13 @@ async fn ledger_cost(fake: &fake_serve::FakeServe) -> Value {
         dir.path().join("rt").display().to_string(),
     )]
     .into();
-    let config =
-        smol_mcp::config::Config::from_sources(&vars, std::path::Path::new("/nonexistent"))
-            .unwrap();
+    let config = smol_mcp::process::config::Config::from_sources(
+        &vars,
+        std::path::Path::new("/nonexistent"),
+    )
+    .unwrap();
     std::fs::create_dir_all(&config.runtime_dir).unwrap();
-    let ledger = smol_mcp::ledger::Ledger::open(&config, Default::default());
+    let ledger = smol_mcp::policy::ledger::Ledger::open(&config, Default::default());
     let mut spec = smol_mcp::fleet::ExecSpec::new(smol_mcp::fleet::Command::Argv(vec![
         "echo".into(),
         "hello".into(),
@@ -503,7 +645,7 @@ async fn ledger_cost(fake: &fake_serve::FakeServe) -> Value {
             ledger.flush().await;
         }
         let t = Instant::now();
-        let run = ledger.begin(smol_mcp::ledger::RunStart::new(
+        let run = ledger.begin(smol_mcp::policy::ledger::RunStart::new(
             "run-command",
             smol_mcp::fleet::FleetKind::Local,
             "bench-run",
@@ -619,6 +761,7 @@ fn main() {
     let report = runtime.block_on(run());
     print_table(&report);
     print_ledger(&report["ledger"]);
+    print_builds(&report["builds"]);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("overhead.json");

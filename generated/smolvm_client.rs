@@ -231,6 +231,24 @@ pub mod types {
             Default::default()
         }
     }
+    ///`CredentialValuesRequest`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+    #[serde(deny_unknown_fields)]
+    pub struct CredentialValuesRequest {
+        #[serde(
+            default,
+            skip_serializing_if = ":: std :: collections :: BTreeMap::is_empty"
+        )]
+        pub values: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::std::string::String,
+        >,
+    }
+    impl CredentialValuesRequest {
+        pub fn builder() -> builder::CredentialValuesRequest {
+            Default::default()
+        }
+    }
     ///`DeleteResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct DeleteResponse {
@@ -935,6 +953,73 @@ pub mod types {
     }
     impl StartMachineRequest {
         pub fn builder() -> builder::StartMachineRequest {
+            Default::default()
+        }
+    }
+    ///`UpdateEgressRequest`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+    #[serde(deny_unknown_fields)]
+    pub struct UpdateEgressRequest {
+        #[serde(
+            rename = "allowAll",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub allow_all: ::std::option::Option<bool>,
+        #[serde(
+            rename = "allowCidrs",
+            default,
+            skip_serializing_if = "::std::vec::Vec::is_empty"
+        )]
+        pub allow_cidrs: ::std::vec::Vec<::std::string::String>,
+        #[serde(
+            rename = "allowHostPatterns",
+            default,
+            skip_serializing_if = "::std::vec::Vec::is_empty"
+        )]
+        pub allow_host_patterns: ::std::vec::Vec<::std::string::String>,
+        #[serde(
+            rename = "allowHosts",
+            default,
+            skip_serializing_if = "::std::vec::Vec::is_empty"
+        )]
+        pub allow_hosts: ::std::vec::Vec<::std::string::String>,
+        #[serde(
+            rename = "allowUdp",
+            default,
+            skip_serializing_if = "::std::vec::Vec::is_empty"
+        )]
+        pub allow_udp: ::std::vec::Vec<::std::string::String>,
+        #[serde(
+            rename = "outboundLocalhostOnly",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub outbound_localhost_only: ::std::option::Option<bool>,
+        #[serde(
+            rename = "removeAllowCidrs",
+            default,
+            skip_serializing_if = "::std::vec::Vec::is_empty"
+        )]
+        pub remove_allow_cidrs: ::std::vec::Vec<::std::string::String>,
+        #[serde(
+            rename = "removeAllowHosts",
+            default,
+            skip_serializing_if = "::std::vec::Vec::is_empty"
+        )]
+        pub remove_allow_hosts: ::std::vec::Vec<::std::string::String>,
+        #[serde(
+            rename = "removeAllowUdp",
+            default,
+            skip_serializing_if = "::std::vec::Vec::is_empty"
+        )]
+        pub remove_allow_udp: ::std::vec::Vec<::std::string::String>,
+        #[serde(
+            rename = "resetAllowList",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub reset_allow_list: ::std::option::Option<bool>,
+    }
+    impl UpdateEgressRequest {
+        pub fn builder() -> builder::UpdateEgressRequest {
             Default::default()
         }
     }
@@ -1794,6 +1879,57 @@ pub mod types {
                     storage_gb: Ok(value.storage_gb),
                     workdir: Ok(value.workdir),
                 }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CredentialValuesRequest {
+            values: ::std::result::Result<
+                ::std::collections::BTreeMap<
+                    ::std::string::String,
+                    ::std::string::String,
+                >,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for CredentialValuesRequest {
+            fn default() -> Self {
+                Self {
+                    values: Ok(Default::default()),
+                }
+            }
+        }
+        impl CredentialValuesRequest {
+            pub fn values<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::collections::BTreeMap<
+                        ::std::string::String,
+                        ::std::string::String,
+                    >,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.values = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for values: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CredentialValuesRequest>
+        for super::CredentialValuesRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CredentialValuesRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { values: value.values? })
+            }
+        }
+        impl ::std::convert::From<super::CredentialValuesRequest>
+        for CredentialValuesRequest {
+            fn from(value: super::CredentialValuesRequest) -> Self {
+                Self { values: Ok(value.values) }
             }
         }
         #[derive(Clone, Debug)]
@@ -4740,6 +4876,235 @@ pub mod types {
                 }
             }
         }
+        #[derive(Clone, Debug)]
+        pub struct UpdateEgressRequest {
+            allow_all: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+            allow_cidrs: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            allow_host_patterns: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            allow_hosts: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            allow_udp: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            outbound_localhost_only: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+            remove_allow_cidrs: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            remove_allow_hosts: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            remove_allow_udp: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            reset_allow_list: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for UpdateEgressRequest {
+            fn default() -> Self {
+                Self {
+                    allow_all: Ok(Default::default()),
+                    allow_cidrs: Ok(Default::default()),
+                    allow_host_patterns: Ok(Default::default()),
+                    allow_hosts: Ok(Default::default()),
+                    allow_udp: Ok(Default::default()),
+                    outbound_localhost_only: Ok(Default::default()),
+                    remove_allow_cidrs: Ok(Default::default()),
+                    remove_allow_hosts: Ok(Default::default()),
+                    remove_allow_udp: Ok(Default::default()),
+                    reset_allow_list: Ok(Default::default()),
+                }
+            }
+        }
+        impl UpdateEgressRequest {
+            pub fn allow_all<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.allow_all = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for allow_all: {e}")
+                    });
+                self
+            }
+            pub fn allow_cidrs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.allow_cidrs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for allow_cidrs: {e}")
+                    });
+                self
+            }
+            pub fn allow_host_patterns<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.allow_host_patterns = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for allow_host_patterns: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn allow_hosts<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.allow_hosts = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for allow_hosts: {e}")
+                    });
+                self
+            }
+            pub fn allow_udp<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.allow_udp = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for allow_udp: {e}")
+                    });
+                self
+            }
+            pub fn outbound_localhost_only<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.outbound_localhost_only = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for outbound_localhost_only: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn remove_allow_cidrs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.remove_allow_cidrs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for remove_allow_cidrs: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn remove_allow_hosts<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.remove_allow_hosts = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for remove_allow_hosts: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn remove_allow_udp<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.remove_allow_udp = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for remove_allow_udp: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn reset_allow_list<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.reset_allow_list = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for reset_allow_list: {e}"
+                        )
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<UpdateEgressRequest>
+        for super::UpdateEgressRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: UpdateEgressRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    allow_all: value.allow_all?,
+                    allow_cidrs: value.allow_cidrs?,
+                    allow_host_patterns: value.allow_host_patterns?,
+                    allow_hosts: value.allow_hosts?,
+                    allow_udp: value.allow_udp?,
+                    outbound_localhost_only: value.outbound_localhost_only?,
+                    remove_allow_cidrs: value.remove_allow_cidrs?,
+                    remove_allow_hosts: value.remove_allow_hosts?,
+                    remove_allow_udp: value.remove_allow_udp?,
+                    reset_allow_list: value.reset_allow_list?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::UpdateEgressRequest> for UpdateEgressRequest {
+            fn from(value: super::UpdateEgressRequest) -> Self {
+                Self {
+                    allow_all: Ok(value.allow_all),
+                    allow_cidrs: Ok(value.allow_cidrs),
+                    allow_host_patterns: Ok(value.allow_host_patterns),
+                    allow_hosts: Ok(value.allow_hosts),
+                    allow_udp: Ok(value.allow_udp),
+                    outbound_localhost_only: Ok(value.outbound_localhost_only),
+                    remove_allow_cidrs: Ok(value.remove_allow_cidrs),
+                    remove_allow_hosts: Ok(value.remove_allow_hosts),
+                    remove_allow_udp: Ok(value.remove_allow_udp),
+                    reset_allow_list: Ok(value.reset_allow_list),
+                }
+            }
+        }
     }
     /// Generation of default values for serde.
     pub mod defaults {
@@ -4966,6 +5331,30 @@ let response = client.branch_machine()
 ```*/
     pub fn branch_machine(&self) -> builder::BranchMachine<'_> {
         builder::BranchMachine::new(self)
+    }
+    /**Sends a `PUT` request to `/api/v1/machines/{name}/credential-values`
+
+```ignore
+let response = client.put_credential_values()
+    .name(name)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn put_credential_values(&self) -> builder::PutCredentialValues<'_> {
+        builder::PutCredentialValues::new(self)
+    }
+    /**Sends a `POST` request to `/api/v1/machines/{name}/egress`
+
+```ignore
+let response = client.update_machine_egress()
+    .name(name)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn update_machine_egress(&self) -> builder::UpdateMachineEgress<'_> {
+        builder::UpdateMachineEgress::new(self)
     }
     /**Sends a `GET` request to `/api/v1/machines/{name}/egress-events`
 
@@ -6185,6 +6574,251 @@ pub mod builder {
                 .build()?;
             let info = OperationInfo {
                 operation_id: "branch_machine",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::put_credential_values`]
+
+[`Client::put_credential_values`]: super::Client::put_credential_values*/
+    #[derive(Debug, Clone)]
+    pub struct PutCredentialValues<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        body: Result<types::builder::CredentialValuesRequest, String>,
+    }
+    impl<'a> PutCredentialValues<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::CredentialValuesRequest>,
+            <V as std::convert::TryInto<
+                types::CredentialValuesRequest,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!(
+                        "conversion to `CredentialValuesRequest` for body failed: {}", s
+                    )
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::CredentialValuesRequest,
+            ) -> types::builder::CredentialValuesRequest,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `PUT` request to `/api/v1/machines/{name}/credential-values`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<()>, Error<types::ApiErrorResponse>> {
+            let Self { client, name, body } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::CredentialValuesRequest::try_from(v)
+                        .map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/machines/{}/credential-values", client.baseurl, encode_path(&
+                name.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .put(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "put_credential_values",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                204u16 => Ok(ResponseValue::empty(response)),
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::update_machine_egress`]
+
+[`Client::update_machine_egress`]: super::Client::update_machine_egress*/
+    #[derive(Debug, Clone)]
+    pub struct UpdateMachineEgress<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        body: Result<types::builder::UpdateEgressRequest, String>,
+    }
+    impl<'a> UpdateMachineEgress<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::UpdateEgressRequest>,
+            <V as std::convert::TryInto<
+                types::UpdateEgressRequest,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `UpdateEgressRequest` for body failed: {}", s)
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::UpdateEgressRequest,
+            ) -> types::builder::UpdateEgressRequest,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/api/v1/machines/{name}/egress`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::MachineInfo>, Error<types::ApiErrorResponse>> {
+            let Self { client, name, body } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::UpdateEgressRequest::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/machines/{}/egress", client.baseurl, encode_path(& name
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "update_machine_egress",
             };
             client.pre(&mut request, &info).await?;
             let result = client.exec(request, &info).await;

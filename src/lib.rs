@@ -1,26 +1,31 @@
 //! smol-mcp: an MCP server that gives an AI agent smol machines to work in.
 //!
-//! The layers, outermost first: `server` (the MCP protocol handler) and `http` (the Streamable
-//! HTTP transport) answer from `tools` (the policy layer: one table of tools), which works
-//! through `backend` (what a process holds: the fleets, the ephemeral record, the local serve)
-//! and `fleet` (one vocabulary over the two APIs), which calls the raw clients in `generated`.
-//! `spec` is the pipeline that turns the vendored specs into those clients; `build.rs` compiles
-//! it too (through `#[path]`), so it depends on nothing but serde. `spec_diff` reports what a new
-//! release of either API changes for this server. `cli` is the binaries' shared start-up.
+//! The crate is built in floors, and a module uses only modules on its own floor or below
+//! (tests/layering.rs reads the sources and fails otherwise; docs/architecture.md draws it):
+//!
+//! 1. `generated` (the raw progenitor clients) and `spec` (the pipeline build.rs runs to make
+//!    them; build.rs compiles it too, through `#[path]`, so it depends on nothing but serde);
+//! 2. `fleet`: one vocabulary over the two APIs;
+//! 3. `process`: what one server process owns: its settings, the local serve it found or
+//!    started, the crash-proof record of its ephemeral machines, their leases, its events;
+//! 4. `policy`: what a tool call does: the tool table and its handlers, background jobs, the run
+//!    ledger;
+//! 5. `protocol`: MCP itself: the handler, resources, the stdio and HTTP transports;
+//! 6. `app`: what the binaries run: their shared start-up, doctor, the spec-diff report.
+//!
+//! What a lower floor needs from a higher one is a trait or a type of the lower floor (the
+//! progress of a call is `policy::progress::ProgressChannel`, implemented by the protocol; a
+//! session a job keeps open is `policy::jobs::SessionHold`, implemented by the HTTP sessions).
 
-pub mod backend;
-pub mod cli;
-pub mod config;
-pub mod doctor;
-pub mod fleet;
 pub mod generated;
-pub mod http;
-pub mod jobs;
-pub mod ledger;
-pub mod operations;
-pub mod resources;
-pub mod server;
 pub mod spec;
-pub mod spec_diff;
-pub mod targets;
-pub mod tools;
+
+pub mod fleet;
+
+pub mod process;
+
+pub mod policy;
+
+pub mod protocol;
+
+pub mod app;

@@ -20,8 +20,8 @@ use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use smol_mcp::backend::Backend;
-use smol_mcp::server::SmolMcp;
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,7 @@ async fn create(h: &Harness, args: Value) -> Value {
 }
 
 async fn cleanup(h: &Harness) {
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
 }
 
@@ -98,7 +98,11 @@ impl ClientHandler for Recorder {
 /// The server in process with a [`Recorder`] as its client.
 async fn recorded(
     extra: &[(&str, &str)],
-) -> (Recorder, RunningService<RoleClient, Recorder>, Arc<Backend>) {
+) -> (
+    Recorder,
+    RunningService<RoleClient, Recorder>,
+    Arc<Protocol>,
+) {
     let url = nested().url;
     let runtime = tempfile::tempdir().unwrap().keep();
     let mut env = vec![
@@ -106,8 +110,8 @@ async fn recorded(
         ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
     ];
     env.extend_from_slice(extra);
-    let backend = Arc::new(Backend::new(common::mcp::config(&env, &runtime.join("rt"))).unwrap());
-    let server = SmolMcp::new(backend.clone(), "booted-recorded".to_owned());
+    let protocol = Protocol::start(common::mcp::config(&env, &runtime.join("rt"))).unwrap();
+    let server = SmolMcp::new(protocol.clone(), "booted-recorded".to_owned());
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -116,7 +120,7 @@ async fn recorded(
     });
     let recorder = Recorder::default();
     let client = recorder.clone().serve(client_io).await.unwrap();
-    (recorder, client, backend)
+    (recorder, client, protocol)
 }
 
 /// A tool call (rmcp's client gives every request a progress token of its own); the structured
@@ -162,7 +166,7 @@ async fn a_305_s_command_past_the_engines_300_s_request_deadline_answers_whole()
         "run-command",
         json!({"name": name, "command": "sleep 305; echo plain done", "timeoutSecs": 330, "stdin": ""}),
     );
-    let (_recorder, client, backend) = recorded(&[]).await;
+    let (_recorder, client, protocol) = recorded(&[]).await;
     let streamed = call_with_progress(
         &client,
         "run-command",
@@ -173,7 +177,7 @@ async fn a_305_s_command_past_the_engines_300_s_request_deadline_answers_whole()
     assert_eq!(plain.structured["stdout"], "plain done\n");
     let streamed = streamed.unwrap();
     assert_eq!(streamed["stdout"], "begun\nstreamed done\n", "{streamed}");
-    drop(backend);
+    drop(protocol);
     let _one_at_a_time = serial().await;
     cleanup(&h).await;
 }
@@ -408,7 +412,7 @@ async fn an_image_machine_s_cut_output_and_fake_pulls_are_errors() {
 #[tokio::test]
 async fn a_stopped_machine_reports_its_boot_and_starts_without_waiting() {
     let _one_at_a_time = serial().await;
-    let (recorder, client, backend) = recorded(&[]).await;
+    let (recorder, client, protocol) = recorded(&[]).await;
     let created = call_with_progress(
         &client,
         "create-machine",
@@ -489,7 +493,7 @@ async fn a_stopped_machine_reports_its_boot_and_starts_without_waiting() {
     call_with_progress(&client, "delete-machine", json!({"name": name}))
         .await
         .unwrap();
-    drop(backend);
+    drop(protocol);
 }
 
 /// Jobs in the guest's busybox: one read by cursor to its exit status, one cancelled with its
@@ -547,7 +551,7 @@ async fn background_jobs_run_are_read_cancelled_and_recorded() {
         .await;
     assert_eq!(ps["stdout"].as_str().unwrap().trim(), "0", "{ps}");
 
-    h.backend.ledger.flush().await;
+    h.protocol.policy.ledger.flush().await;
     let runs = h.resource("smol://runs").await;
     // The runs list writes ids as strings; the job's answer, as the number or the string.
     let run_id = started["run"]
@@ -880,4 +884,312 @@ async fn a_session_under_the_typescript_sdk_over_stdio() {
 #[tokio::test]
 async fn a_session_under_the_typescript_sdk_over_http() {
     client_session("node", "booted_session.mjs", "http").await;
+}
+
+/// A server of this host that the nested guests reach as 10.0.2.2 (QEMU's user network), run by
+/// `tests/clients/host_server.py`, with the events it recorded: requests, and for TLS each
+/// handshake's server name.
+struct HostServer {
+    child: tokio::process::Child,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl HostServer {
+    async fn start(port: u16, tls_names: Option<&[&str]>) -> HostServer {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/host_server.py");
+        let mut command = tokio::process::Command::new("python3");
+        command.arg(&script).arg(port.to_string()).arg(&log);
+        if let Some(names) = tls_names {
+            let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+            let san: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+            let made = std::process::Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                ])
+                .arg(format!("/CN={}", names[0]))
+                .arg("-addext")
+                .arg(format!("subjectAltName={}", san.join(",")))
+                .arg("-keyout")
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert)
+                .output()
+                .unwrap();
+            assert!(made.status.success(), "openssl: {made:?}");
+            command.arg(&cert).arg(&key);
+        }
+        let child = command.kill_on_drop(true).spawn().unwrap();
+        let server = HostServer {
+            child,
+            log,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !server.events().iter().any(|e| e["event"] == "listening") {
+            assert!(
+                Instant::now() < deadline,
+                "the host server did not listen on port {port} (443 needs root)"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for HostServer {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Credential bindings on the real 1.32.2 guest. The workload holds only the placeholder (in
+/// its variable; the value is in none of its files). A request to the binding's host on 443 is
+/// taken by the engine's interceptor, which goes upstream only with a value to put in it: the
+/// host server sees a TLS handshake for that name (the engine's outbound path then refuses the
+/// test server's self-signed certificate, and 1.32.2 has no way to make it accept one, so the
+/// request itself is not seen in clear); a machine the engine has no value for makes no such
+/// handshake. A request to any other host carries the placeholder, not the value.
+#[tokio::test]
+async fn credentials_reach_only_their_hosts_on_the_real_guest() {
+    const VALUE: &str = "booted-secret-4d1f9a77c0";
+    let _one_at_a_time = serial().await;
+    let server = HostServer::start(443, Some(&["creds.smol.test", "other.smol.test"])).await;
+    let bindings = json!([{"name": "tok", "env": "TOK", "hosts": ["creds.smol.test"], "fromEnv": "SMOL_BOOTED_TOKEN"}])
+        .to_string();
+    let h = harness(&[
+        ("SMOL_MCP_CREDENTIALS", &bindings),
+        ("SMOL_BOOTED_TOKEN", VALUE),
+    ])
+    .await;
+    let created = create(
+        &h,
+        json!({"cpus": 1, "memoryMb": 256, "allowCidrs": ["10.0.2.2/32"], "credentials": ["tok"], "branchable": true}),
+    )
+    .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let hosts = "echo '10.0.2.2 creds.smol.test other.smol.test' >> /etc/hosts";
+    // The workload: the placeholder in its variable, the value nowhere in its files (the
+    // server would show a value it printed as the binding's name).
+    let seen = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": format!("{hosts}; echo \"$TOK\"; grep -rlF '{VALUE}' /etc /root /tmp /run /var 2>/dev/null; true")}),
+        )
+        .await;
+    let stdout = seen["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("SMOL_PLACEHOLDER_TOK_"), "{seen}");
+    assert_eq!(stdout.lines().count(), 1, "a file holds the value: {seen}");
+    let placeholder = stdout.trim().to_owned();
+
+    let request = |host: &str, path: &str| {
+        format!(
+            "wget -S -q -T 20 -O- --no-check-certificate --header \"Authorization: Bearer $TOK\" https://{host}/{path} 2>&1; true"
+        )
+    };
+    let bound = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": request("creds.smol.test", "bound")}),
+        )
+        .await;
+    assert!(bound["stdout"].as_str().unwrap().contains("502"), "{bound}");
+    let other = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": request("other.smol.test", "other")}),
+        )
+        .await;
+    assert!(
+        other["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the host"),
+        "{other}"
+    );
+    let events = server.events();
+    let handshakes: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "handshake" && e["sni"] == "creds.smol.test")
+        .collect();
+    assert!(
+        !handshakes.is_empty(),
+        "the engine went upstream for the bound host: {events:?}"
+    );
+    assert!(
+        !events.iter().any(|e| e["path"] == "/bound"),
+        "the bound request was not seen in clear: {events:?}"
+    );
+    let to_other: Vec<&Value> = events.iter().filter(|e| e["path"] == "/other").collect();
+    assert_eq!(to_other.len(), 1, "{events:?}");
+    assert_eq!(to_other[0]["auth"], format!("Bearer {placeholder}"));
+    assert!(!serde_json::to_string(&events).unwrap().contains(VALUE));
+
+    // A branch child has the source's binding and its value from the branch on (1.32.2 gives
+    // it the source's; the server records the child's bindings for its later boots).
+    let child = "mcp-cred-child";
+    h.ok("branch-machine", json!({"name": name, "childName": child}))
+        .await;
+    let before = server.events().len();
+    let from_child = h
+        .ok(
+            "run-command",
+            json!({"name": child, "command": request("creds.smol.test", "child")}),
+        )
+        .await;
+    assert!(
+        from_child["stdout"].as_str().unwrap().contains("502"),
+        "{from_child}"
+    );
+    let after: Vec<Value> = server.events().split_off(before);
+    assert!(
+        after
+            .iter()
+            .any(|e| e["event"] == "handshake" && e["sni"] == "creds.smol.test"),
+        "the child's request went upstream with the value: {after:?}"
+    );
+    assert_eq!(h.protocol.process().credentials.bound_to(child), ["tok"]);
+
+    // The contrast: the same binding on a machine the engine has no value for (made through
+    // its own API, no values supplied) goes nowhere upstream.
+    let url = nested().url;
+    let rest = common::nested::rest();
+    let bare = "creds-novalue";
+    let made = rest
+        .post(format!("{url}/api/v1/machines"))
+        .json(&json!({"name": bare, "cpus": 1, "memoryMb": 256, "network": false,
+                      "allowedHosts": ["creds.smol.test"], "allowedCidrs": ["10.0.2.2/32"],
+                      "credentials": {"credentials": [{"name": "tok", "environment_variable": "TOK", "allowed_hosts": ["creds.smol.test"]}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(made.status().is_success(), "{made:?}");
+    let started = rest
+        .post(format!("{url}/api/v1/machines/{bare}/start"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert!(started.status().is_success(), "{started:?}");
+    let before = server.events().len();
+    let answer: Value = rest
+        .post(format!("{url}/api/v1/machines/{bare}/exec"))
+        .json(&json!({"command": ["sh", "-c", format!("{hosts}; {}", request("creds.smol.test", "novalue"))], "timeoutSecs": 60}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        answer["stdout"].as_str().unwrap().contains("502"),
+        "{answer}"
+    );
+    let after: Vec<Value> = server.events().split_off(before);
+    assert!(
+        !after.iter().any(|e| e["event"] == "handshake"),
+        "no value, no upstream: {after:?}"
+    );
+    let _ = rest
+        .delete(format!("{url}/api/v1/machines/{bare}"))
+        .send()
+        .await;
+    cleanup(&h).await;
+}
+
+/// A network "ask" machine on the real guest: a command refused two addresses; the user allows
+/// one and declines the other; the allowed one is reached on the retry (the engine took the
+/// addition on the running machine), the declined one stays refused and is not asked again.
+#[tokio::test]
+async fn the_user_widens_an_ask_machine_live_on_the_real_guest() {
+    let _one_at_a_time = serial().await;
+    let port = common::real_serve::free_port();
+    let server = HostServer::start(port, None).await;
+    let url = nested().url;
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = Protocol::start(common::mcp::config(
+        &[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+        ],
+        &runtime.path().join("rt"),
+    ))
+    .unwrap();
+    let server_side = SmolMcp::new(protocol.clone(), "booted-ask".to_owned());
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = server_side.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let user = common::asker::User::new(true, vec!["10.0.2.2"]);
+    let questions = user.questions.clone();
+    let client = user.serve(client_io).await.unwrap();
+    let call = |tool: &'static str, args: Value| {
+        let client = &client;
+        async move {
+            let result = client
+                .call_tool(
+                    CallToolRequestParams::new(tool)
+                        .with_arguments(args.as_object().unwrap().clone()),
+                )
+                .await
+                .unwrap();
+            assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+            result.structured_content.unwrap()
+        }
+    };
+    let created = call(
+        "create-machine",
+        json!({"cpus": 1, "memoryMb": 256, "network": "ask"}),
+    )
+    .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let first = call(
+        "run-command",
+        json!({"name": name, "command": format!("wget -q -T 5 -O- http://10.0.2.2:{port}/first; r=$?; wget -q -T 5 -O- http://10.0.2.3:8080/; exit $r")}),
+    )
+    .await;
+    assert_ne!(first["exitCode"], 0, "{first}");
+    assert_eq!(
+        first["egressAnswer"],
+        json!({"allowed": ["10.0.2.2"], "declined": ["10.0.2.3"]}),
+        "{first}"
+    );
+    assert_eq!(questions.lock().unwrap().len(), 1);
+    let again = call(
+        "run-command",
+        json!({"name": name, "command": format!("wget -q -T 10 -O- http://10.0.2.2:{port}/second")}),
+    )
+    .await;
+    assert_eq!(again["exitCode"], 0, "{again}");
+    assert_eq!(again["stdout"], "hello from the host\n");
+    assert!(server.events().iter().any(|e| e["path"] == "/second"));
+    let still = call(
+        "run-command",
+        json!({"name": name, "command": "wget -q -T 5 -O- http://10.0.2.3:8080/"}),
+    )
+    .await;
+    assert_ne!(still["exitCode"], 0, "{still}");
+    assert_eq!(
+        still["egressAnswer"]["declined"],
+        json!(["10.0.2.3"]),
+        "{still}"
+    );
+    assert_eq!(questions.lock().unwrap().len(), 1, "not asked again");
+    let machine = call("get-machine", json!({"name": name})).await;
+    assert_eq!(machine["network"], "allow(10.0.2.2/32)", "{machine}");
+    let cleanup = protocol.process().cleanup_session("booted-ask").await;
+    assert!(cleanup.failed.is_empty(), "{cleanup:?}");
 }

@@ -183,7 +183,7 @@ async fn python_client_sessions_over_http_clean_up_when_they_end() {
         .await;
         assert_eq!(
             report["tools"].as_array().unwrap().len(),
-            smol_mcp::tools::Tool::ALL.len()
+            smol_mcp::policy::tools::Tool::ALL.len()
         );
         let calls = report["calls"].as_array().unwrap();
         assert!(

@@ -4,7 +4,7 @@
 //! - tool arguments: generated argument objects for every tool, valid-looking and hostile,
 //!   through the in-process harness against the fake serve. Every call is answered (a result or
 //!   a tool error), no ephemeral machine outlives the session, and no request reaches the fake
-//!   outside the operations `src/operations.rs` says the server uses.
+//!   outside the operations `src/policy/operations.rs` says the server uses.
 //! - JSON-RPC framing: generated lines (random bytes, mutated valid messages) into the stdio
 //!   binary. Every request line with an id gets exactly one answer, the process stays up, and a
 //!   final valid request is answered.
@@ -35,8 +35,8 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, Value, json};
 use smol_mcp::generated::smolvm::Operation;
-use smol_mcp::operations::{Use, classify_local};
-use smol_mcp::tools::Tool;
+use smol_mcp::policy::operations::{Use, classify_local};
+use smol_mcp::policy::tools::Tool;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -391,7 +391,7 @@ fn tool_arguments_fuzz_answers_every_call_leaks_nothing_and_stays_in_the_operati
                 }
             }
             // The session ends as the stdio binary ends one at EOF.
-            let cleanup = h.backend.shutdown(&h.session).await;
+            let cleanup = h.protocol.policy.shutdown(&h.session).await;
             prop_assert!(cleanup.failed.is_empty(), "{:?}", cleanup.failed);
             let left: Vec<String> = fake
                 .state
@@ -728,7 +728,7 @@ fn subscription_fuzz_refuses_unknown_machines_names_the_limits_and_polls_once_pe
                 ("SMOL_MCP_MAX_SUBSCRIPTIONS", in_all.as_str()),
             ])
             .await;
-            let server = smol_mcp::server::SmolMcp::new(h.backend.clone(), "second");
+            let server = smol_mcp::protocol::server::SmolMcp::new(h.protocol.clone(), "second");
             let (server_io, client_io) = tokio::io::duplex(1 << 16);
             tokio::spawn(async move {
                 if let Ok(running) = server.serve(server_io).await {
@@ -788,12 +788,17 @@ fn subscription_fuzz_refuses_unknown_machines_names_the_limits_and_polls_once_pe
                     .flatten()
                     .map(|uri| uri.replace("%66", "f").replace("%67", "g"))
                     .collect();
-                prop_assert_eq!(h.backend.follow.pollers(), machines.len(), "after {:?}", op);
+                prop_assert_eq!(
+                    h.protocol.follow.pollers(),
+                    machines.len(),
+                    "after {:?}",
+                    op
+                );
             }
             let _ = second.cancel().await;
             let _ = h.client.cancel().await;
             let deadline = tokio::time::Instant::now() + ANSWER_WAIT;
-            while h.backend.follow.pollers() > 0 {
+            while h.protocol.follow.pollers() > 0 {
                 prop_assert!(
                     tokio::time::Instant::now() < deadline,
                     "pollers left after the sessions ended"

@@ -294,7 +294,7 @@ async fn kept_while_the_job_runs(fake: &FakeServe, machine: &str) -> Duration {
 
 /// A session idle past its limit (2 s) while a 6 s job runs on its unnamed machine is not
 /// closed, so the machine is not deleted; once the job has ended and the idle time has passed
-/// again, the session is closed and its machine deleted (src/http/sessions.rs `job_hold`).
+/// again, the session is closed and its machine deleted (src/protocol/http/sessions.rs `job_hold`).
 #[tokio::test]
 async fn an_idle_session_is_kept_while_its_job_runs_and_closed_after() {
     let fake = FakeServe::start_guest_shell().await;
@@ -368,7 +368,7 @@ async fn stateless_call(http: &reqwest::Client, url: &str, tool: &str, args: Val
 
 /// A stateless client's unnamed machine, on a 2 s lease, is not reaped while a 6 s job runs on
 /// it though the client names it no more; it is reaped once the job has ended and the lease run
-/// out (`backend.hold` in `Jobs::start`).
+/// out (`Process::hold` in `Jobs::start`).
 #[tokio::test]
 async fn a_leased_machine_is_kept_while_its_job_runs_and_reaped_after() {
     let fake = FakeServe::start_guest_shell().await;

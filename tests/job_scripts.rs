@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use smol_mcp::fleet::{Command, ExecOutput};
-use smol_mcp::jobs::guest;
+use smol_mcp::policy::jobs::guest;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 

@@ -14,9 +14,9 @@ use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ResourceCont
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use smol_mcp::backend::Backend;
-use smol_mcp::ledger::FILE_NAME;
-use smol_mcp::server::SmolMcp;
+use smol_mcp::policy::ledger::FILE_NAME;
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -25,12 +25,12 @@ const SECRET: &str = "hunter2-s3cr3t-value-7f3a";
 
 struct Server {
     client: RunningService<RoleClient, ()>,
-    backend: Arc<Backend>,
+    protocol: Arc<Protocol>,
 }
 
 async fn serve(env: &[(&str, &str)], runtime: &Path) -> Server {
-    let backend = Arc::new(Backend::new(config(env, runtime)).unwrap());
-    let server = SmolMcp::new(backend.clone(), "ledger-test");
+    let protocol = Protocol::start(config(env, runtime)).unwrap();
+    let server = SmolMcp::new(protocol.clone(), "ledger-test");
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -38,7 +38,7 @@ async fn serve(env: &[(&str, &str)], runtime: &Path) -> Server {
         }
     });
     let client = ().serve(client_io).await.unwrap();
-    Server { client, backend }
+    Server { client, protocol }
 }
 
 impl Server {
@@ -443,7 +443,7 @@ async fn retention_prunes_at_start_by_count_and_by_age() {
 
 /// Counts the ledger's reports among the events published so far.
 fn ledger_reports(
-    events: &mut tokio::sync::broadcast::Receiver<smol_mcp::backend::events::ServerEvent>,
+    events: &mut tokio::sync::broadcast::Receiver<smol_mcp::process::events::ServerEvent>,
 ) -> Vec<String> {
     let mut reports = Vec::new();
     while let Ok(event) = events.try_recv() {
@@ -467,7 +467,7 @@ async fn broken_ledger(
     let url = fake.url();
     fake.add_machine("box", "running");
     let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
-    let mut events = s.backend.events.subscribe();
+    let mut events = s.protocol.process().events.subscribe();
     for _ in 0..3 {
         let r = s
             .ok(

@@ -20,8 +20,8 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use smol_mcp::backend::Backend;
-use smol_mcp::server::SmolMcp;
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -115,14 +115,12 @@ impl Session {
         let cloud = FakeCloud::start().await;
         let runtime = tempfile::tempdir().unwrap();
         let (local_url, cloud_url) = (fake.url(), cloud.url());
-        let backend = Arc::new(
-            Backend::new(config(
-                &both_fleets(&local_url, &cloud_url),
-                &runtime.path().join("rt"),
-            ))
-            .unwrap(),
-        );
-        let server = SmolMcp::new(backend, "fleet-choice");
+        let protocol = Protocol::start(config(
+            &both_fleets(&local_url, &cloud_url),
+            &runtime.path().join("rt"),
+        ))
+        .unwrap();
+        let server = SmolMcp::new(protocol, "fleet-choice");
         let (server_io, client_io) = tokio::io::duplex(1 << 20);
         tokio::spawn(async move {
             if let Ok(running) = server.serve(server_io).await {
@@ -279,14 +277,12 @@ impl Stateless {
         let cloud = FakeCloud::start().await;
         let runtime = tempfile::tempdir().unwrap();
         let (local_url, cloud_url) = (fake.url(), cloud.url());
-        let backend = Arc::new(
-            Backend::new(config(
-                &both_fleets(&local_url, &cloud_url),
-                &runtime.path().join("rt"),
-            ))
-            .unwrap(),
-        );
-        let server = SmolMcp::new(backend, "stdio-like");
+        let protocol = Protocol::start(config(
+            &both_fleets(&local_url, &cloud_url),
+            &runtime.path().join("rt"),
+        ))
+        .unwrap();
+        let server = SmolMcp::new(protocol, "stdio-like");
         let (server_io, client_io) = tokio::io::duplex(1 << 20);
         tokio::spawn(async move {
             if let Ok(running) = server.serve(server_io).await {

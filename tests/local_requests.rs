@@ -270,3 +270,70 @@ async fn background_exec_sends_background_true() {
     assert_eq!(out.stdout, b"pid=4242\n", "answered at once with the pid");
     assert_json_snapshot!("local_exec_background", fake.take_requests());
 }
+
+/// The values a test machine is given, from nowhere but the test.
+#[derive(Debug)]
+struct TestValues;
+
+const TEST_VALUE: &str = "value-that-no-snapshot-may-hold";
+
+impl smol_mcp::fleet::CredentialValues for TestValues {
+    fn values_for(
+        &self,
+        machine: &str,
+    ) -> Option<Result<Vec<(String, smol_mcp::fleet::Secret)>, smol_mcp::fleet::FleetError>> {
+        (machine == "m-cred").then(|| {
+            Ok(vec![(
+                "github".to_owned(),
+                smol_mcp::fleet::Secret::new(TEST_VALUE),
+            )])
+        })
+    }
+
+    fn forget(&self, _machine: &str) {}
+}
+
+/// A machine with credential bindings: the create names them (snake_case inside, as 1.32.2
+/// takes them) with no value; the values go in a `PUT .../credential-values` right before the
+/// start; a running machine's allow list is widened with `POST .../egress`. The value itself is
+/// replaced before the snapshot, and the test fails if it went anywhere but that one body.
+#[tokio::test]
+async fn create_with_credentials_supply_them_and_allow_egress() {
+    let fake = FakeServe::start().await;
+    let fleet = LocalFleet::new(fake.endpoint())
+        .unwrap()
+        .with_credentials(std::sync::Arc::new(TestValues));
+    let mut spec = CreateSpec::new("m-cred", "alpine");
+    spec.egress = Egress::Allow {
+        hosts: vec!["api.github.com".into()],
+        cidrs: vec![],
+    };
+    spec.credentials = vec![
+        smol_mcp::fleet::CredentialBindingSpec {
+            name: "github".into(),
+            env: Some("GH_TOKEN".into()),
+            hosts: vec!["api.github.com".into()],
+            header: None,
+        },
+        smol_mcp::fleet::CredentialBindingSpec {
+            name: "npm".into(),
+            env: None,
+            hosts: vec!["*.npmjs.org".into()],
+            header: Some("authorization".into()),
+        },
+    ];
+    fleet.create(&spec).await.unwrap();
+    fleet.start("m-cred", None).await.unwrap();
+    fleet
+        .allow_egress("m-cred", &["pypi.org".into()], &["10.0.2.2/32".into()])
+        .await
+        .unwrap();
+    let requests = fake.take_requests();
+    let text = serde_json::to_string(&requests).unwrap();
+    assert_eq!(text.matches(TEST_VALUE).count(), 1, "{text}");
+    let put = requests.iter().find(|r| r["method"] == "PUT").unwrap();
+    assert_eq!(put["body"]["values"]["github"], TEST_VALUE);
+    let redacted: serde_json::Value =
+        serde_json::from_str(&text.replace(TEST_VALUE, "[the value of github]")).unwrap();
+    assert_json_snapshot!("local_credentials_and_egress", redacted);
+}

@@ -19,11 +19,11 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use smol_mcp::backend::Backend;
-use smol_mcp::backend::ephemeral::Entry;
-use smol_mcp::backend::events::ServerEvent;
 use smol_mcp::fleet::FleetKind;
-use smol_mcp::server::SmolMcp;
+use smol_mcp::process::ephemeral::Entry;
+use smol_mcp::process::events::ServerEvent;
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,7 +86,7 @@ impl Recorder {
 struct Session {
     client: RunningService<RoleClient, Recorder>,
     recorder: Recorder,
-    backend: Arc<Backend>,
+    protocol: Arc<Protocol>,
     _runtime: tempfile::TempDir,
 }
 
@@ -97,8 +97,8 @@ async fn session(fake: &FakeServe) -> Session {
         ("SMOL_MCP_READY_TIMEOUT_SECS", "30".into()),
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let backend = Arc::new(Backend::new(config(&env, &runtime.path().join("rt"))).unwrap());
-    let server = SmolMcp::new(backend.clone(), "progress-test");
+    let protocol = Protocol::start(config(&env, &runtime.path().join("rt"))).unwrap();
+    let server = SmolMcp::new(protocol.clone(), "progress-test");
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -110,7 +110,7 @@ async fn session(fake: &FakeServe) -> Session {
     Session {
         client,
         recorder,
-        backend,
+        protocol,
         _runtime: runtime,
     }
 }
@@ -274,7 +274,8 @@ async fn set_level_info_receives_the_events_and_warning_hides_them() {
     // Events reach a session in the order they were published: once a later warning arrived,
     // the info event before it has been passed over.
     warning
-        .backend
+        .protocol
+        .process()
         .events
         .publish(ServerEvent::warning("marker", "a later warning"));
     warning.recorder.log_with_event("marker").await;
@@ -292,7 +293,8 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
     let fake = FakeServe::start().await;
     let s = session(&fake).await;
     fake.add_machine("smol-orphan", "stopped");
-    s.backend
+    s.protocol
+        .process()
         .record
         .add_new(Entry {
             fleet: FleetKind::Local,

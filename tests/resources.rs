@@ -19,8 +19,8 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
-use smol_mcp::backend::Backend;
-use smol_mcp::server::SmolMcp;
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -44,15 +44,17 @@ impl ClientHandler for Recorder {
 struct Setup {
     client: RunningService<RoleClient, Recorder>,
     updates: mpsc::UnboundedReceiver<String>,
-    backend: Arc<Backend>,
+    protocol: Arc<Protocol>,
     _runtime: tempfile::TempDir,
 }
 
 async fn connect(env: &[(&str, &str)]) -> Setup {
     let runtime = tempfile::tempdir().unwrap();
-    let backend = Arc::new(Backend::new(config(env, &runtime.path().join("rt"))).unwrap());
-    backend.follow.set_poll_interval(Duration::from_millis(100));
-    let server = SmolMcp::new(backend.clone(), "resources-test");
+    let protocol = Protocol::start(config(env, &runtime.path().join("rt"))).unwrap();
+    protocol
+        .follow
+        .set_poll_interval(Duration::from_millis(100));
+    let server = SmolMcp::new(protocol.clone(), "resources-test");
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -64,7 +66,7 @@ async fn connect(env: &[(&str, &str)]) -> Setup {
     Setup {
         client,
         updates,
-        backend,
+        protocol,
         _runtime: runtime,
     }
 }
@@ -185,18 +187,18 @@ async fn a_named_serve_that_does_not_answer_is_the_problem_not_the_engine_or_kvm
         &[("SMOL_LOCAL_URL", "http://127.0.0.1:9")],
         &runtime.path().join("rt"),
     );
-    let host = smol_mcp::targets::Host {
+    let host = smol_mcp::process::targets::Host {
         kvm_device: runtime.path().join("no-kvm"),
     };
-    let t = smol_mcp::targets::gather(
+    let t = smol_mcp::process::targets::gather(
         &cfg,
-        smol_mcp::backend::Mode::Single(smol_mcp::fleet::FleetKind::Local),
+        smol_mcp::process::Mode::Single(smol_mcp::fleet::FleetKind::Local),
         None,
         &host,
     )
     .await;
     assert!(!t.usable);
-    let rendered = smol_mcp::targets::render(&t);
+    let rendered = smol_mcp::process::targets::render(&t);
     assert!(
         rendered.contains("the serve named by SMOL_LOCAL_URL (http://127.0.0.1:9) does not answer"),
         "{rendered}"
@@ -217,18 +219,18 @@ async fn a_missing_kvm_device_is_a_problem_with_advice() {
     let runtime = tempfile::tempdir().unwrap();
     // No serve named: the one this server would start runs on this host, so its KVM counts.
     let cfg = config(&[], &runtime.path().join("rt"));
-    let host = smol_mcp::targets::Host {
+    let host = smol_mcp::process::targets::Host {
         kvm_device: runtime.path().join("no-kvm"),
     };
-    let t = smol_mcp::targets::gather(
+    let t = smol_mcp::process::targets::gather(
         &cfg,
-        smol_mcp::backend::Mode::Single(smol_mcp::fleet::FleetKind::Local),
+        smol_mcp::process::Mode::Single(smol_mcp::fleet::FleetKind::Local),
         None,
         &host,
     )
     .await;
     assert!(!t.usable);
-    let rendered = smol_mcp::targets::render(&t);
+    let rendered = smol_mcp::process::targets::render(&t);
     assert!(rendered.contains("does not exist"), "{rendered}");
     assert!(rendered.contains("nested virtualization"), "{rendered}");
     assert!(rendered.contains("No served fleet is usable"), "{rendered}");
@@ -435,7 +437,7 @@ async fn a_subscription_hears_of_new_lines_and_unsubscribing_stops_the_polling()
         .subscribe(SubscribeRequestParams::new(uri))
         .await
         .unwrap();
-    assert_eq!(s.backend.follow.pollers(), 1);
+    assert_eq!(s.protocol.follow.pollers(), 1);
     // The lines there before the subscription are not news.
     let mut polls = 0;
     wait_until("two polls", || {
@@ -459,7 +461,7 @@ async fn a_subscription_hears_of_new_lines_and_unsubscribing_stops_the_polling()
         .unsubscribe(UnsubscribeRequestParams::new(uri))
         .await
         .unwrap();
-    assert_eq!(s.backend.follow.pollers(), 0, "the poller is stopped");
+    assert_eq!(s.protocol.follow.pollers(), 0, "the poller is stopped");
     // A poll already under way may still land; after that, none.
     tokio::time::sleep(Duration::from_millis(150)).await;
     log_polls(&fake);
@@ -485,8 +487,8 @@ async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
         .await
         .unwrap();
     // A second session of the same process: the same poller.
-    let backend = first.backend.clone();
-    let server = SmolMcp::new(backend.clone(), "second");
+    let protocol = first.protocol.clone();
+    let server = SmolMcp::new(protocol.clone(), "second");
     let (server_io, client_io) = tokio::io::duplex(1 << 16);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -499,7 +501,7 @@ async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
         .subscribe(SubscribeRequestParams::new(uri))
         .await
         .unwrap();
-    assert_eq!(backend.follow.pollers(), 1, "one poller per URI");
+    assert_eq!(protocol.follow.pollers(), 1, "one poller per URI");
 
     // The first session ends without unsubscribing; the second still hears.
     first.client.cancel().await.unwrap();
@@ -509,12 +511,12 @@ async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
         .expect("the second session still hears")
         .unwrap();
     assert_eq!(heard, uri);
-    assert_eq!(backend.follow.pollers(), 1);
+    assert_eq!(protocol.follow.pollers(), 1);
 
     // The last session ends: the poller stops and the fake sees no more polls.
     second.cancel().await.unwrap();
     wait_until("the poller stops when its sessions end", || {
-        backend.follow.pollers() == 0
+        protocol.follow.pollers() == 0
     })
     .await;
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -532,15 +534,15 @@ async fn a_listen_hears_of_new_lines_and_its_end_stops_the_polling() {
     fake.add_machine("box", "running");
     fake.push_log("box", "old line");
     let runtime = tempfile::tempdir().unwrap();
-    let backend = Arc::new(
-        Backend::new(config(
-            &[("SMOL_LOCAL_URL", url.as_str())],
-            &runtime.path().join("rt"),
-        ))
-        .unwrap(),
-    );
-    backend.follow.set_poll_interval(Duration::from_millis(100));
-    let server = SmolMcp::new(backend.clone(), "listen-test");
+    let protocol = Protocol::start(config(
+        &[("SMOL_LOCAL_URL", url.as_str())],
+        &runtime.path().join("rt"),
+    ))
+    .unwrap();
+    protocol
+        .follow
+        .set_poll_interval(Duration::from_millis(100));
+    let server = SmolMcp::new(protocol.clone(), "listen-test");
     let (server_io, client_io) = tokio::io::duplex(1 << 16);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -590,7 +592,7 @@ async fn a_listen_hears_of_new_lines_and_its_end_stops_the_polling() {
     }
     sub.cancel().await.unwrap();
     wait_until("the poller stops when the listen ends", || {
-        backend.follow.pollers() == 0
+        protocol.follow.pollers() == 0
     })
     .await;
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -609,7 +611,7 @@ async fn only_logs_can_be_subscribed_to() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("only logs"), "{err}");
-    assert_eq!(s.backend.follow.pollers(), 0);
+    assert_eq!(s.protocol.follow.pollers(), 0);
 }
 
 fn doctor(env: Vec<(String, String)>) -> std::process::Output {
@@ -795,20 +797,22 @@ async fn doctor_boots_a_machine_and_names_the_cause_when_it_cannot() {
     }
 }
 
-/// A 2026-07-28 client of its own backend, for listens.
+/// A 2026-07-28 client of its own protocol, for listens.
 async fn discover_client(
     env: &[(&str, &str)],
 ) -> (
     RunningService<RoleClient, Recorder>,
-    Arc<Backend>,
+    Arc<Protocol>,
     tempfile::TempDir,
 ) {
     use rmcp::model::ProtocolVersion;
     use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
     let runtime = tempfile::tempdir().unwrap();
-    let backend = Arc::new(Backend::new(config(env, &runtime.path().join("rt"))).unwrap());
-    backend.follow.set_poll_interval(Duration::from_millis(100));
-    let server = SmolMcp::new(backend.clone(), "listen-bounds");
+    let protocol = Protocol::start(config(env, &runtime.path().join("rt"))).unwrap();
+    protocol
+        .follow
+        .set_poll_interval(Duration::from_millis(100));
+    let server = SmolMcp::new(protocol.clone(), "listen-bounds");
     let (server_io, client_io) = tokio::io::duplex(1 << 16);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -825,7 +829,7 @@ async fn discover_client(
         )
         .await
         .unwrap();
-    (client, backend, runtime)
+    (client, protocol, runtime)
 }
 
 #[tokio::test]
@@ -843,7 +847,7 @@ async fn a_subscription_to_an_unknown_machine_is_refused_naming_it() {
         err.contains("ghost-box") && err.contains("no machine"),
         "{err}"
     );
-    assert_eq!(s.backend.follow.pollers(), 0);
+    assert_eq!(s.protocol.follow.pollers(), 0);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         log_polls(&fake),
@@ -853,7 +857,7 @@ async fn a_subscription_to_an_unknown_machine_is_refused_naming_it() {
 
     // The same for a listen: its final answer names the machine, and nothing polls.
     let url = fake.url();
-    let (client, backend, _rt) = discover_client(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let (client, protocol, _rt) = discover_client(&[("SMOL_LOCAL_URL", url.as_str())]).await;
     let mut sub = client
         .listen(
             rmcp::model::SubscriptionFilter::builder()
@@ -868,7 +872,7 @@ async fn a_subscription_to_an_unknown_machine_is_refused_naming_it() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("ghost-two"), "{err}");
-    assert_eq!(backend.follow.pollers(), 0);
+    assert_eq!(protocol.follow.pollers(), 0);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(log_polls(&fake), 0);
 }
@@ -913,8 +917,8 @@ async fn subscriptions_are_bounded_per_session_and_in_all_naming_the_limit() {
     );
 
     // A second session of the same process meets the process's limit.
-    let backend = first.backend.clone();
-    let server = SmolMcp::new(backend.clone(), "second");
+    let protocol = first.protocol.clone();
+    let server = SmolMcp::new(protocol.clone(), "second");
     let (server_io, client_io) = tokio::io::duplex(1 << 16);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -934,7 +938,7 @@ async fn subscriptions_are_bounded_per_session_and_in_all_naming_the_limit() {
         .to_string();
     assert!(err.contains("maxSubscriptions"), "{err}");
     assert!(!err.contains("maxSubscriptionsPerSession"), "{err}");
-    assert_eq!(backend.follow.pollers(), 3);
+    assert_eq!(protocol.follow.pollers(), 3);
 
     // One given up makes room.
     first
@@ -946,7 +950,7 @@ async fn subscriptions_are_bounded_per_session_and_in_all_naming_the_limit() {
         .subscribe(SubscribeRequestParams::new(uri("a4")))
         .await
         .unwrap();
-    assert_eq!(backend.follow.pollers(), 3);
+    assert_eq!(protocol.follow.pollers(), 3);
 }
 
 #[tokio::test]
@@ -958,7 +962,7 @@ async fn a_listen_naming_more_uris_than_the_limit_is_refused_naming_it() {
         fake.add_machine(&format!("l{i}"), "running");
         uris.push(format!("smol://machine/local/l{i}/logs"));
     }
-    let (client, backend, _rt) = discover_client(&[
+    let (client, protocol, _rt) = discover_client(&[
         ("SMOL_LOCAL_URL", url.as_str()),
         ("SMOL_MCP_MAX_LISTEN_URIS", "2"),
     ])
@@ -977,7 +981,7 @@ async fn a_listen_naming_more_uris_than_the_limit_is_refused_naming_it() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("maxListenUris"), "{err}");
-    assert_eq!(backend.follow.pollers(), 0);
+    assert_eq!(protocol.follow.pollers(), 0);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(log_polls(&fake), 0, "a refused listen polls nothing");
 
@@ -990,7 +994,7 @@ async fn a_listen_naming_more_uris_than_the_limit_is_refused_naming_it() {
         )
         .await
         .unwrap();
-    wait_until("two pollers", || backend.follow.pollers() == 2).await;
+    wait_until("two pollers", || protocol.follow.pollers() == 2).await;
     sub.cancel().await.unwrap();
 }
 
@@ -1015,7 +1019,7 @@ async fn one_poller_per_machine_whatever_the_spelling_of_its_uri() {
             .await
             .unwrap();
     }
-    let (client, backend, _rt) = discover_client(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let (client, protocol, _rt) = discover_client(&[("SMOL_LOCAL_URL", url.as_str())]).await;
     let mut sub = client
         .listen(
             rmcp::model::SubscriptionFilter::builder()
@@ -1024,16 +1028,16 @@ async fn one_poller_per_machine_whatever_the_spelling_of_its_uri() {
         )
         .await
         .unwrap();
-    assert_eq!(s.backend.follow.pollers(), 1, "one poller per machine");
-    wait_until("the listen's poller", || backend.follow.pollers() >= 1).await;
+    assert_eq!(s.protocol.follow.pollers(), 1, "one poller per machine");
+    wait_until("the listen's poller", || protocol.follow.pollers() >= 1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        backend.follow.pollers(),
+        protocol.follow.pollers(),
         1,
         "one poller per machine in a listen"
     );
 
-    // Polled about once per interval (100 ms) per backend: two backends, so about 20 in a
+    // Polled about once per interval (100 ms) per protocol: two backends, so about 20 in a
     // second; a poller per URI would make 70.
     tokio::time::sleep(Duration::from_millis(300)).await;
     log_polls(&fake);

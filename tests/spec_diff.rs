@@ -4,12 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::{Value, json};
-use smol_mcp::spec::overrides::Overrides;
-use smol_mcp::spec::{CLOUD_API, LOCAL_API};
-use smol_mcp::spec_diff::{
+use smol_mcp::app::spec_diff::{
     Api, Classification, OperationStatus, Report, SentFields, diff_specs, read_request_snapshots,
     sent_fields,
 };
+use smol_mcp::spec::overrides::Overrides;
+use smol_mcp::spec::{CLOUD_API, LOCAL_API};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -89,7 +89,7 @@ fn the_vendored_spec_against_itself_needs_nothing() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("nothing needs a decision"));
     assert!(
-        text.contains("53 operations on 44 paths: 15 called, 38 omitted on purpose, 0 unknown"),
+        text.contains("53 operations on 44 paths: 17 called, 36 omitted on purpose, 0 unknown"),
         "{text}"
     );
 }
@@ -532,7 +532,7 @@ fn every_request_snapshot_feeds_the_report() {
     let cloud = read_request_snapshots(&snapshots_dir(), Api::Cloud).unwrap();
     assert_eq!(count("local_requests__"), local.len());
     assert_eq!(count("cloud_requests__"), cloud.len());
-    assert_eq!((local.len(), cloud.len()), (10, 11));
+    assert_eq!((local.len(), cloud.len()), (11, 11));
     let spec: Value = serde_json::from_str(LOCAL_API.spec_text).unwrap();
     let sent = sent_fields(&spec, &local);
     let exec = &sent[&("POST".to_string(), "/api/v1/machines/{id}/exec".to_string())];

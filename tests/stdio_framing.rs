@@ -1,6 +1,6 @@
 //! Bad JSON-RPC on stdio: the real `smol-mcp` binary over pipes, against the fake serve. Every
 //! malformed line gets its JSON-RPC error (rmcp alone drops most of them without a word, see
-//! `src/server/stdio.rs`), and the server goes on serving the next line.
+//! `src/protocol/server/stdio.rs`), and the server goes on serving the next line.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -52,7 +52,7 @@ async fn assert_still_serving(server: &mut StdioServer, id: u64) {
     let listed = server.request(id, "tools/list", json!({})).await;
     assert_eq!(
         listed["result"]["tools"].as_array().map(Vec::len),
-        Some(smol_mcp::tools::Tool::ALL.len()),
+        Some(smol_mcp::policy::tools::Tool::ALL.len()),
         "{listed}"
     );
 }

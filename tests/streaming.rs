@@ -18,8 +18,8 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestHandle, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use smol_mcp::backend::Backend;
-use smol_mcp::server::SmolMcp;
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -112,8 +112,8 @@ struct Session {
 
 async fn session(env: &[(&str, &str)]) -> Session {
     let runtime = tempfile::tempdir().unwrap();
-    let backend = Arc::new(Backend::new(config(env, &runtime.path().join("rt"))).unwrap());
-    let server = SmolMcp::new(backend, "streaming-test");
+    let protocol = Protocol::start(config(env, &runtime.path().join("rt"))).unwrap();
+    let server = SmolMcp::new(protocol, "streaming-test");
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {

@@ -54,7 +54,9 @@ async fn local_only_catalog() {
         // table's.
         let annotations = &tool["annotations"];
         let hint = |key: &str, default: bool| annotations[key].as_bool().unwrap_or(default);
-        let table = smol_mcp::tools::Tool::from_name(name).unwrap().hints();
+        let table = smol_mcp::policy::tools::Tool::from_name(name)
+            .unwrap()
+            .hints();
         assert_eq!(hint("readOnlyHint", false), table.read_only, "{name}");
         assert_eq!(hint("openWorldHint", true), table.open_world, "{name}");
         if !table.read_only {
@@ -216,7 +218,7 @@ async fn a_single_fleet_catalog_speaks_only_of_its_fleet() {
                 .collect::<Vec<_>>()
         })
         .collect();
-    for setting in smol_mcp::config::SETTINGS {
+    for setting in smol_mcp::process::config::SETTINGS {
         if arguments.iter().any(|a| a == setting.key) {
             continue;
         }
@@ -283,7 +285,7 @@ fn the_readme_documents_every_configuration_key() {
         .lines()
         .filter(|line| line.starts_with("| `"))
         .collect();
-    let expected: Vec<String> = smol_mcp::config::SETTINGS
+    let expected: Vec<String> = smol_mcp::process::config::SETTINGS
         .iter()
         .map(|s| s.readme_row())
         .collect();
@@ -297,7 +299,7 @@ fn the_readme_documents_every_configuration_key() {
         "README's configuration table disagrees with config::SETTINGS; the rows should be:\n{}",
         expected.join("\n")
     );
-    for tool in smol_mcp::tools::Tool::ALL {
+    for tool in smol_mcp::policy::tools::Tool::ALL {
         assert!(
             readme.contains(&format!("| `{}` |", tool.name())),
             "README lacks {}",

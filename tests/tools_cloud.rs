@@ -38,7 +38,7 @@ async fn setup_short() -> (FakeCloud, Harness) {
     let fleet = CloudFleet::new(&cloud.url(), TOKEN, backstop)
         .unwrap()
         .with_deadlines(short_deadlines());
-    assert!(h.backend.use_cloud_fleet(fleet));
+    assert!(h.protocol.process().use_cloud_fleet(fleet));
     (cloud, h)
 }
 
@@ -281,7 +281,7 @@ async fn both_fleets_need_a_target_on_every_call() {
     let remote = h.ok("list-machines", json!({"target": "cloud"})).await;
     assert_eq!(remote["machines"][0]["name"], "there");
     let tools = h.client.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), smol_mcp::tools::Tool::ALL.len());
+    assert_eq!(tools.len(), smol_mcp::policy::tools::Tool::ALL.len());
     for t in tools {
         let required = t.input_schema["required"].as_array().unwrap();
         assert!(required.contains(&json!("target")), "{}", t.name);
@@ -302,7 +302,7 @@ async fn a_crashed_session_s_cloud_machines_are_deleted_at_the_next_start() {
         text.replace(&format!("\"ownerPid\": {pid}"), "\"ownerPid\": 4194303"),
     )
     .unwrap();
-    h.backend.sweep_orphans_at_start().await;
+    h.protocol.process().sweep_orphans_at_start().await;
     assert!(
         cloud.with(|st| !st.machines.contains_key(&id)),
         "the orphan was deleted"
@@ -352,7 +352,7 @@ async fn get_start_and_branch_on_cloud() {
         (child["ready"].as_bool(), child["ephemeral"].as_bool()),
         (Some(true), Some(true))
     );
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.deleted, ["mcp-kid"]);
 }
 
@@ -433,7 +433,7 @@ async fn a_branch_that_outlasts_its_deadline_is_still_deleted_at_session_end() {
     assert!(!has_kid(&cloud), "still in the source's queue");
     tokio::time::sleep(ms(1600)).await;
     assert!(has_kid(&cloud), "the branch was made after all");
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.deleted, ["mcp-kid"]);
     assert!(!has_kid(&cloud));
 }
@@ -459,7 +459,7 @@ async fn an_ephemeral_machine_the_ttl_sweep_deleted_is_not_found_and_counts_as_c
             "{err}"
         );
     }
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.deleted, [name]);
     assert!(cleanup.failed.is_empty(), "{:?}", cleanup.failed);
     assert!(
@@ -487,7 +487,7 @@ async fn the_readiness_wait_is_bounded_by_ready_timeout_even_while_a_probe_boots
     let fleet = CloudFleet::new(&url, TOKEN, backstop)
         .unwrap()
         .with_deadlines(short_deadlines());
-    assert!(h.backend.use_cloud_fleet(fleet));
+    assert!(h.protocol.process().use_cloud_fleet(fleet));
     cloud.add_machine("cold", "stopped");
     // The probe's own deadline (10 s + slack + boot) is longer than the boot; the 1 s readiness
     // wait is what bounds it.
@@ -519,7 +519,7 @@ async fn a_branch_child_still_queued_at_session_end_is_deleted_by_a_later_sweep(
         json!({"name": "src", "childName": "mcp-late"}),
     )
     .await;
-    let early = h.backend.cleanup_session(&h.session).await;
+    let early = h.protocol.process().cleanup_session(&h.session).await;
     assert!(early.deleted.is_empty(), "{early:?}");
     assert_eq!(early.failed.len(), 1, "reported, not forgotten: {early:?}");
     assert!(
@@ -530,7 +530,7 @@ async fn a_branch_child_still_queued_at_session_end_is_deleted_by_a_later_sweep(
     );
     tokio::time::sleep(ms(1600)).await;
     assert!(has_kid(&cloud), "the branch was made after all");
-    let later = h.backend.cleanup_session(&h.session).await;
+    let later = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(later.deleted, ["mcp-late"]);
     assert!(!has_kid(&cloud));
 }

@@ -264,7 +264,7 @@ async fn branch_children_with_the_prefix_are_ephemeral() {
         not_branchable.starts_with("CONFLICT") && not_branchable.contains("branchable"),
         "{not_branchable}"
     );
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.deleted, ["mcp-child"]);
     let machines: Vec<String> = fake
         .state
@@ -390,7 +390,7 @@ async fn session_cleanup_deletes_only_ephemeral_machines() {
         json!({"image": "alpine", "name": "mcp-mine"}),
     )
     .await;
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     let mut deleted = cleanup.deleted.clone();
     deleted.sort();
     let mut expected = vec![
@@ -638,7 +638,7 @@ async fn session_cleanup_deletes_a_branch_child_before_its_source() {
     );
     let record = std::fs::read_to_string(h.record_path()).unwrap();
     assert!(record.contains(r#""parent": "mcp-src""#), "{record}");
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed, []);
     assert_eq!(cleanup.deleted, ["mcp-kid", "mcp-src"]);
     assert!(fake.state.lock().unwrap().machines.is_empty());
@@ -660,7 +660,7 @@ async fn session_cleanup_of_a_record_without_parents_still_deletes_both() {
     }
     std::fs::write(&path, doc.to_string()).unwrap();
     fake.take_requests();
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed, []);
     assert_eq!(cleanup.deleted, ["mcp-kid", "mcp-src"]);
     assert!(fake.state.lock().unwrap().machines.is_empty());
@@ -686,7 +686,7 @@ async fn session_cleanup_of_a_record_without_parents_still_deletes_both() {
 async fn session_cleanup_never_cascades_into_a_clone_it_does_not_own() {
     let (fake, h) = setup().await;
     source_and_child(&h, "keep-me").await;
-    let cleanup = h.backend.cleanup_session(&h.session).await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.deleted, Vec::<String>::new());
     assert_eq!(cleanup.failed.len(), 1);
     assert!(cleanup.failed[0].1.contains("keep-me"), "{cleanup:?}");

@@ -5,10 +5,9 @@
 //!     smol-mcp-http [--host H] [--port P] [--path /p]   (`--help` lists the settings)
 
 use anyhow::{Context, bail};
-use smol_mcp::backend::Backend;
-use smol_mcp::config::Config;
+use smol_mcp::process::config::Config;
+use smol_mcp::protocol::Protocol;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -75,17 +74,17 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding {}:{}", config.http_host, config.http_port))?;
     let address = listener.local_addr().context("listener address")?;
-    if smol_mcp::http::allowed_hosts(&config).is_empty() {
+    if smol_mcp::protocol::http::allowed_hosts(&config).is_empty() {
         tracing::warn!(
             "no Host allow-list for a listener bound to {}: set SMOL_MCP_HTTP_ALLOWED_HOSTS to the names clients dial, or the token is the only gate",
             config.http_host
         );
     }
     let path = config.http_path.clone();
-    let backend = Arc::new(Backend::new(config.clone()).context("startup")?);
+    let protocol = Protocol::start(config.clone()).context("startup")?;
     {
-        let backend = backend.clone();
-        tokio::spawn(async move { backend.sweep_orphans_at_start().await });
+        let process = protocol.process().clone();
+        tokio::spawn(async move { process.sweep_orphans_at_start().await });
     }
     let shutdown = CancellationToken::new();
     tracing::info!("listening for MCP over HTTP on http://{address}{path}");
@@ -94,10 +93,10 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // A closed terminal or a supervisor's reload: without a handler it kills the process
     // before its machines are deleted.
     let mut hangup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
-    let server = tokio::spawn(smol_mcp::http::serve(
+    let server = tokio::spawn(smol_mcp::protocol::http::serve(
         listener,
         &config,
-        backend.clone(),
+        protocol.clone(),
         shutdown.clone(),
     ));
     let reason = tokio::select! {
@@ -109,7 +108,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     shutdown.cancel();
     // Open event streams may keep a graceful shutdown waiting; do not wait for them long.
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-    let cleanup = backend.shutdown_process().await;
+    let cleanup = protocol.policy.shutdown_process().await;
     // A stop that was asked for and done is a success, whichever signal asked: supervisors
     // (systemd without SuccessExitStatus=, container runtimes) read 128+N from a process that
     // handled the signal as a failure.
@@ -121,9 +120,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = smol_mcp::cli::parse_args();
-    smol_mcp::cli::init_tracing();
-    let runtime = match smol_mcp::cli::runtime() {
+    let args: Args = smol_mcp::app::cli::parse_args();
+    smol_mcp::app::cli::init_tracing();
+    let runtime = match smol_mcp::app::cli::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("smol-mcp-http: cannot start the runtime: {e}");

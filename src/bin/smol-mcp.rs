@@ -3,12 +3,11 @@
 //! machines are deleted and a smolvm serve this process started is stopped.
 
 use anyhow::Context;
-use smol_mcp::backend::Backend;
-use smol_mcp::config::Config;
-use smol_mcp::server::SmolMcp;
+use smol_mcp::process::config::Config;
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// What a person who typed `smol-mcp` in a terminal needs to know.
@@ -58,28 +57,30 @@ async fn doctor(quick: bool) -> anyhow::Result<ExitCode> {
     if !quick {
         eprintln!("smol-mcp doctor: checking, then booting a test machine (--quick skips it)...");
     }
-    let (report, usable) = smol_mcp::doctor::doctor(config, quick).await;
+    let (report, usable) = smol_mcp::app::doctor::doctor(config, quick).await;
     print!("{report}");
     Ok(ExitCode::from(if usable { 0 } else { 1 }))
 }
 
 async fn run() -> anyhow::Result<ExitCode> {
     let config = Config::load().context("configuration")?;
-    let backend = Arc::new(Backend::new(config).context("startup")?);
+    let protocol = Protocol::start(config).context("startup")?;
     let session = format!("stdio-{}-{:08x}", std::process::id(), rand::random::<u32>());
     {
-        let backend = backend.clone();
-        tokio::spawn(async move { backend.sweep_orphans_at_start().await });
+        let process = protocol.process().clone();
+        tokio::spawn(async move { process.sweep_orphans_at_start().await });
     }
     let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     // A closed terminal or a supervisor's reload: without a handler it kills the process
     // before its machines are deleted.
     let mut hangup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
-    let server = SmolMcp::new(backend.clone(), session.clone());
+    let server = SmolMcp::new(protocol.clone(), session.clone());
     // Not rmcp's stdio transport directly: it drops malformed lines without an answer.
-    let serving =
-        smol_mcp::server::stdio::serve_stdio(server, backend.config.stdio_max_pending_requests);
+    let serving = smol_mcp::protocol::server::stdio::serve_stdio(
+        server,
+        protocol.config().stdio_max_pending_requests,
+    );
     let end = tokio::select! {
         _ = serving => End::Eof,
         _ = interrupt.recv() => End::Interrupt,
@@ -93,7 +94,7 @@ async fn run() -> anyhow::Result<ExitCode> {
         End::HangUp => "SIGHUP",
     };
     tracing::info!("{reason}: cleaning up");
-    let cleanup = backend.shutdown(&session).await;
+    let cleanup = protocol.policy.shutdown(&session).await;
     // A stop that was asked for and done is a success, whichever signal asked: supervisors
     // (systemd without SuccessExitStatus=, container runtimes) read 128+N from a process that
     // handled the signal as a failure.
@@ -105,9 +106,15 @@ async fn run() -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let Args { command } = smol_mcp::cli::parse_args();
-    smol_mcp::cli::init_tracing();
-    let runtime = match smol_mcp::cli::runtime() {
+    // An MCP client starts the server with no arguments: then there is nothing for clap to
+    // parse, and its code need not be paged in (the process's peak memory counts those pages).
+    let Args { command } = if std::env::args_os().len() > 1 {
+        smol_mcp::app::cli::parse_args()
+    } else {
+        Args { command: None }
+    };
+    smol_mcp::app::cli::init_tracing();
+    let runtime = match smol_mcp::app::cli::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("smol-mcp: cannot start the runtime: {e}");

@@ -6,7 +6,7 @@
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use smol_mcp::spec_diff::{Api, Report, diff, read_request_snapshots};
+use smol_mcp::app::spec_diff::{Api, Report, diff, read_request_snapshots};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 

@@ -60,6 +60,9 @@ const EGRESS_EVENTS: Duration = Duration::from_secs(5);
 /// window: the engine's stamps are whole seconds, cut down, placed on this host's clock within
 /// about a second, and the window has a second of slack on each side.
 const RECENT_EXEC: Duration = Duration::from_secs(4);
+/// Values supplied this recently are not sent again for the same machine (the engine holds
+/// them until its own restart; a start and its readiness probe would otherwise send them twice).
+const SUPPLIED_FRESH: Duration = Duration::from_secs(5);
 /// How long a start not waited for is given to fail at once (a missing machine, a conflict).
 const BEGIN_START_WATCH: Duration = Duration::from_secs(1);
 /// What an empty workload log means, and where else to look.
@@ -90,6 +93,13 @@ pub struct LocalFleet {
     /// so that a command can run without asking for its machine first; forgotten at delete
     /// and replaced whole at each list.
     networks: Arc<Mutex<HashMap<String, String>>>,
+    /// The values to supply before a machine with credential bindings boots: the engine holds
+    /// them in memory only and applies them at a boot, so every start this fleet sends (and
+    /// every exec allowed to boot a stopped machine) is preceded by them.
+    credentials: Option<Arc<dyn crate::fleet::CredentialValues>>,
+    /// When each machine's values were last supplied, and a digest of them: a start's
+    /// readiness probe (an exec that may boot) need not send the same values again.
+    supplied: Arc<Mutex<HashMap<String, (Instant, u64)>>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +123,70 @@ impl LocalFleet {
             starting: Arc::default(),
             recent_execs: Arc::default(),
             networks: Arc::default(),
+            credentials: None,
+            supplied: Arc::default(),
         })
+    }
+
+    /// This fleet with the source of the credential values it supplies before a boot.
+    pub fn with_credentials(mut self, values: Arc<dyn crate::fleet::CredentialValues>) -> Self {
+        self.credentials = Some(values);
+        self
+    }
+
+    /// Supplies `machine`'s credential values, if it has bindings, before something boots it.
+    /// A machine the engine says has none of them (made elsewhere under a recorded name) is
+    /// forgotten, and the boot goes on without values.
+    async fn supply_credentials(&self, machine: &str) -> FleetResult<()> {
+        let Some(source) = &self.credentials else {
+            return Ok(());
+        };
+        let values = match source.values_for(machine) {
+            None => return Ok(()),
+            Some(values) => values?,
+        };
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            for (name, value) in &values {
+                name.hash(&mut hasher);
+                value.expose().hash(&mut hasher);
+            }
+            hasher.finish()
+        };
+        let fresh = self.supplied.lock().is_ok_and(|supplied| {
+            supplied
+                .get(machine)
+                .is_some_and(|(at, d)| *d == digest && at.elapsed() < SUPPLIED_FRESH)
+        });
+        if fresh {
+            return Ok(());
+        }
+        let ctx = format!("credential values of {machine}");
+        let body = types::CredentialValuesRequest {
+            values: values
+                .iter()
+                .map(|(name, value)| (name.clone(), value.expose().to_owned()))
+                .collect(),
+        };
+        let request = self.client.put_credential_values().name(machine).body(body);
+        match send(&ctx, DEFAULT, request.send()).await {
+            Ok(_) => {
+                if let Ok(mut supplied) = self.supplied.lock() {
+                    supplied.insert(machine.to_owned(), (Instant::now(), digest));
+                }
+                Ok(())
+            }
+            Err(e)
+                if e.kind == ErrorKind::Invalid
+                    && e.message.contains("has no credential binding") =>
+            {
+                tracing::warn!(%machine, "the engine says this machine has no credential bindings; forgetting the ones recorded for it");
+                source.forget(machine);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Remembers the network of a machine the engine just answered.
@@ -242,6 +315,7 @@ impl FleetApi for LocalFleet {
                 wanted.unwrap_or(machine.branchable)
             }
         };
+        self.supply_credentials(name).await?;
         let ctx = format!("start machine {name}");
         let body = types::StartMachineRequest {
             branchable: branchable.then_some(true),
@@ -347,6 +421,10 @@ impl FleetApi for LocalFleet {
     }
 
     async fn exec(&self, name: &str, spec: &ExecSpec) -> FleetResult<ExecOutput> {
+        if spec.start_if_stopped {
+            // It may boot the machine.
+            self.supply_credentials(name).await?;
+        }
         let ctx = format!("exec in {name}");
         let limit = exec_limit(spec);
         let request = self.client.exec_command().id(name).body(exec_body(spec));
@@ -381,6 +459,9 @@ impl FleetApi for LocalFleet {
     ) -> FleetResult<ExecOutput> {
         if spec.stdin.is_some() {
             return self.exec(name, spec).await;
+        }
+        if spec.start_if_stopped {
+            self.supply_credentials(name).await?;
         }
         let ctx = format!("exec in {name}");
         let limit = exec_limit(spec);
@@ -615,6 +696,24 @@ impl FleetApi for LocalFleet {
         })
     }
 
+    async fn allow_egress(
+        &self,
+        name: &str,
+        hosts: &[String],
+        cidrs: &[String],
+    ) -> FleetResult<Machine> {
+        let ctx = format!("allow egress of {name}");
+        // Added to the list in force, live on a running machine (1.32.2 answers 409 only for
+        // a change that would lift the list, which adding never does).
+        let body = types::UpdateEgressRequest {
+            allow_hosts: hosts.to_vec(),
+            allow_cidrs: cidrs.to_vec(),
+            ..Default::default()
+        };
+        let request = self.client.update_machine_egress().name(name).body(body);
+        Ok(self.seen(view(send(&ctx, DEFAULT, request.send()).await?)))
+    }
+
     async fn egress_denials(&self, name: &str, limit: u32) -> FleetResult<Vec<EgressDenial>> {
         let ctx = format!("egress events of {name}");
         let request = self
@@ -835,10 +934,12 @@ pub(crate) fn create_body(spec: &CreateSpec) -> types::CreateMachineRequest {
     let (network, hosts, cidrs) = match &spec.egress {
         Egress::Open => (true, None, None),
         Egress::Blocked => (false, None, None),
+        // An empty list is sent as an empty CIDR list: in force, allowing nothing
+        // ("empty list denies all egress", 1.32.2's spec of allowedCidrs).
         Egress::Allow { hosts, cidrs } => (
             false,
             (!hosts.is_empty()).then(|| hosts.clone()),
-            (!cidrs.is_empty()).then(|| cidrs.clone()),
+            (!cidrs.is_empty() || hosts.is_empty()).then(|| cidrs.clone()),
         ),
     };
     types::CreateMachineRequest {
@@ -876,8 +977,37 @@ pub(crate) fn create_body(spec: &CreateSpec) -> types::CreateMachineRequest {
             .collect(),
         storage_gb: spec.storage_gb.map(i64::from),
         overlay_gb: spec.overlay_gb.map(i64::from),
+        credentials: credentials_body(&spec.credentials),
         ..Default::default()
     }
+}
+
+/// The engine's `credentials` at create: `{"credentials": [{name, environment_variable,
+/// allowed_hosts, set_header?}]}`, snake_case inside (1.32.2's `CredentialPolicy`, which the
+/// spec leaves as an open object; a camelCase key is refused 422). `None` without bindings.
+fn credentials_body(
+    bindings: &[crate::fleet::CredentialBindingSpec],
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    if bindings.is_empty() {
+        return None;
+    }
+    let list: Vec<serde_json::Value> = bindings
+        .iter()
+        .map(|b| {
+            let mut binding = serde_json::json!({
+                "name": b.name,
+                "environment_variable": b.env.clone().unwrap_or_default(),
+                "allowed_hosts": b.hosts,
+            });
+            if let Some(header) = &b.header {
+                binding["set_header"] = serde_json::Value::from(header.clone());
+            }
+            binding
+        })
+        .collect();
+    let mut policy = serde_json::Map::new();
+    policy.insert("credentials".into(), serde_json::Value::Array(list));
+    Some(policy)
 }
 
 /// The engine takes env as a list of pairs; the shared vocabulary keeps a map.
@@ -891,9 +1021,10 @@ fn env_list(env: &std::collections::BTreeMap<String, String>) -> Vec<types::EnvV
 }
 
 fn view(info: types::MachineInfo) -> Machine {
+    let listed = info.allowed_hosts.is_some() || info.allowed_cidrs.is_some();
     let hosts = info.allowed_hosts.unwrap_or_default();
     let cidrs = info.allowed_cidrs.unwrap_or_default();
-    let network = if !hosts.is_empty() || !cidrs.is_empty() {
+    let network = if listed {
         Egress::Allow { hosts, cidrs }
     } else if info.network {
         Egress::Open

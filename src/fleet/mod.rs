@@ -3,6 +3,7 @@
 //! does differently (the local keep-alive workload, branchability chosen at start locally and at
 //! create on cloud, the cloud's ephemeral backstop) is settled inside `local.rs` and `cloud.rs`.
 
+pub mod api;
 pub mod cloud;
 pub mod diagnosis;
 pub mod error;
@@ -14,121 +15,9 @@ pub mod model;
 pub mod transport;
 pub mod upstream;
 
+pub use api::{CredentialValues, Fleet, FleetApi};
 pub use cloud::{Backstop, CloudFleet, Deadlines};
 pub use error::{ErrorKind, FleetError, FleetResult};
 pub use file_stream::{FileReader, FileStream};
 pub use local::LocalFleet;
 pub use model::*;
-
-/// A handle on one fleet; cheap to clone.
-pub type Fleet = std::sync::Arc<dyn FleetApi>;
-
-/// What every fleet does, in the shared vocabulary.
-#[async_trait::async_trait]
-pub trait FleetApi: Send + Sync + std::fmt::Debug {
-    fn kind(&self) -> FleetKind;
-
-    async fn list(&self) -> FleetResult<Vec<Machine>>;
-
-    /// The machine's network (`Machine::network`) as this fleet last saw it, if it keeps it:
-    /// enough to run a command without asking for the machine first. `None` when unknown,
-    /// and on a fleet that keeps nothing.
-    fn known_network(&self, _machine: &str) -> Option<String> {
-        None
-    }
-
-    /// Whether `e` is this fleet's refusal of a command sent with `start_if_stopped: false`
-    /// to a machine that is not running (which the caller may then start its own way).
-    fn is_not_running(&self, _e: &FleetError) -> bool {
-        false
-    }
-
-    /// A machine by name (or, on cloud, by `mach-` id).
-    async fn get(&self, machine: &str) -> FleetResult<Machine>;
-
-    /// Creates a machine without starting it.
-    async fn create(&self, spec: &CreateSpec) -> FleetResult<Machine>;
-
-    /// Starts a machine. `branchable`: `Some(true)` asks for a branch source, `Some(false)` for
-    /// none, `None` for whatever the machine already is.
-    async fn start(&self, machine: &str, branchable: Option<bool>) -> FleetResult<Machine>;
-
-    /// Asks a machine to start and answers once the start is under way, its boot not awaited
-    /// (start-machine with `wait: false`). A fleet whose start answers before the boot (the
-    /// cloud's 202) needs nothing more than its start.
-    async fn begin_start(&self, machine: &str, branchable: Option<bool>) -> FleetResult<Machine> {
-        self.start(machine, branchable).await
-    }
-
-    async fn stop(&self, machine: &str) -> FleetResult<Machine>;
-
-    async fn delete(&self, machine: &str) -> FleetResult<Deleted>;
-
-    /// Deletes a machine and the branch children that depend on it. Only the local engine
-    /// refuses to delete a fork base while its clones live (and takes `cascade` to delete them
-    /// too); elsewhere this is a plain delete.
-    async fn delete_with_clones(&self, machine: &str) -> FleetResult<Deleted> {
-        self.delete(machine).await
-    }
-
-    /// Runs a command; a stopped machine is started by it and left running.
-    async fn exec(&self, machine: &str, spec: &ExecSpec) -> FleetResult<ExecOutput>;
-
-    /// Runs a command like [`FleetApi::exec`], handing each piece of its output to `output` as
-    /// the fleet streams it, and answers the whole as `exec` would. A fleet without a stream
-    /// sends nothing and answers at the end.
-    async fn exec_streamed(
-        &self,
-        machine: &str,
-        spec: &ExecSpec,
-        output: &OutputSender,
-    ) -> FleetResult<ExecOutput> {
-        let _ = output;
-        self.exec(machine, spec).await
-    }
-
-    /// A file's bytes as they arrive; the caller reads as far as it needs and drops the rest.
-    async fn read_file(&self, machine: &str, path: &str) -> FleetResult<FileStream>;
-
-    /// Writes a whole file and answers the bytes written.
-    async fn write_file(&self, machine: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64>;
-
-    /// Copies a running branchable machine into a new child.
-    async fn branch(&self, source: &str, child: &str, branchable: bool) -> FleetResult<Machine>;
-
-    /// The last `tail` lines of the machine's log `source`, or what arrived since `cursor`.
-    async fn logs(
-        &self,
-        machine: &str,
-        tail: usize,
-        cursor: Option<&str>,
-        source: LogSource,
-    ) -> FleetResult<LogPage>;
-
-    /// The newest `limit` connections and datagrams the machine's egress policy refused, oldest
-    /// first. Only the local engine records them; the cloud API has no such route.
-    async fn egress_denials(&self, _machine: &str, _limit: u32) -> FleetResult<Vec<EgressDenial>> {
-        Err(FleetError::new(
-            ErrorKind::Unsupported,
-            "egress denials",
-            "only the local engine reports the egress it denied",
-        ))
-    }
-
-    /// The refusals to leave out of the next command's report on `machine`: the engine stamps
-    /// refusals in whole seconds and gives them no id, so those of a command that ended in the
-    /// last seconds cannot be told from the next one's by time. Empty when no command ran on
-    /// the machine lately (nothing to confuse), and on a fleet that records none.
-    async fn egress_baseline(&self, _machine: &str, _limit: u32) -> Vec<EgressDenial> {
-        Vec::new()
-    }
-
-    /// Pulls an image into a running machine's cache. Only the local engine has such a cache.
-    async fn pull_image(&self, _machine: &str, _image: &str) -> FleetResult<PulledImage> {
-        Err(FleetError::new(
-            ErrorKind::Unsupported,
-            "pull-image",
-            "pull-image is local only: the cloud control plane pulls the image itself at create",
-        ))
-    }
-}

@@ -120,7 +120,9 @@ pub struct PublishedPort {
 pub enum Egress {
     Open,
     Blocked,
-    /// Only these destinations. Never both empty (that is `Blocked`).
+    /// Only these destinations. Both empty: an allow list in force that allows nothing yet (a
+    /// `network: "ask"` machine, which the engine lets grow while it runs; `Blocked` has no
+    /// list, and cannot take one live).
     Allow {
         hosts: Vec<String>,
         cidrs: Vec<String>,
@@ -133,6 +135,9 @@ impl Egress {
         match self {
             Egress::Open => "open".to_owned(),
             Egress::Blocked => "blocked".to_owned(),
+            Egress::Allow { hosts, cidrs } if hosts.is_empty() && cidrs.is_empty() => {
+                "allow(none)".to_owned()
+            }
             Egress::Allow { hosts, cidrs } => {
                 let all: Vec<&str> = hosts.iter().chain(cidrs).map(String::as_str).collect();
                 format!("allow({})", all.join(","))
@@ -174,6 +179,8 @@ pub struct CreateSpec {
     /// The machine belongs to a session and is deleted when it ends; a fleet that bills gives it
     /// a backstop of its own for a session that dies without cleaning up.
     pub ephemeral: bool,
+    /// Credential bindings: the workload sees placeholders, the engine sends the values.
+    pub credentials: Vec<CredentialBindingSpec>,
 }
 
 impl CreateSpec {
@@ -200,6 +207,7 @@ impl CreateSpec {
             env: BTreeMap::new(),
             branchable: false,
             ephemeral: false,
+            credentials: Vec::new(),
         }
     }
 }
@@ -258,7 +266,7 @@ pub struct ExecSpec {
     pub timeout_secs: Option<u64>,
     /// Detach the command and answer at once with `pid=N` on stdout (both engines' `background`
     /// exec field); its output goes nowhere and neither engine reports its end, so a job
-    /// redirects it to files itself (`crate::jobs`).
+    /// redirects it to files itself (`crate::policy::jobs`).
     pub background: bool,
     /// Start the machine for the command if it is stopped (both engines do by default). A job's
     /// own looks at a machine turn it off locally, so that a machine stopped under a job stays
@@ -494,4 +502,41 @@ mod tests {
             assert_eq!(m.is_running(), phase == Phase::Running, "{state}");
         }
     }
+}
+
+/// A value that must never be logged or echoed: its `Debug` says only whether it is empty.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("\"\"")
+        } else {
+            f.write_str("<redacted>")
+        }
+    }
+}
+
+/// A credential binding as a machine is created with it: what the engine needs to give the
+/// workload a placeholder and to put the value into requests to `hosts`. The value itself
+/// never travels in a create; it is supplied before each start ([`crate::fleet::CredentialValues`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialBindingSpec {
+    pub name: String,
+    pub env: Option<String>,
+    pub hosts: Vec<String>,
+    pub header: Option<String>,
 }

@@ -73,6 +73,14 @@ pub struct FakeState {
     /// Exec really runs the command on the host ([`FakeServe::start_guest_shell`]); the exec
     /// hook, `exec_delay` and the scripted `sleep` do not apply then.
     pub guest_shell: Option<Arc<GuestShell>>,
+    /// Each machine's credential bindings as created: (binding, variable, placeholder). The
+    /// placeholder is in the environment of every command, as 1.32.2 puts it there
+    /// (`SMOL_PLACEHOLDER_<NAME>_<32 hex>`); the record never shows it.
+    pub credentials: BTreeMap<String, Vec<(String, String, String)>>,
+    /// Values supplied with `PUT .../credential-values`, held until the machine's next boot.
+    pub credential_values: BTreeMap<String, BTreeMap<String, String>>,
+    /// The values each machine's latest boot was given.
+    pub booted_values: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The three ways the engine reports a command ended at its timeout, all exit 124 (the guest
@@ -160,6 +168,52 @@ fn unknown_field(schema: &str, body: &Value) -> Option<Response> {
             expected.join(", ")
         ),
     ))
+}
+
+/// The bindings of a create body: `credentials.credentials[]` with snake_case fields (a
+/// camelCase key refused 422 as the engine refuses it), each given a placeholder.
+fn create_credentials(body: &Value) -> Result<Vec<(String, String, String)>, Box<Response>> {
+    let Some(list) = body["credentials"]
+        .get("credentials")
+        .and_then(Value::as_array)
+    else {
+        return Ok(Vec::new());
+    };
+    let fields = [
+        "name",
+        "environment_variable",
+        "allowed_hosts",
+        "injection_location",
+        "methods",
+        "set_header",
+    ];
+    let mut bindings = Vec::new();
+    for (i, binding) in list.iter().enumerate() {
+        if let Some(unknown) = binding
+            .as_object()
+            .and_then(|o| o.keys().find(|k| !fields.contains(&k.as_str())))
+        {
+            return Err(Box::new(plain_text(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!(
+                    "Failed to deserialize the JSON body into the target type: credentials.credentials[{i}].{unknown}: unknown field `{unknown}`"
+                ),
+            )));
+        }
+        let name = binding["name"].as_str().unwrap_or_default().to_owned();
+        let var = binding["environment_variable"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let tag: String = name
+            .to_uppercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let placeholder = format!("SMOL_PLACEHOLDER_{tag}_{:032X}", rand::random::<u128>());
+        bindings.push((name, var, placeholder));
+    }
+    Ok(bindings)
 }
 
 /// The engine's machine-name rule and its words for each refusal (observed on the real serve
@@ -658,6 +712,13 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     format!("machine '{name}' already exists"),
                 );
             }
+            let bindings = match create_credentials(&json_body) {
+                Ok(bindings) => bindings,
+                Err(refusal) => return *refusal,
+            };
+            if !bindings.is_empty() {
+                st.credentials.insert(name.clone(), bindings);
+            }
             let mut info = machine_info(&name, "created");
             for key in [
                 "image",
@@ -771,7 +832,86 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 ("POST", ["stop"]) if info["state"] == json!("created") => {
                     axum::Json(info).into_response()
                 }
+                // 1.32.2: values held in the serve's memory, applied at the next boot; keyed by
+                // binding name, an unknown one refused whole (observed on the engine; facts in
+                // the credential bindings' research).
+                ("PUT", ["credential-values"]) => {
+                    let values: BTreeMap<String, String> = json_body["values"]
+                        .as_object()
+                        .map(|m| {
+                            m.iter()
+                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let bound = st.credentials.get(&name).cloned().unwrap_or_default();
+                    if let Some(unknown) = values
+                        .keys()
+                        .find(|k| !bound.iter().any(|(b, _, _)| b == *k))
+                    {
+                        return api_error(
+                            StatusCode::BAD_REQUEST,
+                            "BAD_REQUEST",
+                            format!("machine '{name}' has no credential binding '{unknown}'"),
+                        );
+                    }
+                    st.credential_values.insert(name, values);
+                    StatusCode::NO_CONTENT.into_response()
+                }
+                // Merged into the list in force (1.32.2 `update_machine_egress`), answered with
+                // the whole record; a running machine without a list cannot take one live.
+                ("POST", ["egress"]) => {
+                    let hosts = json_body["allowHosts"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    let cidrs = json_body["allowCidrs"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    if hosts.is_empty() && cidrs.is_empty() {
+                        return api_error(
+                            StatusCode::BAD_REQUEST,
+                            "BAD_REQUEST",
+                            "request contains no egress changes".to_owned(),
+                        );
+                    }
+                    let has_list =
+                        info["allowedHosts"].is_array() || info["allowedCidrs"].is_array();
+                    if info["state"] == json!("running")
+                        && info["network"] == json!(true)
+                        && !has_list
+                    {
+                        return api_error(
+                            StatusCode::CONFLICT,
+                            "CONFLICT",
+                            format!(
+                                "machine '{name}' is running without an allow list, so its egress can only change while it is stopped"
+                            ),
+                        );
+                    }
+                    let mut info = info;
+                    for (key, add) in [("allowedHosts", hosts), ("allowedCidrs", cidrs)] {
+                        if add.is_empty() {
+                            continue;
+                        }
+                        let mut list = info[key].as_array().cloned().unwrap_or_default();
+                        for item in add {
+                            if !list.contains(&item) {
+                                list.push(item);
+                            }
+                        }
+                        info[key] = Value::Array(list);
+                    }
+                    info["network"] = json!(true);
+                    st.machines.insert(name, info.clone());
+                    axum::Json(info).into_response()
+                }
                 ("POST", ["start"]) | ("POST", ["stop"]) => {
+                    if rest[0] == "start" {
+                        let values = st.credential_values.get(&name).cloned().unwrap_or_default();
+                        st.booted_values.insert(name.clone(), values);
+                    }
                     let mut info = info;
                     info["state"] = json!(if rest[0] == "start" {
                         "running"
@@ -1059,6 +1199,9 @@ fn require_running(st: &mut FakeState, name: &str, body: &Value) -> Option<Respo
         ));
     }
     machine["state"] = json!("running");
+    // A boot: the values supplied so far are what it gets.
+    let values = st.credential_values.get(name).cloned().unwrap_or_default();
+    st.booted_values.insert(name.to_owned(), values);
     None
 }
 
@@ -1153,6 +1296,14 @@ async fn guest_exec(
                 .collect()
         })
         .unwrap_or_default();
+    let mut env: Vec<(String, String)> = env;
+    if let Some(bindings) = state.lock().unwrap().credentials.get(&name) {
+        for (_, var, placeholder) in bindings {
+            if !var.is_empty() {
+                env.push((var.clone(), placeholder.clone()));
+            }
+        }
+    }
     let mut command = GuestCommand {
         argv,
         env,

@@ -4,16 +4,16 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
-use smol_mcp::backend::Backend;
-use smol_mcp::config::Config;
-use smol_mcp::server::SmolMcp;
+use smol_mcp::process::config::Config;
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 pub struct Harness {
     pub client: RunningService<RoleClient, ()>,
-    pub backend: Arc<Backend>,
+    pub protocol: Arc<Protocol>,
     pub session: String,
     pub runtime: tempfile::TempDir,
 }
@@ -46,9 +46,9 @@ impl Harness {
             .tempdir()
             .unwrap();
         let rt_dir = runtime.path().join("rt");
-        let backend = Arc::new(Backend::new(config(env, &rt_dir)).unwrap());
+        let protocol = Protocol::start(config(env, &rt_dir)).unwrap();
         let session = format!("test-{:08x}", rand::random::<u32>());
-        let server = SmolMcp::new(backend.clone(), session.clone());
+        let server = SmolMcp::new(protocol.clone(), session.clone());
         let (server_io, client_io) = tokio::io::duplex(1 << 20);
         tokio::spawn(async move {
             if let Ok(running) = server.serve(server_io).await {
@@ -58,7 +58,7 @@ impl Harness {
         let client = ().serve(client_io).await.unwrap();
         Harness {
             client,
-            backend,
+            protocol,
             session,
             runtime,
         }

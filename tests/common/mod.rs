@@ -1,5 +1,6 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod asker;
 pub mod clients;
 pub mod fake_cloud;
 pub mod fake_serve;

@@ -32,6 +32,8 @@ pub struct StdioServer {
     pub child: Child,
     stdin: Option<ChildStdin>,
     lines: Lines<BufReader<ChildStdout>>,
+    /// Every message `request` has read, answers and notifications alike.
+    seen: Vec<Value>,
 }
 
 impl StdioServer {
@@ -55,12 +57,38 @@ impl StdioServer {
     /// The server with no session opened: for 2026-07-28 requests, each carrying its own
     /// `_meta`.
     pub async fn spawn_uninitialized(env: Vec<(String, String)>) -> StdioServer {
+        StdioServer::spawn_uninitialized_with(env, Stdio::inherit()).await
+    }
+
+    /// The server initialized, its stderr (its log) written to `path`.
+    pub async fn spawn_with_stderr(
+        env: Vec<(String, String)>,
+        path: &std::path::Path,
+    ) -> StdioServer {
+        let log = std::fs::File::create(path).unwrap();
+        let mut server = StdioServer::spawn_uninitialized_with(env, Stdio::from(log)).await;
+        let init = server
+            .request(
+                0,
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "smol-mcp-tests", "version": "0"}
+                }),
+            )
+            .await;
+        assert_eq!(init["result"]["serverInfo"]["name"], "smol-mcp");
+        server.notify("notifications/initialized").await;
+        server
+    }
+
+    async fn spawn_uninitialized_with(env: Vec<(String, String)>, stderr: Stdio) -> StdioServer {
         let mut child = Command::new(SERVER)
             .env_clear()
             .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -70,6 +98,7 @@ impl StdioServer {
             child,
             stdin,
             lines,
+            seen: Vec::new(),
         }
     }
 
@@ -124,6 +153,7 @@ impl StdioServer {
                 .unwrap()
                 .expect("the server closed stdout");
             let message: Value = serde_json::from_str(&line).unwrap();
+            self.seen.push(message.clone());
             if message["id"] == json!(id) {
                 return message;
             }
@@ -138,6 +168,11 @@ impl StdioServer {
         let result = &answer["result"];
         assert_eq!(result["isError"], false, "{name}: {answer}");
         result["structuredContent"].clone()
+    }
+
+    /// Every message `request` has read so far.
+    pub fn messages_so_far(&self) -> Vec<Value> {
+        self.seen.clone()
     }
 
     /// Closes stdin, as a client does when it goes away.

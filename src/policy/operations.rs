@@ -1,0 +1,241 @@
+//! What this server does with every operation of both vendored APIs.
+//!
+//! Each `classify_*` is one exhaustive match with no wildcard arm: when a new smolvm (or cloud
+//! spec) adds an operation, the generated `Operation` enum gains a variant and this file stops
+//! compiling until someone decides whether a tool uses it or why it is left out. The reasons for
+//! omissions are data in `overrides/*.json`; a test keeps the two in agreement.
+
+use crate::generated::{smolcloud, smolvm};
+use crate::policy::tools::Tool;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// Called on behalf of these tools.
+    Tools(&'static [Tool]),
+    /// Called by the server itself, for the reason given, not as a tool.
+    Internal(&'static str),
+    /// Deliberately not called; `Operation::omission_reason` says why.
+    Omitted,
+}
+
+impl Use {
+    /// The names of the tools that call the operation (empty unless `Tools`).
+    pub fn tool_names(&self) -> Vec<&'static str> {
+        match self {
+            Use::Tools(tools) => tools.iter().map(|t| t.name()).collect(),
+            Use::Internal(_) | Use::Omitted => Vec::new(),
+        }
+    }
+}
+
+pub fn classify_local(op: smolvm::Operation) -> Use {
+    use Use::*;
+    use smolvm::Operation::*;
+    match op {
+        DeleteCacheBase => Omitted,
+        ListMachines => Tools(&[Tool::ListMachines]),
+        CreateMachine => Tools(&[Tool::CreateMachine, Tool::RunOnce]),
+        ExecCommand => Tools(&[
+            Tool::RunCommand,
+            Tool::RunOnce,
+            Tool::CreateMachine,
+            Tool::WriteFile,
+            Tool::JobOutput,
+            Tool::CancelJob,
+        ]),
+        ExecStream => Tools(&[Tool::RunCommand, Tool::RunOnce]),
+        DownloadFile => Tools(&[Tool::ReadFile]),
+        UploadFile => Tools(&[Tool::WriteFile, Tool::RunCommand]),
+        ListImages => Omitted,
+        PullImage => Tools(&[Tool::PullImage]),
+        StreamLogs => Tools(&[Tool::MachineLogs]),
+        RunCommand => Omitted,
+        DeleteMachine => Tools(&[Tool::DeleteMachine, Tool::RunOnce]),
+        GetMachine => Tools(&[Tool::GetMachine, Tool::StartMachine, Tool::RunCommand]),
+        BranchMachine => Tools(&[Tool::BranchMachine]),
+        PublishCacheDisk => Omitted,
+        // Before every start the server causes, for a machine with credential bindings.
+        PutCredentialValues => Tools(&[
+            Tool::CreateMachine,
+            Tool::StartMachine,
+            Tool::RunCommand,
+            Tool::RunOnce,
+        ]),
+        // Only after the user said yes to a network "ask" machine's question.
+        UpdateMachineEgress => Tools(&[Tool::RunCommand]),
+        GetMachineEgressEvents => Tools(&[Tool::RunCommand, Tool::RunOnce]),
+        ExportMachine => Omitted,
+        ForkMachine => Omitted,
+        ReleaseHeldFork => Omitted,
+        GetMachineMediationEvents => Omitted,
+        DetachMount => Omitted,
+        ListMounts => Omitted,
+        AttachMount => Omitted,
+        PauseMachine => Omitted,
+        SetMachinePorts => Omitted,
+        ResizeMachine => Omitted,
+        ResumeMachine => Omitted,
+        StartMachine => Tools(&[Tool::CreateMachine, Tool::StartMachine, Tool::RunOnce]),
+        StopMachine => Tools(&[Tool::StopMachine]),
+        SyncMachine => Omitted,
+        ListPools => Omitted,
+        CreatePool => Omitted,
+        DeletePool => Omitted,
+        GetPool => Omitted,
+        AcquireLeaseBatch => Omitted,
+        AcquireLease => Omitted,
+        GetLease => Omitted,
+        CompleteLease => Omitted,
+        HeartbeatLease => Omitted,
+        ResizePool => Omitted,
+        ListExecutors => Omitted,
+        CreateExecutor => Omitted,
+        DeleteExecutor => Omitted,
+        GetExecutor => Omitted,
+        GenerateBatch => Omitted,
+        PublishDevicePolicy => Omitted,
+        Generate => Omitted,
+        PublishPolicy => Omitted,
+        RetirePolicy => Omitted,
+        Capacity => Omitted,
+        Health => Internal(
+            "the minimum-version check and the readiness probe of a serve this server starts",
+        ),
+    }
+}
+
+pub fn classify_cloud(op: smolcloud::Operation) -> Use {
+    use Use::*;
+    use smolcloud::Operation::*;
+    match op {
+        HealthCheck => Omitted,
+        Livez => Omitted,
+        Metrics => Omitted,
+        Readyz => Omitted,
+        AccountGet => Internal(
+            "the cloud preflight: the account's status is checked before the first machine is created",
+        ),
+        ApikeyList => Omitted,
+        ApikeyCreate => Omitted,
+        ApikeyDelete => Omitted,
+        AppList => Omitted,
+        AppDeploy => Omitted,
+        AppDestroy => Omitted,
+        AppGet => Omitted,
+        AppLogs => Omitted,
+        AppPromote => Omitted,
+        AppRedeploy => Omitted,
+        AppScale => Omitted,
+        BillingMeters => Omitted,
+        MachineList => Tools(&[Tool::ListMachines]),
+        MachineCreate => Tools(&[Tool::CreateMachine, Tool::RunOnce]),
+        MachineDelete => Tools(&[Tool::DeleteMachine, Tool::RunOnce]),
+        MachineGet => Tools(&[
+            Tool::GetMachine,
+            Tool::StartMachine,
+            Tool::StopMachine,
+            Tool::RunCommand,
+        ]),
+        MachineBranch => Tools(&[Tool::BranchMachine]),
+        MachineCode => Omitted,
+        MachineEvents => Tools(&[Tool::MachineLogs]),
+        MachineExec => Tools(&[
+            Tool::RunCommand,
+            Tool::RunOnce,
+            Tool::CreateMachine,
+            Tool::WriteFile,
+            Tool::ReadFile,
+            Tool::JobOutput,
+            Tool::CancelJob,
+        ]),
+        MachineExecStream => Tools(&[Tool::RunCommand, Tool::RunOnce]),
+        MachineFileRead => Tools(&[Tool::ReadFile]),
+        MachineFileWrite => Tools(&[Tool::WriteFile, Tool::RunCommand]),
+        MachineFork => Tools(&[Tool::BranchMachine]),
+        MachineSessionList => Omitted,
+        MachineSessionCreate => Omitted,
+        MachineSessionDelete => Omitted,
+        MachineSessionExec => Omitted,
+        MachineStart => Tools(&[Tool::CreateMachine, Tool::StartMachine, Tool::RunOnce]),
+        MachineStop => Tools(&[Tool::StopMachine]),
+        MachineUsage => Tools(&[Tool::DeleteMachine]),
+        NodeList => Omitted,
+        NodeRegister => Omitted,
+        NodeCredentialRevoke => Omitted,
+        NodeDrain => Omitted,
+        NodeHeartbeat => Omitted,
+        OperationList => Omitted,
+        OperationGet => Omitted,
+        PlanList => Omitted,
+        PlanCreate => Omitted,
+        PoolList => Omitted,
+        PoolCreate => Omitted,
+        PoolClaim => Omitted,
+        TenantList => Omitted,
+        TenantCreate => Omitted,
+        TenantGet => Omitted,
+        TenantUpdate => Omitted,
+        TenantReactivate => Omitted,
+        TenantSuspend => Omitted,
+        TokenList => Omitted,
+        TokenCreate => Omitted,
+        TokenDelete => Omitted,
+        UsageQuery => Omitted,
+        VolumeList => Omitted,
+        VolumeCreate => Omitted,
+        VolumeDelete => Omitted,
+        VolumeGet => Omitted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_calls_some_upstream_operation() {
+        let mut used = std::collections::HashSet::new();
+        let local = smolvm::Operation::ALL.iter().map(|op| classify_local(*op));
+        let cloud = smolcloud::Operation::ALL
+            .iter()
+            .map(|op| classify_cloud(*op));
+        for classified in local.chain(cloud) {
+            if let Use::Tools(tools) = classified {
+                used.extend(tools.iter().copied());
+            }
+        }
+        // list-jobs answers from what the jobs' watchers last saw, asking no fleet.
+        let answered_here = [Tool::ListJobs];
+        for tool in Tool::ALL {
+            assert!(
+                used.contains(tool) != answered_here.contains(tool),
+                "{} calls no operation, or one it should not",
+                tool.name()
+            );
+        }
+    }
+
+    #[test]
+    fn every_omission_has_a_recorded_reason_and_nothing_used_has_one() {
+        for op in smolvm::Operation::ALL {
+            assert_eq!(
+                classify_local(*op) == Use::Omitted,
+                op.omission_reason().is_some(),
+                "local {} {} ({})",
+                op.method(),
+                op.path(),
+                op.operation_id()
+            );
+        }
+        for op in smolcloud::Operation::ALL {
+            assert_eq!(
+                classify_cloud(*op) == Use::Omitted,
+                op.omission_reason().is_some(),
+                "cloud {} {} ({})",
+                op.method(),
+                op.path(),
+                op.operation_id()
+            );
+        }
+    }
+}

@@ -1,0 +1,1137 @@
+//! The tools' arguments as the model sees them, and the checks the JSON Schema only advertises
+//! (rmcp does not enforce `pattern` or ranges). Every refusal names the argument and what would
+//! be accepted. Unknown arguments are refused, not dropped.
+
+use super::tool::Tool;
+use crate::fleet::FleetKind;
+use crate::policy::error::{ToolError, quote};
+use crate::process::Mode;
+use rmcp::model::JsonObject;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The description of every tool's `target` argument, written once: `schema::input` puts it on
+/// the property, which the argument structs leave undocumented.
+pub const TARGET_DESCRIPTION: &str = "Which fleet: local (this host, free) or cloud (billed while a machine exists). Required: a machine on one fleet is invisible on the other.";
+
+/// The arguments of a call to `tool`, checked against the tool's own input schema first so that
+/// a refusal is in the schema's words (the argument, what was sent, what is accepted) rather
+/// than serde's.
+pub fn parse<T: DeserializeOwned>(
+    tool: Tool,
+    input: Option<&JsonObject>,
+    mode: Mode,
+    args: Value,
+) -> Result<T, ToolError> {
+    if let Some(schema) = input {
+        check_arguments(tool, mode, schema, &args)?;
+    }
+    serde_path_to_error::deserialize(args).map_err(|e| {
+        // The schema check passed, so this is a rule the schema cannot state.
+        let path = e.path().to_string();
+        ToolError::argument(
+            if path == "." { "arguments" } else { &path },
+            e.into_inner(),
+        )
+    })
+}
+
+fn check_arguments(
+    tool: Tool,
+    mode: Mode,
+    schema: &JsonObject,
+    args: &Value,
+) -> Result<(), ToolError> {
+    let Value::Object(given) = args else {
+        return Err(ToolError::argument(
+            "arguments",
+            "give an object of named arguments",
+        ));
+    };
+    let empty = serde_json::Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    for (name, value) in given {
+        let Some(property) = properties.get(name) else {
+            // With one fleet, `target` is refused on its own terms (Call::fleet_kind).
+            let known: Vec<&str> = properties
+                .keys()
+                .map(String::as_str)
+                .filter(|k| mode == Mode::Both || *k != "target")
+                .collect();
+            // An empty list would read as a message cut short.
+            let accepted = if known.is_empty() {
+                "it takes no arguments".to_owned()
+            } else {
+                format!("its arguments are {}", known.join(", "))
+            };
+            return Err(ToolError::argument(
+                &quote_name(name),
+                format!("not an argument of {}; {accepted}", tool.name()),
+            ));
+        };
+        check_value(name, property, value, false)?;
+    }
+    for name in required(schema) {
+        if !given.contains_key(name) {
+            let what = properties
+                .get(name)
+                .and_then(|p| p.get("description"))
+                .and_then(Value::as_str)
+                .map_or_else(|| describe(&properties[name]), str::to_owned);
+            return Err(ToolError::argument(
+                name,
+                format!("required, and missing: {what}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn required(schema: &serde_json::Map<String, Value>) -> impl Iterator<Item = &str> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
+/// An argument name as the agent sent it, short and printable.
+fn quote_name(name: &str) -> String {
+    if name.len() <= 64 && name.chars().all(|c| c.is_ascii_graphic()) {
+        name.to_owned()
+    } else {
+        quote(name)
+    }
+}
+
+fn shown(value: &Value) -> String {
+    const MAX_CHARS: usize = 80;
+    match value {
+        Value::String(s) => quote(s),
+        // JSON text is already printable: quoting it again would escape its own quotes.
+        other => {
+            let text = other.to_string();
+            if text.chars().count() <= MAX_CHARS {
+                text
+            } else {
+                let prefix: String = text.chars().take(MAX_CHARS).collect();
+                format!("{prefix}... ({} bytes)", text.len())
+            }
+        }
+    }
+}
+
+/// The JSON Schema type name of `value`.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Whether `value` is what `schema` accepts at `path`; `nested` values have no `null` leniency.
+fn check_value(path: &str, schema: &Value, value: &Value, nested: bool) -> Result<(), ToolError> {
+    // An optional argument given as null is the same as leaving it out.
+    if value.is_null() && !nested {
+        return Ok(());
+    }
+    let refuse = || {
+        ToolError::argument(
+            path,
+            format!(
+                "{} is not accepted: give {}",
+                shown(value),
+                describe(schema)
+            ),
+        )
+    };
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+            if branches
+                .iter()
+                .any(|b| check_value(path, b, value, true).is_ok())
+            {
+                return Ok(());
+            }
+            // A value of the one branch's type is wrong inside (["ls", 1]): that branch's
+            // refusal names the item at fault, where the whole value would hide it.
+            let same_type: Vec<&Value> = branches
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some(json_type(value)))
+                .collect();
+            return match same_type.as_slice() {
+                [branch] => check_value(path, branch, value, true),
+                _ => Err(refuse()),
+            };
+        }
+    }
+    if let Some(constant) = schema.get("const") {
+        return if constant == value {
+            Ok(())
+        } else {
+            Err(refuse())
+        };
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array)
+        && !options.contains(value)
+    {
+        return Err(refuse());
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") if !value.is_string() => Err(refuse()),
+        Some("boolean") if !value.is_boolean() => Err(refuse()),
+        Some("integer") => check_integer(path, schema, value, refuse),
+        Some("array") => {
+            let Value::Array(items) = value else {
+                return Err(refuse());
+            };
+            let item_schema = schema.get("items").unwrap_or(&Value::Null);
+            for (i, item) in items.iter().enumerate() {
+                check_value(&format!("{path}[{i}]"), item_schema, item, true)?;
+            }
+            Ok(())
+        }
+        Some("object") => {
+            let Value::Object(map) = value else {
+                return Err(refuse());
+            };
+            check_object(path, schema, map)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_integer(
+    path: &str,
+    schema: &Value,
+    value: &Value,
+    refuse: impl Fn() -> ToolError,
+) -> Result<(), ToolError> {
+    let Some(n) = value
+        .as_i64()
+        .map(i128::from)
+        .or(value.as_u64().map(i128::from))
+    else {
+        return Err(refuse());
+    };
+    let (min, max) = bounds(schema);
+    let below = min.is_some_and(|m| n < m);
+    let above = max.is_some_and(|m| n > m);
+    // Without a stated bound the type still has one (u32, u64): serde reports it below.
+    if below || above || n < 0 {
+        return Err(ToolError::argument(
+            path,
+            format!("{n} is out of range: give {}", range_text(min, max)),
+        ));
+    }
+    Ok(())
+}
+
+fn check_object(
+    path: &str,
+    schema: &Value,
+    map: &serde_json::Map<String, Value>,
+) -> Result<(), ToolError> {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    for (key, item) in map {
+        let at = format!("{path}.{}", quote_name(key));
+        match (
+            properties.and_then(|p| p.get(key)),
+            schema.get("additionalProperties"),
+        ) {
+            (Some(property), _) => check_value(&at, property, item, false)?,
+            (None, Some(Value::Bool(false))) => {
+                let known: Vec<&str> = properties
+                    .map(|p| p.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                return Err(ToolError::argument(
+                    &at,
+                    format!("not accepted here; the fields are {}", known.join(", ")),
+                ));
+            }
+            (None, Some(extra @ Value::Object(_))) => check_value(&at, extra, item, true)?,
+            (None, _) => {}
+        }
+    }
+    if let Some(schema) = schema.as_object() {
+        for name in required(schema) {
+            if !map.contains_key(name) {
+                return Err(ToolError::argument(
+                    &format!("{path}.{name}"),
+                    "required, and missing",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An integer schema's `minimum` and `maximum`.
+fn bounds(schema: &Value) -> (Option<i128>, Option<i128>) {
+    let bound = |key| schema.get(key).and_then(Value::as_i64).map(i128::from);
+    (bound("minimum"), bound("maximum"))
+}
+
+fn range_text(min: Option<i128>, max: Option<i128>) -> String {
+    match (min, max) {
+        (Some(min), Some(max)) => format!("{min} to {max}"),
+        (Some(min), None) => format!("{min} or more"),
+        (None, Some(max)) => format!("0 to {max}"),
+        (None, None) => "a whole number of 0 or more".to_owned(),
+    }
+}
+
+/// What a schema accepts, in words.
+fn describe(schema: &Value) -> String {
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+            let each: Vec<String> = branches.iter().map(describe).collect();
+            return each.join(" or ");
+        }
+    }
+    if let Some(constant) = schema.get("const") {
+        return constant.to_string();
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        let each: Vec<String> = options.iter().map(Value::to_string).collect();
+        return format!("one of {}", each.join(", "));
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => "a string".to_owned(),
+        Some("boolean") => "true or false".to_owned(),
+        Some("integer") => {
+            let (min, max) = bounds(schema);
+            format!("a whole number, {}", range_text(min, max))
+        }
+        Some("array") => match schema.get("items") {
+            Some(items) => format!("an array, each item {}", describe(items)),
+            None => "an array".to_owned(),
+        },
+        Some("object") => "an object".to_owned(),
+        _ => "a JSON value".to_owned(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogSourceArg {
+    Workload,
+    Engine,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    Open,
+    Blocked,
+    // Blocked, with an allow list only the user grows (create-machine; the tools' words say
+    // so, and a doc comment here would be repeated in every schema that takes a network).
+    Ask,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    #[default]
+    Utf8,
+    Base64,
+}
+
+/// A command: an argv array run as is, or a string run with `sh -c`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum CommandArg {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PortArg {
+    #[schemars(range(min = 1, max = 65535))]
+    pub guest: u32,
+    /// {local:Defaults to guest.}
+    #[schemars(range(min = 1, max = 65535))]
+    pub host: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MountArg {
+    pub source: String,
+    pub target: String,
+    pub readonly: Option<bool>,
+}
+
+/// Declares a tool's arguments. Every tool takes `target` (the fleet; its description is
+/// written once, as TARGET_DESCRIPTION) and refuses unknown arguments. A struct that flattens a
+/// shared group (`MachineBase`, `CommandFields`) is marked `flattening`: serde cannot combine
+/// `deny_unknown_fields` with `flatten`, so there the schema alone says so and
+/// `check_arguments` enforces it.
+macro_rules! tool_arguments {
+    (pub struct $name:ident { $($fields:tt)* }) => {
+        #[derive(Debug, Clone, Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
+        pub struct $name {
+            pub target: Option<FleetKind>,
+            $($fields)*
+        }
+    };
+    (flattening pub struct $name:ident { $($fields:tt)* }) => {
+        #[derive(Debug, Clone, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        #[schemars(deny_unknown_fields)]
+        pub struct $name {
+            pub target: Option<FleetKind>,
+            $($fields)*
+        }
+    };
+}
+
+tool_arguments! {
+    pub struct TargetOnly {
+
+    }
+}
+
+tool_arguments! {
+    pub struct MachineArgs {
+        /// Machine name{cloud: or mach- id}.
+        pub name: String,
+    }
+}
+
+/// What a new machine is made of: shared by create-machine and run-once.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineBase {
+    /// OCI image, like python:3.12-alpine. {local:Omitted: the bundled Alpine, no registry needed.}{cloud: Required on cloud.}
+    pub image: Option<String>,
+    /// Virtual CPUs.
+    #[schemars(range(min = 1, max = 64))]
+    pub cpus: Option<u32>,
+    /// Memory in MiB.
+    #[schemars(range(min = 128, max = 262144))]
+    pub memory_mb: Option<u32>,
+    /// The machine's egress (blocked by default).{local: ask: blocked; refused hosts go to the user.}
+    pub network: Option<Network>,
+    /// Host names it may reach (like pypi.org).
+    pub allow_hosts: Option<Vec<String>>,
+    /// CIDR ranges it may reach (like 10.0.0.0/8).
+    pub allow_cidrs: Option<Vec<String>>,
+    /// {local:Secrets by name (the instructions list them); the machine sees placeholders only.}
+    pub credentials: Option<Vec<String>>,
+}
+
+/// A command to run: shared by run-command and run-once.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandFields {
+    /// An argv array run as is, or a string run with sh -c (pipes and redirects work).
+    pub command: CommandArg,
+    /// Absolute working directory.
+    pub workdir: Option<String>,
+    /// Extra environment variables.
+    pub env: Option<BTreeMap<String, String>>,
+    /// Text given on standard input, then closed.
+    pub stdin: Option<String>,
+    /// Seconds until it is killed (exit 124).
+    #[schemars(range(min = 1))]
+    pub timeout_secs: Option<u64>,
+}
+
+tool_arguments! {
+    flattening pub struct CreateArgs {
+        #[serde(flatten)]
+        pub machine: MachineBase,
+        /// Letters, digits, _ or -; omitted or mcp-...: ephemeral (gone at session end or unused a while).
+        pub name: Option<String>,
+        /// TCP ports to publish, at most 16.{cloud: On cloud they need egress that is not blocked; the machine's url is the ingress once something listens.}
+        pub ports: Option<Vec<PortArg>>,
+        /// Disk size in GiB.
+        #[schemars(range(min = 1, max = 16384))]
+        pub storage_gb: Option<u32>,
+        /// {local:A machine (even deleted) whose user-allowed hosts this one gets too.}
+        pub allow_hosts_from: Option<String>,
+        /// {local:Host directories (absolute source) mounted at target, at most 16, where the operator allows; read-only unless readonly: false and it allows writing.}
+        pub mounts: Option<Vec<MountArg>>,
+        /// {local:Size in GiB of the writable layer over the image.}
+        #[schemars(range(min = 1, max = 16384))]
+        pub overlay_gb: Option<u32>,
+        /// For the workload and every command.
+        pub env: Option<BTreeMap<String, String>>,
+        /// Let branch-machine copy it.{cloud: Cannot be turned on later.}
+        #[serde(default)]
+        pub branchable: bool,
+        /// False: left stopped.
+        pub start: Option<bool>,
+    }
+}
+
+tool_arguments! {
+    pub struct StartArgs {
+        /// Machine name{cloud: or mach- id}.
+        pub name: String,
+        /// False: answer at once, boot under way.
+        pub wait: Option<bool>,
+        /// {local:Start it copyable by branch-machine. Omitted: as last started.}
+        pub branchable: Option<bool>,
+    }
+}
+
+tool_arguments! {
+    flattening pub struct RunCommandArgs {
+        /// Machine name{cloud: or mach- id}.
+        pub name: String,
+        #[serde(flatten)]
+        pub run: CommandFields,
+        /// Return at once with a job id for job-output. No stdin; longer default timeout.
+        pub background: Option<bool>,
+    }
+}
+
+tool_arguments! {
+    flattening pub struct RunOnceArgs {
+        #[serde(flatten)]
+        pub machine: MachineBase,
+        #[serde(flatten)]
+        pub run: CommandFields,
+    }
+}
+
+tool_arguments! {
+    pub struct ReadFileArgs {
+        /// Machine name{cloud: or mach- id}.
+        pub name: String,
+        /// Absolute path in the machine.
+        pub path: String,
+        /// utf8 (default) or base64 for bytes.
+        #[serde(default)]
+        pub encoding: Encoding,
+        /// Byte to start at. Default 0.
+        pub offset: Option<u64>,
+        /// Bytes to return. Default: a page.
+        #[schemars(range(min = 1))]
+        pub length: Option<u64>,
+    }
+}
+
+tool_arguments! {
+    pub struct WriteFileArgs {
+        /// Machine name{cloud: or mach- id}.
+        pub name: String,
+        /// Absolute path in the machine.
+        pub path: String,
+        /// The whole content, in encoding.
+        pub content: String,
+        /// utf8 (default) or base64 for bytes.
+        #[serde(default)]
+        pub encoding: Encoding,
+    }
+}
+
+tool_arguments! {
+    pub struct BranchArgs {
+        /// The running, branchable source.
+        pub name: String,
+        /// The child's name, as create-machine's; starting mcp-: ephemeral.
+        pub child_name: String,
+        /// Let the child be branched in turn.
+        #[serde(default)]
+        pub branchable: bool,
+        /// Wait until the child runs commands. Default true.
+        pub wait: Option<bool>,
+    }
+}
+
+tool_arguments! {
+    pub struct LogsArgs {
+        /// Machine name{cloud: or mach- id}.
+        pub name: String,
+        /// Lines from the end (without cursor).
+        #[schemars(range(min = 1, max = 10000))]
+        pub tail: Option<u64>,
+        /// A previous call's cursor: only what arrived since.
+        pub cursor: Option<String>,
+        /// {local:workload (default) or engine (this boot's agent log).}
+        pub source: Option<LogSourceArg>,
+    }
+}
+
+tool_arguments! {
+    pub struct JobOutputArgs {
+        /// The job id run-command returned.
+        pub job: String,
+        /// The last answer's cursor. Omitted: from the start.
+        pub cursor: Option<String>,
+        /// Seconds to wait for the end first. Keep it under your tool-call timeout (often 60 s).
+        #[schemars(range(min = 0, max = 300))]
+        pub wait_secs: Option<u64>,
+    }
+}
+
+tool_arguments! {
+    pub struct JobArgs {
+        /// The job id run-command returned.
+        pub job: String,
+    }
+}
+
+tool_arguments! {
+    pub struct PullArgs {
+        /// A running machine.
+        pub name: String,
+        /// OCI image reference.
+        pub image: String,
+    }
+}
+
+// ---- checks ----
+
+/// The longest machine name the engine accepts.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// smolvm's own rule for resource names (`validate_resource_name` in its `src/api/validation.rs`):
+/// 1 to 128 ASCII letters, digits, `_` or `-`, starting with a letter or digit, not ending with
+/// `-`, no `--`. The cloud publishes no rule of its own, so the same rule holds there and a name
+/// means the same on both fleets.
+pub fn machine_name(arg: &str, name: &str) -> Result<(), ToolError> {
+    let why = if name.is_empty() || name.len() > MAX_NAME_LEN {
+        Some(format!("it has {} bytes", name.len()))
+    } else if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        Some("it does not start with a letter or digit".to_owned())
+    } else if name.ends_with('-') {
+        Some("it ends with a dash".to_owned())
+    } else if name.contains("--") {
+        Some("it has two dashes in a row".to_owned())
+    } else {
+        name.chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
+            .map(|c| format!("{c:?} is not allowed"))
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(ToolError::argument(
+            arg,
+            format!(
+                "{} is not accepted ({why}): give 1 to {MAX_NAME_LEN} letters, digits, underscores or \
+                 dashes, starting with a letter or digit, with no dash at the end and no two in a row",
+                quote(name)
+            ),
+        )),
+    }
+}
+
+/// A reference to an existing machine: a name as above, or a cloud id.
+pub fn machine_ref(arg: &str, name: &str) -> Result<(), ToolError> {
+    if name.starts_with("mach-")
+        && name.len() <= 80
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    {
+        return Ok(());
+    }
+    machine_name(arg, name)
+}
+
+/// An image is an OCI reference (the distribution spec's grammar: `[host[:port]/]path[:tag]`
+/// `[@algorithm:hex]`), or the local form smolvm 1.32.2's serve takes when started with
+/// `--local-image-dir`: an absolute path to an archive, which it checks against that
+/// directory. Anything else (a URL, a relative path, `..`) would reach the engine as a name
+/// to pull or a file to open, so it is refused here with what is accepted.
+pub fn image(arg: &str, image: &str) -> Result<(), ToolError> {
+    let accepted = "give an OCI image reference, like alpine, alpine:3.20, \
+                    python:3.12-alpine, ghcr.io/org/img:tag or ghcr.io/org/img@sha256:<64 hex>, \
+                    or locally an absolute path to an image archive in the serve's \
+                    --local-image-dir, like /images/app.tar";
+    let shown = crate::policy::error::quote(image);
+    if image.is_empty() || image.len() > 512 {
+        return Err(ToolError::argument(
+            arg,
+            format!("{shown} is not accepted: 1 to 512 characters; {accepted}"),
+        ));
+    }
+    // The engine takes a name ending like an archive for a file, even without a slash, and
+    // looks for it in its own working directory.
+    let archive_name = [".tar", ".tar.gz", ".tgz"]
+        .iter()
+        .any(|suffix| image.ends_with(suffix));
+    let fits = if image.starts_with('/') {
+        local_image_path(image)
+    } else {
+        !archive_name && oci_reference(image)
+    };
+    if !fits {
+        return Err(ToolError::argument(
+            arg,
+            format!("{shown} is not an image reference; {accepted}"),
+        ));
+    }
+    Ok(())
+}
+
+fn local_image_path(path: &str) -> bool {
+    path.len() > 1
+        && !path.ends_with('/')
+        && path
+            .split('/')
+            .skip(1)
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
+        && !path.chars().any(|c| c.is_control() || c.is_whitespace())
+}
+
+/// The reference grammar of the OCI distribution spec (`reference.go` in
+/// distribution/reference): lowercase path components joined by `.`, `_`, `__` or dashes,
+/// an optional registry host (with a dot or a port, or `localhost`) before them, a tag of at
+/// most 128 word characters, dots and dashes, and a digest.
+fn oci_reference(reference: &str) -> bool {
+    let (rest, digest) = match reference.split_once('@') {
+        Some((rest, digest)) => (rest, Some(digest)),
+        None => (reference, None),
+    };
+    if let Some(digest) = digest
+        && !oci_digest(digest)
+    {
+        return false;
+    }
+    // A tag is after the last colon that comes after the last slash (a colon before it is a
+    // registry's port).
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(tag) = tag {
+        let mut chars = tag.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !first_ok
+            || tag.len() > 128
+            || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        {
+            return false;
+        }
+    }
+    let mut components: Vec<&str> = name.split('/').collect();
+    if components.len() > 1 {
+        let first = components[0];
+        if first.contains('.') || first.contains(':') || first == "localhost" {
+            if !registry_host(first) {
+                return false;
+            }
+            components.remove(0);
+        }
+    }
+    !components.is_empty() && components.iter().all(|c| path_component(c))
+}
+
+fn path_component(component: &str) -> bool {
+    let bytes = component.as_bytes();
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        if alnum(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        // A separator: `.`, `_`, `__` or any run of dashes, between alphanumerics.
+        let start = i;
+        match bytes[i] {
+            b'.' => i += 1,
+            b'_' => {
+                i += 1;
+                if i < bytes.len() && bytes[i] == b'_' {
+                    i += 1;
+                }
+            }
+            b'-' => {
+                while i < bytes.len() && bytes[i] == b'-' {
+                    i += 1;
+                }
+            }
+            _ => return false,
+        }
+        if i == start || i >= bytes.len() || !alnum(bytes[i]) {
+            return false;
+        }
+    }
+    true
+}
+
+fn registry_host(host: &str) -> bool {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    };
+    if let Some(port) = port
+        && (port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return false;
+    }
+    !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+fn oci_digest(digest: &str) -> bool {
+    let Some((algorithm, hex)) = digest.split_once(':') else {
+        return false;
+    };
+    let algorithm_ok = !algorithm.is_empty()
+        && algorithm.split(['+', '.', '_', '-']).all(|part| {
+            part.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+                && part.bytes().all(|b| b.is_ascii_alphanumeric())
+        });
+    let hex_len_ok = match algorithm {
+        "sha256" => hex.len() == 64,
+        "sha512" => hex.len() == 128,
+        _ => hex.len() >= 32,
+    };
+    algorithm_ok && hex_len_ok && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+pub fn range(arg: &str, value: u64, min: u64, max: u64) -> Result<(), ToolError> {
+    if value < min || value > max {
+        return Err(ToolError::argument(
+            arg,
+            format!("{value} is out of range: give {min} to {max}"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn absolute_path(arg: &str, path: &str) -> Result<(), ToolError> {
+    if !path.starts_with('/') || path.contains('\0') || path.len() > 4096 {
+        return Err(ToolError::argument(
+            arg,
+            format!(
+                "{} is not accepted: give an absolute path, like /workspace/app.py",
+                quote(path)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub fn env(arg: &str, env: &BTreeMap<String, String>) -> Result<(), ToolError> {
+    for (k, v) in env {
+        let ok = !k.is_empty()
+            && !k.chars().next().is_some_and(|c| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(ToolError::argument(
+                arg,
+                format!(
+                    "variable name {} is not accepted: use letters, digits and underscores, not starting with a digit",
+                    quote(k)
+                ),
+            ));
+        }
+        if v.contains('\0') {
+            return Err(ToolError::argument(
+                arg,
+                format!("the value of {} contains a NUL byte", quote(k)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn hosts(arg: &str, hosts: &[String]) -> Result<(), ToolError> {
+    for h in hosts {
+        let ok = !h.is_empty()
+            && h.len() <= 253
+            && h.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '*')
+            });
+        if !ok {
+            return Err(ToolError::argument(
+                arg,
+                format!(
+                    "{} is not a host name: give names like pypi.org, without scheme, port or path",
+                    quote(h)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn cidrs(arg: &str, cidrs: &[String]) -> Result<(), ToolError> {
+    for c in cidrs {
+        let parsed = c.split_once('/').and_then(|(ip, prefix)| {
+            let ip: std::net::IpAddr = ip.parse().ok()?;
+            let prefix: u8 = prefix.parse().ok()?;
+            let max = if ip.is_ipv4() { 32 } else { 128 };
+            (prefix <= max).then_some(())
+        });
+        if parsed.is_none() {
+            return Err(ToolError::argument(
+                arg,
+                format!(
+                    "{} is not a CIDR range: give an address and a prefix length, like 10.0.0.0/8 or 2001:db8::/32",
+                    quote(c)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn port(arg: &str, port: u32) -> Result<u16, ToolError> {
+    u16::try_from(port)
+        .ok()
+        .filter(|p| *p >= 1)
+        .ok_or_else(|| ToolError::argument(arg, format!("{port} is not a port: give 1 to 65535")))
+}
+
+pub fn command(arg: &str, command: &CommandArg) -> Result<crate::fleet::Command, ToolError> {
+    match command {
+        CommandArg::Argv(argv) if argv.is_empty() || argv[0].is_empty() => {
+            Err(ToolError::argument(
+                arg,
+                "an argv array needs at least the program, like [\"ls\", \"-l\"]",
+            ))
+        }
+        CommandArg::Argv(argv) => Ok(crate::fleet::Command::Argv(argv.clone())),
+        CommandArg::Shell(s) if s.trim().is_empty() => Err(ToolError::argument(
+            arg,
+            "an empty string runs nothing: give a shell command",
+        )),
+        CommandArg::Shell(s) => Ok(crate::fleet::Command::Shell(s.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tools::Catalog;
+    use serde_json::json;
+
+    fn refusal(tool: Tool, args: serde_json::Value) -> String {
+        let catalog = Catalog::of(crate::process::Mode::Both);
+        match tool {
+            Tool::CreateMachine => {
+                parse::<CreateArgs>(tool, Some(&catalog.input(tool)), catalog.mode, args)
+                    .map(|_| ())
+            }
+            Tool::GetMachine => {
+                parse::<MachineArgs>(tool, Some(&catalog.input(tool)), catalog.mode, args)
+                    .map(|_| ())
+            }
+            Tool::RunCommand => {
+                parse::<RunCommandArgs>(tool, Some(&catalog.input(tool)), catalog.mode, args)
+                    .map(|_| ())
+            }
+            _ => Ok(()),
+        }
+        .unwrap_err()
+        .message
+    }
+
+    #[test]
+    fn refusals_are_in_the_schemas_words() {
+        let unknown = refusal(Tool::CreateMachine, json!({"image": "a", "bogus": 1}));
+        assert!(
+            unknown.starts_with("bogus: not an argument of create-machine; its arguments are ")
+                && unknown.contains("image"),
+            "{unknown}"
+        );
+        assert_eq!(
+            refusal(Tool::CreateMachine, json!({"image": "a", "cpus": "2"})),
+            "cpus: \"2\" is not accepted: give a whole number, 1 to 64"
+        );
+        assert_eq!(
+            refusal(Tool::CreateMachine, json!({"image": "a", "cpus": 65})),
+            "cpus: 65 is out of range: give 1 to 64"
+        );
+        assert_eq!(
+            refusal(Tool::CreateMachine, json!({"image": "a", "network": "off"})),
+            "network: \"off\" is not accepted: give one of \"open\", \"blocked\", \"ask\""
+        );
+        let missing = refusal(Tool::GetMachine, json!({}));
+        assert!(
+            missing.starts_with("name: required, and missing: Machine name"),
+            "{missing}"
+        );
+        assert_eq!(
+            refusal(
+                Tool::CreateMachine,
+                json!({"image": "a", "ports": [{"guest": 80, "hots": 1}]})
+            ),
+            "ports[0].hots: not accepted here; the fields are guest, host"
+        );
+        assert_eq!(
+            refusal(Tool::RunCommand, json!({"name": "m", "command": 7})),
+            "command: 7 is not accepted: give an array, each item a string or a string"
+        );
+        assert_eq!(
+            refusal(Tool::RunCommand, json!({"name": "m", "command": ["a", 1]})),
+            "command[1]: 1 is not accepted: give a string"
+        );
+        assert_eq!(
+            refusal(
+                Tool::RunCommand,
+                json!({"name": "m", "command": {"a": "b"}})
+            ),
+            r#"command: {"a":"b"} is not accepted: give an array, each item a string or a string"#
+        );
+        assert_eq!(
+            refusal(
+                Tool::RunCommand,
+                json!({"name": "m", "command": "x", "env": {"A": 1}})
+            ),
+            "env.A: 1 is not accepted: give a string"
+        );
+    }
+
+    #[test]
+    fn a_tool_without_arguments_says_so() {
+        let catalog = Catalog::of(Mode::Single(FleetKind::Local));
+        let refused = parse::<TargetOnly>(
+            Tool::ListMachines,
+            Some(&catalog.input(Tool::ListMachines)),
+            catalog.mode,
+            json!({"bogus": 1}),
+        )
+        .unwrap_err()
+        .message;
+        assert_eq!(
+            refused,
+            "bogus: not an argument of list-machines; it takes no arguments"
+        );
+        // With both fleets `target` is its one argument, and it is listed.
+        let catalog = Catalog::of(Mode::Both);
+        let refused = parse::<TargetOnly>(
+            Tool::ListMachines,
+            Some(&catalog.input(Tool::ListMachines)),
+            catalog.mode,
+            json!({"bogus": 1}),
+        )
+        .unwrap_err()
+        .message;
+        assert_eq!(
+            refused,
+            "bogus: not an argument of list-machines; its arguments are target"
+        );
+    }
+
+    #[test]
+    fn checks() {
+        assert!(machine_name("name", "web-1_a").is_ok());
+        assert!(machine_name("name", &"x".repeat(128)).is_ok());
+        for refused in ["web.1", "a-", "a--b", "_a", "", "ü", "a/b"] {
+            assert!(machine_name("name", refused).is_err(), "{refused}");
+        }
+        assert!(machine_name("name", &"x".repeat(129)).is_err());
+        let huge = machine_name("name", &"x y".repeat(1 << 20))
+            .unwrap_err()
+            .message;
+        assert!(huge.len() < 300, "a bad value is quoted short: {huge}");
+        assert!(machine_name("name", "-x").is_err());
+        assert!(machine_name("name", "has space").is_err());
+        assert!(machine_ref("name", "mach-0123456789abcdef0123456789abcdef").is_ok());
+        assert!(
+            absolute_path("path", "relative/x")
+                .unwrap_err()
+                .message
+                .contains("absolute path")
+        );
+        assert!(cidrs("allowCidrs", &["10.0.0.0/8".into(), "::1/128".into()]).is_ok());
+        assert!(cidrs("allowCidrs", &["10.0.0.0/33".into()]).is_err());
+        assert!(hosts("allowHosts", &["https://pypi.org".into()]).is_err());
+        assert_eq!(
+            port("ports[0].guest", 70000).unwrap_err().message,
+            "ports[0].guest: 70000 is not a port: give 1 to 65535"
+        );
+        assert!(command("command", &CommandArg::Argv(vec![])).is_err());
+        assert!(
+            env(
+                "env",
+                &BTreeMap::from([("1X".to_string(), "v".to_string())])
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn images_are_oci_references_or_absolute_archive_paths() {
+        let digest = "0123456789abcdef".repeat(4);
+        for good in [
+            "alpine".to_owned(),
+            "alpine:3.20".to_owned(),
+            "python:3.12-alpine".to_owned(),
+            "library/alpine:latest".to_owned(),
+            "ghcr.io/org/img:tag".to_owned(),
+            format!("ghcr.io/org/img@sha256:{digest}"),
+            format!("localhost:5000/a/b__c/d-e.f:V1_x@sha256:{digest}"),
+            "registry.example.com:443/team/app".to_owned(),
+            "a".to_owned(),
+            "/images/app.tar".to_owned(),
+        ] {
+            assert!(image("image", &good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "http://evil/",
+            "../../x",
+            "./x.tar",
+            "x.tar/../y",
+            "/images/../etc/shadow",
+            "/images/./x",
+            "/images/",
+            "/",
+            "Alpine",
+            "alpine:",
+            ":3.20",
+            "alpine@sha256:abc",
+            "alpine@sha256",
+            "ghcr.io//img",
+            "-alpine",
+            "alpine-",
+            "a..b",
+            "a___b",
+            "alpine:3.20 --privileged",
+            "alpine\n",
+            "ghcr.io:/img",
+            "ghcr.io:99999x/img",
+            "-bad.io/img",
+            "app.tar",
+            "org/app.tgz",
+        ] {
+            let err = image("image", bad).unwrap_err();
+            assert!(err.message.contains("image"), "{bad}: {}", err.message);
+            assert!(
+                err.message.contains("alpine:3.20"),
+                "{bad}: {}",
+                err.message
+            );
+        }
+        assert!(image("image", &"a".repeat(513)).is_err());
+    }
+}

@@ -1,0 +1,448 @@
+//! What every tool call shares: the fleet it goes to, cancellation by the client, waiting until a
+//! machine runs commands, and deleting a machine whatever the client does meanwhile.
+
+use crate::fleet::{
+    Command, CreateSpec, ErrorKind, ExecSpec, Fleet, FleetKind, Machine, Phase, PulledImage,
+};
+use crate::policy::Policy;
+use crate::policy::error::{ToolError, ToolErrorKind};
+use crate::policy::progress::Progress;
+use crate::process::config::Config;
+use crate::process::{Mode, Process};
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const READY_PROBE_TIMEOUT_SECS: u64 = 10;
+const CLEANUP_DEADLINE: Duration = Duration::from_secs(120);
+
+pub struct Call<'a> {
+    pub policy: &'a Arc<Policy>,
+    pub session: &'a str,
+    scope: Scope,
+    ct: CancellationToken,
+    /// Tells the client what a long wait is waiting for, when it asked (a progress token).
+    pub progress: Progress,
+    /// The fleet this call went to, once chosen.
+    used: OnceLock<FleetKind>,
+    /// The machine names this call uses, which the lease reaper must leave alone until it ends.
+    held: std::sync::Mutex<Vec<String>>,
+    /// The caller's session, which a job this call starts keeps open (`crate::policy::jobs`).
+    pub session_hold: Option<crate::policy::jobs::SessionHoldRef>,
+    /// Who answers for the user (`crate::policy::consent`).
+    pub consent: Option<Arc<dyn crate::policy::consent::Consent>>,
+    /// The user's answer to this call's earlier question, to apply first.
+    pub prior_answer: Option<crate::policy::consent::PriorAnswer>,
+}
+
+/// Which fleets a call may name: those of the process, or the one its session chose when
+/// asked at its first tool call (`crate::protocol::server::fleet_choice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Process(Mode),
+    Chosen(FleetKind),
+}
+
+impl Scope {
+    /// The tool catalog a client in this scope sees.
+    pub fn mode(self) -> Mode {
+        match self {
+            Scope::Process(mode) => mode,
+            Scope::Chosen(kind) => Mode::Single(kind),
+        }
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if let Ok(held) = self.held.lock() {
+            self.process().release(&held);
+        }
+    }
+}
+
+pub(super) fn random_hex() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}
+
+impl<'a> Call<'a> {
+    /// The process this call runs in: its fleets, record and leases.
+    pub fn process(&self) -> &Process {
+        &self.policy.process
+    }
+
+    /// The process's settings.
+    pub fn config(&self) -> &Config {
+        &self.policy.process.config
+    }
+
+    pub fn new(
+        policy: &'a Arc<Policy>,
+        session: &'a str,
+        scope: Scope,
+        ct: CancellationToken,
+        progress: Progress,
+    ) -> Self {
+        progress.redacting(&policy.process.credentials);
+        Call {
+            policy,
+            session,
+            scope,
+            ct,
+            progress,
+            used: OnceLock::new(),
+            held: std::sync::Mutex::new(Vec::new()),
+            session_hold: None,
+            consent: None,
+            prior_answer: None,
+        }
+    }
+
+    pub fn with_consent(
+        mut self,
+        consent: Option<Arc<dyn crate::policy::consent::Consent>>,
+        prior_answer: Option<crate::policy::consent::PriorAnswer>,
+    ) -> Self {
+        self.consent = consent;
+        self.prior_answer = prior_answer;
+        self
+    }
+
+    pub fn with_session_hold(mut self, hold: Option<crate::policy::jobs::SessionHoldRef>) -> Self {
+        self.session_hold = hold;
+        self
+    }
+
+    /// When an ephemeral machine this call makes goes: with the session, or, for a sessionless
+    /// (2026-07-28) HTTP request, when its lease runs out.
+    pub fn ephemeral_end(&self) -> String {
+        if self.session == self.process().lease_session() {
+            format!(
+                "once no call has used it for {} s (the lease of a client without a session)",
+                self.config().machine_lease_secs
+            )
+        } else {
+            "when this session ends".to_owned()
+        }
+    }
+
+    /// Marks `name` as used by this call until it ends, renewing its lease if it has one.
+    pub fn hold(&self, name: &str) {
+        if let Ok(mut held) = self.held.lock()
+            && !held.iter().any(|n| n == name)
+        {
+            self.process().hold(&[name.to_owned()]);
+            held.push(name.to_owned());
+        }
+    }
+
+    /// After the call: a local serve that stopped answering is looked for again next time, and
+    /// a cloud machine that is not found gets the likely reason.
+    pub(super) async fn after<T>(&self, mut result: Result<T, ToolError>) -> Result<T, ToolError> {
+        if let Err(e) = &mut result {
+            if e.is(ErrorKind::Transport) && self.used.get() == Some(&FleetKind::Local) {
+                self.process().reset_local().await;
+            }
+            // The service deletes a machine on its own once its ttlSeconds have passed (facts
+            // 3.3), mid-session included: the agent did not delete it and should know why.
+            let machine_missing = e.message.contains("machine not found")
+                || e.message.contains("not found on the cloud fleet");
+            if e.is(ErrorKind::NotFound)
+                && machine_missing
+                && self.used.get() == Some(&FleetKind::Cloud)
+            {
+                e.message.push_str(&format!(
+                    "\nThe machine is gone. The service also deletes a machine itself once the \
+                     ttlSeconds it was created with have passed (this server gives its ephemeral \
+                     machines {} s), whatever the session is doing.",
+                    self.config().ephemeral_ttl_secs
+                ));
+            }
+        }
+        result
+    }
+
+    /// The fleet a call goes to: its `target` when both fleets are served, else the one fleet.
+    pub async fn fleet(&self, target: Option<FleetKind>) -> Result<Fleet, ToolError> {
+        let kind = self.fleet_kind(target)?;
+        let _ = self.used.set(kind);
+        if kind == FleetKind::Local {
+            // The first local call finds or starts the engine; only a start takes long enough
+            // (more than a second) to be reported.
+            let limit = Duration::from_secs(self.config().serve_start_timeout_secs);
+            return Ok(self
+                .progress
+                .during(
+                    "waiting for the local engine (smolvm serve) to start",
+                    Some(limit),
+                    Box::pin(self.process().fleet(kind)),
+                )
+                .await?);
+        }
+        Ok(self.process().fleet(kind).await?)
+    }
+
+    /// Which fleet `target` means here, without reaching it.
+    pub fn fleet_kind(&self, target: Option<FleetKind>) -> Result<FleetKind, ToolError> {
+        let mode = match self.scope {
+            Scope::Chosen(chosen) => {
+                return match target {
+                    None => Ok(chosen),
+                    Some(kind) if kind == chosen => Ok(kind),
+                    Some(kind) => Err(ToolError::argument(
+                        "target",
+                        format!(
+                            "{} is not reachable in this session: it was set to the {} fleet \
+                             at its first tool call. Leave target out (or give {}); for the \
+                             {} fleet, start another session",
+                            kind.as_str(),
+                            chosen.as_str(),
+                            chosen.as_str(),
+                            kind.as_str()
+                        ),
+                    )),
+                };
+            }
+            Scope::Process(mode) => mode,
+        };
+        match (mode, target) {
+            (Mode::Both, Some(kind)) => Ok(kind),
+            (Mode::Both, None) => Err(ToolError::argument(
+                "target",
+                "required: this server reaches both fleets, so every call names local or cloud",
+            )),
+            (Mode::Single(kind), None) => Ok(kind),
+            (Mode::Single(kind), Some(_)) => Err(ToolError::argument(
+                "target",
+                format!(
+                    "not an argument on this server, which serves only the {} fleet",
+                    kind.as_str()
+                ),
+            )),
+        }
+    }
+
+    /// Runs `work` unless the client cancels first; dropping `work` cancels its HTTP request.
+    pub async fn cancellable<T, E: Into<ToolError>>(
+        &self,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, ToolError> {
+        tokio::select! {
+            result = work => result.map_err(Into::into),
+            _ = self.ct.cancelled() => Err(ToolError::cancelled()),
+        }
+    }
+
+    /// Creates a machine, telling the client what it waits for: the cloud pulls the image at
+    /// create (facts 3.4), so this can take a while there.
+    pub async fn create_reported(
+        &self,
+        fleet: &Fleet,
+        spec: &CreateSpec,
+    ) -> Result<Machine, ToolError> {
+        let waiting_for = format!(
+            "waiting for the {} fleet to create machine {} from {}",
+            fleet.kind().as_str(),
+            spec.name,
+            spec.image
+                .as_deref()
+                .unwrap_or("the engine's bundled Alpine root file system")
+        );
+        self.progress
+            .during(
+                &waiting_for,
+                None,
+                Box::pin(self.cancellable(fleet.create(spec))),
+            )
+            .await
+    }
+
+    /// Starts a machine, telling the client what it waits for: on the local fleet the first
+    /// start pulls the image and boots the guest (docs/tools.md: Egress), which can take minutes.
+    pub async fn start_reported(
+        &self,
+        fleet: &Fleet,
+        machine: &str,
+        branchable: Option<bool>,
+        image: Option<&str>,
+    ) -> Result<Machine, ToolError> {
+        let waiting_for = match image {
+            Some(image) => format!(
+                "waiting for machine {machine} to start (pulling {image} if not cached, then booting)"
+            ),
+            None => format!("waiting for machine {machine} to start"),
+        };
+        self.progress
+            .during(
+                &waiting_for,
+                None,
+                Box::pin(self.cancellable(fleet.start(machine, branchable))),
+            )
+            .await
+    }
+
+    /// Pulls an image into a machine's cache, telling the client how long it has waited.
+    pub async fn pull_reported(
+        &self,
+        fleet: &Fleet,
+        machine: &str,
+        image: &str,
+    ) -> Result<PulledImage, ToolError> {
+        self.progress
+            .during(
+                &format!("waiting for {image} to be pulled into machine {machine}"),
+                None,
+                Box::pin(self.cancellable(fleet.pull_image(machine, image))),
+            )
+            .await
+    }
+
+    /// Waits until a command runs in the machine: an `echo` of a nonce, once a second, until the
+    /// nonce comes back, the machine is gone, the deadline passes, or the client cancels.
+    pub async fn wait_ready(&self, fleet: &Fleet, machine: &str) -> Result<(), ToolError> {
+        let limit = Duration::from_secs(self.config().ready_timeout_secs);
+        self.progress
+            .during(
+                &format!("waiting for machine {machine} to run commands"),
+                Some(limit),
+                Box::pin(self.probe_until_ready(fleet, machine)),
+            )
+            .await
+    }
+
+    async fn probe_until_ready(&self, fleet: &Fleet, machine: &str) -> Result<(), ToolError> {
+        let nonce = format!("ready-{}", random_hex());
+        let limit = self.config().ready_timeout_secs;
+        let deadline = Instant::now() + Duration::from_secs(limit);
+        // `echo`, not a shell: an image without one still answers. The mark keeps the probe out
+        // of the machine's engine log as machine-logs shows it.
+        let mut probe = ExecSpec::new(Command::Argv(vec![
+            "echo".into(),
+            nonce.clone(),
+            crate::fleet::internal::MARK.into(),
+        ]));
+        probe.timeout_secs = Some(READY_PROBE_TIMEOUT_SECS);
+        let mut last;
+        loop {
+            // The probe boots a stopped machine inside the call, so it may take as long as the
+            // whole wait (facts 3.7); the wait's own deadline is the one that bounds it.
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_secs(1));
+            let attempt = async {
+                match tokio::time::timeout(left, fleet.exec(machine, &probe)).await {
+                    Ok(answer) => Ok::<_, ToolError>(answer),
+                    Err(_) => Ok(Err(crate::fleet::FleetError::new(
+                        ErrorKind::Timeout,
+                        format!("exec in {machine}"),
+                        format!("no answer within {} s", left.as_secs()),
+                    ))),
+                }
+            };
+            match self.cancellable(attempt).await? {
+                Ok(out) if String::from_utf8_lossy(&out.stdout).contains(&nonce) => return Ok(()),
+                Ok(out) => {
+                    last = format!(
+                        "exit {}, stderr {:?}",
+                        out.exit_code,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )
+                }
+                Err(e) if e.kind == ErrorKind::NotFound => return Err(e.into()),
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() >= deadline {
+                return Err(ToolError::new(
+                    ToolErrorKind::NotReady,
+                    format!(
+                        "machine {machine} did not run a command within {limit} s (last attempt: {last})"
+                    ),
+                ));
+            }
+            self.cancellable(async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok::<_, ToolError>(())
+            })
+            .await?;
+        }
+    }
+
+    /// Deletes a machine whatever the client does meanwhile (clean-up is not cancellable), and
+    /// forgets it in the ephemeral record once it is gone.
+    pub async fn delete_quietly(
+        &self,
+        fleet: &Fleet,
+        name: &str,
+        id: &str,
+    ) -> Result<(), ToolError> {
+        let kind = fleet.kind();
+        match tokio::time::timeout(CLEANUP_DEADLINE, fleet.delete(id)).await {
+            Ok(Ok(_)) => {
+                self.process().forget(kind, name);
+                Ok(())
+            }
+            Ok(Err(e)) if e.kind == ErrorKind::NotFound => {
+                self.process().forget(kind, name);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(ToolError::new(
+                ToolErrorKind::Fleet(ErrorKind::Timeout),
+                format!(
+                    "deleting {name} took longer than {} s",
+                    CLEANUP_DEADLINE.as_secs()
+                ),
+            )),
+        }
+    }
+
+    /// What the machine's state means for the next operation: a stopped (or failed) one is
+    /// booted by it, which the result reports as `startedMachine`; a suspended or unreachable
+    /// one is not booted, but is not running commands either.
+    pub async fn phase(&self, fleet: &Fleet, machine: &str) -> Result<Phase, ToolError> {
+        let m = self.cancellable(fleet.get(machine)).await?;
+        Ok(m.phase())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ephemeral_machine_goes_with_its_session_or_its_lease() {
+        let runtime = std::env::temp_dir().join(format!("smol-mcp-call-test-{}", random_hex()));
+        let mut vars = std::collections::BTreeMap::new();
+        vars.insert(
+            "SMOL_MCP_RUNTIME_DIR".to_owned(),
+            runtime.display().to_string(),
+        );
+        vars.insert("SMOL_MCP_MACHINE_LEASE_SECS".to_owned(), "77".to_owned());
+        let config = crate::process::config::Config::from_sources(
+            &vars,
+            std::path::Path::new("/nonexistent"),
+        )
+        .unwrap();
+        let policy = Policy::start(config).unwrap();
+        let scope = Scope::Process(policy.process.mode);
+        let in_session = Call::new(
+            &policy,
+            "a-session",
+            scope,
+            CancellationToken::new(),
+            Progress::none(),
+        );
+        assert_eq!(in_session.ephemeral_end(), "when this session ends");
+        let leased = Call::new(
+            &policy,
+            policy.process.lease_session(),
+            scope,
+            CancellationToken::new(),
+            Progress::none(),
+        );
+        let end = leased.ephemeral_end();
+        assert!(end.contains("77 s") && end.contains("lease"), "{end}");
+        let _ = std::fs::remove_dir_all(runtime);
+    }
+}

@@ -1,0 +1,348 @@
+//! The tools that run commands: in an existing machine, or once in a throwaway one.
+
+use super::args;
+use super::call::random_hex;
+use super::egress_report::{EgressWatch, refused_during};
+use super::lifecycle::{base_spec, require_image, with_egress_hint};
+use super::provisional::Provisional;
+use super::results::{self, Overflow};
+use super::{Call, Tool, ToolError};
+use crate::fleet::{ExecOutput, ExecSpec, FleetKind};
+use crate::policy::jobs::guest;
+use crate::policy::ledger::RunStart;
+use crate::policy::output::head_tail;
+use std::time::Instant;
+
+/// Kills, in the guest, the command of a cancelled call and its children (they carry its
+/// marker). Best effort, in the background: the call has already ended, and an image without
+/// `sh` keeps its command (the log says so).
+fn kill_marked(fleet: crate::fleet::Fleet, machine: String, marker: String) {
+    let mut kill = ExecSpec::new(guest::kill_marked(&marker));
+    kill.timeout_secs = Some(30);
+    tokio::spawn(async move {
+        match fleet.exec(&machine, &kill).await {
+            Ok(out) if out.exit_code == 0 => {
+                tracing::info!(%machine, %marker, "killed the command of a cancelled call")
+            }
+            Ok(out) => {
+                tracing::warn!(%machine, exit = out.exit_code, "could not kill the command of a cancelled call")
+            }
+            Err(e) => {
+                tracing::warn!(%machine, error = %e, "could not kill the command of a cancelled call")
+            }
+        }
+    });
+}
+
+/// The timeouts a command may ask for: a foreground one's (execTimeoutSecs up to
+/// maxExecTimeoutSecs) or a background job's (up to maxJobSecs, which is also its default).
+struct TimeoutRule {
+    default: u64,
+    max: u64,
+    setting: &'static str,
+}
+
+impl TimeoutRule {
+    fn foreground(config: &crate::process::config::Config) -> TimeoutRule {
+        TimeoutRule {
+            default: config.exec_timeout_secs,
+            max: config.max_exec_timeout_secs,
+            setting: "maxExecTimeoutSecs",
+        }
+    }
+
+    fn background(config: &crate::process::config::Config) -> TimeoutRule {
+        TimeoutRule {
+            default: config.max_job_secs,
+            max: config.max_job_secs,
+            setting: "maxJobSecs",
+        }
+    }
+}
+
+fn exec_spec(fields: &args::CommandFields, rule: TimeoutRule) -> Result<ExecSpec, ToolError> {
+    let mut spec = ExecSpec::new(args::command("command", &fields.command)?);
+    if let Some(w) = &fields.workdir {
+        args::absolute_path("workdir", w)?;
+    }
+    spec.workdir = fields.workdir.clone();
+    if let Some(env) = &fields.env {
+        args::env("env", env)?;
+        spec.env = env.clone();
+    }
+    spec.stdin = fields.stdin.clone();
+    let secs = fields.timeout_secs.unwrap_or(rule.default);
+    if secs == 0 || secs > rule.max {
+        return Err(ToolError::argument(
+            "timeoutSecs",
+            format!(
+                "{secs} is not accepted: give 1 to {} (this server's ceiling, {})",
+                rule.max, rule.setting
+            ),
+        ));
+    }
+    spec.timeout_secs = Some(secs);
+    Ok(spec)
+}
+
+/// Each stream's head and tail within the output budget, and whether anything was left out.
+struct Shaped {
+    stdout: crate::policy::output::Shaped,
+    stderr: crate::policy::output::Shaped,
+    truncated: bool,
+}
+
+fn shape(output: &ExecOutput, budget: usize) -> Shaped {
+    let stdout = head_tail(&output.stdout, budget);
+    let stderr = head_tail(&output.stderr, budget);
+    let truncated = stdout.dropped > 0
+        || stderr.dropped > 0
+        || output.stdout_cut_upstream
+        || output.stderr_cut_upstream;
+    Shaped {
+        stdout,
+        stderr,
+        truncated,
+    }
+}
+
+pub(super) async fn run_command(
+    call: &Call<'_>,
+    a: args::RunCommandArgs,
+) -> Result<results::RunCommandAnswer, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    if a.background != Some(true) {
+        return run_foreground(call, a)
+            .await
+            .map(results::RunCommandAnswer::Finished);
+    }
+    if a.run.stdin.is_some() {
+        return Err(ToolError::argument(
+            "stdin",
+            "is not accepted with background: true (a detached command reads nothing): write \
+             the input into the machine with write-file and redirect from it, or run without \
+             background",
+        ));
+    }
+    let spec = exec_spec(&a.run, TimeoutRule::background(call.config()))?;
+    super::jobs::start(call, &a, spec)
+        .await
+        .map(results::RunCommandAnswer::Started)
+}
+
+async fn run_foreground(
+    call: &Call<'_>,
+    a: args::RunCommandArgs,
+) -> Result<results::CommandRun, ToolError> {
+    let mut spec = exec_spec(&a.run, TimeoutRule::foreground(call.config()))?;
+    let fleet = call.fleet(a.target).await?;
+    // A machine this server has seen is not asked for again before each command (a request
+    // per command: +120-150 ms on the nested engine). Its network says whether to watch the
+    // egress; whether it runs is left to the exec, sent without autoStart: a machine that is
+    // not running is refused at once, then started with its boot reported, then sent the
+    // command again. Unseen (or on the cloud), the machine is asked for first as before.
+    let (network, mut started_machine) = match fleet.known_network(&a.name) {
+        Some(network) => {
+            spec.start_if_stopped = false;
+            (network, false)
+        }
+        None => {
+            let machine = call.cancellable(fleet.get(&a.name)).await?;
+            let boots = machine.phase().boots_on_use();
+            if boots && fleet.kind() == FleetKind::Local {
+                // The engine's exec would boot the machine itself, saying nothing for the 20 s
+                // or so that takes (seen on the real 1.32.2 guest): started first, the boot is
+                // reported as progress like any other start's.
+                call.start_reported(&fleet, &a.name, None, None).await?;
+            }
+            (machine.network, boots)
+        }
+    };
+    let prior = super::egress_report::apply_prior(call, &fleet, &a.name).await;
+    let watch = match EgressWatch::begin_described(fleet.kind(), &network) {
+        Some(watch) => Some(watch.with_baseline(&fleet, &a.name).await),
+        None => None,
+    };
+    let began = Instant::now();
+    let run = call.policy.ledger.begin(RunStart::new(
+        Tool::RunCommand.name(),
+        fleet.kind(),
+        &a.name,
+        &spec,
+    ));
+    // Neither engine can cancel an exec: dropping the request leaves the command running in the
+    // guest. Every command carries a marker in its environment (children inherit it), so that a
+    // cancelled one, and whatever it started, can be found and killed by a second exec.
+    let marker = format!("{}-{}", std::process::id(), random_hex());
+    spec.env
+        .insert(guest::RUN_MARKER.to_owned(), marker.clone());
+    let attempt = call
+        .cancellable(async {
+            match super::streamed::exec(call, &fleet, &a.name, &spec).await {
+                Err(e) if !spec.start_if_stopped && fleet.is_not_running(&e) => {
+                    call.start_reported(&fleet, &a.name, None, None).await?;
+                    let sent_again = Instant::now();
+                    let output = super::streamed::exec(call, &fleet, &a.name, &spec).await?;
+                    Ok::<_, ToolError>((output, Some(sent_again)))
+                }
+                other => Ok((other?, None)),
+            }
+        })
+        .await;
+    let output = match attempt {
+        Err(e) if e.kind == crate::policy::error::ToolErrorKind::Cancelled => {
+            run.failed(&e);
+            kill_marked(fleet.clone(), a.name.clone(), marker);
+            return Err(e);
+        }
+        Err(e) => {
+            run.failed(&e);
+            return Err(e);
+        }
+        Ok((output, sent_again)) => {
+            started_machine |= sent_again.is_some();
+            (output, sent_again.unwrap_or(began))
+        }
+    };
+    // Measured from the exec that ran the command, not from a refused one and the boot after.
+    let (output, sent) = output;
+    let timed_out = output.timed_out(sent.elapsed(), spec.timeout_secs);
+    run.exited(&output, timed_out);
+    let failed = output.exit_code != 0 || timed_out;
+    let blocked_egress = refused_during(watch, call, &fleet, &a.name, failed).await;
+    let egress_answer = match &blocked_egress {
+        Some(refused) if call.process().credentials.asks_egress(&a.name) => {
+            Some(super::egress_report::ask_the_user(call, &fleet, &a.name, refused).await)
+        }
+        _ => prior,
+    };
+    let mut shaped = shape(&output, call.config().max_output_bytes);
+    let mut overflow = Vec::new();
+    if shaped.stdout.dropped > 0 || shaped.stderr.dropped > 0 {
+        let stamp = random_hex();
+        for (stream, bytes, part) in [
+            ("stdout", &output.stdout, &mut shaped.stdout),
+            ("stderr", &output.stderr, &mut shaped.stderr),
+        ] {
+            if part.dropped == 0 {
+                continue;
+            }
+            let path = format!("/tmp/smol-mcp-{stamp}.{stream}");
+            match call
+                .cancellable(fleet.write_file(&a.name, &path, bytes.clone()))
+                .await
+            {
+                Ok(_) => {
+                    part.text.push_str(&format!(
+                        "\n[the whole {stream}, {} bytes, is in the machine at {path}]",
+                        bytes.len()
+                    ));
+                    overflow.push(Overflow {
+                        stream: stream.into(),
+                        path,
+                        bytes: bytes.len() as u64,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(%path, error = %e.message, "could not write the whole stream into the machine")
+                }
+            }
+        }
+    }
+    Ok(results::CommandRun {
+        stdout: shaped.stdout.text,
+        stderr: shaped.stderr.text,
+        exit_code: output.exit_code,
+        timed_out,
+        truncated: shaped.truncated,
+        overflow,
+        started_machine,
+        blocked_egress,
+        egress_answer,
+    })
+}
+
+pub(super) async fn run_once(
+    call: &Call<'_>,
+    a: args::RunOnceArgs,
+) -> Result<results::RunOnce, ToolError> {
+    let config = &call.config();
+    let name = format!("{}once-{}", config.machine_prefix, random_hex());
+    if a.machine.network == Some(args::Network::Ask) {
+        return Err(ToolError::argument(
+            "network",
+            "ask is for create-machine: a run-once machine is deleted before a retry could use \
+             what the user allowed; create-machine with network ask, then run-command",
+        ));
+    }
+    let mut spec = base_spec(call, &a.machine, name.clone(), config.run_once_network)?;
+    spec.ephemeral = true;
+    let exec = exec_spec(&a.run, TimeoutRule::foreground(config))?;
+    let kind = call.fleet_kind(a.target)?;
+    let bindings =
+        super::credentials::apply(call, kind, a.machine.credentials.as_deref(), &mut spec)?;
+    let fleet = call.fleet(a.target).await?;
+    require_image(fleet.kind(), &spec)?;
+    let mut machine = Provisional::begin(call, &fleet, &name, true)?;
+    let result = async {
+        let created = call
+            .create_reported(&fleet, &spec)
+            .await
+            .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
+        machine.created(&created.id);
+        if fleet.kind() == FleetKind::Local {
+            call.process().credentials.bind(machine.id(), &bindings);
+        }
+        call.start_reported(&fleet, machine.id(), Some(false), spec.image.as_deref())
+            .await
+            .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
+        call.wait_ready(&fleet, machine.id()).await?;
+        let watch = match EgressWatch::begin(fleet.kind(), &spec.egress) {
+            Some(watch) => Some(watch.with_baseline(&fleet, machine.id()).await),
+            None => None,
+        };
+        let began = Instant::now();
+        let run = call.policy.ledger.begin(RunStart::new(
+            Tool::RunOnce.name(),
+            fleet.kind(),
+            &name,
+            &exec,
+        ));
+        let output = match call
+            .cancellable(super::streamed::exec(call, &fleet, machine.id(), &exec))
+            .await
+        {
+            Ok(output) => output,
+            Err(e) => {
+                run.failed(&e);
+                return Err(e);
+            }
+        };
+        let elapsed = began.elapsed();
+        let timed_out = output.timed_out(elapsed, exec.timeout_secs);
+        run.exited(&output, timed_out);
+        // Asked before the machine goes: the engine's record of it goes with it.
+        let failed = output.exit_code != 0 || timed_out;
+        let blocked_egress = refused_during(watch, call, &fleet, machine.id(), failed).await;
+        Ok::<_, ToolError>((output, elapsed, blocked_egress))
+    }
+    .await;
+    // Whatever happened, the machine goes (a cancelled call included).
+    if !bindings.is_empty() {
+        call.process().credentials.forget_machine(&name);
+    }
+    if let Err(e) = machine.abandon().await {
+        tracing::warn!(machine = %name, error = %e.message, "run-once could not delete its machine; it stays recorded for the session's clean-up");
+    }
+    let (output, elapsed, blocked_egress) = result?;
+    let shaped = shape(&output, config.max_output_bytes);
+    Ok(results::RunOnce {
+        truncated: shaped.truncated,
+        timed_out: output.timed_out(elapsed, exec.timeout_secs),
+        stdout: shaped.stdout.text,
+        stderr: shaped.stderr.text,
+        exit_code: output.exit_code,
+        machine: name,
+        blocked_egress,
+    })
+}

@@ -1,0 +1,66 @@
+//! The `credentials` argument of create-machine and run-once: bindings the operator declared,
+//! named by the agent, put into the machine's spec. The values never pass here: the local fleet
+//! supplies them before each boot (`crate::process::credentials`).
+
+use super::Call;
+use crate::fleet::{CreateSpec, Egress, FleetKind};
+use crate::policy::error::ToolError;
+
+/// What the cloud fleet cannot do, in one place for the argument's refusal and the docs.
+pub const NOT_ON_CLOUD: &str = "credentials are local only: the smol cloud API as this server \
+     speaks it (its published spec) has no credential bindings, so a cloud machine cannot be \
+     given a secret without the workload seeing it. Use the local fleet for work that needs \
+     one";
+
+/// Puts the bindings `names` asks for into `spec`, once they are known, their values are
+/// there to supply, and the fleet can take them; answers the names to record for the machine.
+/// Their hosts join a machine's allow list (a blocked machine gets one of them): the operator
+/// declared those hosts as where the value may go, and a request that cannot leave the
+/// machine would carry nothing.
+pub(super) fn apply(
+    call: &Call<'_>,
+    kind: FleetKind,
+    names: Option<&[String]>,
+    spec: &mut CreateSpec,
+) -> Result<Vec<String>, ToolError> {
+    let names = match names {
+        None | Some([]) => return Ok(Vec::new()),
+        Some(names) => names,
+    };
+    if kind == FleetKind::Cloud {
+        return Err(ToolError::argument("credentials", NOT_ON_CLOUD));
+    }
+    let supplier = &call.process().credentials;
+    let bindings = supplier
+        .resolve(names)
+        .map_err(|why| ToolError::argument("credentials", why))?;
+    for binding in &bindings {
+        supplier
+            .check_value(binding)
+            .map_err(|why| ToolError::argument("credentials", why))?;
+    }
+    let hosts: Vec<String> = bindings.iter().flat_map(|b| b.hosts.clone()).collect();
+    spec.egress = match std::mem::replace(&mut spec.egress, Egress::Blocked) {
+        Egress::Open => Egress::Open,
+        Egress::Blocked => Egress::Allow {
+            hosts,
+            cidrs: Vec::new(),
+        },
+        Egress::Allow {
+            hosts: mut allowed,
+            cidrs,
+        } => {
+            for host in hosts {
+                if !allowed.contains(&host) {
+                    allowed.push(host);
+                }
+            }
+            Egress::Allow {
+                hosts: allowed,
+                cidrs,
+            }
+        }
+    };
+    spec.credentials = bindings.iter().map(|b| b.spec()).collect();
+    Ok(bindings.iter().map(|b| b.name.clone()).collect())
+}

@@ -1,0 +1,149 @@
+//! The tools that move files in and out of machines. A read holds one page in memory, whatever
+//! the file's size: the download is read up to the page and paused there, and the next page of
+//! the same read (the same offset the last one ended at) continues it rather than downloading
+//! the file again.
+
+use super::args::{self, Encoding};
+use super::results;
+use super::{Call, ToolError};
+use crate::fleet::{FileReader, FleetKind, Phase, local};
+use crate::policy::output::utf8_prefix_len;
+use crate::policy::reads::ParkedRead;
+use base64::Engine as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How much of the next page is downloaded while a page travels to the client.
+const READ_AHEAD: usize = 4 * 1024 * 1024;
+
+pub(super) async fn read_file(
+    call: &Call<'_>,
+    a: args::ReadFileArgs,
+) -> Result<results::FileRead, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    args::absolute_path("path", &a.path)?;
+    if a.length == Some(0) {
+        return Err(ToolError::argument(
+            "length",
+            "give at least 1, or leave it out to read to the end",
+        ));
+    }
+    let budget = call.config().max_output_bytes;
+    // The page is held whole in memory on its way out: a length past the budget would have the
+    // server buffer whatever the caller names (2^53 buffered a whole 1 GiB file).
+    if let Some(length) = a.length.filter(|&l| l > budget as u64) {
+        return Err(ToolError::argument(
+            "length",
+            format!(
+                "{length} is over the {budget} bytes one page may hold (this server's output \
+                 budget): give at most {budget}, and read on from the offset after it"
+            ),
+        ));
+    }
+    // Base64 grows by a third: by default a page's encoded content stays within the budget.
+    let page_max = match a.encoding {
+        Encoding::Utf8 => budget,
+        Encoding::Base64 => budget / 4 * 3,
+    };
+    let fleet = call.fleet(a.target).await?;
+    let phase = call.phase(&fleet, &a.name).await?;
+    let started_machine = phase.boots_on_use();
+    if phase != Phase::Running {
+        call.wait_ready(&fleet, &a.name).await?;
+    }
+    let want = a
+        .length
+        .map_or(page_max, |l| usize::try_from(l).unwrap_or(page_max));
+    let offset = a.offset.unwrap_or(0);
+    let kind = fleet.kind();
+    let shared = match call.policy.reads.take(kind, &a.name, &a.path, offset) {
+        Some(shared) => shared,
+        None => {
+            let stream = call.cancellable(fleet.read_file(&a.name, &a.path)).await?;
+            let mut reader = FileReader::new(stream);
+            call.cancellable(reader.skip_to(offset)).await?;
+            Arc::new(tokio::sync::Mutex::new(reader))
+        }
+    };
+    // A read-ahead still under way finishes first: it is on the way to this page.
+    let mut reader = shared.lock().await;
+    let start = reader.position();
+    // Three bytes past the page tell whether its end splits a character.
+    let at_hand = call
+        .cancellable(reader.peek(want.saturating_add(3)))
+        .await?;
+    let mut len = want.min(at_hand.len());
+    if a.encoding == Encoding::Utf8 && len < at_hand.len() {
+        // Never split a character across pages; the next page starts where this one ends.
+        len = utf8_prefix_len(at_hand, len).max(1.min(len));
+    }
+    let page = reader.take(len);
+    let size = call.cancellable(reader.size()).await?;
+    let eof = start + len as u64 >= size;
+    if !eof && reader.can_continue() {
+        drop(reader);
+        call.policy.reads.park(ParkedRead {
+            kind,
+            machine: a.name.clone(),
+            path: a.path.clone(),
+            offset: start + len as u64,
+            reader: shared.clone(),
+            parked_at: Instant::now(),
+        });
+        // While this page travels to the client, the next one downloads: a constant's worth,
+        // so a read still holds a page plus READ_AHEAD at most.
+        tokio::spawn(async move {
+            let _ = shared.lock().await.peek(READ_AHEAD).await;
+        });
+    }
+    let content = match a.encoding {
+        Encoding::Utf8 => String::from_utf8_lossy(&page).into_owned(),
+        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&page),
+    };
+    Ok(results::FileRead {
+        path: a.path,
+        content,
+        encoding: match a.encoding {
+            Encoding::Utf8 => "utf8".into(),
+            Encoding::Base64 => "base64".into(),
+        },
+        size,
+        offset: start,
+        bytes: len as u64,
+        eof,
+        started_machine,
+    })
+}
+
+pub(super) async fn write_file(
+    call: &Call<'_>,
+    a: args::WriteFileArgs,
+) -> Result<results::FileWritten, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    args::absolute_path("path", &a.path)?;
+    let bytes = match a.encoding {
+        Encoding::Utf8 => a.content.into_bytes(),
+        Encoding::Base64 => base64::engine::general_purpose::STANDARD
+            .decode(a.content.trim())
+            .map_err(|e| ToolError::argument("content", format!("not valid base64 ({e})")))?,
+    };
+    let fleet = call.fleet(a.target).await?;
+    if fleet.kind() == FleetKind::Local && bytes.len() as u64 > local::MAX_UPLOAD_BYTES {
+        return Err(ToolError::argument(
+            "content",
+            local::upload_refusal(bytes.len() as u64),
+        ));
+    }
+    let started_machine = call.phase(&fleet, &a.name).await?.boots_on_use();
+    // A file written before the workload's container is up lands under a mount that then
+    // hides it; a command that has run means the container is up.
+    call.wait_ready(&fleet, &a.name).await?;
+    let size = call
+        .cancellable(fleet.write_file(&a.name, &a.path, bytes))
+        .await?;
+    Ok(results::FileWritten {
+        path: a.path,
+        size,
+        started_machine,
+    })
+}

@@ -1,0 +1,215 @@
+//! The tools around background jobs (`crate::policy::jobs`): starting one from run-command, reading
+//! its output by cursor, cancelling it, listing them.
+
+use super::results::{JobFiles, JobList, JobReport, JobStarted, JobSummary};
+use super::{Call, args};
+use crate::fleet::{ErrorKind, FleetKind};
+use crate::policy::error::{ToolError, ToolErrorKind};
+use crate::policy::jobs::{Cursor, Job, Phase, Start, StartError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How much of the command a listing shows.
+const COMMAND_SHOWN_CHARS: usize = 200;
+
+pub(super) async fn start(
+    call: &Call<'_>,
+    a: &args::RunCommandArgs,
+    spec: crate::fleet::ExecSpec,
+) -> Result<JobStarted, ToolError> {
+    let fleet = call.fleet(a.target).await?;
+    let machine = call.cancellable(fleet.get(&a.name)).await?;
+    let started_machine = machine.phase().boots_on_use();
+    let timeout_secs = spec.timeout_secs.unwrap_or(call.config().max_job_secs);
+    let start = Start {
+        fleet,
+        machine: &a.name,
+        spec,
+        timeout: Duration::from_secs(timeout_secs),
+        session: call.session_hold.clone(),
+    };
+    // Not cancellable once sent: a job the engine started must be known here, or nothing
+    // would ever watch or end it.
+    let job = call
+        .policy
+        .jobs
+        .start(&call.policy.process, &call.policy.ledger, start)
+        .await
+        .map_err(|e| match e {
+            StartError::Fleet(e) => ToolError::from(e),
+            StartError::Full(_) => {
+                ToolError::new(ToolErrorKind::Fleet(ErrorKind::RateLimited), e.to_string())
+            }
+            StartError::Refused(_) => ToolError::new(
+                ToolErrorKind::Fleet(ErrorKind::Upstream),
+                format!(
+                    "{e}. A job needs sh and a writable /tmp in the machine's image; \
+                     run-command without background does not."
+                ),
+            ),
+        })?;
+    Ok(JobStarted {
+        job: job.id.clone(),
+        state: Phase::Running.word().into(),
+        machine: job.machine.clone(),
+        cursor: Cursor::default().to_string(),
+        timeout_secs,
+        output_files: files(&job),
+        run: job.run_id,
+        started_machine,
+    })
+}
+
+fn files(job: &Job) -> JobFiles {
+    JobFiles {
+        stdout: job.path("stdout"),
+        stderr: job.path("stderr"),
+    }
+}
+
+fn summary(job: &Job) -> JobSummary {
+    let state = job.state();
+    let command = match job.command.char_indices().nth(COMMAND_SHOWN_CHARS) {
+        Some((cut, _)) => format!("{}...", &job.command[..cut]),
+        None => job.command.clone(),
+    };
+    JobSummary {
+        job: job.id.clone(),
+        target: job.kind(),
+        machine: job.machine.clone(),
+        command,
+        state: state.phase.word().into(),
+        exit_code: state.phase.exit_code(),
+        reason: match &state.phase {
+            Phase::Lost(reason) => Some(reason.clone()),
+            _ => None,
+        },
+        started_at: chrono::DateTime::<chrono::Utc>::from(job.started)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        elapsed_secs: job.elapsed().as_secs(),
+        stdout_bytes: state.stdout_bytes,
+        stderr_bytes: state.stderr_bytes,
+        output_files: files(job),
+        run: job.run_id,
+    }
+}
+
+/// The job `id` on the fleet this call may use (taking over the jobs a process that ended left
+/// running first, so that an id from before a restart is found).
+async fn find(call: &Call<'_>, target: Option<FleetKind>, id: &str) -> Result<Arc<Job>, ToolError> {
+    let kind = call.fleet_kind(target)?;
+    call.policy.adopt_jobs().await;
+    match call.policy.jobs.get(id) {
+        Some(job) if job.kind() == kind => Ok(job),
+        _ => Err(ToolError::new(
+            ToolErrorKind::Fleet(ErrorKind::NotFound),
+            format!(
+                "job: no job {} on the {} fleet of this server (list-jobs shows them; an \
+                 ended job is forgotten once 100 newer ones have ended, or when the server \
+                 restarts)",
+                crate::policy::error::quote(id),
+                kind.as_str()
+            ),
+        )),
+    }
+}
+
+pub(super) async fn job_output(
+    call: &Call<'_>,
+    a: args::JobOutputArgs,
+) -> Result<JobReport, ToolError> {
+    let job = find(call, a.target, &a.job).await?;
+    let from = match &a.cursor {
+        None => Cursor::default(),
+        Some(text) => Cursor::parse(text).ok_or_else(|| {
+            ToolError::argument(
+                "cursor",
+                format!(
+                    "{} is not a cursor: give back the cursor a previous job-output answered \
+                     (like \"1024:0\"), or leave it out to read from the start",
+                    crate::policy::error::quote(text)
+                ),
+            )
+        })?,
+    };
+    let wait = a.wait_secs.unwrap_or(0);
+    if wait > 300 {
+        return Err(ToolError::argument(
+            "waitSecs",
+            format!("{wait} is not accepted: give 0 to 300"),
+        ));
+    }
+    // Reading renews a leased machine's lease, like any call naming it.
+    call.hold(&job.machine);
+    if wait > 0 {
+        let limit = Duration::from_secs(wait);
+        let waiting_for = format!("waiting for job {} to end", job.id);
+        call.cancellable(async {
+            call.progress
+                .during(&waiting_for, Some(limit), Box::pin(job.wait_end(limit)))
+                .await;
+            Ok::<_, ToolError>(())
+        })
+        .await?;
+    }
+    let budget = call.config().max_output_bytes;
+    // A lost job's machine is stopped or gone: reading would start a stopped cloud machine
+    // again (and bill it), so nothing is read.
+    let (chunk, unavailable) = if let Phase::Lost(reason) = job.state().phase {
+        (
+            None,
+            Some(format!(
+                "not read: {reason}. If the machine still exists, its files are at \
+                 outputFiles (read-file starts a stopped machine)"
+            )),
+        )
+    } else {
+        match call.cancellable(job.read(from, budget)).await {
+            Ok(chunk) => (Some(chunk), None),
+            Err(e) if e.kind == ToolErrorKind::Cancelled => return Err(e),
+            Err(e) => (None, Some(e.message)),
+        }
+    };
+    let summary = summary(&job);
+    Ok(match chunk {
+        Some(chunk) => JobReport {
+            summary,
+            stdout: String::from_utf8_lossy(&chunk.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&chunk.stderr).into_owned(),
+            cursor: chunk.next.to_string(),
+            more: chunk.more,
+            output_unavailable: None,
+        },
+        None => JobReport {
+            summary,
+            stdout: String::new(),
+            stderr: String::new(),
+            cursor: from.to_string(),
+            more: false,
+            output_unavailable: unavailable,
+        },
+    })
+}
+
+pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobSummary, ToolError> {
+    let job = find(call, a.target, &a.job).await?;
+    call.hold(&job.machine);
+    // Not cancellable: a kill half sent would leave the agent unsure whether the job runs.
+    job.cancel().await?;
+    Ok(summary(&job))
+}
+
+pub(super) async fn list_jobs(call: &Call<'_>, a: args::TargetOnly) -> Result<JobList, ToolError> {
+    let kind = call.fleet_kind(a.target)?;
+    call.policy.adopt_jobs().await;
+    Ok(JobList {
+        jobs: call
+            .policy
+            .jobs
+            .list()
+            .iter()
+            .filter(|job| job.kind() == kind)
+            .map(|job| summary(job))
+            .collect(),
+    })
+}

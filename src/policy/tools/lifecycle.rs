@@ -1,0 +1,631 @@
+//! The tools that make, find, start, stop, copy and remove machines.
+
+use super::args::{self, Network};
+use super::call::random_hex;
+use super::provisional::Provisional;
+use super::results;
+use super::{Call, Tool, ToolError};
+use crate::fleet::{
+    CreateSpec, Deleted, Egress, ErrorKind, FleetKind, Machine, Mount, PortMapping,
+};
+use crate::process::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
+
+pub(super) async fn list_machines(
+    call: &Call<'_>,
+    a: args::TargetOnly,
+) -> Result<results::MachineList, ToolError> {
+    let fleet = call.fleet(a.target).await?;
+    let machines = call.cancellable(fleet.list()).await?;
+    Ok(results::MachineList { machines })
+}
+
+pub(super) async fn get_machine(
+    call: &Call<'_>,
+    a: args::MachineArgs,
+) -> Result<Machine, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let fleet = call.fleet(a.target).await?;
+    call.cancellable(fleet.get(&a.name)).await
+}
+
+fn egress(
+    network: Option<Network>,
+    hosts: Option<Vec<String>>,
+    cidrs: Option<Vec<String>>,
+    default: NetworkDefault,
+) -> Result<Egress, ToolError> {
+    let hosts = hosts.unwrap_or_default();
+    let cidrs = cidrs.unwrap_or_default();
+    args::hosts("allowHosts", &hosts)?;
+    args::cidrs("allowCidrs", &cidrs)?;
+    // An allow list in force from the start, empty or not: the engine then takes additions
+    // while the machine runs (it refuses them for a machine that has no list).
+    if !hosts.is_empty() || !cidrs.is_empty() || network == Some(Network::Ask) {
+        return Ok(Egress::Allow { hosts, cidrs });
+    }
+    Ok(match network {
+        Some(Network::Open) => Egress::Open,
+        Some(Network::Blocked | Network::Ask) => Egress::Blocked,
+        None => match default {
+            NetworkDefault::Open => Egress::Open,
+            NetworkDefault::Blocked => Egress::Blocked,
+        },
+    })
+}
+
+/// What the user allowed `earlier` (a machine of this fleet, alive or deleted), put into `spec`'s
+/// allow list: the next run of the same work needs no questions. Only what a user said yes to
+/// is taken, from the run ledger, so this widens nothing the user did not allow.
+async fn learned_egress(
+    call: &Call<'_>,
+    kind: FleetKind,
+    earlier: &str,
+    spec: &mut CreateSpec,
+) -> Result<(), ToolError> {
+    args::machine_ref("allowHostsFrom", earlier)?;
+    if kind == FleetKind::Cloud {
+        return Err(ToolError::argument("allowHostsFrom", ASK_NOT_ON_CLOUD));
+    }
+    let learned = call
+        .policy
+        .ledger
+        .egress_allowed_for(kind, earlier)
+        .await
+        .map_err(|e| {
+            ToolError::argument("allowHostsFrom", format!("the run ledger cannot say: {e}"))
+        })?;
+    if learned.is_empty() {
+        return Err(ToolError::argument(
+            "allowHostsFrom",
+            format!(
+                "the user allowed {} nothing (only a network ask machine's answers are kept); \
+                 name the hosts in allowHosts instead",
+                crate::policy::error::quote(earlier)
+            ),
+        ));
+    }
+    let (cidrs, hosts): (Vec<String>, Vec<String>) = learned
+        .into_iter()
+        .partition(|d| d.parse::<std::net::IpAddr>().is_ok());
+    let cidrs = cidrs.into_iter().map(|ip| {
+        if ip.contains(':') {
+            format!("{ip}/128")
+        } else {
+            format!("{ip}/32")
+        }
+    });
+    let (mut all_hosts, mut all_cidrs) = match std::mem::replace(&mut spec.egress, Egress::Blocked)
+    {
+        Egress::Open => {
+            spec.egress = Egress::Open;
+            return Ok(());
+        }
+        Egress::Blocked => (Vec::new(), Vec::new()),
+        Egress::Allow { hosts, cidrs } => (hosts, cidrs),
+    };
+    for host in hosts {
+        if !all_hosts.contains(&host) {
+            all_hosts.push(host);
+        }
+    }
+    for cidr in cidrs {
+        if !all_cidrs.contains(&cidr) {
+            all_cidrs.push(cidr);
+        }
+    }
+    spec.egress = Egress::Allow {
+        hosts: all_hosts,
+        cidrs: all_cidrs,
+    };
+    Ok(())
+}
+
+/// Why `network: "ask"` is local only.
+pub(super) const ASK_NOT_ON_CLOUD: &str = "ask is local only: the cloud fleet cannot change a \
+     machine's egress once it is created; name the hosts in allowHosts instead";
+
+/// smolvm 1.32.2 accepts a create with no egress and fails the start when the image has to come
+/// from a registry; say which argument of `tool` (the one that was called) grants the pull.
+pub(super) fn with_egress_hint(mut e: ToolError, spec: &CreateSpec, tool: Tool) -> ToolError {
+    // Without an image nothing is pulled: the engine's words for a bare machine name
+    // `registryRef` among the create fields, which is no pull failing.
+    if spec.image.is_none() {
+        return e;
+    }
+    let lower = e.message.to_lowercase();
+    let about_pull = ["registry ", "registry-", "registry:", "pull", "manifest"]
+        .iter()
+        .any(|w| lower.contains(w));
+    // A lookup that failed on the host (the engine resolves the registry there) is this
+    // host's network, which the machine's egress does not change.
+    let on_the_host = lower.contains("host-side") || lower.contains("on the host");
+    if about_pull && on_the_host {
+        e.message.push_str(
+            "\nThe engine fetches the image from this host, and the host could not reach the \
+             registry (its DNS or network): the machine's egress does not change that. Check the \
+             host's network, or create the machine without an image (the engine's bundled \
+             Alpine needs no registry).",
+        );
+        return e;
+    }
+    if about_pull && spec.egress != Egress::Open {
+        e.message.push_str(&format!(
+            "\nThe machine has no egress to the image's registry (network is blocked or an allow-list \
+             without it), and the image is pulled from there. Pass network: \"open\" to {}, or \
+             allowHosts naming the registry (Docker Hub: registry-1.docker.io, auth.docker.io, \
+             production.cloudflare.docker.com).",
+            tool.name()
+        ));
+    }
+    e
+}
+
+/// The spec of a machine made of `base` (what create-machine and run-once share), named `name`,
+/// kept running between commands. `default_network` applies when `base` asks for none.
+pub(super) fn base_spec(
+    call: &Call<'_>,
+    base: &args::MachineBase,
+    name: String,
+    default_network: NetworkDefault,
+) -> Result<CreateSpec, ToolError> {
+    let config = &call.config();
+    let mut spec = match &base.image {
+        Some(image) => {
+            args::image("image", image)?;
+            CreateSpec::new(name, image.as_str())
+        }
+        None => CreateSpec::bare(name),
+    };
+    spec.cpus = base.cpus.unwrap_or(config.cpus);
+    args::range("cpus", u64::from(spec.cpus), 1, u64::from(MAX_CPUS))?;
+    spec.memory_mb = base.memory_mb.unwrap_or(config.memory_mb);
+    args::range(
+        "memoryMb",
+        u64::from(spec.memory_mb),
+        u64::from(MIN_MEMORY_MB),
+        u64::from(MAX_MEMORY_MB),
+    )?;
+    spec.egress = egress(
+        base.network,
+        base.allow_hosts.clone(),
+        base.allow_cidrs.clone(),
+        default_network,
+    )?;
+    Ok(spec)
+}
+
+/// Only the local engine has a root file system of its own to boot without an image: on the
+/// cloud a spec without one is refused before anything is sent.
+pub(super) fn require_image(kind: FleetKind, spec: &CreateSpec) -> Result<(), ToolError> {
+    if kind == FleetKind::Cloud && spec.image.is_none() {
+        return Err(ToolError::argument(
+            "image",
+            "is required on the cloud fleet (only the local engine boots a machine without \
+             one, from its bundled Alpine): give an OCI reference, like alpine:3.20",
+        ));
+    }
+    Ok(())
+}
+
+/// A mount's host directory, resolved (symlinks, `..`), if the operator's `mountAllow` holds it,
+/// and, for a writable mount, `mountWritable` too; refused otherwise, naming the setting.
+fn allowed_mount(
+    config: &crate::process::config::Config,
+    i: usize,
+    source: &str,
+    readonly: bool,
+) -> Result<String, ToolError> {
+    let arg = format!("mounts[{i}].source");
+    if config.mount_allow.is_empty() {
+        return Err(ToolError::argument(
+            &arg,
+            "mounts are off on this server: the operator has allowed no host directory \
+             (mountAllow). Copy files in with write-file instead",
+        ));
+    }
+    let resolved = std::fs::canonicalize(source).map_err(|e| {
+        ToolError::argument(
+            &arg,
+            format!("{source} cannot be resolved on the host: {e}"),
+        )
+    })?;
+    let under = |dirs: &[String]| {
+        dirs.iter().any(|dir| {
+            std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed))
+        })
+    };
+    if !under(&config.mount_allow) {
+        return Err(ToolError::argument(
+            &arg,
+            format!(
+                "{source} is not in a directory the operator allows mounting (mountAllow: {})",
+                config.mount_allow.join(", ")
+            ),
+        ));
+    }
+    if !readonly && !under(&config.mount_writable) {
+        return Err(ToolError::argument(
+            &format!("mounts[{i}].readonly"),
+            format!(
+                "false is not allowed for {source}: the operator allows writable mounts only \
+                 under mountWritable ({}); leave readonly out for a read-only mount",
+                if config.mount_writable.is_empty() {
+                    "none".to_owned()
+                } else {
+                    config.mount_writable.join(", ")
+                }
+            ),
+        ));
+    }
+    Ok(resolved.display().to_string())
+}
+
+fn create_spec(
+    call: &Call<'_>,
+    a: &args::CreateArgs,
+    name: String,
+    kind: FleetKind,
+) -> Result<CreateSpec, ToolError> {
+    let mut spec = base_spec(call, &a.machine, name, call.config().network_default)?;
+    let ports = a.ports.clone().unwrap_or_default();
+    args::range("ports", ports.len() as u64, 0, 16)?;
+    for (i, p) in ports.iter().enumerate() {
+        let guest = args::port(&format!("ports[{i}].guest"), p.guest)?;
+        let host = match p.host {
+            Some(h) => Some(args::port(&format!("ports[{i}].host"), h)?),
+            None => None,
+        };
+        spec.ports.push(PortMapping { guest, host });
+    }
+    let mounts = a.mounts.clone().unwrap_or_default();
+    args::range("mounts", mounts.len() as u64, 0, 16)?;
+    for (i, m) in mounts.iter().enumerate() {
+        args::absolute_path(&format!("mounts[{i}].source"), &m.source)?;
+        args::absolute_path(&format!("mounts[{i}].target"), &m.target)?;
+        let readonly = m.readonly.unwrap_or(true);
+        // The cloud fleet has no host to mount from and says so itself.
+        let source = match kind {
+            FleetKind::Local => allowed_mount(call.config(), i, &m.source, readonly)?,
+            FleetKind::Cloud => m.source.clone(),
+        };
+        spec.mounts.push(Mount {
+            source,
+            target: m.target.clone(),
+            readonly,
+        });
+    }
+    if let Some(gb) = a.storage_gb {
+        args::range("storageGb", u64::from(gb), 1, 16_384)?;
+    }
+    if let Some(gb) = a.overlay_gb {
+        args::range("overlayGb", u64::from(gb), 1, 16_384)?;
+    }
+    spec.storage_gb = a.storage_gb;
+    spec.overlay_gb = a.overlay_gb;
+    if let Some(env) = &a.env {
+        args::env("env", env)?;
+        spec.env = env.clone();
+    }
+    spec.branchable = a.branchable;
+    Ok(spec)
+}
+
+pub(super) async fn create_machine(
+    call: &Call<'_>,
+    a: args::CreateArgs,
+) -> Result<results::Created, ToolError> {
+    if let Some(name) = &a.name {
+        args::machine_name("name", name)?;
+    }
+    let prefix = &call.config().machine_prefix;
+    let named_by_caller = a.name.is_some();
+    let name = a
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{prefix}{}", random_hex()));
+    let ephemeral = name.starts_with(prefix.as_str());
+    let kind = call.fleet_kind(a.target)?;
+    if a.start == Some(false) && a.branchable && kind == FleetKind::Local {
+        return Err(ToolError::argument(
+            "branchable",
+            "on the local fleet a machine becomes branchable when it starts; with \
+             start false, pass branchable to start-machine instead",
+        ));
+    }
+    let asks_egress = a.machine.network == Some(Network::Ask);
+    if asks_egress && kind == FleetKind::Cloud {
+        return Err(ToolError::argument("network", ASK_NOT_ON_CLOUD));
+    }
+    let mut spec = create_spec(call, &a, name.clone(), kind)?;
+    spec.ephemeral = ephemeral;
+    if let Some(earlier) = &a.allow_hosts_from {
+        learned_egress(call, kind, earlier, &mut spec).await?;
+    }
+    let bindings =
+        super::credentials::apply(call, kind, a.machine.credentials.as_deref(), &mut spec)?;
+    // The fleet is chosen (and the local serve started) only once the arguments are known good.
+    let fleet = call.fleet(a.target).await?;
+    require_image(fleet.kind(), &spec)?;
+    let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral)?;
+    let machine = match call.create_reported(&fleet, &spec).await {
+        Ok(m) => m,
+        Err(e) if e.is(ErrorKind::Conflict) => {
+            provisional.refused();
+            return Err(e);
+        }
+        Err(e) => {
+            let _ = provisional.abandon().await;
+            return Err(with_egress_hint(e, &spec, Tool::CreateMachine));
+        }
+    };
+    provisional.created(&machine.id);
+    if fleet.kind() == FleetKind::Local {
+        // Before any start: the fleet supplies the values of what is recorded here.
+        call.process().credentials.bind(&machine.id, &bindings);
+        call.process()
+            .credentials
+            .set_asks_egress(&machine.id, asks_egress);
+    }
+    if !a.start.unwrap_or(true) {
+        return Ok(results::Created {
+            machine,
+            ephemeral,
+            ready: false,
+        });
+    }
+    let started = async {
+        let m = call
+            .start_reported(
+                &fleet,
+                &machine.id,
+                Some(a.branchable),
+                spec.image.as_deref(),
+            )
+            .await?;
+        call.wait_ready(&fleet, &m.id).await?;
+        Ok::<Machine, ToolError>(m)
+    }
+    .await;
+    match started {
+        Ok(m) => Ok(results::Created {
+            machine: m,
+            ephemeral,
+            ready: true,
+        }),
+        Err(e) => {
+            let mut e = with_egress_hint(e, &spec, Tool::CreateMachine);
+            if named_by_caller && e.is(ErrorKind::Timeout) {
+                e.message.push_str(&format!(
+                    "\nThe start may still be under way: the service queues starts and can take \
+                     minutes, so {name} may come up after this call gave up."
+                ));
+            }
+            if named_by_caller {
+                e.message.push_str(&format!(
+                    "\n{name} was created and is left as it is for you to inspect: start-machine \
+                     tries again, delete-machine removes it{}.",
+                    if ephemeral {
+                        format!(", and it is deleted {}", call.ephemeral_end())
+                    } else {
+                        String::new()
+                    }
+                ));
+            } else {
+                match provisional.abandon().await {
+                    Ok(()) => e.message.push_str(&format!("\n{name} was deleted again.")),
+                    Err(d) => e.message.push_str(&format!(
+                        "\n{name} could not be deleted ({}); it stays recorded and is deleted {}.",
+                        d.message,
+                        call.ephemeral_end()
+                    )),
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Whether a start or branch gave up waiting for its answer (its deadline passed, or the client
+/// cancelled) rather than being refused: the cloud queues both per source and carries them out
+/// minutes later all the same (facts 3.4, 3.9), so the machine may still come up.
+fn gave_up_waiting(e: &ToolError) -> bool {
+    e.is(ErrorKind::Timeout) || e.kind == crate::policy::error::ToolErrorKind::Cancelled
+}
+
+pub(super) async fn start_machine(
+    call: &Call<'_>,
+    a: args::StartArgs,
+) -> Result<results::Started, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let fleet = call.fleet(a.target).await?;
+    let wait = a.wait.unwrap_or(true);
+    let started = if wait {
+        call.start_reported(&fleet, &a.name, a.branchable, None)
+            .await
+    } else {
+        call.cancellable(fleet.begin_start(&a.name, a.branchable))
+            .await
+    };
+    let machine = match started {
+        Ok(m) => m,
+        Err(mut e) if e.is(ErrorKind::Timeout) => {
+            e.message.push_str(&format!(
+                "\nThe start may still be under way: the service queues starts and can take \
+                 minutes, and {} may come up after this call gave up. get-machine shows its \
+                 state; start-machine again waits for it.",
+                a.name
+            ));
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    if wait {
+        call.wait_ready(&fleet, &machine.id).await?;
+    }
+    Ok(results::Started {
+        machine,
+        ready: wait,
+    })
+}
+
+pub(super) async fn stop_machine(
+    call: &Call<'_>,
+    a: args::MachineArgs,
+) -> Result<results::Stopped, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let fleet = call.fleet(a.target).await?;
+    // Its jobs end first: a watcher's look sent after the stop would start a cloud machine
+    // again (the cloud's exec always does).
+    call.policy
+        .jobs
+        .machine_stopping(fleet.kind(), &a.name)
+        .await;
+    let machine = call.cancellable(fleet.stop(&a.name)).await?;
+    Ok(results::Stopped { machine })
+}
+
+pub(super) async fn delete_machine(
+    call: &Call<'_>,
+    a: args::MachineArgs,
+) -> Result<Deleted, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    let fleet = call.fleet(a.target).await?;
+    let deleted = call.cancellable(fleet.delete(&a.name)).await?;
+    if fleet.kind() == FleetKind::Local {
+        call.process().credentials.forget_machine(&a.name);
+    }
+    // Only prefixed names are ever recorded (a cloud id may stand for one).
+    if a.name.starts_with(&call.config().machine_prefix) || fleet.kind() == FleetKind::Cloud {
+        call.process().forget(fleet.kind(), &a.name);
+    }
+    Ok(deleted)
+}
+
+pub(super) async fn branch_machine(
+    call: &Call<'_>,
+    a: args::BranchArgs,
+) -> Result<results::Branched, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    args::machine_name("childName", &a.child_name)?;
+    let fleet = call.fleet(a.target).await?;
+    let ephemeral = a.child_name.starts_with(&call.config().machine_prefix);
+    let mut provisional =
+        Provisional::begin_child(call, &fleet, &a.child_name, ephemeral, Some(&a.name))?;
+    let waiting_for = format!("waiting for the branch {} of {}", a.child_name, a.name);
+    let branching = Box::pin(call.cancellable(fleet.branch(&a.name, &a.child_name, a.branchable)));
+    let child = match call.progress.during(&waiting_for, None, branching).await {
+        Ok(c) => c,
+        Err(e) if e.is(ErrorKind::Conflict) => {
+            provisional.refused();
+            return Err(e);
+        }
+        // The child may not exist yet (it is still in the source's queue), so a delete now would
+        // find nothing and the record would forget a machine that comes up later. It stays
+        // recorded under its name instead, for the session's clean-up to find.
+        Err(mut e) if fleet.kind() == FleetKind::Cloud && gave_up_waiting(&e) => {
+            e.message.push_str(&format!(
+                "\nThe branch may still be made: the service queues branches of a source and can \
+                 take minutes, so {child} may come up after this call gave up. get-machine \
+                 {child} shows whether it exists; delete-machine removes it{}.",
+                if ephemeral {
+                    format!(", and it is deleted {}", call.ephemeral_end())
+                } else {
+                    String::new()
+                },
+                child = a.child_name
+            ));
+            drop(provisional);
+            return Err(e);
+        }
+        Err(e) => {
+            let _ = provisional.abandon().await;
+            return Err(e);
+        }
+    };
+    provisional.created(&child.id);
+    if fleet.kind() == FleetKind::Local {
+        // A branch child keeps its source's bindings and placeholders (smolvm resolves the
+        // values under the child's own name), so its next boots get the source's values.
+        let credentials = &call.process().credentials;
+        credentials.bind(&child.id, &credentials.bound_to(&a.name));
+    }
+    let wait = a.wait.unwrap_or(true);
+    if wait {
+        call.wait_ready(&fleet, &child.id).await.map_err(|mut e| {
+            e.message.push_str(&format!(
+                "\nThe child {} exists; delete-machine removes it.",
+                a.child_name
+            ));
+            e
+        })?;
+    }
+    Ok(results::Branched {
+        machine: child,
+        ready: wait,
+        ephemeral,
+    })
+}
+
+pub(super) async fn pull_image(
+    call: &Call<'_>,
+    a: args::PullArgs,
+) -> Result<crate::fleet::PulledImage, ToolError> {
+    args::machine_ref("name", &a.name)?;
+    args::image("image", &a.image)?;
+    let fleet = call.fleet(a.target).await?;
+    call.pull_reported(&fleet, &a.name, &a.image).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tools::ToolErrorKind;
+
+    #[test]
+    fn the_egress_hint_names_the_tool_that_was_called() {
+        let pull_failed = || {
+            ToolError::new(
+                ToolErrorKind::Fleet(ErrorKind::Upstream),
+                "start machine m: HTTP 500: failed to fetch manifest from registry-1.docker.io",
+            )
+        };
+        let blocked = CreateSpec::new("m", "alpine");
+        let mut open = blocked.clone();
+        open.egress = Egress::Open;
+        let hinted = with_egress_hint(pull_failed(), &blocked, Tool::RunOnce);
+        assert!(
+            hinted
+                .message
+                .contains("Pass network: \"open\" to run-once"),
+            "{}",
+            hinted.message
+        );
+        let hinted = with_egress_hint(pull_failed(), &blocked, Tool::CreateMachine);
+        assert!(
+            hinted.message.contains("to create-machine"),
+            "{}",
+            hinted.message
+        );
+        let open = with_egress_hint(pull_failed(), &open, Tool::RunOnce);
+        assert_eq!(open, pull_failed(), "no hint when egress was open");
+        // A bare machine pulls nothing: the engine's refusal naming registryRef is no pull.
+        let bare_refused = ToolError::new(
+            ToolErrorKind::Fleet(ErrorKind::Invalid),
+            "create machine m: HTTP 400: cmd/entrypoint require an image, from, or registryRef",
+        );
+        let bare = with_egress_hint(bare_refused.clone(), &CreateSpec::bare("m"), Tool::RunOnce);
+        assert_eq!(bare, bare_refused);
+        // A lookup that failed on the host is not the machine's egress.
+        let host_dns = ToolError::new(
+            ToolErrorKind::Fleet(ErrorKind::Upstream),
+            "start machine m: pull alpine: host-side DNS lookup of registry-1.docker.io failed",
+        );
+        let hinted = with_egress_hint(host_dns, &blocked, Tool::CreateMachine);
+        assert!(
+            hinted.message.contains("from this host")
+                && !hinted.message.contains("network: \"open\""),
+            "{}",
+            hinted.message
+        );
+    }
+}

@@ -1,0 +1,317 @@
+//! The policy's front: the run table (each tool's argument and result types and handler; what
+//! the catalog says of each tool is `tool.rs`), the catalog built from both (`tools/list`), and
+//! the dispatch of one call.
+//!
+//! The handlers are grouped by what they touch: `lifecycle.rs` (machines), `commands.rs`
+//! (commands run in them), `files.rs`, `logs.rs`, `jobs.rs` (background jobs); `egress_report.rs`
+//! says what a failed command was refused; `streamed.rs` picks the streamed exec when the
+//! request asked for progress. What they share is in `call.rs` (fleet choice, cancellation,
+//! readiness), `provisional.rs` (machines a call creates), `args.rs` (arguments, checked
+//! against their own schema), `results.rs` and `schema.rs` (the catalog's schemas).
+
+pub mod args;
+pub mod call;
+mod commands;
+mod credentials;
+mod egress_report;
+mod files;
+mod jobs;
+mod lifecycle;
+mod logs;
+mod provisional;
+pub mod results;
+pub mod schema;
+mod streamed;
+pub mod tool;
+
+pub use crate::policy::error::{ToolError, ToolErrorKind};
+pub use call::Scope;
+pub use tool::Tool;
+
+use crate::policy::Policy;
+use crate::policy::jobs::SessionHoldRef;
+use crate::policy::progress::Progress;
+use crate::process::Mode;
+use call::Call;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// How each tool is run. A row: `Variant { args, result, run }`, where `run` is an
+/// `async fn(&Call<'_>, Args) -> Result<Result, ToolError>`. Every variant of [`Tool`] needs a
+/// row (the matches are exhaustive).
+macro_rules! run_table {
+    ($(
+        $variant:ident {
+            args: $args:ty,
+            result: $result:ty,
+            run: $handler:path $(,)?
+        }
+    )+) => {
+        /// The input schema of `tool`, with `target` as an optional property (the catalog adapts
+        /// it to the mode).
+        fn input_schema(tool: Tool) -> rmcp::model::JsonObject {
+            match tool {
+                $(Tool::$variant => schema::input::<$args>(),)+
+            }
+        }
+
+        /// The output schema of `tool`.
+        fn output_schema(tool: Tool) -> rmcp::model::JsonObject {
+            match tool {
+                $(Tool::$variant => schema::output::<$result>(),)+
+            }
+        }
+
+        async fn run(
+            tool: Tool,
+            call: &Call<'_>,
+            mode: Mode,
+            args: Value,
+        ) -> Result<results::Answer, ToolError> {
+            match tool {
+                $(Tool::$variant => {
+                    let input = checked_input(tool, mode);
+                    let parsed: $args = args::parse(tool, Some(&input), mode, args)?;
+                    let result: $result = $handler(call, parsed).await?;
+                    results::answer(result)
+                })+
+            }
+        }
+    };
+}
+
+run_table! {
+    ListMachines {
+        args: args::TargetOnly,
+        result: results::MachineList,
+        run: lifecycle::list_machines,
+    }
+    GetMachine {
+        args: args::MachineArgs,
+        result: crate::fleet::Machine,
+        run: lifecycle::get_machine,
+    }
+    CreateMachine {
+        args: args::CreateArgs,
+        result: results::Created,
+        run: lifecycle::create_machine,
+    }
+    StartMachine {
+        args: args::StartArgs,
+        result: results::Started,
+        run: lifecycle::start_machine,
+    }
+    StopMachine {
+        args: args::MachineArgs,
+        result: results::Stopped,
+        run: lifecycle::stop_machine,
+    }
+    DeleteMachine {
+        args: args::MachineArgs,
+        result: crate::fleet::Deleted,
+        run: lifecycle::delete_machine,
+    }
+    RunCommand {
+        args: args::RunCommandArgs,
+        result: results::RunCommandAnswer,
+        run: commands::run_command,
+    }
+    JobOutput {
+        args: args::JobOutputArgs,
+        result: results::JobReport,
+        run: jobs::job_output,
+    }
+    CancelJob {
+        args: args::JobArgs,
+        result: results::JobSummary,
+        run: jobs::cancel_job,
+    }
+    ListJobs {
+        args: args::TargetOnly,
+        result: results::JobList,
+        run: jobs::list_jobs,
+    }
+    RunOnce {
+        args: args::RunOnceArgs,
+        result: results::RunOnce,
+        run: commands::run_once,
+    }
+    ReadFile {
+        args: args::ReadFileArgs,
+        result: results::FileRead,
+        run: files::read_file,
+    }
+    WriteFile {
+        args: args::WriteFileArgs,
+        result: results::FileWritten,
+        run: files::write_file,
+    }
+    BranchMachine {
+        args: args::BranchArgs,
+        result: results::Branched,
+        run: lifecycle::branch_machine,
+    }
+    MachineLogs {
+        args: args::LogsArgs,
+        result: results::Logs,
+        run: logs::machine_logs,
+    }
+    PullImage {
+        args: args::PullArgs,
+        result: crate::fleet::PulledImage,
+        run: lifecycle::pull_image,
+    }
+}
+
+/// The tools as this process shows them (`tools/list`).
+#[derive(Debug)]
+pub struct Catalog {
+    pub mode: Mode,
+    /// What `tools/list` answers: `target` removed with one fleet, required with both.
+    pub listed: Vec<rmcp::model::Tool>,
+}
+
+/// The input schema a call's arguments are checked against: `tool`'s, with `target` optional,
+/// worded for `mode`. Built on first use for each tool and mode: a call needs its own tool's,
+/// not the whole catalog (whose output schemas cost most of its making).
+pub fn checked_input(tool: Tool, mode: Mode) -> Arc<rmcp::model::JsonObject> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Inputs = Mutex<HashMap<(Mode, Tool), Arc<rmcp::model::JsonObject>>>;
+    static INPUTS: OnceLock<Inputs> = OnceLock::new();
+    let inputs = INPUTS.get_or_init(Mutex::default);
+    if let Ok(known) = inputs.lock()
+        && let Some(input) = known.get(&(mode, tool))
+    {
+        return input.clone();
+    }
+    let input = Arc::new(schema::worded_for(input_schema(tool), mode));
+    if let Ok(mut known) = inputs.lock() {
+        known.insert((mode, tool), input.clone());
+    }
+    input
+}
+
+impl Catalog {
+    fn build(mode: Mode) -> Catalog {
+        let mut listed: Vec<rmcp::model::Tool> = Tool::ALL
+            .iter()
+            .map(|tool| schema::definition(*tool, mode, input_schema(*tool), output_schema(*tool)))
+            .collect();
+        schema::refer_to_first_mention(&mut listed);
+        Catalog { mode, listed }
+    }
+
+    /// Built once per process and mode: the schemas depend on nothing else.
+    pub fn of(mode: Mode) -> Arc<Catalog> {
+        use crate::fleet::FleetKind;
+        use std::sync::OnceLock;
+        static LOCAL: OnceLock<Arc<Catalog>> = OnceLock::new();
+        static CLOUD: OnceLock<Arc<Catalog>> = OnceLock::new();
+        static BOTH: OnceLock<Arc<Catalog>> = OnceLock::new();
+        let cell = match mode {
+            Mode::Single(FleetKind::Local) => &LOCAL,
+            Mode::Single(FleetKind::Cloud) => &CLOUD,
+            Mode::Both => &BOTH,
+        };
+        cell.get_or_init(|| Arc::new(Catalog::build(mode))).clone()
+    }
+
+    /// The schema `tool`'s arguments are checked against in this catalog's mode.
+    pub fn input(&self, tool: Tool) -> Arc<rmcp::model::JsonObject> {
+        checked_input(tool, self.mode)
+    }
+}
+
+/// Who a tool call is made for: the owner of the ephemeral machines it makes (a session, or the
+/// process's lease holder), the fleets it may name, the client's cancellation, and where its
+/// waits are reported.
+pub struct Caller<'a> {
+    pub owner: &'a str,
+    pub scope: Scope,
+    pub ct: tokio_util::sync::CancellationToken,
+    pub progress: Progress,
+    /// Keeps the caller's session open while a job it starts runs (HTTP sessions only).
+    pub session_hold: Option<SessionHoldRef>,
+    /// Who answers for the user when a machine asks about its egress (a client that can show
+    /// a form); `None` when no one can be asked.
+    pub consent: Option<Arc<dyn crate::policy::consent::Consent>>,
+    /// The user's answer carried by a call made again after its input-required result.
+    pub prior_answer: Option<crate::policy::consent::PriorAnswer>,
+}
+
+/// Runs one tool call to its structured result or its tool error.
+pub async fn call(
+    policy: &Arc<Policy>,
+    caller: Caller<'_>,
+    tool: Tool,
+    args: Value,
+) -> Result<results::Answer, ToolError> {
+    if tool.changes_machines() {
+        // Later pages of a read must not come from a copy taken before this call.
+        policy.reads.forget_all();
+    }
+    let caller_mode = caller.scope.mode();
+    let call = Call::new(
+        policy,
+        caller.owner,
+        caller.scope,
+        caller.ct,
+        caller.progress,
+    )
+    .with_session_hold(caller.session_hold)
+    .with_consent(caller.consent, caller.prior_answer);
+    // Every machine the call names: its lease is renewed and the reaper waits for the call.
+    for key in ["name", "childName"] {
+        if let Some(name) = args.get(key).and_then(Value::as_str) {
+            call.hold(name);
+        }
+    }
+    // On the heap: the largest handler's future is the size of every call's, and it would
+    // otherwise sit on the stack of whoever polls the call (a debug build's HTTP server
+    // overflowed its stack on a job tool).
+    let result = Box::pin(run(tool, &call, caller_mode, args)).await;
+    let result = call.after(result).await;
+    without_secrets(&policy.process.credentials, result)
+}
+
+/// A tool's answer or error with every credential value this process has read replaced by the
+/// binding's name: the workload holds only placeholders, but a server it calls may echo back
+/// what the engine put into the request, and nothing of that may reach the agent.
+fn without_secrets(
+    credentials: &crate::process::credentials::Supplier,
+    result: Result<results::Answer, ToolError>,
+) -> Result<results::Answer, ToolError> {
+    if !credentials.has_values() {
+        return result;
+    }
+    fn walk(credentials: &crate::process::credentials::Supplier, value: &mut Value) {
+        match value {
+            Value::String(text) => {
+                if let Some(clean) = credentials.redact(text) {
+                    *text = clean;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| walk(credentials, v)),
+            Value::Object(fields) => fields.values_mut().for_each(|v| walk(credentials, v)),
+            _ => {}
+        }
+    }
+    match result {
+        Ok(mut answer) => {
+            walk(credentials, &mut answer.structured);
+            if let Some(page) = &mut answer.page
+                && let Some(clean) = credentials.redact(page)
+            {
+                *page = clean;
+            }
+            Ok(answer)
+        }
+        Err(mut e) => {
+            if let Some(clean) = credentials.redact(&e.message) {
+                e.message = clean;
+            }
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! What each tool answers, as structured content (and its output schema).
+
+use crate::fleet::Machine;
+use crate::policy::error::{ToolError, ToolErrorKind};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// A tool's answer: the structured result and, for a page of a file, the page itself, which
+/// travels once, as a content block of its own, rather than inside the structured result and
+/// again in the text block that repeats it for clients without structured content.
+#[derive(Debug)]
+pub struct Answer {
+    pub structured: serde_json::Value,
+    pub page: Option<String>,
+}
+
+/// A result type: serialized as the structured content; `take_page` moves out what travels as
+/// a content block of its own.
+pub trait Reply: Serialize {
+    fn take_page(&mut self) -> Option<String> {
+        None
+    }
+}
+
+macro_rules! replies_without_a_page {
+    ($($ty:ty),* $(,)?) => {
+        $(impl Reply for $ty {})*
+    };
+}
+
+replies_without_a_page!(
+    MachineList,
+    Created,
+    Started,
+    Stopped,
+    CommandRun,
+    RunCommandAnswer,
+    JobStarted,
+    JobReport,
+    JobSummary,
+    JobList,
+    RunOnce,
+    FileWritten,
+    Branched,
+    Logs,
+    Machine,
+    crate::fleet::Deleted,
+    crate::fleet::PulledImage,
+);
+
+impl Reply for FileRead {
+    fn take_page(&mut self) -> Option<String> {
+        Some(std::mem::take(&mut self.content))
+    }
+}
+
+pub fn answer<R: Reply>(mut result: R) -> Result<Answer, ToolError> {
+    let page = result.take_page();
+    let structured = serde_json::to_value(&result)
+        .map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))?;
+    Ok(Answer { structured, page })
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MachineList {
+    pub machines: Vec<Machine>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Created {
+    pub machine: Machine,
+    /// The server deletes it when the session ends.
+    pub ephemeral: bool,
+    /// It runs commands.
+    pub ready: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Started {
+    pub machine: Machine,
+    /// It runs commands (false after wait: false).
+    pub ready: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Stopped {
+    pub machine: Machine,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Overflow {
+    pub stream: String,
+    pub path: String,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandRun {
+    pub stdout: String,
+    pub stderr: String,
+    /// Non-zero is a result, not an error.
+    pub exit_code: i32,
+    /// Killed at timeoutSecs (exit 124).
+    pub timed_out: bool,
+    /// Output was cut to its head and tail.
+    pub truncated: bool,
+    /// Where each cut stream was saved whole in the machine, for read-file.
+    pub overflow: Vec<Overflow>,
+    /// The stopped machine was started (and left running).
+    pub started_machine: bool,
+    /// {local:When a command with restricted egress failed: what the engine refused meanwhile (ask for it in allowHosts or allowCidrs).}
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_egress: Option<Vec<BlockedEgress>>,
+    /// {local:On a network ask machine: what the user said of the refused hosts.}
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_answer: Option<EgressAnswer>,
+}
+
+/// What the user said when asked about the hosts a command was refused.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressAnswer {
+    /// Now reachable: run the command again.
+    pub allowed: Vec<String>,
+    /// Still refused.
+    pub declined: Vec<String>,
+    /// Why no one was asked, when no one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_asked: Option<String>,
+}
+
+/// run-command's answer: the finished command, or, with `background: true`, the job it started.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RunCommandAnswer {
+    Finished(CommandRun),
+    Started(JobStarted),
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStarted {
+    /// For job-output and cancel-job.
+    pub job: String,
+    /// running.
+    pub state: String,
+    pub machine: String,
+    /// For job-output: from the start.
+    pub cursor: String,
+    /// Killed after this (timedOut).
+    pub timeout_secs: u64,
+    /// Where the whole streams accumulate in the machine.
+    pub output_files: JobFiles,
+    /// Its record: smol://runs/{run}.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<i64>,
+    /// The stopped machine was started (and left running).
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct JobFiles {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A job as it stands.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSummary {
+    pub job: String,
+    pub target: crate::fleet::FleetKind,
+    pub machine: String,
+    /// As given, cut to 200 characters.
+    pub command: String,
+    /// running, exited, timedOut, cancelled or lost (its machine stopped or went).
+    pub state: String,
+    /// Once ended (124 timedOut, 137 cancelled, null lost).
+    pub exit_code: Option<i32>,
+    /// Why it is lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub started_at: String,
+    pub elapsed_secs: u64,
+    /// Written so far, at the last look.
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub output_files: JobFiles,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<i64>,
+}
+
+/// job-output's answer: the job's state and the output after the cursor it was given.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobReport {
+    #[serde(flatten)]
+    pub summary: JobSummary,
+    /// Written after the cursor, at most a page.
+    pub stdout: String,
+    /// Likewise.
+    pub stderr: String,
+    /// Pass it back to read what follows.
+    pub cursor: String,
+    /// More is waiting: call again at once.
+    pub more: bool,
+    /// Why no output could be read (the state still holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_unavailable: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobList {
+    /// Newest first.
+    pub jobs: Vec<JobSummary>,
+}
+
+/// Egress the machine's policy refused while the command ran, by destination.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedEgress {
+    /// An address, or a name for resolve.
+    pub host: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// connect (TCP), sendto (UDP) or resolve (a name outside allowHosts).
+    pub operation: String,
+    /// Refusals during the command.
+    pub count: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOnce {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub truncated: bool,
+    /// Already deleted.
+    pub machine: String,
+    /// {local:When a command with restricted egress failed: what the engine refused meanwhile (ask for it in allowHosts or allowCidrs).}
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_egress: Option<Vec<BlockedEgress>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileRead {
+    pub path: String,
+    /// The page, sent as the answer's second content block.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub content: String,
+    pub encoding: String,
+    /// The whole file, in bytes.
+    pub size: u64,
+    /// Where this page starts.
+    pub offset: u64,
+    /// This page, in bytes.
+    pub bytes: u64,
+    /// This page ends the file.
+    pub eof: bool,
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileWritten {
+    pub path: String,
+    /// Bytes written.
+    pub size: u64,
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Branched {
+    /// The child.
+    pub machine: Machine,
+    pub ready: bool,
+    /// The server deletes it when the session ends.
+    pub ephemeral: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Logs {
+    pub lines: Vec<String>,
+    /// Pass it back to get only what arrives after.
+    pub cursor: String,
+    /// Older lines were left out to fit a page.
+    pub truncated: bool,
+    /// Lines between the cursor and this page may be missing.
+    pub gap: bool,
+    /// Why there is nothing to read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}

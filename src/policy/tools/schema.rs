@@ -1,0 +1,650 @@
+//! A tool's definition as `tools/list` shows it: input and output schemas derived from the
+//! argument and result types, then simplified for portability (no `type` arrays, no `$defs`, no
+//! non-standard formats), and the annotations from the tool table.
+
+use super::Tool;
+use crate::fleet::FleetKind;
+use crate::process::Mode;
+use rmcp::model::{JsonObject, ToolAnnotations};
+use schemars::JsonSchema;
+use schemars::generate::{Contract, SchemaSettings};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The arguments' schema, with `target` an optional property whatever the mode.
+pub fn input<T: JsonSchema>() -> JsonObject {
+    let mut input = schema::<T>(Contract::Deserialize);
+    // A flattened group's own doc would surface as the whole object's description; the tool's
+    // description is what says what the arguments are for.
+    input.remove("description");
+    if let Some(Value::Object(target)) = input
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("target"))
+    {
+        target.insert(
+            "description".into(),
+            Value::String(super::args::TARGET_DESCRIPTION.into()),
+        );
+    }
+    input
+}
+
+/// The result's schema, trimmed of what only repeats: a result object's own description (the
+/// tool's description says what the result is) and the numeric bounds of fields this server
+/// fills itself. Field descriptions that say what a value means stay.
+pub fn output<T: JsonSchema>() -> JsonObject {
+    let mut output = schema::<T>(Contract::Serialize);
+    // MCP wants an object schema at the top; a result that is one of several objects
+    // (run-command's) comes out of schemars as a bare anyOf.
+    if !output.contains_key("type") {
+        output.insert("type".into(), Value::String("object".into()));
+    }
+    let mut value = Value::Object(std::mem::take(&mut output));
+    trim_output(&mut value);
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn trim_output(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("type").and_then(Value::as_str) == Some("object") {
+                map.remove("description");
+            }
+            map.remove("minimum");
+            map.remove("maximum");
+            map.values_mut().for_each(trim_output);
+        }
+        Value::Array(items) => items.iter_mut().for_each(trim_output),
+        _ => {}
+    }
+}
+
+fn schema<T: JsonSchema>(contract: Contract) -> JsonObject {
+    let input = matches!(contract, Contract::Deserialize);
+    let mut generator = SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.contract = contract;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut value = generator.root_schema_for::<T>().to_value();
+    if input {
+        simplify(&mut value);
+    } else {
+        // Results really carry nulls (url locally, pid on cloud): keep them, as `anyOf` with a
+        // `null` branch rather than a `type` array, which single-type dialects reject.
+        drop_integer_formats(&mut value);
+        nullable_as_any_of(&mut value);
+    }
+    if let Value::Object(map) = &mut value {
+        map.remove("title");
+        map.remove("$schema");
+    }
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+/// Optional fields are optional by being absent from `required`; the `null` alternatives that
+/// schemars adds for `Option` only make schemas harder for clients (type arrays are not portable).
+fn simplify(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Array(types)) = map.get("type").cloned() {
+                let rest: Vec<Value> = types.into_iter().filter(|t| t != "null").collect();
+                if rest.len() == 1 {
+                    map.insert("type".into(), rest[0].clone());
+                } else {
+                    map.insert("type".into(), Value::Array(rest));
+                }
+            }
+            for key in ["anyOf", "oneOf"] {
+                if let Some(Value::Array(branches)) = map.get(key).cloned() {
+                    let rest: Vec<Value> = branches
+                        .into_iter()
+                        .filter(|b| b.get("type") != Some(&Value::String("null".into())))
+                        .collect();
+                    if rest.len() == 1 {
+                        map.remove(key);
+                        if let Value::Object(inner) = rest[0].clone() {
+                            for (k, v) in inner {
+                                map.entry(k).or_insert(v);
+                            }
+                        }
+                    } else {
+                        map.insert(key.into(), Value::Array(rest));
+                    }
+                }
+            }
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f.starts_with("uint") || f.starts_with("int"))
+            {
+                map.remove("format");
+            }
+            if let Some(Value::Array(options)) = map.get_mut("enum") {
+                options.retain(|o| !o.is_null());
+            }
+            // `#[serde(default)]` on a flag shows as `"default": false`, what an absent boolean
+            // means to everyone anyway.
+            if map.get("type") == Some(&Value::String("boolean".into()))
+                && map.get("default") == Some(&Value::Bool(false))
+            {
+                map.remove("default");
+            }
+            for child in map.values_mut() {
+                simplify(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(simplify),
+        _ => {}
+    }
+}
+
+fn nullable_as_any_of(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.values_mut().for_each(nullable_as_any_of);
+            let Some(Value::Array(types)) = map.get("type").cloned() else {
+                return;
+            };
+            let rest: Vec<Value> = types.into_iter().filter(|t| t != "null").collect();
+            if rest.len() != 1 {
+                return;
+            }
+            map.remove("type");
+            let mut branch = serde_json::Map::new();
+            branch.insert("type".into(), rest[0].clone());
+            let keys: Vec<String> = map
+                .keys()
+                .filter(|k| !matches!(k.as_str(), "description" | "title" | "default"))
+                .cloned()
+                .collect();
+            for k in keys {
+                if let Some(v) = map.remove(&k) {
+                    branch.insert(k, v);
+                }
+            }
+            map.insert(
+                "anyOf".into(),
+                serde_json::json!([Value::Object(branch), {"type": "null"}]),
+            );
+        }
+        Value::Array(items) => items.iter_mut().for_each(nullable_as_any_of),
+        _ => {}
+    }
+}
+
+fn drop_integer_formats(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f.starts_with("uint") || f.starts_with("int"))
+            {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_integer_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_integer_formats),
+        _ => {}
+    }
+}
+
+/// Removes `target` in a single-fleet mode; requires it when both fleets are served.
+fn apply_mode(mut input: JsonObject, mode: Mode) -> JsonObject {
+    match mode {
+        Mode::Single(_) => {
+            if let Some(Value::Object(props)) = input.get_mut("properties") {
+                props.remove("target");
+            }
+        }
+        Mode::Both => {
+            let required = input
+                .entry("required")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(list) = required
+                && !list.iter().any(|v| v == "target")
+            {
+                list.insert(0, Value::String("target".into()));
+            }
+        }
+    }
+    input
+}
+
+/// The definition of `tool` for a process serving `mode`.
+pub fn definition(
+    tool: Tool,
+    mode: Mode,
+    input: JsonObject,
+    output: JsonObject,
+) -> rmcp::model::Tool {
+    let hints = tool.hints();
+    // The title once, on the tool: MCP reads it there before the annotations' copy.
+    let mut annotations = ToolAnnotations::default();
+    // Only what differs from the spec's defaults (readOnly false, destructive true, idempotent
+    // false, openWorld true): a client reads the rest as those, and the destructive and
+    // idempotent hints mean nothing for a read-only tool. Every hint of every tool costs the
+    // model its bytes on every turn.
+    annotations.read_only_hint = hints.read_only.then_some(true);
+    if !hints.read_only {
+        annotations.destructive_hint = (!hints.destructive).then_some(false);
+        annotations.idempotent_hint = hints.idempotent.then_some(true);
+    }
+    annotations.open_world_hint = (!hints.open_world).then_some(false);
+    let mut input = Value::Object(apply_mode(input, mode));
+    fit_to_fleets(&mut input, mode);
+    let mut output = Value::Object(output);
+    refer_to_records(tool, &mut output);
+    // A result's fleet says nothing where only one is served, as the argument is not offered.
+    if let (Mode::Single(_), Some(Value::Object(props))) = (mode, output.get_mut("properties")) {
+        props.remove("target");
+    }
+    fit_to_fleets(&mut output, mode);
+    let output = outline(output);
+    rmcp::model::Tool::new(
+        tool.name(),
+        for_fleets(tool.description(), mode),
+        Arc::new(into_object(input)),
+    )
+    .with_title(tool.title())
+    .with_raw_output_schema(Arc::new(into_object(output)))
+    .with_annotations(annotations)
+}
+
+/// An argument that several tools share word for word (run-once's image, cpus, command...) is
+/// described once, at its first tool, and the others point there: the model reads the whole
+/// catalog at once, and a repeated description is only repeated cost. Short ones stay.
+pub fn refer_to_first_mention(tools: &mut [rmcp::model::Tool]) {
+    const WORTH_REFERRING: usize = 40;
+    let mut first: Vec<(String, String, String)> = Vec::new();
+    for tool in tools.iter_mut() {
+        let name = tool.name.to_string();
+        let input = Arc::make_mut(&mut tool.input_schema);
+        let Some(Value::Object(props)) = input.get_mut("properties") else {
+            continue;
+        };
+        for (arg, schema) in props.iter_mut() {
+            let Some(Value::String(text)) = schema.get_mut("description") else {
+                continue;
+            };
+            if text.len() < WORTH_REFERRING {
+                continue;
+            }
+            match first.iter().find(|(a, t, _)| a == arg && t == text) {
+                Some((_, _, owner)) => *text = format!("See {owner}."),
+                None => first.push((arg.clone(), text.clone(), name.clone())),
+            }
+        }
+    }
+}
+
+fn into_object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+/// `text` for a catalog serving `mode`: a `{local:...}` or `{cloud:...}` segment is kept (without
+/// its braces) only where that fleet is served, so a single-fleet catalog spends none of the
+/// model's context on the other fleet; line breaks a doc comment carried become spaces.
+pub fn for_fleets(text: &str, mode: Mode) -> String {
+    let serves = |fleet: FleetKind| match mode {
+        Mode::Single(only) => only == fleet,
+        Mode::Both => true,
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some((at, fleet, marker)) = next_marker(rest) {
+        out.push_str(&rest[..at]);
+        let inside = &rest[at + marker.len()..];
+        let end = closing_brace(inside);
+        if serves(fleet) {
+            out.push_str(&inside[..end]);
+        }
+        rest = inside.get(end + 1..).unwrap_or("");
+    }
+    out.push_str(rest);
+    tidy(&out)
+}
+
+fn next_marker(text: &str) -> Option<(usize, FleetKind, &'static str)> {
+    [(FleetKind::Local, "{local:"), (FleetKind::Cloud, "{cloud:")]
+        .into_iter()
+        .filter_map(|(fleet, marker)| text.find(marker).map(|at| (at, fleet, marker)))
+        .min_by_key(|(at, _, _)| *at)
+}
+
+/// Where the segment that starts `text` ends: braces inside it (`smol://runs/{id}`) nest.
+fn closing_brace(text: &str) -> usize {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => return i,
+            '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    text.len()
+}
+
+/// One space between words, none before punctuation a dropped segment left behind.
+fn tidy(text: &str) -> String {
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    joined
+        .replace(" .", ".")
+        .replace(" ,", ",")
+        .replace(" ;", ";")
+        .replace(" )", ")")
+        .replace("( ", "(")
+        .trim()
+        .to_owned()
+}
+
+/// The schema arguments are checked against, its descriptions worded for `mode` (a refusal
+/// quotes them) but every property kept: an argument of the other fleet is refused by its
+/// handler with the reason, not as unknown.
+pub fn worded_for(schema: JsonObject, mode: Mode) -> JsonObject {
+    fn word(value: &mut Value, mode: Mode) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map.iter_mut() {
+                    match v {
+                        Value::String(text) if key == "description" => {
+                            *text = for_fleets(text, mode);
+                        }
+                        _ => word(v, mode),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| word(v, mode)),
+            _ => {}
+        }
+    }
+    let mut value = Value::Object(schema);
+    word(&mut value, mode);
+    into_object(value)
+}
+
+/// Every description in `schema` worded for `mode`; a property whose whole description belongs
+/// to a fleet not served (`mounts` on cloud) is not offered at all.
+fn fit_to_fleets(schema: &mut Value, mode: Mode) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::String(text)) = map.get("description") {
+                let fitted = for_fleets(text, mode);
+                map.insert("description".into(), Value::String(fitted));
+            }
+            if let Some(Value::Object(props)) = map.get_mut("properties") {
+                let absent: Vec<String> = props
+                    .iter()
+                    .filter(|(_, p)| {
+                        p.get("description")
+                            .and_then(Value::as_str)
+                            .is_some_and(|d| !d.is_empty() && for_fleets(d, mode).is_empty())
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in &absent {
+                    props.remove(key);
+                }
+                if let Some(Value::Array(required)) = map.get_mut("required") {
+                    required.retain(|r| !absent.iter().any(|a| r == a));
+                }
+            }
+            map.values_mut().for_each(|v| fit_to_fleets(v, mode));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| fit_to_fleets(v, mode)),
+        _ => {}
+    }
+}
+
+/// The machine record and the job record are spelled out once each (get-machine's result,
+/// job-output's); elsewhere a result names where to find them rather than repeating them: six
+/// copies of the machine record were a tenth of the catalog.
+fn refer_to_records(tool: Tool, output: &mut Value) {
+    use std::sync::OnceLock;
+    static MACHINE: OnceLock<Value> = OnceLock::new();
+    static JOB: OnceLock<Value> = OnceLock::new();
+    let machine = MACHINE.get_or_init(|| Value::Object(self::output::<crate::fleet::Machine>()));
+    let job = JOB.get_or_init(|| Value::Object(self::output::<super::results::JobSummary>()));
+    if tool != Tool::GetMachine {
+        replace_copies(output, machine, "get-machine's record.");
+    }
+    if tool != Tool::JobOutput {
+        replace_copies(output, job, "job-output's record, without output.");
+    }
+}
+
+/// A result's outline: each field's name and type, a nested object or list of objects as the
+/// names of its fields. The tool's description says what the result means; the full schema of
+/// every nested record cost more than half the catalog, and a model reads the real values in the
+/// answer anyway. A description survives only where it points at another tool's record.
+fn outline(schema: Value) -> Value {
+    let Value::Object(mut map) = schema else {
+        return schema;
+    };
+    if let Some(Value::Array(branches)) = map.remove("anyOf") {
+        let branches: Vec<Value> = branches.into_iter().map(outline).collect();
+        let mut out = serde_json::Map::new();
+        out.insert("type".into(), Value::String("object".into()));
+        out.insert("anyOf".into(), Value::Array(branches));
+        return Value::Object(out);
+    }
+    let mut out = serde_json::Map::new();
+    out.insert("type".into(), Value::String("object".into()));
+    match map.remove("properties") {
+        Some(Value::Object(props)) => {
+            let fields = props
+                .into_iter()
+                .map(|(k, v)| (k, outline_field(v)))
+                .collect();
+            out.insert("properties".into(), Value::Object(fields));
+        }
+        _ => {
+            if let Some(d) = map.remove("description") {
+                out.insert("description".into(), d);
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+fn outline_field(field: Value) -> Value {
+    let Value::Object(map) = &field else {
+        return field;
+    };
+    if let Some(Value::Array(branches)) = map.get("anyOf") {
+        let rest: Vec<&Value> = branches
+            .iter()
+            .filter(|b| b.get("type") != Some(&Value::String("null".into())))
+            .collect();
+        // Nullable as `anyOf` branches of single types, not a type pair: the Inspector flags
+        // pairs as unportable (a client mapping schemas onto Gemini's OpenAPI subset rejects them).
+        if rest.len() == 1 && rest.len() < branches.len() {
+            return serde_json::json!({"anyOf": [outline_field(rest[0].clone()), {"type": "null"}]});
+        }
+    }
+    let names = |object: &Value| {
+        object
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().map(String::as_str).collect::<Vec<_>>().join(", "))
+    };
+    let mut out = serde_json::Map::new();
+    if let Some(t) = map.get("type") {
+        out.insert("type".into(), t.clone());
+    }
+    match map.get("type").and_then(Value::as_str) {
+        Some("object") => match names(&field) {
+            Some(fields) => {
+                out.insert("description".into(), Value::String(format!("{{{fields}}}")));
+            }
+            None => {
+                if let Some(d) = map.get("description") {
+                    out.insert("description".into(), d.clone());
+                }
+            }
+        },
+        Some("array") => match map.get("items") {
+            Some(items) if names(items).is_some() => {
+                let fields = names(items).unwrap_or_default();
+                out.insert(
+                    "description".into(),
+                    Value::String(format!("[{{{fields}}}]")),
+                );
+            }
+            Some(items) => {
+                out.insert("items".into(), outline_field(items.clone()));
+            }
+            None => {}
+        },
+        _ => {}
+    }
+    Value::Object(out)
+}
+
+fn replace_copies(schema: &mut Value, record: &Value, reference: &str) {
+    if schema == record {
+        *schema = serde_json::json!({"type": "object", "description": reference});
+        return;
+    }
+    match schema {
+        Value::Object(map) => map
+            .values_mut()
+            .for_each(|v| replace_copies(v, record, reference)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| replace_copies(v, record, reference)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tools::Catalog;
+
+    #[test]
+    fn target_follows_the_mode() {
+        let single = &Catalog::of(Mode::Single(FleetKind::Local)).listed;
+        let both = &Catalog::of(Mode::Both).listed;
+        assert_eq!(single.len(), Tool::ALL.len());
+        for (s, b) in single.iter().zip(both) {
+            assert!(
+                s.input_schema["properties"].get("target").is_none(),
+                "{}",
+                s.name
+            );
+            assert!(
+                b.input_schema["required"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&"target".into()),
+                "{}",
+                b.name
+            );
+        }
+    }
+
+    #[test]
+    fn input_schemas_are_portable_and_outputs_keep_their_nulls() {
+        let tools = &Catalog::of(Mode::Both).listed;
+        let inputs =
+            serde_json::to_string(&tools.iter().map(|t| &t.input_schema).collect::<Vec<_>>())
+                .unwrap();
+        assert!(!inputs.contains("\"null\""), "no null types in inputs");
+        let all = serde_json::to_string(&tools).unwrap();
+        assert!(!all.contains("$defs") && !all.contains("$ref"));
+        assert!(!all.contains("uint"));
+        let get = tools.iter().find(|t| t.name == "get-machine").unwrap();
+        let url = &get.output_schema.as_ref().unwrap()["properties"]["url"]["anyOf"];
+        assert_eq!(
+            url,
+            &serde_json::json!([{"type": "string"}, {"type": "null"}]),
+            "url is null locally"
+        );
+        let outputs =
+            serde_json::to_string(&tools.iter().map(|t| &t.output_schema).collect::<Vec<_>>())
+                .unwrap();
+        assert!(!outputs.contains("\"type\":["), "no type arrays in outputs");
+    }
+
+    #[test]
+    fn fleet_segments_are_kept_only_where_their_fleet_is_served() {
+        let text = "Name{cloud: or mach- id}. {local:Bundled Alpine. }{cloud:Costs money.} smol://runs/{run}.";
+        let local = Mode::Single(FleetKind::Local);
+        let cloud = Mode::Single(FleetKind::Cloud);
+        assert_eq!(
+            for_fleets(text, local),
+            "Name. Bundled Alpine. smol://runs/{run}."
+        );
+        assert_eq!(
+            for_fleets(text, cloud),
+            "Name or mach- id. Costs money. smol://runs/{run}."
+        );
+        assert_eq!(
+            for_fleets(text, Mode::Both),
+            "Name or mach- id. Bundled Alpine. Costs money. smol://runs/{run}."
+        );
+        assert_eq!(for_fleets("{local:only here}", cloud), "");
+        assert_eq!(for_fleets("two\nlines", local), "two lines");
+        // An unclosed segment runs to the end rather than eating the text before it.
+        assert_eq!(for_fleets("kept {cloud:open", local), "kept");
+    }
+
+    #[test]
+    fn a_property_of_another_fleet_is_not_offered() {
+        let mut schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "mounts": {"type": "array", "description": "{local:Host directories.}"},
+                "image": {"type": "string", "description": "OCI image.{cloud: Required.}"}
+            },
+            "required": ["mounts", "image"]
+        });
+        fit_to_fleets(&mut schema, Mode::Single(FleetKind::Cloud));
+        assert!(schema["properties"].get("mounts").is_none());
+        assert_eq!(
+            schema["properties"]["image"]["description"],
+            "OCI image. Required."
+        );
+        assert_eq!(schema["required"], serde_json::json!(["image"]));
+    }
+
+    #[test]
+    fn records_are_spelled_out_once() {
+        let local = &Catalog::of(Mode::Single(FleetKind::Local)).listed;
+        let schema_of = |name: &str| {
+            let tool = local.iter().find(|t| t.name == name).unwrap();
+            serde_json::to_value(tool.output_schema.as_ref().unwrap()).unwrap()
+        };
+        assert!(schema_of("get-machine")["properties"]["cpus"].is_object());
+        let created = schema_of("create-machine");
+        assert!(created["properties"]["machine"].get("properties").is_none());
+        assert!(
+            created["properties"]["machine"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("get-machine")
+        );
+        assert!(schema_of("cancel-job").get("properties").is_none());
+        assert!(schema_of("job-output")["properties"]["state"].is_object());
+        assert!(
+            schema_of("list-jobs")["properties"]["jobs"]["items"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("job-output")
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! Every tool this server offers, and what the catalog says of each: its name, title, hints,
+//! whether it can change a machine, and its description. How each is run (its argument and
+//! result types and its handler) is the run table in `mod.rs`, checked against this one by the
+//! compiler: a tool without a row there does not build.
+//!
+//! The handlers name tools (in errors, in the ledger) through this file, which is why the list
+//! lives below them and not beside the run table, which uses them.
+
+/// What a client may assume about a tool (MCP tool annotations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hints {
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    pub open_world: bool,
+}
+
+/// Declares every tool once. A row: `Variant => "name" { title, hints, changes_machines,
+/// description }`.
+macro_rules! tool_list {
+    ($(
+        $variant:ident => $name:literal {
+            title: $title:literal,
+            hints: $hints:expr,
+            changes_machines: $changes:literal,
+            description: $description:literal $(,)?
+        }
+    )+) => {
+        /// Every tool this server offers.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Tool {
+            $($variant,)+
+        }
+
+        impl Tool {
+            pub const ALL: &'static [Tool] = &[$(Tool::$variant,)+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Tool::$variant => $name,)+
+                }
+            }
+
+            pub fn title(self) -> &'static str {
+                match self {
+                    $(Tool::$variant => $title,)+
+                }
+            }
+
+            /// Written for a model choosing between tools.
+            pub fn description(self) -> &'static str {
+                match self {
+                    $(Tool::$variant => $description,)+
+                }
+            }
+
+            pub fn hints(self) -> Hints {
+                match self {
+                    $(Tool::$variant => $hints,)+
+                }
+            }
+
+            /// Whether a call may change a machine or its files (so that nothing read before it
+            /// may be served from a copy after it).
+            pub fn changes_machines(self) -> bool {
+                match self {
+                    $(Tool::$variant => $changes,)+
+                }
+            }
+        }
+    };
+}
+
+const READ_ONLY: Hints = Hints {
+    read_only: true,
+    destructive: false,
+    idempotent: true,
+    open_world: false,
+};
+
+tool_list! {
+    ListMachines => "list-machines" {
+        title: "List machines",
+        hints: READ_ONLY,
+        changes_machines: false,
+        description: "List this fleet's machines. Use it to find one to reuse or see what still runs \
+             before creating another{cloud: (each costs money while it exists)}; for one known \
+             machine, get-machine.",
+    }
+    GetMachine => "get-machine" {
+        title: "Get a machine",
+        hints: READ_ONLY,
+        changes_machines: false,
+        description: "Report one machine's state (running, stopped, created...), size, egress and \
+             image{cloud:, and its url (ingress of its first published port)}. Use it to check a \
+             machine exists (else NOT_FOUND), runs, or that a start took.",
+    }
+    CreateMachine => "create-machine" {
+        title: "Create a machine",
+        hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
+        changes_machines: true,
+        description: "Create a microVM and, unless start is false, boot it and wait until it runs \
+             commands. Egress is blocked unless network, allowHosts or allowCidrs grant it. \
+             Unnamed or named mcp-..., it is ephemeral (deleted at session end); other names \
+             persist until delete-machine. {cloud:A cloud machine costs money while it exists. \
+             }For one command in a throwaway machine, run-once.",
+    }
+    StartMachine => "start-machine" {
+        title: "Start a machine",
+        hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
+        changes_machines: true,
+        description: "Start a stopped machine and, unless wait is false, wait until it runs commands. Its disk is \
+             as left; memory, processes and /tmp start empty.{cloud: A \
+             running cloud machine bills for CPU and memory.}",
+    }
+    StopMachine => "stop-machine" {
+        title: "Stop a machine",
+        hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
+        changes_machines: true,
+        description: "Stop a running machine: processes, memory, /tmp and jobs end; the disk stays. \
+             Use it to pause one to resume with start-machine{cloud: (a stopped cloud machine \
+             bills for disk only)}; to throw it away, delete-machine.",
+    }
+    DeleteMachine => "delete-machine" {
+        title: "Delete a machine",
+        hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
+        changes_machines: true,
+        description: "Delete a machine, running or not, with its disk and jobs. Irreversible. \
+             {local:A branch source with children is refused: delete them first. }Ephemeral ones \
+             go at session end anyway. To keep the disk, stop-machine.{cloud: On cloud, \
+             usageMicros is what it cost, in millionths of a dollar.}",
+    }
+    RunCommand => "run-command" {
+        title: "Run a command",
+        hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
+        changes_machines: true,
+        description: "Run a command in an existing machine and wait for its end: stdout, stderr, \
+             exitCode (non-zero is a result, not an error). Each call is a new process: cd and \
+             export do not carry over; pass workdir and env. Long output keeps head and tail; the \
+             whole is saved in the machine (overflow). Starts a stopped machine. For builds, tests \
+             or installs that may outlast this call, pass background: true and follow it with \
+             job-output.",
+    }
+    JobOutput => "job-output" {
+        title: "Read a job's output",
+        hints: READ_ONLY,
+        changes_machines: false,
+        description: "Read a background job: state (running, exited, timedOut, cancelled, or lost \
+             with its machine), exitCode once ended, and output after the cursor you pass; pass \
+             back the returned one next (more: true: call again at once). waitSecs waits up to \
+             that long for the end.",
+    }
+    CancelJob => "cancel-job" {
+        title: "Cancel a job",
+        hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
+        changes_machines: true,
+        description: "Kill a hung or unneeded background job and every process it started \
+             (cancelled, exit 137); an ended one is left as is. Its output stays readable with \
+             job-output; the machine keeps running.",
+    }
+    ListJobs => "list-jobs" {
+        title: "List jobs",
+        hints: READ_ONLY,
+        changes_machines: false,
+        description: "List this server's background jobs on the fleet, newest first: running ones \
+             and the last 100 ended. Use it to find a lost job id or see what runs before starting \
+             more.",
+    }
+    RunOnce => "run-once" {
+        title: "Run in a throwaway machine",
+        hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
+        changes_machines: true,
+        description: "Run one command in a fresh machine deleted afterwards, whatever happens \
+             (timeout, cancellation); the result is run-command's, without overflow. For later \
+             calls on the machine or its files, or background: true, use create-machine and \
+             run-command.",
+    }
+    ReadFile => "read-file" {
+        title: "Read a file",
+        hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
+        changes_machines: false,
+        description: "Read a file from a machine a page at a time: the page is the answer's second content block; \
+             size, offset, bytes and eof place it. Continue from offset + bytes until eof. Also reads \
+             run-command's overflow and job outputFiles. Starts a stopped machine.",
+    }
+    WriteFile => "write-file" {
+        title: "Write a file",
+        hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
+        changes_machines: true,
+        description: "Write a whole file into a machine, creating parent directories, replacing any \
+             old one. Waits until the machine runs commands, so the next command sees it. Starts a \
+             stopped machine. Prefer it to echo in run-command.",
+    }
+    BranchMachine => "branch-machine" {
+        title: "Branch a machine",
+        hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
+        changes_machines: true,
+        description: "Copy a running machine (memory, processes, disk) into a new child that goes on \
+             from there while the source runs on. Use it to try something risky or to fan out from \
+             a prepared machine. The source must be branchable (branchable: true at create{local:, \
+             or at start-machine}), else CONFLICT.",
+    }
+    MachineLogs => "machine-logs" {
+        title: "Read a machine's log",
+        hints: READ_ONLY,
+        changes_machines: false,
+        description: "Read a machine's log: the last lines, or what arrived since a previous cursor. \
+             {local:By default what its workload printed, kept across restarts; source engine: the \
+             boot and agent log. }{cloud:On cloud it is the control plane's event log: what \
+             happened to the machine. }Command output comes from run-command or job-output.",
+    }
+    PullImage => "pull-image" {
+        title: "Pull an image",
+        hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
+        changes_machines: true,
+        description: "{local:Pull an OCI image into a running machine's image store ahead of time, \
+             so creates from it need not wait. Rarely needed: create-machine and run-once pull \
+             their own image.}{cloud:Refused on cloud: the control plane pulls each machine's \
+             image at create.}",
+    }
+}
+
+impl Tool {
+    pub fn from_name(name: &str) -> Option<Tool> {
+        Tool::ALL.iter().copied().find(|t| t.name() == name)
+    }
+}

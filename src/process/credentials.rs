@@ -1,0 +1,712 @@
+//! Credential bindings: secrets an operator declares, that an agent names and never sees. The
+//! local engine (1.32.2) gives the workload a placeholder in the binding's environment variable
+//! and puts the real value into HTTPS requests to the binding's hosts only, on the host side;
+//! the value reaches the engine through `PUT /machines/{name}/credential-values`, held in its
+//! memory and applied at the machine's next boot. So this server keeps, per engine, which
+//! machines were made with which bindings (`machines.json` in the runtime directory, written
+//! whole and renamed, as the ephemeral record is; it also keeps which machines ask the user
+//! about refused egress, the other thing the engine does not tell back), and supplies the values
+//! before every start it causes ([`Supplier`], which the local fleet asks).
+//!
+//! A value comes from an environment variable or a file of the server's, never from a tool
+//! argument, and is never logged, echoed or written: [`Supplier::redact`] replaces every value
+//! this process has read wherever output leaves the server.
+
+use crate::fleet::{CredentialBindingSpec, CredentialValues, ErrorKind, FleetError, Secret};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Where a binding's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueSource {
+    /// An environment variable of the server's, read when the configuration is loaded.
+    Env { var: String, value: Option<Secret> },
+    /// A file of the server's, read each time the value is supplied (so a rotated token is
+    /// taken without a restart). Surrounding white space is dropped.
+    File(PathBuf),
+}
+
+/// One binding as the operator declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialBinding {
+    pub name: String,
+    /// The workload's variable that holds the placeholder; `None` with `header`.
+    pub env: Option<String>,
+    /// Where the engine sends the value: lowercase host names, or `*.` and a name of at least
+    /// two labels for its subdomains.
+    pub hosts: Vec<String>,
+    /// Set this request header to the value on every request to `hosts`, instead of replacing
+    /// the placeholder where the workload puts it.
+    pub header: Option<String>,
+    pub source: ValueSource,
+}
+
+/// The bindings as the configuration file and `SMOL_MCP_CREDENTIALS` spell them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BindingFile {
+    name: String,
+    #[serde(default)]
+    env: Option<String>,
+    hosts: Vec<String>,
+    #[serde(default)]
+    header: Option<String>,
+    #[serde(default)]
+    from_env: Option<String>,
+    #[serde(default)]
+    from_file: Option<String>,
+}
+
+/// What the setting accepts, for its error messages and the README.
+pub const ACCEPTS: &str = "a JSON list of bindings, each {\"name\", \"env\" (the workload's \
+     variable), \"hosts\" (where the value may go), and \"fromEnv\" (a variable of the server's) \
+     or \"fromFile\" (a file of the server's); \"header\" instead of \"env\" sets that request \
+     header to the value}";
+
+/// Headers the engine refuses to set (routing and framing, cookies).
+const PROTECTED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "proxy-connection",
+    "cookie",
+];
+
+fn is_binding_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// A lowercase DNS name, or `*.` and one of at least two labels (the engine's own rule).
+fn is_binding_host(host: &str) -> bool {
+    let (name, wildcard) = match host.strip_prefix("*.") {
+        Some(rest) => (rest, true),
+        None => (host, false),
+    };
+    let labels: Vec<&str> = name.split('.').collect();
+    let label_ok = |l: &&str| {
+        (1..=63).contains(&l.len())
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let is_ip = name.parse::<std::net::IpAddr>().is_ok();
+    name.len() <= 253
+        && !is_ip
+        && labels.iter().all(label_ok)
+        && labels.len() >= if wildcard { 2 } else { 1 }
+        && labels
+            .last()
+            .is_some_and(|l| l.bytes().any(|b| !b.is_ascii_digit()))
+}
+
+/// Reads and checks the bindings: each refusal names the binding and what would be accepted.
+/// `env` is the server's environment, from which `fromEnv` values are taken now.
+pub fn parse(
+    value: serde_json::Value,
+    env: &BTreeMap<String, String>,
+) -> Result<Vec<CredentialBinding>, String> {
+    let files: Vec<BindingFile> = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let mut bindings = Vec::new();
+    let mut names = HashSet::new();
+    let mut vars = HashSet::new();
+    for file in files {
+        let name = file.name;
+        let label = format!("binding {name:?}");
+        if !is_binding_name(&name) {
+            return Err(format!(
+                "{label}: a name is 1 to 64 letters, digits, '_', '.' or '-'"
+            ));
+        }
+        if !names.insert(name.clone()) {
+            return Err(format!("{label} is declared twice"));
+        }
+        match (&file.env, &file.header) {
+            (None, None) => {
+                return Err(format!(
+                    "{label}: give \"env\" (the workload's variable that holds the placeholder) \
+                     or \"header\" (a request header set to the value)"
+                ));
+            }
+            (Some(var), _) if !is_env_name(var) => {
+                return Err(format!(
+                    "{label}: env {var:?} is not a variable name (a letter or '_', then \
+                     letters, digits or '_')"
+                ));
+            }
+            (Some(var), _) if !vars.insert(var.clone()) => {
+                return Err(format!("{label}: env {var:?} is bound twice"));
+            }
+            _ => {}
+        }
+        if let Some(header) = &file.header {
+            let lower = header
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+            if header.is_empty() || !lower || PROTECTED_HEADERS.contains(&header.as_str()) {
+                return Err(format!(
+                    "{label}: header {header:?} must be a lowercase header name other than \
+                     {}",
+                    PROTECTED_HEADERS.join(", ")
+                ));
+            }
+        }
+        if file.hosts.is_empty() {
+            return Err(format!(
+                "{label}: \"hosts\" is empty; a value is never sent anywhere by default"
+            ));
+        }
+        if let Some(bad) = file.hosts.iter().find(|h| !is_binding_host(h)) {
+            return Err(format!(
+                "{label}: host {bad:?} must be a lowercase DNS name (api.example.com), or *. \
+                 and a name of two labels or more (*.example.com); no scheme, port or IP"
+            ));
+        }
+        let source = match (file.from_env, file.from_file) {
+            (Some(var), None) => {
+                let value = env
+                    .get(&var)
+                    .filter(|v| !v.trim().is_empty())
+                    .map(|v| Secret::new(v.trim()));
+                ValueSource::Env { var, value }
+            }
+            (None, Some(path)) if Path::new(&path).is_absolute() => {
+                ValueSource::File(PathBuf::from(path))
+            }
+            (None, Some(path)) => {
+                return Err(format!(
+                    "{label}: fromFile {path:?} must be an absolute path"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "{label}: give one of \"fromEnv\" (a variable of the server's) or \
+                     \"fromFile\" (an absolute path); a value never comes from a tool argument"
+                ));
+            }
+        };
+        bindings.push(CredentialBinding {
+            name,
+            env: file.env,
+            hosts: file.hosts,
+            header: file.header,
+            source,
+        });
+    }
+    Ok(bindings)
+}
+
+/// Takes the values of `fromEnv` bindings from the server's environment (read once, at load).
+pub fn capture_values(bindings: &mut [CredentialBinding], env: &BTreeMap<String, String>) {
+    for binding in bindings {
+        if let ValueSource::Env { var, value } = &mut binding.source {
+            *value = env
+                .get(var.as_str())
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| Secret::new(v.trim()));
+        }
+    }
+}
+
+impl CredentialBinding {
+    /// What the engine is told at create: everything but the value.
+    pub fn spec(&self) -> CredentialBindingSpec {
+        CredentialBindingSpec {
+            name: self.name.clone(),
+            env: self.env.clone(),
+            hosts: self.hosts.clone(),
+            header: self.header.clone(),
+        }
+    }
+
+    /// Where the operator puts the value, for messages.
+    pub fn source_words(&self) -> String {
+        match &self.source {
+            ValueSource::Env { var, .. } => format!("${var} in the server's environment"),
+            ValueSource::File(path) => format!("the file {}", path.display()),
+        }
+    }
+
+    /// The value, or why there is none and what the operator must do.
+    fn value(&self) -> Result<Secret, String> {
+        match &self.source {
+            ValueSource::Env { value: Some(v), .. } => Ok(v.clone()),
+            ValueSource::Env { var, .. } => Err(format!(
+                "credential {} has no value: set {var} in the environment the MCP client \
+                 starts this server with, then restart the server",
+                self.name
+            )),
+            ValueSource::File(path) => match std::fs::read_to_string(path) {
+                Ok(text) if !text.trim().is_empty() => Ok(Secret::new(text.trim())),
+                Ok(_) => Err(format!(
+                    "credential {} has no value: the file {} is empty; put the value in it",
+                    self.name,
+                    path.display()
+                )),
+                Err(e) => Err(format!(
+                    "credential {} has no value: the file {} cannot be read ({e}); put the \
+                     value in it, readable by the server's user",
+                    self.name,
+                    path.display()
+                )),
+            },
+        }
+    }
+}
+
+/// What this server set up on a machine that the engine does not tell back.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Setup {
+    /// The credential bindings it was made with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    credentials: Vec<String>,
+    /// Made with `network: "ask"`: refused egress is put to the user.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    asks_egress: bool,
+}
+
+/// Which machines of one engine were set up how, kept across restarts: an engine forgets values
+/// at its own restart, and a restarted server must still know what to supply before a
+/// machine's next start, and whom to ask.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct BoundFile {
+    /// engine -> machine -> its setup
+    engines: BTreeMap<String, BTreeMap<String, Setup>>,
+}
+
+/// The bindings of this process and the machines made with them; the local fleet asks it for
+/// the values to supply before it starts a machine.
+#[derive(Debug)]
+pub struct Supplier {
+    bindings: Vec<CredentialBinding>,
+    path: PathBuf,
+    /// The local engine the machines are on, as the ephemeral record names engines; set when
+    /// the process first reaches its local fleet (no machine can be made before).
+    engine: std::sync::OnceLock<String>,
+    bound: Mutex<Option<BoundFile>>,
+    /// Every value read so far, longest first, with what replaces it in output.
+    seen: Mutex<Vec<(Secret, String)>>,
+}
+
+impl Supplier {
+    pub fn new(bindings: Vec<CredentialBinding>, runtime_dir: &Path) -> Supplier {
+        let supplier = Supplier {
+            bindings,
+            path: runtime_dir.join("machines.json"),
+            engine: std::sync::OnceLock::new(),
+            bound: Mutex::new(None),
+            seen: Mutex::new(Vec::new()),
+        };
+        // Values from the environment are known now: output can carry them from the start.
+        for binding in &supplier.bindings {
+            if let ValueSource::Env { value: Some(v), .. } = &binding.source {
+                supplier.saw(&binding.name, v);
+            }
+        }
+        supplier
+    }
+
+    /// The engine whose machines this supplier keeps (the first one set stays).
+    pub fn set_engine(&self, engine: String) {
+        let _ = self.engine.set(engine);
+    }
+
+    pub fn bindings(&self) -> &[CredentialBinding] {
+        &self.bindings
+    }
+
+    /// The bindings `names` name, or an error naming the unknown one and the configured ones.
+    pub fn resolve(&self, names: &[String]) -> Result<Vec<&CredentialBinding>, String> {
+        let mut found = Vec::new();
+        for name in names {
+            match self.bindings.iter().find(|b| &b.name == name) {
+                Some(b) if !found.iter().any(|f: &&CredentialBinding| f.name == b.name) => {
+                    found.push(b)
+                }
+                Some(_) => return Err(format!("{name:?} is named twice")),
+                None if self.bindings.is_empty() => {
+                    return Err(format!(
+                        "{name:?} is not a credential of this server: it has none (the \
+                         operator declares them in the server's configuration, credentials)"
+                    ));
+                }
+                None => {
+                    let known: Vec<&str> = self.bindings.iter().map(|b| b.name.as_str()).collect();
+                    return Err(format!(
+                        "{name:?} is not a credential of this server; its credentials are {}",
+                        known.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether `binding` has a value to supply now; the error names what the operator must do.
+    pub fn check_value(&self, binding: &CredentialBinding) -> Result<(), String> {
+        let value = binding.value()?;
+        self.saw(&binding.name, &value);
+        Ok(())
+    }
+
+    fn saw(&self, name: &str, value: &Secret) {
+        if let Ok(mut seen) = self.seen.lock()
+            && !seen.iter().any(|(v, _)| v == value)
+        {
+            seen.push((value.clone(), format!("[credential {name}]")));
+            seen.sort_by_key(|(v, _)| std::cmp::Reverse(v.expose().len()));
+        }
+    }
+
+    /// `text` with every value this process has read replaced by `[credential NAME]`.
+    pub fn redact(&self, text: &str) -> Option<String> {
+        let seen = self.seen.lock().ok()?;
+        let mut out: Option<String> = None;
+        for (value, label) in seen.iter() {
+            let current = out.as_deref().unwrap_or(text);
+            if !value.is_empty() && current.contains(value.expose()) {
+                out = Some(current.replace(value.expose(), label));
+            }
+        }
+        out
+    }
+
+    /// Like [`Supplier::redact`], for a piece of a stream that may stop inside a value or start
+    /// inside one (an output notification): a value's first bytes at the end, or its last
+    /// bytes at the start, four or more of them, are replaced too.
+    pub fn redact_fragment(&self, text: &str) -> Option<String> {
+        const EDGE_MIN: usize = 4;
+        let whole = self.redact(text);
+        let seen = self.seen.lock().ok()?;
+        let mut out = whole.clone().unwrap_or_else(|| text.to_owned());
+        let mut changed = whole.is_some();
+        for (value, label) in seen.iter() {
+            let v = value.expose();
+            let head = (EDGE_MIN..v.len()).rev().find(|&k| {
+                v.is_char_boundary(k)
+                    && out.ends_with(&v[..k])
+                    && out.is_char_boundary(out.len() - k)
+            });
+            if let Some(k) = head {
+                out.truncate(out.len() - k);
+                out.push_str(label);
+                changed = true;
+            }
+            let tail = (EDGE_MIN..v.len()).rev().find(|&k| {
+                v.is_char_boundary(v.len() - k)
+                    && out.starts_with(&v[v.len() - k..])
+                    && out.is_char_boundary(k)
+            });
+            if let Some(k) = tail {
+                out.replace_range(..k, label);
+                changed = true;
+            }
+        }
+        changed.then_some(out)
+    }
+
+    /// Every value read so far with what replaces it, for the run ledger's own redaction.
+    pub fn values_to_redact(&self) -> Vec<(String, String)> {
+        self.seen
+            .lock()
+            .map(|seen| {
+                seen.iter()
+                    .map(|(v, label)| (v.expose().to_owned(), label.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether any value is known (so that output needs looking at).
+    pub fn has_values(&self) -> bool {
+        self.seen.lock().is_ok_and(|s| !s.is_empty())
+    }
+
+    fn with_bound<T>(&self, f: impl FnOnce(&mut BoundFile) -> T) -> Option<T> {
+        let mut guard = self.bound.lock().ok()?;
+        if guard.is_none() {
+            let read = std::fs::read(&self.path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<BoundFile>(&bytes).ok())
+                .unwrap_or_default();
+            *guard = Some(read);
+        }
+        guard.as_mut().map(f)
+    }
+
+    fn save(&self, file: &BoundFile) {
+        let Ok(bytes) = serde_json::to_vec_pretty(file) else {
+            return;
+        };
+        let part = self.path.with_extension("json.part");
+        let written =
+            std::fs::write(&part, bytes).and_then(|()| std::fs::rename(&part, &self.path));
+        if let Err(e) = written {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not record which machines have credential bindings");
+        }
+    }
+
+    /// Changes what is recorded of `machine`; an empty setup is forgotten.
+    fn update(&self, machine: &str, change: impl FnOnce(&mut Setup)) {
+        let Some(engine) = self.engine.get().cloned() else {
+            return;
+        };
+        self.with_bound(|file| {
+            let machines = file.engines.entry(engine).or_default();
+            let before = machines.get(machine).cloned().unwrap_or_default();
+            let mut after = before.clone();
+            change(&mut after);
+            if after == before {
+                return;
+            }
+            if after == Setup::default() {
+                machines.remove(machine);
+            } else {
+                machines.insert(machine.to_owned(), after);
+            }
+            self.save(file);
+        });
+    }
+
+    fn setup(&self, machine: &str) -> Setup {
+        let Some(engine) = self.engine.get() else {
+            return Setup::default();
+        };
+        self.with_bound(|file| {
+            file.engines
+                .get(engine)
+                .and_then(|m| m.get(machine))
+                .cloned()
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+    }
+
+    /// `machine` is made (or branched) with the bindings `names` (none: without bindings).
+    pub fn bind(&self, machine: &str, names: &[String]) {
+        self.update(machine, |setup| setup.credentials = names.to_vec());
+    }
+
+    /// `machine` is made to ask the user about refused egress, or not.
+    pub fn set_asks_egress(&self, machine: &str, asks: bool) {
+        self.update(machine, |setup| setup.asks_egress = asks);
+    }
+
+    /// Whether `machine` was made with `network: "ask"`.
+    pub fn asks_egress(&self, machine: &str) -> bool {
+        self.setup(machine).asks_egress
+    }
+
+    /// `machine` is gone: nothing more to supply or ask for it.
+    pub fn forget_machine(&self, machine: &str) {
+        self.update(machine, |setup| *setup = Setup::default());
+    }
+
+    /// The bindings `machine` was made with, if any.
+    pub fn bound_to(&self, machine: &str) -> Vec<String> {
+        self.setup(machine).credentials
+    }
+}
+
+impl CredentialValues for Supplier {
+    fn values_for(&self, machine: &str) -> Option<Result<Vec<(String, Secret)>, FleetError>> {
+        let names = self.bound_to(machine);
+        if names.is_empty() {
+            return None;
+        }
+        let mut values = Vec::new();
+        for name in &names {
+            let Some(binding) = self.bindings.iter().find(|b| &b.name == name) else {
+                return Some(Err(FleetError::new(
+                    ErrorKind::Refused,
+                    format!("start machine {machine}"),
+                    format!(
+                        "machine {machine} was made with credential {name}, which this \
+                         server's configuration no longer declares: declare it again \
+                         (credentials), or delete the machine"
+                    ),
+                )));
+            };
+            match binding.value() {
+                Ok(value) => {
+                    self.saw(name, &value);
+                    values.push((name.clone(), value));
+                }
+                Err(why) => {
+                    return Some(Err(FleetError::new(
+                        ErrorKind::Refused,
+                        format!("start machine {machine}"),
+                        why,
+                    )));
+                }
+            }
+        }
+        Some(Ok(values))
+    }
+
+    fn forget(&self, machine: &str) {
+        self.bind(machine, &[]);
+    }
+}
+
+/// The supplier of a process, shared by its local fleet and its policy.
+pub type Shared = Arc<Supplier>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn bindings_are_checked_as_the_engine_would_and_name_what_is_wrong() {
+        let ok = parse(
+            json!([{"name": "gh", "env": "GH_TOKEN", "hosts": ["api.github.com", "*.example.com"], "fromEnv": "MY_GH"}]),
+            &env(&[("MY_GH", "s3cret-value")]),
+        )
+        .unwrap();
+        assert_eq!(ok[0].hosts, ["api.github.com", "*.example.com"]);
+        assert_eq!(
+            ok[0].source,
+            ValueSource::Env {
+                var: "MY_GH".into(),
+                value: Some(Secret::new("s3cret-value"))
+            }
+        );
+        let refused = |binding: serde_json::Value, words: &str| {
+            let e = parse(json!([binding]), &env(&[])).unwrap_err();
+            assert!(e.contains(words), "{e}");
+        };
+        refused(
+            json!({"name": "a b", "env": "X", "hosts": ["a.com"], "fromEnv": "V"}),
+            "a name is 1 to 64",
+        );
+        refused(
+            json!({"name": "a", "env": "1X", "hosts": ["a.com"], "fromEnv": "V"}),
+            "not a variable name",
+        );
+        refused(
+            json!({"name": "a", "hosts": ["a.com"], "fromEnv": "V"}),
+            "give \"env\"",
+        );
+        refused(
+            json!({"name": "a", "env": "X", "hosts": [], "fromEnv": "V"}),
+            "is empty",
+        );
+        for host in [
+            "*.com",
+            "API.example.com",
+            "10.0.0.1",
+            "api.example.com:443",
+            "https://a.com",
+        ] {
+            refused(
+                json!({"name": "a", "env": "X", "hosts": [host], "fromEnv": "V"}),
+                "must be a lowercase DNS name",
+            );
+        }
+        refused(
+            json!({"name": "a", "env": "X", "hosts": ["a.com"]}),
+            "give one of \"fromEnv\"",
+        );
+        refused(
+            json!({"name": "a", "env": "X", "hosts": ["a.com"], "fromFile": "rel/path"}),
+            "absolute",
+        );
+        refused(
+            json!({"name": "a", "header": "Cookie", "hosts": ["a.com"], "fromEnv": "V"}),
+            "lowercase header",
+        );
+        refused(
+            json!({"name": "a", "env": "X", "hosts": ["a.com"], "fromEnv": "V", "value": "x"}),
+            "unknown field",
+        );
+        let twice = parse(
+            json!([{"name": "a", "env": "X", "hosts": ["a.com"], "fromEnv": "V"}, {"name": "a", "env": "Y", "hosts": ["a.com"], "fromEnv": "V"}]),
+            &env(&[]),
+        )
+        .unwrap_err();
+        assert!(twice.contains("declared twice"), "{twice}");
+    }
+
+    #[test]
+    fn values_are_supplied_per_machine_and_redacted_once_read() {
+        let dir = tempfile_dir();
+        let secret_file = dir.join("token");
+        std::fs::write(&secret_file, "file-value-123\n").unwrap();
+        let bindings = parse(
+            json!([
+                {"name": "a", "env": "A", "hosts": ["a.com"], "fromEnv": "A_SRC"},
+                {"name": "b", "env": "B", "hosts": ["b.com"], "fromFile": secret_file.display().to_string()},
+                {"name": "c", "env": "C", "hosts": ["c.com"], "fromEnv": "UNSET"}
+            ]),
+            &env(&[("A_SRC", "env-value-456")]),
+        )
+        .unwrap();
+        let supplier = Supplier::new(bindings, &dir);
+        supplier.set_engine("engine-1".into());
+        assert!(supplier.values_for("plain").is_none());
+        supplier.bind("m", &["a".into(), "b".into()]);
+        let values = supplier.values_for("m").unwrap().unwrap();
+        assert_eq!(values[0].0, "a");
+        assert_eq!(values[1].1.expose(), "file-value-123");
+        // Kept across a new process on the same runtime directory and engine only.
+        let again = Supplier::new(supplier.bindings.clone(), &dir);
+        again.set_engine("engine-1".into());
+        assert_eq!(again.bound_to("m"), ["a", "b"]);
+        let other = Supplier::new(supplier.bindings.clone(), &dir);
+        other.set_engine("engine-2".into());
+        assert!(other.bound_to("m").is_empty());
+        // A missing value names the binding and what to set.
+        supplier.bind("n", &["c".into()]);
+        let e = supplier.values_for("n").unwrap().unwrap_err();
+        assert!(
+            e.message.contains("credential c has no value: set UNSET"),
+            "{}",
+            e.message
+        );
+        assert!(!format!("{e:?}").contains("env-value-456"));
+        // Output carrying a value is redacted, whichever binding it came from.
+        assert_eq!(
+            supplier
+                .redact("x env-value-456 y file-value-123")
+                .as_deref(),
+            Some("x [credential a] y [credential b]")
+        );
+        assert_eq!(supplier.redact("nothing here"), None);
+        supplier.forget("m");
+        assert!(supplier.values_for("m").is_none());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("smol-mcp-cred-{:08x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

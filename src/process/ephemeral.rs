@@ -1,0 +1,561 @@
+//! The record of ephemeral machines: which machines, on which fleet, belong to which session of
+//! which process. It lives in the runtime directory, so it survives a crash of the process that
+//! wrote it: the next start finds entries whose process is dead and deletes those machines, on
+//! the local fleet and on cloud alike.
+
+use crate::fleet::FleetKind;
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{0}")]
+    RuntimeDir(String),
+    #[error(
+        "{path} is not a valid machine record ({why}). Machines this server created may still be \
+         running: list them, delete what is not needed, then remove the file"
+    )]
+    Corrupt { path: String, why: String },
+    #[error("{path}: {why}")]
+    Io { path: String, why: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub fleet: FleetKind,
+    pub name: String,
+    /// What the fleet calls it (the `mach-` id on cloud); the name until create answers.
+    pub id: String,
+    pub owner_pid: u32,
+    pub session: String,
+    /// The machine a branch child was made from. The local engine refuses to delete a machine
+    /// that is the fork base of live clones (409, smolvm src/api/handlers/machines.rs
+    /// `delete_machine`), so the clean-up deletes children before their source. Absent in
+    /// records written before it existed, and for machines that are not branch children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// When the entry was recorded (seconds since the epoch; 0 in records from before).
+    #[serde(default)]
+    pub recorded_at: u64,
+    /// Set for a machine that belongs to the process rather than to a session: one created by a
+    /// 2026-07-28 request over HTTP, whose handler lives for that one request. Absent in records
+    /// written before it existed, and for session machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+    /// The engine the machine was made on (`Process::engine`): another engine using the same
+    /// runtime directory has no such machine, and its 404 must not count as the delete. Absent
+    /// in records written before it existed, which any engine's sweep takes as its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+}
+
+/// A process-owned machine's lease: renewed by every tool call naming the machine, and over
+/// once it has gone unused for `secs`. Kept in the record so that a restarted server can tell
+/// a machine a stateless client may still use from one nobody has touched for too long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// The last tool call naming the machine (seconds since the epoch).
+    pub last_used: u64,
+    /// The idle period the lease was taken with (`machineLeaseSecs` then).
+    pub secs: u64,
+}
+
+impl Lease {
+    pub fn expired(&self, now: u64) -> bool {
+        now >= self.last_used.saturating_add(self.secs)
+    }
+}
+
+impl Entry {
+    /// Whether the process that owned the machine is gone and nobody may still use it: a dead
+    /// owner's leased machine stays until its lease runs out, for the next server to adopt.
+    fn orphaned(&self, now: u64) -> bool {
+        !process_alive(self.owner_pid) && self.lease.is_none_or(|l| l.expired(now))
+    }
+
+    fn made_on(&self, engine: &str) -> bool {
+        self.engine.as_deref().is_none_or(|e| e == engine)
+    }
+}
+
+/// Seconds since the epoch, for `Entry::recorded_at`.
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct RecordFile {
+    machines: Vec<Entry>,
+}
+
+/// Creates the runtime directory with mode 0700, or checks that an existing one is a directory
+/// owned by this user that nobody else can reach: the engine's socket lives in it, and anything
+/// that can reach that socket can create machines on this host.
+pub fn ensure_runtime_dir(dir: &Path) -> Result<(), RecordError> {
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            RecordError::RuntimeDir(format!("cannot create {}: {e}", parent.display()))
+        })?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(RecordError::RuntimeDir(format!(
+                "cannot create {}: {e}; set SMOL_MCP_RUNTIME_DIR to somewhere else",
+                dir.display()
+            )));
+        }
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| RecordError::RuntimeDir(format!("{}: {e}", dir.display())))?;
+    if !meta.is_dir() {
+        return Err(RecordError::RuntimeDir(format!(
+            "{} exists and is not a directory; set SMOL_MCP_RUNTIME_DIR to somewhere else",
+            dir.display()
+        )));
+    }
+    let me = nix::unistd::getuid().as_raw();
+    if meta.uid() != me {
+        return Err(RecordError::RuntimeDir(format!(
+            "{} belongs to uid {} and this process runs as {me}; refusing to put a socket in a \
+             directory another user owns. Set SMOL_MCP_RUNTIME_DIR to somewhere else",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(RecordError::RuntimeDir(format!(
+            "{} is mode {:o} and must be 700: anything that can reach the socket in it can create \
+             a machine on this host. Fix the mode, or set SMOL_MCP_RUNTIME_DIR to somewhere else",
+            dir.display(),
+            meta.permissions().mode() & 0o777
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a process is still there (a zombie or one we may not signal counts as alive).
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::EPERM) => true,
+        Err(_) => false,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Record {
+    path: PathBuf,
+    lock_path: PathBuf,
+}
+
+impl Record {
+    pub fn new(runtime_dir: &Path) -> Record {
+        Record {
+            path: runtime_dir.join("ephemeral.json"),
+            lock_path: runtime_dir.join("ephemeral.lock"),
+        }
+    }
+
+    fn io(&self, why: impl std::fmt::Display) -> RecordError {
+        RecordError::Io {
+            path: self.path.display().to_string(),
+            why: why.to_string(),
+        }
+    }
+
+    /// Runs `change` on the record under an exclusive lock (several processes share the file).
+    fn update<R>(&self, change: impl FnOnce(&mut Vec<Entry>) -> R) -> Result<R, RecordError> {
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&self.lock_path)
+            .map_err(|e| self.io(e))?;
+        lock.lock().map_err(|e| self.io(e))?;
+        let mut entries = self.read_unlocked()?;
+        let before = entries.clone();
+        let result = change(&mut entries);
+        // Most deletes are of machines that were never recorded: skip the write (and its fsync).
+        if entries != before {
+            self.write_unlocked(&entries)?;
+        }
+        drop(lock);
+        Ok(result)
+    }
+
+    fn read_unlocked(&self) -> Result<Vec<Entry>, RecordError> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(e)),
+        };
+        serde_json::from_str::<RecordFile>(&text)
+            .map(|f| f.machines)
+            .map_err(|e| RecordError::Corrupt {
+                path: self.path.display().to_string(),
+                why: e.to_string(),
+            })
+    }
+
+    fn write_unlocked(&self, entries: &[Entry]) -> Result<(), RecordError> {
+        let tmp = self
+            .path
+            .with_extension(format!("{}.tmp", std::process::id()));
+        let text = serde_json::to_string_pretty(&RecordFile {
+            machines: entries.to_vec(),
+        })
+        .map_err(|e| self.io(e))?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| self.io(e))?;
+        file.write_all(text.as_bytes()).map_err(|e| self.io(e))?;
+        file.sync_all().map_err(|e| self.io(e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| self.io(e))
+    }
+
+    pub fn entries(&self) -> Result<Vec<Entry>, RecordError> {
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.lock_path)
+            .map_err(|e| self.io(e))?;
+        lock.lock_shared().map_err(|e| self.io(e))?;
+        self.read_unlocked()
+    }
+
+    pub fn add(&self, entry: Entry) -> Result<(), RecordError> {
+        self.update(|entries| {
+            entries.retain(|e| !(e.fleet == entry.fleet && e.name == entry.name));
+            entries.push(entry);
+        })
+    }
+
+    /// Adds an entry unless one of that name is recorded already; answers whether one was.
+    pub fn add_new(&self, entry: Entry) -> Result<bool, RecordError> {
+        self.update(|entries| {
+            let known = entries
+                .iter()
+                .any(|e| e.fleet == entry.fleet && e.name == entry.name);
+            if !known {
+                entries.push(entry);
+            }
+            known
+        })
+    }
+
+    /// Once create has answered: the machine's id, and the session that made it as its owner.
+    /// The parent recorded before the create stays.
+    pub fn set_created(&self, created: &Entry) -> Result<(), RecordError> {
+        self.update(|entries| {
+            for e in entries
+                .iter_mut()
+                .filter(|e| e.fleet == created.fleet && e.name == created.name)
+            {
+                let parent = e.parent.take();
+                e.clone_from(created);
+                e.parent = created.parent.clone().or(parent);
+            }
+        })
+    }
+
+    /// Removes a machine by name or id (delete-machine may be given either).
+    pub fn remove(&self, fleet: FleetKind, name_or_id: &str) -> Result<(), RecordError> {
+        self.update(|entries| {
+            entries.retain(|e| !(e.fleet == fleet && (e.name == name_or_id || e.id == name_or_id)))
+        })
+    }
+
+    /// Entries of this session, and entries whose process has died (leased ones once their
+    /// lease has run out), of machines made on `engine`.
+    pub fn owned_or_orphaned(
+        &self,
+        session: &str,
+        fleet: FleetKind,
+        engine: &str,
+    ) -> Result<Vec<Entry>, RecordError> {
+        let now = now_secs();
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| {
+                e.fleet == fleet && e.made_on(engine) && (e.session == session || e.orphaned(now))
+            })
+            .collect())
+    }
+
+    /// Machines made on `engine` whose process has died.
+    pub fn orphaned(&self, fleet: FleetKind, engine: &str) -> Result<Vec<Entry>, RecordError> {
+        let now = now_secs();
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| e.fleet == fleet && e.made_on(engine) && e.orphaned(now))
+            .collect())
+    }
+
+    /// Orphans made on another engine than `engine`: left recorded for a start on theirs.
+    pub fn orphaned_elsewhere(
+        &self,
+        fleet: FleetKind,
+        engine: &str,
+    ) -> Result<Vec<Entry>, RecordError> {
+        let now = now_secs();
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| e.fleet == fleet && !e.made_on(engine) && e.orphaned(now))
+            .collect())
+    }
+
+    /// Renews the lease of every leased machine called `name_or_id` (on either fleet: a call
+    /// names a machine before its fleet is known, and renewing one too many is harmless).
+    pub fn renew(&self, names: &[String], now: u64) -> Result<(), RecordError> {
+        self.update(|entries| {
+            for e in entries
+                .iter_mut()
+                .filter(|e| names.iter().any(|n| *n == e.name || *n == e.id))
+            {
+                if let Some(lease) = &mut e.lease {
+                    lease.last_used = lease.last_used.max(now);
+                }
+            }
+        })
+    }
+
+    /// Makes `owner`/`session` the owner of every leased machine whose process died before its
+    /// lease ran out: a stateless client still holds those names. Answers what was adopted.
+    pub fn adopt_leased(
+        &self,
+        owner: u32,
+        session: &str,
+        now: u64,
+    ) -> Result<Vec<Entry>, RecordError> {
+        self.update(|entries| {
+            let mut adopted = Vec::new();
+            for e in entries
+                .iter_mut()
+                .filter(|e| e.lease.is_some_and(|l| !l.expired(now)) && !process_alive(e.owner_pid))
+            {
+                e.owner_pid = owner;
+                e.session = session.to_owned();
+                adopted.push(e.clone());
+            }
+            adopted
+        })
+    }
+
+    /// The leased machines of `owner` on `fleet` whose lease has run out.
+    pub fn expired_leases(
+        &self,
+        owner: u32,
+        fleet: FleetKind,
+        now: u64,
+    ) -> Result<Vec<Entry>, RecordError> {
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| {
+                e.fleet == fleet && e.owner_pid == owner && e.lease.is_some_and(|l| l.expired(now))
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, pid: u32, session: &str) -> Entry {
+        Entry {
+            fleet: FleetKind::Local,
+            name: name.into(),
+            id: name.into(),
+            owner_pid: pid,
+            session: session.into(),
+            parent: None,
+            recorded_at: 0,
+            lease: None,
+            engine: None,
+        }
+    }
+
+    #[test]
+    fn the_runtime_dir_is_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b/rt");
+        ensure_runtime_dir(&dir).unwrap();
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        ensure_runtime_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = ensure_runtime_dir(&dir).unwrap_err().to_string();
+        assert!(err.contains("must be 700"), "{err}");
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(
+            ensure_runtime_dir(&file)
+                .unwrap_err()
+                .to_string()
+                .contains("not a directory")
+        );
+    }
+
+    #[test]
+    fn own_and_dead_sessions_are_found_live_siblings_are_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let record = Record::new(tmp.path());
+        let me = std::process::id();
+        // A pid that is not running: the largest pid_max allows is never handed out here.
+        let dead = 4_194_303;
+        record.add(entry("mine", me, "s1")).unwrap();
+        record.add(entry("sibling", me, "s2")).unwrap();
+        record.add(entry("orphan", dead, "s9")).unwrap();
+        let found: Vec<String> = record
+            .owned_or_orphaned("s1", FleetKind::Local, "e")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(found, ["mine", "orphan"]);
+        assert_eq!(record.orphaned(FleetKind::Local, "e").unwrap().len(), 1);
+        assert!(record.orphaned(FleetKind::Cloud, "e").unwrap().is_empty());
+        assert!(
+            record.add_new(entry("mine", dead, "s7")).unwrap(),
+            "kept as it was"
+        );
+        let mut created = entry("mine", me, "s1");
+        created.id = "id-1".into();
+        record.set_created(&created).unwrap();
+        record.remove(FleetKind::Local, "id-1").unwrap();
+        assert_eq!(record.entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_record_without_parents_still_loads_and_a_parent_survives_the_create() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("ephemeral.json"),
+            r#"{"machines":[{"fleet":"local","name":"mcp-old","id":"mcp-old","ownerPid":1,"session":"s"}]}"#,
+        )
+        .unwrap();
+        let record = Record::new(tmp.path());
+        assert_eq!(record.entries().unwrap()[0].parent, None);
+        let mut child = entry("mcp-child", 1, "s");
+        child.parent = Some("mcp-old".into());
+        record.add(child).unwrap();
+        record.set_created(&entry("mcp-child", 1, "s")).unwrap();
+        let entries = record.entries().unwrap();
+        assert_eq!(entries[1].parent.as_deref(), Some("mcp-old"));
+        let text = std::fs::read_to_string(tmp.path().join("ephemeral.json")).unwrap();
+        assert_eq!(
+            text.matches("parent").count(),
+            1,
+            "written only when known: {text}"
+        );
+    }
+
+    #[test]
+    fn a_dead_owners_leased_machine_waits_for_its_lease_to_run_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let record = Record::new(tmp.path());
+        let dead = 4_194_303;
+        let now = now_secs();
+        let leased = |name: &str, last_used: u64| {
+            let mut e = entry(name, dead, "leased-4194303");
+            e.lease = Some(Lease {
+                last_used,
+                secs: 60,
+            });
+            e
+        };
+        record.add(leased("fresh", now - 10)).unwrap();
+        record.add(leased("stale", now - 61)).unwrap();
+        record.add(entry("session", dead, "s9")).unwrap();
+        let names =
+            |entries: Vec<Entry>| -> Vec<String> { entries.into_iter().map(|e| e.name).collect() };
+        assert_eq!(
+            names(record.orphaned(FleetKind::Local, "e").unwrap()),
+            ["stale", "session"],
+            "a client may still use the fresh one"
+        );
+        assert_eq!(
+            names(
+                record
+                    .owned_or_orphaned("s1", FleetKind::Local, "e")
+                    .unwrap()
+            ),
+            ["stale", "session"]
+        );
+        let me = std::process::id();
+        assert_eq!(
+            names(record.adopt_leased(me, "leased-me", now).unwrap()),
+            ["fresh"]
+        );
+        let adopted = record.entries().unwrap()[0].clone();
+        assert_eq!(
+            (adopted.owner_pid, adopted.session.as_str()),
+            (me, "leased-me")
+        );
+        assert!(
+            record
+                .expired_leases(me, FleetKind::Local, now)
+                .unwrap()
+                .is_empty()
+        );
+        record.renew(&["fresh".to_owned()], now + 30).unwrap();
+        assert!(
+            record
+                .expired_leases(me, FleetKind::Local, now + 61)
+                .unwrap()
+                .is_empty(),
+            "renewed at +30, so not expired at +61"
+        );
+        assert_eq!(
+            names(
+                record
+                    .expired_leases(me, FleetKind::Local, now + 90)
+                    .unwrap()
+            ),
+            ["fresh"]
+        );
+    }
+
+    #[test]
+    fn a_record_without_leases_still_loads() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("ephemeral.json"),
+            r#"{"machines":[{"fleet":"local","name":"mcp-old","id":"mcp-old","ownerPid":1,"session":"s"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(Record::new(tmp.path()).entries().unwrap()[0].lease, None);
+    }
+
+    #[test]
+    fn a_corrupt_record_is_an_error_not_an_empty_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("ephemeral.json"), "{oops").unwrap();
+        let err = Record::new(tmp.path()).entries().unwrap_err().to_string();
+        assert!(err.contains("may still be running"), "{err}");
+    }
+}

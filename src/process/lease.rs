@@ -1,0 +1,207 @@
+//! Machines owned by the process under a lease. A 2026-07-28 request over HTTP has no session:
+//! rmcp builds a handler for that one request and drops it with the answer, so an ephemeral
+//! machine the request creates cannot belong to the handler. It belongs to the process instead,
+//! and lives as long as tool calls keep naming it: each renews its lease, and a reaper deletes
+//! one unused for `machineLeaseSecs`, never while a call on it is in flight.
+
+use crate::fleet::FleetKind;
+use crate::process::ephemeral::{Entry, Lease, Record, now_secs};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Which machine names tool calls are using right now, with how many calls use each.
+#[derive(Debug)]
+pub struct InUse {
+    calls: Mutex<HashMap<String, usize>>,
+    /// Whether this process holds any leased machine: until then a call needs no record write.
+    leasing: AtomicBool,
+    /// The shortest idle period of a lease held here (an adopted lease keeps the one it was
+    /// taken with), which sets how often the reaper looks.
+    shortest_secs: AtomicU64,
+}
+
+impl Default for InUse {
+    fn default() -> Self {
+        InUse {
+            calls: Mutex::default(),
+            leasing: AtomicBool::new(false),
+            shortest_secs: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl InUse {
+    fn start_leasing(&self, secs: u64) {
+        self.leasing.store(true, Ordering::Relaxed);
+        self.shortest_secs.fetch_min(secs, Ordering::Relaxed);
+    }
+
+    fn leasing(&self) -> bool {
+        self.leasing.load(Ordering::Relaxed)
+    }
+
+    fn busy(&self, name: &str, id: &str) -> bool {
+        self.calls
+            .lock()
+            .is_ok_and(|calls| calls.contains_key(name) || calls.contains_key(id))
+    }
+}
+
+/// The leases of one process: which machines it holds under a lease, and which names calls
+/// are using now.
+#[derive(Debug)]
+pub struct Leases {
+    record: Record,
+    in_use: InUse,
+    /// The session name under which this process's leased machines are recorded.
+    session: String,
+    /// How long a lease taken here lasts without use (`machineLeaseSecs`).
+    secs: u64,
+}
+
+impl Leases {
+    pub fn new(record: Record, secs: u64) -> Leases {
+        Leases {
+            record,
+            in_use: InUse::default(),
+            session: format!("leased-{}", std::process::id()),
+            secs,
+        }
+    }
+
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The lease of a machine recorded for `session`: one when it is this process's lease
+    /// session, none otherwise.
+    pub fn lease_for(&self, session: &str) -> Option<Lease> {
+        (session == self.session).then(|| {
+            self.in_use.start_leasing(self.secs);
+            Lease {
+                last_used: now_secs(),
+                secs: self.secs,
+            }
+        })
+    }
+
+    /// A tool call begins to use `names`: their leases are renewed, and the reaper leaves them
+    /// alone until `release`.
+    pub fn hold(&self, names: &[String]) {
+        if names.is_empty() {
+            return;
+        }
+        if let Ok(mut calls) = self.in_use.calls.lock() {
+            for name in names {
+                *calls.entry(name.clone()).or_default() += 1;
+            }
+        }
+        self.renew(names);
+    }
+
+    /// The call is over: renewed once more (a long call must not end on an expired lease),
+    /// then no longer in use.
+    pub fn release(&self, names: &[String]) {
+        if names.is_empty() {
+            return;
+        }
+        self.renew(names);
+        if let Ok(mut calls) = self.in_use.calls.lock() {
+            for name in names {
+                if let Some(count) = calls.get_mut(name) {
+                    *count -= 1;
+                    if *count == 0 {
+                        calls.remove(name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn renew(&self, names: &[String]) {
+        if !self.in_use.leasing() {
+            return;
+        }
+        if let Err(e) = self.record.renew(names, now_secs()) {
+            tracing::warn!(error = %e, "could not renew the lease of {names:?}");
+        }
+    }
+
+    /// Whether a call is using the machine now.
+    pub fn busy(&self, entry: &Entry) -> bool {
+        self.in_use.busy(&entry.name, &entry.id)
+    }
+
+    /// At start: leased machines of a dead server whose lease has not run out become this
+    /// process's, since a sessionless client may still hold their names; the expired ones are
+    /// orphans, which the start-up sweep deletes.
+    pub fn adopt(&self) -> Vec<String> {
+        match self
+            .record
+            .adopt_leased(std::process::id(), &self.session, now_secs())
+        {
+            Ok(adopted) => {
+                for lease in adopted.iter().filter_map(|e| e.lease) {
+                    self.in_use.start_leasing(lease.secs);
+                }
+                if !adopted.is_empty() {
+                    tracing::info!(machines = ?adopted.iter().map(|e| &e.name).collect::<Vec<_>>(), "adopted leased machines of a previous server");
+                }
+                adopted.into_iter().map(|e| e.name).collect()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the ephemeral record; no leased machine adopted");
+                Vec::new()
+            }
+        }
+    }
+
+    /// This process's leased machines on `kind` whose lease has run out and that no call
+    /// uses: what the reaper deletes. `None` while this process holds no lease at all.
+    pub fn idle_expired(&self, kind: FleetKind) -> Option<Vec<Entry>> {
+        if !self.in_use.leasing() {
+            return None;
+        }
+        match self
+            .record
+            .expired_leases(std::process::id(), kind, now_secs())
+        {
+            Ok(expired) => Some(expired.into_iter().filter(|e| !self.busy(e)).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the ephemeral record; nothing reaped");
+                None
+            }
+        }
+    }
+
+    /// The fleets where this process holds a leased machine, which the clean-up at exit must
+    /// reach: an adopted lease may be on a fleet no call of this process has used.
+    pub fn fleets_held(&self) -> Vec<FleetKind> {
+        let me = std::process::id();
+        let Ok(entries) = self.record.entries() else {
+            return Vec::new();
+        };
+        [FleetKind::Local, FleetKind::Cloud]
+            .into_iter()
+            .filter(|kind| {
+                entries
+                    .iter()
+                    .any(|e| e.fleet == *kind && e.owner_pid == me && e.lease.is_some())
+            })
+            .collect()
+    }
+
+    /// How often the reaper looks: often enough that a machine outlives its lease by at most a
+    /// quarter of it (and 30 s), rarely enough to cost nothing.
+    pub fn reap_interval(&self) -> Duration {
+        let shortest = self.in_use.shortest_secs.load(Ordering::Relaxed);
+        reap_interval(shortest.min(self.secs))
+    }
+}
+
+/// How often the reaper looks for leases of `lease_secs`.
+pub fn reap_interval(lease_secs: u64) -> Duration {
+    Duration::from_secs((lease_secs / 4).clamp(1, 30))
+}

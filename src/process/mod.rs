@@ -1,0 +1,433 @@
+//! What one server process owns, whatever its sessions do: its settings and mode, the fleets
+//! (the local serve found or started on first use, the cloud client built on first use), the
+//! crash-proof record of its ephemeral machines and their leases, the clean-up when a session
+//! or the process ends, and the events it publishes. Nothing here knows of tools or of MCP.
+
+pub mod config;
+pub mod credentials;
+pub mod ephemeral;
+pub mod events;
+pub mod lease;
+pub mod local_serve;
+pub mod sweep;
+pub mod targets;
+
+pub use sweep::Cleanup;
+
+use crate::fleet::{Backstop, CloudFleet, ErrorKind, Fleet, FleetError, FleetKind, FleetResult};
+use crate::process::config::{Config, TargetsSetting};
+use ephemeral::{Entry, Record, RecordError, ensure_runtime_dir};
+use events::{Events, ServerEvent};
+use local_serve::LocalServe;
+use std::sync::Arc;
+use sweep::{publish_orphan_sweep, sweep};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+/// Which fleets this process serves, decided once at startup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Single(FleetKind),
+    Both,
+}
+
+pub struct Process {
+    pub config: Arc<Config>,
+    pub mode: Mode,
+    pub record: Record,
+    local: tokio::sync::Mutex<Option<LocalServe>>,
+    /// Built on first use: its HTTPS client loads the platform's root certificates, which a
+    /// session that never touches the cloud should not pay for at start-up.
+    cloud: std::sync::OnceLock<Result<Arc<CloudFleet>, FleetError>>,
+    /// Machines this process holds under a lease, and the names tool calls are using.
+    pub leases: lease::Leases,
+    /// Notable events, for the sessions to pass on to their clients.
+    pub events: Events,
+    /// The credential bindings, the machines made with them, and the values they are supplied.
+    pub credentials: Arc<credentials::Supplier>,
+    /// Which local engine this process uses, found on first need (`engine`).
+    local_engine: std::sync::OnceLock<String>,
+}
+
+pub fn resolve_mode(config: &Config) -> Mode {
+    match config.targets {
+        TargetsSetting::Local => Mode::Single(FleetKind::Local),
+        TargetsSetting::Cloud => Mode::Single(FleetKind::Cloud),
+        TargetsSetting::Both => Mode::Both,
+        TargetsSetting::Auto if config.cloud_token.is_empty() => Mode::Single(FleetKind::Local),
+        TargetsSetting::Auto => Mode::Both,
+    }
+}
+
+impl Process {
+    pub fn new(config: Config) -> Result<Process, StartupError> {
+        ensure_runtime_dir(&config.runtime_dir)?;
+        let record = Record::new(&config.runtime_dir);
+        let credentials = Arc::new(credentials::Supplier::new(
+            config.credentials.clone(),
+            &config.runtime_dir,
+        ));
+        Ok(Process {
+            credentials,
+            leases: lease::Leases::new(record.clone(), config.machine_lease_secs),
+            record,
+            mode: resolve_mode(&config),
+            config: Arc::new(config),
+            local: tokio::sync::Mutex::new(None),
+            cloud: std::sync::OnceLock::new(),
+            events: Events::default(),
+            local_engine: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The cloud fleet, when a token is configured.
+    pub fn cloud(&self) -> Option<Result<Arc<CloudFleet>, FleetError>> {
+        if self.config.cloud_token.is_empty() {
+            return None;
+        }
+        Some(
+            self.cloud
+                .get_or_init(|| {
+                    let backstop = Backstop {
+                        ttl_secs: self.config.ephemeral_ttl_secs,
+                        auto_stop_secs: self.config.ephemeral_auto_stop_secs,
+                    };
+                    CloudFleet::new(
+                        &self.config.cloud_url,
+                        self.config.cloud_token.expose(),
+                        backstop,
+                    )
+                    .map(Arc::new)
+                })
+                .clone(),
+        )
+    }
+
+    /// Makes `fleet` this process's cloud fleet, unless one was built already; answers whether it
+    /// was taken. Tests give one with short deadlines, to watch a call outlast them.
+    pub fn use_cloud_fleet(&self, fleet: CloudFleet) -> bool {
+        self.cloud.set(Ok(Arc::new(fleet))).is_ok()
+    }
+
+    pub fn serves(&self, kind: FleetKind) -> bool {
+        match self.mode {
+            Mode::Both => true,
+            Mode::Single(k) => k == kind,
+        }
+    }
+
+    /// Which engine the machines of `kind` are made on, as the record keys them: the named serve,
+    /// else the engine binary this process starts (a runtime directory may be used with
+    /// several in turn); on cloud, the service's URL.
+    pub fn engine(&self, kind: FleetKind) -> String {
+        match kind {
+            FleetKind::Cloud => format!("cloud {}", self.config.cloud_url),
+            FleetKind::Local => self
+                .local_engine
+                .get_or_init(|| {
+                    if self.config.local_url.is_empty() {
+                        format!(
+                            "smolvm {}",
+                            local_serve::locate_engine(&self.config.smolvm)
+                                .path
+                                .display()
+                        )
+                    } else {
+                        format!("serve {}", self.config.local_url)
+                    }
+                })
+                .clone(),
+        }
+    }
+
+    /// The fleet for a call. The local serve is found or started here, on first use.
+    pub async fn fleet(&self, kind: FleetKind) -> FleetResult<Fleet> {
+        match kind {
+            FleetKind::Cloud => match self.cloud() {
+                Some(cloud) => Ok(cloud? as Fleet),
+                None => Err(FleetError::new(
+                    ErrorKind::Unsupported,
+                    "cloud fleet",
+                    "the cloud fleet is not configured: set SMOL_CLOUD_TOKEN (and SMOL_CLOUD_URL if it is not the default)",
+                )),
+            },
+            FleetKind::Local => {
+                let mut local = self.local.lock().await;
+                if let Some(serve) = local.as_mut() {
+                    if !serve.exited() {
+                        return Ok(serve.fleet.clone() as Fleet);
+                    }
+                    // Noticed before any request is sent, so this call goes to the new serve
+                    // instead of failing on the dead one's socket.
+                    tracing::warn!(
+                        listen = %serve.listen,
+                        "the smolvm serve this process ran has exited; starting another"
+                    );
+                    if let Some(dead) = local.take() {
+                        dead.stop().await;
+                    }
+                }
+                self.credentials.set_engine(self.engine(FleetKind::Local));
+                let serve = LocalServe::acquire(&self.config, self.credentials.clone()).await?;
+                self.events.publish(serve_event(&serve));
+                let fleet: Fleet = serve.fleet.clone();
+                *local = Some(serve);
+                drop(local);
+                // A first local call is also when a crashed predecessor's machines can be
+                // reached; deleting them must not hold up this call.
+                let record = self.record.clone();
+                let orphan_fleet = fleet.clone();
+                let events = self.events.clone();
+                let engine = self.engine(FleetKind::Local);
+                tokio::spawn(async move {
+                    let cleanup = sweep(&record, &orphan_fleet, &engine, None).await;
+                    publish_orphan_sweep(&events, FleetKind::Local, &cleanup);
+                });
+                Ok(fleet)
+            }
+        }
+    }
+
+    /// Records an ephemeral machine before its create is sent, with the machine a branch child
+    /// is made from. Answers whether the record already had a machine of that name (which is
+    /// then left as it was).
+    pub fn remember(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+        session: &str,
+        parent: Option<&str>,
+    ) -> Result<bool, RecordError> {
+        self.record.add_new(Entry {
+            fleet,
+            name: name.to_owned(),
+            id: name.to_owned(),
+            owner_pid: std::process::id(),
+            session: session.to_owned(),
+            parent: parent.map(str::to_owned),
+            recorded_at: ephemeral::now_secs(),
+            lease: self.leases.lease_for(session),
+            engine: Some(self.engine(fleet)),
+        })
+    }
+
+    /// The session name under which this process's leased machines are recorded.
+    pub fn lease_session(&self) -> &str {
+        self.leases.session()
+    }
+
+    /// A tool call begins to use `names`: their leases are renewed, and the reaper leaves them
+    /// alone until `release`.
+    pub fn hold(&self, names: &[String]) {
+        self.leases.hold(names);
+    }
+
+    /// The call is over with `names`.
+    pub fn release(&self, names: &[String]) {
+        self.leases.release(names);
+    }
+
+    /// At start, over HTTP: a dead server's unexpired leased machines become this process's.
+    pub fn adopt_leased_machines(&self) -> Vec<String> {
+        self.leases.adopt()
+    }
+
+    /// Deletes this process's leased machines whose lease has run out and that no call uses.
+    pub async fn reap_expired_leases(&self) -> Cleanup {
+        let mut total = Cleanup::default();
+        for kind in [FleetKind::Local, FleetKind::Cloud] {
+            let Some(idle) = self.leases.idle_expired(kind) else {
+                return total;
+            };
+            if idle.is_empty() {
+                continue;
+            }
+            let fleet = match self.fleet(kind).await {
+                Ok(fleet) => fleet,
+                Err(e) => {
+                    tracing::warn!(fleet = kind.as_str(), error = %e, "cannot reach the fleet of expired leased machines");
+                    continue;
+                }
+            };
+            let c = sweep::delete_all(&self.record, &fleet, idle, |e| !self.leases.busy(e)).await;
+            if !c.deleted.is_empty() {
+                tracing::info!(fleet = kind.as_str(), deleted = ?c.deleted, "deleted leased machines nobody used for {} s", self.config.machine_lease_secs);
+            }
+            total.add(c);
+        }
+        total
+    }
+
+    /// Reaps expired leases until `stop` is cancelled.
+    pub async fn reap_leases(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(self.leases.reap_interval()) => {}
+            }
+            self.reap_expired_leases().await;
+        }
+    }
+
+    /// Reaches every fleet where this process holds a leased machine, so that the clean-up at
+    /// exit finds them.
+    async fn reach_leased_fleets(&self) {
+        for kind in self.leases.fleets_held() {
+            if let Err(e) = self.fleet(kind).await {
+                tracing::warn!(fleet = kind.as_str(), error = %e, "cannot reach the fleet of leased machines at exit");
+            }
+        }
+    }
+
+    /// Once create has answered: the machine's id, and this session as its owner.
+    pub fn remember_created(&self, fleet: FleetKind, name: &str, id: &str, session: &str) {
+        let created = Entry {
+            fleet,
+            name: name.to_owned(),
+            id: id.to_owned(),
+            owner_pid: std::process::id(),
+            session: session.to_owned(),
+            parent: None,
+            recorded_at: ephemeral::now_secs(),
+            lease: self.leases.lease_for(session),
+            engine: Some(self.engine(fleet)),
+        };
+        if let Err(e) = self.record.set_created(&created) {
+            tracing::warn!(error = %e, "could not record the id of {name}");
+        }
+    }
+
+    pub fn forget(&self, fleet: FleetKind, name_or_id: &str) {
+        if let Err(e) = self.record.remove(fleet, name_or_id) {
+            tracing::warn!(error = %e, "could not update the ephemeral record for {name_or_id}");
+        }
+    }
+
+    /// At startup: delete what a dead process left, wherever that needs no new serve. Cloud
+    /// orphans always; local ones if a serve already answers (otherwise the first local call does it).
+    pub async fn sweep_orphans_at_start(self: &Arc<Self>) {
+        let cloud_engine = self.engine(FleetKind::Cloud);
+        let has_cloud_orphans = self
+            .record
+            .orphaned(FleetKind::Cloud, &cloud_engine)
+            .is_ok_and(|o| !o.is_empty());
+        if has_cloud_orphans && let Some(Ok(cloud)) = self.cloud() {
+            let cleanup = sweep(&self.record, &(cloud as Fleet), &cloud_engine, None).await;
+            publish_orphan_sweep(&self.events, FleetKind::Cloud, &cleanup);
+        }
+        let local_engine = self.engine(FleetKind::Local);
+        let has_local_orphans = self
+            .record
+            .orphaned(FleetKind::Local, &local_engine)
+            .is_ok_and(|o| !o.is_empty());
+        if has_local_orphans
+            && let Ok(fleet) =
+                local_serve::local_endpoint(&self.config).and_then(crate::fleet::LocalFleet::new)
+            && fleet.health().await.is_ok()
+        {
+            let cleanup = sweep(
+                &self.record,
+                &(Arc::new(fleet) as Fleet),
+                &local_engine,
+                None,
+            )
+            .await;
+            publish_orphan_sweep(&self.events, FleetKind::Local, &cleanup);
+        }
+    }
+
+    /// Deletes this session's ephemeral machines (and any a dead process left) on every fleet
+    /// that was used. Never fails; what could not be deleted is reported and stays recorded.
+    pub async fn cleanup_session(&self, session: &str) -> Cleanup {
+        let mut total = Cleanup::default();
+        // Only a cloud fleet that was used has machines of this session.
+        if let Some(Ok(cloud)) = self.cloud.get() {
+            let engine = self.engine(FleetKind::Cloud);
+            let c = sweep(
+                &self.record,
+                &(cloud.clone() as Fleet),
+                &engine,
+                Some(session),
+            )
+            .await;
+            total.deleted.extend(c.deleted);
+            total.failed.extend(c.failed);
+        }
+        let local = self.local.lock().await;
+        if let Some(serve) = local.as_ref() {
+            let fleet: Fleet = serve.fleet.clone();
+            drop(local);
+            let engine = self.engine(FleetKind::Local);
+            let c = sweep(&self.record, &fleet, &engine, Some(session)).await;
+            total.deleted.extend(c.deleted);
+            total.failed.extend(c.failed);
+        }
+        total
+    }
+
+    /// Forgets the local serve after a call could not reach it (another process stopped the
+    /// serve this one adopted, say), so that the next local call finds or starts one again.
+    pub async fn reset_local(&self) {
+        if let Some(serve) = self.local.lock().await.take() {
+            tracing::warn!(
+                "the local serve stopped answering; the next local call looks for one again"
+            );
+            serve.stop().await;
+        }
+    }
+
+    /// At the exit of a process that served several sessions: every machine it recorded.
+    pub async fn shutdown_process(&self) -> Cleanup {
+        self.reach_leased_fleets().await;
+        let me = std::process::id();
+        let sessions: std::collections::BTreeSet<String> = self
+            .record
+            .entries()
+            .map(|e| {
+                e.into_iter()
+                    .filter(|e| e.owner_pid == me)
+                    .map(|e| e.session)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut total = Cleanup::default();
+        for session in sessions {
+            let c = self.cleanup_session(&session).await;
+            total.deleted.extend(c.deleted);
+            total.failed.extend(c.failed);
+        }
+        if let Some(serve) = self.local.lock().await.take() {
+            serve.stop().await;
+        }
+        total
+    }
+
+    /// At process exit: the session's machines, then the serve if this process started it.
+    pub async fn shutdown(&self, session: &str) -> Cleanup {
+        let cleanup = self.cleanup_session(session).await;
+        if let Some(serve) = self.local.lock().await.take() {
+            serve.stop().await;
+        }
+        cleanup
+    }
+}
+
+/// Which local serve this process uses: one it started, or one that already answered.
+fn serve_event(serve: &LocalServe) -> ServerEvent {
+    let message = if serve.started_here() {
+        format!("started smolvm serve {} on {}", serve.version, serve.listen)
+    } else {
+        format!(
+            "using the smolvm serve {} already running at {}",
+            serve.version, serve.listen
+        )
+    };
+    ServerEvent::info("localServe", message)
+        .with("version", serve.version.clone())
+        .with("listen", serve.listen.clone())
+        .with("started", serve.started_here())
+}

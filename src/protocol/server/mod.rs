@@ -1,0 +1,450 @@
+//! The MCP protocol side: one `ServerHandler` per session, answering from the tool table
+//! (`crate::policy::tools`) with the process's [`Protocol`]. `stdio` is the stdio transport in front of it,
+//! which answers the malformed input rmcp would drop.
+
+pub mod consent;
+pub mod fleet_choice;
+pub mod instructions;
+pub mod notify;
+pub mod sealed;
+pub mod stdio;
+
+use crate::policy::tools::{self, Catalog, Tool};
+use crate::protocol::{Protocol, answer, is_stateless, tasks};
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, GetTaskParams, GetTaskResult, Implementation, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use std::sync::Arc;
+
+/// One MCP session's server (over HTTP also one 2026-07-28 request's: rmcp builds a handler
+/// for each). Sessions of one process share its [`Protocol`].
+#[derive(Clone)]
+pub struct SmolMcp {
+    protocol: Arc<Protocol>,
+    session: Arc<str>,
+    fleet_choice: Arc<fleet_choice::SessionChoice>,
+    /// Whether machines made by 2026-07-28 requests belong to the process under a lease (HTTP,
+    /// where such a request's handler lives for that request only) rather than to `session`.
+    leases_stateless_machines: bool,
+    /// The level set by `logging/setLevel`, and the forwarding of events it governs.
+    log: Arc<notify::SessionLog>,
+    /// This session's resources/subscribe; dropped with the session, which stops its polling.
+    subscriptions: Arc<crate::protocol::resources::SessionSubscriptions>,
+    _end: Option<Arc<SessionEnd>>,
+}
+
+/// Deletes a session's ephemeral machines when the last handle on the session goes: an HTTP
+/// session closed by DELETE, by its idle timeout, or by the server shutting down.
+struct SessionEnd {
+    protocol: Arc<Protocol>,
+    session: Arc<str>,
+    /// Whether a tool call ran for the session: a handler rmcp built for one 2026-07-28
+    /// request (no session, no machines of its own) then has nothing to clean up.
+    called: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for SessionEnd {
+    fn drop(&mut self) {
+        if !self.called.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let (protocol, session) = (self.protocol.clone(), self.session.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let cleanup = protocol.process().cleanup_session(&session).await;
+                tracing::info!(%session, deleted = ?cleanup.deleted, "session closed");
+            });
+        }
+    }
+}
+
+impl SmolMcp {
+    pub fn new(protocol: Arc<Protocol>, session: impl Into<Arc<str>>) -> Self {
+        SmolMcp {
+            protocol,
+            session: session.into(),
+            fleet_choice: Arc::default(),
+            leases_stateless_machines: false,
+            log: Arc::default(),
+            subscriptions: Arc::default(),
+            _end: None,
+        }
+    }
+
+    /// A session whose ephemeral machines are deleted when it is dropped (HTTP sessions; the
+    /// stdio binary cleans up explicitly before it exits).
+    pub fn cleaning_up_on_drop(mut self) -> Self {
+        self._end = Some(Arc::new(SessionEnd {
+            protocol: self.protocol.clone(),
+            session: self.session.clone(),
+            called: std::sync::atomic::AtomicBool::new(false),
+        }));
+        self.leases_stateless_machines = true;
+        self
+    }
+
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    pub fn protocol(&self) -> &Arc<Protocol> {
+        &self.protocol
+    }
+
+    fn instructions(&self) -> String {
+        instructions::instructions(
+            self.protocol.mode(),
+            self.protocol.process().credentials.bindings(),
+        )
+    }
+}
+
+impl ServerHandler for SmolMcp {
+    #[allow(deprecated)] // logging: see set_level
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_logging()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_completions()
+                // No prompts, but declared, so that rmcp answers prompts/list with an empty
+                // list rather than method-not-found: on 2026-07-28 it is one of the cacheable
+                // results (SEP-2549) that clients, the official conformance suite's caching
+                // scenario among them, ask of every server, and a server that answers it must
+                // declare it in server/discover (SEP-2575).
+                .enable_prompts()
+                // SEP-2663: a long run-command or run-once becomes a task for a client that
+                // declares the extension too (`tasks`).
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
+        .with_instructions(self.instructions())
+    }
+
+    /// A session (2025-11-25 and before) hears the server's events from its `initialized` on.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.log
+            .forward(self.protocol.process().events.subscribe(), context.peer);
+    }
+
+    #[allow(deprecated)] // rmcp marks logging deprecated; both spec versions served have it.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log.set_level(request.level);
+        Ok(())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let scope = self.fleet_choice.scope(self.protocol.mode(), &context);
+        Ok(ListToolsResult::with_all_items(
+            Catalog::of(scope.mode()).listed.clone(),
+        ))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(
+            crate::protocol::resources::list(&self.protocol),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            crate::protocol::resources::templates(self.protocol.mode()),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let contents = crate::protocol::resources::read(
+            &self.protocol,
+            &self.session,
+            context.ct,
+            &request.uri,
+        )
+        .await?;
+        Ok(ReadResourceResult::new(contents).into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        crate::protocol::resources::complete(&self.protocol, &request).await
+    }
+
+    // resources/subscribe is the session lifecycle's way to follow a log; 2026-07-28 clients
+    // use subscriptions/listen (below), which rmcp routes instead.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions
+            .subscribe(&self.protocol, &request.uri, context.peer)
+            .await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(crate::protocol::resources::accepted_filter(
+            requested,
+            self.protocol.mode(),
+        ))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        crate::protocol::resources::listen(&self.protocol, context).await
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        Catalog::of(self.protocol.mode())
+            .listed
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = Tool::from_name(&request.name) else {
+            let names: Vec<&str> = Tool::ALL.iter().map(|t| t.name()).collect();
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "no tool named {}; the tools are {}",
+                    crate::policy::error::quote(&request.name),
+                    names.join(", ")
+                ),
+                None,
+            ));
+        };
+        let (scope, args) = match self
+            .fleet_choice
+            .settle(self.protocol.mode(), &request, &context)
+            .await?
+        {
+            fleet_choice::Settled::Run(scope, args) => (scope, args),
+            fleet_choice::Settled::Answer(answer) => return Ok(answer),
+        };
+        let owner = if self.leases_stateless_machines && is_stateless(&context) {
+            self.protocol.process().lease_session()
+        } else {
+            if let Some(end) = &self._end {
+                end.called.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            &self.session
+        };
+        let args = serde_json::Value::Object(args);
+        if tasks::may_become_task(tool, &context) {
+            let call = self.detached_call(tool, scope, owner.to_owned(), args, &context);
+            let after = std::time::Duration::from_millis(self.protocol.config().task_after_millis);
+            let task_owner = self.task_owner(&context).to_owned();
+            return Ok(self
+                .protocol
+                .tasks
+                .call_or_task(call, after, &context.ct, &task_owner)
+                .await);
+        }
+        let stateless = is_stateless(&context);
+        // A 2026-07-28 call made again with the user's answer to its input-required result.
+        let prior_answer = if stateless {
+            consent::prior_answer(&request)?
+        } else {
+            None
+        };
+        let deferred = consent::deferred_for(&context);
+        let asker: Option<Arc<dyn crate::policy::consent::Consent>> = match &deferred {
+            Some(d) => Some(d.clone()),
+            None => consent::of_request(&context),
+        };
+        let caller = tools::Caller {
+            owner,
+            scope,
+            ct: context.ct.clone(),
+            progress: notify::progress_of(&context, None),
+            session_hold: session_hold(&context),
+            consent: asker,
+            prior_answer,
+        };
+        let call = tools::call(&self.protocol.policy, caller, tool, args);
+        let result = if stateless {
+            notify::with_request_events(self.protocol.process().events.subscribe(), &context, call)
+                .await
+        } else {
+            call.await
+        };
+        if let Some(question) = deferred
+            .as_deref()
+            .and_then(|d| consent::question_of(d, &request))
+        {
+            return Ok(question);
+        }
+        Ok(CallToolResponse::Complete(answer::into_result(result)))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.protocol
+            .tasks
+            .get(&request.task_id, self.task_owner(&context))
+            .await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.protocol
+            .tasks
+            .cancel(&request.task_id, self.task_owner(&context))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.protocol.tasks.update(
+            &request.task_id,
+            self.task_owner(&context),
+            request.input_responses,
+        )
+    }
+}
+
+impl SmolMcp {
+    /// Who a task of this request belongs to: its session, or every sessionless request.
+    fn task_owner<'s>(&'s self, context: &RequestContext<RoleServer>) -> &'s str {
+        if is_stateless(context) {
+            tasks::STATELESS
+        } else {
+            &self.session
+        }
+    }
+
+    /// The call as a future of its own (owning what it uses), so that it can outlive its
+    /// request as a task.
+    fn detached_call(
+        &self,
+        tool: Tool,
+        scope: tools::Scope,
+        owner: String,
+        args: serde_json::Value,
+        context: &RequestContext<RoleServer>,
+    ) -> tasks::DetachedCall {
+        let config = self.protocol.config();
+        let exec_timeout = args
+            .get("timeoutSecs")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(config.exec_timeout_secs)
+            .min(config.max_exec_timeout_secs);
+        let bound = tasks::task_ttl(std::time::Duration::from_secs(exec_timeout), config);
+        let ct = tokio_util::sync::CancellationToken::new();
+        let activity = Arc::new(crate::policy::progress::Activity::default());
+        let progress = notify::progress_of(context, Some(activity.clone()));
+        let policy = self.protocol.policy.clone();
+        let call_ct = ct.clone();
+        let request = is_stateless(context).then(|| context.clone());
+        let answered = activity.clone();
+        let hold = session_hold(context);
+        let asker = consent::of_request(context);
+        let work = async move {
+            let caller = tools::Caller {
+                owner: &owner,
+                scope,
+                ct: call_ct,
+                progress,
+                session_hold: hold,
+                consent: asker,
+                prior_answer: None,
+            };
+            let call = tools::call(&policy, caller, tool, args);
+            match &request {
+                Some(context) => {
+                    let events = policy.process.events.subscribe();
+                    notify::with_request_events_until_answered(
+                        events,
+                        context,
+                        call,
+                        Some(&answered),
+                    )
+                    .await
+                }
+                None => call.await,
+            }
+        };
+        tasks::DetachedCall {
+            tool,
+            ct,
+            activity,
+            bound,
+            work: Box::pin(work),
+        }
+    }
+}
+
+/// What keeps the request's HTTP session open while a job it starts runs (`crate::policy::jobs`); the
+/// HTTP layer puts it among the request's extensions.
+fn session_hold(
+    context: &RequestContext<RoleServer>,
+) -> Option<crate::policy::jobs::SessionHoldRef> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| {
+            parts
+                .extensions
+                .get::<crate::policy::jobs::SessionHoldRef>()
+        })
+        .cloned()
+}

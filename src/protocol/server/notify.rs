@@ -1,0 +1,294 @@
+//! How the server's notifications travel: a tool call's progress (decided by
+//! `crate::policy::progress`) as `notifications/progress` on its request, and the process's
+//! notable events (`crate::process::events`) as `notifications/message` at the level the
+//! client asked for.
+//!
+//! Both go through the request's or the session's `Peer`, which is what makes them work on both
+//! lifecycles: on a 2025-11-25 session the peer is the session's (progress goes on the request's
+//! stream, rmcp routes it by token; log messages on the session's stream), and on 2026-07-28 the
+//! peer of a request is that request's own reply stream. Sending never fails a tool call: a
+//! notification that cannot be sent is dropped.
+
+// rmcp marks logging deprecated (SEP-2577 drops it from a future spec); 2025-11-25 and
+// 2026-07-28 both still have it, and clients show these messages.
+#![allow(deprecated)]
+
+use crate::fleet::OutputChunk;
+use crate::policy::progress::{Activity, Progress, ProgressChannel, ProgressNote};
+use crate::process::events::{EventLevel, ServerEvent};
+use rmcp::RoleServer;
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, MetaObject, NotificationMetaObject,
+    ProgressNotificationParam, ProgressToken,
+};
+use rmcp::service::{Peer, RequestContext};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// The logger name of the server's own messages.
+pub const LOGGER: &str = "smol-mcp";
+
+/// The `_meta` key of a progress notification's output pieces, each `{stream, text}`.
+pub const OUTPUT_META_KEY: &str = "smol-mcp/output";
+/// A notification that the transport does not take within this is dropped, so that a stuck
+/// client never holds up the call it is being told about.
+const SEND_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The progress of a call made by `context`'s request: none unless it carried a progress
+/// token; `activity`, when given, keeps what the call does for a task's status message.
+pub fn progress_of(
+    context: &RequestContext<RoleServer>,
+    activity: Option<Arc<Activity>>,
+) -> Progress {
+    let channel = context.meta.get_progress_token().map(|token| {
+        Arc::new(RequestChannel {
+            token,
+            peer: context.peer.clone(),
+        }) as Arc<dyn ProgressChannel>
+    });
+    Progress::new(channel, activity)
+}
+
+/// A request's progress token and the peer its notifications go through.
+struct RequestChannel {
+    token: ProgressToken,
+    peer: Peer<RoleServer>,
+}
+
+impl ProgressChannel for RequestChannel {
+    fn send(&self, note: ProgressNote) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let mut param = ProgressNotificationParam::new(self.token.clone(), note.progress)
+                .with_message(note.message);
+            if let Some(total) = note.total {
+                param = param.with_total(total);
+            }
+            if !note.output.is_empty() {
+                param.meta = Some(output_meta(&note.output));
+            }
+            match tokio::time::timeout(SEND_DEADLINE, self.peer.notify_progress(param)).await {
+                Ok(Ok(())) => tracing::trace!(progress = note.progress, "progress sent"),
+                Ok(Err(e)) => tracing::debug!(error = %e, "a progress notification was not sent"),
+                Err(_) => {
+                    tracing::debug!("a progress notification was dropped: the client is slow")
+                }
+            }
+        })
+    }
+}
+
+/// The output pieces of a notification under [`OUTPUT_META_KEY`], each `{stream, text}`, for a
+/// client that shows the streams apart.
+fn output_meta(pieces: &[OutputChunk]) -> NotificationMetaObject {
+    let pieces: Vec<serde_json::Value> = pieces
+        .iter()
+        .map(|p| serde_json::json!({"stream": p.stream.as_str(), "text": p.text}))
+        .collect();
+    let mut map = serde_json::Map::new();
+    map.insert(OUTPUT_META_KEY.to_owned(), serde_json::Value::Array(pieces));
+    NotificationMetaObject(MetaObject(map))
+}
+
+fn rank(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+fn logging_level(level: EventLevel) -> LoggingLevel {
+    match level {
+        EventLevel::Info => LoggingLevel::Info,
+        EventLevel::Warning => LoggingLevel::Warning,
+    }
+}
+
+/// A session's log level and the forwarding of events to its client. A session that never
+/// sent `logging/setLevel` gets `info` and above: the server's events are few and each is
+/// something a user may want to see (the engine it started, machines it deleted).
+pub struct SessionLog {
+    level: Arc<Mutex<LoggingLevel>>,
+    /// Ends the forwarding when the session's handler goes.
+    stop: CancellationToken,
+}
+
+impl Default for SessionLog {
+    fn default() -> Self {
+        SessionLog {
+            level: Arc::new(Mutex::new(LoggingLevel::Info)),
+            stop: CancellationToken::new(),
+        }
+    }
+}
+
+impl Drop for SessionLog {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl SessionLog {
+    pub fn set_level(&self, level: LoggingLevel) {
+        if let Ok(mut current) = self.level.lock() {
+            *current = level;
+        }
+    }
+
+    /// Forwards every event from now on to the session's client, until the session ends.
+    pub fn forward(&self, events: broadcast::Receiver<ServerEvent>, peer: Peer<RoleServer>) {
+        let (level, stop) = (self.level.clone(), self.stop.clone());
+        let threshold = move || level.lock().map(|l| *l).unwrap_or(LoggingLevel::Info);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = forward_events(events, &peer, threshold) => {}
+                () = stop.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// Runs `work` (one 2026-07-28 request) and sends the events raised meanwhile on its reply
+/// stream, at `level` and above; with no level, nothing is sent.
+pub async fn with_request_events<F: Future>(
+    events: broadcast::Receiver<ServerEvent>,
+    context: &RequestContext<RoleServer>,
+    work: F,
+) -> F::Output {
+    with_request_events_until_answered(events, context, work, None).await
+}
+
+/// The same, ending when `answered`'s request has been answered before `work` is done (a
+/// call answered with a task): the request is over, and an event raised later is no longer
+/// its news. Each send holds `answered`'s read lock, so none follows the answer.
+pub async fn with_request_events_until_answered<F: Future>(
+    events: broadcast::Receiver<ServerEvent>,
+    context: &RequestContext<RoleServer>,
+    work: F,
+    answered: Option<&Activity>,
+) -> F::Output {
+    let Some(level) = context.meta.log_level() else {
+        return work.await;
+    };
+    let mut events = events;
+    let out = {
+        let forwarding =
+            forward_events_borrowed(&mut events, &context.peer, move || level, answered);
+        tokio::pin!(work, forwarding);
+        tokio::select! {
+            out = &mut work => out,
+            () = &mut forwarding => work.await,
+        }
+    };
+    // Events raised at the very end of the call still belong to it.
+    while let Ok(event) = events.try_recv() {
+        let _sending = match answered {
+            Some(activity) => match activity.unless_answered().await {
+                Some(guard) => Some(guard),
+                None => break,
+            },
+            None => None,
+        };
+        send_event(&context.peer, &event, level).await;
+    }
+    out
+}
+
+async fn forward_events(
+    mut events: broadcast::Receiver<ServerEvent>,
+    peer: &Peer<RoleServer>,
+    threshold: impl Fn() -> LoggingLevel,
+) {
+    forward_events_borrowed(&mut events, peer, threshold, None).await;
+}
+
+/// Ends when the bus closes or the client's transport is gone.
+async fn forward_events_borrowed(
+    events: &mut broadcast::Receiver<ServerEvent>,
+    peer: &Peer<RoleServer>,
+    threshold: impl Fn() -> LoggingLevel,
+    answered: Option<&Activity>,
+) {
+    loop {
+        match events.recv().await {
+            Ok(event) => {
+                let _sending = match answered {
+                    Some(activity) => match activity.unless_answered().await {
+                        Some(guard) => Some(guard),
+                        None => return,
+                    },
+                    None => None,
+                };
+                if !send_event(peer, &event, threshold()).await {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::debug!(missed, "a session missed server events");
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Sends `event` if it is at `threshold` or above; answers false once the transport is closed.
+async fn send_event(peer: &Peer<RoleServer>, event: &ServerEvent, threshold: LoggingLevel) -> bool {
+    let level = logging_level(event.level);
+    if rank(level) < rank(threshold) {
+        return true;
+    }
+    let mut param = LoggingMessageNotificationParam::new(level, event.data());
+    param.logger = Some(LOGGER.to_owned());
+    match tokio::time::timeout(SEND_DEADLINE, peer.notify_logging_message(param)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "a log message was not sent");
+            !peer.is_transport_closed()
+        }
+        Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::OutputStream;
+
+    #[test]
+    fn output_pieces_travel_under_the_meta_key_each_with_its_stream() {
+        let pieces = [
+            OutputChunk {
+                stream: OutputStream::Stdout,
+                text: "one\n".into(),
+            },
+            OutputChunk {
+                stream: OutputStream::Stderr,
+                text: "warn".into(),
+            },
+        ];
+        assert_eq!(
+            serde_json::to_value(output_meta(&pieces)).unwrap()[OUTPUT_META_KEY],
+            serde_json::json!([
+                {"stream": "stdout", "text": "one\n"},
+                {"stream": "stderr", "text": "warn"},
+            ])
+        );
+    }
+
+    #[test]
+    fn levels_rank_as_the_spec_orders_them() {
+        assert!(rank(LoggingLevel::Info) < rank(LoggingLevel::Warning));
+        assert!(rank(LoggingLevel::Debug) < rank(LoggingLevel::Info));
+        assert!(rank(LoggingLevel::Notice) < rank(LoggingLevel::Warning));
+        assert!(rank(LoggingLevel::Alert) < rank(LoggingLevel::Emergency));
+    }
+}

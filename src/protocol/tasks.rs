@@ -1,0 +1,512 @@
+//! MCP tasks (SEP-2663, the `io.modelcontextprotocol/tasks` extension): a `run-command` or
+//! `run-once` from a client that declared the extension answers as usual when it ends within
+//! `taskAfterMillis`; a longer one is answered with a task, which goes on running in the
+//! process while the client polls `tasks/get` for it, however short the client's request
+//! timeout. rmcp's `TaskManager` keeps the tasks; it lives in [`crate::protocol::Protocol`] because over HTTP
+//! rmcp builds a handler for every 2026-07-28 request, and a task outlives its request.
+
+use crate::policy::ledger::{Ledger, TaskRecord};
+use crate::policy::progress::Activity;
+use crate::policy::tools::results::Answer;
+use crate::policy::tools::{Tool, ToolError, ToolErrorKind};
+use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
+use rmcp::service::RequestContext;
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::{ErrorData, RoleServer};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// What a task is told to wait between two polls (rmcp's default too).
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a running task's status message is brought up to date.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// Beyond the waits the configuration bounds (serve start-up, readiness, the command's
+/// timeout): a machine's create and start, and the cloud's image pull at create.
+const TTL_MARGIN: Duration = Duration::from_secs(600);
+
+/// The process's tasks, each with its owner: the session that started it, or
+/// [`STATELESS`] for a 2026-07-28 request (which has no session; its task id, long and random,
+/// is what it holds). Another owner's task reads as unknown.
+pub struct Tasks {
+    manager: TaskManager,
+    /// Where each task is recorded, so that a process after this one can say it is gone.
+    ledger: Ledger,
+    owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// One permit per call that may become a task (`maxTasks`), taken when the call begins
+    /// (so that the bound is exact) and given back when it ends, as a task or not.
+    slots: Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl Tasks {
+    pub fn new(max: usize, ledger: Ledger) -> Tasks {
+        Tasks {
+            manager: TaskManager::default(),
+            ledger,
+            owners: Default::default(),
+            slots: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+        }
+    }
+}
+
+/// The owner of the tasks of requests without a session.
+pub const STATELESS: &str = "stateless requests";
+
+/// A tool call that runs on its own, ready to be awaited here or handed to a task.
+pub struct DetachedCall {
+    pub tool: Tool,
+    /// The call's own token: not the request's, which rmcp cancels once the request is
+    /// answered (seen on HTTP and stdio), and a task's call goes on after that.
+    pub ct: CancellationToken,
+    pub activity: Arc<Activity>,
+    /// The longest the call can take by the configuration's bounds (see [`task_ttl`]).
+    pub bound: Duration,
+    pub work: Pin<Box<dyn Future<Output = Result<Answer, ToolError>> + Send>>,
+}
+
+/// Whether a call of `tool` from this request may become a task: the command tools, asked by
+/// a client that declared the extension (in the request's `_meta` on 2026-07-28, at
+/// `initialize` on a session; rmcp answers either way, and refuses a task to anyone else).
+pub fn may_become_task(tool: Tool, context: &RequestContext<RoleServer>) -> bool {
+    matches!(tool, Tool::RunCommand | Tool::RunOnce)
+        && context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+}
+
+/// How long a task is kept: rmcp fails a task still running after its TTL and aborts its
+/// future (its sweep, `task_manager.rs`), and keeps a finished one one more TTL for the
+/// client to fetch. So the TTL is the call's own bound, the command's timeout and the waits
+/// before it, plus a margin: a task is never cut short by it, and its result stays at least
+/// that long after it ends.
+pub fn task_ttl(exec_timeout: Duration, config: &crate::process::config::Config) -> Duration {
+    exec_timeout
+        + Duration::from_secs(config.serve_start_timeout_secs)
+        + Duration::from_secs(config.ready_timeout_secs)
+        + TTL_MARGIN
+}
+
+/// Cancels the call when dropped before the call ends (the request's handler dropped before
+/// the threshold, or the task's future aborted by rmcp at its TTL), so that the call, running
+/// on its own, still takes its cancellation path: the marked command killed, run-once's
+/// machine deleted. Dropped after the call ended, it cancels nothing that still runs.
+struct CancelOnDrop(Option<CancellationToken>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(ct) = self.0.take() {
+            ct.cancel();
+        }
+    }
+}
+
+impl Tasks {
+    /// Runs `call`; answers its result if it ends within `after` (or the request is cancelled
+    /// first, as without tasks), else a task that carries it on.
+    pub async fn call_or_task(
+        &self,
+        call: DetachedCall,
+        after: Duration,
+        request_ct: &CancellationToken,
+        owner: &str,
+    ) -> CallToolResponse {
+        let DetachedCall {
+            tool,
+            ct,
+            activity,
+            bound,
+            work,
+        } = call;
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            return CallToolResponse::Complete(crate::protocol::answer::into_result(Err(
+                ToolError::new(
+                    ToolErrorKind::Fleet(crate::fleet::ErrorKind::RateLimited),
+                    format!(
+                        "{} calls are running as tasks already (maxTasks): wait for one to end \
+                     (tasks/get), or cancel one (tasks/cancel)",
+                        self.max
+                    ),
+                ),
+            )));
+        };
+        let began = Instant::now();
+        // On a task of its own: a task's future may be aborted (its TTL), the call never is.
+        let mut running = tokio::spawn(work);
+        // If rmcp drops this request's handler (its transport gone) before the call ends or
+        // becomes a task, the call is cancelled as it was when it ran inside the handler,
+        // rather than running on unseen.
+        let guard = CancelOnDrop(Some(ct.clone()));
+        tokio::select! {
+            joined = &mut running => return CallToolResponse::Complete(joined_result(joined)),
+            () = request_ct.cancelled() => {
+                ct.cancel();
+                return CallToolResponse::Complete(joined_result(running.await));
+            }
+            () = tokio::time::sleep(after) => {}
+        }
+        activity.request_answered().await;
+        let options = TaskOptions::new()
+            .with_ttl_ms(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX))
+            .with_poll_interval_ms(u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000))
+            .with_status_message(status_message(tool, began, &activity));
+        let ledger = self.ledger.clone();
+        let task = self.manager.spawn(options, move |context| {
+            Box::pin(async move {
+                let _guard = guard;
+                let _slot = slot;
+                let recorded = RecordedEnd {
+                    ledger,
+                    id: context.task_id().to_owned(),
+                    outcome: "failed",
+                };
+                let ticker = async {
+                    loop {
+                        tokio::time::sleep(STATUS_EVERY).await;
+                        context.set_status_message(status_message(tool, began, &activity));
+                    }
+                };
+                let joined = tokio::select! {
+                    joined = &mut running => joined,
+                    () = context.cancelled() => {
+                        // tasks/cancel: the call's own cancellation path ends the command
+                        // (run-command's marker kill, run-once's machine deleted); the task
+                        // ends once that is done.
+                        ct.cancel();
+                        (&mut running).await
+                    }
+                    never = ticker => match never {},
+                };
+                match joined {
+                    Ok(Err(e)) if e.kind == ToolErrorKind::Cancelled => {
+                        recorded.ended("cancelled");
+                        Err(TaskExit::Cancelled)
+                    }
+                    other => {
+                        recorded.ended("completed");
+                        let result = joined_result(other);
+                        context.set_status_message(format!(
+                            "{} ended after {} s",
+                            tool.name(),
+                            began.elapsed().as_secs()
+                        ));
+                        Ok(result)
+                    }
+                }
+            })
+        });
+        self.ledger.task_created(TaskRecord {
+            id: task.task_id.clone(),
+            pid: std::process::id(),
+            tool: tool.name().to_owned(),
+            created_ms: chrono::Utc::now().timestamp_millis(),
+            ttl_ms: i64::try_from(bound.as_millis()).unwrap_or(i64::MAX),
+            outcome: None,
+        });
+        if let Ok(mut owners) = self.owners.lock() {
+            // Tasks rmcp has let go of (past their TTL) are forgotten here too.
+            owners.retain(|id, _| self.manager.get_task(id).is_ok());
+            owners.insert(task.task_id.clone(), owner.to_owned());
+        }
+        tracing::info!(task = %task.task_id, tool = tool.name(), "a long call goes on as a task");
+        CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+
+    /// Refuses a task of another owner as rmcp refuses an unknown one, so that its existence
+    /// is not told either.
+    fn owned(&self, task_id: &str, owner: &str) -> Result<(), ErrorData> {
+        let theirs = self
+            .owners
+            .lock()
+            .map(|owners| owners.get(task_id).is_some_and(|o| o != owner))
+            .unwrap_or(true);
+        if theirs {
+            return Err(ErrorData::invalid_params(
+                format!("Task not found: {task_id}"),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    /// A task of this process, or, for an id this process never made, what the ledger says of
+    /// a task another process made: while its TTL would have kept it, a task whose process has
+    /// gone answers as failed, saying so, rather than as unknown.
+    pub async fn get(
+        &self,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.owned(task_id, owner)?;
+        match self.manager.get_task(task_id) {
+            Ok(task) => Ok(rmcp::model::GetTaskResult::new(task)),
+            Err(unknown) => match self.ledger.task(task_id).await {
+                Ok(Some(record)) if record.pid != std::process::id() => {
+                    gone_task(&record).ok_or(unknown)
+                }
+                _ => Err(unknown),
+            },
+        }
+    }
+
+    pub fn cancel(&self, task_id: &str, owner: &str) -> Result<(), ErrorData> {
+        self.owned(task_id, owner)?;
+        self.manager.cancel_task(task_id)
+    }
+
+    /// No task of this server asks for input, so this only checks the task exists (the spec
+    /// has unknown `inputResponses` keys ignored).
+    pub fn update(
+        &self,
+        task_id: &str,
+        owner: &str,
+        responses: impl IntoIterator<Item = (String, serde_json::Value)>,
+    ) -> Result<(), ErrorData> {
+        self.owned(task_id, owner)?;
+        self.manager.update_task(task_id, responses)
+    }
+}
+
+/// Records how a task ended; a task dropped without an end (its TTL aborted it) is recorded as
+/// failed.
+struct RecordedEnd {
+    ledger: Ledger,
+    id: String,
+    outcome: &'static str,
+}
+
+impl RecordedEnd {
+    fn ended(mut self, outcome: &'static str) {
+        self.outcome = outcome;
+    }
+}
+
+impl Drop for RecordedEnd {
+    fn drop(&mut self) {
+        self.ledger.task_ended(&self.id, self.outcome);
+    }
+}
+
+/// A task of a process that has gone, as `tasks/get` answers it while its TTL runs: failed,
+/// with a message that says what happened and what to do. `None` once the TTL has passed.
+fn gone_task(record: &TaskRecord) -> Option<rmcp::model::GetTaskResult> {
+    let now = chrono::Utc::now().timestamp_millis();
+    if now >= record.created_ms.saturating_add(record.ttl_ms) {
+        return None;
+    }
+    let what = match record.outcome.as_deref() {
+        Some("completed") => "it finished, but its result was held in that process's memory",
+        Some("cancelled") => "it was cancelled",
+        _ => "it had not finished, and the call ended with the process",
+    };
+    let message = format!(
+        "the server process that ran this {} task (pid {}) has ended; {what}. Run the call \
+         again; a command left running in its machine may still be there (list-jobs and \
+         smol://runs show what is known of it).",
+        record.tool, record.pid
+    );
+    let time = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .unwrap_or_default()
+    };
+    let mut task = rmcp::model::Task::new(
+        record.id.clone(),
+        rmcp::model::TaskStatus::Failed,
+        time(record.created_ms),
+        time(now),
+    );
+    task.status_message = Some(message.clone());
+    task.ttl_ms = u64::try_from(record.ttl_ms).ok();
+    let mut error = rmcp::model::JsonObject::new();
+    error.insert("code".into(), serde_json::json!(-32603));
+    error.insert("message".into(), serde_json::json!(message));
+    Some(rmcp::model::GetTaskResult::new(
+        rmcp::model::DetailedTask::new(task, rmcp::model::TaskPayload::Failed { error }),
+    ))
+}
+
+/// "run-command running for 42 s: [stdout] compiling foo" (the latest output line when the
+/// request asked for progress, else the latest wait).
+fn status_message(tool: Tool, began: Instant, activity: &Activity) -> String {
+    let mut message = format!(
+        "{} running for {} s",
+        tool.name(),
+        began.elapsed().as_secs()
+    );
+    if let Some(latest) = activity.latest() {
+        message.push_str(": ");
+        message.push_str(&latest);
+    }
+    message
+}
+
+fn joined_result(
+    joined: Result<Result<Answer, ToolError>, tokio::task::JoinError>,
+) -> CallToolResult {
+    match joined {
+        Ok(result) => crate::protocol::answer::into_result(result),
+        Err(e) => {
+            tracing::error!(error = %e, "a tool call's task ended without a result");
+            crate::protocol::answer::into_result(Err(ToolError::new(
+                ToolErrorKind::Internal,
+                format!("the call ended without a result: {e}"),
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// rmcp aborts a task's future at its TTL; the call, on a task of its own, is then
+    /// cancelled and so still takes its cancellation path rather than being dropped midway.
+    #[tokio::test]
+    async fn a_task_aborted_at_its_ttl_cancels_its_call() {
+        let tasks = Tasks::new(64, Ledger::off());
+        let ct = CancellationToken::new();
+        let (cleaned_up, mut cleaned_up_rx) = tokio::sync::oneshot::channel();
+        let call_ct = ct.clone();
+        let call = DetachedCall {
+            tool: Tool::RunCommand,
+            ct,
+            activity: Arc::default(),
+            bound: Duration::from_millis(100),
+            work: Box::pin(async move {
+                call_ct.cancelled().await;
+                let _ = cleaned_up.send(());
+                Err(ToolError::cancelled())
+            }),
+        };
+        let response = tasks
+            .call_or_task(call, Duration::ZERO, &CancellationToken::new(), STATELESS)
+            .await;
+        let CallToolResponse::Task(created) = response else {
+            panic!("not a task");
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            cleaned_up_rx.try_recv().is_err(),
+            "still running before the sweep"
+        );
+        // rmcp sweeps on its entry points: this get finds the TTL passed.
+        let got = tasks.get(&created.task.task_id, STATELESS).await.unwrap();
+        assert_eq!(got.task.status(), rmcp::model::TaskStatus::Failed);
+        tokio::time::timeout(Duration::from_secs(2), cleaned_up_rx)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// A request's handler dropped while its call runs (before the threshold) cancels the
+    /// call, as dropping the call itself did before it ran on a task of its own.
+    #[tokio::test]
+    async fn a_handler_dropped_before_the_threshold_cancels_its_call() {
+        let tasks = Tasks::new(64, Ledger::off());
+        let ct = CancellationToken::new();
+        let call_ct = ct.clone();
+        let (cleaned_up, cleaned_up_rx) = tokio::sync::oneshot::channel();
+        let call = DetachedCall {
+            tool: Tool::RunOnce,
+            ct,
+            activity: Arc::default(),
+            bound: Duration::from_secs(60),
+            work: Box::pin(async move {
+                call_ct.cancelled().await;
+                let _ = cleaned_up.send(());
+                Err(ToolError::cancelled())
+            }),
+        };
+        let request_ct = CancellationToken::new();
+        let handler = tasks.call_or_task(call, Duration::from_secs(60), &request_ct, STATELESS);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), handler)
+                .await
+                .is_err()
+        );
+        tokio::time::timeout(Duration::from_secs(2), cleaned_up_rx)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// `maxTasks` calls at once, counted from their start: one more is refused naming the
+    /// setting; a slot is given back when a call ends, as a task or before becoming one.
+    #[tokio::test]
+    async fn calls_past_max_tasks_are_refused_naming_the_setting_until_one_ends() {
+        let tasks = Tasks::new(1, Ledger::off());
+        let call = |ct: CancellationToken| {
+            let call_ct = ct.clone();
+            DetachedCall {
+                tool: Tool::RunCommand,
+                ct,
+                activity: Arc::default(),
+                bound: Duration::from_secs(60),
+                work: Box::pin(async move {
+                    call_ct.cancelled().await;
+                    Err(ToolError::cancelled())
+                }),
+            }
+        };
+        let first_ct = CancellationToken::new();
+        let first = tasks
+            .call_or_task(
+                call(first_ct.clone()),
+                Duration::ZERO,
+                &CancellationToken::new(),
+                STATELESS,
+            )
+            .await;
+        let CallToolResponse::Task(created) = first else {
+            panic!("not a task");
+        };
+        let refused = tasks
+            .call_or_task(
+                call(CancellationToken::new()),
+                Duration::ZERO,
+                &CancellationToken::new(),
+                STATELESS,
+            )
+            .await;
+        let CallToolResponse::Complete(refused) = refused else {
+            panic!("a second task past maxTasks 1");
+        };
+        let text = serde_json::to_string(&refused).unwrap();
+        assert!(refused.is_error == Some(true), "{text}");
+        assert!(
+            text.contains("RATE_LIMITED") && text.contains("maxTasks"),
+            "{text}"
+        );
+        first_ct.cancel();
+        for _ in 0..100 {
+            if tasks
+                .get(&created.task.task_id, STATELESS)
+                .await
+                .unwrap()
+                .task
+                .status()
+                != rmcp::model::TaskStatus::Working
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let again = tasks
+            .call_or_task(
+                call(CancellationToken::new()),
+                Duration::ZERO,
+                &CancellationToken::new(),
+                STATELESS,
+            )
+            .await;
+        assert!(
+            matches!(again, CallToolResponse::Task(_)),
+            "the slot came back"
+        );
+    }
+}
