@@ -425,7 +425,7 @@ pub struct MachineBase {
     /// Memory in MiB.
     #[schemars(range(min = 128, max = 262144))]
     pub memory_mb: Option<u32>,
-    /// The machine's egress (blocked by default).{local: ask: blocked; refused hosts go to the user.}
+    /// The machine's egress (blocked by default).{local: ask: blocked; refused hosts go to the user, whose yes alone widens it.}
     pub network: Option<Network>,
     /// Host names it may reach (like pypi.org).
     pub allow_hosts: Option<Vec<String>>,
@@ -456,7 +456,7 @@ tool_arguments! {
     flattening pub struct CreateArgs {
         #[serde(flatten)]
         pub machine: MachineBase,
-        /// Letters, digits, _ or -; omitted or mcp-...: ephemeral (gone at session end or unused a while).
+        /// Letters, digits, _ or -.
         pub name: Option<String>,
         /// TCP ports to publish, at most 16.{cloud: On cloud they need egress that is not blocked; the machine's url is the ingress once something listens.}
         pub ports: Option<Vec<PortArg>>,
@@ -497,7 +497,7 @@ tool_arguments! {
         pub name: String,
         #[serde(flatten)]
         pub run: CommandFields,
-        /// Return at once with a job id for job-output. No stdin; longer default timeout.
+        /// Return at once with a job id. No stdin; longer default timeout.
         pub background: Option<bool>,
     }
 }

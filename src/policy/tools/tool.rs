@@ -101,7 +101,7 @@ tool_list! {
         changes_machines: true,
         description: "Create a microVM and, unless start is false, boot it and wait until it runs \
              commands. Egress is blocked unless network, allowHosts or allowCidrs grant it. \
-             Unnamed or named mcp-..., it is ephemeral (deleted at session end); other names \
+             Unnamed or named mcp-..., it is ephemeral (gone at session end or unused a while); other names \
              persist until delete-machine. {cloud:A cloud machine costs money while it exists. \
              }For one command in a throwaway machine, run-once.",
     }
@@ -109,9 +109,10 @@ tool_list! {
         title: "Start a machine",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: true,
-        description: "Start a stopped machine and, unless wait is false, wait until it runs commands. Its disk is \
-             as left; memory, processes and /tmp start empty.{cloud: A \
-             running cloud machine bills for CPU and memory.}",
+        description: "Start a stopped machine and wait until it runs commands: disk kept; memory, \
+             processes and /tmp start empty. Use it to boot ahead or set branchable; run-command, \
+             read-file and write-file start one anyway.{cloud: A running cloud machine bills for \
+             CPU and memory.}",
     }
     StopMachine => "stop-machine" {
         title: "Stop a machine",
@@ -162,7 +163,7 @@ tool_list! {
         title: "List jobs",
         hints: READ_ONLY,
         changes_machines: false,
-        description: "List this server's background jobs on the fleet, newest first: running ones \
+        description: "List this server's background jobs, newest first: running ones \
              and the last 100 ended. Use it to find a lost job id or see what runs before starting \
              more.",
     }
@@ -172,8 +173,8 @@ tool_list! {
         changes_machines: true,
         description: "Run one command in a fresh machine deleted afterwards, whatever happens \
              (timeout, cancellation); the result is run-command's, without overflow. For later \
-             calls on the machine or its files, or background: true, use create-machine and \
-             run-command.",
+             calls on it or its files, background: true{local: or network ask}, use \
+             create-machine and run-command.",
     }
     ReadFile => "read-file" {
         title: "Read a file",
@@ -213,9 +214,9 @@ tool_list! {
         title: "Pull an image",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
-        description: "{local:Pull an OCI image into a running machine's image store ahead of time, \
-             so creates from it need not wait. Rarely needed: create-machine and run-once pull \
-             their own image.}{cloud:Refused on cloud: the control plane pulls each machine's \
+        description: "{local:Pull an OCI image into a running machine's own image store (no other \
+             machine shares it); a large pull can take minutes. Rarely needed: create-machine and \
+             run-once get their own image.}{cloud: Refused on cloud: the control plane pulls each machine's \
              image at create.}",
     }
 }
