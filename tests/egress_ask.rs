@@ -31,14 +31,20 @@ struct Session {
 
 impl Session {
     async fn start(can_be_asked: bool, allow: Vec<&'static str>) -> Session {
+        Session::start_with(can_be_asked, allow, &[]).await
+    }
+
+    async fn start_with(
+        can_be_asked: bool,
+        allow: Vec<&'static str>,
+        settings: &[(&str, &str)],
+    ) -> Session {
         let fake = FakeServe::start_guest_shell().await;
         let runtime = tempfile::tempdir().unwrap();
         let url = fake.url();
-        let protocol = Protocol::start(config(
-            &[("SMOL_LOCAL_URL", &url)],
-            &runtime.path().join("rt"),
-        ))
-        .unwrap();
+        let mut env = vec![("SMOL_LOCAL_URL", url.as_str())];
+        env.extend_from_slice(settings);
+        let protocol = Protocol::start(config(&env, &runtime.path().join("rt"))).unwrap();
         let server = SmolMcp::new(protocol.clone(), "ask");
         let (server_io, client_io) = tokio::io::duplex(1 << 20);
         tokio::spawn(async move {
@@ -63,6 +69,15 @@ impl Session {
         let result = self.client.call_tool(params).await.unwrap();
         assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
         result.structured_content.unwrap()
+    }
+
+    /// The tool error's text of a call that must fail.
+    async fn refused(&self, tool: &str, args: Value) -> String {
+        let params = CallToolRequestParams::new(tool.to_owned())
+            .with_arguments(args.as_object().unwrap().clone());
+        let result = self.client.call_tool(params).await.unwrap();
+        assert_eq!(result.is_error, Some(true), "{tool} {args}: {result:?}");
+        format!("{:?}", result.content)
     }
 
     fn egress_posts(&self) -> Vec<Value> {
@@ -361,4 +376,51 @@ async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer
             .iter()
             .any(|r| r["path"].as_str().unwrap().ends_with("/egress"))
     );
+}
+
+#[tokio::test]
+async fn where_the_operator_leaves_egress_to_the_user_the_agent_cannot_open_or_list_hosts() {
+    let s = Session::start_with(true, vec!["pypi.org"], &[("SMOL_MCP_AGENT_NETWORK", "ask")]).await;
+    for (args, argument) in [
+        (json!({"network": "open"}), "network"),
+        (json!({"allowHosts": ["pypi.org"]}), "allowHosts"),
+        (json!({"allowCidrs": ["10.0.0.0/8"]}), "allowCidrs"),
+    ] {
+        for tool in ["create-machine", "run-once"] {
+            let mut args = args.clone();
+            if tool == "run-once" {
+                args["command"] = json!("true");
+            }
+            let text = s.refused(tool, args.clone()).await;
+            assert!(
+                text.contains(argument) && text.contains("only the user widens"),
+                "{tool} {args}: {text}"
+            );
+        }
+    }
+    let creates = s
+        .fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == "/api/v1/machines")
+        .count();
+    assert_eq!(creates, 0, "nothing created for a refused call");
+
+    // What the user widens still works: ask, and the hosts the user allowed before.
+    s.call("create-machine", json!({"name": "asks", "network": "ask"}))
+        .await;
+    s.fake.deny_on_exec("asks", "resolve", "pypi.org");
+    let failed = s
+        .call("run-command", json!({"name": "asks", "command": "exit 1"}))
+        .await;
+    assert_eq!(failed["egressAnswer"]["allowed"], json!(["pypi.org"]));
+    let next = s
+        .call(
+            "create-machine",
+            json!({"name": "asks-2", "network": "ask", "allowHostsFrom": "asks"}),
+        )
+        .await;
+    assert_eq!(next["machine"]["network"], "allow(pypi.org)", "{next}");
+    let blocked = s.call("create-machine", json!({"name": "plain"})).await;
+    assert_eq!(blocked["machine"]["network"], "blocked", "{blocked}");
 }

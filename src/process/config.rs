@@ -50,6 +50,15 @@ pub enum NetworkDefault {
     Blocked,
 }
 
+/// Which egress an agent may give a machine it creates: any (open, or its own allow list), or
+/// only none and `ask`, so that every host a machine reaches is one the user allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentNetwork {
+    Any,
+    Ask,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetsSetting {
@@ -279,7 +288,7 @@ macro_rules! choices {
     )*};
 }
 
-choices!(NetworkDefault, TargetsSetting);
+choices!(NetworkDefault, AgentNetwork, TargetsSetting);
 
 /// Credential bindings: JSON in the file and in the environment alike. The values named by
 /// `fromEnv` are taken from the environment once every setting is read
@@ -478,6 +487,13 @@ settings! {
         default: "blocked",
         accepts: NETWORK,
         why: "the same for run-once",
+    },
+    agent_network: AgentNetwork {
+        key: "agentNetwork",
+        env: "SMOL_MCP_AGENT_NETWORK",
+        default: "any",
+        accepts: Accepts::OneOf(&["any", "ask"]),
+        why: "ask: the agent may create machines only without egress or with network \"ask\", so only the user widens it",
     },
     ephemeral_ttl_secs: u64 {
         key: "ephemeralTtlSecs",
@@ -872,6 +888,32 @@ impl Config {
                 ),
             });
         }
+        // Under agentNetwork "ask" a machine the agent creates without naming a network would
+        // otherwise be open by the operator's default: the two settings contradict each other.
+        if self.agent_network == AgentNetwork::Ask {
+            for (key, var, value) in [
+                (
+                    "networkDefault",
+                    "SMOL_MCP_NETWORK_DEFAULT",
+                    self.network_default,
+                ),
+                (
+                    "runOnceNetwork",
+                    "SMOL_MCP_RUN_ONCE_NETWORK",
+                    self.run_once_network,
+                ),
+            ] {
+                if value == NetworkDefault::Open {
+                    return Err(ConfigError::Conflict {
+                        key,
+                        var,
+                        message: "is open, but agentNetwork is ask (only the user widens \
+                                  egress): set it to blocked, or agentNetwork to any"
+                            .to_owned(),
+                    });
+                }
+            }
+        }
         // Without a token every call to the cloud would fail; say so once, before serving.
         if matches!(self.targets, TargetsSetting::Cloud | TargetsSetting::Both)
             && self.cloud_token.is_empty()
@@ -1235,5 +1277,25 @@ mod tests {
             .unwrap();
         assert!(!format!("{c:?}").contains("smk_secret"));
         assert_eq!(c.cloud_token.expose(), "smk_secret");
+    }
+
+    #[test]
+    fn agent_network_ask_refuses_an_open_default() {
+        let none = Path::new("/nonexistent/smol-mcp-config.json");
+        let e = error(
+            &[
+                ("SMOL_MCP_AGENT_NETWORK", "ask"),
+                ("SMOL_MCP_NETWORK_DEFAULT", "open"),
+            ],
+            none,
+        );
+        assert!(
+            e.contains("networkDefault") && e.contains("agentNetwork"),
+            "{e}"
+        );
+        let c = Config::from_sources(&env(&[("SMOL_MCP_AGENT_NETWORK", "ask")]), none).unwrap();
+        assert_eq!(c.agent_network, AgentNetwork::Ask);
+        let e = error(&[("SMOL_MCP_AGENT_NETWORK", "user")], none);
+        assert!(e.contains("one of any, ask"), "{e}");
     }
 }

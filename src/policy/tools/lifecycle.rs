@@ -185,6 +185,9 @@ pub(super) fn base_spec(
         u64::from(MIN_MEMORY_MB),
         u64::from(MAX_MEMORY_MB),
     )?;
+    if config.agent_network == crate::process::config::AgentNetwork::Ask {
+        only_the_user_widens(base)?;
+    }
     spec.egress = egress(
         base.network,
         base.allow_hosts.clone(),
@@ -192,6 +195,32 @@ pub(super) fn base_spec(
         default_network,
     )?;
     Ok(spec)
+}
+
+/// On a server whose operator leaves every widening of egress to the user (`agentNetwork`
+/// "ask"): the agent's own `open` or allow list is refused, naming what it may use instead.
+fn only_the_user_widens(base: &args::MachineBase) -> Result<(), ToolError> {
+    const INSTEAD: &str = "on this server only the user widens a machine's egress: create it \
+        with network \"ask\" (a refused host is put to the user) or without network, or take \
+        the hosts the user allowed an earlier machine with allowHostsFrom";
+    if base.network == Some(Network::Open) {
+        return Err(ToolError::argument(
+            "network",
+            format!("\"open\" is not allowed: {INSTEAD}"),
+        ));
+    }
+    for (arg, given) in [
+        ("allowHosts", &base.allow_hosts),
+        ("allowCidrs", &base.allow_cidrs),
+    ] {
+        if given.as_ref().is_some_and(|list| !list.is_empty()) {
+            return Err(ToolError::argument(
+                arg,
+                format!("is not allowed: {INSTEAD}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Only the local engine has a root file system of its own to boot without an image: on the
