@@ -118,9 +118,9 @@ tool_list! {
         title: "Stop a machine",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
-        description: "Stop a running machine: processes, memory, /tmp and jobs end; the disk stays. \
-             Use it to pause one to resume with start-machine{cloud: (a stopped cloud machine \
-             bills for disk only)}; to throw it away, delete-machine.",
+        description: "Stop a running machine: processes, memory, /tmp and jobs end; the disk stays \
+             (mcp- ones still go at session end). Use it to pause{cloud: (a stopped cloud machine \
+             bills for disk only)}; start-machine resumes, delete-machine discards.",
     }
     DeleteMachine => "delete-machine" {
         title: "Delete a machine",

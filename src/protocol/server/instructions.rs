@@ -4,18 +4,23 @@
 
 use crate::fleet::FleetKind;
 use crate::process::Mode;
+use crate::process::config::AgentNetwork;
 use crate::process::credentials::CredentialBinding;
 
 const LOCAL: &str = "- local: smolvm on this host, free. pull-image works only here. branch-machine \
                      locally needs this host to be Linux (KVM) or macOS (Hypervisor.framework). \
-                     machine-logs reads the guest's console.";
+                     machine-logs reads what the machine's workload printed.";
 const CLOUD: &str = "- cloud: smol cloud; every machine costs money for as long as it exists, so \
                      delete what you no longer need. machine-logs reads the control plane's event \
                      log (created, started, stopped...), not the guest's output: to see a \
                      program's output, run it with run-command or read its log file with \
                      read-file. pull-image is refused: the service pulls the image at create.";
 
-pub fn instructions(mode: Mode, credentials: &[CredentialBinding]) -> String {
+pub fn instructions(
+    mode: Mode,
+    credentials: &[CredentialBinding],
+    agent_network: AgentNetwork,
+) -> String {
     let mut text = String::from(
         "This server gives you microVMs (smol machines): Linux machines to run commands and keep \
          files in, so that nothing runs on the user's own computer.\n\n",
@@ -46,13 +51,11 @@ pub fn instructions(mode: Mode, credentials: &[CredentialBinding]) -> String {
         }
     }
     text.push_str(
-        "\n\nEgress: machines have no network unless you ask for it. Ask (create-machine or \
-         run-once with allowHosts naming the hosts, or network: \"open\") before a command that \
-         downloads: package installs (apt, apk, pip, npm), git clone, curl. Locally, creating a \
-         machine from a registry image also needs egress to the registry, or the start fails. A \
-         command that fails to resolve or reach a host is usually missing egress, not broken.\n\n\
-         {credentials}Machines you create without a name are temporary and deleted when this session ends \
-         or they go unused; give a name to keep one.\n\n\
+        "\n\n{egress} A command that fails to resolve or reach a host is usually missing \
+         egress, not broken; you cannot widen a running machine's egress yourself.\n\n\
+         {credentials}Machines you create without a name (or with one starting mcp-) are \
+         temporary and deleted when this session ends or they go unused; give another name to \
+         keep one.\n\n\
          Resources: smol://targets tells which fleets are usable from this host now and what is \
          in the way (read it before choosing a target, or when machines fail to start). \
          smol://machine/{target}/{name}/logs is a machine's log: subscribe to it to hear of new \
@@ -60,7 +63,35 @@ pub fn instructions(mode: Mode, credentials: &[CredentialBinding]) -> String {
          smol://machine/{target}/{name}/file{+path} is a file in a machine (the first part of a \
          large one; read-file pages through the rest).",
     );
-    text.replace("{credentials}", &credentials_line(mode, credentials))
+    text.replace("{egress}", egress_line(mode, agent_network))
+        .replace("{credentials}", &credentials_line(mode, credentials))
+}
+
+/// When to ask for egress, and how: what the operator lets the agent choose at create.
+fn egress_line(mode: Mode, agent_network: AgentNetwork) -> &'static str {
+    let local = mode != Mode::Single(FleetKind::Cloud);
+    match (agent_network, local) {
+        (AgentNetwork::Any, true) => {
+            "Egress: machines have no network unless you ask for it at create (create-machine \
+             or run-once with allowHosts naming the hosts, or network: \"open\"; locally \
+             network: \"ask\" lets the user allow each host a command was refused), before a \
+             command that downloads: package installs (apt, apk, pip, npm), git clone, curl."
+        }
+        (AgentNetwork::Any, false) => {
+            "Egress: machines have no network unless you ask for it at create (create-machine \
+             or run-once with allowHosts naming the hosts, or network: \"open\"), before a \
+             command that downloads: package installs (apt, apk, pip, npm), git clone, curl."
+        }
+        (AgentNetwork::Ask, true) => {
+            "Egress: only the user widens it here. For a command that downloads (package \
+             installs, git clone, curl), create the machine with network: \"ask\": each host a \
+             command was refused is put to the user, and after a yes you run the command again. \
+             allowHostsFrom gives a new machine the hosts the user allowed an earlier one."
+        }
+        (AgentNetwork::Ask, false) => {
+            "Egress: machines get none here; the operator leaves widening it to the user."
+        }
+    }
 }
 
 /// The secrets the operator set up, by name: what an agent needs to ask for one, and nothing
@@ -81,7 +112,55 @@ fn credentials_line(mode: Mode, credentials: &[CredentialBinding]) -> String {
         })
         .collect();
     format!(
-        "Credentials (local machines): {}. Name them in credentials when you create a machine          (create-machine, run-once): the machine sees a placeholder in the variable, and HTTPS          requests to those hosts carry the real value, which you never see. Use the variable as          the secret (as in an Authorization header); do not ask the user for these secrets.\n\n",
+        "Credentials (local machines): {}. Name them in credentials when you create a machine \
+         (create-machine, run-once): the machine sees a placeholder in the variable, and HTTPS \
+         requests to those hosts carry the real value, which you never see. Use the variable as \
+         the secret (as in an Authorization header); do not ask the user for these secrets.\n\n",
         listed.join("; ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding() -> CredentialBinding {
+        CredentialBinding {
+            name: "github".into(),
+            env: Some("GH_TOKEN".into()),
+            hosts: vec!["api.github.com".into()],
+            header: None,
+            source: crate::process::credentials::ValueSource::File("/nonexistent".into()),
+        }
+    }
+
+    #[test]
+    fn every_variant_reads_as_prose_and_says_who_widens_egress() {
+        for mode in [
+            Mode::Both,
+            Mode::Single(FleetKind::Local),
+            Mode::Single(FleetKind::Cloud),
+        ] {
+            for agent_network in [AgentNetwork::Any, AgentNetwork::Ask] {
+                let text = instructions(mode, &[binding()], agent_network);
+                assert!(!text.contains("  "), "a run of spaces: {text}");
+                assert!(
+                    !text.contains("{egress}") && !text.contains("{credentials}"),
+                    "a placeholder left: {text}"
+                );
+                let local = mode != Mode::Single(FleetKind::Cloud);
+                assert_eq!(
+                    text.contains("network: \"ask\""),
+                    local,
+                    "{mode:?} {agent_network:?}: {text}"
+                );
+                assert_eq!(
+                    text.contains("network: \"open\""),
+                    agent_network == AgentNetwork::Any,
+                    "{mode:?} {agent_network:?}: {text}"
+                );
+                assert_eq!(text.contains("Credentials (local machines)"), local);
+            }
+        }
+    }
 }

@@ -103,6 +103,7 @@ impl SmolMcp {
         instructions::instructions(
             self.protocol.mode(),
             self.protocol.process().credentials.bindings(),
+            self.protocol.config().agent_network,
         )
     }
 }
