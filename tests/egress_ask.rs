@@ -254,35 +254,14 @@ async fn ask_is_refused_where_it_cannot_work_naming_the_argument() {
 /// One 2026-07-28 tools/call over HTTP, raw (no SDK speaks MRTR's input-required result yet),
 /// from a client that declares form elicitation; answers the JSON-RPC response.
 async fn stateless_call(server: &common::clients::HttpServer, params: Value) -> Value {
-    let mut params = params;
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-        "io.modelcontextprotocol/clientInfo": {"name": "raw-mrtr", "version": "0"},
-    });
-    let name = params["name"].as_str().unwrap().to_owned();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    let text = reqwest::Client::new()
-        .post(&server.url)
-        .bearer_auth(MRTR_TOKEN)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", name)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|m| m["id"] == 1)
-            .unwrap_or_else(|| panic!("no answer in {text}"))
-    })
+    common::clients::stateless_request(
+        server,
+        MRTR_TOKEN,
+        "tools/call",
+        json!({"elicitation": {"form": {}}}),
+        params,
+    )
+    .await
 }
 
 const MRTR_TOKEN: &str = "mrtr-token";

@@ -229,40 +229,14 @@ const TOKEN: &str = "restart-token";
 
 /// A 2026-07-28 request to `server`, declaring the tasks extension.
 async fn request(server: &HttpServer, method: &str, params: Value) -> Value {
-    let mut params = params;
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-        "io.modelcontextprotocol/clientInfo": {"name": "restart", "version": "0"},
-    });
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let text = reqwest::Client::new()
-        .post(&server.url)
-        .bearer_auth(TOKEN)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method)
-        .header(
-            "mcp-name",
-            params["name"]
-                .as_str()
-                .or(params["taskId"].as_str())
-                .unwrap_or(""),
-        )
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|m| m["id"] == 1)
-            .unwrap_or_else(|| panic!("no answer in {text}"))
-    })
+    common::clients::stateless_request(
+        server,
+        TOKEN,
+        method,
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+        params,
+    )
+    .await
 }
 
 #[tokio::test]

@@ -156,3 +156,49 @@ impl HttpServer {
         }
     }
 }
+
+/// One 2026-07-28 request to `server` over HTTP, raw (id 1): `_meta` names the version, the
+/// client's `capabilities` and a client name; the answer is the JSON-RPC message with id 1,
+/// from a JSON body or an SSE stream.
+#[allow(dead_code)]
+pub async fn stateless_request(
+    server: &HttpServer,
+    token: &str,
+    method: &str,
+    capabilities: serde_json::Value,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    let mut params = params;
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-stateless", "version": "0"},
+    });
+    let name = params["name"]
+        .as_str()
+        .or(params["taskId"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let text = reqwest::Client::new()
+        .post(&server.url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+            .find(|m| m["id"] == 1)
+            .unwrap_or_else(|| panic!("no answer in {text}"))
+    })
+}
