@@ -88,6 +88,7 @@ fn watch(url: String) {
                     "the nested engine's outer VM rebooted during the run: ending the test \
                      process (scripts/test.sh reruns the guest's tests once)"
                 );
+                end_descendants();
                 std::process::exit(98);
             }
             if healthy(addr) {
@@ -102,10 +103,53 @@ fn watch(url: String) {
                     SILENT_FOR.as_secs(),
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
+                end_descendants();
                 std::process::exit(97);
             }
         }
     });
+}
+
+/// Kills every process this test process started, and theirs: `exit` runs no destructor, so
+/// without this a server a test spawned (kill-on-drop) outlives it, holding the pipe of
+/// scripts/test.sh's `tee` open so that the run never ends (seen in CI).
+fn end_descendants() {
+    let me = std::process::id();
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // The parent is the second field after the command, which is in parentheses.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut ours = vec![me];
+    let mut i = 0;
+    while i < ours.len() {
+        let parent = ours[i];
+        ours.extend(
+            parents
+                .iter()
+                .filter(|(_, ppid)| *ppid == parent)
+                .map(|(pid, _)| *pid),
+        );
+        i += 1;
+    }
+    for pid in ours.into_iter().skip(1) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
 }
 
 /// How often the outer VM has booted, as its init says on the console.
