@@ -46,40 +46,67 @@ if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
 fi
 eval "$(scripts/nested-engine.sh env)"
 export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR
-# The outer VM dies under the booted suite now and then (a kernel panic or soft lockups inside
-# QEMU's emulated SVM, or QEMU gone with no word on its console), failing every guest test after
-# that moment; on some hosts it did so in most runs. So: every test binary runs; if the only
-# failures are the guest's and the engine died (rebooted, or no longer answers), it is brought
-# up again and those are run once more, and once again if the engine died again; the output
-# says so each time. Any other failure, or a guest test failing on an engine that lived, fails
-# the run as it is.
+# The guest's tests run on a machine nested two levels down under emulation, where things die
+# that never die on hardware: the outer VM (a reset or hang in QEMU's emulated SVM) or one inner
+# guest (the engine finds its agent gone mid-command: "connection closed", "restarting agent VM",
+# a job lost). So when the only failed targets are the guest's (`booted_guest`,
+# `fake_vs_engine`), the engine is brought up again and the tests that failed are run once more
+# by name (a whole target when its process was ended), and once again if some fail again; each
+# rerun is announced with the engine's own account of what died. A test that fails three times,
+# or any failure elsewhere, fails the run.
+booted_targets='booted_guest|fake_vs_engine'
 engine_died() {
   local boots
   boots="$(grep -c 'nested-init: .*s mounted' target/nested-engine/serial.log 2>/dev/null || true)"
   [ "${boots:-0}" -gt 1 ] || ! scripts/nested-engine.sh status >/dev/null 2>&1
+}
+# "target test" for each failed test, or "target *" for a target whose process ended early.
+failed_tests() {
+  awk '
+    /^     Running / { t = "" }
+    /^     Running tests\/.*\.rs / { t = $2; sub(/^tests\//, "", t); sub(/\.rs$/, "", t) }
+    /^test .* \.\.\. FAILED$/ && t != "" { print t, $2; named[t] = 1 }
+    /`--test [a-z_]+`/ { match($0, /`--test [a-z_]+`/); f = substr($0, RSTART + 8, RLENGTH - 9); bad[f] = 1 }
+    # A process ended by other than a test failure (101): the tests it had not reported yet ran
+    # too, so the whole target is run again.
+    /process didn.t exit successfully: .*deps\/[a-z_]+-[0-9a-f]+.* \(exit status: [0-9]+\)/ \
+      && $0 !~ /exit status: 101\)/ {
+      match($0, /deps\/[a-z_]+-/); ended[substr($0, RSTART + 5, RLENGTH - 6)] = 1 }
+    END { for (f in bad) if (!(f in named) || (f in ended)) print f, "*" }
+  ' "$1" | sort -u
 }
 log="$(mktemp)"
 if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
   for attempt in 1 2; do
     # Every failed target as cargo names it (`--test x`, `--lib`, `--bin x`, `--doc`).
     targets="$(grep -oE '`--(test|lib|bin|bench|doc|example)[^`]*`' "$log" | tr -d '`' | sort -u)"
-    others="$(echo "$targets" | grep -vxE -- '--test (booted_guest|fake_vs_engine)|' || true)"
-    failed="$(echo "$targets" | sed -n 's/^--test //p')"
-    if [ -n "$others" ] || [ -z "$failed" ] || ! engine_died; then
+    others="$(echo "$targets" | grep -vxE -- "--test ($booted_targets)|" || true)"
+    failed="$(failed_tests "$log" | grep -E "^($booted_targets) " || true)"
+    if [ -n "$others" ] || [ -z "$failed" ]; then
       rm -f "$log"
       exit 1
     fi
-    echo "test.sh: the nested engine died or rebooted during the run (rerun $attempt of 2; failed: $(echo $failed)); running those once more on a fresh one" >&2
-    tail -n 60 target/nested-engine/serial.log >&2 2>/dev/null || true
-    tail -n 40 target/nested-engine/qemu.log >&2 2>/dev/null || true
+    if engine_died; then why="the outer VM died or rebooted"; else why="the outer VM lived"; fi
+    echo "test.sh: only the guest's tests failed ($why); rerun $attempt of 2 on a fresh nested engine, of:" >&2
+    echo "$failed" | sed 's/^/  /' >&2
+    echo "test.sh: what the engine logged of its guests' deaths:" >&2
+    grep -aE 'restarting agent VM|connection closed|no boot progress|before the agent was ready|Kernel panic|soft lockup' \
+      target/nested-engine/serial.log 2>/dev/null | cut -c1-300 | tail -n 20 >&2 || true
+    tail -n 20 target/nested-engine/qemu.log >&2 2>/dev/null || true
     scripts/nested-engine.sh down >/dev/null 2>&1 || true
     scripts/nested-engine.sh up
     eval "$(scripts/nested-engine.sh env)"
-    again=()
-    for t in $failed; do again+=(--test "$t"); done
-    if cargo test --locked --no-fail-fast "${again[@]}" "$@" 2>&1 | tee "$log"; then
-      break
-    fi
+    : > "$log"
+    ok=1
+    for target in $(echo "$failed" | cut -d' ' -f1 | sort -u); do
+      names=()
+      if ! echo "$failed" | grep -qx "$target \*"; then
+        mapfile -t names < <(echo "$failed" | sed -n "s/^$target //p")
+        names=(-- --exact "${names[@]}")
+      fi
+      cargo test --locked --no-fail-fast --test "$target" "${names[@]}" 2>&1 | tee -a "$log" || ok=0
+    done
+    [ "$ok" = 1 ] && break
     if [ "$attempt" = 2 ]; then
       rm -f "$log"
       exit 1
