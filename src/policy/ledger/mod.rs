@@ -627,7 +627,7 @@ impl Run {
                 text = text.replace(value.as_str(), name);
             }
         }
-        redact_end(text, &self.env_values)
+        redact_edge(text, &self.env_values, Edge::End)
     }
 
     /// A tail is cut at its start too, maybe inside a value.
@@ -636,7 +636,7 @@ impl Run {
             bytes: stream.bytes,
             dropped: stream.dropped,
             head: self.redact(stream.head),
-            tail: redact_start(self.redact(stream.tail), &self.env_values),
+            tail: redact_edge(self.redact(stream.tail), &self.env_values, Edge::Start),
         }
     }
 
@@ -703,48 +703,49 @@ fn redact_bytes(bytes: &[u8], env_values: &[(String, String)]) -> Vec<u8> {
     text
 }
 
-/// Replaces a value's first bytes left at the end of `text` by the value's name. Any piece
-/// counts, one byte included: what is lost is less than a value's length, and no text the
-/// ledger keeps can then be joined to the one stored after it into a whole value.
-fn redact_end(mut text: String, env_values: &[(String, String)]) -> String {
-    let mut longest: Option<(usize, &str)> = None;
-    for (value, name) in env_values {
-        let v = value.as_bytes();
-        let piece = (1..v.len()).rev().find(|&k| {
-            k > longest.map_or(0, |(k, _)| k)
-                && value.is_char_boundary(k)
-                && text.as_bytes().ends_with(&v[..k])
-                && text.is_char_boundary(text.len() - k)
-        });
-        if let Some(k) = piece {
-            longest = Some((k, name));
-        }
-    }
-    if let Some((k, name)) = longest {
-        text.truncate(text.len() - k);
-        text.push_str(name);
-    }
-    text
+/// Which edge of a kept text may hold a piece of a value: the end of a head (or of any text
+/// stored before another), cut inside a value, or the start of a tail.
+#[derive(Clone, Copy)]
+enum Edge {
+    Start,
+    End,
 }
 
-/// Replaces a value's last bytes at the start of `text` (a tail cut inside a value) by the
-/// value's name.
-fn redact_start(mut text: String, env_values: &[(String, String)]) -> String {
+/// Replaces the longest piece of a value at `edge` of `text` (its first bytes at the end, its
+/// last bytes at the start) by the value's name. Any piece counts, one byte included: what is
+/// lost is less than a value's length, and no text the ledger keeps can then be joined to the
+/// one stored beside it into a whole value.
+fn redact_edge(mut text: String, env_values: &[(String, String)], edge: Edge) -> String {
     let mut longest: Option<(usize, &str)> = None;
     for (value, name) in env_values {
         let v = value.as_bytes();
         let piece = (1..v.len()).rev().find(|&k| {
             k > longest.map_or(0, |(k, _)| k)
-                && value.is_char_boundary(v.len() - k)
-                && text.as_bytes().starts_with(&v[v.len() - k..])
-                && text.is_char_boundary(k)
+                && match edge {
+                    Edge::End => {
+                        value.is_char_boundary(k)
+                            && text.as_bytes().ends_with(&v[..k])
+                            && text.is_char_boundary(text.len() - k)
+                    }
+                    Edge::Start => {
+                        value.is_char_boundary(v.len() - k)
+                            && text.as_bytes().starts_with(&v[v.len() - k..])
+                            && text.is_char_boundary(k)
+                    }
+                }
         });
         if let Some(k) = piece {
             longest = Some((k, name));
         }
     }
     if let Some((k, name)) = longest {
-        text.replace_range(..k, name);
+        match edge {
+            Edge::End => {
+                text.truncate(text.len() - k);
+                text.push_str(name);
+            }
+            Edge::Start => text.replace_range(..k, name),
+        }
     }
     text
 }
@@ -1020,13 +1021,28 @@ mod tests {
     fn a_piece_of_a_value_at_a_cut_edge_is_named_too() {
         let values = vec![("hunter2xyz".to_owned(), "[$SECRET]".to_owned())];
         // A value's start at a text's end, its rest at the next text's start.
-        assert_eq!(redact_end("aaahunter2".to_owned(), &values), "aaa[$SECRET]");
-        assert_eq!(redact_end("aaah".to_owned(), &values), "aaa[$SECRET]");
-        assert_eq!(redact_start("xyzbbb".to_owned(), &values), "[$SECRET]bbb");
-        assert_eq!(redact_start("zbbb".to_owned(), &values), "[$SECRET]bbb");
+        assert_eq!(
+            redact_edge("aaahunter2".to_owned(), &values, Edge::End),
+            "aaa[$SECRET]"
+        );
+        assert_eq!(
+            redact_edge("aaah".to_owned(), &values, Edge::End),
+            "aaa[$SECRET]"
+        );
+        assert_eq!(
+            redact_edge("xyzbbb".to_owned(), &values, Edge::Start),
+            "[$SECRET]bbb"
+        );
+        assert_eq!(
+            redact_edge("zbbb".to_owned(), &values, Edge::Start),
+            "[$SECRET]bbb"
+        );
         // Nothing of a value at the edges: untouched, its inner pieces too.
-        assert_eq!(redact_end("aaahunterb".to_owned(), &values), "aaahunterb");
-        assert_eq!(redact_start("bxyz".to_owned(), &values), "bxyz");
+        assert_eq!(
+            redact_edge("aaahunterb".to_owned(), &values, Edge::End),
+            "aaahunterb"
+        );
+        assert_eq!(redact_edge("bxyz".to_owned(), &values, Edge::Start), "bxyz");
         // Whole values go before the cut.
         assert_eq!(
             redact_bytes(b"1hunter2xyz2hunter2xyz", &values),
@@ -1034,7 +1050,7 @@ mod tests {
         );
         // A character cut in two is not split further.
         let wide = vec![("ééé-secret".to_owned(), "[$W]".to_owned())];
-        assert_eq!(redact_end("aé".to_owned(), &wide), "a[$W]");
+        assert_eq!(redact_edge("aé".to_owned(), &wide, Edge::End), "a[$W]");
     }
 
     #[test]
