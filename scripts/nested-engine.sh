@@ -249,8 +249,9 @@ start_qemu() {
   # 9>&-: the daemon would otherwise inherit the flock of `up` and hold it for its whole life.
   # No -no-reboot: the outer VM has vanished mid-suite with nothing on its console and plenty of
   # memory left (its heartbeat), as a reset would end it; rebooted instead, its init brings the
-  # serve up again within a minute (its machines are lost), and scripts/test.sh, seeing a
-  # second boot on the console, reruns the guest's tests once. The init's own poweroff still
+  # serve up again within a minute (its machines are lost); the booted tests' watchdog sees
+  # the second boot on the console and ends its process, and scripts/test.sh reruns the failed
+  # tests on a fresh engine (up to twice). The init's own poweroff still
   # ends QEMU. -d cpu_reset logs each reset's CPU state to qemu.log, to find out why.
   # One vCPU (SMOL_NESTED_CPUS, default 1): with two, the outer VM hung under the booted suite
   # even on QEMU 10 (its console and serve silent from one inner guest's start on, soft lockups
