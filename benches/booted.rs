@@ -23,6 +23,13 @@
 //!
 //! `BOOTED_BENCH_ONLY=stream` runs 3 alone, on one machine.
 //!
+//! `BOOTED_BENCH_ONLY=pool` runs only the warm-pool figures: a server with a pool of two
+//! (`SMOL_MCP_POOLS`, 1 CPU, 256 MiB), create-machine then run-command `echo first` from the
+//! pool (warm) beside the same for a machine of the same size made cold (named, so no pool
+//! serves it), 5 of each in turn; and the memory the pool holds: the host memory the engine
+//! reports available (`/capacity`) before the pool and once it is full, and the engine's own
+//! figures for the source and each ready clone. Written to `target/bench/booted-pool.json`.
+//!
 //! Run with `scripts/bench-booted.sh` (brings the nested engine up, then
 //! `cargo bench --bench booted`). Prints a table and writes the same figures as JSON to
 //! `target/bench/booted.json`; the relayed server's debug log goes to
@@ -1271,6 +1278,212 @@ async fn run(out_dir: &std::path::Path) -> Value {
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// 5. Warm pools.
+
+const POOL: &str = "smolmcp-bench";
+
+async fn pool_info(raw: &Raw) -> Option<Value> {
+    let r = raw
+        .http
+        .get(format!("{}/api/v1/pools/{POOL}", raw.base))
+        .send()
+        .await
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.json().await.ok()
+}
+
+async fn available_mb(raw: &Raw) -> f64 {
+    let v: Value = raw
+        .http
+        .get(format!("{}/capacity", raw.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["host_memory_available_mb"]
+        .as_f64()
+        .or(v["hostMemoryAvailableMb"].as_f64())
+        .unwrap_or(f64::NAN)
+}
+
+async fn pool_full(raw: &Raw, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if pool_info(raw)
+            .await
+            .is_some_and(|p| p["ready"].as_i64() >= Some(2))
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    false
+}
+
+/// create-machine then run-command `echo first`: (total ms, the pool the machine came from).
+async fn create_and_echo(c: &mut Client, args: Value) -> Result<(f64, Value), String> {
+    let t = Instant::now();
+    let created = c.tool("create-machine", args).await;
+    if !ok(&created) {
+        return Err(format!("create-machine: {created}"));
+    }
+    let name = created["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    made(&name);
+    let ran = c
+        .tool(
+            "run-command",
+            json!({"name": name, "command": ["echo", "first"]}),
+        )
+        .await;
+    let total = ms(t.elapsed());
+    let pool = created["structuredContent"]["pool"].clone();
+    let deleted = c.tool("delete-machine", json!({"name": name})).await;
+    if ok(&deleted) {
+        gone(&name);
+    }
+    if !ok(&ran) || ran["structuredContent"]["stdout"] != "first\n" {
+        return Err(format!("run-command: {ran}"));
+    }
+    Ok((total, pool))
+}
+
+async fn warm_pool() -> Value {
+    let nested = nested::nested();
+    let raw = Raw {
+        http: nested::rest(),
+        base: nested.url.clone(),
+    };
+    let host = host_info();
+    let rt = tempfile::tempdir().unwrap();
+    let mut env = server_env(&rt.path().join("p"), &nested.url, "warn");
+    env.push((
+        "SMOL_MCP_POOLS".into(),
+        r#"[{"name": "bench", "size": 2, "cpus": 1, "memoryMb": 256}]"#.into(),
+    ));
+    env.push(("SMOL_MCP_READY_TIMEOUT_SECS".into(), "300".into()));
+    let before_mb = available_mb(&raw).await;
+    let mut c = Client::spawn(&env, Stdio::inherit()).await;
+    let t = Instant::now();
+    let r = c.tool("list-machines", json!({})).await;
+    assert!(ok(&r), "{r}");
+    assert!(
+        pool_full(&raw, Duration::from_secs(600)).await,
+        "the pool never filled: {:?}",
+        pool_info(&raw).await
+    );
+    let set_up_ms = ms(t.elapsed());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let full_mb = available_mb(&raw).await;
+    let held: Vec<Value> = raw
+        .machines()
+        .await
+        .into_iter()
+        .filter(|m| m["name"].as_str().is_some_and(|n| n.contains("smolmcp-")))
+        .map(|m| {
+            json!({"name": m["name"], "state": m["state"], "rssMb": m["rssMb"], "pssMb": m["pssMb"],
+                   "privateMemoryMb": m["privateMemoryMb"]})
+        })
+        .collect();
+    eprintln!("booted bench: pool of two set up in {set_up_ms:.0} ms");
+
+    let (mut warm, mut cold, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..5 {
+        pool_full(&raw, Duration::from_secs(120)).await;
+        match create_and_echo(&mut c, json!({"cpus": 1, "memoryMb": 256})).await {
+            Ok((total, pool)) if pool == "bench" => warm.push(total),
+            Ok((_, pool)) => failures.push(format!("warm {i}: came from {pool}")),
+            Err(e) => failures.push(format!("warm {i}: {e}")),
+        }
+        let args = json!({"name": format!("bench-cold-{i}"), "cpus": 1, "memoryMb": 256});
+        match create_and_echo(&mut c, args).await {
+            Ok((total, _)) => cold.push(total),
+            Err(e) => failures.push(format!("cold {i}: {e}")),
+        }
+        eprintln!(
+            "booted bench: round {i}: warm {:?} ms, cold {:?} ms",
+            warm.last(),
+            cold.last()
+        );
+    }
+    c.close().await;
+    let gone_after_close = pool_info(&raw).await.is_none();
+    json!({
+        "host": host,
+        "engine": {"url": nested.url, "smolvm": "1.32.2",
+                   "where": "nested in a QEMU TCG VM (scripts/nested-engine.sh)"},
+        "setUpMs": set_up_ms,
+        "warm": if warm.is_empty() { Value::Null } else { json!(stats(&warm)) },
+        "cold": if cold.is_empty() { Value::Null } else { json!(stats(&cold)) },
+        "warmSamplesMs": warm,
+        "coldSamplesMs": cold,
+        "hostAvailableMb": {"beforePool": before_mb, "poolFull": full_mb},
+        "held": held,
+        "poolGoneWithTheServer": gone_after_close,
+        "failures": failures,
+    })
+}
+
+fn print_pool(r: &Value) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let (w, c) = (&r["warm"], &r["cold"]);
+    println!(
+        "warm pool on the nested engine ({} cores, load {}): pool of two set up in {:.1} s",
+        r["host"]["cores"],
+        r["host"]["loadAverage"].as_str().unwrap_or(""),
+        f(&r["setUpMs"]) / 1000.0
+    );
+    println!();
+    println!("| create-machine + run-command `echo first` | median | min | max | n |");
+    println!("|---|---|---|---|---|");
+    for (label, s) in [("warm (from the pool)", w), ("cold (same size)", c)] {
+        println!(
+            "| {label} | {:.0} ms | {:.0} ms | {:.0} ms | {} |",
+            f(&s["p50Ms"]),
+            f(&s["minMs"]),
+            f(&s["maxMs"]),
+            s["n"]
+        );
+    }
+    println!(
+        "\ncold / warm (medians): x{:.1} (goal: at least x10)",
+        f(&c["p50Ms"]) / f(&w["p50Ms"])
+    );
+    let a = &r["hostAvailableMb"];
+    println!(
+        "host memory available (engine's /capacity): {:.0} MiB before the pool, {:.0} MiB with it \
+         full: {:.0} MiB held by the source and two clones",
+        f(&a["beforePool"]),
+        f(&a["poolFull"]),
+        f(&a["beforePool"]) - f(&a["poolFull"])
+    );
+    for m in r["held"].as_array().into_iter().flatten() {
+        println!(
+            "  {} ({}): rss {} MiB, pss {} MiB, private {} MiB",
+            m["name"].as_str().unwrap_or(""),
+            m["state"].as_str().unwrap_or(""),
+            m["rssMb"],
+            m["pssMb"],
+            m["privateMemoryMb"]
+        );
+    }
+    println!(
+        "pool deleted when the server ended: {}",
+        r["poolGoneWithTheServer"]
+    );
+    if let Some(failures) = r["failures"].as_array().filter(|f| !f.is_empty()) {
+        println!("failures: {failures:?}");
+    }
+}
+
 fn print_table(r: &Value) {
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let h = &r["host"];
@@ -1455,6 +1668,14 @@ fn main() {
         .unwrap();
     let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&out_dir).unwrap();
+    if std::env::var("BOOTED_BENCH_ONLY").is_ok_and(|v| v == "pool") {
+        let report = runtime.block_on(warm_pool());
+        print_pool(&report);
+        let path = out_dir.join("booted-pool.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+        println!("\nfigures written to {}", path.display());
+        return;
+    }
     let _leftovers = Leftovers {
         authority: nested::nested()
             .url

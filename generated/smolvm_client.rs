@@ -7,6 +7,46 @@ use progenitor_client::{encode_path, ClientHooks, OperationInfo, RequestBuilderE
 /// Types used as operation parameters and responses.
 #[allow(clippy::all)]
 pub mod types {
+    ///`AcquireForkLeaseRequest`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct AcquireForkLeaseRequest {
+        #[serde(
+            rename = "awaitWorkerReady",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub await_worker_ready: ::std::option::Option<bool>,
+        #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+        pub env: ::std::vec::Vec<::std::string::String>,
+        #[serde(default, skip_serializing_if = "::std::vec::Vec::is_empty")]
+        pub files: ::std::vec::Vec<ForkLeasePayloadFile>,
+        #[serde(rename = "idempotencyKey")]
+        pub idempotency_key: ::std::string::String,
+        #[serde(
+            rename = "rolloutAccess",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub rollout_access: ::std::option::Option<RolloutLeaseAccess>,
+        #[serde(
+            rename = "ttlSecs",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub ttl_secs: ::std::option::Option<i64>,
+        #[serde(
+            rename = "waitSecs",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub wait_secs: ::std::option::Option<i64>,
+        #[serde(
+            rename = "workerReadyTimeoutSecs",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub worker_ready_timeout_secs: ::std::option::Option<i64>,
+    }
+    impl AcquireForkLeaseRequest {
+        pub fn builder() -> builder::AcquireForkLeaseRequest {
+            Default::default()
+        }
+    }
     ///`ApiErrorResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     pub struct ApiErrorResponse {
@@ -85,6 +125,50 @@ pub mod types {
     }
     impl CacheDiskSpec {
         pub fn builder() -> builder::CacheDiskSpec {
+            Default::default()
+        }
+    }
+    ///`CreateForkPoolRequest`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct CreateForkPoolRequest {
+        #[serde(
+            rename = "autoAdmission",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub auto_admission: ::std::option::Option<bool>,
+        #[serde(rename = "desiredReady")]
+        pub desired_ready: i32,
+        #[serde(
+            rename = "freezeSource",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub freeze_source: ::std::option::Option<bool>,
+        #[serde(
+            rename = "leaseTtlSecs",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub lease_ttl_secs: ::std::option::Option<i64>,
+        #[serde(
+            rename = "maxActive",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub max_active: ::std::option::Option<i32>,
+        pub name: ::std::string::String,
+        #[serde(
+            rename = "readyTimeoutSecs",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub ready_timeout_secs: ::std::option::Option<i64>,
+        #[serde(
+            rename = "shareWeights",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub share_weights: ::std::option::Option<bool>,
+        pub source: ::std::string::String,
+    }
+    impl CreateForkPoolRequest {
+        pub fn builder() -> builder::CreateForkPoolRequest {
             Default::default()
         }
     }
@@ -431,6 +515,119 @@ pub mod types {
     }
     impl FileUploadResponse {
         pub fn builder() -> builder::FileUploadResponse {
+            Default::default()
+        }
+    }
+    ///`ForkLeaseInfo`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct ForkLeaseInfo {
+        #[serde(rename = "createdAt")]
+        pub created_at: i64,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub error: ::std::option::Option<::std::string::String>,
+        #[serde(rename = "expiresAt")]
+        pub expires_at: i64,
+        pub id: ::std::string::String,
+        pub machine: ::std::string::String,
+        pub pool: ::std::string::String,
+        pub state: ::std::string::String,
+    }
+    impl ForkLeaseInfo {
+        pub fn builder() -> builder::ForkLeaseInfo {
+            Default::default()
+        }
+    }
+    ///`ForkLeasePayloadFile`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct ForkLeasePayloadFile {
+        #[serde(rename = "dataBase64")]
+        pub data_base64: ::std::string::String,
+        #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+        pub mode: ::std::option::Option<i32>,
+        pub path: ::std::string::String,
+    }
+    impl ForkLeasePayloadFile {
+        pub fn builder() -> builder::ForkLeasePayloadFile {
+            Default::default()
+        }
+    }
+    ///`ForkPoolInfo`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct ForkPoolInfo {
+        pub activating: i32,
+        pub active: i32,
+        #[serde(
+            rename = "admissionCalibrating",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub admission_calibrating: ::std::option::Option<bool>,
+        #[serde(
+            rename = "admissionReason",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub admission_reason: ::std::option::Option<::std::string::String>,
+        #[serde(rename = "autoAdmission")]
+        pub auto_admission: bool,
+        #[serde(rename = "createdAt")]
+        pub created_at: i64,
+        #[serde(
+            rename = "cudaDeviceOrdinal",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub cuda_device_ordinal: ::std::option::Option<i32>,
+        pub deleting: bool,
+        #[serde(rename = "desiredReady")]
+        pub desired_ready: i32,
+        #[serde(
+            rename = "effectiveActiveLimit",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub effective_active_limit: ::std::option::Option<i32>,
+        #[serde(
+            rename = "effectiveDeviceLimit",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub effective_device_limit: ::std::option::Option<i32>,
+        #[serde(rename = "freezeSource")]
+        pub freeze_source: bool,
+        pub golden: ::std::string::String,
+        #[serde(
+            rename = "gpuMemoryTotalMib",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub gpu_memory_total_mib: ::std::option::Option<i64>,
+        #[serde(
+            rename = "gpuMemoryUsedMib",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub gpu_memory_used_mib: ::std::option::Option<i64>,
+        #[serde(
+            rename = "gpuUtilizationPercent",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub gpu_utilization_percent: ::std::option::Option<f64>,
+        #[serde(
+            rename = "hostCpuPercent",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub host_cpu_percent: ::std::option::Option<f64>,
+        #[serde(rename = "leaseTtlSecs")]
+        pub lease_ttl_secs: i64,
+        #[serde(
+            rename = "maxActive",
+            skip_serializing_if = "::std::option::Option::is_none"
+        )]
+        pub max_active: ::std::option::Option<i32>,
+        pub name: ::std::string::String,
+        pub provisioning: i32,
+        pub ready: i32,
+        pub retiring: i32,
+        #[serde(rename = "shareWeights")]
+        pub share_weights: bool,
+        pub source: ::std::string::String,
+    }
+    impl ForkPoolInfo {
+        pub fn builder() -> builder::ForkPoolInfo {
             Default::default()
         }
     }
@@ -907,6 +1104,17 @@ pub mod types {
             Default::default()
         }
     }
+    ///`RolloutLeaseAccess`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct RolloutLeaseAccess {
+        pub executor: ::std::string::String,
+        pub policy: ::std::string::String,
+    }
+    impl RolloutLeaseAccess {
+        pub fn builder() -> builder::RolloutLeaseAccess {
+            Default::default()
+        }
+    }
     ///`RuntimeIdentity`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
     #[serde(deny_unknown_fields)]
@@ -1025,6 +1233,198 @@ pub mod types {
     }
     /// Types for composing complex structures.
     pub mod builder {
+        #[derive(Clone, Debug)]
+        pub struct AcquireForkLeaseRequest {
+            await_worker_ready: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+            env: ::std::result::Result<
+                ::std::vec::Vec<::std::string::String>,
+                ::std::string::String,
+            >,
+            files: ::std::result::Result<
+                ::std::vec::Vec<super::ForkLeasePayloadFile>,
+                ::std::string::String,
+            >,
+            idempotency_key: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            rollout_access: ::std::result::Result<
+                ::std::option::Option<super::RolloutLeaseAccess>,
+                ::std::string::String,
+            >,
+            ttl_secs: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+            wait_secs: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+            worker_ready_timeout_secs: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for AcquireForkLeaseRequest {
+            fn default() -> Self {
+                Self {
+                    await_worker_ready: Ok(Default::default()),
+                    env: Ok(Default::default()),
+                    files: Ok(Default::default()),
+                    idempotency_key: Err(
+                        "no value supplied for idempotency_key".to_string(),
+                    ),
+                    rollout_access: Ok(Default::default()),
+                    ttl_secs: Ok(Default::default()),
+                    wait_secs: Ok(Default::default()),
+                    worker_ready_timeout_secs: Ok(Default::default()),
+                }
+            }
+        }
+        impl AcquireForkLeaseRequest {
+            pub fn await_worker_ready<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.await_worker_ready = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for await_worker_ready: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn env<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.env = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for env: {e}")
+                    });
+                self
+            }
+            pub fn files<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::ForkLeasePayloadFile>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.files = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for files: {e}")
+                    });
+                self
+            }
+            pub fn idempotency_key<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.idempotency_key = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for idempotency_key: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn rollout_access<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<
+                    ::std::option::Option<super::RolloutLeaseAccess>,
+                >,
+                T::Error: ::std::fmt::Display,
+            {
+                self.rollout_access = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for rollout_access: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn ttl_secs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ttl_secs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for ttl_secs: {e}")
+                    });
+                self
+            }
+            pub fn wait_secs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.wait_secs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for wait_secs: {e}")
+                    });
+                self
+            }
+            pub fn worker_ready_timeout_secs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.worker_ready_timeout_secs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for worker_ready_timeout_secs: {e}"
+                        )
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<AcquireForkLeaseRequest>
+        for super::AcquireForkLeaseRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: AcquireForkLeaseRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    await_worker_ready: value.await_worker_ready?,
+                    env: value.env?,
+                    files: value.files?,
+                    idempotency_key: value.idempotency_key?,
+                    rollout_access: value.rollout_access?,
+                    ttl_secs: value.ttl_secs?,
+                    wait_secs: value.wait_secs?,
+                    worker_ready_timeout_secs: value.worker_ready_timeout_secs?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::AcquireForkLeaseRequest>
+        for AcquireForkLeaseRequest {
+            fn from(value: super::AcquireForkLeaseRequest) -> Self {
+                Self {
+                    await_worker_ready: Ok(value.await_worker_ready),
+                    env: Ok(value.env),
+                    files: Ok(value.files),
+                    idempotency_key: Ok(value.idempotency_key),
+                    rollout_access: Ok(value.rollout_access),
+                    ttl_secs: Ok(value.ttl_secs),
+                    wait_secs: Ok(value.wait_secs),
+                    worker_ready_timeout_secs: Ok(value.worker_ready_timeout_secs),
+                }
+            }
+        }
         #[derive(Clone, Debug)]
         pub struct ApiErrorResponse {
             code: ::std::result::Result<::std::string::String, ::std::string::String>,
@@ -1160,6 +1560,204 @@ pub mod types {
                     base: Ok(value.base),
                     mount_path: Ok(value.mount_path),
                     slot: Ok(value.slot),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct CreateForkPoolRequest {
+            auto_admission: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+            desired_ready: ::std::result::Result<i32, ::std::string::String>,
+            freeze_source: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+            lease_ttl_secs: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+            max_active: ::std::result::Result<
+                ::std::option::Option<i32>,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            ready_timeout_secs: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+            share_weights: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+            source: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for CreateForkPoolRequest {
+            fn default() -> Self {
+                Self {
+                    auto_admission: Ok(Default::default()),
+                    desired_ready: Err(
+                        "no value supplied for desired_ready".to_string(),
+                    ),
+                    freeze_source: Ok(Default::default()),
+                    lease_ttl_secs: Ok(Default::default()),
+                    max_active: Ok(Default::default()),
+                    name: Err("no value supplied for name".to_string()),
+                    ready_timeout_secs: Ok(Default::default()),
+                    share_weights: Ok(Default::default()),
+                    source: Err("no value supplied for source".to_string()),
+                }
+            }
+        }
+        impl CreateForkPoolRequest {
+            pub fn auto_admission<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.auto_admission = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for auto_admission: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn desired_ready<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.desired_ready = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for desired_ready: {e}")
+                    });
+                self
+            }
+            pub fn freeze_source<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.freeze_source = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for freeze_source: {e}")
+                    });
+                self
+            }
+            pub fn lease_ttl_secs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.lease_ttl_secs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for lease_ttl_secs: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn max_active<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_active = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for max_active: {e}")
+                    });
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for name: {e}")
+                    });
+                self
+            }
+            pub fn ready_timeout_secs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ready_timeout_secs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for ready_timeout_secs: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn share_weights<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.share_weights = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for share_weights: {e}")
+                    });
+                self
+            }
+            pub fn source<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.source = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for source: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<CreateForkPoolRequest>
+        for super::CreateForkPoolRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: CreateForkPoolRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    auto_admission: value.auto_admission?,
+                    desired_ready: value.desired_ready?,
+                    freeze_source: value.freeze_source?,
+                    lease_ttl_secs: value.lease_ttl_secs?,
+                    max_active: value.max_active?,
+                    name: value.name?,
+                    ready_timeout_secs: value.ready_timeout_secs?,
+                    share_weights: value.share_weights?,
+                    source: value.source?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::CreateForkPoolRequest>
+        for CreateForkPoolRequest {
+            fn from(value: super::CreateForkPoolRequest) -> Self {
+                Self {
+                    auto_admission: Ok(value.auto_admission),
+                    desired_ready: Ok(value.desired_ready),
+                    freeze_source: Ok(value.freeze_source),
+                    lease_ttl_secs: Ok(value.lease_ttl_secs),
+                    max_active: Ok(value.max_active),
+                    name: Ok(value.name),
+                    ready_timeout_secs: Ok(value.ready_timeout_secs),
+                    share_weights: Ok(value.share_weights),
+                    source: Ok(value.source),
                 }
             }
         }
@@ -2699,6 +3297,714 @@ pub mod types {
                 Self {
                     path: Ok(value.path),
                     size: Ok(value.size),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ForkLeaseInfo {
+            created_at: ::std::result::Result<i64, ::std::string::String>,
+            error: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            expires_at: ::std::result::Result<i64, ::std::string::String>,
+            id: ::std::result::Result<::std::string::String, ::std::string::String>,
+            machine: ::std::result::Result<::std::string::String, ::std::string::String>,
+            pool: ::std::result::Result<::std::string::String, ::std::string::String>,
+            state: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ForkLeaseInfo {
+            fn default() -> Self {
+                Self {
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    error: Ok(Default::default()),
+                    expires_at: Err("no value supplied for expires_at".to_string()),
+                    id: Err("no value supplied for id".to_string()),
+                    machine: Err("no value supplied for machine".to_string()),
+                    pool: Err("no value supplied for pool".to_string()),
+                    state: Err("no value supplied for state".to_string()),
+                }
+            }
+        }
+        impl ForkLeaseInfo {
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn error<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.error = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for error: {e}")
+                    });
+                self
+            }
+            pub fn expires_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.expires_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for expires_at: {e}")
+                    });
+                self
+            }
+            pub fn id<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.id = value
+                    .try_into()
+                    .map_err(|e| format!("error converting supplied value for id: {e}"));
+                self
+            }
+            pub fn machine<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.machine = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for machine: {e}")
+                    });
+                self
+            }
+            pub fn pool<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.pool = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for pool: {e}")
+                    });
+                self
+            }
+            pub fn state<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.state = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for state: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ForkLeaseInfo> for super::ForkLeaseInfo {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ForkLeaseInfo,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    created_at: value.created_at?,
+                    error: value.error?,
+                    expires_at: value.expires_at?,
+                    id: value.id?,
+                    machine: value.machine?,
+                    pool: value.pool?,
+                    state: value.state?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ForkLeaseInfo> for ForkLeaseInfo {
+            fn from(value: super::ForkLeaseInfo) -> Self {
+                Self {
+                    created_at: Ok(value.created_at),
+                    error: Ok(value.error),
+                    expires_at: Ok(value.expires_at),
+                    id: Ok(value.id),
+                    machine: Ok(value.machine),
+                    pool: Ok(value.pool),
+                    state: Ok(value.state),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ForkLeasePayloadFile {
+            data_base64: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            mode: ::std::result::Result<
+                ::std::option::Option<i32>,
+                ::std::string::String,
+            >,
+            path: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ForkLeasePayloadFile {
+            fn default() -> Self {
+                Self {
+                    data_base64: Err("no value supplied for data_base64".to_string()),
+                    mode: Ok(Default::default()),
+                    path: Err("no value supplied for path".to_string()),
+                }
+            }
+        }
+        impl ForkLeasePayloadFile {
+            pub fn data_base64<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.data_base64 = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for data_base64: {e}")
+                    });
+                self
+            }
+            pub fn mode<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.mode = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for mode: {e}")
+                    });
+                self
+            }
+            pub fn path<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.path = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for path: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ForkLeasePayloadFile>
+        for super::ForkLeasePayloadFile {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ForkLeasePayloadFile,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    data_base64: value.data_base64?,
+                    mode: value.mode?,
+                    path: value.path?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ForkLeasePayloadFile> for ForkLeasePayloadFile {
+            fn from(value: super::ForkLeasePayloadFile) -> Self {
+                Self {
+                    data_base64: Ok(value.data_base64),
+                    mode: Ok(value.mode),
+                    path: Ok(value.path),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
+        pub struct ForkPoolInfo {
+            activating: ::std::result::Result<i32, ::std::string::String>,
+            active: ::std::result::Result<i32, ::std::string::String>,
+            admission_calibrating: ::std::result::Result<
+                ::std::option::Option<bool>,
+                ::std::string::String,
+            >,
+            admission_reason: ::std::result::Result<
+                ::std::option::Option<::std::string::String>,
+                ::std::string::String,
+            >,
+            auto_admission: ::std::result::Result<bool, ::std::string::String>,
+            created_at: ::std::result::Result<i64, ::std::string::String>,
+            cuda_device_ordinal: ::std::result::Result<
+                ::std::option::Option<i32>,
+                ::std::string::String,
+            >,
+            deleting: ::std::result::Result<bool, ::std::string::String>,
+            desired_ready: ::std::result::Result<i32, ::std::string::String>,
+            effective_active_limit: ::std::result::Result<
+                ::std::option::Option<i32>,
+                ::std::string::String,
+            >,
+            effective_device_limit: ::std::result::Result<
+                ::std::option::Option<i32>,
+                ::std::string::String,
+            >,
+            freeze_source: ::std::result::Result<bool, ::std::string::String>,
+            golden: ::std::result::Result<::std::string::String, ::std::string::String>,
+            gpu_memory_total_mib: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+            gpu_memory_used_mib: ::std::result::Result<
+                ::std::option::Option<i64>,
+                ::std::string::String,
+            >,
+            gpu_utilization_percent: ::std::result::Result<
+                ::std::option::Option<f64>,
+                ::std::string::String,
+            >,
+            host_cpu_percent: ::std::result::Result<
+                ::std::option::Option<f64>,
+                ::std::string::String,
+            >,
+            lease_ttl_secs: ::std::result::Result<i64, ::std::string::String>,
+            max_active: ::std::result::Result<
+                ::std::option::Option<i32>,
+                ::std::string::String,
+            >,
+            name: ::std::result::Result<::std::string::String, ::std::string::String>,
+            provisioning: ::std::result::Result<i32, ::std::string::String>,
+            ready: ::std::result::Result<i32, ::std::string::String>,
+            retiring: ::std::result::Result<i32, ::std::string::String>,
+            share_weights: ::std::result::Result<bool, ::std::string::String>,
+            source: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for ForkPoolInfo {
+            fn default() -> Self {
+                Self {
+                    activating: Err("no value supplied for activating".to_string()),
+                    active: Err("no value supplied for active".to_string()),
+                    admission_calibrating: Ok(Default::default()),
+                    admission_reason: Ok(Default::default()),
+                    auto_admission: Err(
+                        "no value supplied for auto_admission".to_string(),
+                    ),
+                    created_at: Err("no value supplied for created_at".to_string()),
+                    cuda_device_ordinal: Ok(Default::default()),
+                    deleting: Err("no value supplied for deleting".to_string()),
+                    desired_ready: Err(
+                        "no value supplied for desired_ready".to_string(),
+                    ),
+                    effective_active_limit: Ok(Default::default()),
+                    effective_device_limit: Ok(Default::default()),
+                    freeze_source: Err(
+                        "no value supplied for freeze_source".to_string(),
+                    ),
+                    golden: Err("no value supplied for golden".to_string()),
+                    gpu_memory_total_mib: Ok(Default::default()),
+                    gpu_memory_used_mib: Ok(Default::default()),
+                    gpu_utilization_percent: Ok(Default::default()),
+                    host_cpu_percent: Ok(Default::default()),
+                    lease_ttl_secs: Err(
+                        "no value supplied for lease_ttl_secs".to_string(),
+                    ),
+                    max_active: Ok(Default::default()),
+                    name: Err("no value supplied for name".to_string()),
+                    provisioning: Err("no value supplied for provisioning".to_string()),
+                    ready: Err("no value supplied for ready".to_string()),
+                    retiring: Err("no value supplied for retiring".to_string()),
+                    share_weights: Err(
+                        "no value supplied for share_weights".to_string(),
+                    ),
+                    source: Err("no value supplied for source".to_string()),
+                }
+            }
+        }
+        impl ForkPoolInfo {
+            pub fn activating<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.activating = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for activating: {e}")
+                    });
+                self
+            }
+            pub fn active<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.active = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for active: {e}")
+                    });
+                self
+            }
+            pub fn admission_calibrating<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<bool>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.admission_calibrating = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for admission_calibrating: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn admission_reason<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<::std::string::String>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.admission_reason = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for admission_reason: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn auto_admission<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.auto_admission = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for auto_admission: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn created_at<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.created_at = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for created_at: {e}")
+                    });
+                self
+            }
+            pub fn cuda_device_ordinal<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.cuda_device_ordinal = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for cuda_device_ordinal: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn deleting<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.deleting = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for deleting: {e}")
+                    });
+                self
+            }
+            pub fn desired_ready<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.desired_ready = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for desired_ready: {e}")
+                    });
+                self
+            }
+            pub fn effective_active_limit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.effective_active_limit = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for effective_active_limit: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn effective_device_limit<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.effective_device_limit = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for effective_device_limit: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn freeze_source<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.freeze_source = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for freeze_source: {e}")
+                    });
+                self
+            }
+            pub fn golden<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.golden = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for golden: {e}")
+                    });
+                self
+            }
+            pub fn gpu_memory_total_mib<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.gpu_memory_total_mib = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for gpu_memory_total_mib: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn gpu_memory_used_mib<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.gpu_memory_used_mib = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for gpu_memory_used_mib: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn gpu_utilization_percent<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<f64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.gpu_utilization_percent = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for gpu_utilization_percent: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn host_cpu_percent<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<f64>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.host_cpu_percent = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for host_cpu_percent: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn lease_ttl_secs<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i64>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.lease_ttl_secs = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!(
+                            "error converting supplied value for lease_ttl_secs: {e}"
+                        )
+                    });
+                self
+            }
+            pub fn max_active<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::option::Option<i32>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.max_active = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for max_active: {e}")
+                    });
+                self
+            }
+            pub fn name<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.name = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for name: {e}")
+                    });
+                self
+            }
+            pub fn provisioning<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.provisioning = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for provisioning: {e}")
+                    });
+                self
+            }
+            pub fn ready<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ready = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for ready: {e}")
+                    });
+                self
+            }
+            pub fn retiring<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<i32>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.retiring = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for retiring: {e}")
+                    });
+                self
+            }
+            pub fn share_weights<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<bool>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.share_weights = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for share_weights: {e}")
+                    });
+                self
+            }
+            pub fn source<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.source = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for source: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<ForkPoolInfo> for super::ForkPoolInfo {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: ForkPoolInfo,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    activating: value.activating?,
+                    active: value.active?,
+                    admission_calibrating: value.admission_calibrating?,
+                    admission_reason: value.admission_reason?,
+                    auto_admission: value.auto_admission?,
+                    created_at: value.created_at?,
+                    cuda_device_ordinal: value.cuda_device_ordinal?,
+                    deleting: value.deleting?,
+                    desired_ready: value.desired_ready?,
+                    effective_active_limit: value.effective_active_limit?,
+                    effective_device_limit: value.effective_device_limit?,
+                    freeze_source: value.freeze_source?,
+                    golden: value.golden?,
+                    gpu_memory_total_mib: value.gpu_memory_total_mib?,
+                    gpu_memory_used_mib: value.gpu_memory_used_mib?,
+                    gpu_utilization_percent: value.gpu_utilization_percent?,
+                    host_cpu_percent: value.host_cpu_percent?,
+                    lease_ttl_secs: value.lease_ttl_secs?,
+                    max_active: value.max_active?,
+                    name: value.name?,
+                    provisioning: value.provisioning?,
+                    ready: value.ready?,
+                    retiring: value.retiring?,
+                    share_weights: value.share_weights?,
+                    source: value.source?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::ForkPoolInfo> for ForkPoolInfo {
+            fn from(value: super::ForkPoolInfo) -> Self {
+                Self {
+                    activating: Ok(value.activating),
+                    active: Ok(value.active),
+                    admission_calibrating: Ok(value.admission_calibrating),
+                    admission_reason: Ok(value.admission_reason),
+                    auto_admission: Ok(value.auto_admission),
+                    created_at: Ok(value.created_at),
+                    cuda_device_ordinal: Ok(value.cuda_device_ordinal),
+                    deleting: Ok(value.deleting),
+                    desired_ready: Ok(value.desired_ready),
+                    effective_active_limit: Ok(value.effective_active_limit),
+                    effective_device_limit: Ok(value.effective_device_limit),
+                    freeze_source: Ok(value.freeze_source),
+                    golden: Ok(value.golden),
+                    gpu_memory_total_mib: Ok(value.gpu_memory_total_mib),
+                    gpu_memory_used_mib: Ok(value.gpu_memory_used_mib),
+                    gpu_utilization_percent: Ok(value.gpu_utilization_percent),
+                    host_cpu_percent: Ok(value.host_cpu_percent),
+                    lease_ttl_secs: Ok(value.lease_ttl_secs),
+                    max_active: Ok(value.max_active),
+                    name: Ok(value.name),
+                    provisioning: Ok(value.provisioning),
+                    ready: Ok(value.ready),
+                    retiring: Ok(value.retiring),
+                    share_weights: Ok(value.share_weights),
+                    source: Ok(value.source),
                 }
             }
         }
@@ -4668,6 +5974,67 @@ pub mod types {
             }
         }
         #[derive(Clone, Debug)]
+        pub struct RolloutLeaseAccess {
+            executor: ::std::result::Result<
+                ::std::string::String,
+                ::std::string::String,
+            >,
+            policy: ::std::result::Result<::std::string::String, ::std::string::String>,
+        }
+        impl ::std::default::Default for RolloutLeaseAccess {
+            fn default() -> Self {
+                Self {
+                    executor: Err("no value supplied for executor".to_string()),
+                    policy: Err("no value supplied for policy".to_string()),
+                }
+            }
+        }
+        impl RolloutLeaseAccess {
+            pub fn executor<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.executor = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for executor: {e}")
+                    });
+                self
+            }
+            pub fn policy<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::string::String>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.policy = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for policy: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<RolloutLeaseAccess> for super::RolloutLeaseAccess {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: RolloutLeaseAccess,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self {
+                    executor: value.executor?,
+                    policy: value.policy?,
+                })
+            }
+        }
+        impl ::std::convert::From<super::RolloutLeaseAccess> for RolloutLeaseAccess {
+            fn from(value: super::RolloutLeaseAccess) -> Self {
+                Self {
+                    executor: Ok(value.executor),
+                    policy: Ok(value.policy),
+                }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct RuntimeIdentity {
             boot_id: ::std::result::Result<
                 ::std::option::Option<::std::string::String>,
@@ -5394,6 +6761,76 @@ let response = client.stop_machine()
 ```*/
     pub fn stop_machine(&self) -> builder::StopMachine<'_> {
         builder::StopMachine::new(self)
+    }
+    /**Sends a `POST` request to `/api/v1/pools`
+
+```ignore
+let response = client.create_pool()
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn create_pool(&self) -> builder::CreatePool<'_> {
+        builder::CreatePool::new(self)
+    }
+    /**Sends a `GET` request to `/api/v1/pools/{name}`
+
+```ignore
+let response = client.get_pool()
+    .name(name)
+    .send()
+    .await;
+```*/
+    pub fn get_pool(&self) -> builder::GetPool<'_> {
+        builder::GetPool::new(self)
+    }
+    /**Sends a `DELETE` request to `/api/v1/pools/{name}`
+
+```ignore
+let response = client.delete_pool()
+    .name(name)
+    .force(force)
+    .send()
+    .await;
+```*/
+    pub fn delete_pool(&self) -> builder::DeletePool<'_> {
+        builder::DeletePool::new(self)
+    }
+    /**Sends a `POST` request to `/api/v1/pools/{name}/leases`
+
+```ignore
+let response = client.acquire_lease()
+    .name(name)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn acquire_lease(&self) -> builder::AcquireLease<'_> {
+        builder::AcquireLease::new(self)
+    }
+    /**Sends a `POST` request to `/api/v1/pools/{name}/leases/{lease}/complete`
+
+```ignore
+let response = client.complete_lease()
+    .name(name)
+    .lease(lease)
+    .send()
+    .await;
+```*/
+    pub fn complete_lease(&self) -> builder::CompleteLease<'_> {
+        builder::CompleteLease::new(self)
+    }
+    /**Sends a `POST` request to `/api/v1/pools/{name}/leases/{lease}/heartbeat`
+
+```ignore
+let response = client.heartbeat_lease()
+    .name(name)
+    .lease(lease)
+    .send()
+    .await;
+```*/
+    pub fn heartbeat_lease(&self) -> builder::HeartbeatLease<'_> {
+        builder::HeartbeatLease::new(self)
     }
     /**Sends a `GET` request to `/health`
 
@@ -7209,6 +8646,617 @@ pub mod builder {
                     )
                 }
                 500u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::create_pool`]
+
+[`Client::create_pool`]: super::Client::create_pool*/
+    #[derive(Debug, Clone)]
+    pub struct CreatePool<'a> {
+        client: &'a super::Client,
+        body: Result<types::builder::CreateForkPoolRequest, String>,
+    }
+    impl<'a> CreatePool<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::CreateForkPoolRequest>,
+            <V as std::convert::TryInto<
+                types::CreateForkPoolRequest,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!(
+                        "conversion to `CreateForkPoolRequest` for body failed: {}", s
+                    )
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::CreateForkPoolRequest,
+            ) -> types::builder::CreateForkPoolRequest,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/api/v1/pools`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::ForkPoolInfo>, Error<types::ApiErrorResponse>> {
+            let Self { client, body } = self;
+            let body = body
+                .and_then(|v| {
+                    types::CreateForkPoolRequest::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!("{}/api/v1/pools", client.baseurl,);
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "create_pool",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::get_pool`]
+
+[`Client::get_pool`]: super::Client::get_pool*/
+    #[derive(Debug, Clone)]
+    pub struct GetPool<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+    }
+    impl<'a> GetPool<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `GET` request to `/api/v1/pools/{name}`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::ForkPoolInfo>, Error<types::ApiErrorResponse>> {
+            let Self { client, name } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/pools/{}", client.baseurl, encode_path(& name.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "get_pool",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::delete_pool`]
+
+[`Client::delete_pool`]: super::Client::delete_pool*/
+    #[derive(Debug, Clone)]
+    pub struct DeletePool<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        force: Result<Option<bool>, String>,
+    }
+    impl<'a> DeletePool<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                force: Ok(None),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn force<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<bool>,
+        {
+            self.force = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `bool` for force failed".to_string());
+            self
+        }
+        ///Sends a `DELETE` request to `/api/v1/pools/{name}`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::DeleteResponse>,
+            Error<types::ApiErrorResponse>,
+        > {
+            let Self { client, name, force } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let force = force.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/pools/{}", client.baseurl, encode_path(& name.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .delete(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .query(&progenitor_client::QueryParam::new("force", &force))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "delete_pool",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::acquire_lease`]
+
+[`Client::acquire_lease`]: super::Client::acquire_lease*/
+    #[derive(Debug, Clone)]
+    pub struct AcquireLease<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        body: Result<types::builder::AcquireForkLeaseRequest, String>,
+    }
+    impl<'a> AcquireLease<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::AcquireForkLeaseRequest>,
+            <V as std::convert::TryInto<
+                types::AcquireForkLeaseRequest,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!(
+                        "conversion to `AcquireForkLeaseRequest` for body failed: {}", s
+                    )
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::AcquireForkLeaseRequest,
+            ) -> types::builder::AcquireForkLeaseRequest,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `POST` request to `/api/v1/pools/{name}/leases`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::ForkLeaseInfo>,
+            Error<types::ApiErrorResponse>,
+        > {
+            let Self { client, name, body } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::AcquireForkLeaseRequest::try_from(v)
+                        .map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/pools/{}/leases", client.baseurl, encode_path(& name
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "acquire_lease",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                503u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::complete_lease`]
+
+[`Client::complete_lease`]: super::Client::complete_lease*/
+    #[derive(Debug, Clone)]
+    pub struct CompleteLease<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        lease: Result<::std::string::String, String>,
+    }
+    impl<'a> CompleteLease<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                lease: Err("lease was not initialized".to_string()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn lease<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.lease = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for lease failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/api/v1/pools/{name}/leases/{lease}/complete`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::ForkLeaseInfo>,
+            Error<types::ApiErrorResponse>,
+        > {
+            let Self { client, name, lease } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let lease = lease.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/pools/{}/leases/{}/complete", client.baseurl, encode_path(&
+                name.to_string()), encode_path(& lease.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "complete_lease",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::heartbeat_lease`]
+
+[`Client::heartbeat_lease`]: super::Client::heartbeat_lease*/
+    #[derive(Debug, Clone)]
+    pub struct HeartbeatLease<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        lease: Result<::std::string::String, String>,
+    }
+    impl<'a> HeartbeatLease<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                lease: Err("lease was not initialized".to_string()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn lease<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.lease = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for lease failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/api/v1/pools/{name}/leases/{lease}/heartbeat`
+        pub async fn send(
+            self,
+        ) -> Result<
+            ResponseValue<types::ForkLeaseInfo>,
+            Error<types::ApiErrorResponse>,
+        > {
+            let Self { client, name, lease } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let lease = lease.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/pools/{}/leases/{}/heartbeat", client.baseurl, encode_path(&
+                name.to_string()), encode_path(& lease.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "heartbeat_lease",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

@@ -1207,3 +1207,119 @@ async fn the_user_widens_an_ask_machine_live_on_the_real_guest() {
     let cleanup = protocol.process().cleanup_session("booted-ask").await;
     assert!(cleanup.failed.is_empty(), "{cleanup:?}");
 }
+
+/// The engine's view of a pool (`None` once deleted).
+async fn engine_pool(name: &str) -> Option<Value> {
+    let answer = common::nested::rest()
+        .get(format!("{}/api/v1/pools/{name}", nested().url))
+        .send()
+        .await
+        .unwrap();
+    if answer.status() == 404 {
+        return None;
+    }
+    Some(answer.json().await.unwrap())
+}
+
+async fn until_pool_ready(name: &str, ready: i64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let pool = engine_pool(name).await;
+        if pool
+            .as_ref()
+            .is_some_and(|p| p["ready"].as_i64() >= Some(ready))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pool {name} not ready with {ready} within {limit:?}: {pool:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Warm machines on the real engine: the server sets the operator's pool up at its first local
+/// call (a source booted branchable, its branchpoint declared, the engine's fork pool over it),
+/// an unnamed create-machine and a run-once of the pool's shape lease a ready clone (the
+/// answer says so), the lease's env reaches later commands, a machine of another shape is made
+/// cold, delete-machine completes the lease (the engine deletes the clone and refills), and the
+/// pool and its source go at the process's end. Neither the source nor a ready clone is listed.
+#[tokio::test]
+async fn warm_machines_come_from_the_pool_and_go_back() {
+    let _one_at_a_time = serial().await;
+    let pools = r#"[{"name": "bt", "size": 2, "cpus": 1, "memoryMb": 256}]"#;
+    let h = harness(&[("SMOL_MCP_POOLS", pools)]).await;
+    h.ok("list-machines", json!({})).await;
+    until_pool_ready("smolmcp-bt", 2, Duration::from_secs(300)).await;
+    let listed = h.ok("list-machines", json!({})).await;
+    assert!(
+        !listed.to_string().contains("smolmcp-"),
+        "the source and ready clones are not the agent's: {listed}"
+    );
+
+    let warm = h
+        .ok(
+            "create-machine",
+            json!({"cpus": 1, "memoryMb": 256, "env": {"JOB": "42"}}),
+        )
+        .await;
+    assert_eq!(warm["pool"], "bt", "{warm}");
+    assert_eq!(warm["ready"], true, "{warm}");
+    let name = warm["machine"]["name"].as_str().unwrap().to_owned();
+    assert!(name.starts_with("pool-smolmcp-bt-"), "{name}");
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "echo job=$JOB"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "job=42\n", "{r}");
+    assert!(r["usage"]["cpuMillis"].is_i64(), "the run's cost: {r}");
+
+    let once = h
+        .ok(
+            "run-once",
+            json!({"cpus": 1, "memoryMb": 256, "command": "echo once"}),
+        )
+        .await;
+    assert_eq!(
+        (once["stdout"].as_str(), once["pool"].as_str()),
+        (Some("once\n"), Some("bt")),
+        "{once}"
+    );
+
+    let cold = create(&h, json!({"cpus": 1, "memoryMb": 384})).await;
+    assert!(
+        cold.get("pool").is_none(),
+        "another shape is made cold: {cold}"
+    );
+
+    h.ok("delete-machine", json!({"name": name})).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine_machines().await.contains(&name) {
+        assert!(
+            Instant::now() < deadline,
+            "the completed lease's clone stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    until_pool_ready("smolmcp-bt", 2, Duration::from_secs(120)).await;
+
+    cleanup(&h).await;
+    let fleet = h
+        .protocol
+        .process()
+        .fleet(smol_mcp::fleet::FleetKind::Local)
+        .await
+        .unwrap();
+    h.protocol.process().pools.tear_down(&fleet).await;
+    assert!(engine_pool("smolmcp-bt").await.is_none());
+    assert!(
+        !engine_machines()
+            .await
+            .iter()
+            .any(|m| m.contains("smolmcp-")),
+        "the source and clones went with the pool"
+    );
+}

@@ -72,9 +72,11 @@ async fn local_only_catalog() {
                 "{name}.{arg} has no description"
             );
         }
-        assert_eq!(
-            tool["inputSchema"]["additionalProperties"], false,
-            "{name} refuses unknown arguments"
+        // Unknown arguments are refused by name (tests/tools_local.rs), not announced by a
+        // schema keyword in every tool (see `schema::definition`).
+        assert!(
+            tool["inputSchema"].get("additionalProperties").is_none(),
+            "{name}"
         );
     }
     insta::assert_json_snapshot!("catalog_local", tools);

@@ -4,6 +4,15 @@
 use crate::fleet::error::{ErrorKind, FleetError, FleetResult};
 use crate::fleet::file_stream::FileStream;
 use crate::fleet::model::*;
+use std::collections::BTreeMap;
+
+fn no_pools() -> FleetError {
+    FleetError::new(
+        ErrorKind::Unsupported,
+        "warm pools",
+        "only the local engine keeps warm pools",
+    )
+}
 
 /// Where a fleet gets the credential values to supply before it starts a machine (the process
 /// floor implements it: it knows the configured bindings and which machines have them).
@@ -136,6 +145,32 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
             "only the local engine changes a running machine's egress; on cloud a machine's \
              network is chosen at create",
         ))
+    }
+
+    /// The warm pool `pool`, or `None` when the fleet has none of that name.
+    async fn pool(&self, _pool: &str) -> FleetResult<Option<PoolStatus>> {
+        Err(no_pools())
+    }
+
+    /// Creates a warm pool; the fleet fills and refills it.
+    async fn create_pool(&self, _setup: &PoolSetup) -> FleetResult<PoolStatus> {
+        Err(no_pools())
+    }
+
+    /// Leases a ready machine of `pool`, with `env` for its later commands. The fleet keeps the
+    /// lease alive while the machine lives, and a delete of the machine completes it.
+    async fn lease(&self, _pool: &str, _env: &BTreeMap<String, String>) -> FleetResult<PoolLease> {
+        Err(no_pools())
+    }
+
+    /// Deletes a pool with its machines, leased or not; its source stays.
+    async fn delete_pool(&self, _pool: &str) -> FleetResult<()> {
+        Err(no_pools())
+    }
+
+    /// What `machine` has used so far, as its fleet reports it (see [`Consumption`]).
+    async fn consumption(&self, machine: &str) -> FleetResult<Consumption> {
+        Ok(self.get(machine).await?.consumption)
     }
 
     /// Pulls an image into a running machine's cache. Only the local engine has such a cache.

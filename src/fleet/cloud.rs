@@ -353,6 +353,15 @@ impl FleetApi for CloudFleet {
         FleetKind::Cloud
     }
 
+    /// The cloud reports what a machine cost, not its counters (its machine record has none).
+    async fn consumption(&self, machine: &str) -> FleetResult<super::model::Consumption> {
+        let usage = self.usage(machine).await?;
+        Ok(super::model::Consumption {
+            cost_micros: usage.total_micros,
+            ..Default::default()
+        })
+    }
+
     async fn list(&self) -> FleetResult<Vec<Machine>> {
         let ctx = "list machines";
         let list = retry_read(|| send(ctx, self.deadlines.read, self.client.machine_list().send()))
@@ -725,6 +734,7 @@ fn view(info: types::MachineInfo) -> Machine {
             })
             .collect(),
         upstream_ready: info.ready,
+        consumption: super::model::Consumption::default(),
     }
 }
 

@@ -7,6 +7,7 @@ use super::model::{
     CreateSpec, Deleted, Egress, EgressDenial, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
     Machine, PublishedPort, PulledImage, epoch_to_rfc3339,
 };
+use super::model::{PoolLease, PoolSetup, PoolStatus};
 use super::transport::LocalEndpoint;
 use super::upstream::{send, send_raw, within};
 use crate::generated::smolvm::{self, types};
@@ -100,7 +101,22 @@ pub struct LocalFleet {
     /// When each machine's values were last supplied, and a digest of them: a start's
     /// readiness probe (an exec that may boot) need not send the same values again.
     supplied: Arc<Mutex<HashMap<String, (Instant, u64)>>>,
+    /// The pool leases this fleet holds, by machine: each is heartbeated while it is here,
+    /// and a delete of its machine completes it instead (the engine then deletes the
+    /// machine; a DELETE would fail the lease: "leased worker process exited").
+    leases: Arc<Mutex<HashMap<String, PoolLease>>>,
 }
+
+/// A lease asked for lives this long unheartbeated; the engine deletes its machine past it.
+const LEASE_TTL_SECS: u64 = 300;
+/// How often a held lease is heartbeated: three times within its TTL, so one lost heartbeat
+/// (a busy engine) does not cost the agent its machine.
+const LEASE_HEARTBEAT: Duration = Duration::from_secs(LEASE_TTL_SECS / 3);
+/// A pool's source machine's name starts with this; the server keeps it out of list-machines.
+pub const POOL_SOURCE_PREFIX: &str = "smolmcp-pool-";
+/// The engine names a pool's workers `pool-<pool>-<8 hex>`; the server's pools are named
+/// `smolmcp-<name>`.
+const POOL_WORKER_PREFIX: &str = "pool-smolmcp-";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
@@ -125,6 +141,7 @@ impl LocalFleet {
             networks: Arc::default(),
             credentials: None,
             supplied: Arc::default(),
+            leases: Arc::default(),
         })
     }
 
@@ -205,6 +222,39 @@ impl LocalFleet {
         }
     }
 
+    /// Heartbeats `lease` while this fleet holds it; a lease the engine says has ended is
+    /// let go of.
+    fn keep_alive(&self, lease: PoolLease) {
+        let (client, leases) = (self.client.clone(), self.leases.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LEASE_HEARTBEAT).await;
+                let held = leases
+                    .lock()
+                    .map(|l| l.get(&lease.machine).is_some_and(|h| h.id == lease.id))
+                    .unwrap_or(false);
+                if !held {
+                    return;
+                }
+                let ctx = format!("heartbeat the lease of {}", lease.machine);
+                let request = client.heartbeat_lease().name(&lease.pool).lease(&lease.id);
+                match send(&ctx, DEFAULT, request.send()).await {
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::Conflict) => {
+                        tracing::warn!(machine = %lease.machine, error = %e, "a pool lease ended under its holder");
+                        if let Ok(mut leases) = leases.lock() {
+                            leases.remove(&lease.machine);
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(machine = %lease.machine, error = %e, "could not heartbeat a pool lease; trying again")
+                    }
+                }
+            }
+        });
+    }
+
     fn forget(&self, name: &str) {
         if let Ok(mut networks) = self.networks.lock() {
             networks.remove(name);
@@ -243,7 +293,14 @@ impl FleetApi for LocalFleet {
 
     async fn list(&self) -> FleetResult<Vec<Machine>> {
         let list = send("list machines", DEFAULT, self.client.list_machines().send()).await?;
-        let machines: Vec<Machine> = list.machines.into_iter().map(view).collect();
+        // A pool's source and its ready (unleased) workers are the server's, not the agent's:
+        // a command run in a ready worker would be in the machine the next lease hands out.
+        let machines: Vec<Machine> = list
+            .machines
+            .into_iter()
+            .filter(|m| !pool_internal(m))
+            .map(view)
+            .collect();
         if let Ok(mut networks) = self.networks.lock() {
             *networks = machines
                 .iter()
@@ -392,7 +449,111 @@ impl FleetApi for LocalFleet {
         Ok(self.seen(view(send(&ctx, STOP_DELETE, request.send()).await?)))
     }
 
+    async fn pool(&self, pool: &str) -> FleetResult<Option<PoolStatus>> {
+        let ctx = format!("get pool {pool}");
+        match send(&ctx, DEFAULT, self.client.get_pool().name(pool).send()).await {
+            Ok(info) => Ok(Some(pool_status(info))),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_pool(&self, setup: &PoolSetup) -> FleetResult<PoolStatus> {
+        let ctx = format!("create pool {}", setup.pool);
+        let body = types::CreateForkPoolRequest {
+            name: setup.pool.clone(),
+            source: setup.source.clone(),
+            desired_ready: i32::try_from(setup.ready).unwrap_or(1),
+            // A frozen source holds its memory and no CPU; the pool refills from the
+            // checkpoint it took (pools-findings: a frozen source's cpuMillis stops).
+            freeze_source: Some(true),
+            lease_ttl_secs: i64::try_from(setup.lease_ttl_secs).ok(),
+            auto_admission: None,
+            max_active: None,
+            ready_timeout_secs: None,
+            share_weights: None,
+        };
+        let info = send(&ctx, CREATE, self.client.create_pool().body(body).send()).await?;
+        Ok(pool_status(info))
+    }
+
+    async fn lease(
+        &self,
+        pool: &str,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> FleetResult<PoolLease> {
+        let ctx = format!("lease a machine of pool {pool}");
+        let body = types::AcquireForkLeaseRequest {
+            // The engine replays a key's lease whatever became of it: each lease its own key.
+            idempotency_key: format!("smolmcp-{:016x}", rand::random::<u64>()),
+            env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            ttl_secs: i64::try_from(LEASE_TTL_SECS).ok(),
+            wait_secs: None,
+            await_worker_ready: None,
+            files: Vec::new(),
+            rollout_access: None,
+            worker_ready_timeout_secs: None,
+        };
+        let request = self.client.acquire_lease().name(pool).body(body);
+        let info = send(&ctx, DEFAULT, request.send()).await?;
+        let lease = PoolLease {
+            pool: info.pool,
+            id: info.id,
+            machine: info.machine,
+            state: info.state,
+        };
+        if lease.state != "active" {
+            return Err(FleetError::new(
+                ErrorKind::Conflict,
+                ctx,
+                format!("the lease is {}, not active", lease.state),
+            ));
+        }
+        if let Ok(mut leases) = self.leases.lock() {
+            leases.insert(lease.machine.clone(), lease.clone());
+        }
+        self.keep_alive(lease.clone());
+        Ok(lease)
+    }
+
+    async fn delete_pool(&self, pool: &str) -> FleetResult<()> {
+        let ctx = format!("delete pool {pool}");
+        let request = self.client.delete_pool().name(pool).force(true);
+        send(&ctx, STOP_DELETE, request.send()).await?;
+        if let Ok(mut leases) = self.leases.lock() {
+            leases.retain(|_, l| l.pool != pool);
+        }
+        Ok(())
+    }
+
     async fn delete(&self, name: &str) -> FleetResult<Deleted> {
+        let leased = self.leases.lock().ok().and_then(|l| l.get(name).cloned());
+        if let Some(lease) = leased {
+            let ctx = format!("complete the lease of {name}");
+            let request = self
+                .client
+                .complete_lease()
+                .name(&lease.pool)
+                .lease(&lease.id);
+            let completed = send(&ctx, DEFAULT, request.send()).await;
+            if let Ok(mut leases) = self.leases.lock() {
+                leases.remove(name);
+            }
+            match completed {
+                Ok(_) => {
+                    self.forget(name);
+                    return Ok(Deleted {
+                        deleted: name.to_owned(),
+                        usage_micros: None,
+                    });
+                }
+                // An ended lease (expired, failed): its machine may be gone or going; the
+                // delete below says which.
+                Err(e) => {
+                    tracing::info!(machine = %name, error = %e, "the lease had ended; deleting the machine")
+                }
+            }
+        }
         let ctx = format!("delete machine {name}");
         let request = self.client.delete_machine().name(name);
         let answer = send(&ctx, STOP_DELETE, request.send()).await?;
@@ -1020,6 +1181,20 @@ fn env_list(env: &std::collections::BTreeMap<String, String>) -> Vec<types::EnvV
         .collect()
 }
 
+/// A pool's source, or a clone of it no lease holds yet.
+fn pool_internal(m: &types::MachineInfo) -> bool {
+    let ready_clone = m.forkpoint_held && m.name.starts_with(POOL_WORKER_PREFIX);
+    m.name.starts_with(POOL_SOURCE_PREFIX) || ready_clone
+}
+
+fn pool_status(info: types::ForkPoolInfo) -> PoolStatus {
+    PoolStatus {
+        source: info.source,
+        desired: u32::try_from(info.desired_ready).unwrap_or(0),
+        ready: u32::try_from(info.ready).unwrap_or(0),
+    }
+}
+
 fn view(info: types::MachineInfo) -> Machine {
     let listed = info.allowed_hosts.is_some() || info.allowed_cidrs.is_some();
     let hosts = info.allowed_hosts.unwrap_or_default();
@@ -1054,6 +1229,15 @@ fn view(info: types::MachineInfo) -> Machine {
             })
             .collect(),
         upstream_ready: None,
+        consumption: super::model::Consumption {
+            cpu_millis: info
+                .cpu_millis
+                .or(info.cpu_seconds.map(|s| s.saturating_mul(1000))),
+            rss_mb: info.rss_mb,
+            disk_used_mb: info.disk_used_mb,
+            egress_bytes: info.egress_bytes,
+            cost_micros: None,
+        },
     }
 }
 

@@ -19,5 +19,5 @@ pub use api::{CredentialValues, Fleet, FleetApi};
 pub use cloud::{Backstop, CloudFleet, Deadlines};
 pub use error::{ErrorKind, FleetError, FleetResult};
 pub use file_stream::{FileReader, FileStream};
-pub use local::LocalFleet;
+pub use local::{LocalFleet, POOL_SOURCE_PREFIX};
 pub use model::*;

@@ -45,6 +45,23 @@ pub struct Machine {
     /// Whether the fleet itself reports the machine as serving (cloud `ready`); `None` locally.
     #[serde(skip)]
     pub upstream_ready: Option<bool>,
+    /// What the engine reports the machine has used (its counters) and holds now; read around
+    /// a run to say what the run cost, not shown with the record.
+    #[serde(skip)]
+    pub consumption: Consumption,
+}
+
+/// A machine's consumption as its fleet reports it: counters since its boot (CPU, egress), what
+/// it holds now (memory, disk), and on cloud what it has cost so far. `None`: not reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Consumption {
+    pub cpu_millis: Option<i64>,
+    pub rss_mb: Option<i64>,
+    pub disk_used_mb: Option<i64>,
+    pub egress_bytes: Option<i64>,
+    /// Millionths of a dollar (cloud; a lower bound while the machine runs: the cloud samples
+    /// CPU and memory every few minutes).
+    pub cost_micros: Option<i64>,
 }
 
 impl Machine {
@@ -475,6 +492,7 @@ mod tests {
             branchable: false,
             ports: vec![],
             upstream_ready: None,
+            consumption: Consumption::default(),
         };
         for (state, phase) in [
             ("running", Phase::Running),
@@ -539,4 +557,32 @@ pub struct CredentialBindingSpec {
     pub env: Option<String>,
     pub hosts: Vec<String>,
     pub header: Option<String>,
+}
+
+/// A warm pool to set up on a fleet: `source` is a running machine started branchable whose
+/// workload declared its branchpoint; the fleet keeps `ready` clones of it booted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSetup {
+    pub pool: String,
+    pub source: String,
+    pub ready: u32,
+    pub lease_ttl_secs: u64,
+}
+
+/// A pool as its fleet reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolStatus {
+    pub source: String,
+    pub desired: u32,
+    pub ready: u32,
+}
+
+/// A lease on one warm machine of a pool: the machine is the lease holder's until the lease is
+/// completed (or expires unheartbeated, when the fleet deletes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolLease {
+    pub pool: String,
+    pub id: String,
+    pub machine: String,
+    pub state: String,
 }

@@ -16,6 +16,8 @@ pub enum ToolErrorKind {
     Record,
     /// A defect of this server (a result that does not serialize, say).
     Internal,
+    /// An operator's limit (machines, cloud spend) would be passed: nothing was done.
+    LimitReached,
     /// The fleet answered with this failure.
     Fleet(ErrorKind),
 }
@@ -28,6 +30,7 @@ impl ToolErrorKind {
             ToolErrorKind::Cancelled => "CANCELLED",
             ToolErrorKind::Record => "RECORD",
             ToolErrorKind::Internal => "INTERNAL",
+            ToolErrorKind::LimitReached => "LIMIT_REACHED",
             ToolErrorKind::Fleet(kind) => kind.code(),
         }
     }

@@ -4,11 +4,13 @@
 //! output (`output`), the progress a call reports (`progress`), paused downloads (`reads`).
 //! `operations` ties each upstream operation to the tools that use it.
 //!
-//! Within the floor the order is `error`, `output`, `progress`, `reads` < `ledger` < `jobs` <
+//! Within the floor the order is `error`, `output`, `progress`, `reads` < `ledger` <
+//! `idempotency`, `jobs` <
 //! [`Policy`] (this file) < `tools` < `operations`.
 
 pub mod consent;
 pub mod error;
+pub mod idempotency;
 pub mod jobs;
 pub mod ledger;
 pub mod operations;
@@ -33,6 +35,8 @@ pub struct Policy {
     pub reads: reads::ParkedReads,
     /// Egress the user declined, not asked about again.
     pub declined: consent::Declined,
+    /// Keyed calls running in this process (`idempotency`).
+    pub keys: Arc<idempotency::Keys>,
 }
 
 impl Policy {
@@ -45,6 +49,7 @@ impl Policy {
             jobs: jobs::Jobs::new(config.max_running_jobs),
             reads: reads::ParkedReads::new(config.max_parked_reads),
             declined: consent::Declined::default(),
+            keys: Arc::default(),
             process,
         }
     }

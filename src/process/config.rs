@@ -86,6 +86,8 @@ pub enum Accepts {
     List,
     /// Credential bindings: a JSON list in the file and in the environment.
     Credentials,
+    /// Warm pools: a JSON list in the file and in the environment.
+    Pools,
 }
 
 impl fmt::Display for Accepts {
@@ -101,6 +103,7 @@ impl fmt::Display for Accepts {
             Accepts::OneOf(options) => write!(f, "one of {}", options.join(", ")),
             Accepts::List => f.write_str("a list of strings (comma-separated in the environment)"),
             Accepts::Credentials => f.write_str(crate::process::credentials::ACCEPTS),
+            Accepts::Pools => f.write_str(crate::process::pools::ACCEPTS),
         }
     }
 }
@@ -186,7 +189,11 @@ fn check_text(text: &str, accepts: Accepts) -> Result<(), Rejected> {
             }
             true
         }
-        Accepts::Whole { .. } | Accepts::OneOf(_) | Accepts::List | Accepts::Credentials => false,
+        Accepts::Whole { .. }
+        | Accepts::OneOf(_)
+        | Accepts::List
+        | Accepts::Credentials
+        | Accepts::Pools => false,
     };
     if ok { Ok(()) } else { Err(Rejected(None)) }
 }
@@ -309,6 +316,25 @@ impl Value for Vec<crate::process::credentials::CredentialBinding> {
             return Self::from_text(text, accepts);
         }
         crate::process::credentials::parse(value, &BTreeMap::new()).map_err(|e| Rejected(Some(e)))
+    }
+}
+
+/// Warm pools: JSON in the file and in the environment alike.
+impl Value for Vec<crate::process::pools::PoolDef> {
+    type File = serde_json::Value;
+    fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+        if text.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Rejected(Some(format!("not JSON: {e}"))))?;
+        Self::from_file(value, accepts)
+    }
+    fn from_file(value: serde_json::Value, accepts: Accepts) -> Result<Self, Rejected> {
+        if let serde_json::Value::String(text) = &value {
+            return Self::from_text(text, accepts);
+        }
+        crate::process::pools::parse(value).map_err(|e| Rejected(Some(e)))
     }
 }
 
@@ -544,6 +570,34 @@ settings! {
         accepts: whole(1, 1024),
         why: "each running job is watched by one exec a poll; a runaway agent cannot start more",
     },
+    max_machines_per_session: usize {
+        key: "maxMachinesPerSession",
+        env: "SMOL_MCP_MAX_MACHINES_PER_SESSION",
+        default: "20",
+        accepts: whole(0, 10_000),
+        why: "machines one session's calls made that still exist (create-machine, run-once, branch-machine); one more is refused before anything is sent. 0: no limit",
+    },
+    max_machines: usize {
+        key: "maxMachines",
+        env: "SMOL_MCP_MAX_MACHINES",
+        default: "0",
+        accepts: whole(0, 100_000),
+        why: "machines the fleet holds in all, whoever made them; a create that would pass it is refused before anything is sent. 0: no limit",
+    },
+    cloud_spend_per_session_micros: u64 {
+        key: "cloudSpendPerSessionMicros",
+        env: "SMOL_MCP_CLOUD_SPEND_PER_SESSION_MICROS",
+        default: "0",
+        accepts: whole(0, 1_000_000_000_000),
+        why: "what the cloud machines a session made may cost (millionths of a dollar, as the cloud's usage reports it) before its next create or command there is refused. 0: no ceiling",
+    },
+    cloud_spend_per_day_micros: u64 {
+        key: "cloudSpendPerDayMicros",
+        env: "SMOL_MCP_CLOUD_SPEND_PER_DAY_MICROS",
+        default: "0",
+        accepts: whole(0, 1_000_000_000_000),
+        why: "what the cloud account may spend in a UTC day (its period cost's growth since the day's first reading) before a create or command there is refused. 0: no ceiling",
+    },
     max_tasks: usize {
         key: "maxTasks",
         env: "SMOL_MCP_MAX_TASKS",
@@ -643,6 +697,15 @@ settings! {
         shown_default: "none",
         accepts: Accepts::Credentials,
         why: "secrets an agent names at create (credentials) and never sees: the machine gets a placeholder in env, the local engine puts the value into HTTPS requests to hosts only",
+    },
+    /// Machines the local engine keeps booted for matching creates.
+    pools: Vec<crate::process::pools::PoolDef> {
+        key: "pools",
+        env: "SMOL_MCP_POOLS",
+        default: "",
+        shown_default: "none",
+        accepts: Accepts::Pools,
+        why: "local machines kept booted (held by the engine as clones of one frozen source) for an unnamed create-machine or a run-once that asks for what a pool holds: it starts in under a second instead of a boot; the server sets each up at its first local call and removes the ones it set up at its end",
     },
     cloud_url: String {
         key: "cloudUrl",

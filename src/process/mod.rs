@@ -9,6 +9,8 @@ pub mod ephemeral;
 pub mod events;
 pub mod lease;
 pub mod local_serve;
+pub mod made;
+pub mod pools;
 pub mod sweep;
 pub mod targets;
 
@@ -49,6 +51,10 @@ pub struct Process {
     pub events: Events,
     /// The credential bindings, the machines made with them, and the values they are supplied.
     pub credentials: Arc<credentials::Supplier>,
+    /// The machines each session made (what the limits per session count).
+    pub made: made::MadeBySession,
+    /// The operator's warm pools, set up at the first local call.
+    pub pools: Arc<pools::WarmPools>,
     /// Which local engine this process uses, found on first need (`engine`).
     local_engine: std::sync::OnceLock<String>,
 }
@@ -71,8 +77,18 @@ impl Process {
             config.credentials.clone(),
             &config.runtime_dir,
         ));
+        let pool_defaults = pools::PoolDefaults {
+            cpus: config.cpus,
+            memory_mb: config.memory_mb,
+            egress: match config.network_default {
+                config::NetworkDefault::Open => crate::fleet::Egress::Open,
+                config::NetworkDefault::Blocked => crate::fleet::Egress::Blocked,
+            },
+        };
         Ok(Process {
             credentials,
+            made: made::MadeBySession::default(),
+            pools: Arc::new(pools::WarmPools::new(config.pools.clone(), pool_defaults)),
             leases: lease::Leases::new(record.clone(), config.machine_lease_secs),
             record,
             mode: resolve_mode(&config),
@@ -183,6 +199,10 @@ impl Process {
                 let orphan_fleet = fleet.clone();
                 let events = self.events.clone();
                 let engine = self.engine(FleetKind::Local);
+                if !self.pools.is_empty() {
+                    let (pools, pool_fleet) = (self.pools.clone(), fleet.clone());
+                    tokio::spawn(async move { pools.set_up(&pool_fleet).await });
+                }
                 tokio::spawn(async move {
                     let cleanup = sweep(&record, &orphan_fleet, &engine, None).await;
                     publish_orphan_sweep(&events, FleetKind::Local, &cleanup);
@@ -343,6 +363,7 @@ impl Process {
     /// Deletes this session's ephemeral machines (and any a dead process left) on every fleet
     /// that was used. Never fails; what could not be deleted is reported and stays recorded.
     pub async fn cleanup_session(&self, session: &str) -> Cleanup {
+        self.made.forget(session);
         let mut total = Cleanup::default();
         // Only a cloud fleet that was used has machines of this session.
         if let Some(Ok(cloud)) = self.cloud.get() {
@@ -400,18 +421,26 @@ impl Process {
             total.deleted.extend(c.deleted);
             total.failed.extend(c.failed);
         }
+        self.stop_local().await;
+        total
+    }
+
+    /// The warm pools this process set up go (a serve it did not start outlives it), then the
+    /// serve it started stops.
+    async fn stop_local(&self) {
         if let Some(serve) = self.local.lock().await.take() {
+            if !self.pools.is_empty() {
+                let fleet: Fleet = serve.fleet.clone();
+                self.pools.tear_down(&fleet).await;
+            }
             serve.stop().await;
         }
-        total
     }
 
     /// At process exit: the session's machines, then the serve if this process started it.
     pub async fn shutdown(&self, session: &str) -> Cleanup {
         let cleanup = self.cleanup_session(session).await;
-        if let Some(serve) = self.local.lock().await.take() {
-            serve.stop().await;
-        }
+        self.stop_local().await;
         cleanup
     }
 }

@@ -74,6 +74,8 @@ pub struct CloudState {
     pub delete_ignores_include_usage: bool,
     /// The account's status (`active` when unset).
     pub account_status: Option<String>,
+    /// The account's period cost (`periodCost.totalMicros`; 1810 when unset).
+    pub period_total_micros: Option<i64>,
     /// Newer control planes answer every 4xx/5xx as RFC 9457 problem+json (facts 5, shape 3)
     /// instead of plain text.
     pub problem_json: bool,
@@ -752,7 +754,7 @@ fn route(st: &mut CloudState, request: &Request) -> ResponseTemplate {
                 "effectiveMaxMemoryMb": 65536, "effectiveMaxMachines": 20,
                 "periodUsage": {"tenantId": "tenant-test", "from": "2026-11-01T00:00:00Z", "to": "2026-11-29T00:00:00Z",
                                 "totalUptimeSeconds": 157, "cpuHours": 0.08, "memoryGbHours": 0.09, "machineCount": 90},
-                "periodCost": {"cpuMicros": 10, "memoryMicros": 20, "execMicros": 0, "totalMicros": 1810, "amountDueMicros": 0},
+                "periodCost": {"cpuMicros": 10, "memoryMicros": 20, "execMicros": 0, "totalMicros": st.period_total_micros.unwrap_or(1810), "amountDueMicros": 0},
                 "plan": {"name": "Standard", "rateBaseHourMicros": 40000}
             }),
         ),

@@ -54,6 +54,8 @@ pub struct FakeState {
     pub pull_delay: Option<std::time::Duration>,
     /// How long a file read or write takes to answer.
     pub file_delay: Option<std::time::Duration>,
+    /// How long `POST /api/v1/machines` (a create) takes to answer.
+    pub create_delay: Option<std::time::Duration>,
     /// The engine's request deadline on the machine routes its `TimeoutLayer` wraps
     /// (`API_REQUEST_TIMEOUT_SECS` = 300, answering 408 with an empty body; see [`bounded`]);
     /// `None` is the engine's 300 s, a test sets a second or so.
@@ -81,6 +83,43 @@ pub struct FakeState {
     pub credential_values: BTreeMap<String, BTreeMap<String, String>>,
     /// The values each machine's latest boot was given.
     pub booted_values: BTreeMap<String, BTreeMap<String, String>>,
+    /// smolvm 1.32.2's fork pools by name (`/api/v1/pools`; see [`FakePool`]).
+    pub pools: BTreeMap<String, FakePool>,
+    /// Every pool's leases by id, ended ones too, until their pool is deleted.
+    pub leases: BTreeMap<String, FakeLease>,
+    /// The `env` (`K=V`) a lease gave its worker, by machine: later execs on it see these
+    /// variables (1.32.2 merges them into the machine's env), before the request's own.
+    pub lease_env: BTreeMap<String, Vec<String>>,
+    /// How long a pool worker takes to become ready after the pool's creation (a refill after
+    /// an acquire, a resize up, a replacement); `None`: at once. The create's own fill is
+    /// always at once. Made lazily: each request makes the workers that are due.
+    pub pool_fill_delay: Option<std::time::Duration>,
+}
+
+/// A fork pool as 1.32.2's controller keeps it: `ready == desiredReady` held workers, whatever
+/// the leases; a worker is a fork of the source (`pool-<pool>-<8 hex>`), made only while the
+/// source is running (or frozen) and was started forkable, else the pool just shows fewer ready
+/// workers (`provisioning`) with no error (the pools findings, a, b, d, h1, h7).
+#[derive(Debug, Clone)]
+pub struct FakePool {
+    /// ForkPoolInfo's settled fields (name, source, golden, desiredReady, freezeSource,
+    /// leaseTtlSecs, autoAdmission, shareWeights, createdAt, maxActive if set); the counts are
+    /// worked out on each answer ([`pool_info`]).
+    pub info: Value,
+    /// The held workers, oldest first: the next acquire takes the first.
+    pub ready: Vec<String>,
+    /// Workers being made, each by when it is ready.
+    pub pending: Vec<std::time::Instant>,
+    /// Acquires by idempotencyKey: what the body asked (env, files, TTL) and the lease id.
+    /// Never freed while the pool exists.
+    pub keys: BTreeMap<String, (Value, String)>,
+}
+
+/// A lease: its ForkLeaseInfo and its TTL (what a heartbeat extends by).
+#[derive(Debug, Clone)]
+pub struct FakeLease {
+    pub info: Value,
+    pub ttl_secs: u64,
 }
 
 /// The three ways the engine reports a command ended at its timeout, all exit 124 (the guest
@@ -121,7 +160,8 @@ pub fn machine_info(name: &str, state: &str) -> Value {
         "name": name, "state": state, "cpus": 2, "memoryMb": 2048, "mounts": [], "ports": [],
         "network": false, "gpu": false, "cuda": false, "blockIo": "sync", "diskDurability": "full",
         "branchable": false, "forkable": false, "branchpointHeld": false, "forkpointHeld": false,
-        "createdAt": 1_788_878_857, "image": "alpine", "storageGb": 20, "overlayGb": 10
+        "createdAt": 1_788_878_857, "image": "alpine", "storageGb": 20, "overlayGb": 10,
+        "cpuMillis": 0, "rssMb": 0, "diskUsedMb": 0
     })
 }
 
@@ -337,6 +377,32 @@ impl FakeServe {
             .unwrap()
             .machines
             .insert(name.to_owned(), machine_info(name, state));
+    }
+
+    /// A running machine started forkable, as a pool's source must be.
+    pub fn add_forkable(&self, name: &str) {
+        let mut info = machine_info(name, "running");
+        info["forkable"] = json!(true);
+        info["branchable"] = json!(true);
+        self.state
+            .lock()
+            .unwrap()
+            .machines
+            .insert(name.to_owned(), info);
+    }
+
+    /// The pool's ForkPoolInfo, as `GET /api/v1/pools/{name}` answers it now.
+    pub fn pool(&self, name: &str) -> Option<Value> {
+        let mut st = self.state.lock().unwrap();
+        pools_tick(&mut st);
+        st.pools.contains_key(name).then(|| pool_info(&st, name))
+    }
+
+    /// A lease's ForkLeaseInfo.
+    pub fn lease(&self, id: &str) -> Option<Value> {
+        let mut st = self.state.lock().unwrap();
+        pools_tick(&mut st);
+        st.leases.get(id).map(|l| l.info.clone())
     }
 
     pub fn set_exec(&self, hook: impl Fn(&Value) -> Value + Send + Sync + 'static) {
@@ -603,6 +669,30 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         .await
         .unwrap_or_default();
     let json_body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let path = parts.uri.path();
+    let is_exec = path.ends_with("/exec") || path.ends_with("/exec/stream");
+    let readiness_probe = json_body["command"][0] == "echo"
+        && json_body["command"][1]
+            .as_str()
+            .is_some_and(|a| a.starts_with("ready-"));
+    if parts.method == Method::POST
+        && is_exec
+        && !readiness_probe
+        && state
+            .lock()
+            .unwrap()
+            .machines
+            .contains_key(path.split('/').nth(4).unwrap_or(""))
+    {
+        tokio::time::sleep(COMMAND_RUNS).await;
+        count_consumption(&mut state.lock().unwrap(), path);
+    }
+    if parts.method == Method::POST && parts.uri.path() == "/api/v1/machines" {
+        let delay = state.lock().unwrap().create_delay;
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+    }
     let guest_shell = state.lock().unwrap().guest_shell.clone();
     if let Some(shell) = guest_shell
         && let Some(response) = guest_exec(&state, &shell, &parts, &bytes, &json_body).await
@@ -659,7 +749,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             tokio::time::sleep(delay).await;
         }
     }
+    wait_for_worker(&state, &parts, &json_body).await;
     let mut st = state.lock().unwrap();
+    pools_tick(&mut st);
     st.requests
         .push(envelope(&parts.method, &parts.uri, &parts.headers, &bytes));
     let path = parts.uri.path().to_owned();
@@ -759,6 +851,26 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 "command cannot be empty".to_owned(),
             )
         }
+        ("GET", ["api", "v1", "pools"]) => {
+            let pools: Vec<Value> = st.pools.keys().map(|p| pool_info(&st, p)).collect();
+            axum::Json(json!({ "pools": pools })).into_response()
+        }
+        ("POST", ["api", "v1", "pools"]) => create_pool(&mut st, &bytes, &json_body),
+        (method, ["api", "v1", "pools", pool, rest @ ..]) => {
+            let rest: Vec<&str> = rest
+                .first()
+                .map(|r| r.split('/').collect())
+                .unwrap_or_default();
+            pool_route(
+                &mut st,
+                method,
+                pool,
+                &rest,
+                parts.uri.query(),
+                &bytes,
+                &json_body,
+            )
+        }
         (method, ["api", "v1", "machines", name, rest @ ..]) => {
             let name = name.to_string();
             let Some(info) = st.machines.get(&name).cloned() else {
@@ -813,6 +925,10 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     // The machine's processes end with its VM.
                     if let Some(shell) = &st.guest_shell {
                         shell.kill_machine(&name);
+                    }
+                    // A pool worker's lease fails; its pool replaces a ready one.
+                    for gone in clones.iter().chain([&name]) {
+                        worker_gone(&mut st, gone);
                     }
                     axum::Json(json!({ "deleted": name })).into_response()
                 }
@@ -932,7 +1048,12 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     {
                         shell.kill_machine(&name);
                     }
-                    st.machines.insert(name, info.clone());
+                    st.machines.insert(name.clone(), info.clone());
+                    // A stopped leased worker fails its lease and the controller deletes it.
+                    if rest[0] == "stop" && leased(&st, &name) {
+                        worker_gone(&mut st, &name);
+                        st.machines.remove(&name);
+                    }
                     axum::Json(info).into_response()
                 }
                 // `/fork` is the older name of the same route (both in the 1.32.2 spec; the real
@@ -979,7 +1100,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     if !readiness_probe {
                         record_denials_on_exec(&mut st, parts.uri.path());
                     }
-                    let steps = stream_steps(&st, &json_body);
+                    let steps = stream_steps(&st, &with_lease_env(&st, &name, &json_body));
                     sse_response(steps, st.stream_gap, st.streams.clone())
                 }
                 ("POST", ["exec"]) => {
@@ -987,9 +1108,10 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         return refused;
                     }
                     let hook = st.exec_hook.clone();
+                    let request = with_lease_env(&st, &name, &json_body);
                     let answer = match hook {
-                        Some(h) => h(&json_body),
-                        None => default_exec(&json_body),
+                        Some(h) => h(&request),
+                        None => default_exec(&request),
                     };
                     let over_cap = ["stdoutB64", "stderrB64"].iter().any(|k| {
                         answer[k].as_str().is_some_and(|b| {
@@ -1212,6 +1334,43 @@ fn engine_now(st: &FakeState) -> std::time::SystemTime {
 
 /// The refusals a command on the machine of `exec_path` (`/api/v1/machines/{name}/exec`) makes,
 /// stamped now with microseconds, as the engine's log stamps them (the spec's example).
+/// Each command counts in its machine's figures as the engine's MachineInfo reports them:
+/// `cpuMillis` and `egressBytes` grow (counters since boot; egress only on a machine with a
+/// network, as 1.32.2 reports it), `diskUsedMb` grows, `rssMb` is what it holds. The steps are
+/// [`CONSUMPTION_STEP`]. Counted when the command has run (its answer is sent), as a real
+/// command uses them while it runs, not when its request arrives.
+fn count_consumption(st: &mut FakeState, exec_path: &str) {
+    let Some(name) = exec_path.split('/').nth(4) else {
+        return;
+    };
+    if let Some(Value::Object(info)) = st.machines.get_mut(name) {
+        let networked = info.get("network") == Some(&json!(true))
+            || info.get("allowedHosts").is_some_and(|h| !h.is_null())
+            || info.get("allowedCidrs").is_some_and(|c| !c.is_null());
+        for (field, step) in CONSUMPTION_STEP {
+            if *field == "egressBytes" && !networked {
+                continue;
+            }
+            let now = info.get(*field).and_then(Value::as_i64).unwrap_or(0);
+            let next = if *field == "rssMb" { *step } else { now + step };
+            info.insert((*field).to_owned(), json!(next));
+        }
+    }
+}
+
+/// How long a command "runs" before it counts in its machine's figures: a reading sent beside
+/// the exec (as the server sends one) is answered first, as the engine answers it before the
+/// command reaches the guest.
+const COMMAND_RUNS: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// What one command adds to its machine's figures in the fake (`count_consumption`).
+pub const CONSUMPTION_STEP: &[(&str, i64)] = &[
+    ("cpuMillis", 40),
+    ("rssMb", 96),
+    ("diskUsedMb", 2),
+    ("egressBytes", 1500),
+];
+
 fn record_denials_on_exec(st: &mut FakeState, exec_path: &str) {
     let Some(name) = exec_path.split('/').nth(4) else {
         return;
@@ -1283,7 +1442,8 @@ async fn guest_exec(
             record_denials_on_exec(&mut st, parts.uri.path());
         }
     }
-    let env = body["env"]
+    let body_env = with_lease_env(&state.lock().unwrap(), &name, body);
+    let env = body_env["env"]
         .as_array()
         .map(|vars| {
             vars.iter()
@@ -1351,4 +1511,647 @@ async fn guest_exec(
         ))
         .into_response(),
     )
+}
+
+// smolvm 1.32.2's fork pools and leases (facts: /work/notes/pools-findings.md, sections a–h,
+// observed on the real engine; the messages are its words where the findings quote them).
+
+fn now_secs(st: &FakeState) -> u64 {
+    engine_now(st)
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The controller can fork the source: it is there, running (or frozen by its pool) and was
+/// started forkable. A pool over any other source just does not fill (h1, h7).
+fn source_usable(st: &FakeState, source: &str) -> bool {
+    st.machines.get(source).is_some_and(|m| {
+        matches!(m["state"].as_str(), Some("running" | "frozen")) && m["forkable"] == json!(true)
+    })
+}
+
+/// The controller's reconcile, run before each request: due workers are made while their
+/// source can be forked, and an active lease past its `expiresAt` expires and its worker goes.
+pub fn pools_tick(st: &mut FakeState) {
+    let now = std::time::Instant::now();
+    let pools: Vec<String> = st.pools.keys().cloned().collect();
+    for pool in pools {
+        let source = st.pools[&pool].info["source"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if !source_usable(st, &source) {
+            continue;
+        }
+        let p = st.pools.get_mut(&pool).unwrap();
+        let due = p.pending.iter().filter(|t| **t <= now).count();
+        p.pending.retain(|t| *t > now);
+        for _ in 0..due {
+            let worker = new_worker(st, &pool, &source);
+            st.pools.get_mut(&pool).unwrap().ready.push(worker);
+        }
+    }
+    let secs = now_secs(st);
+    let expired: Vec<(String, String)> = st
+        .leases
+        .iter()
+        .filter(|(_, l)| l.info["state"] == "active" && l.info["expiresAt"].as_u64() < Some(secs))
+        .map(|(id, l)| (id.clone(), l.info["machine"].as_str().unwrap().to_owned()))
+        .collect();
+    for (id, machine) in expired {
+        st.leases.get_mut(&id).unwrap().info["state"] = json!("expired");
+        remove_worker(st, &machine);
+    }
+}
+
+/// A fork of the source, parked held: `pool-<pool>-<8 hex>`, the pool's name cut to keep the
+/// machine name within 128 characters (b).
+fn new_worker(st: &mut FakeState, pool: &str, source: &str) -> String {
+    let cut: String = pool.chars().take(128 - 14).collect();
+    let name = format!("pool-{cut}-{:08x}", rand::random::<u32>());
+    let mut info = machine_info(&name, "running");
+    if let Some(src) = st.machines.get(source) {
+        for key in [
+            "image",
+            "cpus",
+            "memoryMb",
+            "network",
+            "storageGb",
+            "overlayGb",
+        ] {
+            if let Some(v) = src.get(key) {
+                info[key] = v.clone();
+            }
+        }
+    }
+    info["parentMachine"] = json!(source);
+    info["forkpointHeld"] = json!(true);
+    info["branchpointHeld"] = json!(true);
+    st.machines.insert(name.clone(), info);
+    name
+}
+
+/// Deletes a worker (its lease ended, its pool shrank or went).
+fn remove_worker(st: &mut FakeState, machine: &str) {
+    st.machines.remove(machine);
+    if let Some(shell) = &st.guest_shell {
+        shell.kill_machine(machine);
+    }
+    st.lease_env.remove(machine);
+    for p in st.pools.values_mut() {
+        p.ready.retain(|w| w != machine);
+    }
+}
+
+fn leased(st: &FakeState, machine: &str) -> bool {
+    st.leases
+        .values()
+        .any(|l| l.info["machine"] == machine && l.info["state"] == "active")
+}
+
+/// A machine went behind the pool's back (deleted, or a leased worker stopped; the caller
+/// removes it): its lease fails with the engine's words (d, h8), and a pool that held it ready
+/// makes a replacement.
+fn worker_gone(st: &mut FakeState, machine: &str) {
+    for lease in st.leases.values_mut() {
+        if lease.info["machine"] == machine && lease.info["state"] == "active" {
+            lease.info["state"] = json!("failed");
+            lease.info["error"] = json!("leased worker process exited");
+        }
+    }
+    let held: Vec<String> = st
+        .pools
+        .iter()
+        .filter(|(_, p)| p.ready.iter().any(|w| w == machine))
+        .map(|(n, _)| n.clone())
+        .collect();
+    st.lease_env.remove(machine);
+    for pool in held {
+        let p = st.pools.get_mut(&pool).unwrap();
+        p.ready.retain(|w| w != machine);
+        top_up(st, &pool, true);
+    }
+}
+
+/// Orders workers until ready plus pending reach desiredReady: due at once, or after
+/// `pool_fill_delay` when `delayed`.
+fn top_up(st: &mut FakeState, pool: &str, delayed: bool) {
+    let delay = if delayed {
+        st.pool_fill_delay.unwrap_or_default()
+    } else {
+        std::time::Duration::ZERO
+    };
+    let at = std::time::Instant::now() + delay;
+    let p = st.pools.get_mut(pool).unwrap();
+    let desired = p.info["desiredReady"].as_u64().unwrap_or(0);
+    while ((p.ready.len() + p.pending.len()) as u64) < desired {
+        p.pending.push(at);
+    }
+    pools_tick(st);
+}
+
+/// ForkPoolInfo with every field the spec requires.
+pub fn pool_info(st: &FakeState, pool: &str) -> Value {
+    let p = &st.pools[pool];
+    let active = st
+        .leases
+        .values()
+        .filter(|l| l.info["pool"] == pool && l.info["state"] == "active")
+        .count();
+    let mut info = p.info.clone();
+    info["ready"] = json!(p.ready.len());
+    info["provisioning"] = json!(p.pending.len());
+    info["active"] = json!(active);
+    info["activating"] = json!(0);
+    info["retiring"] = json!(0);
+    info["deleting"] = json!(false);
+    info
+}
+
+/// axum's `Json` rejection: plain-text 422 (h2).
+fn rejected(detail: &str) -> Response {
+    plain_text(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!("Failed to deserialize the JSON body into the target type: {detail}"),
+    )
+}
+
+fn bad_request(message: String) -> Response {
+    api_error(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
+}
+
+fn conflict(message: String) -> Response {
+    api_error(StatusCode::CONFLICT, "CONFLICT", message)
+}
+
+/// A body that is not a JSON object: axum's 422.
+fn not_an_object(bytes: &[u8], body: &Value) -> Option<Response> {
+    (!body.is_object()).then(|| {
+        plain_text(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "Failed to parse the request body as JSON: {}",
+                String::from_utf8_lossy(bytes)
+            ),
+        )
+    })
+}
+
+/// An optional whole-number field: absent or null is `None`; anything else not a u64 is 422.
+fn whole(body: &Value, key: &str) -> Result<Option<u64>, Box<Response>> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| Box::new(rejected(&format!("{key}: invalid type: {v}")))),
+    }
+}
+
+/// `POST /api/v1/pools` (a).
+fn create_pool(st: &mut FakeState, bytes: &[u8], body: &Value) -> Response {
+    if let Some(refused) = not_an_object(bytes, body) {
+        return refused;
+    }
+    // `golden` is an alias of `source` the spec does not list (h3).
+    let mut body = body.clone();
+    if let Some(golden) = body.as_object_mut().unwrap().remove("golden") {
+        if body.get("source").is_some() {
+            return rejected("duplicate field `source`");
+        }
+        body["source"] = golden;
+    }
+    if let Some(refused) = unknown_field("CreateForkPoolRequest", &body) {
+        return refused;
+    }
+    if let Some(missing) = ["name", "source", "desiredReady"]
+        .into_iter()
+        .find(|k| body.get(*k).is_none())
+    {
+        return rejected(&format!("missing field `{missing}`"));
+    }
+    let (Some(name), Some(source)) = (body["name"].as_str(), body["source"].as_str()) else {
+        return rejected("name, source: invalid type, expected a string");
+    };
+    let numbers = [
+        "desiredReady",
+        "leaseTtlSecs",
+        "readyTimeoutSecs",
+        "maxActive",
+    ]
+    .map(|k| whole(&body, k));
+    let [desired, ttl, ready_timeout, max_active] = match numbers {
+        [Ok(a), Ok(b), Ok(c), Ok(d)] => [a, b, c, d],
+        _ => {
+            return *numbers.into_iter().find_map(Result::err).unwrap();
+        }
+    };
+    let refusal = if name.is_empty() {
+        Some("pool name cannot be empty".to_owned())
+    } else {
+        name_refusal(name).map(|m| m.replace("machine name", "pool name"))
+    };
+    if let Some(message) = refusal {
+        return bad_request(message);
+    }
+    let desired = desired.unwrap_or(0);
+    if !(1..=256).contains(&desired) {
+        return bad_request("desiredReady must be between 1 and 256".to_owned());
+    }
+    if ttl.is_some_and(|t| !(30..=86_400).contains(&t)) {
+        return bad_request("lease TTL must be between 30 and 86400 seconds".to_owned());
+    }
+    if ready_timeout.is_some_and(|t| !(1..=3600).contains(&t)) {
+        return bad_request("readyTimeoutSecs must be between 1 and 3600".to_owned());
+    }
+    if max_active == Some(0) {
+        return bad_request("maxActive must be at least 1".to_owned());
+    }
+    let share_weights = body["shareWeights"] == json!(true);
+    if body["autoAdmission"] == json!(true) && !share_weights {
+        return bad_request("autoAdmission requires shareWeights".to_owned());
+    }
+    if st.pools.contains_key(name) {
+        return conflict(format!("fork pool '{name}' already exists"));
+    }
+    let Some(src) = st.machines.get(source) else {
+        return api_error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("machine '{source}' not found"),
+        );
+    };
+    if src["parentMachine"].is_string() {
+        return conflict("a fork clone cannot be used as a pool golden".to_owned());
+    }
+    if src["state"] != "running" {
+        return conflict(format!("golden machine '{source}' is not running"));
+    }
+    if share_weights && src["cuda"] != json!(true) {
+        return conflict(format!(
+            "golden machine '{source}' does not have CUDA enabled"
+        ));
+    }
+    let freeze = body["freezeSource"] == json!(true);
+    if freeze {
+        st.machines.get_mut(source).unwrap()["state"] = json!("frozen");
+    }
+    let mut info = json!({
+        "name": name, "source": source, "golden": source, "desiredReady": desired,
+        "freezeSource": freeze, "leaseTtlSecs": ttl.unwrap_or(300),
+        "autoAdmission": false, "shareWeights": share_weights, "createdAt": now_secs(st),
+    });
+    if let Some(max) = max_active {
+        info["maxActive"] = json!(max);
+    }
+    st.pools.insert(
+        name.to_owned(),
+        FakePool {
+            info,
+            ready: Vec::new(),
+            pending: Vec::new(),
+            keys: BTreeMap::new(),
+        },
+    );
+    top_up(st, name, false);
+    axum::Json(pool_info(st, name)).into_response()
+}
+
+/// Everything under `/api/v1/pools/{pool}` (c, d, e).
+fn pool_route(
+    st: &mut FakeState,
+    method: &str,
+    pool: &str,
+    rest: &[&str],
+    query: Option<&str>,
+    bytes: &[u8],
+    body: &Value,
+) -> Response {
+    // The body is read before the pool is looked for.
+    if method == "POST" && rest == ["leases"] {
+        if let Some(refused) = not_an_object(bytes, body) {
+            return refused;
+        }
+        if let Err(refused) = check_acquire(body) {
+            return *refused;
+        }
+    }
+    if method == "PUT" && rest == ["size"] {
+        if let Some(refused) =
+            not_an_object(bytes, body).or_else(|| unknown_field("ResizeForkPoolRequest", body))
+        {
+            return refused;
+        }
+        match whole(body, "desiredReady") {
+            Ok(Some(n)) if n > 256 => {
+                return bad_request("desiredReady must be at most 256".to_owned());
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return rejected("missing field `desiredReady`"),
+            Err(refused) => return *refused,
+        }
+    }
+    if !st.pools.contains_key(pool) {
+        return api_error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("fork pool '{pool}' not found"),
+        );
+    }
+    let lease_of = |st: &FakeState, id: &str| {
+        st.leases
+            .get(id)
+            .filter(|l| l.info["pool"] == pool)
+            .map(|l| l.info.clone())
+            .ok_or(id.to_owned())
+    };
+    let no_lease = |id: String| {
+        api_error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("fork lease '{id}' not found"),
+        )
+    };
+    match (method, rest) {
+        ("GET", []) => axum::Json(pool_info(st, pool)).into_response(),
+        ("DELETE", []) => {
+            let active = pool_info(st, pool)["active"] != 0;
+            if active && query_param(query, "force") != Some("true") {
+                return conflict(format!(
+                    "fork pool '{pool}' has active leases; complete them or use force=true"
+                ));
+            }
+            let ids: Vec<String> = st
+                .leases
+                .iter()
+                .filter(|(_, l)| l.info["pool"] == pool)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in ids {
+                let lease = st.leases.remove(&id).unwrap();
+                if lease.info["state"] == "active" {
+                    remove_worker(st, lease.info["machine"].as_str().unwrap());
+                }
+            }
+            for worker in st.pools.remove(pool).unwrap().ready {
+                remove_worker(st, &worker);
+            }
+            axum::Json(json!({ "deleted": pool })).into_response()
+        }
+        ("PUT", ["size"]) => {
+            let desired = body["desiredReady"].as_u64().unwrap();
+            let p = st.pools.get_mut(pool).unwrap();
+            p.info["desiredReady"] = json!(desired);
+            let desired = usize::try_from(desired).unwrap();
+            p.pending.truncate(desired.saturating_sub(p.ready.len()));
+            let surplus: Vec<String> = p.ready.iter().skip(desired).cloned().collect();
+            for worker in surplus {
+                remove_worker(st, &worker);
+            }
+            top_up(st, pool, true);
+            axum::Json(pool_info(st, pool)).into_response()
+        }
+        ("POST", ["leases"]) => acquire(st, pool, body),
+        ("GET", ["leases", id]) => match lease_of(st, id) {
+            Ok(info) => axum::Json(info).into_response(),
+            Err(id) => no_lease(id),
+        },
+        ("POST", ["leases", id, "heartbeat"]) => {
+            if let Err(id) = lease_of(st, id) {
+                return no_lease(id);
+            }
+            let now = now_secs(st);
+            let lease = st.leases.get_mut(*id).unwrap();
+            if lease.info["state"] != "active" {
+                return conflict(format!("fork lease '{id}' is no longer active"));
+            }
+            lease.info["expiresAt"] = json!(now + lease.ttl_secs);
+            axum::Json(lease.info.clone()).into_response()
+        }
+        ("POST", ["leases", id, "complete"]) => {
+            let info = match lease_of(st, id) {
+                Ok(info) => info,
+                Err(id) => return no_lease(id),
+            };
+            match info["state"].as_str().unwrap() {
+                "completed" => axum::Json(info).into_response(),
+                "active" => {
+                    let lease = st.leases.get_mut(*id).unwrap();
+                    lease.info["state"] = json!("completed");
+                    let info = lease.info.clone();
+                    remove_worker(st, info["machine"].as_str().unwrap());
+                    axum::Json(info).into_response()
+                }
+                other => conflict(format!("fork lease '{id}' is '{other}', not active")),
+            }
+        }
+        _ => api_error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("no route {method} /api/v1/pools/{pool}/{}", rest.join("/")),
+        ),
+    }
+}
+
+/// An acquire's body as the engine checks it before looking at the pool (c): unknown fields
+/// are ignored.
+fn check_acquire(body: &Value) -> Result<(), Box<Response>> {
+    let key = match body.get("idempotencyKey") {
+        None => return Err(Box::new(rejected("missing field `idempotencyKey`"))),
+        Some(Value::String(key)) => key,
+        Some(_) => {
+            return Err(Box::new(rejected(
+                "idempotencyKey: invalid type, expected a string",
+            )));
+        }
+    };
+    if key.is_empty() || key.len() > 256 || key.chars().any(char::is_control) {
+        return Err(Box::new(bad_request(
+            "idempotencyKey must be 1 to 256 bytes without control characters".to_owned(),
+        )));
+    }
+    if whole(body, "ttlSecs")?.is_some_and(|t| !(30..=86_400).contains(&t)) {
+        return Err(Box::new(bad_request(
+            "lease TTL must be between 30 and 86400 seconds".to_owned(),
+        )));
+    }
+    whole(body, "waitSecs")?;
+    for var in body["env"].as_array().into_iter().flatten() {
+        let var = var.as_str().unwrap_or_default();
+        let (key, value) = var.split_once('=').unwrap_or((var, ""));
+        let good_key = key
+            .chars()
+            .enumerate()
+            .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()))
+            && !key.is_empty();
+        if !good_key || !var.contains('=') || value.contains('\n') {
+            return Err(Box::new(bad_request(format!(
+                "config operation failed: fork env: invalid key '{key}'"
+            ))));
+        }
+    }
+    let files = body["files"].as_array().cloned().unwrap_or_default();
+    let mut total = 0;
+    for file in &files {
+        let path = file["path"].as_str().unwrap_or_default();
+        let data = file["dataBase64"]
+            .as_str()
+            .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok());
+        let bad_path = path.is_empty()
+            || path.starts_with('/')
+            || path.split('/').any(|c| c == ".." || c.is_empty());
+        let Some(data) = data.filter(|_| !bad_path) else {
+            return Err(Box::new(bad_request(format!(
+                "invalid fork lease file '{path}'"
+            ))));
+        };
+        total += data.len();
+    }
+    if files.len() > 32 || total > 1024 * 1024 {
+        return Err(Box::new(bad_request(
+            "fork lease files exceed 32 files or 1 MiB".to_owned(),
+        )));
+    }
+    Ok(())
+}
+
+/// `POST /api/v1/pools/{pool}/leases`, the body already checked (c).
+fn acquire(st: &mut FakeState, pool: &str, body: &Value) -> Response {
+    let key = body["idempotencyKey"].as_str().unwrap().to_owned();
+    let ttl = body["ttlSecs"]
+        .as_u64()
+        .or_else(|| st.pools[pool].info["leaseTtlSecs"].as_u64())
+        .unwrap_or(300);
+    let env: Vec<String> = body["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    let asked = json!({"env": env, "files": body["files"].as_array().cloned().unwrap_or_default(), "ttlSecs": ttl});
+    // A key is replayed whatever its lease's state now (h5).
+    if let Some((was, id)) = st.pools[pool].keys.get(&key) {
+        if *was != asked {
+            return conflict(
+                "idempotencyKey was already used with a different assignment, payload, or TTL"
+                    .to_owned(),
+            );
+        }
+        return axum::Json(st.leases[id].info.clone()).into_response();
+    }
+    let info = pool_info(st, pool);
+    if let Some(max) = info["maxActive"].as_u64()
+        && info["active"].as_u64() >= Some(max)
+    {
+        return conflict(format!(
+            "fork pool '{pool}' reached active lease limit ({max})"
+        ));
+    }
+    let p = st.pools.get_mut(pool).unwrap();
+    if p.ready.is_empty() {
+        return api_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            format!("fork pool '{pool}' has no clean worker ready"),
+        );
+    }
+    let worker = p.ready.remove(0);
+    let id = format!("lease-{:016x}", rand::random::<u64>());
+    p.keys.insert(key, (asked, id.clone()));
+    let machine = st.machines.get_mut(&worker).unwrap();
+    machine["forkpointHeld"] = json!(false);
+    machine["branchpointHeld"] = json!(false);
+    if !env.is_empty() {
+        st.lease_env.insert(worker.clone(), env);
+    }
+    // Files land under `/workspace` (`/storage/workspace` in the guest).
+    for file in body["files"].as_array().into_iter().flatten() {
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(file["dataBase64"].as_str().unwrap())
+            .unwrap();
+        let path = format!("workspace/{}", file["path"].as_str().unwrap());
+        st.files.insert((worker.clone(), path), data);
+    }
+    let now = now_secs(st);
+    let info = json!({
+        "id": id, "pool": pool, "machine": worker, "state": "active",
+        "createdAt": now, "expiresAt": now + ttl,
+    });
+    st.leases.insert(
+        id,
+        FakeLease {
+            info: info.clone(),
+            ttl_secs: ttl,
+        },
+    );
+    // Each acquire orders one replacement at once (d).
+    top_up(st, pool, true);
+    axum::Json(info).into_response()
+}
+
+/// An acquire with `waitSecs` blocks until the pool has a ready worker (or the key is a
+/// replay, or the pool is at its active limit, or gone), for up to that long (c); the lock is
+/// not held meanwhile.
+async fn wait_for_worker(
+    state: &Arc<Mutex<FakeState>>,
+    parts: &axum::http::request::Parts,
+    body: &Value,
+) {
+    let path = parts.uri.path();
+    let Some(pool) = path
+        .strip_prefix("/api/v1/pools/")
+        .and_then(|p| p.strip_suffix("/leases"))
+    else {
+        return;
+    };
+    let Some(wait) = body["waitSecs"].as_u64().filter(|w| *w > 0) else {
+        return;
+    };
+    if parts.method != Method::POST {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(wait);
+    loop {
+        let done = {
+            let mut st = state.lock().unwrap();
+            pools_tick(&mut st);
+            match st.pools.get(pool) {
+                None => true,
+                Some(p) => {
+                    let info = pool_info(&st, pool);
+                    let full = info["maxActive"]
+                        .as_u64()
+                        .is_some_and(|m| info["active"].as_u64() >= Some(m));
+                    !p.ready.is_empty()
+                        || full
+                        || body["idempotencyKey"]
+                            .as_str()
+                            .is_some_and(|k| p.keys.contains_key(k))
+                }
+            }
+        };
+        if done || tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// An exec body with the lease's env in front of the request's own (`ExecRequest.env` is
+/// `[{name, value}]`), as a leased worker's later execs see it (c).
+fn with_lease_env(st: &FakeState, machine: &str, body: &Value) -> Value {
+    let Some(vars) = st.lease_env.get(machine) else {
+        return body.clone();
+    };
+    let mut env: Vec<Value> = vars
+        .iter()
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some(json!({"name": k, "value": v}))
+        })
+        .collect();
+    env.extend(body["env"].as_array().cloned().unwrap_or_default());
+    let mut body = body.clone();
+    body["env"] = Value::Array(env);
+    body
 }

@@ -19,9 +19,10 @@ mod store;
 
 use rows::{Begun, Ended, JobEnd};
 pub use rows::{
-    JobRecord, RunDetail, RunSummary, STREAM_HEAD_BYTES, STREAM_TAIL_BYTES, StreamRecord,
-    TaskRecord,
+    JobRecord, KeyRecord, RunDetail, RunSummary, STREAM_HEAD_BYTES, STREAM_TAIL_BYTES,
+    StreamRecord, TaskRecord,
 };
+pub use store::KeyClaim;
 
 use crate::fleet::{Command, ExecOutput, ExecSpec, FleetKind};
 use crate::policy::error::{ToolError, ToolErrorKind};
@@ -96,6 +97,15 @@ enum Op {
     TaskEnded(String, &'static str),
     /// (fleet, engine, machine, destinations) the user allowed.
     EgressAllowed(Box<(&'static str, String, String, Vec<String>)>),
+    /// (run id, what it cost as JSON)
+    Usage(Box<(i64, String)>),
+    /// (UTC day, the account's period cost now): answered with the day's first reading.
+    DayMark(Box<(String, i64)>, tokio::sync::oneshot::Sender<i64>),
+    /// Answered once written (or found taken).
+    ClaimKey(Box<KeyRecord>, tokio::sync::oneshot::Sender<KeyClaim>),
+    /// (key, answer as JSON)
+    KeyAnswered(Box<(String, String)>),
+    KeyReleased(String),
     /// Answered once everything queued before it is committed.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -462,6 +472,53 @@ impl Ledger {
             .await
     }
 
+    /// What run `id` cost its machine (a JSON object), measured after it ended.
+    pub fn run_usage(&self, id: Option<i64>, usage: &impl serde::Serialize) {
+        if let (true, Some(id), Ok(usage)) = (self.on, id, serde_json::to_string(usage)) {
+            self.send(Op::Usage(Box::new((id, usage))));
+        }
+    }
+
+    /// The cloud account's period cost at the first reading of UTC day `day` (`total` when
+    /// this is it), shared by every process on this ledger; `None` without a ledger.
+    pub async fn day_mark(&self, day: &str, total: i64) -> Option<i64> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        if !self.on || !self.send(Op::DayMark(Box::new((day.to_owned(), total)), done)) {
+            return None;
+        }
+        answer.await.ok()
+    }
+
+    /// Claims an idempotency key for a call (see `crate::policy::idempotency`): `Claimed`, or
+    /// the call of the last day that holds it, or `Unrecorded` when no ledger keeps keys.
+    pub async fn claim_key(&self, claim: KeyRecord) -> KeyClaim {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        if !self.on || !self.send(Op::ClaimKey(Box::new(claim), done)) {
+            return KeyClaim::Unrecorded;
+        }
+        answer.await.unwrap_or(KeyClaim::Unrecorded)
+    }
+
+    /// The call that claimed `key` succeeded; a repeat within a day gets `answer`.
+    pub fn key_answered(&self, key: &str, answer: String) {
+        if self.on {
+            self.send(Op::KeyAnswered(Box::new((key.to_owned(), answer))));
+        }
+    }
+
+    /// The call that claimed `key` failed: a retry with it runs again.
+    pub fn key_released(&self, key: &str) {
+        if self.on {
+            self.send(Op::KeyReleased(key.to_owned()));
+        }
+    }
+
+    /// A key's record as written, by any process.
+    pub async fn key(&self, key: &str) -> Result<Option<KeyRecord>, LedgerError> {
+        let key = key.to_owned();
+        self.read(move |conn| store::key(conn, &key)).await
+    }
+
     /// Records an MCP task, so that a process after this one can say what became of it.
     pub fn task_created(&self, task: TaskRecord) {
         if self.on {
@@ -777,6 +834,11 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
                     Op::ClaimJobs(_, done) => {
                         let _ = done.send(Vec::new());
                     }
+                    Op::ClaimKey(_, done) => {
+                        let _ = done.send(KeyClaim::Unrecorded);
+                    }
+                    Op::DayMark(_, done) => drop(done),
+                    Op::KeyAnswered(_) | Op::KeyReleased(_) | Op::Usage(_) => {}
                     Op::End(_)
                     | Op::JobStarted(_)
                     | Op::JobEnded(_)
@@ -809,7 +871,16 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
         }
         let mut flushed = Vec::new();
         let mut claims = Vec::new();
-        let written = write_batch(&mut conn, batch, &mut flushed, &mut claims);
+        let mut key_claims = Vec::new();
+        let mut day_marks = Vec::new();
+        let written = write_batch(
+            &mut conn,
+            batch,
+            &mut flushed,
+            &mut claims,
+            &mut key_claims,
+            &mut day_marks,
+        );
         if let Err(e) = &written {
             let failures = shared.write_failures.fetch_add(1, Ordering::Relaxed) + 1;
             if failures.is_power_of_two() {
@@ -822,6 +893,19 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
         // Answered after the commit: a job is taken over only once its claim is written.
         for (jobs, done) in claims {
             let _ = done.send(jobs);
+        }
+        if written.is_ok() {
+            for (mark, done) in day_marks {
+                let _ = done.send(mark);
+            }
+        }
+        // A claim not committed was not made: the call runs unrecorded rather than twice.
+        for (claim, done) in key_claims {
+            let _ = done.send(if written.is_ok() {
+                claim
+            } else {
+                KeyClaim::Unrecorded
+            });
         }
     }
 }
@@ -856,6 +940,8 @@ fn write_batch(
     batch: Vec<Op>,
     flushed: &mut Vec<tokio::sync::oneshot::Sender<()>>,
     claims: &mut Vec<Claimed>,
+    key_claims: &mut Vec<(KeyClaim, tokio::sync::oneshot::Sender<KeyClaim>)>,
+    day_marks: &mut Vec<(i64, tokio::sync::oneshot::Sender<i64>)>,
 ) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     let mut first_error = None;
@@ -879,6 +965,15 @@ fn write_batch(
                 let (fleet, engine, machine, destinations) = *grant;
                 store::insert_grants(&tx, fleet, &engine, &machine, &destinations, now_ms())
             }
+            Op::ClaimKey(claim, done) => {
+                store::claim_key(&tx, &claim, now_ms()).map(|found| key_claims.push((found, done)))
+            }
+            Op::Usage(usage) => store::set_usage(&tx, usage.0, &usage.1),
+            Op::DayMark(reading, done) => store::day_mark(&tx, &reading.0, reading.1).map(|mark| {
+                day_marks.push((mark, done));
+            }),
+            Op::KeyAnswered(answered) => store::answer_key(&tx, &answered.0, &answered.1),
+            Op::KeyReleased(key) => store::release_key(&tx, &key),
             Op::Flush(done) => {
                 flushed.push(done);
                 Ok(())

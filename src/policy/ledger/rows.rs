@@ -95,6 +95,8 @@ pub struct RunDetail {
     pub error: Option<String>,
     pub stdout: Option<StreamRecord>,
     pub stderr: Option<StreamRecord>,
+    /// What the run cost its machine (JSON), when it was measured.
+    pub usage: Option<String>,
 }
 
 /// A run's start or end as RFC 3339 text.
@@ -156,6 +158,13 @@ impl RunDetail {
             map.insert("error".into(), json!(self.error));
             map.insert("stdout".into(), stream(&self.stdout));
             map.insert("stderr".into(), stream(&self.stderr));
+            map.insert(
+                "usage".into(),
+                self.usage
+                    .as_deref()
+                    .and_then(|u| serde_json::from_str(u).ok())
+                    .unwrap_or(Value::Null),
+            );
         }
         value
     }
@@ -202,4 +211,20 @@ pub struct TaskRecord {
     pub ttl_ms: i64,
     /// How it ended in its process (`completed`, `failed`, `cancelled`), if it did.
     pub outcome: Option<String>,
+}
+
+/// An idempotency key as the ledger keeps it: the call it names (tool and a fingerprint of its
+/// arguments, with the arguments as shown in a refusal), who runs it, and once it succeeded its
+/// answer, which a repeat of the call receives instead of running it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub key: String,
+    pub pid: u32,
+    pub tool: String,
+    pub fingerprint: String,
+    /// The arguments as a refusal names them (values an agent should not see again hidden).
+    pub arguments: String,
+    pub started_ms: i64,
+    /// The answer, as JSON, once the call succeeded; `None` while it runs.
+    pub answer: Option<String>,
 }

@@ -3,7 +3,7 @@
 //! `spawn_blocking` for reads.
 
 use super::rows::{
-    Begun, Ended, JobEnd, JobRecord, RunDetail, RunSummary, StreamRecord, TaskRecord,
+    Begun, Ended, JobEnd, JobRecord, KeyRecord, RunDetail, RunSummary, StreamRecord, TaskRecord,
 };
 use crate::fleet::FleetKind;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS runs (
     stderr_bytes INTEGER,
     stderr_dropped INTEGER,
     stderr_head TEXT,
-    stderr_tail TEXT
+    stderr_tail TEXT,
+    usage TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started_ms);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -74,6 +75,19 @@ CREATE TABLE IF NOT EXISTS tasks (
     ttl_ms INTEGER NOT NULL,
     outcome TEXT
 );
+CREATE TABLE IF NOT EXISTS spend_days (
+    day TEXT PRIMARY KEY,
+    period_total_micros INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    started_ms INTEGER NOT NULL,
+    answer TEXT
+);
 ";
 
 /// Opens (creating) the ledger for writing, in WAL mode, with its table.
@@ -97,7 +111,26 @@ fn open_wal(path: &Path) -> rusqlite::Result<Result<Connection, String>> {
     // In WAL mode NORMAL loses at most the last commits on a power cut, never the file.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.execute_batch(SCHEMA)?;
+    add_usage_column(&conn)?;
     Ok(Ok(conn))
+}
+
+/// A ledger written before runs kept their cost has no `usage` column: it is added, once.
+fn add_usage_column(conn: &Connection) -> rusqlite::Result<()> {
+    let has_it = conn
+        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'usage'")?
+        .exists([])?;
+    if !has_it {
+        conn.execute_batch("ALTER TABLE runs ADD COLUMN usage TEXT")?;
+    }
+    Ok(())
+}
+
+/// What a run cost its machine (JSON), once known.
+pub(super) fn set_usage(conn: &Connection, id: i64, usage: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE runs SET usage = ?2 WHERE id = ?1")?
+        .execute(params![id, usage])?;
+    Ok(())
 }
 
 pub(super) fn open_for_reading(path: &Path) -> rusqlite::Result<Connection> {
@@ -150,6 +183,10 @@ pub(super) fn prune(
     conn.execute("DELETE FROM jobs WHERE started_ms < ?1", [cutoff])?;
     conn.execute("DELETE FROM egress_grants WHERE granted_ms < ?1", [cutoff])?;
     conn.execute("DELETE FROM tasks WHERE created_ms + ttl_ms < ?1", [now_ms])?;
+    conn.execute(
+        "DELETE FROM idempotency_keys WHERE started_ms < ?1",
+        [now_ms.saturating_sub(KEY_LIFETIME_MS)],
+    )?;
     Ok(deleted)
 }
 
@@ -373,6 +410,97 @@ pub(super) fn task(conn: &Connection, id: &str) -> rusqlite::Result<Option<TaskR
     .optional()
 }
 
+/// How long a key names its call: a repeat after this runs as a new call.
+pub(super) const KEY_LIFETIME_MS: i64 = 24 * 3_600_000;
+
+/// What a claim of an idempotency key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyClaim {
+    /// The key was free (or its call older than a day, or one that failed): it is now this
+    /// call's.
+    Claimed,
+    /// Another call holds it: its record, running or answered.
+    Taken(KeyRecord),
+    /// The ledger cannot keep keys; the call runs on unrecorded.
+    Unrecorded,
+}
+
+/// Claims `claim.key` for `claim`'s call unless a call of the last day holds it. One statement
+/// decides, in the writer's transaction, so two processes sharing the file never both claim it.
+pub(super) fn claim_key(
+    conn: &Connection,
+    claim: &KeyRecord,
+    now_ms: i64,
+) -> rusqlite::Result<KeyClaim> {
+    conn.prepare_cached("DELETE FROM idempotency_keys WHERE key = ?1 AND started_ms < ?2")?
+        .execute(params![claim.key, now_ms.saturating_sub(KEY_LIFETIME_MS)])?;
+    let inserted = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO idempotency_keys (key, pid, tool, fingerprint, arguments, \
+             started_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            claim.key,
+            claim.pid,
+            claim.tool,
+            claim.fingerprint,
+            claim.arguments,
+            claim.started_ms
+        ])?;
+    if inserted == 1 {
+        return Ok(KeyClaim::Claimed);
+    }
+    Ok(key(conn, &claim.key)?.map_or(KeyClaim::Claimed, KeyClaim::Taken))
+}
+
+pub(super) fn key(conn: &Connection, key: &str) -> rusqlite::Result<Option<KeyRecord>> {
+    conn.prepare_cached(
+        "SELECT key, pid, tool, fingerprint, arguments, started_ms, answer \
+         FROM idempotency_keys WHERE key = ?1",
+    )?
+    .query_row([key], |row| {
+        Ok(KeyRecord {
+            key: row.get(0)?,
+            pid: row.get(1)?,
+            tool: row.get(2)?,
+            fingerprint: row.get(3)?,
+            arguments: row.get(4)?,
+            started_ms: row.get(5)?,
+            answer: row.get(6)?,
+        })
+    })
+    .optional()
+}
+
+/// The cloud account's period cost at the first reading of UTC day `day` by any process: this
+/// reading's `total` if it is the first.
+pub(super) fn day_mark(conn: &Connection, day: &str, total: i64) -> rusqlite::Result<i64> {
+    conn.prepare_cached("DELETE FROM spend_days WHERE day < ?1")?
+        .execute([day])?;
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO spend_days (day, period_total_micros) VALUES (?1, ?2)",
+    )?
+    .execute(params![day, total])?;
+    conn.prepare_cached("SELECT period_total_micros FROM spend_days WHERE day = ?1")?
+        .query_row([day], |row| row.get(0))
+}
+
+/// The call holding `key` in this process succeeded with `answer`.
+pub(super) fn answer_key(conn: &Connection, key: &str, answer: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE idempotency_keys SET answer = ?2 WHERE key = ?1 AND pid = ?3")?
+        .execute(params![key, answer, std::process::id()])?;
+    Ok(())
+}
+
+/// The call holding `key` in this process failed: the key is free for a retry.
+pub(super) fn release_key(conn: &Connection, key: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "DELETE FROM idempotency_keys WHERE key = ?1 AND pid = ?2 AND answer IS NULL",
+    )?
+    .execute(params![key, std::process::id()])?;
+    Ok(())
+}
+
 const SUMMARY_COLUMNS: &str = "id, tool, fleet, machine, command_kind, command, started_ms, \
      ended_ms, outcome, exit_code, timed_out, stdout_bytes, stderr_bytes";
 
@@ -416,7 +544,7 @@ pub(super) fn page(
 pub(super) fn one(conn: &Connection, id: i64) -> rusqlite::Result<Option<RunDetail>> {
     conn.prepare_cached(&format!(
         "SELECT {SUMMARY_COLUMNS}, workdir, env_names, error, stdout_head, stdout_tail, \
-         stderr_head, stderr_tail, stdout_dropped, stderr_dropped FROM runs WHERE id = ?1"
+         stderr_head, stderr_tail, stdout_dropped, stderr_dropped, usage FROM runs WHERE id = ?1"
     ))?
     .query_row([id], |row| {
         let stream = |bytes: Option<i64>,
@@ -444,6 +572,7 @@ pub(super) fn one(conn: &Connection, id: i64) -> rusqlite::Result<Option<RunDeta
             row.get(21)?,
         );
         Ok(RunDetail {
+            usage: row.get(22)?,
             workdir: row.get(13)?,
             env_names: row.get(14)?,
             error: row.get(15)?,

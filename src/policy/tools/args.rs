@@ -417,7 +417,7 @@ tool_arguments! {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineBase {
-    /// OCI image, like python:3.12-alpine. {local:Omitted: the bundled Alpine, no registry needed.}{cloud: Required on cloud.}
+    /// OCI image, like python:3.12-alpine. {local:Omitted: the bundled Alpine (no registry).}{cloud: Required on cloud.}
     pub image: Option<String>,
     /// Virtual CPUs.
     #[schemars(range(min = 1, max = 64))]
@@ -425,7 +425,7 @@ pub struct MachineBase {
     /// Memory in MiB.
     #[schemars(range(min = 128, max = 262144))]
     pub memory_mb: Option<u32>,
-    /// The machine's egress (blocked by default).{local: ask: blocked; refused hosts go to the user, whose yes alone widens it.}
+    /// Egress (blocked by default).{local: ask: refused hosts go to the user, whose yes alone widens it.}
     pub network: Option<Network>,
     /// Host names it may reach (like pypi.org).
     pub allow_hosts: Option<Vec<String>>,
@@ -465,7 +465,7 @@ tool_arguments! {
         pub storage_gb: Option<u32>,
         /// {local:A machine (even deleted) whose user-allowed hosts this one gets too.}
         pub allow_hosts_from: Option<String>,
-        /// {local:Host directories (absolute source) mounted at target, at most 16, where the operator allows; read-only unless readonly: false and it allows writing.}
+        /// {local:Host directories (absolute source) mounted at target, at most 16, as the operator allows; read-only unless readonly: false is allowed.}
         pub mounts: Option<Vec<MountArg>>,
         /// {local:Size in GiB of the writable layer over the image.}
         #[schemars(range(min = 1, max = 16384))]
@@ -576,7 +576,7 @@ tool_arguments! {
         pub job: String,
         /// The last answer's cursor. Omitted: from the start.
         pub cursor: Option<String>,
-        /// Seconds to wait for the end first. Keep it under your tool-call timeout (often 60 s).
+        /// Seconds to wait for the end first; under your tool-call timeout (often 60 s).
         #[schemars(range(min = 0, max = 300))]
         pub wait_secs: Option<u64>,
     }

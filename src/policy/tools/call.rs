@@ -62,6 +62,15 @@ impl Drop for Call<'_> {
     }
 }
 
+fn limit(message: String) -> ToolError {
+    ToolError::new(ToolErrorKind::LimitReached, message)
+}
+
+/// Micros as dollars, the way a person reads them ($0.0418 for 41,800).
+fn dollars(micros: i64) -> String {
+    format!("${:.4} ({micros} micros)", micros as f64 / 1_000_000.0)
+}
+
 pub(super) fn random_hex() -> String {
     format!("{:08x}", rand::random::<u32>())
 }
@@ -249,13 +258,156 @@ impl<'a> Call<'a> {
                 .as_deref()
                 .unwrap_or("the engine's bundled Alpine root file system")
         );
-        self.progress
+        let machine = self
+            .progress
             .during(
                 &waiting_for,
                 None,
                 Box::pin(self.cancellable(fleet.create(spec))),
             )
+            .await?;
+        self.made(fleet.kind(), &machine.id);
+        Ok(machine)
+    }
+
+    /// A machine of the operator's warm pool that holds what `spec` asks for, leased: `None`
+    /// when no pool holds it, none is set up yet, or none has a machine ready (the caller then
+    /// makes it cold). Only the local engine keeps pools.
+    pub async fn lease_warm(
+        &self,
+        fleet: &Fleet,
+        spec: &CreateSpec,
+    ) -> Option<(String, crate::fleet::PoolLease)> {
+        if fleet.kind() != FleetKind::Local {
+            return None;
+        }
+        let pool = self.process().pools.matching(spec)?.clone();
+        match self
+            .cancellable(fleet.lease(&pool.engine_pool(), &spec.env))
             .await
+        {
+            Ok(lease) => {
+                self.made(fleet.kind(), &lease.machine);
+                Some((pool.name, lease))
+            }
+            Err(e) => {
+                tracing::info!(pool = %pool.name, error = %e.message, "no warm machine to lease; making one cold");
+                None
+            }
+        }
+    }
+
+    /// Counts `id` as made by this call's session (`maxMachinesPerSession`).
+    pub fn made(&self, fleet: FleetKind, id: &str) {
+        self.process().made.made(self.session, fleet, id);
+    }
+
+    /// Before anything is sent to make a machine: the operator's limits on machines (this
+    /// session's that still exist, and the fleet's in all) and, on cloud, on spend. Refused
+    /// with the limit, the count and the setting that raises it.
+    pub async fn admit_machine(&self, fleet: &Fleet) -> Result<(), ToolError> {
+        let config = self.config();
+        let (per_session, in_all) = (config.max_machines_per_session, config.max_machines);
+        let kind = fleet.kind();
+        // The fleet is listed only when a limit needs it: for the limit in all, and for this
+        // session's only near it (a machine deleted behind the server's back still counts in
+        // what the session made until a list shows it gone).
+        let mut listed: Option<Vec<Machine>> = None;
+        if in_all > 0 {
+            let machines = self.cancellable(fleet.list()).await?;
+            if machines.len() >= in_all {
+                return Err(limit(format!(
+                    "the {} fleet holds {} machines and this server allows {in_all} in all \
+                     (maxMachines): delete one (delete-machine; list-machines shows them) first",
+                    kind.as_str(),
+                    machines.len()
+                )));
+            }
+            listed = Some(machines);
+        }
+        if per_session > 0 {
+            let made = self.process().made.of(self.session);
+            let mine = |machines: Option<&Vec<Machine>>| {
+                made.machines
+                    .iter()
+                    .filter(|(k, id)| {
+                        *k == kind && machines.is_none_or(|ms| ms.iter().any(|m| m.id == *id))
+                    })
+                    .count()
+            };
+            let mut count = mine(listed.as_ref());
+            if count >= per_session && listed.is_none() {
+                let machines = self.cancellable(fleet.list()).await?;
+                count = mine(Some(&machines));
+            }
+            if count >= per_session {
+                return Err(limit(format!(
+                    "this session has made {count} machines that still exist and this server \
+                     allows {per_session} a session (maxMachinesPerSession): delete one \
+                     (delete-machine) or reuse one (run-command) first"
+                )));
+            }
+        }
+        self.admit_spend(fleet).await
+    }
+
+    /// Before a create or a command on cloud: the operator's spend ceilings, per session (what
+    /// the cloud machines this session made have cost, by the cloud's usage figures) and per UTC
+    /// day (the growth of the account's period cost since the day's first reading).
+    pub async fn admit_spend(&self, fleet: &Fleet) -> Result<(), ToolError> {
+        let config = self.config();
+        let (per_session, per_day) = (
+            config.cloud_spend_per_session_micros,
+            config.cloud_spend_per_day_micros,
+        );
+        if fleet.kind() != FleetKind::Cloud || (per_session == 0 && per_day == 0) {
+            return Ok(());
+        }
+        if per_session > 0 {
+            let made = self.process().made.of(self.session);
+            let costs = futures::future::join_all(
+                made.machines
+                    .iter()
+                    .filter(|(kind, _)| *kind == FleetKind::Cloud)
+                    .map(|(_, id)| fleet.consumption(id)),
+            )
+            .await;
+            let live: i64 = costs
+                .into_iter()
+                .filter_map(|c| c.ok().and_then(|c| c.cost_micros))
+                .sum();
+            let spent = live.saturating_add(made.settled_micros);
+            if u64::try_from(spent).unwrap_or(0) >= per_session {
+                return Err(limit(format!(
+                    "the cloud machines this session made have cost {} (the cloud's usage                      figures) and this server allows {} a session                      (cloudSpendPerSessionMicros): nothing more is made or run on cloud in this                      session",
+                    dollars(spent),
+                    dollars(i64::try_from(per_session).unwrap_or(i64::MAX))
+                )));
+            }
+        }
+        if per_day > 0
+            && let Some(Ok(cloud)) = self.process().cloud()
+        {
+            let account = self.cancellable(cloud.account()).await?;
+            let total = account.period_total_micros.unwrap_or(0);
+            let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
+            let mark = self
+                .policy
+                .ledger
+                .day_mark(&day, total)
+                .await
+                .unwrap_or(total);
+            // A new billing period started today: the total restarted from zero.
+            let spent = if total >= mark { total - mark } else { total };
+            if u64::try_from(spent).unwrap_or(0) >= per_day {
+                return Err(limit(format!(
+                    "the cloud account has spent {} today (UTC, by its period cost) and this                      server allows {} a day (cloudSpendPerDayMicros): nothing more is made or                      run on cloud until tomorrow (UTC)",
+                    dollars(spent),
+                    dollars(i64::try_from(per_day).unwrap_or(i64::MAX))
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Starts a machine, telling the client what it waits for: on the local fleet the first
@@ -378,8 +530,9 @@ impl<'a> Call<'a> {
     ) -> Result<(), ToolError> {
         let kind = fleet.kind();
         match tokio::time::timeout(CLEANUP_DEADLINE, fleet.delete(id)).await {
-            Ok(Ok(_)) => {
+            Ok(Ok(deleted)) => {
                 self.process().forget(kind, name);
+                self.process().made.deleted(kind, id, deleted.usage_micros);
                 Ok(())
             }
             Ok(Err(e)) if e.kind == ErrorKind::NotFound => {

@@ -11,7 +11,57 @@ use crate::fleet::{ExecOutput, ExecSpec, FleetKind};
 use crate::policy::jobs::guest;
 use crate::policy::ledger::RunStart;
 use crate::policy::output::head_tail;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long reading a machine's consumption may hold up a run's answer; past it the run's cost
+/// goes unreported rather than the answer late.
+const CONSUMPTION_WAIT: Duration = Duration::from_secs(5);
+
+/// The machine's consumption now, or `None` when its fleet does not say in time: a run's cost
+/// is worth a request, not a failed run.
+async fn consumption(
+    fleet: &crate::fleet::Fleet,
+    machine: &str,
+) -> Option<crate::fleet::Consumption> {
+    match tokio::time::timeout(CONSUMPTION_WAIT, fleet.consumption(machine)).await {
+        Ok(Ok(now)) => Some(now),
+        Ok(Err(e)) => {
+            tracing::debug!(%machine, error = %e, "no consumption figures for the run's cost");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Reads the machine's consumption as its command is sent: beside the exec rather than a round
+/// trip ahead of it (on the nested engine a machine's record takes about 55 ms to read, an exec
+/// of `true` 180 ms). The engine answers it before the command can have used much (an exec
+/// reaches the guest agent over vsock first); the first milliseconds of a very short command may
+/// be missed, never another command's.
+fn consumption_beside(
+    fleet: &crate::fleet::Fleet,
+    machine: &str,
+) -> tokio::task::JoinHandle<Option<crate::fleet::Consumption>> {
+    let (fleet, machine) = (fleet.clone(), machine.to_owned());
+    tokio::spawn(async move { consumption(&fleet, &machine).await })
+}
+
+/// What the run cost, from the reading taken before it and one taken now; kept in the ledger.
+async fn run_cost(
+    call: &Call<'_>,
+    fleet: &crate::fleet::Fleet,
+    machine: &str,
+    before: tokio::task::JoinHandle<Option<crate::fleet::Consumption>>,
+    run_id: Option<i64>,
+) -> Option<results::RunCost> {
+    let after = consumption(fleet, machine).await;
+    let before = before.await.ok().flatten();
+    let cost = results::RunCost::between(before.as_ref(), after.as_ref());
+    if let Some(cost) = &cost {
+        call.policy.ledger.run_usage(run_id, cost);
+    }
+    cost
+}
 
 /// Kills, in the guest, the command of a cancelled call and its children (they carry its
 /// marker). Best effort, in the background: the call has already ended, and an image without
@@ -125,6 +175,7 @@ pub(super) async fn run_command(
         ));
     }
     let spec = exec_spec(&a.run, TimeoutRule::background(call.config()))?;
+    call.admit_spend(&call.fleet(a.target).await?).await?;
     super::jobs::start(call, &a, spec)
         .await
         .map(results::RunCommandAnswer::Started)
@@ -136,6 +187,7 @@ async fn run_foreground(
 ) -> Result<results::CommandRun, ToolError> {
     let mut spec = exec_spec(&a.run, TimeoutRule::foreground(call.config()))?;
     let fleet = call.fleet(a.target).await?;
+    call.admit_spend(&fleet).await?;
     // A machine this server has seen is not asked for again before each command (a request
     // per command: +120-150 ms on the nested engine). Its network says whether to watch the
     // egress; whether it runs is left to the exec, sent without autoStart: a machine that is
@@ -163,6 +215,7 @@ async fn run_foreground(
         Some(watch) => Some(watch.with_baseline(&fleet, &a.name).await),
         None => None,
     };
+    let before = consumption_beside(&fleet, &a.name);
     let began = Instant::now();
     let run = call.policy.ledger.begin(RunStart::new(
         Tool::RunCommand.name(),
@@ -170,6 +223,7 @@ async fn run_foreground(
         &a.name,
         &spec,
     ));
+    let run_id = run.id();
     // Neither engine can cancel an exec: dropping the request leaves the command running in the
     // guest. Every command carries a marker in its environment (children inherit it), so that a
     // cancelled one, and whatever it started, can be found and killed by a second exec.
@@ -208,6 +262,7 @@ async fn run_foreground(
     let (output, sent) = output;
     let timed_out = output.timed_out(sent.elapsed(), spec.timeout_secs);
     run.exited(&output, timed_out);
+    let usage = run_cost(call, &fleet, &a.name, before, run_id).await;
     let failed = output.exit_code != 0 || timed_out;
     let blocked_egress = refused_during(watch, call, &fleet, &a.name, failed).await;
     let egress_answer = match &blocked_egress {
@@ -259,6 +314,7 @@ async fn run_foreground(
         started_machine,
         blocked_egress,
         egress_answer,
+        usage,
     })
 }
 
@@ -283,24 +339,35 @@ pub(super) async fn run_once(
         super::credentials::apply(call, kind, a.machine.credentials.as_deref(), &mut spec)?;
     let fleet = call.fleet(a.target).await?;
     require_image(fleet.kind(), &spec)?;
+    call.admit_machine(&fleet).await?;
+    let warm = call.lease_warm(&fleet, &spec).await;
+    let (name, pool) = match &warm {
+        Some((pool, lease)) => (lease.machine.clone(), Some(pool.clone())),
+        None => (name, None),
+    };
     let mut machine = Provisional::begin(call, &fleet, &name, true)?;
     let result = async {
-        let created = call
-            .create_reported(&fleet, &spec)
-            .await
-            .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
-        machine.created(&created.id);
-        if fleet.kind() == FleetKind::Local {
-            call.process().credentials.bind(machine.id(), &bindings);
+        if warm.is_some() {
+            machine.created(&name);
+        } else {
+            let created = call
+                .create_reported(&fleet, &spec)
+                .await
+                .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
+            machine.created(&created.id);
+            if fleet.kind() == FleetKind::Local {
+                call.process().credentials.bind(machine.id(), &bindings);
+            }
+            call.start_reported(&fleet, machine.id(), Some(false), spec.image.as_deref())
+                .await
+                .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
+            call.wait_ready(&fleet, machine.id()).await?;
         }
-        call.start_reported(&fleet, machine.id(), Some(false), spec.image.as_deref())
-            .await
-            .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
-        call.wait_ready(&fleet, machine.id()).await?;
         let watch = match EgressWatch::begin(fleet.kind(), &spec.egress) {
             Some(watch) => Some(watch.with_baseline(&fleet, machine.id()).await),
             None => None,
         };
+        let before = consumption_beside(&fleet, machine.id());
         let began = Instant::now();
         let run = call.policy.ledger.begin(RunStart::new(
             Tool::RunOnce.name(),
@@ -308,6 +375,7 @@ pub(super) async fn run_once(
             &name,
             &exec,
         ));
+        let run_id = run.id();
         let output = match call
             .cancellable(super::streamed::exec(call, &fleet, machine.id(), &exec))
             .await
@@ -322,9 +390,10 @@ pub(super) async fn run_once(
         let timed_out = output.timed_out(elapsed, exec.timeout_secs);
         run.exited(&output, timed_out);
         // Asked before the machine goes: the engine's record of it goes with it.
+        let usage = run_cost(call, &fleet, machine.id(), before, run_id).await;
         let failed = output.exit_code != 0 || timed_out;
         let blocked_egress = refused_during(watch, call, &fleet, machine.id(), failed).await;
-        Ok::<_, ToolError>((output, elapsed, blocked_egress))
+        Ok::<_, ToolError>((output, elapsed, blocked_egress, usage))
     }
     .await;
     // Whatever happened, the machine goes (a cancelled call included).
@@ -334,7 +403,7 @@ pub(super) async fn run_once(
     if let Err(e) = machine.abandon().await {
         tracing::warn!(machine = %name, error = %e.message, "run-once could not delete its machine; it stays recorded for the session's clean-up");
     }
-    let (output, elapsed, blocked_egress) = result?;
+    let (output, elapsed, blocked_egress, usage) = result?;
     let shaped = shape(&output, config.max_output_bytes);
     Ok(results::RunOnce {
         truncated: shaped.truncated,
@@ -343,6 +412,8 @@ pub(super) async fn run_once(
         stderr: shaped.stderr.text,
         exit_code: output.exit_code,
         machine: name,
+        pool,
         blocked_egress,
+        usage,
     })
 }

@@ -375,6 +375,22 @@ pub(super) async fn create_machine(
     // The fleet is chosen (and the local serve started) only once the arguments are known good.
     let fleet = call.fleet(a.target).await?;
     require_image(fleet.kind(), &spec)?;
+    call.admit_machine(&fleet).await?;
+    // An unnamed machine may come warm: its name is then the pool's (the engine names them).
+    if !named_by_caller
+        && a.start != Some(false)
+        && let Some((pool, lease)) = call.lease_warm(&fleet, &spec).await
+    {
+        let mut provisional = Provisional::begin(call, &fleet, &lease.machine, true)?;
+        provisional.created(&lease.machine);
+        let machine = call.cancellable(fleet.get(&lease.machine)).await?;
+        return Ok(results::Created {
+            machine,
+            ephemeral: true,
+            ready: true,
+            pool: Some(pool),
+        });
+    }
     let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral)?;
     let machine = match call.create_reported(&fleet, &spec).await {
         Ok(m) => m,
@@ -400,6 +416,7 @@ pub(super) async fn create_machine(
             machine,
             ephemeral,
             ready: false,
+            pool: None,
         });
     }
     let started = async {
@@ -420,6 +437,7 @@ pub(super) async fn create_machine(
             machine: m,
             ephemeral,
             ready: true,
+            pool: None,
         }),
         Err(e) => {
             let mut e = with_egress_hint(e, &spec, Tool::CreateMachine);
@@ -520,6 +538,11 @@ pub(super) async fn delete_machine(
     args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
     let deleted = call.cancellable(fleet.delete(&a.name)).await?;
+    let made = &call.process().made;
+    made.deleted(fleet.kind(), &a.name, deleted.usage_micros);
+    if deleted.deleted != a.name {
+        made.deleted(fleet.kind(), &deleted.deleted, deleted.usage_micros);
+    }
     if fleet.kind() == FleetKind::Local {
         call.process().credentials.forget_machine(&a.name);
     }
@@ -538,6 +561,7 @@ pub(super) async fn branch_machine(
     args::machine_name("childName", &a.child_name)?;
     let fleet = call.fleet(a.target).await?;
     let ephemeral = a.child_name.starts_with(&call.config().machine_prefix);
+    call.admit_machine(&fleet).await?;
     let mut provisional =
         Provisional::begin_child(call, &fleet, &a.child_name, ephemeral, Some(&a.name))?;
     let waiting_for = format!("waiting for the branch {} of {}", a.child_name, a.name);
@@ -572,6 +596,7 @@ pub(super) async fn branch_machine(
         }
     };
     provisional.created(&child.id);
+    call.made(fleet.kind(), &child.id);
     if fleet.kind() == FleetKind::Local {
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
         // values under the child's own name), so its next boots get the source's values.

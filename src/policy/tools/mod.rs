@@ -29,6 +29,7 @@ pub use call::Scope;
 pub use tool::Tool;
 
 use crate::policy::Policy;
+use crate::policy::idempotency;
 use crate::policy::jobs::SessionHoldRef;
 use crate::policy::progress::Progress;
 use crate::process::Mode;
@@ -50,9 +51,10 @@ macro_rules! run_table {
         /// The input schema of `tool`, with `target` as an optional property (the catalog adapts
         /// it to the mode).
         fn input_schema(tool: Tool) -> rmcp::model::JsonObject {
-            match tool {
+            let input = match tool {
                 $(Tool::$variant => schema::input::<$args>(),)+
-            }
+            };
+            schema::with_idempotency_key(tool, input)
         }
 
         /// The output schema of `tool`.
@@ -240,8 +242,58 @@ pub struct Caller<'a> {
     pub prior_answer: Option<crate::policy::consent::PriorAnswer>,
 }
 
-/// Runs one tool call to its structured result or its tool error.
+/// Runs one tool call to its structured result or its tool error. A call with an
+/// `idempotencyKey` runs once per key (`crate::policy::idempotency`): detached from its request,
+/// so that a repeat after the client gave up can have its answer.
 pub async fn call(
+    policy: &Arc<Policy>,
+    caller: Caller<'_>,
+    tool: Tool,
+    mut args: Value,
+) -> Result<results::Answer, ToolError> {
+    let key = if tool.changes_machines() {
+        idempotency::take_key(&mut args)?
+    } else {
+        None
+    };
+    let Some(key) = key else {
+        return call_now(policy, caller, tool, args).await;
+    };
+    let described = idempotency::describe(tool.name(), &args);
+    let caller_ct = caller.ct.clone();
+    let owner = caller.owner.to_owned();
+    let (scope, progress, session_hold, consent, prior_answer) = (
+        caller.scope,
+        caller.progress,
+        caller.session_hold,
+        caller.consent,
+        caller.prior_answer,
+    );
+    let detached_policy = policy.clone();
+    let work = async move {
+        let caller = Caller {
+            owner: &owner,
+            scope,
+            // The request's cancellation ends only its wait (idempotency::Keys::once); the
+            // work ends as the tool's own deadlines say.
+            ct: tokio_util::sync::CancellationToken::new(),
+            progress,
+            session_hold,
+            consent,
+            prior_answer,
+        };
+        let answer = call_now(&detached_policy, caller, tool, args).await?;
+        serde_json::to_value(&answer)
+            .map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))
+    };
+    let kept = policy
+        .keys
+        .once(&policy.ledger, key, described, caller_ct, work)
+        .await?;
+    serde_json::from_value(kept).map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))
+}
+
+async fn call_now(
     policy: &Arc<Policy>,
     caller: Caller<'_>,
     tool: Tool,

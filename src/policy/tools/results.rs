@@ -5,10 +5,13 @@ use crate::policy::error::{ToolError, ToolErrorKind};
 use schemars::JsonSchema;
 use serde::Serialize;
 
+// A field skipped when `None` is absent from an answer, never null: its schema is the inner
+// type's (`schemars(with)`), without a null branch that would cost the catalog bytes for nothing.
+
 /// A tool's answer: the structured result and, for a page of a file, the page itself, which
 /// travels once, as a content block of its own, rather than inside the structured result and
 /// again in the text block that repeats it for clients without structured content.
-#[derive(Debug)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Answer {
     pub structured: serde_json::Value,
     pub page: Option<String>,
@@ -73,6 +76,10 @@ pub struct Created {
     pub ephemeral: bool,
     /// It runs commands.
     pub ready: bool,
+    /// The warm pool it came from, booted ahead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub pool: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -112,10 +119,72 @@ pub struct CommandRun {
     pub started_machine: bool,
     /// {local:When a command with restricted egress failed: what the engine refused meanwhile (ask for it in allowHosts or allowCidrs).}
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Vec<BlockedEgress>")]
     pub blocked_egress: Option<Vec<BlockedEgress>>,
     /// {local:On a network ask machine: what the user said of the refused hosts.}
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "EgressAnswer")]
     pub egress_answer: Option<EgressAnswer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "RunCost")]
+    pub usage: Option<RunCost>,
+}
+
+/// What a run cost its machine: the change in the fleet's own figures from just before the
+/// command to just after it (so a background process it left running counts too).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunCost {
+    /// CPU time used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
+    pub cpu_millis: Option<i64>,
+    /// The higher of the machine's resident memory before and after, in MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
+    pub peak_rss_mb: Option<i64>,
+    /// Disk it wrote (or freed, if negative), in MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
+    pub disk_mb: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
+    pub egress_bytes: Option<i64>,
+    /// What the cloud reports it cost, in millionths of a dollar (a lower bound: it samples
+    /// every few minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
+    pub cost_micros: Option<i64>,
+}
+
+impl RunCost {
+    /// The cost between two readings; `None` when neither reports anything. A counter lower
+    /// after than before (the machine restarted meanwhile) counts from zero.
+    pub fn between(
+        before: Option<&crate::fleet::Consumption>,
+        after: Option<&crate::fleet::Consumption>,
+    ) -> Option<RunCost> {
+        let after = after?;
+        let counted = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (Some(after), Some(before)) if after >= before => Some(after - before),
+            (Some(after), _) => Some(after),
+            (None, _) => None,
+        };
+        let cost = RunCost {
+            cpu_millis: counted(after.cpu_millis, before.and_then(|b| b.cpu_millis)),
+            peak_rss_mb: after
+                .rss_mb
+                .max(before.and_then(|b| b.rss_mb))
+                .or(after.rss_mb),
+            disk_mb: match (after.disk_used_mb, before.and_then(|b| b.disk_used_mb)) {
+                (Some(a), Some(b)) => Some(a - b),
+                _ => None,
+            },
+            egress_bytes: counted(after.egress_bytes, before.and_then(|b| b.egress_bytes)),
+            cost_micros: counted(after.cost_micros, before.and_then(|b| b.cost_micros)),
+        };
+        (cost != RunCost::default()).then_some(cost)
+    }
 }
 
 /// What the user said when asked about the hosts a command was refused.
@@ -128,6 +197,7 @@ pub struct EgressAnswer {
     pub declined: Vec<String>,
     /// Why no one was asked, when no one was.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub not_asked: Option<String>,
 }
 
@@ -155,6 +225,7 @@ pub struct JobStarted {
     pub output_files: JobFiles,
     /// Its record: smol://runs/{run}.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
     pub run: Option<i64>,
     /// The stopped machine was started (and left running).
     pub started_machine: bool,
@@ -181,6 +252,7 @@ pub struct JobSummary {
     pub exit_code: Option<i32>,
     /// Why it is lost.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub reason: Option<String>,
     pub started_at: String,
     pub elapsed_secs: u64,
@@ -189,6 +261,7 @@ pub struct JobSummary {
     pub stderr_bytes: u64,
     pub output_files: JobFiles,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
     pub run: Option<i64>,
 }
 
@@ -208,6 +281,7 @@ pub struct JobReport {
     pub more: bool,
     /// Why no output could be read (the state still holds).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub output_unavailable: Option<String>,
 }
 
@@ -224,6 +298,7 @@ pub struct BlockedEgress {
     /// An address, or a name for resolve.
     pub host: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u16")]
     pub port: Option<u16>,
     /// connect (TCP), sendto (UDP) or resolve (a name outside allowHosts).
     pub operation: String,
@@ -241,8 +316,16 @@ pub struct RunOnce {
     pub truncated: bool,
     /// Already deleted.
     pub machine: String,
+    /// The warm pool the machine came from, booted ahead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub pool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "RunCost")]
+    pub usage: Option<RunCost>,
     /// {local:When a command with restricted egress failed: what the engine refused meanwhile (ask for it in allowHosts or allowCidrs).}
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Vec<BlockedEgress>")]
     pub blocked_egress: Option<Vec<BlockedEgress>>,
 }
 
@@ -295,5 +378,6 @@ pub struct Logs {
     pub gap: bool,
     /// Why there is nothing to read.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub note: Option<String>,
 }

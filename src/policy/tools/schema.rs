@@ -29,6 +29,26 @@ pub fn input<T: JsonSchema>() -> JsonObject {
     input
 }
 
+/// `input` with the optional `idempotencyKey` every creating or changing tool takes.
+pub fn with_idempotency_key(tool: Tool, mut input: JsonObject) -> JsonObject {
+    use crate::policy::idempotency::{KEY_ARGUMENT, KEY_DESCRIPTION};
+    if !tool.changes_machines() {
+        return input;
+    }
+    if let Some(Value::Object(props)) = input.get_mut("properties") {
+        props.insert(
+            KEY_ARGUMENT.into(),
+            // Its length and characters are checked with a refusal that says what is accepted
+            // (`idempotency::take_key`); the catalog spends no bytes on it ten times over.
+            serde_json::json!({
+                "type": "string",
+                "description": KEY_DESCRIPTION,
+            }),
+        );
+    }
+    input
+}
+
 /// The result's schema, trimmed of what only repeats: a result object's own description (the
 /// tool's description says what the result is) and the numeric bounds of fields this server
 /// fills itself. Field descriptions that say what a value means stay.
@@ -240,7 +260,12 @@ pub fn definition(
         annotations.idempotent_hint = hints.idempotent.then_some(true);
     }
     annotations.open_world_hint = (!hints.open_world).then_some(false);
-    let mut input = Value::Object(apply_mode(input, mode));
+    let mut input = apply_mode(input, mode);
+    // The server refuses an unknown argument by name whatever the listed schema says
+    // (`args::check_arguments`); the keyword's 29 bytes in every tool's schema bought the model
+    // nothing, and the catalog's bytes are spent on every turn.
+    input.remove("additionalProperties");
+    let mut input = Value::Object(input);
     fit_to_fleets(&mut input, mode);
     let mut output = Value::Object(output);
     refer_to_records(tool, &mut output);
@@ -273,15 +298,18 @@ pub fn refer_to_first_mention(tools: &mut [rmcp::model::Tool]) {
             continue;
         };
         for (arg, schema) in props.iter_mut() {
-            let Some(Value::String(text)) = schema.get_mut("description") else {
+            let Some(Value::String(text)) = schema.get("description") else {
                 continue;
             };
             if text.len() < WORTH_REFERRING {
                 continue;
             }
-            match first.iter().find(|(a, t, _)| a == arg && t == text) {
-                Some((_, _, owner)) => *text = format!("See {owner}."),
-                None => first.push((arg.clone(), text.clone(), name.clone())),
+            let Some((_, _, owner)) = first.iter().find(|(a, t, _)| a == arg && t == text) else {
+                first.push((arg.clone(), text.clone(), name.clone()));
+                continue;
+            };
+            if let Some(schema) = schema.as_object_mut() {
+                schema.insert("description".into(), Value::String(format!("See {owner}.")));
             }
         }
     }

@@ -83,17 +83,16 @@ tool_list! {
         title: "List machines",
         hints: READ_ONLY,
         changes_machines: false,
-        description: "List this fleet's machines. Use it to find one to reuse or see what still runs \
-             before creating another{cloud: (each costs money while it exists)}; for one known \
-             machine, get-machine.",
+        description: "List this fleet's machines: one to reuse, or what still runs before creating \
+             another{cloud: (each costs money while it exists)}. For one machine, get-machine.",
     }
     GetMachine => "get-machine" {
         title: "Get a machine",
         hints: READ_ONLY,
         changes_machines: false,
         description: "Report one machine's state (running, stopped, created...), size, egress and \
-             image{cloud:, and its url (ingress of its first published port)}. Use it to check a \
-             machine exists (else NOT_FOUND), runs, or that a start took.",
+             image{cloud:, and its url (ingress of its first published port)}: whether it exists \
+             (else NOT_FOUND), runs, or a start took.",
     }
     CreateMachine => "create-machine" {
         title: "Create a machine",
@@ -101,105 +100,98 @@ tool_list! {
         changes_machines: true,
         description: "Create a microVM and, unless start is false, boot it and wait until it runs \
              commands. Egress is blocked unless network, allowHosts or allowCidrs grant it. \
-             Unnamed or named mcp-..., it is ephemeral (gone at session end or unused a while); other names \
-             persist until delete-machine. {cloud:A cloud machine costs money while it exists. \
-             }For one command in a throwaway machine, run-once.",
+             Unnamed or mcp-...: ephemeral (gone at session end or unused a while); other names \
+             persist until delete-machine. {local:Unnamed, it may come booted from a warm pool \
+             (pool). }{cloud:Costs money while it exists. }Past the operator's limits: \
+             LIMIT_REACHED. For one command, run-once.",
     }
     StartMachine => "start-machine" {
         title: "Start a machine",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Start a stopped machine and wait until it runs commands: disk kept; memory, \
-             processes and /tmp start empty. Use it to boot ahead or set branchable; run-command, \
-             read-file and write-file start one anyway.{cloud: A running cloud machine bills for \
-             CPU and memory.}",
+             processes and /tmp start empty. To boot ahead or set branchable (the other tools \
+             start one anyway).{cloud: A running cloud machine bills for CPU and memory.}",
     }
     StopMachine => "stop-machine" {
         title: "Stop a machine",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Stop a running machine: processes, memory, /tmp and jobs end; the disk stays \
-             (mcp- ones still go at session end). Use it to pause{cloud: (a stopped cloud machine \
-             bills for disk only)}; start-machine resumes, delete-machine discards.",
+             (mcp- ones still go at session end). To pause{cloud: (then it bills for disk only)}; \
+             start-machine resumes.",
     }
     DeleteMachine => "delete-machine" {
         title: "Delete a machine",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Delete a machine, running or not, with its disk and jobs. Irreversible. \
-             {local:A branch source with children is refused: delete them first. }Ephemeral ones \
-             go at session end anyway. To keep the disk, stop-machine.{cloud: On cloud, \
-             usageMicros is what it cost, in millionths of a dollar.}",
+             {local:A branch source with children is refused: delete them first. }To keep the \
+             disk, stop-machine.{cloud: usageMicros: what it cost, in millionths of a dollar.}",
     }
     RunCommand => "run-command" {
         title: "Run a command",
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Run a command in an existing machine and wait for its end: stdout, stderr, \
-             exitCode (non-zero is a result, not an error). Each call is a new process: cd and \
-             export do not carry over; pass workdir and env. Long output keeps head and tail; the \
-             whole is saved in the machine (overflow). Starts a stopped machine. For builds, tests \
-             or installs that may outlast this call, pass background: true and follow it with \
-             job-output.",
+             exitCode (non-zero is a result, not an error), usage (what it cost the machine). \
+             Each call is a new process: pass workdir and env. Long output keeps head and tail, \
+             the whole saved in the machine (overflow). For work that may outlast this call, \
+             background: true, then job-output.",
     }
     JobOutput => "job-output" {
         title: "Read a job's output",
         hints: READ_ONLY,
         changes_machines: false,
         description: "Read a background job: state (running, exited, timedOut, cancelled, or lost \
-             with its machine), exitCode once ended, and output after the cursor you pass; pass \
-             back the returned one next (more: true: call again at once). waitSecs waits up to \
-             that long for the end.",
+             with its machine), exitCode once ended, and output after your cursor; pass the \
+             returned one next (more: true: call again at once).",
     }
     CancelJob => "cancel-job" {
         title: "Cancel a job",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
-        description: "Kill a hung or unneeded background job and every process it started \
-             (cancelled, exit 137); an ended one is left as is. Its output stays readable with \
-             job-output; the machine keeps running.",
+        description: "Kill a background job and every process it started (cancelled, exit 137); \
+             an ended one is left as is. Its output stays readable; the machine runs on.",
     }
     ListJobs => "list-jobs" {
         title: "List jobs",
         hints: READ_ONLY,
         changes_machines: false,
-        description: "List this server's background jobs, newest first: running ones \
-             and the last 100 ended. Use it to find a lost job id or see what runs before starting \
-             more.",
+        description: "List this server's background jobs, newest first: running ones and the last \
+             100 ended. To find a lost job id or see what runs.",
     }
     RunOnce => "run-once" {
         title: "Run in a throwaway machine",
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Run one command in a fresh machine deleted afterwards, whatever happens \
-             (timeout, cancellation); the result is run-command's, without overflow. For later \
-             calls on it or its files, background: true{local: or network ask}, use \
-             create-machine and run-command.",
+        description: "Run one command in a fresh machine{local: (or warm from a pool)} deleted \
+             afterwards, whatever happens; the result is run-command's without overflow. For later calls on \
+             it, background: true{local: or network ask}, use create-machine and run-command.",
     }
     ReadFile => "read-file" {
         title: "Read a file",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: false,
-        description: "Read a file from a machine a page at a time: the page is the answer's second content block; \
-             size, offset, bytes and eof place it. Continue from offset + bytes until eof. Also reads \
-             run-command's overflow and job outputFiles. Starts a stopped machine.",
+        description: "Read a file from a machine a page at a time: the page is the answer's second \
+             content block; size, offset, bytes and eof place it (go on from offset + bytes until \
+             eof). Also reads overflow and job outputFiles.",
     }
     WriteFile => "write-file" {
         title: "Write a file",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Write a whole file into a machine, creating parent directories, replacing any \
-             old one. Waits until the machine runs commands, so the next command sees it. Starts a \
-             stopped machine. Prefer it to echo in run-command.",
+             old one; the next command sees it. Prefer it to echo in run-command.",
     }
     BranchMachine => "branch-machine" {
         title: "Branch a machine",
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
         changes_machines: true,
         description: "Copy a running machine (memory, processes, disk) into a new child that goes on \
-             from there while the source runs on. Use it to try something risky or to fan out from \
-             a prepared machine. The source must be branchable (branchable: true at create{local:, \
-             or at start-machine}), else CONFLICT.",
+             from there while the source runs on: to try something risky or fan out from a \
+             prepared machine. The source must be branchable (at create{local: or start-machine}), \
+             else CONFLICT.",
     }
     MachineLogs => "machine-logs" {
         title: "Read a machine's log",
@@ -208,15 +200,15 @@ tool_list! {
         description: "Read a machine's log: the last lines, or what arrived since a previous cursor. \
              {local:By default what its workload printed, kept across restarts; source engine: the \
              boot and agent log. }{cloud:On cloud it is the control plane's event log: what \
-             happened to the machine. }Command output comes from run-command or job-output.",
+             happened to the machine. }Not command output (run-command, job-output).",
     }
     PullImage => "pull-image" {
         title: "Pull an image",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
-        description: "{local:Pull an OCI image into a running machine's own image store (no other \
-             machine shares it); a large pull can take minutes. Rarely needed: create-machine and \
-             run-once get their own image.}{cloud: Refused on cloud: the control plane pulls each machine's \
+        description: "{local:Pull an OCI image into a running machine's own image store (not \
+             shared); a large pull takes minutes. Rarely needed: create-machine and run-once get \
+             their own image.}{cloud: Refused on cloud: the control plane pulls each machine's \
              image at create.}",
     }
 }

@@ -1,0 +1,399 @@
+//! Idempotency keys: a call that creates or changes something, made again with the key it was
+//! first made with, answers with the first call's answer (or waits for it while it runs) and
+//! does nothing again; the same key with other arguments is refused, naming both calls.
+//!
+//! Why: a client that gives up waiting (its own timeout, a dropped connection) cannot know
+//! whether its create or its command happened; without a key its retry makes a second machine
+//! or runs the command twice. With a key, the work runs to its end whatever becomes of the
+//! request that started it, and any repeat within a day gets its answer.
+//!
+//! A key is claimed in the ledger before the work starts (one SQLite statement, so two
+//! processes sharing the file never both run it) and answered there when it succeeds; a failed
+//! call frees its key for a retry. A restarted process therefore honours the keys of the one
+//! before it. With the ledger off, repeats made while the first call runs still join it.
+
+use crate::policy::error::{ToolError, ToolErrorKind};
+use crate::policy::ledger::{KeyClaim, KeyRecord, Ledger};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// The argument every creating or changing tool takes.
+pub const KEY_ARGUMENT: &str = "idempotencyKey";
+/// What the catalog says of it (once, at its first tool; the others refer to it).
+pub const KEY_DESCRIPTION: &str = "Your unique id for this call (a UUID): a retry with it and the \
+     same arguments within 24 h does nothing again and returns the first answer. Runs on if \
+     cancelled.";
+pub const KEY_MAX_CHARS: usize = 128;
+/// How often a repeat checks on a first call that runs in another process.
+const POLL: Duration = Duration::from_millis(200);
+/// A shown argument value is cut to this many characters.
+const SHOWN_MAX_CHARS: usize = 60;
+/// Arguments whose values a refusal does not repeat: environment values may be secrets, and a
+/// file's content may be large.
+const HIDDEN_VALUES: &[&str] = &["env", "content"];
+
+/// The answer a keyed call gave (the tool's answer as JSON), or its error.
+pub type Outcome = Result<Value, ToolError>;
+
+/// The keyed calls running in this process, by key. Bounded by the calls themselves: an entry
+/// lives while its call runs.
+#[derive(Default)]
+pub struct Keys {
+    running: Mutex<HashMap<String, Running>>,
+}
+
+struct Running {
+    call: Described,
+    done: watch::Receiver<Option<Outcome>>,
+}
+
+/// A call as a key names it: its tool, a fingerprint of its arguments, and the arguments as a
+/// refusal shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    pub tool: String,
+    pub fingerprint: String,
+    pub shown: String,
+}
+
+/// Takes the key out of a call's arguments (the tool's own arguments are checked without it),
+/// checked: `None` when the call has none.
+pub fn take_key(args: &mut Value) -> Result<Option<String>, ToolError> {
+    let Some(given) = args.as_object_mut().and_then(|a| a.remove(KEY_ARGUMENT)) else {
+        return Ok(None);
+    };
+    let refuse = |why: &str| {
+        ToolError::argument(
+            KEY_ARGUMENT,
+            format!(
+                "{why}; give 1 to {KEY_MAX_CHARS} printable ASCII characters without spaces \
+                 (a UUID is a good key), or leave it out"
+            ),
+        )
+    };
+    let Value::String(key) = given else {
+        return Err(refuse("expected a string"));
+    };
+    if key.is_empty() || key.chars().count() > KEY_MAX_CHARS {
+        return Err(refuse(&format!("{} characters", key.chars().count())));
+    }
+    if !key.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(refuse(
+            "it holds a space, a control or a non-ASCII character",
+        ));
+    }
+    Ok(Some(key))
+}
+
+/// `tool`'s call with `args` (its key taken out) as a key names it.
+pub fn describe(tool: &'static str, args: &Value) -> Described {
+    let canonical = canonical(args);
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{tool}\n{canonical}").as_bytes(),
+    );
+    let fingerprint = digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Described {
+        tool: tool.to_owned(),
+        fingerprint,
+        shown: shown(args).to_string(),
+    }
+}
+
+/// JSON with every object's keys in order, so that the same arguments always print the same.
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::from(k.as_str()), canonical(&map[k])))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn shown(args: &Value) -> Value {
+    let Value::Object(map) = args else {
+        return Value::Null;
+    };
+    let mut out = serde_json::Map::new();
+    let mut names: Vec<&String> = map.keys().collect();
+    names.sort();
+    for name in names {
+        let value = &map[name];
+        let shown = if HIDDEN_VALUES.contains(&name.as_str()) {
+            match value {
+                Value::Object(vars) => Value::Object(
+                    vars.keys()
+                        .map(|k| (k.clone(), Value::from("(hidden)")))
+                        .collect(),
+                ),
+                _ => Value::from("(hidden)"),
+            }
+        } else {
+            let text = value.to_string();
+            if text.chars().count() > SHOWN_MAX_CHARS {
+                Value::from(format!(
+                    "{}...",
+                    text.chars().take(SHOWN_MAX_CHARS).collect::<String>()
+                ))
+            } else {
+                value.clone()
+            }
+        };
+        out.insert(name.clone(), shown);
+    }
+    Value::Object(out)
+}
+
+/// The refusal of a key already naming another call.
+fn mismatch(key: &str, first: &Described, first_ms: Option<i64>, this: &Described) -> ToolError {
+    let first_args: Value = serde_json::from_str(&first.shown).unwrap_or(Value::Null);
+    let this_args: Value = serde_json::from_str(&this.shown).unwrap_or(Value::Null);
+    let mut differ: Vec<String> = Vec::new();
+    if first.tool != this.tool {
+        differ.push("the tool".into());
+    }
+    if let (Value::Object(a), Value::Object(b)) = (&first_args, &this_args) {
+        let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+        names.sort();
+        names.dedup();
+        differ.extend(
+            names
+                .into_iter()
+                .filter(|n| a.get(*n) != b.get(*n))
+                .map(|n| n.to_string()),
+        );
+    }
+    if differ.is_empty() {
+        differ.push("a hidden value (env or content)".into());
+    }
+    let when = first_ms
+        .map(|ms| {
+            let secs = (chrono::Utc::now().timestamp_millis() - ms).max(0) / 1000;
+            format!(" {secs} s ago")
+        })
+        .unwrap_or_default();
+    ToolError::argument(
+        KEY_ARGUMENT,
+        format!(
+            "\"{key}\" already names another call, made{when}: {} {}; this call is {} {}. They \
+             differ in {}. A key names one call: use a new key for this one.",
+            first.tool,
+            first.shown,
+            this.tool,
+            this.shown,
+            differ.join(", ")
+        ),
+    )
+}
+
+impl Keys {
+    /// Runs `work` once for `key`: the first call with it runs `work` (to its end, even if
+    /// `caller_ct` is cancelled); a repeat with the same call waits for that and answers the
+    /// same; a call of another shape is refused. `caller_ct` ends only this caller's wait.
+    pub async fn once<W>(
+        self: &Arc<Self>,
+        ledger: &Ledger,
+        key: String,
+        call: Described,
+        caller_ct: CancellationToken,
+        work: W,
+    ) -> Outcome
+    where
+        W: Future<Output = Outcome> + Send + 'static,
+    {
+        let joined = {
+            let Ok(mut running) = self.running.lock() else {
+                return Err(ToolError::new(
+                    ToolErrorKind::Internal,
+                    "the idempotency keys' lock was poisoned",
+                ));
+            };
+            match running.get(&key) {
+                Some(first) if first.call != call => {
+                    return Err(mismatch(&key, &first.call, None, &call));
+                }
+                Some(first) => first.done.clone(),
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    running.insert(
+                        key.clone(),
+                        Running {
+                            call: call.clone(),
+                            done: rx.clone(),
+                        },
+                    );
+                    let keys = self.clone();
+                    let ledger = ledger.clone();
+                    tokio::spawn(async move {
+                        let outcome = lead(&ledger, &key, &call, work).await;
+                        if let Ok(mut running) = keys.running.lock() {
+                            running.remove(&key);
+                        }
+                        let _ = tx.send(Some(outcome));
+                    });
+                    rx
+                }
+            }
+        };
+        wait(joined, caller_ct).await
+    }
+}
+
+async fn wait(mut done: watch::Receiver<Option<Outcome>>, ct: CancellationToken) -> Outcome {
+    tokio::select! {
+        ended = done.wait_for(Option::is_some) => match ended {
+            Ok(outcome) => outcome.clone().unwrap_or_else(|| Err(lost())),
+            Err(_) => Err(lost()),
+        },
+        _ = ct.cancelled() => Err(ToolError::new(
+            ToolErrorKind::Cancelled,
+            "the client cancelled this call; the work its idempotencyKey names goes on, and a \
+             repeat with the same key and arguments answers with its result",
+        )),
+    }
+}
+
+fn lost() -> ToolError {
+    ToolError::new(
+        ToolErrorKind::Internal,
+        "the call this idempotencyKey names ended without an answer",
+    )
+}
+
+/// The first call in this process with a key: claims it in the ledger, then runs the work, or
+/// answers as the call that holds it (elsewhere, or before) did.
+async fn lead<W>(ledger: &Ledger, key: &str, call: &Described, work: W) -> Outcome
+where
+    W: Future<Output = Outcome>,
+{
+    let record = KeyRecord {
+        key: key.to_owned(),
+        pid: std::process::id(),
+        tool: call.tool.clone(),
+        fingerprint: call.fingerprint.clone(),
+        arguments: call.shown.clone(),
+        started_ms: chrono::Utc::now().timestamp_millis(),
+        answer: None,
+    };
+    loop {
+        match ledger.claim_key(record.clone()).await {
+            KeyClaim::Claimed | KeyClaim::Unrecorded => break,
+            KeyClaim::Taken(first) => {
+                if first.tool != call.tool || first.fingerprint != call.fingerprint {
+                    let first_call = Described {
+                        tool: first.tool.clone(),
+                        fingerprint: first.fingerprint.clone(),
+                        shown: first.arguments.clone(),
+                    };
+                    return Err(mismatch(key, &first_call, Some(first.started_ms), call));
+                }
+                if let Some(answer) = &first.answer {
+                    return serde_json::from_str(answer).map_err(|e| {
+                        ToolError::new(
+                            ToolErrorKind::Internal,
+                            format!("the answer kept for this idempotencyKey does not read: {e}"),
+                        )
+                    });
+                }
+                let me = std::process::id();
+                if first.pid != me && !crate::process::ephemeral::process_alive(first.pid) {
+                    return Err(ToolError::new(
+                        ToolErrorKind::Fleet(crate::fleet::ErrorKind::Conflict),
+                        format!(
+                            "the call idempotencyKey \"{key}\" names was cut off when its server \
+                             process ({}) ended, before it answered: whether it took effect is \
+                             unknown. Check (list-machines, get-machine, smol://runs), then \
+                             repeat it with a new key if it is still needed.",
+                            first.pid
+                        ),
+                    ));
+                }
+                // Another live process runs it: its answer (or its failure, which frees the
+                // key) shows in the ledger.
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+    let outcome = work.await;
+    match &outcome {
+        Ok(answer) => ledger.key_answered(key, answer.to_string()),
+        Err(_) => ledger.key_released(key),
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_key_is_taken_out_of_the_arguments_and_checked() {
+        let mut args = json!({"name": "m", "idempotencyKey": "k-1"});
+        assert_eq!(take_key(&mut args).unwrap().as_deref(), Some("k-1"));
+        assert_eq!(args, json!({"name": "m"}));
+        assert_eq!(take_key(&mut json!({"name": "m"})).unwrap(), None);
+        for bad in [
+            json!(""),
+            json!("has space"),
+            json!(7),
+            json!("x".repeat(129)),
+        ] {
+            let e = take_key(&mut json!({ "idempotencyKey": bad })).unwrap_err();
+            assert!(e.message.starts_with("idempotencyKey: "), "{}", e.message);
+            assert!(e.message.contains("UUID"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn the_same_arguments_in_any_order_are_the_same_call() {
+        let a = describe("run-command", &json!({"name": "m", "command": ["a", "b"]}));
+        let b = describe("run-command", &json!({"command": ["a", "b"], "name": "m"}));
+        assert_eq!(a, b);
+        let c = describe("run-command", &json!({"command": ["a"], "name": "m"}));
+        assert_ne!(a.fingerprint, c.fingerprint);
+        let d = describe("run-once", &json!({"name": "m", "command": ["a", "b"]}));
+        assert_ne!(a.fingerprint, d.fingerprint);
+    }
+
+    #[test]
+    fn a_refusal_names_both_calls_and_what_differs_but_no_hidden_value() {
+        let first = describe(
+            "run-command",
+            &json!({"name": "m", "command": "make", "env": {"TOKEN": "s3cret-value"}}),
+        );
+        let this = describe(
+            "run-command",
+            &json!({"name": "n", "command": "make", "env": {"TOKEN": "other-value"}}),
+        );
+        let e = mismatch("k", &first, None, &this);
+        assert!(e.message.contains(r#""name":"m""#), "{}", e.message);
+        assert!(e.message.contains(r#""name":"n""#), "{}", e.message);
+        assert!(e.message.contains("differ in name."), "{}", e.message);
+        assert!(!e.message.contains("s3cret") && !e.message.contains("other-value"));
+        let only_env = describe(
+            "run-command",
+            &json!({"name": "m", "command": "make", "env": {"TOKEN": "x"}}),
+        );
+        let e = mismatch("k", &first, None, &only_env);
+        assert!(e.message.contains("a hidden value"), "{}", e.message);
+    }
+}

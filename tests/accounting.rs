@@ -1,0 +1,202 @@
+//! What a run cost, and the operator's limits: run-command and run-once answer with the change
+//! in the engine's figures across the run (the fake counts each command as the engine's
+//! MachineInfo does, `CONSUMPTION_STEP`), and the ledger keeps it; a create past
+//! `maxMachinesPerSession` or `maxMachines`, and a create or command on cloud past a spend
+//! ceiling, is refused with LIMIT_REACHED, naming the setting, before anything is sent.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::fake_cloud::FakeCloud;
+use common::fake_serve::{CONSUMPTION_STEP, FakeServe};
+use common::mcp::Harness;
+use serde_json::{Value, json};
+
+fn step(field: &str) -> i64 {
+    CONSUMPTION_STEP
+        .iter()
+        .find(|(f, _)| *f == field)
+        .unwrap()
+        .1
+}
+
+fn creates_sent(requests: &[Value], path: &str) -> usize {
+    requests
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == path)
+        .count()
+}
+
+#[tokio::test]
+async fn a_run_answers_with_what_it_cost_and_the_ledger_keeps_it() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    h.ok(
+        "create-machine",
+        json!({"name": "meter", "network": "open"}),
+    )
+    .await;
+    // The machine has run commands before: only this run's share counts.
+    h.ok("run-command", json!({"name": "meter", "command": "true"}))
+        .await;
+    let ran = h
+        .ok("run-command", json!({"name": "meter", "command": "make"}))
+        .await;
+    let expected = json!({
+        "cpuMillis": step("cpuMillis"),
+        "peakRssMb": step("rssMb"),
+        "diskMb": step("diskUsedMb"),
+        "egressBytes": step("egressBytes"),
+    });
+    assert_eq!(ran["usage"], expected, "{ran}");
+
+    let page = h.resource("smol://runs").await;
+    let newest = &page["runs"][0];
+    assert_eq!(newest["command"], "make", "{page}");
+    let detail = h.resource(newest["uri"].as_str().unwrap()).await;
+    assert_eq!(detail["usage"], expected, "{detail}");
+
+    // Without a network the engine reports no egress figure: none is made up.
+    let once = h.ok("run-once", json!({"command": "make"})).await;
+    assert_eq!(once["usage"]["cpuMillis"], step("cpuMillis"), "{once}");
+    assert!(once["usage"].get("egressBytes").is_none(), "{once}");
+}
+
+#[tokio::test]
+async fn a_machine_past_the_session_limit_is_refused_before_anything_is_sent() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1"),
+    ])
+    .await;
+    // Made by someone else: not this session's.
+    fake.add_machine("theirs", "running");
+    h.ok("create-machine", json!({"name": "first"})).await;
+    fake.take_requests();
+    for (tool, args) in [
+        ("create-machine", json!({"name": "second"})),
+        ("run-once", json!({"command": "true"})),
+    ] {
+        let text = h.err(tool, args).await;
+        assert!(
+            text.starts_with("LIMIT_REACHED: ") && text.contains("maxMachinesPerSession"),
+            "{tool}: {text}"
+        );
+    }
+    let text = h
+        .err(
+            "branch-machine",
+            json!({"name": "first", "childName": "child"}),
+        )
+        .await;
+    assert!(text.contains("maxMachinesPerSession"), "{text}");
+    let sent = fake.take_requests();
+    assert_eq!(creates_sent(&sent, "/api/v1/machines"), 0, "{sent:?}");
+    assert!(
+        !sent
+            .iter()
+            .any(|r| r["path"].as_str().unwrap().contains("fork")),
+        "{sent:?}"
+    );
+    // Deleted, it no longer counts.
+    h.ok("delete-machine", json!({"name": "first"})).await;
+    h.ok("create-machine", json!({"name": "second"})).await;
+}
+
+#[tokio::test]
+async fn a_machine_past_the_fleet_limit_is_refused() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_MACHINES", "2"),
+    ])
+    .await;
+    fake.add_machine("theirs", "running");
+    h.ok("create-machine", json!({"name": "mine"})).await;
+    let text = h.err("create-machine", json!({"name": "more"})).await;
+    assert!(
+        text.starts_with("LIMIT_REACHED: ")
+            && text.contains("holds 2 machines")
+            && text.contains("maxMachines"),
+        "{text}"
+    );
+}
+
+async fn cloud_harness(cloud: &FakeCloud, ceiling: (&str, &str)) -> Harness {
+    let url = cloud.url();
+    Harness::start(&[
+        ("SMOL_CLOUD_URL", url.as_str()),
+        ("SMOL_CLOUD_TOKEN", common::fake_cloud::TOKEN),
+        ("SMOL_MCP_TARGETS", "cloud"),
+        ceiling,
+    ])
+    .await
+}
+
+/// The fake cloud's usage route answers 1812 micros for every machine.
+#[tokio::test]
+async fn cloud_work_past_the_session_spend_ceiling_is_refused() {
+    let cloud = FakeCloud::start().await;
+    let h = cloud_harness(&cloud, ("SMOL_MCP_CLOUD_SPEND_PER_SESSION_MICROS", "1812")).await;
+    let made = h
+        .ok(
+            "create-machine",
+            json!({"name": "spender", "image": "alpine"}),
+        )
+        .await;
+    let id = made["machine"]["id"].as_str().unwrap().to_owned();
+    cloud.take_requests();
+    let text = h
+        .err("create-machine", json!({"name": "more", "image": "alpine"}))
+        .await;
+    assert!(
+        text.starts_with("LIMIT_REACHED: ")
+            && text.contains("cloudSpendPerSessionMicros")
+            && text.contains("1812 micros"),
+        "{text}"
+    );
+    let text = h
+        .err("run-command", json!({"name": id, "command": "true"}))
+        .await;
+    assert!(text.contains("cloudSpendPerSessionMicros"), "{text}");
+    let sent = cloud.take_requests();
+    assert!(
+        !sent
+            .iter()
+            .any(|r| r["method"] == "POST" && r["path"] != "/v1/machines/usage"),
+        "nothing made or run: {sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn cloud_work_past_the_daily_spend_ceiling_is_refused() {
+    let cloud = FakeCloud::start().await;
+    let h = cloud_harness(&cloud, ("SMOL_MCP_CLOUD_SPEND_PER_DAY_MICROS", "1000")).await;
+    // The day's first reading (1810) is the mark: nothing spent yet today.
+    h.ok(
+        "create-machine",
+        json!({"name": "today", "image": "alpine"}),
+    )
+    .await;
+    cloud.with(|st| st.period_total_micros = Some(2500));
+    h.ok(
+        "create-machine",
+        json!({"name": "still", "image": "alpine"}),
+    )
+    .await;
+    cloud.with(|st| st.period_total_micros = Some(2810));
+    let text = h
+        .err("create-machine", json!({"name": "over", "image": "alpine"}))
+        .await;
+    assert!(
+        text.starts_with("LIMIT_REACHED: ")
+            && text.contains("cloudSpendPerDayMicros")
+            && text.contains("1000 micros"),
+        "{text}"
+    );
+}
