@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 const POOLS: &str = r#"[{"name": "py", "size": 1, "image": "python:3.12-alpine", "cpus": 1}]"#;
 
-async fn pool_ready(fake: &FakeServe) {
+async fn pool_ready(fake: &FakeServe, pool: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let ready = |fake: &FakeServe| {
-        fake.pool("smolmcp-py")
+        fake.pool(pool)
             .is_some_and(|p| p["ready"].as_i64() >= Some(1))
     };
     while !ready(fake) {
@@ -66,7 +66,7 @@ async fn a_matching_create_leases_a_warm_machine_and_delete_completes_it() {
     let url = fake.url();
     let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str()), ("SMOL_MCP_POOLS", POOLS)]).await;
     h.ok("list-machines", json!({})).await;
-    pool_ready(&fake).await;
+    pool_ready(&fake, "smolmcp-py").await;
     let listed = h.ok("list-machines", json!({})).await;
     assert_eq!(
         listed["machines"],
@@ -120,7 +120,7 @@ async fn a_matching_create_leases_a_warm_machine_and_delete_completes_it() {
         .await;
     assert!(named.get("pool").is_none(), "{named}");
 
-    pool_ready(&fake).await;
+    pool_ready(&fake, "smolmcp-py").await;
     let once = h
         .ok(
             "run-once",
@@ -152,7 +152,7 @@ async fn an_empty_pool_means_a_cold_machine() {
     let url = fake.url();
     let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str()), ("SMOL_MCP_POOLS", POOLS)]).await;
     h.ok("list-machines", json!({})).await;
-    pool_ready(&fake).await;
+    pool_ready(&fake, "smolmcp-py").await;
     fake.state.lock().unwrap().pool_fill_delay = Some(Duration::from_secs(60));
     let args = json!({"image": "python:3.12-alpine", "cpus": 1});
     let first = h.ok("create-machine", args.clone()).await;
@@ -191,4 +191,61 @@ fn a_pools_setting_it_cannot_use_is_refused_at_start() {
         .to_string();
         assert!(e.contains("pools") && e.contains(says), "{pools}: {e}");
     }
+}
+
+/// A pool of the operator's own prepared machine: the server restarts it branchable (it ran
+/// without), never freezes it, leases its clones for a create of its shape, and leaves it in
+/// place at the end.
+#[tokio::test]
+async fn a_pool_of_the_operators_machine_clones_it_and_leaves_it() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("prepared", "running");
+    let url = fake.url();
+    let pools = r#"[{"name": "prep", "size": 1, "source": "prepared"}]"#;
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str()), ("SMOL_MCP_POOLS", pools)]).await;
+    h.ok("list-machines", json!({})).await;
+    pool_ready(&fake, "smolmcp-prep").await;
+    let sent = fake.take_requests();
+    let path = |r: &Value| {
+        format!(
+            "{} {}",
+            r["method"].as_str().unwrap(),
+            r["path"].as_str().unwrap()
+        )
+    };
+    let stop = sent
+        .iter()
+        .position(|r| path(r) == "POST /api/v1/machines/prepared/stop");
+    let start = sent
+        .iter()
+        .position(|r| path(r) == "POST /api/v1/machines/prepared/start");
+    assert!(
+        stop.is_some() && stop < start,
+        "restarted branchable: {sent:?}"
+    );
+    let created = sent
+        .iter()
+        .find(|r| path(r) == "POST /api/v1/pools")
+        .unwrap();
+    assert_eq!(created["body"]["source"], "prepared");
+    assert_eq!(
+        created["body"]["freezeSource"], false,
+        "the operator's machine is never frozen"
+    );
+
+    // The fake's machine: image alpine, 2 CPUs, 2048 MiB, no network (the defaults).
+    let warm = h.ok("create-machine", json!({"image": "alpine"})).await;
+    assert_eq!(warm["pool"], "prep", "{warm}");
+    let fleet = h
+        .protocol
+        .process()
+        .fleet(smol_mcp::fleet::FleetKind::Local)
+        .await
+        .unwrap();
+    h.protocol.process().pools.tear_down(&fleet).await;
+    assert!(fake.pool("smolmcp-prep").is_none());
+    assert!(
+        fake.state.lock().unwrap().machines.contains_key("prepared"),
+        "the source stays"
+    );
 }

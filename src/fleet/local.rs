@@ -466,7 +466,7 @@ impl FleetApi for LocalFleet {
             desired_ready: i32::try_from(setup.ready).unwrap_or(1),
             // A frozen source holds its memory and no CPU; the pool refills from the
             // checkpoint it took (pools-findings: a frozen source's cpuMillis stops).
-            freeze_source: Some(true),
+            freeze_source: Some(setup.freeze_source),
             lease_ttl_secs: i64::try_from(setup.lease_ttl_secs).ok(),
             auto_admission: None,
             max_active: None,

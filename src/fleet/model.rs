@@ -567,6 +567,9 @@ pub struct PoolSetup {
     pub source: String,
     pub ready: u32,
     pub lease_ttl_secs: u64,
+    /// Freeze the source once its checkpoint is taken (it keeps its memory, uses no CPU, and
+    /// cannot be resumed).
+    pub freeze_source: bool,
 }
 
 /// A pool as its fleet reports it.

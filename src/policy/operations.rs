@@ -113,7 +113,7 @@ pub fn classify_cloud(op: smolcloud::Operation) -> Use {
         Metrics => Omitted,
         Readyz => Omitted,
         AccountGet => Internal(
-            "the cloud preflight: the account's status is checked before the first machine is created",
+            "the cloud preflight (the account's status is checked before the first machine is created) and the daily spend ceiling",
         ),
         ApikeyList => Omitted,
         ApikeyCreate => Omitted,
@@ -158,7 +158,7 @@ pub fn classify_cloud(op: smolcloud::Operation) -> Use {
         MachineSessionExec => Omitted,
         MachineStart => Tools(&[Tool::CreateMachine, Tool::StartMachine, Tool::RunOnce]),
         MachineStop => Tools(&[Tool::StopMachine]),
-        MachineUsage => Tools(&[Tool::DeleteMachine]),
+        MachineUsage => Tools(&[Tool::DeleteMachine, Tool::RunCommand, Tool::RunOnce]),
         NodeList => Omitted,
         NodeRegister => Omitted,
         NodeCredentialRevoke => Omitted,

@@ -705,7 +705,7 @@ settings! {
         default: "",
         shown_default: "none",
         accepts: Accepts::Pools,
-        why: "local machines kept booted (held by the engine as clones of one frozen source) for an unnamed create-machine or a run-once that asks for what a pool holds: it starts in under a second instead of a boot; the server sets each up at its first local call and removes the ones it set up at its end",
+        why: "local machines kept booted (the engine's clones of one source) for an unnamed create-machine or a run-once of a pool's shape: ready in about a second instead of a boot; set up at the first local call, removed (a source the server made with them) at the process's end",
     },
     cloud_url: String {
         key: "cloudUrl",

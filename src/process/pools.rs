@@ -15,14 +15,15 @@ use crate::fleet::{
     Command, CreateSpec, Egress, ExecSpec, Fleet, FleetResult, POOL_SOURCE_PREFIX, PoolSetup,
 };
 use serde::Deserialize;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 /// What the `pools` setting accepts, as `--help` and the README say it.
 pub const ACCEPTS: &str = "a JSON list of pools, each {\"name\" (1 to 24 lowercase letters, \
-     digits or -), \"size\" (1 to 16 machines kept ready), and optionally \"image\", \"cpus\", \
-     \"memoryMb\", \"network\" (open or blocked); what is left out is the machine defaults'}";
+     digits or -), \"size\" (1 to 16 machines kept ready), and either \"source\" (a local \
+     machine to clone as it is) or optionally \"image\", \"cpus\", \"memoryMb\", \"network\" \
+     (open or blocked), what is left out being the machine defaults}";
 
 const MAX_POOL_SIZE: u32 = 16;
 const LEASE_TTL_SECS: u64 = 300;
@@ -44,6 +45,10 @@ pub struct PoolDef {
     pub memory_mb: Option<u32>,
     #[serde(default)]
     pub network: Option<String>,
+    /// A machine of the operator's (prepared with what the agents need) whose clones the pool
+    /// holds, instead of a machine made from `image`.
+    #[serde(default)]
+    pub source: Option<String>,
 }
 
 impl PoolDef {
@@ -52,8 +57,11 @@ impl PoolDef {
         format!("smolmcp-{}", self.name)
     }
 
+    /// The machine the pool clones: the operator's, or one the server makes.
     fn source(&self) -> String {
-        format!("{POOL_SOURCE_PREFIX}{}", self.name)
+        self.source
+            .clone()
+            .unwrap_or_else(|| format!("{POOL_SOURCE_PREFIX}{}", self.name))
     }
 
     /// The machine this pool holds, with the defaults a create-machine gets for what the
@@ -123,6 +131,17 @@ pub fn parse(value: serde_json::Value) -> Result<Vec<PoolDef>, String> {
                 "{label}: image: give an OCI reference or leave it out"
             ));
         }
+        if def.source.is_some()
+            && (def.image.is_some()
+                || def.cpus.is_some()
+                || def.memory_mb.is_some()
+                || def.network.is_some())
+        {
+            return Err(format!(
+                "{label}: source: its clones are the source machine as it is; give source alone, \
+                 or image, cpus, memoryMb and network without it"
+            ));
+        }
     }
     Ok(defs)
 }
@@ -131,8 +150,8 @@ pub fn parse(value: serde_json::Value) -> Result<Vec<PoolDef>, String> {
 pub struct WarmPools {
     defs: Vec<PoolDef>,
     defaults: PoolDefaults,
-    /// Pools found or set up on the engine, ready to lease from.
-    usable: Mutex<HashSet<String>>,
+    /// Pools found or set up on the engine, ready to lease from, with the machine each holds.
+    usable: Mutex<HashMap<String, CreateSpec>>,
     /// Pools this process set up (and so removes at its end).
     made: Mutex<HashSet<String>>,
 }
@@ -166,12 +185,12 @@ impl WarmPools {
         }
         let usable = self.usable.lock().ok()?;
         self.defs.iter().find(|def| {
-            let held = def.machine(&self.defaults);
-            usable.contains(&def.name)
-                && held.image == spec.image
-                && held.cpus == spec.cpus
-                && held.memory_mb == spec.memory_mb
-                && held.egress == spec.egress
+            usable.get(&def.name).is_some_and(|held| {
+                held.image == spec.image
+                    && held.cpus == spec.cpus
+                    && held.memory_mb == spec.memory_mb
+                    && held.egress == spec.egress
+            })
         })
     }
 
@@ -180,9 +199,9 @@ impl WarmPools {
     pub async fn set_up(&self, fleet: &Fleet) {
         for def in &self.defs {
             match self.set_up_one(fleet, def).await {
-                Ok(()) => {
+                Ok(held) => {
                     if let Ok(mut usable) = self.usable.lock() {
-                        usable.insert(def.name.clone());
+                        usable.insert(def.name.clone(), held);
                     }
                     tracing::info!(pool = %def.name, size = def.size, "warm pool ready to lease");
                 }
@@ -193,39 +212,61 @@ impl WarmPools {
         }
     }
 
-    async fn set_up_one(&self, fleet: &Fleet, def: &PoolDef) -> FleetResult<()> {
+    /// Sets `def` up (or finds it set up); answers the machine its clones are.
+    async fn set_up_one(&self, fleet: &Fleet, def: &PoolDef) -> FleetResult<CreateSpec> {
         let pool = def.engine_pool();
+        let operators = def.source.is_some();
+        let held = if operators {
+            held_by(&fleet.get(&def.source()).await?)
+        } else {
+            def.machine(&self.defaults)
+        };
         if fleet.pool(&pool).await?.is_some() {
-            return Ok(());
+            return Ok(held);
         }
-        let source = def.machine(&self.defaults);
-        // A source left by a process that ended (frozen with its pool gone, which the engine
-        // cannot resume) is made anew.
-        if fleet.get(&source.name).await.is_ok() {
-            fleet.delete_with_clones(&source.name).await?;
+        let source = held.name.clone();
+        if operators {
+            // The engine clones only a machine started branchable (forkable): one running
+            // without is restarted so, as start-machine with branchable would.
+            let machine = fleet.get(&source).await?;
+            if !(machine.is_running() && machine.branchable) {
+                if machine.is_running() {
+                    fleet.stop(&source).await?;
+                }
+                fleet.start(&source, Some(true)).await?;
+            }
+        } else {
+            // A source left by a process that ended (frozen with its pool gone, which the
+            // engine cannot resume) is made anew.
+            if fleet.get(&source).await.is_ok() {
+                fleet.delete_with_clones(&source).await?;
+            }
+            fleet.create(&held).await?;
+            fleet.start(&source, Some(true)).await?;
         }
-        fleet.create(&source).await?;
-        fleet.start(&source.name, Some(true)).await?;
-        wait_until_it_runs_commands(fleet, &source.name).await?;
+        wait_until_it_runs_commands(fleet, &source).await?;
         // The engine clones a source only from a live branchpoint: its helper declares one
         // and waits (installed in a machine started branchable).
         let mut declare = ExecSpec::new(Command::Shell(
             "smolvm-branch-ready > /tmp/smolmcp-branch-ready.log 2>&1".into(),
         ));
         declare.background = true;
-        fleet.exec(&source.name, &declare).await?;
+        fleet.exec(&source, &declare).await?;
         fleet
             .create_pool(&PoolSetup {
                 pool: pool.clone(),
-                source: source.name.clone(),
+                source: source.clone(),
                 ready: def.size,
                 lease_ttl_secs: LEASE_TTL_SECS,
+                // The engine cannot resume a frozen source: only one the server made (and
+                // deletes at its end) is frozen, never the operator's.
+                freeze_source: !operators,
             })
             .await?;
         if let Ok(mut made) = self.made.lock() {
             made.insert(def.name.clone());
         }
-        Ok(())
+        Ok(held)
     }
 
     /// At the process's end: the pools it set up, and their sources.
@@ -239,11 +280,32 @@ impl WarmPools {
             if let Err(e) = fleet.delete_pool(&def.engine_pool()).await {
                 tracing::warn!(pool = %def.name, error = %e, "could not delete the warm pool");
             }
-            if let Err(e) = fleet.delete_with_clones(&def.source()).await {
+            // The operator's source stays: it was theirs before the pool.
+            if def.source.is_none()
+                && let Err(e) = fleet.delete_with_clones(&def.source()).await
+            {
                 tracing::warn!(pool = %def.name, error = %e, "could not delete the warm pool's source");
             }
         }
     }
+}
+
+/// The machine a clone of `source` is, as a create-machine would ask for it.
+fn held_by(source: &crate::fleet::Machine) -> CreateSpec {
+    let mut held = CreateSpec::bare(source.name.clone());
+    held.image = source.image.clone();
+    held.cpus = source.cpus.unwrap_or(0);
+    held.memory_mb = source.memory_mb.unwrap_or(0);
+    held.egress = match source.network.as_str() {
+        "open" => Egress::Open,
+        "blocked" => Egress::Blocked,
+        // An allow list is no create's argument as such: such a pool matches no create.
+        _ => Egress::Allow {
+            hosts: vec![source.network.clone()],
+            cidrs: Vec::new(),
+        },
+    };
+    held
 }
 
 async fn wait_until_it_runs_commands(fleet: &Fleet, machine: &str) -> FleetResult<()> {
@@ -300,6 +362,10 @@ mod tests {
                 json!([{"name": "a", "size": 1, "gpu": true}]),
                 "unknown field",
             ),
+            (
+                json!([{"name": "a", "size": 1, "source": "m", "cpus": 2}]),
+                "give source alone",
+            ),
         ] {
             let e = parse(bad).unwrap_err();
             assert!(e.contains(says), "{e}");
@@ -316,7 +382,8 @@ mod tests {
         spec.image = Some("python".into());
         spec.cpus = 1;
         assert!(pools.matching(&spec).is_none(), "not set up yet");
-        pools.usable.lock().unwrap().insert("py".into());
+        let held = pools.defs[0].machine(&defaults());
+        pools.usable.lock().unwrap().insert("py".into(), held);
         assert_eq!(pools.matching(&spec).map(|d| d.name.as_str()), Some("py"));
         spec.env.insert("A".into(), "1".into());
         assert!(pools.matching(&spec).is_some(), "env goes with the lease");
