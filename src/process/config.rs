@@ -297,46 +297,39 @@ macro_rules! choices {
 
 choices!(NetworkDefault, AgentNetwork, TargetsSetting);
 
-/// Credential bindings: JSON in the file and in the environment alike. The values named by
-/// `fromEnv` are taken from the environment once every setting is read
-/// ([`crate::process::credentials::capture_values`]).
-impl Value for Vec<crate::process::credentials::CredentialBinding> {
-    type File = serde_json::Value;
-    fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
-        if text.trim().is_empty() {
-            return Ok(Vec::new());
+/// Settings that are JSON lists, in the file and in the environment alike (the file may hold the
+/// list itself or the same JSON text as the environment).
+macro_rules! json_list_settings {
+    ($($t:ty => $parse:expr),* $(,)?) => {$(
+        impl Value for Vec<$t> {
+            type File = serde_json::Value;
+            fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
+                if text.trim().is_empty() {
+                    return Ok(Vec::new());
+                }
+                let value: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| Rejected(Some(format!("not JSON: {e}"))))?;
+                Self::from_file(value, accepts)
+            }
+            fn from_file(value: serde_json::Value, accepts: Accepts) -> Result<Self, Rejected> {
+                if let serde_json::Value::String(text) = &value {
+                    return Self::from_text(text, accepts);
+                }
+                let parse = $parse;
+                parse(value).map_err(|e| Rejected(Some(e)))
+            }
         }
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| Rejected(Some(format!("not JSON: {e}"))))?;
-        Self::from_file(value, accepts)
-    }
-    fn from_file(value: serde_json::Value, accepts: Accepts) -> Result<Self, Rejected> {
-        // The file takes the list itself, or the same JSON text as the environment.
-        if let serde_json::Value::String(text) = &value {
-            return Self::from_text(text, accepts);
-        }
-        crate::process::credentials::parse(value, &BTreeMap::new()).map_err(|e| Rejected(Some(e)))
-    }
+    )*};
 }
 
-/// Warm pools: JSON in the file and in the environment alike.
-impl Value for Vec<crate::process::pools::PoolDef> {
-    type File = serde_json::Value;
-    fn from_text(text: &str, accepts: Accepts) -> Result<Self, Rejected> {
-        if text.trim().is_empty() {
-            return Ok(Vec::new());
-        }
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| Rejected(Some(format!("not JSON: {e}"))))?;
-        Self::from_file(value, accepts)
-    }
-    fn from_file(value: serde_json::Value, accepts: Accepts) -> Result<Self, Rejected> {
-        if let serde_json::Value::String(text) = &value {
-            return Self::from_text(text, accepts);
-        }
-        crate::process::pools::parse(value).map_err(|e| Rejected(Some(e)))
-    }
-}
+json_list_settings!(
+    // The values named by `fromEnv` are taken from the environment once every setting is read
+    // (`crate::process::credentials::capture_values`).
+    crate::process::credentials::CredentialBinding => |value| {
+        crate::process::credentials::parse(value, &BTreeMap::new())
+    },
+    crate::process::pools::PoolDef => crate::process::pools::parse,
+);
 
 /// Picks one setting's value: the environment, else the file, else the default.
 fn pick<T: Value>(
