@@ -200,3 +200,60 @@ async fn cloud_work_past_the_daily_spend_ceiling_is_refused() {
         "{text}"
     );
 }
+
+/// A background job's cost comes with its end: job-output answers `usage` once the job ended
+/// (the change from the machine's record read before the start to a reading after the end;
+/// the watcher's own looks at the job count in it, as they run in the machine), and the ledger
+/// keeps it with the job's run.
+#[tokio::test]
+async fn a_jobs_cost_comes_with_its_end() {
+    let fake = FakeServe::start_guest_shell().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
+    ])
+    .await;
+    h.ok("create-machine", json!({"name": "jobbed"})).await;
+    let started = h
+        .ok(
+            "run-command",
+            json!({"name": "jobbed", "command": "sleep 0.3; echo done", "background": true}),
+        )
+        .await;
+    let job = started["job"].as_str().unwrap().to_owned();
+    let running = h.ok("job-output", json!({"job": job})).await;
+    assert!(
+        running.get("usage").is_none(),
+        "no cost while it runs: {running}"
+    );
+    let ended = h
+        .ok("job-output", json!({"job": job, "waitSecs": 10}))
+        .await;
+    assert_eq!(ended["state"], "exited", "{ended}");
+    let cpu = ended["usage"]["cpuMillis"]
+        .as_i64()
+        .expect("usage once ended");
+    assert!(
+        cpu >= step("cpuMillis") && cpu % step("cpuMillis") == 0,
+        "{ended}"
+    );
+    let again = h.ok("job-output", json!({"job": job})).await;
+    assert_eq!(
+        again["usage"], ended["usage"],
+        "read once, the same every time"
+    );
+    let run = started["run"].as_i64().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let detail = h.resource(&format!("smol://runs/{run}")).await;
+        if detail["usage"] == ended["usage"] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ledger kept it: {detail}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

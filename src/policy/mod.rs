@@ -4,11 +4,12 @@
 //! output (`output`), the progress a call reports (`progress`), paused downloads (`reads`).
 //! `operations` ties each upstream operation to the tools that use it.
 //!
-//! Within the floor the order is `error`, `output`, `progress`, `reads` < `ledger` <
+//! Within the floor the order is `error`, `output`, `progress`, `reads`, `cost` < `ledger` <
 //! `idempotency`, `jobs` <
 //! [`Policy`] (this file) < `tools` < `operations`.
 
 pub mod consent;
+pub mod cost;
 pub mod error;
 pub mod idempotency;
 pub mod jobs;

@@ -116,6 +116,12 @@ pub struct Job {
     /// Its `maxRunningJobs` slot, given back the moment the job ends (not once its watcher has
     /// written the ledger row), so that a start right after a cancel-job finds it free.
     slot: Mutex<Option<OwnedSemaphorePermit>>,
+    /// The machine's consumption just before the job was sent (`None` for a job taken over
+    /// from a process that ended: its reading went with it).
+    consumption_before: Option<crate::fleet::Consumption>,
+    /// The machine's consumption once the job ended, read once, by whichever asks first (its
+    /// first ended report or its ledger record).
+    consumption_after: tokio::sync::OnceCell<Option<crate::fleet::Consumption>>,
 }
 
 impl std::fmt::Debug for SessionHoldRef {
@@ -167,7 +173,33 @@ impl std::fmt::Debug for Job {
     }
 }
 
+/// How long reading the machine's consumption at a job's end may take.
+const CONSUMPTION_WAIT: Duration = Duration::from_secs(5);
+
 impl Job {
+    /// What the job cost its machine, once it ended: the change in the fleet's figures from
+    /// just before its start to when its end was seen (a poll later at most, so the machine's
+    /// idle use of that moment counts too). `None` while it runs, and when either reading is
+    /// missing (a job taken over, a machine gone).
+    pub async fn cost(&self) -> Option<crate::policy::cost::RunCost> {
+        if self.state().phase == Phase::Running {
+            return None;
+        }
+        let before = self.consumption_before?;
+        let after = self
+            .consumption_after
+            .get_or_init(|| async {
+                match tokio::time::timeout(CONSUMPTION_WAIT, self.fleet.consumption(&self.machine))
+                    .await
+                {
+                    Ok(Ok(now)) => Some(now),
+                    _ => None,
+                }
+            })
+            .await;
+        crate::policy::cost::RunCost::between(Some(&before), after.as_ref())
+    }
+
     /// A job started by a process that has ended, as the ledger kept it: its clock runs from
     /// its real start, and it takes a `maxRunningJobs` slot if one is free (it runs anyway).
     fn taken_over(record: &JobRecord, fleet: Fleet, slots: Arc<Semaphore>) -> Job {
@@ -197,6 +229,8 @@ impl Job {
             looking: tokio::sync::Mutex::new(()),
             session_hold: Mutex::new(None),
             slot: Mutex::new(slots.try_acquire_owned().ok()),
+            consumption_before: None,
+            consumption_after: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -328,6 +362,8 @@ pub struct Start<'a> {
     pub timeout: Duration,
     /// The starting request's session, kept busy while the job runs.
     pub session: Option<SessionHoldRef>,
+    /// The machine's consumption as read just before the start.
+    pub consumption_before: Option<crate::fleet::Consumption>,
 }
 
 /// Why a job did not start.
@@ -497,6 +533,8 @@ impl Jobs {
             looking: tokio::sync::Mutex::new(()),
             session_hold: Mutex::new(start.session.and_then(|s| s.0.hold())),
             slot: Mutex::new(Some(permit)),
+            consumption_before: start.consumption_before,
+            consumption_after: tokio::sync::OnceCell::new(),
         });
         ledger.job_started(JobRecord {
             id: job.id.clone(),
@@ -703,6 +741,11 @@ async fn look(job: &Job) -> Result<Seen, FleetError> {
 /// The ledger row gets the job's end with the two ends of each stream, read from the machine
 /// while it is still there.
 async fn record_end(job: &Job, run: Run, ledger: &Ledger) {
+    if !matches!(job.state().phase, Phase::Lost(_))
+        && let Some(cost) = job.cost().await
+    {
+        ledger.run_usage(job.run_id, &cost);
+    }
     let state = job.state();
     let reason = match &state.phase {
         Phase::Lost(reason) => Some(reason.clone()),

@@ -27,6 +27,8 @@ pub(super) async fn start(
         spec,
         timeout: Duration::from_secs(timeout_secs),
         session: call.session_hold.clone(),
+        // The record read just above, before anything of the job ran.
+        consumption_before: Some(machine.consumption),
     };
     // Not cancellable once sent: a job the engine started must be known here, or nothing
     // would ever watch or end it.
@@ -171,8 +173,13 @@ pub(super) async fn job_output(
         }
     };
     let summary = summary(&job);
+    let usage = match job.state().phase {
+        Phase::Lost(_) => None,
+        _ => job.cost().await,
+    };
     Ok(match chunk {
         Some(chunk) => JobReport {
+            usage,
             summary,
             stdout: String::from_utf8_lossy(&chunk.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&chunk.stderr).into_owned(),
@@ -181,6 +188,7 @@ pub(super) async fn job_output(
             output_unavailable: None,
         },
         None => JobReport {
+            usage,
             summary,
             stdout: String::new(),
             stderr: String::new(),

@@ -1,6 +1,7 @@
 //! What each tool answers, as structured content (and its output schema).
 
 use crate::fleet::Machine;
+pub use crate::policy::cost::RunCost;
 use crate::policy::error::{ToolError, ToolErrorKind};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -130,63 +131,6 @@ pub struct CommandRun {
     pub usage: Option<RunCost>,
 }
 
-/// What a run cost its machine: the change in the fleet's own figures from just before the
-/// command to just after it (so a background process it left running counts too).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RunCost {
-    /// CPU time used.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "i64")]
-    pub cpu_millis: Option<i64>,
-    /// The higher of the machine's resident memory before and after, in MiB.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "i64")]
-    pub peak_rss_mb: Option<i64>,
-    /// Disk it wrote (or freed, if negative), in MiB.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "i64")]
-    pub disk_mb: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "i64")]
-    pub egress_bytes: Option<i64>,
-    /// What the cloud reports it cost, in millionths of a dollar (a lower bound: it samples
-    /// every few minutes).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "i64")]
-    pub cost_micros: Option<i64>,
-}
-
-impl RunCost {
-    /// The cost between two readings; `None` when neither reports anything. A counter lower
-    /// after than before (the machine restarted meanwhile) counts from zero.
-    pub fn between(
-        before: Option<&crate::fleet::Consumption>,
-        after: Option<&crate::fleet::Consumption>,
-    ) -> Option<RunCost> {
-        let after = after?;
-        let counted = |a: Option<i64>, b: Option<i64>| match (a, b) {
-            (Some(after), Some(before)) if after >= before => Some(after - before),
-            (Some(after), _) => Some(after),
-            (None, _) => None,
-        };
-        let cost = RunCost {
-            cpu_millis: counted(after.cpu_millis, before.and_then(|b| b.cpu_millis)),
-            peak_rss_mb: after
-                .rss_mb
-                .max(before.and_then(|b| b.rss_mb))
-                .or(after.rss_mb),
-            disk_mb: match (after.disk_used_mb, before.and_then(|b| b.disk_used_mb)) {
-                (Some(a), Some(b)) => Some(a - b),
-                _ => None,
-            },
-            egress_bytes: counted(after.egress_bytes, before.and_then(|b| b.egress_bytes)),
-            cost_micros: counted(after.cost_micros, before.and_then(|b| b.cost_micros)),
-        };
-        (cost != RunCost::default()).then_some(cost)
-    }
-}
-
 /// What the user said when asked about the hosts a command was refused.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -283,6 +227,10 @@ pub struct JobReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
     pub output_unavailable: Option<String>,
+    /// Once it ended: what it cost the machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "RunCost")]
+    pub usage: Option<RunCost>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

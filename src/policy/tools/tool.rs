@@ -144,7 +144,7 @@ tool_list! {
         hints: READ_ONLY,
         changes_machines: false,
         description: "Read a background job: state (running, exited, timedOut, cancelled, or lost \
-             with its machine), exitCode once ended, and output after your cursor; pass the \
+             with its machine), exitCode and usage once ended, and output after your cursor; pass the \
              returned one next (more: true: call again at once).",
     }
     CancelJob => "cancel-job" {
