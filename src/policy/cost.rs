@@ -3,6 +3,27 @@
 
 use schemars::JsonSchema;
 use serde::Serialize;
+use std::time::Duration;
+
+/// How long reading a machine's consumption may hold up a run's answer; past it the run's cost
+/// goes unreported rather than the answer late.
+const READING_WAIT: Duration = Duration::from_secs(5);
+
+/// The machine's consumption now, or `None` when its fleet does not say in time: a run's cost
+/// is worth a request, not a failed run.
+pub async fn reading(
+    fleet: &crate::fleet::Fleet,
+    machine: &str,
+) -> Option<crate::fleet::Consumption> {
+    match tokio::time::timeout(READING_WAIT, fleet.consumption(machine)).await {
+        Ok(Ok(now)) => Some(now),
+        Ok(Err(e)) => {
+            tracing::debug!(%machine, error = %e, "no consumption figures for the run's cost");
+            None
+        }
+        Err(_) => None,
+    }
+}
 
 /// What a run cost its machine: the change in the fleet's own figures from just before the
 /// command to just after it (so a background process it left running counts too).

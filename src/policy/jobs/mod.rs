@@ -173,9 +173,6 @@ impl std::fmt::Debug for Job {
     }
 }
 
-/// How long reading the machine's consumption at a job's end may take.
-const CONSUMPTION_WAIT: Duration = Duration::from_secs(5);
-
 impl Job {
     /// What the job cost its machine, once it ended: the change in the fleet's figures from
     /// just before its start to when its end was seen (a poll later at most, so the machine's
@@ -188,14 +185,7 @@ impl Job {
         let before = self.consumption_before?;
         let after = self
             .consumption_after
-            .get_or_init(|| async {
-                match tokio::time::timeout(CONSUMPTION_WAIT, self.fleet.consumption(&self.machine))
-                    .await
-                {
-                    Ok(Ok(now)) => Some(now),
-                    _ => None,
-                }
-            })
+            .get_or_init(|| crate::policy::cost::reading(&self.fleet, &self.machine))
             .await;
         crate::policy::cost::RunCost::between(Some(&before), after.as_ref())
     }

@@ -11,27 +11,9 @@ use crate::fleet::{ExecOutput, ExecSpec, FleetKind};
 use crate::policy::jobs::guest;
 use crate::policy::ledger::RunStart;
 use crate::policy::output::head_tail;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// How long reading a machine's consumption may hold up a run's answer; past it the run's cost
-/// goes unreported rather than the answer late.
-const CONSUMPTION_WAIT: Duration = Duration::from_secs(5);
-
-/// The machine's consumption now, or `None` when its fleet does not say in time: a run's cost
-/// is worth a request, not a failed run.
-async fn consumption(
-    fleet: &crate::fleet::Fleet,
-    machine: &str,
-) -> Option<crate::fleet::Consumption> {
-    match tokio::time::timeout(CONSUMPTION_WAIT, fleet.consumption(machine)).await {
-        Ok(Ok(now)) => Some(now),
-        Ok(Err(e)) => {
-            tracing::debug!(%machine, error = %e, "no consumption figures for the run's cost");
-            None
-        }
-        Err(_) => None,
-    }
-}
+use crate::policy::cost::reading as consumption;
 
 /// Reads the machine's consumption as its command is sent: beside the exec rather than a round
 /// trip ahead of it (on the nested engine a machine's record takes about 55 ms to read, an exec
