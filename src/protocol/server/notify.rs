@@ -149,8 +149,13 @@ impl SessionLog {
         let (level, stop) = (self.level.clone(), self.stop.clone());
         let threshold = move || level.lock().map(|l| *l).unwrap_or(LoggingLevel::Info);
         tokio::spawn(async move {
+            let send = |event: ServerEvent| {
+                let peer = peer.clone();
+                let level = threshold();
+                async move { send_event(&peer, &event, level).await }
+            };
             tokio::select! {
-                () = forward_events(events, &peer, threshold) => {}
+                () = forward_events_until(events, send, None, std::future::pending()) => {}
                 () = stop.cancelled() => {}
             }
         });
@@ -179,65 +184,98 @@ pub async fn with_request_events_until_answered<F: Future>(
     let Some(level) = context.meta.log_level() else {
         return work.await;
     };
-    let mut events = events;
-    let out = {
-        let forwarding =
-            forward_events_borrowed(&mut events, &context.peer, move || level, answered);
-        tokio::pin!(work, forwarding);
-        tokio::select! {
-            out = &mut work => out,
-            () = &mut forwarding => work.await,
-        }
+    let send = |event: ServerEvent| {
+        let peer = context.peer.clone();
+        async move { send_event(&peer, &event, level).await }
     };
-    // Events raised at the very end of the call still belong to it.
-    while let Ok(event) = events.try_recv() {
-        let _sending = match answered {
-            Some(activity) => match activity.unless_answered().await {
-                Some(guard) => Some(guard),
-                None => break,
-            },
-            None => None,
-        };
-        send_event(&context.peer, &event, level).await;
-    }
+    alongside(events, work, send, answered).await
+}
+
+/// Runs `work` while `send`ing each event published meanwhile, and those still queued when it
+/// ends, before answering `work`'s output: the caller answers the request next, so every event
+/// of the call goes out before the answer. An event taken off the bus is sent to the end even
+/// when `work` finishes during the send; dropping the send there lost the `localServe` event of a
+/// fresh process's first call, whose list-machines ended while it was being sent.
+async fn alongside<F, S, Sent>(
+    events: broadcast::Receiver<ServerEvent>,
+    work: F,
+    send: S,
+    answered: Option<&Activity>,
+) -> F::Output
+where
+    F: Future,
+    S: FnMut(ServerEvent) -> Sent,
+    Sent: Future<Output = bool>,
+{
+    let (finished, work_finished) = tokio::sync::oneshot::channel::<()>();
+    let work = async move {
+        let out = work.await;
+        let _ = finished.send(());
+        out
+    };
+    let until = async move {
+        let _ = work_finished.await;
+    };
+    let (out, ()) = tokio::join!(work, forward_events_until(events, send, answered, until));
     out
 }
 
-async fn forward_events(
+/// Sends each event until the bus closes, the client's transport is gone, `answered`'s request
+/// is answered, or `until` ends; then the events already published, which belong to what ended.
+async fn forward_events_until<S, Sent>(
     mut events: broadcast::Receiver<ServerEvent>,
-    peer: &Peer<RoleServer>,
-    threshold: impl Fn() -> LoggingLevel,
-) {
-    forward_events_borrowed(&mut events, peer, threshold, None).await;
-}
-
-/// Ends when the bus closes or the client's transport is gone.
-async fn forward_events_borrowed(
-    events: &mut broadcast::Receiver<ServerEvent>,
-    peer: &Peer<RoleServer>,
-    threshold: impl Fn() -> LoggingLevel,
+    mut send: S,
     answered: Option<&Activity>,
-) {
+    until: impl Future<Output = ()>,
+) where
+    S: FnMut(ServerEvent) -> Sent,
+    Sent: Future<Output = bool>,
+{
+    tokio::pin!(until);
     loop {
-        match events.recv().await {
+        let received = tokio::select! {
+            biased;
+            () = &mut until => break,
+            received = events.recv() => received,
+        };
+        match received {
             Ok(event) => {
-                let _sending = match answered {
-                    Some(activity) => match activity.unless_answered().await {
-                        Some(guard) => Some(guard),
-                        None => return,
-                    },
-                    None => None,
-                };
-                if !send_event(peer, &event, threshold()).await {
+                if !send_unless_answered(&mut send, event, answered).await {
                     return;
                 }
             }
             Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::debug!(missed, "a session missed server events");
+                tracing::debug!(missed, "a listener missed server events");
             }
             Err(broadcast::error::RecvError::Closed) => return,
         }
     }
+    while let Ok(event) = events.try_recv() {
+        if !send_unless_answered(&mut send, event, answered).await {
+            return;
+        }
+    }
+}
+
+/// Sends `event` while `answered`'s request is unanswered; false when it is answered or the
+/// transport is gone, and nothing more should be sent.
+async fn send_unless_answered<S, Sent>(
+    send: &mut S,
+    event: ServerEvent,
+    answered: Option<&Activity>,
+) -> bool
+where
+    S: FnMut(ServerEvent) -> Sent,
+    Sent: Future<Output = bool>,
+{
+    let _sending = match answered {
+        Some(activity) => match activity.unless_answered().await {
+            Some(guard) => Some(guard),
+            None => return false,
+        },
+        None => None,
+    };
+    send(event).await
 }
 
 /// Sends `event` if it is at `threshold` or above; answers false once the transport is closed.
@@ -262,6 +300,73 @@ async fn send_event(peer: &Peer<RoleServer>, event: &ServerEvent, threshold: Log
 mod tests {
     use super::*;
     use crate::fleet::OutputStream;
+    use crate::process::events::Events;
+
+    type Sent = Arc<Mutex<Vec<&'static str>>>;
+    type SlowSend = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+    /// A send that takes `delay`, recording the events it finished sending.
+    fn slow_send(delay: Duration) -> (Sent, impl FnMut(ServerEvent) -> SlowSend) {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let record = sent.clone();
+        let send = move |event: ServerEvent| {
+            let record = record.clone();
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                record.lock().unwrap().push(event.event);
+                true
+            }) as SlowSend
+        };
+        (sent, send)
+    }
+
+    #[tokio::test]
+    async fn an_event_being_sent_when_the_call_ends_is_sent_before_the_answer() {
+        let events = Events::default();
+        let listener = events.subscribe();
+        let work = async {
+            events.publish(ServerEvent::info("localServe", "started a serve"));
+            // The forwarder takes the event and is still sending it when the call ends.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            "listed"
+        };
+        let (sent, send) = slow_send(Duration::from_millis(300));
+        assert_eq!(alongside(listener, work, send, None).await, "listed");
+        assert_eq!(*sent.lock().unwrap(), ["localServe"]);
+    }
+
+    #[tokio::test]
+    async fn events_raised_as_the_call_ends_are_sent_in_order_before_the_answer() {
+        let events = Events::default();
+        let listener = events.subscribe();
+        let work = async {
+            events.publish(ServerEvent::info("first", "one"));
+            events.publish(ServerEvent::warning("second", "two"));
+            "done"
+        };
+        let (sent, send) = slow_send(Duration::from_millis(10));
+        assert_eq!(alongside(listener, work, send, None).await, "done");
+        assert_eq!(*sent.lock().unwrap(), ["first", "second"]);
+    }
+
+    #[tokio::test]
+    async fn nothing_more_is_sent_once_the_transport_is_gone() {
+        let events = Events::default();
+        let listener = events.subscribe();
+        let attempts = Arc::new(Mutex::new(0));
+        let counted = attempts.clone();
+        let send = move |_event: ServerEvent| {
+            *counted.lock().unwrap() += 1;
+            std::future::ready(false)
+        };
+        let work = async {
+            events.publish(ServerEvent::info("first", "one"));
+            events.publish(ServerEvent::info("second", "two"));
+            "done"
+        };
+        assert_eq!(alongside(listener, work, send, None).await, "done");
+        assert_eq!(*attempts.lock().unwrap(), 1);
+    }
 
     #[test]
     fn output_pieces_travel_under_the_meta_key_each_with_its_stream() {
