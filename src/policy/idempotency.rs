@@ -208,11 +208,16 @@ impl Keys {
     /// Runs `work` once for `key`: the first call with it runs `work` (to its end, even if
     /// `caller_ct` is cancelled); a repeat with the same call waits for that and answers the
     /// same; a call of another shape is refused. `caller_ct` ends only this caller's wait.
+    ///
+    /// A first call that runs in another live process is waited for at most `longest`, the
+    /// longest any call can rightly take: past that it is stuck, and holding on to its repeat
+    /// would only add a waiter nothing ever ends.
     pub async fn once<W>(
         self: &Arc<Self>,
         ledger: &Ledger,
         key: String,
         call: Described,
+        longest: Duration,
         caller_ct: CancellationToken,
         work: W,
     ) -> Outcome
@@ -243,7 +248,7 @@ impl Keys {
                     let keys = self.clone();
                     let ledger = ledger.clone();
                     tokio::spawn(async move {
-                        let outcome = lead(&ledger, &key, &call, work).await;
+                        let outcome = lead(&ledger, &key, &call, longest, work).await;
                         if let Ok(mut running) = keys.running.lock() {
                             running.remove(&key);
                         }
@@ -280,7 +285,13 @@ fn lost() -> ToolError {
 
 /// The first call in this process with a key: claims it in the ledger, then runs the work, or
 /// answers as the call that holds it (elsewhere, or before) did.
-async fn lead<W>(ledger: &Ledger, key: &str, call: &Described, work: W) -> Outcome
+async fn lead<W>(
+    ledger: &Ledger,
+    key: &str,
+    call: &Described,
+    longest: Duration,
+    work: W,
+) -> Outcome
 where
     W: Future<Output = Outcome>,
 {
@@ -293,6 +304,7 @@ where
         started_ms: chrono::Utc::now().timestamp_millis(),
         answer: None,
     };
+    let waiting_since = tokio::time::Instant::now();
     loop {
         match ledger.claim_key(record.clone()).await {
             KeyClaim::Claimed | KeyClaim::Unrecorded => break,
@@ -328,6 +340,20 @@ where
                 }
                 // Another live process runs it: its answer (or its failure, which frees the
                 // key) shows in the ledger.
+                if waiting_since.elapsed() >= longest {
+                    return Err(ToolError::new(
+                        ToolErrorKind::Fleet(crate::fleet::ErrorKind::Timeout),
+                        format!(
+                            "the call idempotencyKey \"{key}\" names still runs in server \
+                             process {} after {} s here, longer than any call should take: it \
+                             may be stuck, and whether it takes effect is unknown. Repeat with \
+                             the same key later for its answer, or check (list-machines, \
+                             smol://runs) and use a new key.",
+                            first.pid,
+                            waiting_since.elapsed().as_secs()
+                        ),
+                    ));
+                }
                 tokio::time::sleep(POLL).await;
             }
         }
@@ -344,6 +370,63 @@ where
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn a_first_call_stuck_in_another_live_process_is_waited_for_only_so_long() {
+        let runtime = tempfile::tempdir().unwrap();
+        let vars = std::collections::BTreeMap::from([(
+            "SMOL_MCP_RUNTIME_DIR".to_owned(),
+            runtime.path().display().to_string(),
+        )]);
+        let config = crate::process::config::Config::from_sources(
+            &vars,
+            std::path::Path::new("/nonexistent"),
+        )
+        .unwrap();
+        let ledger = Ledger::open(&config, crate::process::events::Events::default());
+        let call = describe("create-machine", &json!({"name": "m"}));
+        // Process 1 is alive wherever this runs, and is not this one.
+        let held = KeyRecord {
+            key: "k-1".into(),
+            pid: 1,
+            tool: call.tool.clone(),
+            fingerprint: call.fingerprint.clone(),
+            arguments: call.shown.clone(),
+            started_ms: chrono::Utc::now().timestamp_millis(),
+            answer: None,
+        };
+        assert_eq!(ledger.claim_key(held).await, KeyClaim::Claimed);
+
+        let keys = Arc::new(Keys::default());
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ran_in_work = ran.clone();
+        let work = async move {
+            ran_in_work.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(json!({}))
+        };
+        let started = std::time::Instant::now();
+        let longest = Duration::from_millis(700);
+        let waited = keys.once(
+            &ledger,
+            "k-1".into(),
+            call,
+            longest,
+            CancellationToken::new(),
+            work,
+        );
+        let e = tokio::time::timeout(Duration::from_secs(5), waited)
+            .await
+            .expect("the repeat still waited after 5 s")
+            .unwrap_err();
+        assert!(started.elapsed() >= longest, "{:?}", started.elapsed());
+        assert_eq!(
+            e.kind,
+            ToolErrorKind::Fleet(crate::fleet::ErrorKind::Timeout),
+            "{e}"
+        );
+        assert!(e.message.contains("still runs in server process 1"), "{e}");
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    }
 
     #[test]
     fn a_key_is_taken_out_of_the_arguments_and_checked() {

@@ -36,6 +36,7 @@ use crate::process::Mode;
 use call::Call;
 use serde_json::Value;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How each tool is run. A row: `Variant { args, result, run }`, where `run` is an
 /// `async fn(&Call<'_>, Args) -> Result<Result, ToolError>`. Every variant of [`Tool`] needs a
@@ -288,9 +289,30 @@ pub async fn call(
     };
     let kept = policy
         .keys
-        .once(&policy.ledger, key, described, caller_ct, work)
+        .once(
+            &policy.ledger,
+            key,
+            described,
+            longest_call(policy),
+            caller_ct,
+            work,
+        )
         .await?;
     serde_json::from_value(kept).map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))
+}
+
+/// The longest a call can rightly take: the engine's start, a machine's readiness and the
+/// longest command, with five minutes over for what no setting bounds alone (a user's answer to
+/// a consent question, a large file on a slow link).
+fn longest_call(policy: &Policy) -> Duration {
+    let config = &policy.process.config;
+    Duration::from_secs(
+        config
+            .serve_start_timeout_secs
+            .saturating_add(config.ready_timeout_secs)
+            .saturating_add(config.max_exec_timeout_secs)
+            .saturating_add(300),
+    )
 }
 
 async fn call_now(
