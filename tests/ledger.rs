@@ -441,6 +441,37 @@ async fn retention_prunes_at_start_by_count_and_by_age() {
     assert_eq!(kept, ["box echo 4", "box echo 3", "box echo 2"]);
 }
 
+#[tokio::test]
+async fn a_process_that_lives_on_keeps_to_its_retention() {
+    let (_dir, rt) = runtime_dir();
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    fake.add_machine("box", "running");
+    let s = serve(
+        &[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_LEDGER_MAX_RUNS", "3"),
+        ],
+        &rt,
+    )
+    .await;
+    // The ledger prunes again after every 256 records it adds, not only at a process's start.
+    for n in 0..256 {
+        s.ok(
+            "run-command",
+            json!({"name": "box", "command": format!("echo {n}")}),
+        )
+        .await;
+    }
+    let commands: Vec<String> = s
+        .all_runs()
+        .await
+        .iter()
+        .map(|r| r["command"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(commands, ["echo 255", "echo 254", "echo 253"]);
+}
+
 /// Counts the ledger's reports among the events published so far.
 fn ledger_reports(
     events: &mut tokio::sync::broadcast::Receiver<smol_mcp::process::events::ServerEvent>,

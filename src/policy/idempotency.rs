@@ -162,6 +162,12 @@ fn shown(args: &Value) -> Value {
     Value::Object(out)
 }
 
+/// " N s ago", of a call started at `started_ms`.
+fn ago(started_ms: i64) -> String {
+    let secs = (chrono::Utc::now().timestamp_millis() - started_ms).max(0) / 1000;
+    format!(" {secs} s ago")
+}
+
 /// The refusal of a key already naming another call.
 fn mismatch(key: &str, first: &Described, first_ms: Option<i64>, this: &Described) -> ToolError {
     let first_args: Value = serde_json::from_str(&first.shown).unwrap_or(Value::Null);
@@ -184,12 +190,7 @@ fn mismatch(key: &str, first: &Described, first_ms: Option<i64>, this: &Describe
     if differ.is_empty() {
         differ.push("a hidden value (env or content)".into());
     }
-    let when = first_ms
-        .map(|ms| {
-            let secs = (chrono::Utc::now().timestamp_millis() - ms).max(0) / 1000;
-            format!(" {secs} s ago")
-        })
-        .unwrap_or_default();
+    let when = first_ms.map(ago).unwrap_or_default();
     ToolError::argument(
         KEY_ARGUMENT,
         format!(
@@ -303,6 +304,7 @@ where
         arguments: call.shown.clone(),
         started_ms: chrono::Utc::now().timestamp_millis(),
         answer: None,
+        answer_dropped: false,
     };
     let waiting_since = tokio::time::Instant::now();
     loop {
@@ -324,6 +326,19 @@ where
                             format!("the answer kept for this idempotencyKey does not read: {e}"),
                         )
                     });
+                }
+                if first.answer_dropped {
+                    return Err(ToolError::new(
+                        ToolErrorKind::Fleet(crate::fleet::ErrorKind::Conflict),
+                        format!(
+                            "the call idempotencyKey \"{key}\" names (started{}) succeeded, but its answer \
+                             is no longer kept (the ledger keeps the newest {} MiB of answers): \
+                             it took effect once and is not run again. Check (list-machines, \
+                             get-machine, smol://runs), then use a new key if more is needed.",
+                            ago(first.started_ms),
+                            crate::policy::ledger::KEY_ANSWERS_MAX_BYTES / (1024 * 1024)
+                        ),
+                    ));
                 }
                 let me = std::process::id();
                 if first.pid != me && !crate::process::ephemeral::process_alive(first.pid) {
@@ -371,19 +386,85 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[tokio::test]
-    async fn a_first_call_stuck_in_another_live_process_is_waited_for_only_so_long() {
-        let runtime = tempfile::tempdir().unwrap();
+    fn ledger_in(runtime: &std::path::Path) -> Ledger {
         let vars = std::collections::BTreeMap::from([(
             "SMOL_MCP_RUNTIME_DIR".to_owned(),
-            runtime.path().display().to_string(),
+            runtime.display().to_string(),
         )]);
         let config = crate::process::config::Config::from_sources(
             &vars,
             std::path::Path::new("/nonexistent"),
         )
         .unwrap();
-        let ledger = Ledger::open(&config, crate::process::events::Events::default());
+        Ledger::open(&config, crate::process::events::Events::default())
+    }
+
+    /// A repeat of `call` with `key` that must be refused within 5 s without its work running.
+    async fn refused_repeat(
+        ledger: &Ledger,
+        key: &str,
+        call: Described,
+        longest: Duration,
+    ) -> ToolError {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ran_in_work = ran.clone();
+        let work = async move {
+            ran_in_work.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(json!({}))
+        };
+        let keys = Arc::new(Keys::default());
+        let ct = CancellationToken::new();
+        let waited = keys.once(ledger, key.into(), call, longest, ct, work);
+        let outcome = tokio::time::timeout(Duration::from_secs(5), waited)
+            .await
+            .expect("the repeat still waited after 5 s");
+        assert!(
+            !ran.load(std::sync::atomic::Ordering::SeqCst),
+            "the work ran"
+        );
+        outcome.unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn a_repeat_whose_answer_was_dropped_is_told_so_and_not_run_again() {
+        let runtime = tempfile::tempdir().unwrap();
+        let ledger = ledger_in(runtime.path());
+        let call = describe("create-machine", &json!({"name": "m"}));
+        let record = KeyRecord {
+            key: "k-2".into(),
+            pid: std::process::id(),
+            tool: call.tool.clone(),
+            fingerprint: call.fingerprint.clone(),
+            arguments: call.shown.clone(),
+            started_ms: chrono::Utc::now().timestamp_millis() - 90_000,
+            answer: None,
+            answer_dropped: false,
+        };
+        assert_eq!(ledger.claim_key(record).await, KeyClaim::Claimed);
+        ledger.flush().await;
+        // As the ledger's pruning leaves an answer past its byte budget.
+        let db = rusqlite::Connection::open(runtime.path().join(crate::policy::ledger::FILE_NAME))
+            .unwrap();
+        db.execute(
+            "UPDATE idempotency_keys SET answer_dropped = 1 WHERE key = 'k-2'",
+            [],
+        )
+        .unwrap();
+
+        let e = refused_repeat(&ledger, "k-2", call, Duration::from_secs(60)).await;
+        assert_eq!(
+            e.kind,
+            ToolErrorKind::Fleet(crate::fleet::ErrorKind::Conflict),
+            "{e}"
+        );
+        assert!(e.message.contains("no longer kept"), "{e}");
+        assert!(e.message.contains("(started 9"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_first_call_stuck_in_another_live_process_is_waited_for_only_so_long() {
+        let runtime = tempfile::tempdir().unwrap();
+        let ledger = ledger_in(runtime.path());
         let call = describe("create-machine", &json!({"name": "m"}));
         // Process 1 is alive wherever this runs, and is not this one.
         let held = KeyRecord {
@@ -394,30 +475,13 @@ mod tests {
             arguments: call.shown.clone(),
             started_ms: chrono::Utc::now().timestamp_millis(),
             answer: None,
+            answer_dropped: false,
         };
         assert_eq!(ledger.claim_key(held).await, KeyClaim::Claimed);
 
-        let keys = Arc::new(Keys::default());
-        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ran_in_work = ran.clone();
-        let work = async move {
-            ran_in_work.store(true, std::sync::atomic::Ordering::SeqCst);
-            Ok(json!({}))
-        };
         let started = std::time::Instant::now();
         let longest = Duration::from_millis(700);
-        let waited = keys.once(
-            &ledger,
-            "k-1".into(),
-            call,
-            longest,
-            CancellationToken::new(),
-            work,
-        );
-        let e = tokio::time::timeout(Duration::from_secs(5), waited)
-            .await
-            .expect("the repeat still waited after 5 s")
-            .unwrap_err();
+        let e = refused_repeat(&ledger, "k-1", call, longest).await;
         assert!(started.elapsed() >= longest, "{:?}", started.elapsed());
         assert_eq!(
             e.kind,
@@ -425,7 +489,6 @@ mod tests {
             "{e}"
         );
         assert!(e.message.contains("still runs in server process 1"), "{e}");
-        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[test]

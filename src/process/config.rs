@@ -673,14 +673,14 @@ settings! {
         env: "SMOL_MCP_LEDGER_MAX_RUNS",
         default: "2000",
         accepts: whole(0, 10_000_000),
-        why: "the run ledger keeps the newest this many runs (each at most about 8 KiB of output), pruned when a process first uses it; 0 turns the ledger off, and with it the take-over of jobs and tasks after a restart",
+        why: "the run ledger keeps the newest this many runs (each at most about 8 KiB of output), pruned when a process first uses it and after every 256 records; 0 turns the ledger off, and with it the take-over of jobs and tasks after a restart",
     },
     ledger_max_days: u64 {
         key: "ledgerMaxDays",
         env: "SMOL_MCP_LEDGER_MAX_DAYS",
         default: "30",
         accepts: whole(1, 36_500),
-        why: "runs older than this many days leave the run ledger when a process first uses it",
+        why: "runs older than this many days leave the run ledger when a process first uses it and after every 256 records",
     },
     /// Secrets an agent may name for a machine and never sees.
     credentials: Vec<crate::process::credentials::CredentialBinding> {

@@ -22,7 +22,7 @@ pub use rows::{
     JobRecord, KeyRecord, RunDetail, RunSummary, STREAM_HEAD_BYTES, STREAM_TAIL_BYTES,
     StreamRecord, TaskRecord,
 };
-pub use store::KeyClaim;
+pub use store::{KEY_ANSWERS_MAX_BYTES, KeyClaim};
 
 use crate::fleet::{Command, ExecOutput, ExecSpec, FleetKind};
 use crate::policy::error::{ToolError, ToolErrorKind};
@@ -51,6 +51,10 @@ const FLUSH_WAIT: Duration = Duration::from_secs(2);
 const BATCH: usize = 256;
 /// How long the writer waits for more records before it commits what it has.
 const LINGER: Duration = Duration::from_millis(5);
+/// A process that lives on prunes again after this many records added (runs, jobs, tasks,
+/// grants, keys), so that its retention bounds hold while it runs, not only at its start: an
+/// HTTP server up for weeks would otherwise keep every run and key it ever saw.
+const PRUNE_EVERY: u64 = 256;
 /// Runs a `smol://runs` page lists when the URI does not say, and at most.
 pub const PAGE_DEFAULT: usize = 50;
 pub const PAGE_MAX: usize = 500;
@@ -851,6 +855,7 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
             return;
         }
     };
+    let mut added_since_prune: u64 = 0;
     while let Ok(first) = receiver.recv() {
         // Records that arrive within LINGER go in the same transaction: a short command's
         // start and end (and a busy client's next runs) then cost one commit, not one each,
@@ -869,6 +874,7 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
                 Err(_) => break,
             }
         }
+        added_since_prune += batch.iter().filter(|op| op.adds_a_record()).count() as u64;
         let mut flushed = Vec::new();
         let mut claims = Vec::new();
         let mut key_claims = Vec::new();
@@ -907,19 +913,46 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
                 KeyClaim::Unrecorded
             });
         }
+        if added_since_prune >= PRUNE_EVERY {
+            added_since_prune = 0;
+            match prune(shared, &conn) {
+                Ok(0) => {}
+                Ok(pruned) => tracing::debug!(pruned, "pruned the run ledger"),
+                Err(e) => tracing::warn!(error = %e, "could not prune the run ledger"),
+            }
+        }
     }
+}
+
+impl Op {
+    /// Whether writing it adds a row that only pruning takes away.
+    fn adds_a_record(&self) -> bool {
+        matches!(
+            self,
+            Op::Begin(_)
+                | Op::JobStarted(_)
+                | Op::TaskCreated(_)
+                | Op::EgressAllowed(_)
+                | Op::ClaimKey(..)
+        )
+    }
+}
+
+/// The ledger's retention: runs past `max_runs` or `max_days`, and keys past theirs.
+fn prune(shared: &Shared, conn: &rusqlite::Connection) -> rusqlite::Result<usize> {
+    store::prune(
+        conn,
+        shared.max_runs,
+        shared.max_days,
+        now_ms(),
+        crate::process::ephemeral::process_alive,
+    )
 }
 
 fn open_and_prune(shared: &Shared) -> Result<rusqlite::Connection, String> {
     let conn = store::open_for_writing(&shared.path)?;
     let prune_and_seed = || -> rusqlite::Result<usize> {
-        let pruned = store::prune(
-            &conn,
-            shared.max_runs,
-            shared.max_days,
-            now_ms(),
-            crate::process::ephemeral::process_alive,
-        )?;
+        let pruned = prune(shared, &conn)?;
         shared
             .last_id
             .fetch_max(store::newest_id(&conn)?, Ordering::Relaxed);

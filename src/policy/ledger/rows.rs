@@ -225,6 +225,9 @@ pub struct KeyRecord {
     /// The arguments as a refusal names them (values an agent should not see again hidden).
     pub arguments: String,
     pub started_ms: i64,
-    /// The answer, as JSON, once the call succeeded; `None` while it runs.
+    /// The answer, as JSON, once the call succeeded; `None` while it runs, or once dropped.
     pub answer: Option<String>,
+    /// The call succeeded, but its answer was dropped to keep the ledger within its bound
+    /// (`store::KEY_ANSWERS_MAX_BYTES`): a repeat is told so rather than run again.
+    pub answer_dropped: bool,
 }

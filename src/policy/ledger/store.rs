@@ -86,7 +86,8 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     fingerprint TEXT NOT NULL,
     arguments TEXT NOT NULL,
     started_ms INTEGER NOT NULL,
-    answer TEXT
+    answer TEXT,
+    answer_dropped INTEGER NOT NULL DEFAULT 0
 );
 ";
 
@@ -111,17 +112,31 @@ fn open_wal(path: &Path) -> rusqlite::Result<Result<Connection, String>> {
     // In WAL mode NORMAL loses at most the last commits on a power cut, never the file.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.execute_batch(SCHEMA)?;
-    add_usage_column(&conn)?;
+    // A ledger written before runs kept their cost, or before a key's answer could be dropped.
+    add_column_once(&conn, "runs", "usage", "TEXT")?;
+    add_column_once(
+        &conn,
+        "idempotency_keys",
+        "answer_dropped",
+        "INTEGER NOT NULL DEFAULT 0",
+    )?;
     Ok(Ok(conn))
 }
 
-/// A ledger written before runs kept their cost has no `usage` column: it is added, once.
-fn add_usage_column(conn: &Connection) -> rusqlite::Result<()> {
+/// Adds `column` to a table an older version of this server created without it.
+fn add_column_once(
+    conn: &Connection,
+    table: &str,
+    column: &str,
+    declared: &str,
+) -> rusqlite::Result<()> {
     let has_it = conn
-        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'usage'")?
-        .exists([])?;
+        .prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
+        .exists([table, column])?;
     if !has_it {
-        conn.execute_batch("ALTER TABLE runs ADD COLUMN usage TEXT")?;
+        conn.execute_batch(&format!(
+            "ALTER TABLE {table} ADD COLUMN {column} {declared}"
+        ))?;
     }
     Ok(())
 }
@@ -183,11 +198,42 @@ pub(super) fn prune(
     conn.execute("DELETE FROM jobs WHERE started_ms < ?1", [cutoff])?;
     conn.execute("DELETE FROM egress_grants WHERE granted_ms < ?1", [cutoff])?;
     conn.execute("DELETE FROM tasks WHERE created_ms + ttl_ms < ?1", [now_ms])?;
+    prune_keys(conn, now_ms, KEY_ANSWERS_MAX_BYTES, MAX_KEYS)?;
+    Ok(deleted)
+}
+
+/// What the kept answers of idempotency keys may take in all. A run-command's answer holds its
+/// output (up to twice `maxOutputBytes`), so a client making keyed calls all day could
+/// otherwise grow the ledger without end.
+pub const KEY_ANSWERS_MAX_BYTES: i64 = 64 * 1024 * 1024;
+/// How many keys are kept at most (each a few hundred bytes once its answer is dropped).
+pub(super) const MAX_KEYS: i64 = 100_000;
+
+/// Keys of calls older than a day go; past `answers_max_bytes` of answers (newest first) the
+/// older answers are dropped, their keys kept as answered; past `max_keys` the oldest keys go.
+pub(super) fn prune_keys(
+    conn: &Connection,
+    now_ms: i64,
+    answers_max_bytes: i64,
+    max_keys: i64,
+) -> rusqlite::Result<()> {
     conn.execute(
         "DELETE FROM idempotency_keys WHERE started_ms < ?1",
         [now_ms.saturating_sub(KEY_LIFETIME_MS)],
     )?;
-    Ok(deleted)
+    conn.execute(
+        "UPDATE idempotency_keys SET answer = NULL, answer_dropped = 1 WHERE key IN \
+         (SELECT key FROM (SELECT key, SUM(LENGTH(CAST(answer AS BLOB))) \
+            OVER (ORDER BY started_ms DESC, key) AS newer_bytes \
+          FROM idempotency_keys WHERE answer IS NOT NULL) WHERE newer_bytes > ?1)",
+        [answers_max_bytes],
+    )?;
+    conn.execute(
+        "DELETE FROM idempotency_keys WHERE key NOT IN \
+         (SELECT key FROM idempotency_keys ORDER BY started_ms DESC, key LIMIT ?1)",
+        [max_keys],
+    )?;
+    Ok(())
 }
 
 pub(super) fn insert(conn: &Connection, run: &Begun) -> rusqlite::Result<()> {
@@ -455,7 +501,7 @@ pub(super) fn claim_key(
 
 pub(super) fn key(conn: &Connection, key: &str) -> rusqlite::Result<Option<KeyRecord>> {
     conn.prepare_cached(
-        "SELECT key, pid, tool, fingerprint, arguments, started_ms, answer \
+        "SELECT key, pid, tool, fingerprint, arguments, started_ms, answer, answer_dropped \
          FROM idempotency_keys WHERE key = ?1",
     )?
     .query_row([key], |row| {
@@ -467,6 +513,7 @@ pub(super) fn key(conn: &Connection, key: &str) -> rusqlite::Result<Option<KeyRe
             arguments: row.get(4)?,
             started_ms: row.get(5)?,
             answer: row.get(6)?,
+            answer_dropped: row.get(7)?,
         })
     })
     .optional()
@@ -582,4 +629,91 @@ pub(super) fn one(conn: &Connection, id: i64) -> rusqlite::Result<Option<RunDeta
         })
     })
     .optional()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_record(key: &str, started_ms: i64) -> KeyRecord {
+        KeyRecord {
+            key: key.to_owned(),
+            pid: std::process::id(),
+            tool: "run-command".to_owned(),
+            fingerprint: "f".to_owned(),
+            arguments: "{}".to_owned(),
+            started_ms,
+            answer: None,
+            answer_dropped: false,
+        }
+    }
+
+    #[test]
+    fn keys_keep_to_a_day_a_byte_budget_of_answers_and_a_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_for_writing(&dir.path().join("runs.sqlite")).unwrap();
+        let now = 10 * KEY_LIFETIME_MS;
+        // Oldest first: one of more than a day ago, then four answered (10 bytes each), and one
+        // still running.
+        let keys = [
+            ("stale", now - KEY_LIFETIME_MS - 1),
+            ("a", now - 50),
+            ("b", now - 40),
+            ("c", now - 30),
+            ("d", now - 20),
+            ("running", now - 10),
+        ];
+        for (key, started) in keys {
+            assert_eq!(
+                claim_key(&conn, &key_record(key, started), started).unwrap(),
+                KeyClaim::Claimed
+            );
+            if key != "running" {
+                answer_key(&conn, key, &format!("\"answer-{key}\"")).unwrap();
+            }
+        }
+        // 25 bytes keep the two newest answers (d, c); b and a are dropped, their keys kept.
+        prune_keys(&conn, now, 25, 100).unwrap();
+        let found = |k: &str| key(&conn, k).unwrap();
+        assert_eq!(found("stale"), None);
+        for k in ["d", "c"] {
+            let kept = found(k).unwrap();
+            assert_eq!(
+                kept.answer.as_deref(),
+                Some(format!("\"answer-{k}\"").as_str())
+            );
+            assert!(!kept.answer_dropped);
+        }
+        for k in ["b", "a"] {
+            let dropped = found(k).unwrap();
+            assert_eq!(dropped.answer, None);
+            assert!(dropped.answer_dropped, "{k}");
+        }
+        let running = found("running").unwrap();
+        assert!(running.answer.is_none() && !running.answer_dropped);
+        // Three keys at most: the oldest go.
+        prune_keys(&conn, now, 25, 3).unwrap();
+        assert_eq!(found("a"), None);
+        assert_eq!(found("b"), None);
+        assert!(found("c").is_some() && found("d").is_some() && found("running").is_some());
+    }
+
+    #[test]
+    fn a_ledger_from_before_dropped_answers_gains_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.sqlite");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE idempotency_keys (key TEXT PRIMARY KEY, pid INTEGER NOT NULL, \
+             tool TEXT NOT NULL, fingerprint TEXT NOT NULL, arguments TEXT NOT NULL, \
+             started_ms INTEGER NOT NULL, answer TEXT); \
+             INSERT INTO idempotency_keys VALUES ('k', 1, 't', 'f', '{}', 5, '\"kept\"');",
+        )
+        .unwrap();
+        drop(old);
+        let conn = open_for_writing(&path).unwrap();
+        let kept = key(&conn, "k").unwrap().unwrap();
+        assert_eq!(kept.answer.as_deref(), Some("\"kept\""));
+        assert!(!kept.answer_dropped);
+    }
 }
