@@ -61,6 +61,22 @@ pub struct Described {
     pub shown: String,
 }
 
+impl Described {
+    /// The ledger's record of `key` claimed for this call by process `pid`, not yet answered.
+    fn claim(&self, key: &str, pid: u32, started_ms: i64) -> KeyRecord {
+        KeyRecord {
+            key: key.to_owned(),
+            pid,
+            tool: self.tool.clone(),
+            fingerprint: self.fingerprint.clone(),
+            arguments: self.shown.clone(),
+            started_ms,
+            answer: None,
+            answer_dropped: false,
+        }
+    }
+}
+
 /// Takes the key out of a call's arguments (the tool's own arguments are checked without it),
 /// checked: `None` when the call has none.
 pub fn take_key(args: &mut Value) -> Result<Option<String>, ToolError> {
@@ -296,16 +312,11 @@ async fn lead<W>(
 where
     W: Future<Output = Outcome>,
 {
-    let record = KeyRecord {
-        key: key.to_owned(),
-        pid: std::process::id(),
-        tool: call.tool.clone(),
-        fingerprint: call.fingerprint.clone(),
-        arguments: call.shown.clone(),
-        started_ms: chrono::Utc::now().timestamp_millis(),
-        answer: None,
-        answer_dropped: false,
-    };
+    let record = call.claim(
+        key,
+        std::process::id(),
+        chrono::Utc::now().timestamp_millis(),
+    );
     let waiting_since = tokio::time::Instant::now();
     loop {
         match ledger.claim_key(record.clone()).await {
@@ -430,16 +441,8 @@ mod tests {
         let runtime = tempfile::tempdir().unwrap();
         let ledger = ledger_in(runtime.path());
         let call = describe("create-machine", &json!({"name": "m"}));
-        let record = KeyRecord {
-            key: "k-2".into(),
-            pid: std::process::id(),
-            tool: call.tool.clone(),
-            fingerprint: call.fingerprint.clone(),
-            arguments: call.shown.clone(),
-            started_ms: chrono::Utc::now().timestamp_millis() - 90_000,
-            answer: None,
-            answer_dropped: false,
-        };
+        let started_ms = chrono::Utc::now().timestamp_millis() - 90_000;
+        let record = call.claim("k-2", std::process::id(), started_ms);
         assert_eq!(ledger.claim_key(record).await, KeyClaim::Claimed);
         ledger.flush().await;
         // As the ledger's pruning leaves an answer past its byte budget.
@@ -467,16 +470,7 @@ mod tests {
         let ledger = ledger_in(runtime.path());
         let call = describe("create-machine", &json!({"name": "m"}));
         // Process 1 is alive wherever this runs, and is not this one.
-        let held = KeyRecord {
-            key: "k-1".into(),
-            pid: 1,
-            tool: call.tool.clone(),
-            fingerprint: call.fingerprint.clone(),
-            arguments: call.shown.clone(),
-            started_ms: chrono::Utc::now().timestamp_millis(),
-            answer: None,
-            answer_dropped: false,
-        };
+        let held = call.claim("k-1", 1, chrono::Utc::now().timestamp_millis());
         assert_eq!(ledger.claim_key(held).await, KeyClaim::Claimed);
 
         let started = std::time::Instant::now();
