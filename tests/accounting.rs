@@ -154,16 +154,11 @@ async fn cloud_work_past_the_session_spend_ceiling_is_refused() {
     let text = h
         .err("create-machine", json!({"name": "more", "image": "alpine"}))
         .await;
-    assert!(
-        text.starts_with("LIMIT_REACHED: ")
-            && text.contains("cloudSpendPerSessionMicros")
-            && text.contains("1812 micros"),
-        "{text}"
-    );
-    let text = h
+    insta::assert_snapshot!(text, @"LIMIT_REACHED: the cloud machines this session made have cost $0.0018 (1812 micros) (the cloud's usage figures) and this server allows $0.0018 (1812 micros) a session (cloudSpendPerSessionMicros): nothing more is made or run on cloud in this session");
+    let refused_run = h
         .err("run-command", json!({"name": id, "command": "true"}))
         .await;
-    assert!(text.contains("cloudSpendPerSessionMicros"), "{text}");
+    assert_eq!(refused_run, text);
     let sent = cloud.take_requests();
     assert!(
         !sent
@@ -193,11 +188,80 @@ async fn cloud_work_past_the_daily_spend_ceiling_is_refused() {
     let text = h
         .err("create-machine", json!({"name": "over", "image": "alpine"}))
         .await;
+    insta::assert_snapshot!(text, @"LIMIT_REACHED: the cloud account has spent $0.0010 (1000 micros) today (UTC, by its period cost) and this server allows $0.0010 (1000 micros) a day (cloudSpendPerDayMicros): nothing more is made or run on cloud until tomorrow (UTC)");
+}
+
+/// The store keeps the day's spend mark whatever `ledgerMaxRuns` says: with runs not kept, the
+/// daily ceiling still holds (it was not enforced at all when 0 turned the whole ledger off).
+#[tokio::test]
+async fn the_daily_ceiling_holds_with_no_runs_kept() {
+    let cloud = FakeCloud::start().await;
+    let url = cloud.url();
+    let h = Harness::start(&[
+        ("SMOL_CLOUD_URL", url.as_str()),
+        ("SMOL_CLOUD_TOKEN", common::fake_cloud::TOKEN),
+        ("SMOL_MCP_TARGETS", "cloud"),
+        ("SMOL_MCP_CLOUD_SPEND_PER_DAY_MICROS", "1000"),
+        ("SMOL_MCP_LEDGER_MAX_RUNS", "0"),
+    ])
+    .await;
+    h.ok(
+        "create-machine",
+        json!({"name": "today", "image": "alpine"}),
+    )
+    .await;
+    cloud.with(|st| st.period_total_micros = Some(2810));
+    let text = h
+        .err("create-machine", json!({"name": "over", "image": "alpine"}))
+        .await;
     assert!(
-        text.starts_with("LIMIT_REACHED: ")
-            && text.contains("cloudSpendPerDayMicros")
-            && text.contains("1000 micros"),
+        text.starts_with("LIMIT_REACHED: ") && text.contains("(cloudSpendPerDayMicros)"),
         "{text}"
+    );
+}
+
+/// A store that cannot be written (here a directory where its file belongs): the daily ceiling
+/// cannot be checked, so cloud work is refused, saying why, and nothing is sent to make it.
+#[tokio::test]
+async fn a_daily_ceiling_that_cannot_be_read_refuses_the_work() {
+    let cloud = FakeCloud::start().await;
+    let h = cloud_harness(&cloud, ("SMOL_MCP_CLOUD_SPEND_PER_DAY_MICROS", "1000")).await;
+    let store = h.record_path().with_file_name("runs.sqlite");
+    std::fs::create_dir_all(store.join("in-the-way")).unwrap();
+    cloud.take_requests();
+    let text = h
+        .err(
+            "create-machine",
+            json!({"name": "blind", "image": "alpine"}),
+        )
+        .await;
+    let text = text.replace(&store.display().to_string(), "<store>");
+    insta::assert_snapshot!(text, @"STORE_UNAVAILABLE: today's first reading of the account's cost could not be kept: the store at <store> cannot be used: unable to open database file: <store>, so this server cannot tell whether its spend ceiling (cloudSpendPerDayMicros) is reached: nothing was made or run on cloud. Retry shortly; if it persists, the operator can look at the server's log.");
+    let sent = cloud.take_requests();
+    assert_eq!(creates_sent(&sent, "/v1/machines"), 0, "{sent:?}");
+}
+
+/// A keyed call whose key cannot be claimed (the store unusable) is not run: it could not be
+/// kept from running twice.
+#[tokio::test]
+async fn a_key_that_cannot_be_claimed_refuses_the_call() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let store = h.record_path().with_file_name("runs.sqlite");
+    std::fs::create_dir_all(store.join("in-the-way")).unwrap();
+    let text = h
+        .err(
+            "create-machine",
+            json!({"name": "keyed", "idempotencyKey": "k-1"}),
+        )
+        .await;
+    let text = text.replace(&store.display().to_string(), "<store>");
+    insta::assert_snapshot!(text, @r#"STORE_UNAVAILABLE: idempotencyKey "k-1" could not be claimed, so the call was not run (it could not be kept from running twice): the store at <store> cannot be used: unable to open database file: <store>. Repeat it shortly with the same key, or without a key to run it unguarded."#);
+    assert_eq!(
+        creates_sent(&fake.take_requests(), "/api/v1/machines"),
+        0,
+        "nothing made"
     );
 }
 

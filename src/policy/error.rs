@@ -18,6 +18,9 @@ pub enum ToolErrorKind {
     Internal,
     /// An operator's limit (machines, cloud spend) would be passed: nothing was done.
     LimitReached,
+    /// What a limit or an idempotency key depends on could not be read or written in the
+    /// store: nothing was done rather than something unchecked.
+    StoreUnavailable,
     /// The fleet answered with this failure.
     Fleet(ErrorKind),
 }
@@ -31,6 +34,7 @@ impl ToolErrorKind {
             ToolErrorKind::Record => "RECORD",
             ToolErrorKind::Internal => "INTERNAL",
             ToolErrorKind::LimitReached => "LIMIT_REACHED",
+            ToolErrorKind::StoreUnavailable => "STORE_UNAVAILABLE",
             ToolErrorKind::Fleet(kind) => kind.code(),
         }
     }

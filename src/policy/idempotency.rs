@@ -319,8 +319,18 @@ where
     );
     let waiting_since = tokio::time::Instant::now();
     loop {
-        match ledger.claim_key(record.clone()).await {
-            KeyClaim::Claimed | KeyClaim::Unrecorded => break,
+        let claim = ledger.claim_key(record.clone()).await.map_err(|e| {
+            ToolError::new(
+                ToolErrorKind::StoreUnavailable,
+                format!(
+                    "idempotencyKey \"{key}\" could not be claimed, so the call was not run \
+                     (it could not be kept from running twice): {e}. Repeat it shortly with the \
+                     same key, or without a key to run it unguarded."
+                ),
+            )
+        })?;
+        match claim {
+            KeyClaim::Claimed => break,
             KeyClaim::Taken(first) => {
                 if first.tool != call.tool || first.fingerprint != call.fingerprint {
                     let first_call = Described {
@@ -443,7 +453,7 @@ mod tests {
         let call = describe("create-machine", &json!({"name": "m"}));
         let started_ms = chrono::Utc::now().timestamp_millis() - 90_000;
         let record = call.claim("k-2", std::process::id(), started_ms);
-        assert_eq!(ledger.claim_key(record).await, KeyClaim::Claimed);
+        assert_eq!(ledger.claim_key(record).await, Ok(KeyClaim::Claimed));
         ledger.flush().await;
         // As the ledger's pruning leaves an answer past its byte budget.
         let db = rusqlite::Connection::open(runtime.path().join(crate::policy::ledger::FILE_NAME))
@@ -471,7 +481,7 @@ mod tests {
         let call = describe("create-machine", &json!({"name": "m"}));
         // Process 1 is alive wherever this runs, and is not this one.
         let held = call.claim("k-1", 1, chrono::Utc::now().timestamp_millis());
-        assert_eq!(ledger.claim_key(held).await, KeyClaim::Claimed);
+        assert_eq!(ledger.claim_key(held).await, Ok(KeyClaim::Claimed));
 
         let started = std::time::Instant::now();
         let longest = Duration::from_millis(700);

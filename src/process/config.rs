@@ -673,7 +673,7 @@ settings! {
         env: "SMOL_MCP_LEDGER_MAX_RUNS",
         default: "2000",
         accepts: whole(0, 10_000_000),
-        why: "the run ledger keeps the newest this many runs (each at most about 8 KiB of output), pruned when a process first uses it and after every 256 records; 0 turns the ledger off, and with it the take-over of jobs and tasks after a restart",
+        why: "the run ledger keeps the newest this many runs (each at most about 8 KiB of output), pruned when a process first uses it and after every 256 records; 0 keeps no runs (jobs, tasks, keys and spend marks are kept all the same)",
     },
     ledger_max_days: u64 {
         key: "ledgerMaxDays",

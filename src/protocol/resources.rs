@@ -242,7 +242,7 @@ pub fn list(protocol: &Protocol) -> Vec<Resource> {
             )
             .with_mime_type("application/json"),
     ];
-    if protocol.policy.ledger.is_on() {
+    if protocol.policy.ledger.keeps_runs() {
         resources.push(
             Resource::new(RUNS_URI, "runs")
                 .with_title("Commands run, newest first")

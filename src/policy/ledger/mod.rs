@@ -103,15 +103,36 @@ enum Op {
     EgressAllowed(Box<(&'static str, String, String, Vec<String>)>),
     /// (run id, what it cost as JSON)
     Usage(Box<(i64, String)>),
-    /// (UTC day, the account's period cost now): answered with the day's first reading.
-    DayMark(Box<(String, i64)>, tokio::sync::oneshot::Sender<i64>),
-    /// Answered once written (or found taken).
-    ClaimKey(Box<KeyRecord>, tokio::sync::oneshot::Sender<KeyClaim>),
+    /// (UTC day, the account's period cost now): answered with the day's first reading once
+    /// written, or why it could not be.
+    DayMark(Box<(String, i64)>, Answer<i64>),
+    /// Answered once written (or found taken), or why it could not be.
+    ClaimKey(Box<KeyRecord>, Answer<KeyClaim>),
     /// (key, answer as JSON)
     KeyAnswered(Box<(String, String)>),
     KeyReleased(String),
     /// Answered once everything queued before it is committed.
     Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Where the writer answers a record that a limit depends on.
+type Answer<T> = tokio::sync::oneshot::Sender<Result<T, StoreUnavailable>>;
+
+/// Why the store could not answer what a limit depends on (a day's spend mark, an idempotency
+/// key's claim). Each such limit refuses its call with this rather than let it through
+/// unchecked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreUnavailable {
+    /// A policy built without a store (`Ledger::off`).
+    #[error("this server runs without a store")]
+    Off,
+    /// The writer is behind: the record would have been dropped.
+    #[error(
+        "the store's writer is behind ({QUEUE} records wait to be written; a slow or full disk?)"
+    )]
+    QueueFull,
+    #[error("the store at {path} cannot be used: {reason}")]
+    Broken { path: String, reason: String },
 }
 
 /// Why the ledger cannot answer a read.
@@ -121,6 +142,8 @@ pub enum LedgerError {
         "the run ledger is off (ledgerMaxRuns is 0); set SMOL_MCP_LEDGER_MAX_RUNS above 0 to keep one"
     )]
     Off,
+    #[error("this server runs without a store")]
+    NoStore,
     #[error("the run ledger at {path} is not available: {reason}")]
     Unavailable { path: String, reason: String },
 }
@@ -192,7 +215,10 @@ impl Shared {
 #[derive(Clone)]
 pub struct Ledger {
     shared: Arc<Shared>,
+    /// Whether there is a store at all (`Ledger::off` has none).
     on: bool,
+    /// Whether runs are kept (`ledgerMaxRuns` above 0); the other records are kept regardless.
+    keeps_runs: bool,
     /// The writer's queue, made with the writer at the first run or read: SQLite and its thread
     /// cost about 2 MiB, which a session that never runs a command should not pay at start.
     /// `None` inside when the thread could not be started.
@@ -209,8 +235,9 @@ fn now_ms() -> i64 {
 
 impl Ledger {
     /// The process's ledger. Nothing is opened yet: the writer starts at the first run or read,
-    /// and opens and prunes the file off the caller's path. Off when `ledgerMaxRuns` is 0: no
-    /// file is opened and nothing is recorded.
+    /// and opens and prunes the file off the caller's path. `ledgerMaxRuns` 0 keeps no runs;
+    /// jobs, tasks, grants, spend marks and idempotency keys are kept all the same, since the
+    /// limits that read them must not fail open.
     pub fn open(config: &Config, events: Events) -> Ledger {
         let shared = Arc::new(Shared {
             path: config.runtime_dir.join(FILE_NAME),
@@ -226,7 +253,8 @@ impl Ledger {
             reader: Mutex::new(None),
         });
         Ledger {
-            on: shared.max_runs > 0,
+            on: true,
+            keeps_runs: shared.max_runs > 0,
             shared,
             queue: Arc::new(OnceLock::new()),
         }
@@ -249,6 +277,7 @@ impl Ledger {
         });
         Ledger {
             on: false,
+            keeps_runs: false,
             shared,
             queue: Arc::new(OnceLock::new()),
         }
@@ -285,8 +314,9 @@ impl Ledger {
             .as_ref()
     }
 
-    pub fn is_on(&self) -> bool {
-        self.on
+    /// Whether runs are recorded (`ledgerMaxRuns` above 0).
+    pub fn keeps_runs(&self) -> bool {
+        self.keeps_runs
     }
 
     pub fn path(&self) -> &Path {
@@ -299,11 +329,19 @@ impl Ledger {
     }
 
     fn send(&self, op: Op) -> bool {
+        self.try_send(op).is_ok()
+    }
+
+    /// Queues `op`, or says why it was not.
+    fn try_send(&self, op: Op) -> Result<(), StoreUnavailable> {
         let Some(queue) = self.started() else {
-            return false;
+            return Err(match self.shared.broken.get() {
+                Some(reason) if self.on => self.broken(reason.clone()),
+                _ => StoreUnavailable::Off,
+            });
         };
         match queue.try_send(op) {
-            Ok(()) => true,
+            Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => {
                 let dropped = self.shared.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 // The first, and then ever more rarely: a slow disk must not flood the log.
@@ -313,10 +351,36 @@ impl Ledger {
                         "the run ledger's writer is behind (a slow disk?); records dropped so far"
                     );
                 }
-                false
+                Err(StoreUnavailable::QueueFull)
             }
             // Only a test's queue without a writer gets here.
-            Err(TrySendError::Disconnected(_)) => false,
+            Err(TrySendError::Disconnected(_)) => {
+                Err(self.broken("its writer has ended".to_owned()))
+            }
+        }
+    }
+
+    fn broken(&self, reason: String) -> StoreUnavailable {
+        StoreUnavailable::Broken {
+            path: self.shared.path.display().to_string(),
+            reason,
+        }
+    }
+
+    /// Queues `op` made with an answer channel and waits for the writer's answer.
+    async fn ask<T>(&self, op: impl FnOnce(Answer<T>) -> Op) -> Result<T, StoreUnavailable> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        self.try_send(op(done))?;
+        match answer.await {
+            Ok(answered) => answered,
+            // The writer dropped the question: it found the file unusable.
+            Err(_) => Err(self.broken(
+                self.shared
+                    .broken
+                    .get()
+                    .cloned()
+                    .unwrap_or_else(|| "its writer has ended".to_owned()),
+            )),
         }
     }
 
@@ -328,7 +392,7 @@ impl Ledger {
             env_values: Vec::new(),
             keeps_output: true,
         };
-        if !self.on {
+        if !self.keeps_runs {
             return run;
         }
         if self.started().is_none() || self.shared.broken.get().is_some() {
@@ -440,7 +504,7 @@ impl Ledger {
     /// text of its output (the values to redact from it were that process's).
     pub fn resume(&self, run_id: Option<i64>) -> Run {
         Run {
-            ledger: run_id.filter(|_| self.on).map(|_| self.clone()),
+            ledger: run_id.filter(|_| self.keeps_runs).map(|_| self.clone()),
             id: run_id.unwrap_or(0),
             env_values: Vec::new(),
             keeps_output: false,
@@ -478,29 +542,23 @@ impl Ledger {
 
     /// What run `id` cost its machine (a JSON object), measured after it ended.
     pub fn run_usage(&self, id: Option<i64>, usage: &impl serde::Serialize) {
-        if let (true, Some(id), Ok(usage)) = (self.on, id, serde_json::to_string(usage)) {
+        if let (true, Some(id), Ok(usage)) = (self.keeps_runs, id, serde_json::to_string(usage)) {
             self.send(Op::Usage(Box::new((id, usage))));
         }
     }
 
     /// The cloud account's period cost at the first reading of UTC day `day` (`total` when
-    /// this is it), shared by every process on this ledger; `None` without a ledger.
-    pub async fn day_mark(&self, day: &str, total: i64) -> Option<i64> {
-        let (done, answer) = tokio::sync::oneshot::channel();
-        if !self.on || !self.send(Op::DayMark(Box::new((day.to_owned(), total)), done)) {
-            return None;
-        }
-        answer.await.ok()
+    /// this is it), shared by every process on this store; or why it cannot be known.
+    pub async fn day_mark(&self, day: &str, total: i64) -> Result<i64, StoreUnavailable> {
+        let reading = Box::new((day.to_owned(), total));
+        self.ask(|done| Op::DayMark(reading, done)).await
     }
 
     /// Claims an idempotency key for a call (see `crate::policy::idempotency`): `Claimed`, or
-    /// the call of the last day that holds it, or `Unrecorded` when no ledger keeps keys.
-    pub async fn claim_key(&self, claim: KeyRecord) -> KeyClaim {
-        let (done, answer) = tokio::sync::oneshot::channel();
-        if !self.on || !self.send(Op::ClaimKey(Box::new(claim), done)) {
-            return KeyClaim::Unrecorded;
-        }
-        answer.await.unwrap_or(KeyClaim::Unrecorded)
+    /// the call of the last day that holds it; or why the store could not say.
+    pub async fn claim_key(&self, claim: KeyRecord) -> Result<KeyClaim, StoreUnavailable> {
+        let claim = Box::new(claim);
+        self.ask(|done| Op::ClaimKey(claim, done)).await
     }
 
     /// The call that claimed `key` succeeded; a repeat within a day gets `answer`.
@@ -556,7 +614,7 @@ impl Ledger {
         read: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, LedgerError> {
         if !self.on {
-            return Err(LedgerError::Off);
+            return Err(LedgerError::NoStore);
         }
         // A read is a first use too: the writer opens (and prunes) the file, then the flush
         // waits for that and for what was queued before.
@@ -594,12 +652,22 @@ impl Ledger {
         before: Option<i64>,
         limit: usize,
     ) -> Result<(Vec<RunSummary>, bool), LedgerError> {
+        self.runs_kept()?;
         self.read(move |conn| store::page(conn, before, limit))
             .await
     }
 
     pub async fn run(&self, id: i64) -> Result<Option<RunDetail>, LedgerError> {
+        self.runs_kept()?;
         self.read(move |conn| store::one(conn, id)).await
+    }
+
+    fn runs_kept(&self) -> Result<(), LedgerError> {
+        match (self.on, self.keeps_runs) {
+            (false, _) => Err(LedgerError::NoStore),
+            (true, false) => Err(LedgerError::Off),
+            (true, true) => Ok(()),
+        }
     }
 }
 
@@ -838,9 +906,7 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
                     Op::ClaimJobs(_, done) => {
                         let _ = done.send(Vec::new());
                     }
-                    Op::ClaimKey(_, done) => {
-                        let _ = done.send(KeyClaim::Unrecorded);
-                    }
+                    Op::ClaimKey(_, done) => drop(done),
                     Op::DayMark(_, done) => drop(done),
                     Op::KeyAnswered(_) | Op::KeyReleased(_) | Op::Usage(_) => {}
                     Op::End(_)
@@ -887,7 +953,12 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
             &mut key_claims,
             &mut day_marks,
         );
-        if let Err(e) = &written {
+        // What failed to be written: a record (the rest of its batch committed) or the commit.
+        let failed = match &written {
+            Ok(None) => None,
+            Ok(Some(e)) | Err(e) => Some(e),
+        };
+        if let Some(e) = failed {
             let failures = shared.write_failures.fetch_add(1, Ordering::Relaxed) + 1;
             if failures.is_power_of_two() {
                 tracing::warn!(error = %e, failures, path = %shared.path.display(), "could not write to the run ledger; records lost");
@@ -900,18 +971,12 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
         for (jobs, done) in claims {
             let _ = done.send(jobs);
         }
-        if written.is_ok() {
-            for (mark, done) in day_marks {
-                let _ = done.send(mark);
-            }
+        // A mark or a claim not committed was not made: its call is refused, saying why.
+        for (mark, done) in day_marks {
+            let _ = done.send(committed(shared, mark, &written));
         }
-        // A claim not committed was not made: the call runs unrecorded rather than twice.
         for (claim, done) in key_claims {
-            let _ = done.send(if written.is_ok() {
-                claim
-            } else {
-                KeyClaim::Unrecorded
-            });
+            let _ = done.send(committed(shared, claim, &written));
         }
         if added_since_prune >= PRUNE_EVERY {
             added_since_prune = 0;
@@ -922,6 +987,24 @@ fn write_loop(shared: &Shared, receiver: Receiver<Op>) {
             }
         }
     }
+}
+
+/// A record's answer once its batch's commit is known: the answer only if both it and the
+/// commit were written.
+fn committed<T>(
+    shared: &Shared,
+    answer: Result<T, String>,
+    commit: &rusqlite::Result<Option<rusqlite::Error>>,
+) -> Result<T, StoreUnavailable> {
+    let failed = match (answer, commit) {
+        (Ok(value), Ok(_)) => return Ok(value),
+        (Err(reason), _) => reason,
+        (Ok(_), Err(e)) => e.to_string(),
+    };
+    Err(StoreUnavailable::Broken {
+        path: shared.path.display().to_string(),
+        reason: format!("could not write to it: {failed}"),
+    })
 }
 
 impl Op {
@@ -968,14 +1051,32 @@ fn open_and_prune(shared: &Shared) -> Result<rusqlite::Connection, String> {
 /// A claim's answer, sent once its batch is committed.
 type Claimed = (Vec<JobRecord>, tokio::sync::oneshot::Sender<Vec<JobRecord>>);
 
+/// Keeps a written record's answer (or why it failed) to send once the batch is committed.
+fn answered<T>(
+    written: rusqlite::Result<T>,
+    done: Answer<T>,
+    answers: &mut Vec<(Result<T, String>, Answer<T>)>,
+) -> rusqlite::Result<()> {
+    match written {
+        Ok(value) => {
+            answers.push((Ok(value), done));
+            Ok(())
+        }
+        Err(e) => {
+            answers.push((Err(e.to_string()), done));
+            Err(e)
+        }
+    }
+}
+
 fn write_batch(
     conn: &mut rusqlite::Connection,
     batch: Vec<Op>,
     flushed: &mut Vec<tokio::sync::oneshot::Sender<()>>,
     claims: &mut Vec<Claimed>,
-    key_claims: &mut Vec<(KeyClaim, tokio::sync::oneshot::Sender<KeyClaim>)>,
-    day_marks: &mut Vec<(i64, tokio::sync::oneshot::Sender<i64>)>,
-) -> rusqlite::Result<()> {
+    key_claims: &mut Vec<(Result<KeyClaim, String>, Answer<KeyClaim>)>,
+    day_marks: &mut Vec<(Result<i64, String>, Answer<i64>)>,
+) -> rusqlite::Result<Option<rusqlite::Error>> {
     let tx = conn.transaction()?;
     let mut first_error = None;
     for op in batch {
@@ -999,12 +1100,12 @@ fn write_batch(
                 store::insert_grants(&tx, fleet, &engine, &machine, &destinations, now_ms())
             }
             Op::ClaimKey(claim, done) => {
-                store::claim_key(&tx, &claim, now_ms()).map(|found| key_claims.push((found, done)))
+                answered(store::claim_key(&tx, &claim, now_ms()), done, key_claims)
             }
             Op::Usage(usage) => store::set_usage(&tx, usage.0, &usage.1),
-            Op::DayMark(reading, done) => store::day_mark(&tx, &reading.0, reading.1).map(|mark| {
-                day_marks.push((mark, done));
-            }),
+            Op::DayMark(reading, done) => {
+                answered(store::day_mark(&tx, &reading.0, reading.1), done, day_marks)
+            }
             Op::KeyAnswered(answered) => store::answer_key(&tx, &answered.0, &answered.1),
             Op::KeyReleased(key) => store::release_key(&tx, &key),
             Op::Flush(done) => {
@@ -1023,7 +1124,8 @@ fn write_batch(
         }
         return Err(e);
     }
-    first_error.map_or(Ok(()), Err)
+    // Committed; a record that failed is lost, the others written.
+    Ok(first_error)
 }
 
 #[cfg(test)]
@@ -1082,6 +1184,103 @@ mod tests {
         }
     }
 
+    fn opened_in(runtime: &Path, extra: &[(&str, &str)]) -> Ledger {
+        let mut vars: BTreeMap<String, String> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        vars.insert("SMOL_MCP_RUNTIME_DIR".into(), runtime.display().to_string());
+        let config = Config::from_sources(&vars, Path::new("/nonexistent")).unwrap();
+        Ledger::open(&config, Events::default())
+    }
+
+    fn key_claim(key: &str) -> KeyRecord {
+        KeyRecord {
+            key: key.into(),
+            pid: std::process::id(),
+            tool: "create-machine".into(),
+            fingerprint: "f".into(),
+            arguments: "{}".into(),
+            started_ms: now_ms(),
+            answer: None,
+            answer_dropped: false,
+        }
+    }
+
+    // The three ways the store can fail a limit that reads it; each is an error, never an
+    // answer that lets the call through unchecked.
+
+    #[tokio::test]
+    async fn without_a_store_a_spend_mark_and_a_key_claim_are_errors() {
+        let ledger = Ledger::off();
+        assert_eq!(
+            ledger.day_mark("2026-12-04", 10).await,
+            Err(StoreUnavailable::Off)
+        );
+        assert_eq!(
+            ledger.claim_key(key_claim("k")).await,
+            Err(StoreUnavailable::Off)
+        );
+    }
+
+    #[tokio::test]
+    async fn with_the_writer_behind_a_spend_mark_and_a_key_claim_are_errors() {
+        let (queue, _stuck_writer) = std::sync::mpsc::sync_channel(1);
+        let ledger = Ledger {
+            shared: Arc::new(shared()),
+            on: true,
+            keeps_runs: true,
+            queue: Arc::new(OnceLock::from(Some(queue))),
+        };
+        ledger.begin(start(&[]));
+        assert_eq!(
+            ledger.day_mark("2026-12-04", 10).await,
+            Err(StoreUnavailable::QueueFull)
+        );
+        assert_eq!(
+            ledger.claim_key(key_claim("k")).await,
+            Err(StoreUnavailable::QueueFull)
+        );
+    }
+
+    #[tokio::test]
+    async fn with_the_file_unusable_a_spend_mark_and_a_key_claim_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(FILE_NAME).join("in-the-way")).unwrap();
+        let ledger = opened_in(dir.path(), &[]);
+        for refused in [
+            ledger.day_mark("2026-12-04", 10).await.map(|_| ()),
+            ledger.claim_key(key_claim("k")).await.map(|_| ()),
+        ] {
+            match refused {
+                Err(StoreUnavailable::Broken { path, reason }) => {
+                    assert!(path.ends_with(FILE_NAME), "{path}");
+                    assert!(reason.contains("unable to open database file"), "{reason}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// `ledgerMaxRuns` 0 keeps no runs, and only runs: the spend marks and keys are kept.
+    #[tokio::test]
+    async fn no_runs_kept_still_keeps_spend_marks_and_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = opened_in(dir.path(), &[("SMOL_MCP_LEDGER_MAX_RUNS", "0")]);
+        assert_eq!(ledger.begin(start(&[])).id(), None);
+        assert_eq!(ledger.day_mark("2026-12-04", 10).await, Ok(10));
+        assert_eq!(ledger.day_mark("2026-12-04", 25).await, Ok(10));
+        assert_eq!(
+            ledger.claim_key(key_claim("k")).await,
+            Ok(KeyClaim::Claimed)
+        );
+        assert!(matches!(
+            ledger.claim_key(key_claim("k")).await,
+            Ok(KeyClaim::Taken(_))
+        ));
+        assert_eq!(ledger.page(None, 10).await.err(), Some(LedgerError::Off));
+    }
+
     #[test]
     fn a_full_queue_drops_records_instead_of_waiting() {
         // A writer stuck on a slow disk: nothing reads the queue.
@@ -1089,6 +1288,7 @@ mod tests {
         let ledger = Ledger {
             shared: Arc::new(shared()),
             on: true,
+            keeps_runs: true,
             queue: Arc::new(OnceLock::from(Some(queue))),
         };
         let runs: Vec<Run> = (0..10).map(|_| ledger.begin(start(&[]))).collect();
@@ -1102,6 +1302,7 @@ mod tests {
         let ledger = Ledger {
             shared: Arc::new(shared()),
             on: true,
+            keeps_runs: true,
             queue: Arc::new(OnceLock::from(Some(queue))),
         };
         let env = [
@@ -1187,6 +1388,7 @@ mod tests {
         let ledger = Ledger {
             shared: Arc::new(shared()),
             on: true,
+            keeps_runs: true,
             queue: Arc::new(OnceLock::from(Some(queue))),
         };
         drop(ledger.begin(start(&[])));

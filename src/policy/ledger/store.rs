@@ -467,8 +467,6 @@ pub enum KeyClaim {
     Claimed,
     /// Another call holds it: its record, running or answered.
     Taken(KeyRecord),
-    /// The ledger cannot keep keys; the call runs on unrecorded.
-    Unrecorded,
 }
 
 /// Claims `claim.key` for `claim`'s call unless a call of the last day holds it. One statement

@@ -66,6 +66,18 @@ fn limit(message: String) -> ToolError {
     ToolError::new(ToolErrorKind::LimitReached, message)
 }
 
+/// A spend ceiling that cannot be checked refuses rather than lets the work through.
+fn spend_unknown(kind: ToolErrorKind, setting: &str, why: String) -> ToolError {
+    ToolError::new(
+        kind,
+        format!(
+            "{why}, so this server cannot tell whether its spend ceiling ({setting}) is reached: \
+             nothing was made or run on cloud. Retry shortly; if it persists, the operator can \
+             look at the server's log."
+        ),
+    )
+}
+
 /// Micros as dollars, the way a person reads them ($0.0418 for 41,800).
 fn dollars(micros: i64) -> String {
     format!("${:.4} ({micros} micros)", micros as f64 / 1_000_000.0)
@@ -365,21 +377,42 @@ impl<'a> Call<'a> {
         }
         if per_session > 0 {
             let made = self.process().made.of(self.session);
-            let costs = futures::future::join_all(
-                made.machines
-                    .iter()
-                    .filter(|(kind, _)| *kind == FleetKind::Cloud)
-                    .map(|(_, id)| fleet.consumption(id)),
-            )
-            .await;
-            let live: i64 = costs
-                .into_iter()
-                .filter_map(|c| c.ok().and_then(|c| c.cost_micros))
-                .sum();
+            let machines: Vec<&String> = made
+                .machines
+                .iter()
+                .filter(|(kind, _)| *kind == FleetKind::Cloud)
+                .map(|(_, id)| id)
+                .collect();
+            let costs = self
+                .cancellable(async {
+                    Ok::<_, ToolError>(
+                        futures::future::join_all(machines.iter().map(|id| fleet.consumption(id)))
+                            .await,
+                    )
+                })
+                .await?;
+            let mut live: i64 = 0;
+            for (id, cost) in machines.iter().zip(costs) {
+                match cost {
+                    Ok(cost) => live = live.saturating_add(cost.cost_micros.unwrap_or(0)),
+                    // Deleted behind the server's back: its bill settled without it.
+                    Err(e) if e.kind == crate::fleet::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(spend_unknown(
+                            ToolErrorKind::Fleet(e.kind),
+                            "cloudSpendPerSessionMicros",
+                            format!("the cost of machine {id} could not be read: {}", e.message),
+                        ));
+                    }
+                }
+            }
             let spent = live.saturating_add(made.settled_micros);
             if u64::try_from(spent).unwrap_or(0) >= per_session {
                 return Err(limit(format!(
-                    "the cloud machines this session made have cost {} (the cloud's usage                      figures) and this server allows {} a session                      (cloudSpendPerSessionMicros): nothing more is made or run on cloud in this                      session",
+                    "the cloud machines this session made have cost {} (the cloud's usage \
+                     figures) and this server allows {} a session \
+                     (cloudSpendPerSessionMicros): nothing more is made or run on cloud in this \
+                     session",
                     dollars(spent),
                     dollars(i64::try_from(per_session).unwrap_or(i64::MAX))
                 )));
@@ -389,19 +422,35 @@ impl<'a> Call<'a> {
             && let Some(Ok(cloud)) = self.process().cloud()
         {
             let account = self.cancellable(cloud.account()).await?;
-            let total = account.period_total_micros.unwrap_or(0);
+            let Some(total) = account.period_total_micros else {
+                return Err(spend_unknown(
+                    ToolErrorKind::Fleet(crate::fleet::ErrorKind::BadResponse),
+                    "cloudSpendPerDayMicros",
+                    "the cloud account did not report its period cost".to_owned(),
+                ));
+            };
             let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
             let mark = self
                 .policy
                 .ledger
                 .day_mark(&day, total)
                 .await
-                .unwrap_or(total);
+                .map_err(|e| {
+                    spend_unknown(
+                        ToolErrorKind::StoreUnavailable,
+                        "cloudSpendPerDayMicros",
+                        format!(
+                            "today's first reading of the account's cost could not be kept: {e}"
+                        ),
+                    )
+                })?;
             // A new billing period started today: the total restarted from zero.
             let spent = if total >= mark { total - mark } else { total };
             if u64::try_from(spent).unwrap_or(0) >= per_day {
                 return Err(limit(format!(
-                    "the cloud account has spent {} today (UTC, by its period cost) and this                      server allows {} a day (cloudSpendPerDayMicros): nothing more is made or                      run on cloud until tomorrow (UTC)",
+                    "the cloud account has spent {} today (UTC, by its period cost) and this \
+                     server allows {} a day (cloudSpendPerDayMicros): nothing more is made or \
+                     run on cloud until tomorrow (UTC)",
                     dollars(spent),
                     dollars(i64::try_from(per_day).unwrap_or(i64::MAX))
                 )));
