@@ -1,5 +1,5 @@
-//! What a run cost, and the operator's limits: run-command and run-once answer with the change
-//! in the engine's figures across the run (the fake counts each command as the engine's
+//! What a run cost, and the operator's limits: run-command (when asked, `usage: true`) and
+//! run-once answer with the change in the engine's figures across the run (the fake counts each command as the engine's
 //! MachineInfo does, `CONSUMPTION_STEP`), and the ledger keeps it; a create past
 //! `maxMachinesPerSession` or `maxMachines`, and a create or command on cloud past a spend
 //! ceiling, is refused with LIMIT_REACHED, naming the setting, before anything is sent.
@@ -39,10 +39,15 @@ async fn a_run_answers_with_what_it_cost_and_the_ledger_keeps_it() {
     )
     .await;
     // The machine has run commands before: only this run's share counts.
-    h.ok("run-command", json!({"name": "meter", "command": "true"}))
+    let unasked = h
+        .ok("run-command", json!({"name": "meter", "command": "true"}))
         .await;
+    assert!(unasked.get("usage").is_none(), "{unasked}");
     let ran = h
-        .ok("run-command", json!({"name": "meter", "command": "make"}))
+        .ok(
+            "run-command",
+            json!({"name": "meter", "command": "make", "usage": true}),
+        )
         .await;
     let expected = json!({
         "cpuMillis": step("cpuMillis"),

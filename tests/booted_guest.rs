@@ -1271,7 +1271,7 @@ async fn warm_machines_come_from_the_pool_and_go_back() {
     let r = h
         .ok(
             "run-command",
-            json!({"name": name, "command": "echo job=$JOB"}),
+            json!({"name": name, "command": "echo job=$JOB", "usage": true}),
         )
         .await;
     assert_eq!(r["stdout"], "job=42\n", "{r}");

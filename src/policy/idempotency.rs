@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub const KEY_ARGUMENT: &str = "idempotencyKey";
 /// What the catalog says of it (once, at its first tool; the others refer to it).
 pub const KEY_DESCRIPTION: &str = "Your unique id for this call (a UUID): a retry with it and the \
-     same arguments within 24 h does nothing again and returns the first answer. Runs on if \
+     same arguments within 24 h returns the first answer, not acting again. Runs on if \
      cancelled.";
 pub const KEY_MAX_CHARS: usize = 128;
 /// How often a repeat checks on a first call that runs in another process.

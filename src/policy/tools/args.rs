@@ -499,6 +499,8 @@ tool_arguments! {
         pub run: CommandFields,
         /// Return at once with a job id. No stdin; longer default timeout.
         pub background: Option<bool>,
+        /// true: also answer what it cost (slower).
+        pub usage: Option<bool>,
     }
 }
 

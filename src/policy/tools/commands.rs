@@ -29,13 +29,15 @@ fn consumption_beside(
 }
 
 /// What the run cost, from the reading taken before it and one taken now; kept in the ledger.
+/// `None` when nothing was read before (the cost was not asked for).
 async fn run_cost(
     call: &Call<'_>,
     fleet: &crate::fleet::Fleet,
     machine: &str,
-    before: tokio::task::JoinHandle<Option<crate::fleet::Consumption>>,
+    before: Option<tokio::task::JoinHandle<Option<crate::fleet::Consumption>>>,
     run_id: Option<i64>,
 ) -> Option<results::RunCost> {
+    let before = before?;
     let after = consumption(fleet, machine).await;
     let before = before.await.ok().flatten();
     let cost = results::RunCost::between(before.as_ref(), after.as_ref());
@@ -197,7 +199,10 @@ async fn run_foreground(
         Some(watch) => Some(watch.with_baseline(&fleet, &a.name).await),
         None => None,
     };
-    let before = consumption_beside(&fleet, &a.name);
+    // The run's cost only when asked: its two readings made every command wait one more
+    // round trip to the engine (+100 ms a command on the nested engine), for a figure a model
+    // seldom needs. A command is otherwise the one exec request.
+    let before = (a.usage == Some(true)).then(|| consumption_beside(&fleet, &a.name));
     let began = Instant::now();
     let run = call.policy.ledger.begin(RunStart::new(
         Tool::RunCommand.name(),
@@ -349,7 +354,8 @@ pub(super) async fn run_once(
             Some(watch) => Some(watch.with_baseline(&fleet, machine.id()).await),
             None => None,
         };
-        let before = consumption_beside(&fleet, machine.id());
+        // Its machine is made and deleted around it: one reading more costs it little.
+        let before = Some(consumption_beside(&fleet, machine.id()));
         let began = Instant::now();
         let run = call.policy.ledger.begin(RunStart::new(
             Tool::RunOnce.name(),

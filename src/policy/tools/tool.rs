@@ -90,7 +90,7 @@ tool_list! {
         title: "Get a machine",
         hints: READ_ONLY,
         changes_machines: false,
-        description: "Report one machine's state (running, stopped, created...), size, egress and \
+        description: "Report one machine's state (running, stopped...), size, egress and \
              image{cloud:, and its url (ingress of its first published port)}: whether it exists \
              (else NOT_FOUND), runs, or a start took.",
     }
@@ -134,7 +134,7 @@ tool_list! {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Run a command in an existing machine and wait for its end: stdout, stderr, \
-             exitCode (non-zero is a result, not an error), usage (what it cost the machine). \
+             exitCode (non-zero is a result, not an error). \
              Each call is a new process: pass workdir and env. Long output keeps head and tail, \
              the whole saved in the machine (overflow). For work that may outlast this call, \
              background: true, then job-output.",
@@ -159,7 +159,7 @@ tool_list! {
         hints: READ_ONLY,
         changes_machines: false,
         description: "List this server's background jobs, newest first: running ones and the last \
-             100 ended. To find a lost job id or see what runs.",
+             100 ended. To find a lost job id.",
     }
     RunOnce => "run-once" {
         title: "Run in a throwaway machine",
@@ -198,8 +198,8 @@ tool_list! {
         hints: READ_ONLY,
         changes_machines: false,
         description: "Read a machine's log: the last lines, or what arrived since a previous cursor. \
-             {local:By default what its workload printed, kept across restarts; source engine: the \
-             boot and agent log. }{cloud:On cloud it is the control plane's event log: what \
+             {local:By default its workload's output, kept across restarts; source engine: boot \
+             and agent log. }{cloud:On cloud it is the control plane's event log: what \
              happened to the machine. }Not command output (run-command, job-output).",
     }
     PullImage => "pull-image" {
