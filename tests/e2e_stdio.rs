@@ -797,3 +797,81 @@ async fn odd_images_are_refused_naming_image_and_never_reach_the_engine() {
     server.close_stdin();
     server.child.wait().await.unwrap();
 }
+
+/// At `SMOL_MCP_LOG=debug` every request to an engine or the cloud is logged inside the span of
+/// the tool call that made it (tool, JSON-RPC id, owner, machine), with its operation, status
+/// and time, and the cloud's token appears nowhere in the log.
+#[tokio::test]
+async fn each_upstream_request_is_logged_inside_its_tool_call() {
+    let fake = FakeServe::start().await;
+    let cloud = common::fake_cloud::FakeCloud::start().await;
+    let runtime = tempfile::tempdir().unwrap();
+    let (local_url, cloud_url) = (fake.url(), cloud.url());
+    let env = server_env(
+        runtime.path(),
+        &[
+            ("SMOL_LOCAL_URL", &local_url),
+            ("SMOL_CLOUD_URL", &cloud_url),
+            ("SMOL_CLOUD_TOKEN", common::fake_cloud::TOKEN),
+            ("SMOL_MCP_TARGETS", "both"),
+            ("SMOL_MCP_LOG", "debug"),
+        ],
+    );
+    let log = runtime.path().join("stderr.log");
+    let mut server = StdioServer::spawn_with_stderr(env, &log).await;
+    server
+        .tool(
+            7,
+            "create-machine",
+            json!({"name": "traced", "target": "local"}),
+        )
+        .await;
+    server
+        .tool(
+            8,
+            "run-command",
+            json!({"name": "traced", "command": "true", "target": "local"}),
+        )
+        .await;
+    server
+        .tool(9, "list-machines", json!({"target": "cloud"}))
+        .await;
+    server.close_stdin();
+    server.child.wait().await.unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = |needles: &[&str]| {
+        text.lines()
+            .find(|l| needles.iter().all(|n| l.contains(n)))
+            .unwrap_or_else(|| panic!("no line with {needles:?} in:\n{text}"))
+            .to_owned()
+    };
+    let exec = line(&[
+        "upstream request",
+        "operation=\"exec_command\"",
+        "request=8",
+    ]);
+    for field in [
+        "tool_call{",
+        "tool=\"run-command\"",
+        "request=8",
+        "machine=\"traced\"",
+        "owner=",
+        "status=200",
+        "millis=",
+        "fleet=\"local\"",
+    ] {
+        assert!(exec.contains(field), "{field} in {exec}");
+    }
+    let create = line(&["upstream request", "operation=\"create_machine\""]);
+    assert!(create.contains("request=7"), "{create}");
+    let listed = line(&[
+        "upstream request",
+        "fleet=\"cloud\"",
+        "operation=\"machine_list\"",
+    ]);
+    assert!(listed.contains("tool=\"list-machines\""), "{listed}");
+    assert!(
+        !text.contains(common::fake_cloud::TOKEN),
+        "the cloud token is in the log"
+    );
+}

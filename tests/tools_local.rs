@@ -1170,7 +1170,10 @@ async fn a_seen_machine_runs_a_command_in_one_request_and_a_stopped_one_is_start
         .collect();
     assert_eq!(sent, ["POST /api/v1/machines/seen/exec/stream"]);
     assert_eq!(requests[0]["body"]["autoStart"], false, "{requests:?}");
-    assert!(ran.get("usage").is_none(), "its cost was not asked for: {ran}");
+    assert!(
+        ran.get("usage").is_none(),
+        "its cost was not asked for: {ran}"
+    );
 
     fake.state.lock().unwrap().machines.get_mut("seen").unwrap()["state"] = json!("stopped");
     let ran = h

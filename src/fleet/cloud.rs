@@ -234,7 +234,9 @@ impl CloudFleet {
             return Ok(None);
         }
         let response = within(ctx, limit, async {
-            request.send().await.map_err(|e| transport(ctx, &e))
+            super::hooks::send_traced("files_route", "cloud", request)
+                .await
+                .map_err(|e| transport(ctx, &e))
         })
         .await?;
         let status = response.status();
@@ -479,7 +481,9 @@ impl FleetApi for CloudFleet {
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&command_request(spec));
         within(&ctx, limit, async {
-            let response = request.send().await.map_err(|e| transport(&ctx, &e))?;
+            let response = super::hooks::send_traced("exec_stream", "cloud", request)
+                .await
+                .map_err(|e| transport(&ctx, &e))?;
             if !response.status().is_success() {
                 return Err(from_response(&ctx, response).await);
             }

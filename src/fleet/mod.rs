@@ -9,6 +9,7 @@ pub mod diagnosis;
 pub mod error;
 pub mod exec_stream;
 pub mod file_stream;
+mod hooks;
 pub mod internal;
 pub mod local;
 pub mod model;

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// The argument every creating or changing tool takes.
 pub const KEY_ARGUMENT: &str = "idempotencyKey";
@@ -264,13 +265,16 @@ impl Keys {
                     );
                     let keys = self.clone();
                     let ledger = ledger.clone();
-                    tokio::spawn(async move {
-                        let outcome = lead(&ledger, &key, &call, longest, work).await;
-                        if let Ok(mut running) = keys.running.lock() {
-                            running.remove(&key);
+                    tokio::spawn(
+                        async move {
+                            let outcome = lead(&ledger, &key, &call, longest, work).await;
+                            if let Ok(mut running) = keys.running.lock() {
+                                running.remove(&key);
+                            }
+                            let _ = tx.send(Some(outcome));
                         }
-                        let _ = tx.send(Some(outcome));
-                    });
+                        .in_current_span(),
+                    );
                     rx
                 }
             }

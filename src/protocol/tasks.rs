@@ -135,7 +135,7 @@ impl Tasks {
         };
         let began = Instant::now();
         // On a task of its own: a task's future may be aborted (its TTL), the call never is.
-        let mut running = tokio::spawn(work);
+        let mut running = tokio::spawn(tracing::Instrument::in_current_span(work));
         // If rmcp drops this request's handler (its transport gone) before the call ends or
         // becomes a task, the call is cancelled as it was when it ran inside the handler,
         // rather than running on unseen.

@@ -339,6 +339,11 @@ async fn call_now(
     for key in ["name", "childName"] {
         if let Some(name) = args.get(key).and_then(Value::as_str) {
             call.hold(name);
+            // Before the arguments are checked: a name past any machine name's length is not
+            // written into every event of the call.
+            if key == "name" && name.len() <= 128 {
+                tracing::Span::current().record("machine", name);
+            }
         }
     }
     // On the heap: the largest handler's future is the size of every call's, and it would

@@ -23,6 +23,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// One MCP session's server (over HTTP also one 2026-07-28 request's: rmcp builds a handler
 /// for each). Sessions of one process share its [`Protocol`].
@@ -265,68 +266,87 @@ impl ServerHandler for SmolMcp {
                 None,
             ));
         };
-        let (scope, args) = match self
-            .fleet_choice
-            .settle(self.protocol.mode(), &request, &context)
-            .await?
-        {
-            fleet_choice::Settled::Run(scope, args) => (scope, args),
-            fleet_choice::Settled::Answer(answer) => return Ok(answer),
-        };
-        let owner = if self.leases_stateless_machines && is_stateless(&context) {
-            self.protocol.process().lease_session()
-        } else {
-            if let Some(end) = &self._end {
-                end.called.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Every event of the call, the engine requests it makes included (fleet::hooks), carries
+        // these fields; the owner and the machine are filled in once known.
+        let span = tracing::info_span!(
+            "tool_call",
+            tool = tool.name(),
+            request = %context.id,
+            owner = tracing::field::Empty,
+            machine = tracing::field::Empty,
+        );
+        async move {
+            let (scope, args) = match self
+                .fleet_choice
+                .settle(self.protocol.mode(), &request, &context)
+                .await?
+            {
+                fleet_choice::Settled::Run(scope, args) => (scope, args),
+                fleet_choice::Settled::Answer(answer) => return Ok(answer),
+            };
+            let owner = if self.leases_stateless_machines && is_stateless(&context) {
+                self.protocol.process().lease_session()
+            } else {
+                if let Some(end) = &self._end {
+                    end.called.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                &self.session
+            };
+            tracing::Span::current().record("owner", owner);
+            let args = serde_json::Value::Object(args);
+            if tasks::may_become_task(tool, &context) {
+                let call = self.detached_call(tool, scope, owner.to_owned(), args, &context);
+                let after =
+                    std::time::Duration::from_millis(self.protocol.config().task_after_millis);
+                let task_owner = self.task_owner(&context).to_owned();
+                return Ok(self
+                    .protocol
+                    .tasks
+                    .call_or_task(call, after, &context.ct, &task_owner)
+                    .await);
             }
-            &self.session
-        };
-        let args = serde_json::Value::Object(args);
-        if tasks::may_become_task(tool, &context) {
-            let call = self.detached_call(tool, scope, owner.to_owned(), args, &context);
-            let after = std::time::Duration::from_millis(self.protocol.config().task_after_millis);
-            let task_owner = self.task_owner(&context).to_owned();
-            return Ok(self
-                .protocol
-                .tasks
-                .call_or_task(call, after, &context.ct, &task_owner)
-                .await);
-        }
-        let stateless = is_stateless(&context);
-        // A 2026-07-28 call made again with the user's answer to its input-required result.
-        let prior_answer = if stateless {
-            consent::prior_answer(&request)?
-        } else {
-            None
-        };
-        let deferred = consent::deferred_for(&context);
-        let asker: Option<Arc<dyn crate::policy::consent::Consent>> = match &deferred {
-            Some(d) => Some(d.clone()),
-            None => consent::of_request(&context),
-        };
-        let caller = tools::Caller {
-            owner,
-            scope,
-            ct: context.ct.clone(),
-            progress: notify::progress_of(&context, None),
-            session_hold: session_hold(&context),
-            consent: asker,
-            prior_answer,
-        };
-        let call = tools::call(&self.protocol.policy, caller, tool, args);
-        let result = if stateless {
-            notify::with_request_events(self.protocol.process().events.subscribe(), &context, call)
+            let stateless = is_stateless(&context);
+            // A 2026-07-28 call made again with the user's answer to its input-required result.
+            let prior_answer = if stateless {
+                consent::prior_answer(&request)?
+            } else {
+                None
+            };
+            let deferred = consent::deferred_for(&context);
+            let asker: Option<Arc<dyn crate::policy::consent::Consent>> = match &deferred {
+                Some(d) => Some(d.clone()),
+                None => consent::of_request(&context),
+            };
+            let caller = tools::Caller {
+                owner,
+                scope,
+                ct: context.ct.clone(),
+                progress: notify::progress_of(&context, None),
+                session_hold: session_hold(&context),
+                consent: asker,
+                prior_answer,
+            };
+            let call = tools::call(&self.protocol.policy, caller, tool, args);
+            let result = if stateless {
+                notify::with_request_events(
+                    self.protocol.process().events.subscribe(),
+                    &context,
+                    call,
+                )
                 .await
-        } else {
-            call.await
-        };
-        if let Some(question) = deferred
-            .as_deref()
-            .and_then(|d| consent::question_of(d, &request))
-        {
-            return Ok(question);
+            } else {
+                call.await
+            };
+            if let Some(question) = deferred
+                .as_deref()
+                .and_then(|d| consent::question_of(d, &request))
+            {
+                return Ok(question);
+            }
+            Ok(CallToolResponse::Complete(answer::into_result(result)))
         }
-        Ok(CallToolResponse::Complete(answer::into_result(result)))
+        .instrument(span)
+        .await
     }
 
     async fn get_task(
