@@ -26,7 +26,7 @@ async fn create_with_each_egress_policy() {
     open.env.insert("B".into(), "2".into());
     open.env.insert("A".into(), "1".into());
     let created = fleet.create(&open).await.unwrap();
-    assert_eq!(created.network, "open");
+    assert_eq!(created.network.to_string(), "open");
     fleet
         .create(&CreateSpec::new("m-blocked", "alpine"))
         .await
@@ -38,7 +38,7 @@ async fn create_with_each_egress_policy() {
     };
     let allowed = fleet.create(&allow).await.unwrap();
     assert_eq!(
-        allowed.network,
+        allowed.network.to_string(),
         "allow(pypi.org,files.pythonhosted.org,10.0.0.0/8)"
     );
     let mut hosts_only = CreateSpec::new("m-hosts", "alpine");

@@ -198,7 +198,7 @@ async fn a_named_serve_that_does_not_answer_is_the_problem_not_the_engine_or_kvm
     )
     .await;
     assert!(!t.usable);
-    let rendered = smol_mcp::process::targets::render(&t);
+    let rendered = smol_mcp::app::doctor::render(&t);
     assert!(
         rendered.contains("the serve named by SMOL_LOCAL_URL (http://127.0.0.1:9) does not answer"),
         "{rendered}"
@@ -230,7 +230,7 @@ async fn a_missing_kvm_device_is_a_problem_with_advice() {
     )
     .await;
     assert!(!t.usable);
-    let rendered = smol_mcp::process::targets::render(&t);
+    let rendered = smol_mcp::app::doctor::render(&t);
     assert!(rendered.contains("does not exist"), "{rendered}");
     assert!(rendered.contains("nested virtualization"), "{rendered}");
     assert!(rendered.contains("No served fleet is usable"), "{rendered}");

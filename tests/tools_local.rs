@@ -808,11 +808,11 @@ async fn a_local_timeout_past_300_s_is_sent_up_to_the_operators_ceiling() {
         ),
     ] {
         let err = h.err(tool, args).await;
-        assert!(
-            err.starts_with("INVALID_ARGUMENT: timeoutSecs:")
-                && err.contains("1 to 900")
-                && err.contains("maxExecTimeoutSecs"),
-            "{err}"
+        assert_eq!(
+            err,
+            "INVALID_ARGUMENT: timeoutSecs: 901 is not accepted: give 1 to 900 (this server's \
+             ceiling, maxExecTimeoutSecs)",
+            "{tool}"
         );
     }
     assert!(
@@ -1094,10 +1094,7 @@ async fn mounts_need_the_operators_allow_list_and_are_read_only_by_default() {
             json!({"image": "a", "mounts": [{"source": "/etc", "target": "/mnt"}]}),
         )
         .await;
-    assert!(
-        err.starts_with("INVALID_ARGUMENT: mounts[0].source:") && err.contains("mountAllow"),
-        "{err}"
-    );
+    insta::assert_snapshot!(err, @"INVALID_ARGUMENT: mounts[0].source: mounts are off on this server: the operator has allowed no host directory (mountAllow). Copy files in with write-file instead");
     let shared = tempfile::tempdir().unwrap();
     let writable = shared.path().join("rw");
     std::fs::create_dir(&writable).unwrap();
@@ -1114,10 +1111,28 @@ async fn mounts_need_the_operators_allow_list_and_are_read_only_by_default() {
     ])
     .await;
     drop(runtime);
+    let outside = |source: &str| {
+        format!(
+            "INVALID_ARGUMENT: mounts[0].source: {source} is not in a directory the operator \
+             allows mounting (mountAllow: {allow})"
+        )
+    };
     for (source, readonly, refused) in [
-        ("/etc".to_owned(), None, "mountAllow"),
-        (escape.display().to_string(), None, "mountAllow"),
-        (allow.clone(), Some(false), "mountWritable"),
+        ("/etc".to_owned(), None, outside("/etc")),
+        (
+            escape.display().to_string(),
+            None,
+            outside(&escape.display().to_string()),
+        ),
+        (
+            allow.clone(),
+            Some(false),
+            format!(
+                "INVALID_ARGUMENT: mounts[0].readonly: false is not allowed for {allow}: the \
+                 operator allows writable mounts only under mountWritable ({rw}); leave readonly \
+                 out for a read-only mount"
+            ),
+        ),
     ] {
         let mut mount = json!({"source": source, "target": "/mnt"});
         if let Some(ro) = readonly {
@@ -1126,7 +1141,7 @@ async fn mounts_need_the_operators_allow_list_and_are_read_only_by_default() {
         let err = h
             .err("create-machine", json!({"image": "a", "mounts": [mount]}))
             .await;
-        assert!(err.contains(refused), "{source}: {err}");
+        assert_eq!(err, refused, "{source}");
     }
     fake.take_requests();
     h.ok(

@@ -7,10 +7,11 @@
 
 use crate::fleet::diagnosis::{host_cause, root_with_uid_drop};
 use crate::policy::Policy;
-use crate::policy::progress::Progress;
 use crate::policy::tools::{Caller, Scope, Tool};
 use crate::process::config::Config;
-use crate::process::targets::{BootFacts, Problem, doctor_facts, registry_facts, render};
+use crate::process::targets::{
+    BootFacts, FleetFacts, Problem, Targets, doctor_facts, registry_facts,
+};
 use std::time::Instant;
 
 /// The command the test machine runs: its output names the guest's kernel.
@@ -45,15 +46,11 @@ async fn boot_a_machine(config: Config) -> (BootFacts, Option<Problem>) {
         }
     };
     let owner = format!("doctor-{}", std::process::id());
-    let caller = Caller {
-        owner: &owner,
-        scope: Scope::Process(policy.process.mode),
-        ct: tokio_util::sync::CancellationToken::new(),
-        progress: Progress::none(),
-        session_hold: None,
-        consent: None,
-        prior_answer: None,
-    };
+    let caller = Caller::new(
+        owner.as_str(),
+        Scope::Process(policy.process.mode),
+        tokio_util::sync::CancellationToken::new(),
+    );
     let mut args = serde_json::json!({
         "command": BOOT_COMMAND,
         "cpus": 1,
@@ -139,4 +136,195 @@ fn failed(
         },
         Some(Problem { what, fix }),
     )
+}
+
+/// The facts as a table a person reads, then what to do about each problem.
+pub fn render(targets: &Targets) -> String {
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    let yes = |ok: bool| if ok { "ok" } else { "PROBLEM" }.to_owned();
+    for fleet in &targets.fleets {
+        match fleet {
+            FleetFacts::Local(l) => {
+                let e = &l.engine;
+                let engine_detail = match (&e.path, &e.version) {
+                    (Some(p), Some(v)) => format!("{v} at {p} ({})", e.found_by),
+                    (Some(p), None) => format!("{p} ({}), does not run", e.found_by),
+                    (None, Some(v)) => format!("{v}, answering at {}", l.serve.url),
+                    (None, None) if l.serve.named => {
+                        "behind SMOL_LOCAL_URL, which does not answer".into()
+                    }
+                    (None, None) => "not found".into(),
+                };
+                let engine_ok = e.version_ok && (e.path.is_some() || l.serve.answering);
+                rows.push([
+                    "local".into(),
+                    "engine".into(),
+                    yes(engine_ok),
+                    engine_detail,
+                ]);
+                rows.push([
+                    "local".into(),
+                    "version".into(),
+                    yes(e.version_ok),
+                    match (&e.version, e.minimum.as_str()) {
+                        (Some(v), "") => format!("{v} (no floor set)"),
+                        (Some(v), min) => format!("{v}, needs at least {min}"),
+                        (None, min) => format!("unknown, needs at least {min}"),
+                    },
+                ]);
+                rows.push([
+                    "local".into(),
+                    "serve".into(),
+                    yes(l.serve.answering || !l.serve.named),
+                    match (l.serve.answering, l.serve.named) {
+                        (true, named) => format!(
+                            "answering at {}{}{}",
+                            l.serve.url,
+                            if named { " (SMOL_LOCAL_URL)" } else { "" },
+                            match (l.serve.machines, l.serve.running_machines) {
+                                (Some(all), Some(running)) =>
+                                    format!(", {all} machines, {running} running"),
+                                _ => String::new(),
+                            }
+                        ),
+                        (false, true) => format!(
+                            "the serve named by SMOL_LOCAL_URL does not answer at {}",
+                            l.serve.url
+                        ),
+                        (false, false) => format!(
+                            "none at {} yet; started on the first local call",
+                            l.serve.url
+                        ),
+                    },
+                ]);
+                match &l.hypervisor {
+                    Some(h) => rows.push([
+                        "local".into(),
+                        h.kind.into(),
+                        yes(h.usable),
+                        h.detail.clone(),
+                    ]),
+                    None => rows.push([
+                        "local".into(),
+                        "hypervisor".into(),
+                        "ok".into(),
+                        format!(
+                            "the named serve's host's{}; this host's is not used",
+                            match l.serve.nested_virt {
+                                Some(true) => " (it reports nested virtualization)",
+                                _ => "",
+                            }
+                        ),
+                    ]),
+                }
+                rows.push([
+                    "local".into(),
+                    "runtime dir".into(),
+                    yes(l.runtime_dir.ok),
+                    format!("{}: {}", l.runtime_dir.path, l.runtime_dir.detail),
+                ]);
+                if l.running_as_root && !l.serve.named {
+                    let ok = l.uid_drop_off || l.serve.answering;
+                    rows.push([
+                        "local".into(),
+                        "root".into(),
+                        yes(ok),
+                        if l.uid_drop_off {
+                            "running as root, SMOLVM_VM_UID_DROP=off".into()
+                        } else {
+                            "running as root, SMOLVM_VM_UID_DROP not off".into()
+                        },
+                    ]);
+                }
+                if let Some(r) = &l.registry {
+                    rows.push([
+                        "local".into(),
+                        "registry".into(),
+                        if r.resolves { "ok" } else { "WARNING" }.into(),
+                        r.detail.clone(),
+                    ]);
+                }
+                match &l.boot {
+                    Some(b) => rows.push([
+                        "local".into(),
+                        "boot".into(),
+                        yes(b.booted),
+                        b.detail.clone(),
+                    ]),
+                    None => rows.push([
+                        "local".into(),
+                        "boot".into(),
+                        "-".into(),
+                        "not tried (--quick, or the checks above failed): guests may still not boot"
+                            .into(),
+                    ]),
+                }
+            }
+            FleetFacts::Cloud(c) => {
+                rows.push(["cloud".into(), "url".into(), "ok".into(), c.url.clone()]);
+                rows.push([
+                    "cloud".into(),
+                    "token".into(),
+                    yes(c.token_set),
+                    if c.token_set { "set" } else { "not set" }.into(),
+                ]);
+                let a = &c.account;
+                rows.push([
+                    "cloud".into(),
+                    "account".into(),
+                    yes(a.answering && a.status.as_deref() == Some("active")),
+                    match (&a.tenant_id, &a.status, &a.error) {
+                        (Some(t), Some(s), _) => format!(
+                            "{t}, {s}{}",
+                            a.plan
+                                .as_deref()
+                                .map(|p| format!(", plan {p}"))
+                                .unwrap_or_default()
+                        ),
+                        (_, _, Some(e)) => format!("not answering: {e}"),
+                        _ => "not asked (no token)".into(),
+                    },
+                ]);
+            }
+        }
+    }
+    let header = ["fleet", "check", "state", "detail"].map(str::to_owned);
+    let mut widths = [0usize; 3];
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        for (w, cell) in widths.iter_mut().zip(row.iter()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        out.push_str(&format!(
+            "{:<w0$}  {:<w1$}  {:<w2$}  {}\n",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        ));
+    }
+    out.push('\n');
+    for fleet in &targets.fleets {
+        let name = fleet.kind().as_str();
+        if fleet.usable() {
+            out.push_str(&format!("{name}: usable\n"));
+        } else {
+            out.push_str(&format!("{name}: NOT usable\n"));
+            for p in fleet.problems() {
+                out.push_str(&format!("  - {}\n    fix: {}\n", p.what, p.fix));
+            }
+        }
+    }
+    for n in &targets.not_served {
+        out.push_str(&format!("{}: not served; {}\n", n.target, n.how));
+    }
+    if !targets.usable {
+        out.push_str("\nNo served fleet is usable from this host.\n");
+    }
+    out
 }

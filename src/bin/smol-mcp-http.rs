@@ -5,11 +5,10 @@
 //!     smol-mcp-http [--host H] [--port P] [--path /p]   (`--help` lists the settings)
 
 use anyhow::{Context, bail};
+use smol_mcp::app::serve;
 use smol_mcp::process::config::Config;
-use smol_mcp::protocol::Protocol;
 use std::process::ExitCode;
 use std::time::Duration;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 /// Flags override the configuration's httpHost, httpPort and httpPath.
@@ -81,42 +80,24 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let path = config.http_path.clone();
-    let protocol = Protocol::start(config.clone()).context("startup")?;
-    {
-        let process = protocol.process().clone();
-        tokio::spawn(async move { process.sweep_orphans_at_start().await });
-    }
+    let protocol = serve::start(config.clone()).context("startup")?;
     let shutdown = CancellationToken::new();
     tracing::info!("listening for MCP over HTTP on http://{address}{path}");
-    let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    // A closed terminal or a supervisor's reload: without a handler it kills the process
-    // before its machines are deleted.
-    let mut hangup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let server = tokio::spawn(smol_mcp::protocol::http::serve(
         listener,
         &config,
         protocol.clone(),
         shutdown.clone(),
     ));
-    let reason = tokio::select! {
-        _ = interrupt.recv() => "SIGINT",
-        _ = terminate.recv() => "SIGTERM",
-        _ = hangup.recv() => "SIGHUP",
-    };
+    // The listener serves until a signal: its own end is the shutdown below.
+    let reason = serve::until_stopped(std::future::pending(), "never")
+        .await
+        .context("signal handlers")?;
     tracing::info!("{reason}: stopping, cleaning up every session's machines");
     shutdown.cancel();
     // Open event streams may keep a graceful shutdown waiting; do not wait for them long.
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-    let cleanup = protocol.policy.shutdown_process().await;
-    // A stop that was asked for and done is a success, whichever signal asked: supervisors
-    // (systemd without SuccessExitStatus=, container runtimes) read 128+N from a process that
-    // handled the signal as a failure.
-    if !cleanup.failed.is_empty() {
-        tracing::error!(failed = ?cleanup.failed, "some ephemeral machines could not be deleted; they stay recorded for the next start");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(serve::exit_code(&protocol.policy.shutdown_process().await))
 }
 
 fn main() -> ExitCode {

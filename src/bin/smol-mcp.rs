@@ -3,24 +3,16 @@
 //! machines are deleted and a smolvm serve this process started is stopped.
 
 use anyhow::Context;
+use smol_mcp::app::serve;
 use smol_mcp::process::config::Config;
-use smol_mcp::protocol::Protocol;
 use smol_mcp::protocol::server::SmolMcp;
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use tokio::signal::unix::{SignalKind, signal};
 
 /// What a person who typed `smol-mcp` in a terminal needs to know.
 const BY_HAND: &str = "smol-mcp speaks MCP (JSON-RPC) on stdin/stdout and is meant to be launched \
 by an MCP client; `smol-mcp doctor` checks this host, `smol-mcp --help` lists the settings. \
 Serving on this terminal until Ctrl-D.";
-
-enum End {
-    Eof,
-    Interrupt,
-    Terminate,
-    HangUp,
-}
 
 /// With no arguments: serve MCP on stdio.
 #[derive(clap::Parser)]
@@ -64,45 +56,19 @@ async fn doctor(quick: bool) -> anyhow::Result<ExitCode> {
 
 async fn run() -> anyhow::Result<ExitCode> {
     let config = Config::load().context("configuration")?;
-    let protocol = Protocol::start(config).context("startup")?;
+    let protocol = serve::start(config).context("startup")?;
     let session = format!("stdio-{}-{:08x}", std::process::id(), rand::random::<u32>());
-    {
-        let process = protocol.process().clone();
-        tokio::spawn(async move { process.sweep_orphans_at_start().await });
-    }
-    let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    // A closed terminal or a supervisor's reload: without a handler it kills the process
-    // before its machines are deleted.
-    let mut hangup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let server = SmolMcp::new(protocol.clone(), session.clone());
     // Not rmcp's stdio transport directly: it drops malformed lines without an answer.
     let serving = smol_mcp::protocol::server::stdio::serve_stdio(
         server,
         protocol.config().stdio_max_pending_requests,
     );
-    let end = tokio::select! {
-        _ = serving => End::Eof,
-        _ = interrupt.recv() => End::Interrupt,
-        _ = terminate.recv() => End::Terminate,
-        _ = hangup.recv() => End::HangUp,
-    };
-    let reason = match end {
-        End::Eof => "stdin closed",
-        End::Interrupt => "SIGINT",
-        End::Terminate => "SIGTERM",
-        End::HangUp => "SIGHUP",
-    };
+    let reason = serve::until_stopped(serving, "stdin closed")
+        .await
+        .context("signal handlers")?;
     tracing::info!("{reason}: cleaning up");
-    let cleanup = protocol.policy.shutdown(&session).await;
-    // A stop that was asked for and done is a success, whichever signal asked: supervisors
-    // (systemd without SuccessExitStatus=, container runtimes) read 128+N from a process that
-    // handled the signal as a failure.
-    if !cleanup.failed.is_empty() {
-        tracing::error!(failed = ?cleanup.failed, "some ephemeral machines could not be deleted; they stay recorded for the next start");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(serve::exit_code(&protocol.policy.shutdown(&session).await))
 }
 
 fn main() -> ExitCode {

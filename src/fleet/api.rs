@@ -6,12 +6,19 @@ use crate::fleet::file_stream::FileStream;
 use crate::fleet::model::*;
 use std::collections::BTreeMap;
 
-fn no_pools() -> FleetError {
+// The defaults of what only some fleets do. The layers above ask `Capabilities` first, so a
+// fleet's own reason (its `lacks`) is what the agent reads; these answer a caller that did not.
+
+fn lacking(feature: Feature, context: &str) -> FleetError {
     FleetError::new(
         ErrorKind::Unsupported,
-        "warm pools",
-        "only the local engine keeps warm pools",
+        context,
+        format!("this fleet does not offer {feature:?}"),
     )
+}
+
+fn no_pools() -> FleetError {
+    lacking(Feature::WarmPools, "warm pools")
 }
 
 /// Where a fleet gets the credential values to supply before it starts a machine (the process
@@ -30,17 +37,104 @@ pub trait CredentialValues: Send + Sync + std::fmt::Debug {
 /// A handle on one fleet; cheap to clone.
 pub type Fleet = std::sync::Arc<dyn FleetApi>;
 
+/// Something a fleet may or may not do beyond what every fleet does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// Host directories mounted into a machine, as the operator allows.
+    HostMounts,
+    /// Credential bindings whose values the fleet supplies before a machine boots.
+    Credentials,
+    /// The egress a machine's policy refused, reported after a command (`egress_denials`).
+    EgressReport,
+    /// A running machine's egress widened (`allow_egress`): network ask and allowHostsFrom.
+    EgressWidening,
+    /// Warm pools of ready machines (`lease` and its kin).
+    WarmPools,
+    /// A choice of log: the workload's output or the engine's own.
+    LogSources,
+    /// Pulling an image into a running machine's store.
+    ImagePull,
+}
+
+/// When a machine becomes branchable (a branch source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BranchableAt {
+    /// Chosen at create, for the machine's life.
+    Create,
+    /// Chosen at each start.
+    Start,
+}
+
+/// What a fleet can do, declared once by each fleet. The layers above ask this, never which
+/// fleet it is; the reasons given for what a fleet lacks are its own words.
+#[derive(Debug)]
+pub struct Capabilities {
+    /// The features it lacks, each with why, as the agent is told.
+    pub lacks: &'static [(Feature, &'static str)],
+    /// `Some(why)`: a machine here needs an image (there is no bundled root file system).
+    pub needs_image: Option<&'static str>,
+    pub branchable_at: BranchableAt,
+    /// Its machines cost money while they exist: the operator's spend ceilings apply, read
+    /// from `consumption` and `account`.
+    pub metered: bool,
+    /// A command sent to a stopped machine boots it without a word for as long as a boot
+    /// takes: the caller starts it first, so that the boot is reported as any start's.
+    pub exec_boots_silently: bool,
+    /// A machine also answers to an id of the fleet's own (a cloud `mach-` id), which may stand
+    /// for a recorded name.
+    pub ids_apart_from_names: bool,
+    /// A branch the caller gave up waiting for may still come up later (the fleet queues
+    /// branches of a source).
+    pub branches_queue: bool,
+}
+
+impl Capabilities {
+    /// Why `feature` is not offered, or `None` when it is.
+    pub fn lacks(&self, feature: Feature) -> Option<&'static str> {
+        self.lacks
+            .iter()
+            .find(|(lacked, _)| *lacked == feature)
+            .map(|(_, why)| *why)
+    }
+
+    pub fn offers(&self, feature: Feature) -> bool {
+        self.lacks(feature).is_none()
+    }
+}
+
 /// What every fleet does, in the shared vocabulary.
 #[async_trait::async_trait]
 pub trait FleetApi: Send + Sync + std::fmt::Debug {
     fn kind(&self) -> FleetKind;
+
+    /// What this fleet can do beyond what every fleet does.
+    fn capabilities(&self) -> &'static Capabilities;
+
+    /// Why a write of `len` bytes would be refused before it is sent, if it would be.
+    fn upload_refusal(&self, _len: u64) -> Option<String> {
+        None
+    }
+
+    /// Adds to the message of an error this fleet answered what the agent should know of it
+    /// that the error alone does not say (why a machine may be gone, say).
+    fn explain(&self, _kind: ErrorKind, _message: &mut String) {}
+
+    /// The account's own figures (its status, its cost this billing period), on a fleet that
+    /// bills one.
+    async fn account(&self) -> FleetResult<Account> {
+        Err(FleetError::new(
+            ErrorKind::Unsupported,
+            "account",
+            "this fleet bills no account",
+        ))
+    }
 
     async fn list(&self) -> FleetResult<Vec<Machine>>;
 
     /// The machine's network (`Machine::network`) as this fleet last saw it, if it keeps it:
     /// enough to run a command without asking for the machine first. `None` when unknown,
     /// and on a fleet that keeps nothing.
-    fn known_network(&self, _machine: &str) -> Option<String> {
+    fn known_network(&self, _machine: &str) -> Option<MachineNetwork> {
         None
     }
 
@@ -115,11 +209,7 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// The newest `limit` connections and datagrams the machine's egress policy refused, oldest
     /// first. Only the local engine records them; the cloud API has no such route.
     async fn egress_denials(&self, _machine: &str, _limit: u32) -> FleetResult<Vec<EgressDenial>> {
-        Err(FleetError::new(
-            ErrorKind::Unsupported,
-            "egress denials",
-            "only the local engine reports the egress it denied",
-        ))
+        Err(lacking(Feature::EgressReport, "egress denials"))
     }
 
     /// The refusals to leave out of the next command's report on `machine`: the engine stamps
@@ -139,12 +229,7 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
         _hosts: &[String],
         _cidrs: &[String],
     ) -> FleetResult<Machine> {
-        Err(FleetError::new(
-            ErrorKind::Unsupported,
-            "allow egress",
-            "only the local engine changes a running machine's egress; on cloud a machine's \
-             network is chosen at create",
-        ))
+        Err(lacking(Feature::EgressWidening, "allow egress"))
     }
 
     /// The warm pool `pool`, or `None` when the fleet has none of that name.
@@ -175,10 +260,6 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
 
     /// Pulls an image into a running machine's cache. Only the local engine has such a cache.
     async fn pull_image(&self, _machine: &str, _image: &str) -> FleetResult<PulledImage> {
-        Err(FleetError::new(
-            ErrorKind::Unsupported,
-            "pull-image",
-            "pull-image is local only: the cloud control plane pulls the image itself at create",
-        ))
+        Err(lacking(Feature::ImagePull, "pull-image"))
     }
 }

@@ -2,11 +2,12 @@
 //! one route progenitor cannot express (files; see `file_url`).
 
 use super::FleetApi;
+use super::api::{BranchableAt, Capabilities, Feature};
 use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
     Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
-    Machine, PublishedPort, Usage,
+    Machine, MachineNetwork, PublishedPort, Usage,
 };
 use super::upstream::{from_response, map_error, retry_read, send, snippet, transport, within};
 use crate::generated::smolcloud::{self, types};
@@ -65,6 +66,50 @@ impl Default for Deadlines {
         }
     }
 }
+
+/// What the cloud fleet can do, and why not the rest, in its own words.
+pub static CAPABILITIES: Capabilities = Capabilities {
+    lacks: &[
+        (
+            Feature::HostMounts,
+            "mounts are local only: a cloud machine has no host file system to mount from",
+        ),
+        (
+            Feature::Credentials,
+            "credentials are local only: the smol cloud API as this server speaks it (its \
+             published spec) has no credential bindings, so a cloud machine cannot be given a \
+             secret without the workload seeing it. Use the local fleet for work that needs one",
+        ),
+        (
+            Feature::EgressReport,
+            "only the local engine reports the egress it denied",
+        ),
+        (
+            Feature::EgressWidening,
+            "ask is local only: the cloud fleet cannot change a machine's egress once it is \
+             created; name the hosts in allowHosts instead",
+        ),
+        (Feature::WarmPools, "only the local engine keeps warm pools"),
+        (
+            Feature::LogSources,
+            "is local only: a cloud machine has one log, its control plane's event log; leave \
+             source out",
+        ),
+        (
+            Feature::ImagePull,
+            "pull-image is local only: the cloud control plane pulls the image itself at create",
+        ),
+    ],
+    needs_image: Some(
+        "is required on the cloud fleet (only the local engine boots a machine without one, \
+         from its bundled Alpine): give an OCI reference, like alpine:3.20",
+    ),
+    branchable_at: BranchableAt::Create,
+    metered: true,
+    exec_boots_silently: false,
+    ids_apart_from_names: true,
+    branches_queue: true,
+};
 
 const ROUTE_UNKNOWN: u8 = 0;
 const ROUTE_PRESENT: u8 = 1;
@@ -312,7 +357,7 @@ impl CloudFleet {
         })
     }
 
-    pub async fn account(&self) -> FleetResult<Account> {
+    async fn read_account(&self) -> FleetResult<Account> {
         let ctx = "account";
         let a =
             retry_read(|| send(ctx, self.deadlines.read, self.client.account_get().send())).await?;
@@ -331,7 +376,7 @@ impl CloudFleet {
     async fn ensure_account_active(&self) -> FleetResult<()> {
         self.account_active
             .get_or_try_init(|| async {
-                let account = self.account().await?;
+                let account = self.read_account().await?;
                 if account.status != "active" {
                     return Err(FleetError::new(
                         ErrorKind::AccountNotActive,
@@ -353,6 +398,29 @@ impl CloudFleet {
 impl FleetApi for CloudFleet {
     fn kind(&self) -> FleetKind {
         FleetKind::Cloud
+    }
+
+    fn capabilities(&self) -> &'static Capabilities {
+        &CAPABILITIES
+    }
+
+    /// The service deletes a machine on its own once its ttlSeconds have passed (facts 3.3),
+    /// mid-session included: the agent did not delete it and should know why.
+    fn explain(&self, kind: ErrorKind, message: &mut String) {
+        let machine_missing = message.contains("machine not found")
+            || message.contains("not found on the cloud fleet");
+        if kind == ErrorKind::NotFound && machine_missing {
+            message.push_str(&format!(
+                "\nThe machine is gone. The service also deletes a machine itself once the \
+                 ttlSeconds it was created with have passed (this server gives its ephemeral \
+                 machines {} s), whatever the session is doing.",
+                self.backstop.ttl_secs
+            ));
+        }
+    }
+
+    async fn account(&self) -> FleetResult<Account> {
+        self.read_account().await
     }
 
     /// The cloud reports what a machine cost, not its counters (its machine record has none).
@@ -545,7 +613,8 @@ impl FleetApi for CloudFleet {
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .body(bytes.clone());
         // A transfer on a stopped machine starts it first (facts 3.8).
-        let limit = self.deadlines.files + self.deadlines.boot + super::local::transfer_time(len);
+        let limit =
+            self.deadlines.files + self.deadlines.boot + super::upstream::transfer_time(len);
         if self.via_files_route(&ctx, limit, request).await?.is_some() {
             return Ok(len);
         }
@@ -701,7 +770,7 @@ fn create_body(
 fn view(info: types::MachineInfo) -> Machine {
     let network = match info.network {
         Some(n) => describe_network(&n),
-        None => "unknown".to_owned(),
+        None => MachineNetwork::Other("unknown".into()),
     };
     Machine {
         name: info.name.clone().unwrap_or_else(|| info.id.clone()),
@@ -743,19 +812,19 @@ fn view(info: types::MachineInfo) -> Machine {
 }
 
 /// Reads the record's network the way it was asked for: the deny list reads as `blocked`.
-fn describe_network(n: &types::MachineNetworkRecord) -> String {
+fn describe_network(n: &types::MachineNetworkRecord) -> MachineNetwork {
     let cidrs = n.cidrs.clone().unwrap_or_default();
     let hosts = n.hosts.clone().unwrap_or_default();
     match n.mode.as_deref() {
-        Some("open") => "open".into(),
-        Some("blocked") => "blocked".into(),
+        Some("open") => Egress::Open.into(),
+        Some("blocked") => Egress::Blocked.into(),
         Some("allowCidrs") if hosts.is_empty() && (cidrs.is_empty() || cidrs == [DENY_CIDR]) => {
             // The record's echo of the list is unreliable ([] seen for a deny list).
-            "blocked".into()
+            Egress::Blocked.into()
         }
-        Some("allowCidrs") => Egress::Allow { hosts, cidrs }.describe(),
-        Some(other) => other.to_owned(),
-        None => "unknown".into(),
+        Some("allowCidrs") => Egress::Allow { hosts, cidrs }.into(),
+        Some(other) => MachineNetwork::Other(other.to_owned()),
+        None => MachineNetwork::Other("unknown".into()),
     }
 }
 
@@ -907,10 +976,13 @@ mod tests {
             cidrs: Some(cidrs.into_iter().map(String::from).collect()),
             hosts: None,
         };
-        assert_eq!(describe_network(&rec(vec![DENY_CIDR])), "blocked");
-        assert_eq!(describe_network(&rec(vec![])), "blocked");
         assert_eq!(
-            describe_network(&rec(vec!["10.0.0.0/8"])),
+            describe_network(&rec(vec![DENY_CIDR])).to_string(),
+            "blocked"
+        );
+        assert_eq!(describe_network(&rec(vec![])).to_string(), "blocked");
+        assert_eq!(
+            describe_network(&rec(vec!["10.0.0.0/8"])).to_string(),
             "allow(10.0.0.0/8)"
         );
     }

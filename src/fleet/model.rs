@@ -14,11 +14,21 @@ pub enum FleetKind {
 }
 
 impl FleetKind {
+    /// Every fleet a process may serve.
+    pub const ALL: [FleetKind; 2] = [FleetKind::Local, FleetKind::Cloud];
+
     pub fn as_str(self) -> &'static str {
         match self {
             FleetKind::Local => "local",
             FleetKind::Cloud => "cloud",
         }
+    }
+
+    /// The fleet `name` names (`as_str`'s word), if any.
+    pub fn parse(name: &str) -> Option<FleetKind> {
+        FleetKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
     }
 }
 
@@ -33,7 +43,8 @@ pub struct Machine {
     pub cpus: Option<u32>,
     pub memory_mb: Option<u32>,
     /// open, blocked, or allow(host,...,cidr,...).
-    pub network: String,
+    #[schemars(with = "String")]
+    pub network: MachineNetwork,
     pub image: Option<String>,
     /// {cloud:The ingress address of the first published port.}
     pub url: Option<String>,
@@ -146,6 +157,57 @@ pub enum Egress {
     },
 }
 
+/// A machine's network as its fleet reports it. Shown (and serialized) as one word or list:
+/// `open`, `blocked`, `allow(host,...,cidr,...)`, or the fleet's own word for a mode this server
+/// does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachineNetwork {
+    Known(Egress),
+    /// A mode this server does not know, in the fleet's word (`unknown` when it gave none).
+    Other(String),
+}
+
+impl MachineNetwork {
+    /// The egress policy, when the fleet reported one this server knows.
+    pub fn egress(&self) -> Option<&Egress> {
+        match self {
+            MachineNetwork::Known(egress) => Some(egress),
+            MachineNetwork::Other(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for MachineNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MachineNetwork::Known(egress) => f.write_str(&egress.describe()),
+            MachineNetwork::Other(word) => f.write_str(word),
+        }
+    }
+}
+
+impl Serialize for MachineNetwork {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Compared as shown (`open`, `allow(a,b)`).
+impl PartialEq<&str> for MachineNetwork {
+    fn eq(&self, shown: &&str) -> bool {
+        match self {
+            MachineNetwork::Known(egress) => egress.describe() == *shown,
+            MachineNetwork::Other(word) => word == shown,
+        }
+    }
+}
+
+impl From<Egress> for MachineNetwork {
+    fn from(egress: Egress) -> Self {
+        MachineNetwork::Known(egress)
+    }
+}
+
 impl Egress {
     /// The reading every machine view uses.
     pub fn describe(&self) -> String {
@@ -229,11 +291,13 @@ impl CreateSpec {
     }
 }
 
-/// What to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A command: an argv array run as is, or a string run with `sh -c`.
+// Also the tools' `command` argument, as it comes (untagged: an array or a string). A string is
+// run with `sh -c` on both fleets, so that it means the same thing everywhere.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(untagged)]
 pub enum Command {
     Argv(Vec<String>),
-    /// Run with `sh -c` on both fleets, so that a string means the same thing everywhere.
     Shell(String),
 }
 
@@ -484,7 +548,7 @@ mod tests {
             state: String::new(),
             cpus: None,
             memory_mb: None,
-            network: "blocked".into(),
+            network: Egress::Blocked.into(),
             image: None,
             url: None,
             pid: None,

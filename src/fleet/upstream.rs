@@ -230,6 +230,11 @@ pub(crate) async fn send_raw<T, E: ErrorBody>(
     .await
 }
 
+/// Time allowed to move `len` bytes, on top of the base deadline (at least 1 MiB/s).
+pub(crate) fn transfer_time(len: u64) -> Duration {
+    Duration::from_secs(len / (1024 * 1024))
+}
+
 /// Runs `call`, failing with a timeout error naming `context` if it takes longer than `limit`.
 /// Dropping the call's future cancels its HTTP request.
 pub(crate) async fn within<T>(

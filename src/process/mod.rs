@@ -16,12 +16,15 @@ pub mod targets;
 
 pub use sweep::Cleanup;
 
-use crate::fleet::{Backstop, CloudFleet, ErrorKind, Fleet, FleetError, FleetKind, FleetResult};
+use crate::fleet::{
+    Backstop, Capabilities, CloudFleet, ErrorKind, Fleet, FleetError, FleetKind, FleetResult,
+};
 use crate::process::config::{Config, TargetsSetting};
 use ephemeral::{Entry, Record, RecordError, ensure_runtime_dir};
 use events::{Events, ServerEvent};
 use local_serve::LocalServe;
 use std::sync::Arc;
+use std::time::Duration;
 use sweep::{publish_orphan_sweep, sweep};
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +60,8 @@ pub struct Process {
     pub pools: Arc<pools::WarmPools>,
     /// Which local engine this process uses, found on first need (`engine`).
     local_engine: std::sync::OnceLock<String>,
+    /// A fleet given in place of what a kind would reach (`use_fleet`).
+    given: std::sync::OnceLock<(FleetKind, Fleet)>,
 }
 
 pub fn resolve_mode(config: &Config) -> Mode {
@@ -97,6 +102,7 @@ impl Process {
             cloud: std::sync::OnceLock::new(),
             events: Events::default(),
             local_engine: std::sync::OnceLock::new(),
+            given: std::sync::OnceLock::new(),
         })
     }
 
@@ -127,6 +133,48 @@ impl Process {
     /// was taken. Tests give one with short deadlines, to watch a call outlast them.
     pub fn use_cloud_fleet(&self, fleet: CloudFleet) -> bool {
         self.cloud.set(Ok(Arc::new(fleet))).is_ok()
+    }
+
+    /// Makes `fleet`, whatever implements it, the one that answers for `kind` in this process,
+    /// unless one was given already; answers whether it was taken. How a fleet of another
+    /// make is tested against the whole tool table.
+    pub fn use_fleet(&self, kind: FleetKind, fleet: Fleet) -> bool {
+        self.given.set((kind, fleet)).is_ok()
+    }
+
+    fn given(&self, kind: FleetKind) -> Option<&Fleet> {
+        self.given
+            .get()
+            .filter(|(given, _)| *given == kind)
+            .map(|(_, fleet)| fleet)
+    }
+
+    /// What the fleet that answers for `kind` can do, known without reaching it.
+    pub fn capabilities(&self, kind: FleetKind) -> &'static Capabilities {
+        match (self.given(kind), kind) {
+            (Some(fleet), _) => fleet.capabilities(),
+            (None, FleetKind::Local) => &crate::fleet::local::CAPABILITIES,
+            (None, FleetKind::Cloud) => &crate::fleet::cloud::CAPABILITIES,
+        }
+    }
+
+    /// What reaching the fleet for `kind` may wait for, when that can take long enough to tell
+    /// the client (the first local call starts the engine), with its bound.
+    pub fn reaching_waits_for(&self, kind: FleetKind) -> Option<(&'static str, Duration)> {
+        (kind == FleetKind::Local && self.given(kind).is_none()).then(|| {
+            (
+                "waiting for the local engine (smolvm serve) to start",
+                Duration::from_secs(self.config.serve_start_timeout_secs),
+            )
+        })
+    }
+
+    /// A call to `kind`'s fleet failed in transport: a local serve that stopped answering is
+    /// looked for again at the next call.
+    pub async fn lost_touch(&self, kind: FleetKind) {
+        if kind == FleetKind::Local {
+            self.reset_local().await;
+        }
     }
 
     pub fn serves(&self, kind: FleetKind) -> bool {
@@ -162,6 +210,9 @@ impl Process {
 
     /// The fleet for a call. The local serve is found or started here, on first use.
     pub async fn fleet(&self, kind: FleetKind) -> FleetResult<Fleet> {
+        if let Some(fleet) = self.given(kind) {
+            return Ok(fleet.clone());
+        }
         match kind {
             FleetKind::Cloud => match self.cloud() {
                 Some(cloud) => Ok(cloud? as Fleet),

@@ -296,12 +296,12 @@ fn held_by(source: &crate::fleet::Machine) -> CreateSpec {
     held.image = source.image.clone();
     held.cpus = source.cpus.unwrap_or(0);
     held.memory_mb = source.memory_mb.unwrap_or(0);
-    held.egress = match source.network.as_str() {
-        "open" => Egress::Open,
-        "blocked" => Egress::Blocked,
+    held.egress = match source.network.egress() {
+        Some(Egress::Open) => Egress::Open,
+        Some(Egress::Blocked) => Egress::Blocked,
         // An allow list is no create's argument as such: such a pool matches no create.
         _ => Egress::Allow {
-            hosts: vec![source.network.clone()],
+            hosts: vec![source.network.to_string()],
             cidrs: Vec::new(),
         },
     };

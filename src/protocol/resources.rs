@@ -179,16 +179,16 @@ fn percent_decode(text: &str) -> String {
 
 fn served(mode: Mode) -> Vec<FleetKind> {
     match mode {
-        Mode::Both => vec![FleetKind::Local, FleetKind::Cloud],
+        Mode::Both => FleetKind::ALL.to_vec(),
         Mode::Single(kind) => vec![kind],
     }
 }
 
 fn target_kind(target: &str, mode: Mode) -> Result<FleetKind, ErrorData> {
-    let kind = match target {
-        "local" => FleetKind::Local,
-        "cloud" => FleetKind::Cloud,
-        other => {
+    let kind = match FleetKind::parse(target) {
+        Some(kind) => kind,
+        None => {
+            let other = target;
             return Err(ErrorData::invalid_params(
                 format!(
                     "target: {} is not a fleet; give local or cloud",
@@ -401,16 +401,8 @@ fn json_contents(value: &Value, uri: &str) -> Result<Vec<ResourceContents>, Erro
 
 /// A resource read runs its tool in the process's scope: its URI names the fleet. It makes no
 /// machine and reports no progress.
-fn caller<'a>(mode: Mode, session: &'a str, ct: CancellationToken) -> tools::Caller<'a> {
-    tools::Caller {
-        owner: session,
-        scope: tools::Scope::Process(mode),
-        ct,
-        progress: crate::policy::progress::Progress::none(),
-        session_hold: None,
-        consent: None,
-        prior_answer: None,
-    }
+fn caller(mode: Mode, session: &str, ct: CancellationToken) -> tools::Caller {
+    tools::Caller::new(session, tools::Scope::Process(mode), ct)
 }
 
 /// The first `maxOutputBytes` of a file, read through read-file (one page in memory, whatever

@@ -558,7 +558,7 @@ impl Jobs {
     }
 
     async fn take_over(&self, process: &Arc<Process>, ledger: &Ledger) -> usize {
-        let served: Vec<(FleetKind, String)> = [FleetKind::Local, FleetKind::Cloud]
+        let served: Vec<(FleetKind, String)> = FleetKind::ALL
             .into_iter()
             .filter(|kind| process.serves(*kind))
             .map(|kind| (kind, process.engine(kind)))

@@ -346,11 +346,8 @@ pub(super) fn claim_jobs(
                 JobRecord {
                     id: row.get(0)?,
                     run_id: row.get(1)?,
-                    fleet: if fleet == "cloud" {
-                        FleetKind::Cloud
-                    } else {
-                        FleetKind::Local
-                    },
+                    // Written by `as_str`; a word no fleet has is an old local row.
+                    fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
                     engine: row.get(4)?,
                     machine: row.get(5)?,
                     command: row.get(6)?,

@@ -6,12 +6,19 @@ use super::tool::Tool;
 use crate::fleet::FleetKind;
 use crate::policy::error::{ToolError, quote};
 use crate::process::Mode;
+use crate::process::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB};
 use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::BTreeMap;
+
+/// Bounds an argument's schema states and its check enforces, one number each (the machine's
+/// size comes from the settings' own: `MAX_CPUS`, `MIN_MEMORY_MB`, `MAX_MEMORY_MB`).
+pub const MAX_DISK_GB: u32 = 16_384;
+pub const MAX_LOG_TAIL: u64 = 10_000;
+pub const MAX_JOB_WAIT_SECS: u64 = 300;
 
 /// The description of every tool's `target` argument, written once: `schema::input` puts it on
 /// the property, which the argument structs leave undocumented.
@@ -349,14 +356,6 @@ pub enum Encoding {
     Base64,
 }
 
-/// A command: an argv array run as is, or a string run with `sh -c`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(untagged)]
-pub enum CommandArg {
-    Argv(Vec<String>),
-    Shell(String),
-}
-
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PortArg {
@@ -420,10 +419,10 @@ pub struct MachineBase {
     /// OCI image, like python:3.12-alpine. {local:Omitted: the bundled Alpine (no registry).}{cloud: Required on cloud.}
     pub image: Option<String>,
     /// Virtual CPUs.
-    #[schemars(range(min = 1, max = 64))]
+    #[schemars(range(min = 1, max = MAX_CPUS))]
     pub cpus: Option<u32>,
     /// Memory in MiB.
-    #[schemars(range(min = 128, max = 262144))]
+    #[schemars(range(min = MIN_MEMORY_MB, max = MAX_MEMORY_MB))]
     pub memory_mb: Option<u32>,
     /// Egress (blocked by default).{local: ask: refused hosts go to the user, whose yes alone widens it.}
     pub network: Option<Network>,
@@ -440,7 +439,7 @@ pub struct MachineBase {
 #[serde(rename_all = "camelCase")]
 pub struct CommandFields {
     /// An argv array run as is, or a string run with sh -c (pipes and redirects work).
-    pub command: CommandArg,
+    pub command: crate::fleet::Command,
     /// Absolute working directory.
     pub workdir: Option<String>,
     /// Extra environment variables.
@@ -461,14 +460,14 @@ tool_arguments! {
         /// TCP ports to publish, at most 16.{cloud: On cloud they need egress that is not blocked; the machine's url is the ingress once something listens.}
         pub ports: Option<Vec<PortArg>>,
         /// Disk size in GiB.
-        #[schemars(range(min = 1, max = 16384))]
+        #[schemars(range(min = 1, max = MAX_DISK_GB))]
         pub storage_gb: Option<u32>,
         /// {local:A machine (even deleted) whose user-allowed hosts this one gets too.}
         pub allow_hosts_from: Option<String>,
         /// {local:Host directories (absolute source) mounted at target, at most 16, as the operator allows; read-only unless readonly: false is allowed.}
         pub mounts: Option<Vec<MountArg>>,
         /// {local:Size in GiB of the writable layer over the image.}
-        #[schemars(range(min = 1, max = 16384))]
+        #[schemars(range(min = 1, max = MAX_DISK_GB))]
         pub overlay_gb: Option<u32>,
         /// For the workload and every command.
         pub env: Option<BTreeMap<String, String>>,
@@ -563,7 +562,7 @@ tool_arguments! {
         /// Machine name{cloud: or mach- id}.
         pub name: String,
         /// Lines from the end (without cursor).
-        #[schemars(range(min = 1, max = 10000))]
+        #[schemars(range(min = 1, max = MAX_LOG_TAIL))]
         pub tail: Option<u64>,
         /// A previous call's cursor: only what arrived since.
         pub cursor: Option<String>,
@@ -579,7 +578,7 @@ tool_arguments! {
         /// The last answer's cursor. Omitted: from the start.
         pub cursor: Option<String>,
         /// Seconds to wait for the end first; under your tool-call timeout (often 60 s).
-        #[schemars(range(min = 0, max = 300))]
+        #[schemars(range(min = 0, max = MAX_JOB_WAIT_SECS))]
         pub wait_secs: Option<u64>,
     }
 }
@@ -912,20 +911,21 @@ pub fn port(arg: &str, port: u32) -> Result<u16, ToolError> {
         .ok_or_else(|| ToolError::argument(arg, format!("{port} is not a port: give 1 to 65535")))
 }
 
-pub fn command(arg: &str, command: &CommandArg) -> Result<crate::fleet::Command, ToolError> {
+pub fn command(
+    arg: &str,
+    command: &crate::fleet::Command,
+) -> Result<crate::fleet::Command, ToolError> {
+    use crate::fleet::Command;
     match command {
-        CommandArg::Argv(argv) if argv.is_empty() || argv[0].is_empty() => {
-            Err(ToolError::argument(
-                arg,
-                "an argv array needs at least the program, like [\"ls\", \"-l\"]",
-            ))
-        }
-        CommandArg::Argv(argv) => Ok(crate::fleet::Command::Argv(argv.clone())),
-        CommandArg::Shell(s) if s.trim().is_empty() => Err(ToolError::argument(
+        Command::Argv(argv) if argv.is_empty() || argv[0].is_empty() => Err(ToolError::argument(
+            arg,
+            "an argv array needs at least the program, like [\"ls\", \"-l\"]",
+        )),
+        Command::Shell(s) if s.trim().is_empty() => Err(ToolError::argument(
             arg,
             "an empty string runs nothing: give a shell command",
         )),
-        CommandArg::Shell(s) => Ok(crate::fleet::Command::Shell(s.clone())),
+        valid => Ok(valid.clone()),
     }
 }
 
@@ -1071,7 +1071,7 @@ mod tests {
             port("ports[0].guest", 70000).unwrap_err().message,
             "ports[0].guest: 70000 is not a port: give 1 to 65535"
         );
-        assert!(command("command", &CommandArg::Argv(vec![])).is_err());
+        assert!(command("command", &crate::fleet::Command::Argv(vec![])).is_err());
         assert!(
             env(
                 "env",

@@ -2,10 +2,12 @@
 //! machine runs commands, and deleting a machine whatever the client does meanwhile.
 
 use crate::fleet::{
-    Command, CreateSpec, ErrorKind, ExecSpec, Fleet, FleetKind, Machine, Phase, PulledImage,
+    Capabilities, Command, CreateSpec, ErrorKind, ExecSpec, Feature, Fleet, FleetKind, Machine,
+    Phase, PulledImage,
 };
 use crate::policy::Policy;
 use crate::policy::error::{ToolError, ToolErrorKind};
+use crate::policy::jobs::SessionHoldRef;
 use crate::policy::progress::Progress;
 use crate::process::config::Config;
 use crate::process::{Mode, Process};
@@ -17,23 +19,68 @@ use tokio_util::sync::CancellationToken;
 const READY_PROBE_TIMEOUT_SECS: u64 = 10;
 const CLEANUP_DEADLINE: Duration = Duration::from_secs(120);
 
+/// Who a tool call is made for: the owner of the ephemeral machines it makes (a session, or the
+/// process's lease holder), the fleets it may name, the client's cancellation, and where its
+/// waits are reported.
+pub struct Caller {
+    pub owner: String,
+    pub scope: Scope,
+    pub ct: CancellationToken,
+    pub progress: Progress,
+    /// Keeps the caller's session open while a job it starts runs (HTTP sessions only).
+    pub session_hold: Option<SessionHoldRef>,
+    /// Who answers for the user when a machine asks about its egress (a client that can show
+    /// a form); `None` when no one can be asked.
+    pub consent: Option<Arc<dyn crate::policy::consent::Consent>>,
+    /// The user's answer carried by a call made again after its input-required result.
+    pub prior_answer: Option<crate::policy::consent::PriorAnswer>,
+}
+
+impl Caller {
+    /// A caller that reports no progress, holds no session open and has no one to ask.
+    pub fn new(owner: impl Into<String>, scope: Scope, ct: CancellationToken) -> Caller {
+        Caller {
+            owner: owner.into(),
+            scope,
+            ct,
+            progress: Progress::none(),
+            session_hold: None,
+            consent: None,
+            prior_answer: None,
+        }
+    }
+
+    pub fn with_progress(mut self, progress: Progress) -> Caller {
+        self.progress = progress;
+        self
+    }
+
+    pub fn with_session_hold(mut self, hold: Option<SessionHoldRef>) -> Caller {
+        self.session_hold = hold;
+        self
+    }
+
+    pub fn with_consent(
+        mut self,
+        consent: Option<Arc<dyn crate::policy::consent::Consent>>,
+        prior_answer: Option<crate::policy::consent::PriorAnswer>,
+    ) -> Caller {
+        self.consent = consent;
+        self.prior_answer = prior_answer;
+        self
+    }
+}
+
+/// One tool call as its handler sees it: who made it (`Caller`, as the protocol built it) and
+/// what the call itself learns as it runs.
 pub struct Call<'a> {
     pub policy: &'a Arc<Policy>,
-    pub session: &'a str,
-    scope: Scope,
-    ct: CancellationToken,
-    /// Tells the client what a long wait is waiting for, when it asked (a progress token).
-    pub progress: Progress,
-    /// The fleet this call went to, once chosen.
+    pub caller: Caller,
+    /// The fleet this call went to, once chosen, and once reached.
     used: OnceLock<FleetKind>,
+    reached: OnceLock<Fleet>,
     /// The machine names this call uses, which the lease reaper must leave alone until it ends.
     held: std::sync::Mutex<Vec<String>>,
-    /// The caller's session, which a job this call starts keeps open (`crate::policy::jobs`).
-    pub session_hold: Option<crate::policy::jobs::SessionHoldRef>,
-    /// Who answers for the user (`crate::policy::consent`).
-    pub consent: Option<Arc<dyn crate::policy::consent::Consent>>,
-    /// The user's answer to this call's earlier question, to apply first.
-    pub prior_answer: Option<crate::policy::consent::PriorAnswer>,
 }
 
 /// Which fleets a call may name: those of the process, or the one its session chose when
@@ -98,47 +145,31 @@ impl<'a> Call<'a> {
         &self.policy.process.config
     }
 
-    pub fn new(
-        policy: &'a Arc<Policy>,
-        session: &'a str,
-        scope: Scope,
-        ct: CancellationToken,
-        progress: Progress,
-    ) -> Self {
-        progress.redacting(&policy.process.credentials);
+    pub fn new(policy: &'a Arc<Policy>, caller: Caller) -> Self {
+        caller.progress.redacting(&policy.process.credentials);
         Call {
             policy,
-            session,
-            scope,
-            ct,
-            progress,
+            caller,
             used: OnceLock::new(),
+            reached: OnceLock::new(),
             held: std::sync::Mutex::new(Vec::new()),
-            session_hold: None,
-            consent: None,
-            prior_answer: None,
         }
     }
 
-    pub fn with_consent(
-        mut self,
-        consent: Option<Arc<dyn crate::policy::consent::Consent>>,
-        prior_answer: Option<crate::policy::consent::PriorAnswer>,
-    ) -> Self {
-        self.consent = consent;
-        self.prior_answer = prior_answer;
-        self
+    /// Who owns the machines this call makes: its session, or the process's lease holder.
+    pub fn session(&self) -> &str {
+        &self.caller.owner
     }
 
-    pub fn with_session_hold(mut self, hold: Option<crate::policy::jobs::SessionHoldRef>) -> Self {
-        self.session_hold = hold;
-        self
+    /// Tells the client what a long wait is waiting for, when it asked (a progress token).
+    pub fn progress(&self) -> &Progress {
+        &self.caller.progress
     }
 
     /// When an ephemeral machine this call makes goes: with the session, or, for a sessionless
     /// (2026-07-28) HTTP request, when its lease runs out.
     pub fn ephemeral_end(&self) -> String {
-        if self.session == self.process().lease_session() {
+        if self.session() == self.process().lease_session() {
             format!(
                 "once no call has used it for {} s (the lease of a client without a session)",
                 self.config().machine_lease_secs
@@ -158,55 +189,51 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// After the call: a local serve that stopped answering is looked for again next time, and
-    /// a cloud machine that is not found gets the likely reason.
+    /// After the call: a fleet that stopped answering is looked for again next time, and the
+    /// fleet adds to its own error what the agent should know of it.
     pub(super) async fn after<T>(&self, mut result: Result<T, ToolError>) -> Result<T, ToolError> {
         if let Err(e) = &mut result {
-            if e.is(ErrorKind::Transport) && self.used.get() == Some(&FleetKind::Local) {
-                self.process().reset_local().await;
-            }
-            // The service deletes a machine on its own once its ttlSeconds have passed (facts
-            // 3.3), mid-session included: the agent did not delete it and should know why.
-            let machine_missing = e.message.contains("machine not found")
-                || e.message.contains("not found on the cloud fleet");
-            if e.is(ErrorKind::NotFound)
-                && machine_missing
-                && self.used.get() == Some(&FleetKind::Cloud)
+            if e.is(ErrorKind::Transport)
+                && let Some(kind) = self.used.get()
             {
-                e.message.push_str(&format!(
-                    "\nThe machine is gone. The service also deletes a machine itself once the \
-                     ttlSeconds it was created with have passed (this server gives its ephemeral \
-                     machines {} s), whatever the session is doing.",
-                    self.config().ephemeral_ttl_secs
-                ));
+                self.process().lost_touch(*kind).await;
+            }
+            if let (ToolErrorKind::Fleet(kind), Some(fleet)) = (e.kind, self.reached.get()) {
+                fleet.explain(kind, &mut e.message);
             }
         }
         result
+    }
+
+    /// What the fleet `target` names can do, known without reaching it.
+    pub fn capabilities(
+        &self,
+        target: Option<FleetKind>,
+    ) -> Result<&'static Capabilities, ToolError> {
+        Ok(self.process().capabilities(self.fleet_kind(target)?))
     }
 
     /// The fleet a call goes to: its `target` when both fleets are served, else the one fleet.
     pub async fn fleet(&self, target: Option<FleetKind>) -> Result<Fleet, ToolError> {
         let kind = self.fleet_kind(target)?;
         let _ = self.used.set(kind);
-        if kind == FleetKind::Local {
-            // The first local call finds or starts the engine; only a start takes long enough
-            // (more than a second) to be reported.
-            let limit = Duration::from_secs(self.config().serve_start_timeout_secs);
-            return Ok(self
-                .progress
-                .during(
-                    "waiting for the local engine (smolvm serve) to start",
-                    Some(limit),
-                    Box::pin(self.process().fleet(kind)),
-                )
-                .await?);
-        }
-        Ok(self.process().fleet(kind).await?)
+        let fleet = match self.process().reaching_waits_for(kind) {
+            // Only an engine's start takes long enough (more than a second) to be reported.
+            Some((what, limit)) => {
+                self.caller
+                    .progress
+                    .during(what, Some(limit), Box::pin(self.process().fleet(kind)))
+                    .await?
+            }
+            None => self.process().fleet(kind).await?,
+        };
+        let _ = self.reached.set(fleet.clone());
+        Ok(fleet)
     }
 
     /// Which fleet `target` means here, without reaching it.
     pub fn fleet_kind(&self, target: Option<FleetKind>) -> Result<FleetKind, ToolError> {
-        let mode = match self.scope {
+        let mode = match self.caller.scope {
             Scope::Chosen(chosen) => {
                 return match target {
                     None => Ok(chosen),
@@ -251,7 +278,7 @@ impl<'a> Call<'a> {
     ) -> Result<T, ToolError> {
         tokio::select! {
             result = work => result.map_err(Into::into),
-            _ = self.ct.cancelled() => Err(ToolError::cancelled()),
+            _ = self.caller.ct.cancelled() => Err(ToolError::cancelled()),
         }
     }
 
@@ -271,6 +298,7 @@ impl<'a> Call<'a> {
                 .unwrap_or("the engine's bundled Alpine root file system")
         );
         let machine = self
+            .caller
             .progress
             .during(
                 &waiting_for,
@@ -290,7 +318,7 @@ impl<'a> Call<'a> {
         fleet: &Fleet,
         spec: &CreateSpec,
     ) -> Option<(String, crate::fleet::PoolLease)> {
-        if fleet.kind() != FleetKind::Local {
+        if !fleet.capabilities().offers(Feature::WarmPools) {
             return None;
         }
         let pool = self.process().pools.matching(spec)?.clone();
@@ -311,7 +339,7 @@ impl<'a> Call<'a> {
 
     /// Counts `id` as made by this call's session (`maxMachinesPerSession`).
     pub fn made(&self, fleet: FleetKind, id: &str) {
-        self.process().made.made(self.session, fleet, id);
+        self.process().made.made(self.session(), fleet, id);
     }
 
     /// Before anything is sent to make a machine: the operator's limits on machines (this
@@ -338,7 +366,7 @@ impl<'a> Call<'a> {
             listed = Some(machines);
         }
         if per_session > 0 {
-            let made = self.process().made.of(self.session);
+            let made = self.process().made.of(self.session());
             let mine = |machines: Option<&Vec<Machine>>| {
                 made.machines
                     .iter()
@@ -372,15 +400,15 @@ impl<'a> Call<'a> {
             config.cloud_spend_per_session_micros,
             config.cloud_spend_per_day_micros,
         );
-        if fleet.kind() != FleetKind::Cloud || (per_session == 0 && per_day == 0) {
+        if !fleet.capabilities().metered || (per_session == 0 && per_day == 0) {
             return Ok(());
         }
         if per_session > 0 {
-            let made = self.process().made.of(self.session);
+            let made = self.process().made.of(self.session());
             let machines: Vec<&String> = made
                 .machines
                 .iter()
-                .filter(|(kind, _)| *kind == FleetKind::Cloud)
+                .filter(|(kind, _)| *kind == fleet.kind())
                 .map(|(_, id)| id)
                 .collect();
             let costs = self
@@ -418,10 +446,8 @@ impl<'a> Call<'a> {
                 )));
             }
         }
-        if per_day > 0
-            && let Some(Ok(cloud)) = self.process().cloud()
-        {
-            let account = self.cancellable(cloud.account()).await?;
+        if per_day > 0 {
+            let account = self.cancellable(fleet.account()).await?;
             let Some(total) = account.period_total_micros else {
                 return Err(spend_unknown(
                     ToolErrorKind::Fleet(crate::fleet::ErrorKind::BadResponse),
@@ -474,7 +500,8 @@ impl<'a> Call<'a> {
             ),
             None => format!("waiting for machine {machine} to start"),
         };
-        self.progress
+        self.caller
+            .progress
             .during(
                 &waiting_for,
                 None,
@@ -490,7 +517,8 @@ impl<'a> Call<'a> {
         machine: &str,
         image: &str,
     ) -> Result<PulledImage, ToolError> {
-        self.progress
+        self.caller
+            .progress
             .during(
                 &format!("waiting for {image} to be pulled into machine {machine}"),
                 None,
@@ -503,7 +531,8 @@ impl<'a> Call<'a> {
     /// nonce comes back, the machine is gone, the deadline passes, or the client cancels.
     pub async fn wait_ready(&self, fleet: &Fleet, machine: &str) -> Result<(), ToolError> {
         let limit = Duration::from_secs(self.config().ready_timeout_secs);
-        self.progress
+        self.caller
+            .progress
             .during(
                 &format!("waiting for machine {machine} to run commands"),
                 Some(limit),
@@ -630,18 +659,16 @@ mod tests {
         let scope = Scope::Process(policy.process.mode);
         let in_session = Call::new(
             &policy,
-            "a-session",
-            scope,
-            CancellationToken::new(),
-            Progress::none(),
+            Caller::new("a-session", scope, CancellationToken::new()),
         );
         assert_eq!(in_session.ephemeral_end(), "when this session ends");
         let leased = Call::new(
             &policy,
-            policy.process.lease_session(),
-            scope,
-            CancellationToken::new(),
-            Progress::none(),
+            Caller::new(
+                policy.process.lease_session(),
+                scope,
+                CancellationToken::new(),
+            ),
         );
         let end = leased.ephemeral_end();
         assert!(end.contains("77 s") && end.contains("lease"), "{end}");

@@ -3,11 +3,11 @@
 use super::args;
 use super::call::random_hex;
 use super::egress_report::{EgressWatch, refused_during};
-use super::lifecycle::{base_spec, require_image, with_egress_hint};
+use super::lifecycle::{admitted, base_spec, with_egress_hint};
 use super::provisional::Provisional;
 use super::results::{self, Overflow};
 use super::{Call, Tool, ToolError};
-use crate::fleet::{ExecOutput, ExecSpec, FleetKind};
+use crate::fleet::{ExecOutput, ExecSpec};
 use crate::policy::jobs::guest;
 use crate::policy::ledger::RunStart;
 use crate::policy::output::head_tail;
@@ -185,17 +185,20 @@ async fn run_foreground(
         None => {
             let machine = call.cancellable(fleet.get(&a.name)).await?;
             let boots = machine.phase().boots_on_use();
-            if boots && fleet.kind() == FleetKind::Local {
-                // The engine's exec would boot the machine itself, saying nothing for the 20 s
-                // or so that takes (seen on the real 1.32.2 guest): started first, the boot is
-                // reported as progress like any other start's.
+            if boots && fleet.capabilities().exec_boots_silently {
+                // The fleet's exec would boot the machine itself, saying nothing for as long as
+                // that takes: started first, the boot is reported as progress like any other
+                // start's.
                 call.start_reported(&fleet, &a.name, None, None).await?;
             }
             (machine.network, boots)
         }
     };
     let prior = super::egress_report::apply_prior(call, &fleet, &a.name).await;
-    let watch = match EgressWatch::begin_described(fleet.kind(), &network) {
+    let watch = match network
+        .egress()
+        .and_then(|egress| EgressWatch::begin(fleet.capabilities(), egress))
+    {
         Some(watch) => Some(watch.with_baseline(&fleet, &a.name).await),
         None => None,
     };
@@ -321,12 +324,7 @@ pub(super) async fn run_once(
     let mut spec = base_spec(call, &a.machine, name.clone(), config.run_once_network)?;
     spec.ephemeral = true;
     let exec = exec_spec(&a.run, TimeoutRule::foreground(config))?;
-    let kind = call.fleet_kind(a.target)?;
-    let bindings =
-        super::credentials::apply(call, kind, a.machine.credentials.as_deref(), &mut spec)?;
-    let fleet = call.fleet(a.target).await?;
-    require_image(fleet.kind(), &spec)?;
-    call.admit_machine(&fleet).await?;
+    let (fleet, bindings) = admitted(call, a.target, &a.machine, &mut spec).await?;
     let warm = call.lease_warm(&fleet, &spec).await;
     let (name, pool) = match &warm {
         Some((pool, lease)) => (lease.machine.clone(), Some(pool.clone())),
@@ -342,7 +340,7 @@ pub(super) async fn run_once(
                 .await
                 .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
             machine.created(&created.id);
-            if fleet.kind() == FleetKind::Local {
+            if !bindings.is_empty() {
                 call.process().credentials.bind(machine.id(), &bindings);
             }
             call.start_reported(&fleet, machine.id(), Some(false), spec.image.as_deref())
@@ -350,7 +348,7 @@ pub(super) async fn run_once(
                 .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
             call.wait_ready(&fleet, machine.id()).await?;
         }
-        let watch = match EgressWatch::begin(fleet.kind(), &spec.egress) {
+        let watch = match EgressWatch::begin(fleet.capabilities(), &spec.egress) {
             Some(watch) => Some(watch.with_baseline(&fleet, machine.id()).await),
             None => None,
         };

@@ -3,14 +3,8 @@
 //! supplies them before each boot (`crate::process::credentials`).
 
 use super::Call;
-use crate::fleet::{CreateSpec, Egress, FleetKind};
+use crate::fleet::{Capabilities, CreateSpec, Egress, Feature};
 use crate::policy::error::ToolError;
-
-/// What the cloud fleet cannot do, in one place for the argument's refusal and the docs.
-pub const NOT_ON_CLOUD: &str = "credentials are local only: the smol cloud API as this server \
-     speaks it (its published spec) has no credential bindings, so a cloud machine cannot be \
-     given a secret without the workload seeing it. Use the local fleet for work that needs \
-     one";
 
 /// Puts the bindings `names` asks for into `spec`, once they are known, their values are
 /// there to supply, and the fleet can take them; answers the names to record for the machine.
@@ -19,7 +13,7 @@ pub const NOT_ON_CLOUD: &str = "credentials are local only: the smol cloud API a
 /// machine would carry nothing.
 pub(super) fn apply(
     call: &Call<'_>,
-    kind: FleetKind,
+    capabilities: &Capabilities,
     names: Option<&[String]>,
     spec: &mut CreateSpec,
 ) -> Result<Vec<String>, ToolError> {
@@ -27,8 +21,8 @@ pub(super) fn apply(
         None | Some([]) => return Ok(Vec::new()),
         Some(names) => names,
     };
-    if kind == FleetKind::Cloud {
-        return Err(ToolError::argument("credentials", NOT_ON_CLOUD));
+    if let Some(why) = capabilities.lacks(Feature::Credentials) {
+        return Err(ToolError::argument("credentials", why));
     }
     let supplier = &call.process().credentials;
     let bindings = supplier

@@ -11,7 +11,7 @@
 
 use super::Call;
 use super::results::{BlockedEgress, EgressAnswer};
-use crate::fleet::{Egress, EgressDenial, Fleet, FleetKind};
+use crate::fleet::{Capabilities, Egress, EgressDenial, Feature, Fleet};
 use crate::policy::consent::Asked;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -41,24 +41,12 @@ impl EgressWatch {
     /// local machine with an allow-list is watched: the cloud records nothing, an open machine
     /// is refused nothing, and a blocked one has no network at all (its guest sees "Network
     /// unreachable" and the engine records no event: seen on the real 1.32.2 guest).
-    pub fn begin(fleet: FleetKind, egress: &Egress) -> Option<EgressWatch> {
-        (fleet == FleetKind::Local && matches!(egress, Egress::Allow { .. })).then(|| EgressWatch {
+    pub fn begin(fleet: &Capabilities, egress: &Egress) -> Option<EgressWatch> {
+        let reported = fleet.offers(Feature::EgressReport);
+        (reported && matches!(egress, Egress::Allow { .. })).then(|| EgressWatch {
             started: SystemTime::now(),
             before: Vec::new(),
         })
-    }
-
-    /// As [`EgressWatch::begin`], for a machine known by its record: `Machine::network` is
-    /// `Egress::describe`'s reading.
-    pub fn begin_described(fleet: FleetKind, network: &str) -> Option<EgressWatch> {
-        let allow = Egress::Allow {
-            hosts: Vec::new(),
-            cidrs: Vec::new(),
-        };
-        network
-            .starts_with("allow(")
-            .then(|| Self::begin(fleet, &allow))
-            .flatten()
     }
 
     /// Reads the refusals already recorded that could be taken for the command's own (see
@@ -209,7 +197,7 @@ pub(super) async fn ask_the_user(
             declined_before,
         );
     }
-    let Some(consent) = &call.consent else {
+    let Some(consent) = &call.caller.consent else {
         let mut all = asked;
         all.extend(declined_before);
         return not_asked(
@@ -219,6 +207,7 @@ pub(super) async fn ask_the_user(
         );
     };
     let answer = call
+        .caller
         .progress
         .during(
             &format!("waiting for the user to answer about {}", asked.join(", ")),
@@ -254,6 +243,7 @@ pub(super) async fn apply_prior(
     machine: &str,
 ) -> Option<EgressAnswer> {
     let prior = call
+        .caller
         .prior_answer
         .as_ref()
         .filter(|p| p.machine == machine)?;
@@ -328,6 +318,8 @@ async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::cloud::CAPABILITIES as CLOUD;
+    use crate::fleet::local::CAPABILITIES as LOCAL;
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
@@ -441,13 +433,10 @@ mod tests {
             hosts: vec!["pypi.org".into()],
             cidrs: vec![],
         };
-        assert!(EgressWatch::begin(FleetKind::Local, &Egress::Blocked).is_none());
-        assert!(EgressWatch::begin(FleetKind::Local, &allow).is_some());
-        assert!(EgressWatch::begin(FleetKind::Local, &Egress::Open).is_none());
-        assert!(EgressWatch::begin(FleetKind::Cloud, &Egress::Blocked).is_none());
-        assert!(EgressWatch::begin_described(FleetKind::Local, &allow.describe()).is_some());
-        assert!(EgressWatch::begin_described(FleetKind::Local, "blocked").is_none());
-        assert!(EgressWatch::begin_described(FleetKind::Local, "open").is_none());
-        assert!(EgressWatch::begin_described(FleetKind::Cloud, "blocked").is_none());
+        assert!(EgressWatch::begin(&LOCAL, &Egress::Blocked).is_none());
+        assert!(EgressWatch::begin(&LOCAL, &allow).is_some());
+        assert!(EgressWatch::begin(&LOCAL, &Egress::Open).is_none());
+        assert!(EgressWatch::begin(&CLOUD, &Egress::Blocked).is_none());
+        assert!(EgressWatch::begin(&CLOUD, &allow).is_none());
     }
 }

@@ -6,7 +6,7 @@
 use super::args::{self, Encoding};
 use super::results;
 use super::{Call, ToolError};
-use crate::fleet::{FileReader, FleetKind, Phase, local};
+use crate::fleet::{FileReader, Phase};
 use crate::policy::output::utf8_prefix_len;
 use crate::policy::reads::ParkedRead;
 use base64::Engine as _;
@@ -128,11 +128,8 @@ pub(super) async fn write_file(
             .map_err(|e| ToolError::argument("content", format!("not valid base64 ({e})")))?,
     };
     let fleet = call.fleet(a.target).await?;
-    if fleet.kind() == FleetKind::Local && bytes.len() as u64 > local::MAX_UPLOAD_BYTES {
-        return Err(ToolError::argument(
-            "content",
-            local::upload_refusal(bytes.len() as u64),
-        ));
+    if let Some(why) = fleet.upload_refusal(bytes.len() as u64) {
+        return Err(ToolError::argument("content", why));
     }
     let started_machine = call.phase(&fleet, &a.name).await?.boots_on_use();
     // A file written before the workload's container is up lands under a mount that then

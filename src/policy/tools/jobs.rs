@@ -26,7 +26,7 @@ pub(super) async fn start(
         machine: &a.name,
         spec,
         timeout: Duration::from_secs(timeout_secs),
-        session: call.session_hold.clone(),
+        session: call.caller.session_hold.clone(),
         // The record read just above, before anything of the job ran.
         consumption_before: Some(machine.consumption),
     };
@@ -135,10 +135,13 @@ pub(super) async fn job_output(
         })?,
     };
     let wait = a.wait_secs.unwrap_or(0);
-    if wait > 300 {
+    if wait > args::MAX_JOB_WAIT_SECS {
         return Err(ToolError::argument(
             "waitSecs",
-            format!("{wait} is not accepted: give 0 to 300"),
+            format!(
+                "{wait} is not accepted: give 0 to {}",
+                args::MAX_JOB_WAIT_SECS
+            ),
         ));
     }
     // Reading renews a leased machine's lease, like any call naming it.
@@ -147,7 +150,8 @@ pub(super) async fn job_output(
         let limit = Duration::from_secs(wait);
         let waiting_for = format!("waiting for job {} to end", job.id);
         call.cancellable(async {
-            call.progress
+            call.caller
+                .progress
                 .during(&waiting_for, Some(limit), Box::pin(job.wait_end(limit)))
                 .await;
             Ok::<_, ToolError>(())

@@ -6,7 +6,8 @@ use super::provisional::Provisional;
 use super::results;
 use super::{Call, Tool, ToolError};
 use crate::fleet::{
-    CreateSpec, Deleted, Egress, ErrorKind, FleetKind, Machine, Mount, PortMapping,
+    BranchableAt, Capabilities, CreateSpec, Deleted, Egress, ErrorKind, Feature, Fleet, FleetError,
+    FleetKind, Machine, Mount, PortMapping,
 };
 use crate::process::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
 
@@ -63,8 +64,12 @@ async fn learned_egress(
     spec: &mut CreateSpec,
 ) -> Result<(), ToolError> {
     args::machine_ref("allowHostsFrom", earlier)?;
-    if kind == FleetKind::Cloud {
-        return Err(ToolError::argument("allowHostsFrom", ASK_NOT_ON_CLOUD));
+    if let Some(why) = call
+        .process()
+        .capabilities(kind)
+        .lacks(Feature::EgressWidening)
+    {
+        return Err(ToolError::argument("allowHostsFrom", why));
     }
     let learned = call
         .policy
@@ -119,10 +124,6 @@ async fn learned_egress(
     };
     Ok(())
 }
-
-/// Why `network: "ask"` is local only.
-pub(super) const ASK_NOT_ON_CLOUD: &str = "ask is local only: the cloud fleet cannot change a \
-     machine's egress once it is created; name the hosts in allowHosts instead";
 
 /// smolvm 1.32.2 accepts a create with no egress and fails the start when the image has to come
 /// from a registry; say which argument of `tool` (the one that was called) grants the pull.
@@ -223,17 +224,32 @@ fn only_the_user_widens(base: &args::MachineBase) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// Only the local engine has a root file system of its own to boot without an image: on the
-/// cloud a spec without one is refused before anything is sent.
-pub(super) fn require_image(kind: FleetKind, spec: &CreateSpec) -> Result<(), ToolError> {
-    if kind == FleetKind::Cloud && spec.image.is_none() {
-        return Err(ToolError::argument(
-            "image",
-            "is required on the cloud fleet (only the local engine boots a machine without \
-             one, from its bundled Alpine): give an OCI reference, like alpine:3.20",
-        ));
+/// What create-machine and run-once do before anything is sent to make a machine: the
+/// credentials named put into `spec`, then the fleet reached (a local serve started only now
+/// that the arguments are known good), the image a fleet needs, and the operator's machine
+/// limits. Answers the fleet and the bindings to record for the machine.
+pub(super) async fn admitted(
+    call: &Call<'_>,
+    target: Option<FleetKind>,
+    base: &args::MachineBase,
+    spec: &mut CreateSpec,
+) -> Result<(Fleet, Vec<String>), ToolError> {
+    let capabilities = call.capabilities(target)?;
+    let bindings =
+        super::credentials::apply(call, capabilities, base.credentials.as_deref(), spec)?;
+    let fleet = call.fleet(target).await?;
+    require_image(capabilities, spec)?;
+    call.admit_machine(&fleet).await?;
+    Ok((fleet, bindings))
+}
+
+/// A fleet without a root file system of its own to boot (the cloud's) refuses a spec without an
+/// image before anything is sent.
+fn require_image(capabilities: &Capabilities, spec: &CreateSpec) -> Result<(), ToolError> {
+    match capabilities.needs_image {
+        Some(why) if spec.image.is_none() => Err(ToolError::argument("image", why)),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// A mount's host directory, resolved (symlinks, `..`), if the operator's `mountAllow` holds it,
@@ -312,10 +328,15 @@ fn create_spec(
         args::absolute_path(&format!("mounts[{i}].source"), &m.source)?;
         args::absolute_path(&format!("mounts[{i}].target"), &m.target)?;
         let readonly = m.readonly.unwrap_or(true);
-        // The cloud fleet has no host to mount from and says so itself.
-        let source = match kind {
-            FleetKind::Local => allowed_mount(call.config(), i, &m.source, readonly)?,
-            FleetKind::Cloud => m.source.clone(),
+        // A fleet without host mounts (the cloud's) refuses them itself, in its own words.
+        let source = if call
+            .process()
+            .capabilities(kind)
+            .offers(Feature::HostMounts)
+        {
+            allowed_mount(call.config(), i, &m.source, readonly)?
+        } else {
+            m.source.clone()
         };
         spec.mounts.push(Mount {
             source,
@@ -324,10 +345,10 @@ fn create_spec(
         });
     }
     if let Some(gb) = a.storage_gb {
-        args::range("storageGb", u64::from(gb), 1, 16_384)?;
+        args::range("storageGb", u64::from(gb), 1, u64::from(args::MAX_DISK_GB))?;
     }
     if let Some(gb) = a.overlay_gb {
-        args::range("overlayGb", u64::from(gb), 1, 16_384)?;
+        args::range("overlayGb", u64::from(gb), 1, u64::from(args::MAX_DISK_GB))?;
     }
     spec.storage_gb = a.storage_gb;
     spec.overlay_gb = a.overlay_gb;
@@ -354,28 +375,27 @@ pub(super) async fn create_machine(
         .unwrap_or_else(|| format!("{prefix}{}", random_hex()));
     let ephemeral = name.starts_with(prefix.as_str());
     let kind = call.fleet_kind(a.target)?;
-    if a.start == Some(false) && a.branchable && kind == FleetKind::Local {
+    let capabilities = call.process().capabilities(kind);
+    if a.start == Some(false) && a.branchable && capabilities.branchable_at == BranchableAt::Start {
         return Err(ToolError::argument(
             "branchable",
-            "on the local fleet a machine becomes branchable when it starts; with \
-             start false, pass branchable to start-machine instead",
+            format!(
+                "on the {} fleet a machine becomes branchable when it starts; with start \
+                 false, pass branchable to start-machine instead",
+                kind.as_str()
+            ),
         ));
     }
     let asks_egress = a.machine.network == Some(Network::Ask);
-    if asks_egress && kind == FleetKind::Cloud {
-        return Err(ToolError::argument("network", ASK_NOT_ON_CLOUD));
+    if asks_egress && let Some(why) = capabilities.lacks(Feature::EgressWidening) {
+        return Err(ToolError::argument("network", why));
     }
     let mut spec = create_spec(call, &a, name.clone(), kind)?;
     spec.ephemeral = ephemeral;
     if let Some(earlier) = &a.allow_hosts_from {
         learned_egress(call, kind, earlier, &mut spec).await?;
     }
-    let bindings =
-        super::credentials::apply(call, kind, a.machine.credentials.as_deref(), &mut spec)?;
-    // The fleet is chosen (and the local serve started) only once the arguments are known good.
-    let fleet = call.fleet(a.target).await?;
-    require_image(fleet.kind(), &spec)?;
-    call.admit_machine(&fleet).await?;
+    let (fleet, bindings) = admitted(call, a.target, &a.machine, &mut spec).await?;
     // An unnamed machine may come warm: its name is then the pool's (the engine names them).
     if !named_by_caller
         && a.start != Some(false)
@@ -404,7 +424,7 @@ pub(super) async fn create_machine(
         }
     };
     provisional.created(&machine.id);
-    if fleet.kind() == FleetKind::Local {
+    if fleet.capabilities().offers(Feature::Credentials) {
         // Before any start: the fleet supplies the values of what is recorded here.
         call.process().credentials.bind(&machine.id, &bindings);
         call.process()
@@ -543,11 +563,13 @@ pub(super) async fn delete_machine(
     if deleted.deleted != a.name {
         made.deleted(fleet.kind(), &deleted.deleted, deleted.usage_micros);
     }
-    if fleet.kind() == FleetKind::Local {
+    if fleet.capabilities().offers(Feature::Credentials) {
         call.process().credentials.forget_machine(&a.name);
     }
     // Only prefixed names are ever recorded (a cloud id may stand for one).
-    if a.name.starts_with(&call.config().machine_prefix) || fleet.kind() == FleetKind::Cloud {
+    if a.name.starts_with(&call.config().machine_prefix)
+        || fleet.capabilities().ids_apart_from_names
+    {
         call.process().forget(fleet.kind(), &a.name);
     }
     Ok(deleted)
@@ -566,7 +588,12 @@ pub(super) async fn branch_machine(
         Provisional::begin_child(call, &fleet, &a.child_name, ephemeral, Some(&a.name))?;
     let waiting_for = format!("waiting for the branch {} of {}", a.child_name, a.name);
     let branching = Box::pin(call.cancellable(fleet.branch(&a.name, &a.child_name, a.branchable)));
-    let child = match call.progress.during(&waiting_for, None, branching).await {
+    let child = match call
+        .caller
+        .progress
+        .during(&waiting_for, None, branching)
+        .await
+    {
         Ok(c) => c,
         Err(e) if e.is(ErrorKind::Conflict) => {
             provisional.refused();
@@ -575,7 +602,7 @@ pub(super) async fn branch_machine(
         // The child may not exist yet (it is still in the source's queue), so a delete now would
         // find nothing and the record would forget a machine that comes up later. It stays
         // recorded under its name instead, for the session's clean-up to find.
-        Err(mut e) if fleet.kind() == FleetKind::Cloud && gave_up_waiting(&e) => {
+        Err(mut e) if fleet.capabilities().branches_queue && gave_up_waiting(&e) => {
             e.message.push_str(&format!(
                 "\nThe branch may still be made: the service queues branches of a source and can \
                  take minutes, so {child} may come up after this call gave up. get-machine \
@@ -597,7 +624,7 @@ pub(super) async fn branch_machine(
     };
     provisional.created(&child.id);
     call.made(fleet.kind(), &child.id);
-    if fleet.kind() == FleetKind::Local {
+    if fleet.capabilities().offers(Feature::Credentials) {
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
         // values under the child's own name), so its next boots get the source's values.
         let credentials = &call.process().credentials;
@@ -626,6 +653,9 @@ pub(super) async fn pull_image(
 ) -> Result<crate::fleet::PulledImage, ToolError> {
     args::machine_ref("name", &a.name)?;
     args::image("image", &a.image)?;
+    if let Some(why) = call.capabilities(a.target)?.lacks(Feature::ImagePull) {
+        return Err(FleetError::new(ErrorKind::Unsupported, "pull-image", why).into());
+    }
     let fleet = call.fleet(a.target).await?;
     call.pull_reported(&fleet, &a.name, &a.image).await
 }

@@ -4,7 +4,7 @@
 use super::args;
 use super::results;
 use super::{Call, ToolError};
-use crate::fleet::{FleetKind, LogSource};
+use crate::fleet::{Feature, LogSource};
 
 pub(super) async fn machine_logs(
     call: &Call<'_>,
@@ -12,19 +12,14 @@ pub(super) async fn machine_logs(
 ) -> Result<results::Logs, ToolError> {
     args::machine_ref("name", &a.name)?;
     let tail = a.tail.unwrap_or(call.config().logs_tail as u64);
-    args::range("tail", tail, 1, 10_000)?;
+    args::range("tail", tail, 1, args::MAX_LOG_TAIL)?;
     let fleet = call.fleet(a.target).await?;
-    let source = match (a.source, fleet.kind()) {
+    let one_log = fleet.capabilities().lacks(Feature::LogSources);
+    let source = match (a.source, one_log) {
         (None, _) => LogSource::Workload,
-        (Some(_), FleetKind::Cloud) => {
-            return Err(ToolError::argument(
-                "source",
-                "is local only: a cloud machine has one log, its control plane's event log; \
-                 leave source out",
-            ));
-        }
-        (Some(args::LogSourceArg::Workload), _) => LogSource::Workload,
-        (Some(args::LogSourceArg::Engine), _) => LogSource::Engine,
+        (Some(_), Some(why)) => return Err(ToolError::argument("source", why)),
+        (Some(args::LogSourceArg::Workload), None) => LogSource::Workload,
+        (Some(args::LogSourceArg::Engine), None) => LogSource::Engine,
     };
     let page = call
         .cancellable(fleet.logs(&a.name, tail as usize, a.cursor.as_deref(), source))

@@ -25,13 +25,11 @@ mod streamed;
 pub mod tool;
 
 pub use crate::policy::error::{ToolError, ToolErrorKind};
-pub use call::Scope;
+pub use call::{Caller, Scope};
 pub use tool::Tool;
 
 use crate::policy::Policy;
 use crate::policy::idempotency;
-use crate::policy::jobs::SessionHoldRef;
-use crate::policy::progress::Progress;
 use crate::process::Mode;
 use call::Call;
 use serde_json::Value;
@@ -226,29 +224,12 @@ impl Catalog {
     }
 }
 
-/// Who a tool call is made for: the owner of the ephemeral machines it makes (a session, or the
-/// process's lease holder), the fleets it may name, the client's cancellation, and where its
-/// waits are reported.
-pub struct Caller<'a> {
-    pub owner: &'a str,
-    pub scope: Scope,
-    pub ct: tokio_util::sync::CancellationToken,
-    pub progress: Progress,
-    /// Keeps the caller's session open while a job it starts runs (HTTP sessions only).
-    pub session_hold: Option<SessionHoldRef>,
-    /// Who answers for the user when a machine asks about its egress (a client that can show
-    /// a form); `None` when no one can be asked.
-    pub consent: Option<Arc<dyn crate::policy::consent::Consent>>,
-    /// The user's answer carried by a call made again after its input-required result.
-    pub prior_answer: Option<crate::policy::consent::PriorAnswer>,
-}
-
 /// Runs one tool call to its structured result or its tool error. A call with an
 /// `idempotencyKey` runs once per key (`crate::policy::idempotency`): detached from its request,
 /// so that a repeat after the client gave up can have its answer.
 pub async fn call(
     policy: &Arc<Policy>,
-    caller: Caller<'_>,
+    caller: Caller,
     tool: Tool,
     mut args: Value,
 ) -> Result<results::Answer, ToolError> {
@@ -262,26 +243,13 @@ pub async fn call(
     };
     let described = idempotency::describe(tool.name(), &args);
     let caller_ct = caller.ct.clone();
-    let owner = caller.owner.to_owned();
-    let (scope, progress, session_hold, consent, prior_answer) = (
-        caller.scope,
-        caller.progress,
-        caller.session_hold,
-        caller.consent,
-        caller.prior_answer,
-    );
     let detached_policy = policy.clone();
     let work = async move {
         let caller = Caller {
-            owner: &owner,
-            scope,
             // The request's cancellation ends only its wait (idempotency::Keys::once); the
             // work ends as the tool's own deadlines say.
             ct: tokio_util::sync::CancellationToken::new(),
-            progress,
-            session_hold,
-            consent,
-            prior_answer,
+            ..caller
         };
         let answer = call_now(&detached_policy, caller, tool, args).await?;
         serde_json::to_value(&answer)
@@ -317,7 +285,7 @@ fn longest_call(policy: &Policy) -> Duration {
 
 async fn call_now(
     policy: &Arc<Policy>,
-    caller: Caller<'_>,
+    caller: Caller,
     tool: Tool,
     args: Value,
 ) -> Result<results::Answer, ToolError> {
@@ -326,15 +294,7 @@ async fn call_now(
         policy.reads.forget_all();
     }
     let caller_mode = caller.scope.mode();
-    let call = Call::new(
-        policy,
-        caller.owner,
-        caller.scope,
-        caller.ct,
-        caller.progress,
-    )
-    .with_session_hold(caller.session_hold)
-    .with_consent(caller.consent, caller.prior_answer);
+    let call = Call::new(policy, caller);
     // Every machine the call names: its lease is renewed and the reaper waits for the call.
     for key in ["name", "childName"] {
         if let Some(name) = args.get(key).and_then(Value::as_str) {

@@ -44,7 +44,7 @@ impl<'c> Provisional<'c> {
         call.hold(name);
         let known_before = if ephemeral {
             call.process()
-                .remember(fleet.kind(), name, call.session, parent)?
+                .remember(fleet.kind(), name, call.session(), parent)?
         } else {
             false
         };
@@ -70,7 +70,7 @@ impl<'c> Provisional<'c> {
                 self.fleet.kind(),
                 &self.name,
                 id,
-                self.call.session,
+                self.call.session(),
             );
         }
     }

@@ -13,11 +13,12 @@ pub(super) async fn exec(
     machine: &str,
     spec: &ExecSpec,
 ) -> FleetResult<ExecOutput> {
-    call.progress.doing("the command is running");
-    if !call.progress.is_requested() {
+    call.caller.progress.doing("the command is running");
+    if !call.caller.progress.is_requested() {
         return fleet.exec(machine, spec).await;
     }
-    call.progress
+    call.caller
+        .progress
         .with_output(|output| {
             Box::pin(async move { fleet.exec_streamed(machine, spec, &output).await })
         })

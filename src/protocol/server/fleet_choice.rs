@@ -125,11 +125,7 @@ fn chosen(result: &ElicitResult) -> Option<FleetKind> {
     if result.action != ElicitationAction::Accept {
         return None;
     }
-    match result.content.as_ref()?.get(QUESTION)?.as_str()? {
-        "local" => Some(FleetKind::Local),
-        "cloud" => Some(FleetKind::Cloud),
-        _ => None,
-    }
+    FleetKind::parse(result.content.as_ref()?.get(QUESTION)?.as_str()?)
 }
 
 const SESSION_QUESTION: &str = "Which fleet is this session for? local runs microVMs on this \

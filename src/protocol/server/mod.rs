@@ -317,15 +317,10 @@ impl ServerHandler for SmolMcp {
                 Some(d) => Some(d.clone()),
                 None => consent::of_request(&context),
             };
-            let caller = tools::Caller {
-                owner,
-                scope,
-                ct: context.ct.clone(),
-                progress: notify::progress_of(&context, None),
-                session_hold: session_hold(&context),
-                consent: asker,
-                prior_answer,
-            };
+            let caller = tools::Caller::new(owner, scope, context.ct.clone())
+                .with_progress(notify::progress_of(&context, None))
+                .with_session_hold(session_hold(&context))
+                .with_consent(asker, prior_answer);
             let call = tools::call(&self.protocol.policy, caller, tool, args);
             let result = if stateless {
                 notify::with_request_events(
@@ -417,18 +412,11 @@ impl SmolMcp {
         let call_ct = ct.clone();
         let request = is_stateless(context).then(|| context.clone());
         let answered = activity.clone();
-        let hold = session_hold(context);
-        let asker = consent::of_request(context);
+        let caller = tools::Caller::new(owner, scope, call_ct)
+            .with_progress(progress)
+            .with_session_hold(session_hold(context))
+            .with_consent(consent::of_request(context), None);
         let work = async move {
-            let caller = tools::Caller {
-                owner: &owner,
-                scope,
-                ct: call_ct,
-                progress,
-                session_hold: hold,
-                consent: asker,
-                prior_answer: None,
-            };
             let call = tools::call(&policy, caller, tool, args);
             match &request {
                 Some(context) => {

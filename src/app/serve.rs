@@ -1,0 +1,48 @@
+//! What both servers do around serving: the start (the stack, and the sweep of what a dead
+//! predecessor left, off the first call's path), the wait for the end (the transport's own, or a
+//! stop signal), and the exit code once the machines are cleaned up.
+
+use crate::process::Cleanup;
+use crate::process::config::Config;
+use crate::protocol::Protocol;
+use std::future::Future;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// The protocol stack for `config`, with a dead predecessor's orphans swept in the background.
+pub fn start(config: Config) -> Result<Arc<Protocol>, crate::process::StartupError> {
+    let protocol = Protocol::start(config)?;
+    let process = protocol.process().clone();
+    tokio::spawn(async move { process.sweep_orphans_at_start().await });
+    Ok(protocol)
+}
+
+/// Serves until `serving` ends (answering `ended`) or a stop signal comes (answering its name).
+/// SIGHUP too: a closed terminal or a supervisor's reload would otherwise kill the process
+/// before its machines are deleted.
+pub async fn until_stopped(
+    serving: impl Future<Output = ()>,
+    ended: &'static str,
+) -> std::io::Result<&'static str> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    Ok(tokio::select! {
+        _ = serving => ended,
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+        _ = hangup.recv() => "SIGHUP",
+    })
+}
+
+/// The exit code once the clean-up ran. A stop that was asked for and done is a success,
+/// whichever signal asked: supervisors (systemd without SuccessExitStatus=, container runtimes)
+/// read 128+N from a process that handled the signal as a failure.
+pub fn exit_code(cleanup: &Cleanup) -> ExitCode {
+    if cleanup.failed.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    tracing::error!(failed = ?cleanup.failed, "some ephemeral machines could not be deleted; they stay recorded for the next start");
+    ExitCode::from(1)
+}
