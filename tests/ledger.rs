@@ -657,6 +657,14 @@ async fn with_no_runs_kept_none_are_offered() {
     assert!(!listed.iter().any(|r| r.uri == "smol://runs"), "{listed:?}");
     let err = s.read("smol://runs").await.unwrap_err();
     assert!(err.contains("the run ledger is off"), "{err}");
+    // The store may exist now (it keeps jobs, keys and spend marks), but never a run.
+    if rt.join(FILE_NAME).exists() {
+        let db = rusqlite::Connection::open(rt.join(FILE_NAME)).unwrap();
+        let runs: i64 = db
+            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(runs, 0);
+    }
 }
 
 #[tokio::test]
