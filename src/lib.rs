@@ -8,10 +8,12 @@
 //! 2. `fleet`: one vocabulary over the two APIs;
 //! 3. `process`: what one server process owns: its settings, the local serve it found or
 //!    started, the crash-proof record of its ephemeral machines, their leases, its events;
-//! 4. `policy`: what a tool call does: the tool table and its handlers, background jobs, the run
+//! 4. `store`: what outlives a call (runs, jobs, tasks, egress grants, spend marks, idempotency
+//!    keys), a repository per kind of record behind one trait, and its SQLite backend;
+//! 5. `policy`: what a tool call does: the tool table and its handlers, background jobs, the run
 //!    ledger;
-//! 5. `protocol`: MCP itself: the handler, resources, the stdio and HTTP transports;
-//! 6. `app`: what the binaries run: their shared start-up, doctor, the spec-diff report.
+//! 6. `protocol`: MCP itself: the handler, resources, the stdio and HTTP transports;
+//! 7. `app`: what the binaries run: their shared start-up, doctor, the spec-diff report.
 //!
 //! What a lower floor needs from a higher one is a trait or a type of the lower floor (the
 //! progress of a call is `policy::progress::ProgressChannel`, implemented by the protocol; a
@@ -23,6 +25,8 @@ pub mod spec;
 pub mod fleet;
 
 pub mod process;
+
+pub mod store;
 
 pub mod policy;
 

@@ -137,8 +137,9 @@ async fn the_user_allows_one_refused_host_live_and_declines_another_for_good() {
     let kept = s
         .protocol
         .policy
-        .ledger
-        .egress_allowed_for(smol_mcp::fleet::FleetKind::Local, "asks")
+        .store
+        .egress_grants()
+        .for_machine(smol_mcp::fleet::FleetKind::Local, "asks")
         .await
         .unwrap();
     assert_eq!(kept, ["pypi.org"]);

@@ -7,13 +7,13 @@
 //! or runs the command twice. With a key, the work runs to its end whatever becomes of the
 //! request that started it, and any repeat within a day gets its answer.
 //!
-//! A key is claimed in the ledger before the work starts (one SQLite statement, so two
+//! A key is claimed in the store before the work starts (one SQLite statement, so two
 //! processes sharing the file never both run it) and answered there when it succeeds; a failed
 //! call frees its key for a retry. A restarted process therefore honours the keys of the one
-//! before it. With the ledger off, repeats made while the first call runs still join it.
+//! before it. Without a store, repeats made while the first call runs still join it.
 
 use crate::policy::error::{ToolError, ToolErrorKind};
-use crate::policy::ledger::{KeyClaim, KeyRecord, Ledger};
+use crate::store::{KeyClaim, KeyRecord, Store};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
@@ -232,7 +232,7 @@ impl Keys {
     /// would only add a waiter nothing ever ends.
     pub async fn once<W>(
         self: &Arc<Self>,
-        ledger: &Ledger,
+        store: &Arc<dyn Store>,
         key: String,
         call: Described,
         longest: Duration,
@@ -264,10 +264,10 @@ impl Keys {
                         },
                     );
                     let keys = self.clone();
-                    let ledger = ledger.clone();
+                    let store = store.clone();
                     tokio::spawn(
                         async move {
-                            let outcome = lead(&ledger, &key, &call, longest, work).await;
+                            let outcome = lead(&store, &key, &call, longest, work).await;
                             if let Ok(mut running) = keys.running.lock() {
                                 running.remove(&key);
                             }
@@ -304,10 +304,10 @@ fn lost() -> ToolError {
     )
 }
 
-/// The first call in this process with a key: claims it in the ledger, then runs the work, or
+/// The first call in this process with a key: claims it in the store, then runs the work, or
 /// answers as the call that holds it (elsewhere, or before) did.
 async fn lead<W>(
-    ledger: &Ledger,
+    store: &Arc<dyn Store>,
     key: &str,
     call: &Described,
     longest: Duration,
@@ -323,7 +323,7 @@ where
     );
     let waiting_since = tokio::time::Instant::now();
     loop {
-        let claim = ledger.claim_key(record.clone()).await.map_err(|e| {
+        let claim = store.keys().claim(record.clone()).await.map_err(|e| {
             ToolError::new(
                 ToolErrorKind::StoreUnavailable,
                 format!(
@@ -361,7 +361,7 @@ where
                              it took effect once and is not run again. Check (list-machines, \
                              get-machine, smol://runs), then use a new key if more is needed.",
                             ago(first.started_ms),
-                            crate::policy::ledger::KEY_ANSWERS_MAX_BYTES / (1024 * 1024)
+                            crate::store::KEY_ANSWERS_MAX_BYTES / (1024 * 1024)
                         ),
                     ));
                 }
@@ -400,8 +400,8 @@ where
     }
     let outcome = work.await;
     match &outcome {
-        Ok(answer) => ledger.key_answered(key, answer.to_string()),
-        Err(_) => ledger.key_released(key),
+        Ok(answer) => store.keys().answered(key, answer.to_string()),
+        Err(_) => store.keys().released(key),
     }
     outcome
 }
@@ -411,7 +411,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn ledger_in(runtime: &std::path::Path) -> Ledger {
+    fn store_in(runtime: &std::path::Path) -> Arc<dyn Store> {
         let vars = std::collections::BTreeMap::from([(
             "SMOL_MCP_RUNTIME_DIR".to_owned(),
             runtime.display().to_string(),
@@ -421,12 +421,12 @@ mod tests {
             std::path::Path::new("/nonexistent"),
         )
         .unwrap();
-        Ledger::open(&config, crate::process::events::Events::default())
+        crate::store::open(&config, crate::process::events::Events::default())
     }
 
     /// A repeat of `call` with `key` that must be refused within 5 s without its work running.
     async fn refused_repeat(
-        ledger: &Ledger,
+        store: &Arc<dyn Store>,
         key: &str,
         call: Described,
         longest: Duration,
@@ -439,7 +439,7 @@ mod tests {
         };
         let keys = Arc::new(Keys::default());
         let ct = CancellationToken::new();
-        let waited = keys.once(ledger, key.into(), call, longest, ct, work);
+        let waited = keys.once(store, key.into(), call, longest, ct, work);
         let outcome = tokio::time::timeout(Duration::from_secs(5), waited)
             .await
             .expect("the repeat still waited after 5 s");
@@ -453,14 +453,14 @@ mod tests {
     #[tokio::test]
     async fn a_repeat_whose_answer_was_dropped_is_told_so_and_not_run_again() {
         let runtime = tempfile::tempdir().unwrap();
-        let ledger = ledger_in(runtime.path());
+        let store = store_in(runtime.path());
         let call = describe("create-machine", &json!({"name": "m"}));
         let started_ms = chrono::Utc::now().timestamp_millis() - 90_000;
         let record = call.claim("k-2", std::process::id(), started_ms);
-        assert_eq!(ledger.claim_key(record).await, Ok(KeyClaim::Claimed));
-        ledger.flush().await;
-        // As the ledger's pruning leaves an answer past its byte budget.
-        let db = rusqlite::Connection::open(runtime.path().join(crate::policy::ledger::FILE_NAME))
+        assert_eq!(store.keys().claim(record).await, Ok(KeyClaim::Claimed));
+        store.flush().await;
+        // As the store's pruning leaves an answer past its byte budget.
+        let db = rusqlite::Connection::open(runtime.path().join(crate::store::sqlite::FILE_NAME))
             .unwrap();
         db.execute(
             "UPDATE idempotency_keys SET answer_dropped = 1 WHERE key = 'k-2'",
@@ -468,7 +468,7 @@ mod tests {
         )
         .unwrap();
 
-        let e = refused_repeat(&ledger, "k-2", call, Duration::from_secs(60)).await;
+        let e = refused_repeat(&store, "k-2", call, Duration::from_secs(60)).await;
         assert_eq!(
             e.kind,
             ToolErrorKind::Fleet(crate::fleet::ErrorKind::Conflict),
@@ -481,15 +481,15 @@ mod tests {
     #[tokio::test]
     async fn a_first_call_stuck_in_another_live_process_is_waited_for_only_so_long() {
         let runtime = tempfile::tempdir().unwrap();
-        let ledger = ledger_in(runtime.path());
+        let store = store_in(runtime.path());
         let call = describe("create-machine", &json!({"name": "m"}));
         // Process 1 is alive wherever this runs, and is not this one.
         let held = call.claim("k-1", 1, chrono::Utc::now().timestamp_millis());
-        assert_eq!(ledger.claim_key(held).await, Ok(KeyClaim::Claimed));
+        assert_eq!(store.keys().claim(held).await, Ok(KeyClaim::Claimed));
 
         let started = std::time::Instant::now();
         let longest = Duration::from_millis(700);
-        let e = refused_repeat(&ledger, "k-1", call, longest).await;
+        let e = refused_repeat(&store, "k-1", call, longest).await;
         assert!(started.elapsed() >= longest, "{:?}", started.elapsed());
         assert_eq!(
             e.kind,

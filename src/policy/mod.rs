@@ -22,13 +22,17 @@ pub mod tools;
 
 use crate::process::config::Config;
 use crate::process::{Cleanup, Process, StartupError};
+use crate::store::Store;
 use std::sync::Arc;
 
 /// What the policy holds for a process, beside the process itself: the ledger, the jobs and
 /// the paused downloads, shared by every session.
 pub struct Policy {
     pub process: Arc<Process>,
-    /// Every command run, recorded off the calls' path.
+    /// What outlives a call (runs, jobs, tasks, grants, spend marks, keys), written off the
+    /// calls' path.
+    pub store: Arc<dyn Store>,
+    /// Every command run, recorded in the store.
     pub ledger: ledger::Ledger,
     /// Commands started with `background: true`, and their watchers.
     pub jobs: jobs::Jobs,
@@ -46,6 +50,7 @@ impl Policy {
         let ledger = ledger::Ledger::open(config, process.events.clone());
         ledger.redacting(process.credentials.clone());
         Policy {
+            store: ledger.store().clone(),
             ledger,
             jobs: jobs::Jobs::new(config.max_running_jobs),
             reads: reads::ParkedReads::new(config.max_parked_reads),

@@ -33,7 +33,7 @@ impl Protocol {
         let config = &policy.process.config;
         Protocol {
             follow: follow::LogFollowers::new(config.max_subscriptions),
-            tasks: tasks::Tasks::new(config.max_tasks, policy.ledger.clone()),
+            tasks: tasks::Tasks::new(config.max_tasks, policy.store.clone()),
             policy,
         }
     }

@@ -13,6 +13,7 @@ use crate::policy::tools::{self, Tool, ToolError, ToolErrorKind};
 use crate::process::Mode;
 use crate::process::targets;
 use crate::protocol::{Protocol, follow};
+use crate::store::{RunDetail, RunSummary, StreamRecord};
 use base64::Engine as _;
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -353,7 +354,7 @@ pub async fn read(
             read_file(protocol, session, ct, uri, kind, &name, &path).await
         }
         ResourceUri::Runs { before, limit } => {
-            let (runs, more) = protocol
+            let crate::store::RunPage { runs, more } = protocol
                 .policy
                 .ledger
                 .page(before, limit)
@@ -366,7 +367,7 @@ pub async fn read(
                 _ => Value::Null,
             };
             let page = json!({
-                "runs": runs.iter().map(crate::policy::ledger::RunSummary::to_json).collect::<Vec<_>>(),
+                "runs": runs.iter().map(run_summary_json).collect::<Vec<_>>(),
                 "next": next,
                 "droppedRecords": protocol.policy.ledger.dropped(),
             });
@@ -374,7 +375,7 @@ pub async fn read(
         }
         ResourceUri::Run { id } => {
             match protocol.policy.ledger.run(id).await.map_err(ledger_error)? {
-                Some(run) => json_contents(&run.to_json(), uri),
+                Some(run) => json_contents(&run_detail_json(&run), uri),
                 None => Err(ErrorData::resource_not_found(
                     format!(
                         "no run {id} in the run ledger (it may have been pruned); smol://runs lists \
@@ -385,6 +386,74 @@ pub async fn read(
             }
         }
     }
+}
+
+/// A run's start or end as RFC 3339 text.
+fn run_time(ms: i64) -> Value {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| Value::from(t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)))
+        .unwrap_or(Value::Null)
+}
+
+fn run_command_json(run: &RunSummary) -> Value {
+    if run.command_kind == "argv" {
+        serde_json::from_str(&run.command).unwrap_or_else(|_| Value::from(run.command.clone()))
+    } else {
+        Value::from(run.command.clone())
+    }
+}
+
+/// A run as `smol://runs` lists it.
+fn run_summary_json(run: &RunSummary) -> Value {
+    json!({
+        "id": run.id.to_string(),
+        "uri": format!("smol://runs/{}", run.id),
+        "tool": run.tool,
+        "fleet": run.fleet,
+        "machine": run.machine,
+        "command": run_command_json(run),
+        "startedAt": run_time(run.started_ms),
+        "endedAt": run.ended_ms.map_or(Value::Null, run_time),
+        "durationMs": run.ended_ms.map(|end| end - run.started_ms),
+        "outcome": run.outcome,
+        "exitCode": run.exit_code,
+        "timedOut": run.timed_out,
+        "stdoutBytes": run.stdout_bytes,
+        "stderrBytes": run.stderr_bytes,
+    })
+}
+
+/// A run as `smol://runs/{id}` shows it.
+fn run_detail_json(run: &RunDetail) -> Value {
+    let mut value = run_summary_json(&run.summary);
+    let stream = |s: &Option<StreamRecord>| {
+        s.as_ref().map_or(Value::Null, |s| {
+            json!({
+                "bytes": s.bytes,
+                "head": s.head,
+                "tail": s.tail,
+                "droppedBytes": s.dropped,
+            })
+        })
+    };
+    if let Value::Object(map) = &mut value {
+        map.insert("workdir".into(), json!(run.workdir));
+        map.insert(
+            "envNames".into(),
+            serde_json::from_str(&run.env_names).unwrap_or(Value::Array(vec![])),
+        );
+        map.insert("error".into(), json!(run.error));
+        map.insert("stdout".into(), stream(&run.stdout));
+        map.insert("stderr".into(), stream(&run.stderr));
+        map.insert(
+            "usage".into(),
+            run.usage
+                .as_deref()
+                .and_then(|u| serde_json::from_str(u).ok())
+                .unwrap_or(Value::Null),
+        );
+    }
+    value
 }
 
 fn ledger_error(e: crate::policy::ledger::LedgerError) -> ErrorData {

@@ -5,10 +5,10 @@
 //! timeout. rmcp's `TaskManager` keeps the tasks; it lives in [`crate::protocol::Protocol`] because over HTTP
 //! rmcp builds a handler for every 2026-07-28 request, and a task outlives its request.
 
-use crate::policy::ledger::{Ledger, TaskRecord};
 use crate::policy::progress::Activity;
 use crate::policy::tools::results::Answer;
 use crate::policy::tools::{Tool, ToolError, ToolErrorKind};
+use crate::store::{Store, TaskRecord};
 use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
@@ -33,7 +33,7 @@ const TTL_MARGIN: Duration = Duration::from_secs(600);
 pub struct Tasks {
     manager: TaskManager,
     /// Where each task is recorded, so that a process after this one can say it is gone.
-    ledger: Ledger,
+    store: Arc<dyn Store>,
     owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// One permit per call that may become a task (`maxTasks`), taken when the call begins
     /// (so that the bound is exact) and given back when it ends, as a task or not.
@@ -42,10 +42,10 @@ pub struct Tasks {
 }
 
 impl Tasks {
-    pub fn new(max: usize, ledger: Ledger) -> Tasks {
+    pub fn new(max: usize, store: Arc<dyn Store>) -> Tasks {
         Tasks {
             manager: TaskManager::default(),
-            ledger,
+            store,
             owners: Default::default(),
             slots: Arc::new(tokio::sync::Semaphore::new(max)),
             max,
@@ -153,13 +153,13 @@ impl Tasks {
             .with_ttl_ms(u64::try_from(bound.as_millis()).unwrap_or(u64::MAX))
             .with_poll_interval_ms(u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000))
             .with_status_message(status_message(tool, began, &activity));
-        let ledger = self.ledger.clone();
+        let store = self.store.clone();
         let task = self.manager.spawn(options, move |context| {
             Box::pin(async move {
                 let _guard = guard;
                 let _slot = slot;
                 let recorded = RecordedEnd {
-                    ledger,
+                    store,
                     id: context.task_id().to_owned(),
                     outcome: "failed",
                 };
@@ -198,7 +198,7 @@ impl Tasks {
                 }
             })
         });
-        self.ledger.task_created(TaskRecord {
+        self.store.tasks().created(TaskRecord {
             id: task.task_id.clone(),
             pid: std::process::id(),
             tool: tool.name().to_owned(),
@@ -243,7 +243,7 @@ impl Tasks {
         self.owned(task_id, owner)?;
         match self.manager.get_task(task_id) {
             Ok(task) => Ok(rmcp::model::GetTaskResult::new(task)),
-            Err(unknown) => match self.ledger.task(task_id).await {
+            Err(unknown) => match self.store.tasks().get(task_id).await {
                 Ok(Some(record)) if record.pid != std::process::id() => {
                     gone_task(&record).ok_or(unknown)
                 }
@@ -273,7 +273,7 @@ impl Tasks {
 /// Records how a task ended; a task dropped without an end (its TTL aborted it) is recorded as
 /// failed.
 struct RecordedEnd {
-    ledger: Ledger,
+    store: Arc<dyn Store>,
     id: String,
     outcome: &'static str,
 }
@@ -286,7 +286,7 @@ impl RecordedEnd {
 
 impl Drop for RecordedEnd {
     fn drop(&mut self) {
-        self.ledger.task_ended(&self.id, self.outcome);
+        self.store.tasks().ended(&self.id, self.outcome);
     }
 }
 
@@ -368,7 +368,7 @@ mod tests {
     /// cancelled and so still takes its cancellation path rather than being dropped midway.
     #[tokio::test]
     async fn a_task_aborted_at_its_ttl_cancels_its_call() {
-        let tasks = Tasks::new(64, Ledger::off());
+        let tasks = Tasks::new(64, Arc::new(crate::store::NoStore));
         let ct = CancellationToken::new();
         let (cleaned_up, mut cleaned_up_rx) = tokio::sync::oneshot::channel();
         let call_ct = ct.clone();
@@ -407,7 +407,7 @@ mod tests {
     /// call, as dropping the call itself did before it ran on a task of its own.
     #[tokio::test]
     async fn a_handler_dropped_before_the_threshold_cancels_its_call() {
-        let tasks = Tasks::new(64, Ledger::off());
+        let tasks = Tasks::new(64, Arc::new(crate::store::NoStore));
         let ct = CancellationToken::new();
         let call_ct = ct.clone();
         let (cleaned_up, cleaned_up_rx) = tokio::sync::oneshot::channel();
@@ -439,7 +439,7 @@ mod tests {
     /// setting; a slot is given back when a call ends, as a task or before becoming one.
     #[tokio::test]
     async fn calls_past_max_tasks_are_refused_naming_the_setting_until_one_ends() {
-        let tasks = Tasks::new(1, Ledger::off());
+        let tasks = Tasks::new(1, Arc::new(crate::store::NoStore));
         let call = |ct: CancellationToken| {
             let call_ct = ct.clone();
             DetachedCall {

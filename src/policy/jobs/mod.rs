@@ -12,9 +12,9 @@ pub mod guest;
 
 use crate::fleet::{ErrorKind, ExecSpec, Fleet, FleetError, FleetKind};
 use crate::policy::error::{ToolError, ToolErrorKind};
-use crate::policy::ledger::{JobRecord, Ledger};
-use crate::policy::ledger::{Run, RunStart, StreamRecord};
+use crate::policy::ledger::{Ledger, Run, RunStart, stream_from_parts};
 use crate::process::Process;
+use crate::store::{JobEnd, JobRecord, ServedEngine};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -424,7 +424,10 @@ impl Jobs {
                 let reason = "its machine was deleted when the session that made it ended";
                 job.end(Phase::Lost(reason.into()));
                 job.stop_watching.cancel();
-                ledger.job_ended(&job.id, "lost", None, Some(reason.into()));
+                ledger
+                    .store()
+                    .jobs()
+                    .ended(job_end(&job.id, "lost", None, Some(reason.into())));
             }
         }
     }
@@ -526,7 +529,7 @@ impl Jobs {
             consumption_before: start.consumption_before,
             consumption_after: tokio::sync::OnceCell::new(),
         });
-        ledger.job_started(JobRecord {
+        ledger.store().jobs().started(JobRecord {
             id: job.id.clone(),
             run_id: job.run_id,
             fleet: job.kind(),
@@ -558,18 +561,21 @@ impl Jobs {
     }
 
     async fn take_over(&self, process: &Arc<Process>, ledger: &Ledger) -> usize {
-        let served: Vec<(FleetKind, String)> = FleetKind::ALL
+        let served: Vec<ServedEngine> = FleetKind::ALL
             .into_iter()
             .filter(|kind| process.serves(*kind))
-            .map(|kind| (kind, process.engine(kind)))
+            .map(|fleet| ServedEngine {
+                fleet,
+                engine: process.engine(fleet),
+            })
             .collect();
         let mut taken = 0;
-        for record in ledger.claim_jobs(served).await {
+        for record in ledger.store().jobs().take_over(served).await {
             let fleet = match process.fleet(record.fleet).await {
                 Ok(fleet) => fleet,
                 Err(e) => {
                     tracing::warn!(job = %record.id, error = %e, "cannot reach the fleet of a job left by a process that ended; left for a later one");
-                    ledger.let_go_of_job(&record.id);
+                    ledger.store().jobs().let_go(&record.id);
                     continue;
                 }
             };
@@ -585,7 +591,7 @@ impl Jobs {
                 ),
                 Err(e) => {
                     tracing::warn!(job = %record.id, error = %e, "cannot look at the machine of a job left by a process that ended; left for a later one");
-                    ledger.let_go_of_job(&record.id);
+                    ledger.store().jobs().let_go(&record.id);
                     continue;
                 }
             };
@@ -728,6 +734,22 @@ async fn look(job: &Job) -> Result<Seen, FleetError> {
     Ok(Seen::Running)
 }
 
+/// How job `id` ended, now: `state` is the word list-jobs shows.
+fn job_end(
+    id: &str,
+    state: &'static str,
+    exit_code: Option<i32>,
+    reason: Option<String>,
+) -> JobEnd {
+    JobEnd {
+        id: id.to_owned(),
+        state,
+        exit_code,
+        reason,
+        ended_ms: chrono::Utc::now().timestamp_millis(),
+    }
+}
+
 /// The ledger row gets the job's end with the two ends of each stream, read from the machine
 /// while it is still there.
 async fn record_end(job: &Job, run: Run, ledger: &Ledger) {
@@ -741,7 +763,12 @@ async fn record_end(job: &Job, run: Run, ledger: &Ledger) {
         Phase::Lost(reason) => Some(reason.clone()),
         _ => None,
     };
-    ledger.job_ended(&job.id, state.phase.word(), state.phase.exit_code(), reason);
+    ledger.store().jobs().ended(job_end(
+        &job.id,
+        state.phase.word(),
+        state.phase.exit_code(),
+        reason,
+    ));
     let code = match &state.phase {
         Phase::Lost(reason) => {
             run.failed(&ToolError::new(
@@ -765,8 +792,8 @@ async fn record_end(job: &Job, run: Run, ledger: &Ledger) {
         ends.timeout_secs = Some(30);
         ends.start_if_stopped = false;
         let record = match job.fleet.exec(&job.machine, &ends).await {
-            Ok(out) => StreamRecord::from_parts(total, &out.stdout, &out.stderr),
-            Err(_) => StreamRecord::from_parts(total, b"", b""),
+            Ok(out) => stream_from_parts(total, &out.stdout, &out.stderr),
+            Err(_) => stream_from_parts(total, b"", b""),
         };
         streams.push(record);
     }

@@ -458,8 +458,12 @@ impl<'a> Call<'a> {
             let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
             let mark = self
                 .policy
-                .ledger
-                .day_mark(&day, total)
+                .store
+                .spend()
+                .day_mark(crate::store::SpendReading {
+                    day,
+                    period_total_micros: total,
+                })
                 .await
                 .map_err(|e| {
                     spend_unknown(

@@ -289,12 +289,16 @@ async fn apply(
         .collect();
     match fleet.allow_egress(machine, &hosts, &cidrs).await {
         Ok(_) => {
-            call.policy.ledger.egress_allowed(
-                fleet.kind(),
-                &call.process().engine(fleet.kind()),
-                machine,
-                &answer.allowed,
-            );
+            call.policy
+                .store
+                .egress_grants()
+                .add(crate::store::EgressGrant {
+                    fleet: fleet.kind(),
+                    engine: call.process().engine(fleet.kind()),
+                    machine: machine.to_owned(),
+                    destinations: answer.allowed.clone(),
+                    granted_ms: chrono::Utc::now().timestamp_millis(),
+                });
             EgressAnswer {
                 allowed: answer.allowed,
                 declined,

@@ -73,12 +73,11 @@ async fn learned_egress(
     }
     let learned = call
         .policy
-        .ledger
-        .egress_allowed_for(kind, earlier)
+        .store
+        .egress_grants()
+        .for_machine(kind, earlier)
         .await
-        .map_err(|e| {
-            ToolError::argument("allowHostsFrom", format!("the run ledger cannot say: {e}"))
-        })?;
+        .map_err(|e| ToolError::argument("allowHostsFrom", format!("the store cannot say: {e}")))?;
     if learned.is_empty() {
         return Err(ToolError::argument(
             "allowHostsFrom",

@@ -258,7 +258,7 @@ pub async fn call(
     let kept = policy
         .keys
         .once(
-            &policy.ledger,
+            &policy.store,
             key,
             described,
             longest_call(policy),

@@ -1,0 +1,119 @@
+//! The seam: what any backend of the store answers, one repository trait per kind of record.
+
+use super::records::{
+    EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, NewRun, RunDetail, RunEnd, RunPage,
+    ServedEngine, SpendReading, TaskRecord,
+};
+use crate::fleet::FleetKind;
+
+/// What the kept answers of idempotency keys may take in all, in any backend. A run-command's
+/// answer holds its output (up to twice `maxOutputBytes`), so a client making keyed calls all
+/// day could otherwise grow the store without end.
+pub const KEY_ANSWERS_MAX_BYTES: i64 = 64 * 1024 * 1024;
+
+/// Why the store could not answer: a write or claim a limit depends on, or a read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreUnavailable {
+    /// A process built without a store ([`NoStore`]).
+    #[error("this server runs without a store")]
+    Off,
+    /// The writer is behind: the record would have been dropped.
+    #[error(
+        "the store's writer is behind ({queue} records wait to be written; a slow or full disk?)"
+    )]
+    QueueFull { queue: usize },
+    #[error("the store at {path} cannot be used: {reason}")]
+    Broken { path: String, reason: String },
+}
+
+/// The process's store: one repository per kind of record.
+pub trait Store: Send + Sync {
+    fn runs(&self) -> &dyn RunRepository;
+    fn jobs(&self) -> &dyn JobRepository;
+    fn tasks(&self) -> &dyn TaskRepository;
+    fn egress_grants(&self) -> &dyn EgressGrantRepository;
+    fn spend(&self) -> &dyn SpendRepository;
+    fn keys(&self) -> &dyn KeyRepository;
+    /// Records dropped so far because the writer was behind.
+    fn dropped(&self) -> u64;
+    /// Waits (a bounded time) until what was queued before is written.
+    fn flush(&self) -> futures::future::BoxFuture<'_, ()>;
+}
+
+/// Every command a tool ran: its start, its end and what it cost, read back as `smol://runs`.
+#[async_trait::async_trait]
+pub trait RunRepository: Send + Sync {
+    /// Queues a run's start and gives its id (increasing, unique among the processes sharing
+    /// the store); or why it will not be recorded, told to the clients once by the backend.
+    fn begin(&self, run: NewRun) -> Result<i64, StoreUnavailable>;
+    fn end(&self, end: RunEnd);
+    /// What run `id` cost its machine (a JSON object), measured after it ended.
+    fn cost(&self, id: i64, usage_json: String);
+    /// Up to `limit` runs older than `before` (all when `None`), newest first.
+    async fn page(&self, before: Option<i64>, limit: usize) -> Result<RunPage, StoreUnavailable>;
+    async fn get(&self, id: i64) -> Result<Option<RunDetail>, StoreUnavailable>;
+}
+
+/// Background jobs while they run, so that a later process can take them over.
+#[async_trait::async_trait]
+pub trait JobRepository: Send + Sync {
+    fn started(&self, job: JobRecord);
+    fn ended(&self, end: JobEnd);
+    /// Gives back a job taken over that this process cannot watch.
+    fn let_go(&self, id: &str);
+    /// Takes over the running jobs of processes that have ended, on the engines this process
+    /// serves; none when the store cannot say.
+    async fn take_over(&self, served: Vec<ServedEngine>) -> Vec<JobRecord>;
+}
+
+/// MCP tasks, so that a process after this one can say what became of one.
+#[async_trait::async_trait]
+pub trait TaskRepository: Send + Sync {
+    fn created(&self, task: TaskRecord);
+    fn ended(&self, id: &str, outcome: &'static str);
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>, StoreUnavailable>;
+}
+
+/// What the user allowed a machine to reach, for a later machine's list.
+#[async_trait::async_trait]
+pub trait EgressGrantRepository: Send + Sync {
+    fn add(&self, grant: EgressGrant);
+    /// Everything the user allowed `machine` on `fleet`, by any process, oldest first, each
+    /// once.
+    async fn for_machine(
+        &self,
+        fleet: FleetKind,
+        machine: &str,
+    ) -> Result<Vec<String>, StoreUnavailable>;
+}
+
+/// The cloud spend's day marks, shared by every process on the store.
+#[async_trait::async_trait]
+pub trait SpendRepository: Send + Sync {
+    /// The account's period cost at the first reading of the reading's UTC day (this reading's
+    /// when it is the first), written before it answers.
+    async fn day_mark(&self, reading: SpendReading) -> Result<i64, StoreUnavailable>;
+}
+
+/// Idempotency keys: which call holds a key, and its answer once it succeeded.
+#[async_trait::async_trait]
+pub trait KeyRepository: Send + Sync {
+    /// Claims `claim.key` unless a call of the last day holds it; written before it answers,
+    /// so that two processes sharing the store never both claim a key.
+    async fn claim(&self, claim: KeyRecord) -> Result<KeyClaim, StoreUnavailable>;
+    /// The call holding `key` in this process succeeded; a repeat within a day gets `answer`.
+    fn answered(&self, key: &str, answer: String);
+    /// The call holding `key` in this process failed: a retry with it runs again.
+    fn released(&self, key: &str);
+    async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable>;
+}
+
+/// How long the store keeps what it keeps, from the settings: these govern runs only; the
+/// other records keep their own bounds, set where their tables are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunRetention {
+    /// The newest this many runs are kept (`ledgerMaxRuns`; 0 keeps none).
+    pub max_runs: u64,
+    /// Runs older than this many days go (`ledgerMaxDays`).
+    pub max_days: u64,
+}

@@ -1,0 +1,42 @@
+//! What the server keeps beyond a call: runs, background jobs, MCP tasks, egress grants, the
+//! cloud spend's day marks and idempotency keys. [`Store`] is the seam: a repository per kind
+//! of record, each a trait, so that another backend (a database shared by several server
+//! processes) is one more implementation here and nothing above changes. [`open`] picks the
+//! backend for a process; today that is [`sqlite`], a file in the runtime directory written
+//! by one thread off the calls' path.
+//!
+//! Writes that nothing waits on (a run's start and end, a job's, a task's, a grant) never hold
+//! a call up: a backend queues them and may drop them when behind, counting what it dropped.
+//! What a limit depends on (a day's spend mark, a key's claim) is asked and awaited, and
+//! answers why it could not be known rather than nothing: the limits built on it fail closed.
+
+mod api;
+mod off;
+mod records;
+pub mod sqlite;
+
+pub use api::{
+    EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository, RunRepository,
+    RunRetention, SpendRepository, Store, StoreUnavailable, TaskRepository,
+};
+pub use off::NoStore;
+pub use records::{
+    EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, NewRun, RunCommand, RunDetail, RunEnd,
+    RunOutcome, RunPage, RunSummary, ServedEngine, SpendReading, StreamRecord, TaskRecord,
+};
+
+use crate::process::config::Config;
+use crate::process::events::Events;
+use std::sync::Arc;
+
+/// The process's store, by its settings. Nothing is opened yet: a backend opens at first use.
+pub fn open(config: &Config, events: Events) -> Arc<dyn Store> {
+    Arc::new(sqlite::SqliteStore::new(
+        config.runtime_dir.join(sqlite::FILE_NAME),
+        RunRetention {
+            max_runs: config.ledger_max_runs,
+            max_days: config.ledger_max_days,
+        },
+        events,
+    ))
+}

@@ -1,0 +1,225 @@
+//! The records the store keeps, one named struct for each thing written or read back: a run's
+//! start and end, a job, a task, an egress grant, a day's spend mark, an idempotency key.
+
+use crate::fleet::FleetKind;
+
+/// One stream as a run's record keeps it: its size, and its head and tail as text (cut on
+/// character boundaries by the policy; the tail is empty when the head holds it all).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamRecord {
+    pub bytes: i64,
+    /// Bytes between the head and the tail, kept by neither.
+    pub dropped: i64,
+    pub head: String,
+    pub tail: String,
+}
+
+/// A run's start, as written. The store gives it its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRun {
+    pub pid: u32,
+    pub tool: &'static str,
+    pub fleet: FleetKind,
+    pub machine: String,
+    pub command: RunCommand,
+    pub workdir: Option<String>,
+    /// The names of the environment variables it was given (never their values).
+    pub env_names: Vec<String>,
+    pub started_ms: i64,
+}
+
+/// A run's command as kept: shell text, or an argv (each already redacted and cut).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunCommand {
+    Shell(String),
+    /// The argv as a JSON array.
+    Argv(String),
+}
+
+impl RunCommand {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunCommand::Shell(_) => "shell",
+            RunCommand::Argv(_) => "argv",
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        match self {
+            RunCommand::Shell(text) | RunCommand::Argv(text) => text,
+        }
+    }
+}
+
+/// How a run ended, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    pub id: i64,
+    pub ended_ms: i64,
+    pub outcome: RunOutcome,
+    pub exit_code: Option<i32>,
+    pub timed_out: Option<bool>,
+    pub error: Option<String>,
+    pub stdout: Option<StreamRecord>,
+    pub stderr: Option<StreamRecord>,
+}
+
+/// How a run ended, in the words `smol://runs` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    Exited,
+    Cancelled,
+    Error,
+    /// Dropped unfinished (the call's future dropped mid-run).
+    Abandoned,
+}
+
+impl RunOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Exited => "exited",
+            RunOutcome::Cancelled => "cancelled",
+            RunOutcome::Error => "error",
+            RunOutcome::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// A run as `smol://runs` lists it.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub id: i64,
+    pub tool: String,
+    pub fleet: String,
+    pub machine: String,
+    pub command_kind: String,
+    pub command: String,
+    pub started_ms: i64,
+    pub ended_ms: Option<i64>,
+    pub outcome: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: Option<bool>,
+    pub stdout_bytes: Option<i64>,
+    pub stderr_bytes: Option<i64>,
+}
+
+/// One run with everything kept of it.
+#[derive(Debug, Clone)]
+pub struct RunDetail {
+    pub summary: RunSummary,
+    pub workdir: Option<String>,
+    pub env_names: String,
+    pub error: Option<String>,
+    pub stdout: Option<StreamRecord>,
+    pub stderr: Option<StreamRecord>,
+    /// What the run cost its machine (JSON), when it was measured.
+    pub usage: Option<String>,
+}
+
+/// A page of runs, newest first.
+#[derive(Debug, Clone)]
+pub struct RunPage {
+    pub runs: Vec<RunSummary>,
+    /// Whether older runs remain.
+    pub more: bool,
+}
+
+/// A background job as the store keeps it while it runs: enough for a later process to find
+/// it in its machine and take it over (its marker is its id; its files start at `base`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    pub id: String,
+    /// Its run's record, when the run was recorded.
+    pub run_id: Option<i64>,
+    pub fleet: FleetKind,
+    /// The engine it runs on, as the ephemeral record names engines (a named serve, the
+    /// engine binary a process starts, the cloud's URL): a process on another engine leaves
+    /// it alone.
+    pub engine: String,
+    pub machine: String,
+    /// The command as list-jobs shows it.
+    pub command: String,
+    pub base: String,
+    pub started_ms: i64,
+    pub timeout_secs: u64,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEnd {
+    pub id: String,
+    /// The word list-jobs shows.
+    pub state: &'static str,
+    pub exit_code: Option<i32>,
+    pub reason: Option<String>,
+    pub ended_ms: i64,
+}
+
+/// An engine a process serves, as the ephemeral record names engines: the jobs it may take
+/// over run there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedEngine {
+    pub fleet: FleetKind,
+    pub engine: String,
+}
+
+/// An MCP task as the store keeps it: enough to tell a client polling it after the process
+/// that ran it has gone that it is gone, for as long as its TTL would have kept it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRecord {
+    pub id: String,
+    pub pid: u32,
+    pub tool: String,
+    pub created_ms: i64,
+    pub ttl_ms: i64,
+    /// How it ended in its process (`completed`, `failed`, `cancelled`), if it did.
+    pub outcome: Option<String>,
+}
+
+/// Destinations the user allowed a machine to reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressGrant {
+    pub fleet: FleetKind,
+    pub engine: String,
+    pub machine: String,
+    pub destinations: Vec<String>,
+    pub granted_ms: i64,
+}
+
+/// A reading of the cloud account's period cost, the first of its UTC day kept as the day's
+/// mark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendReading {
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    pub period_total_micros: i64,
+}
+
+/// An idempotency key as the store keeps it: the call it names (tool and a fingerprint of its
+/// arguments, with the arguments as shown in a refusal), who runs it, and once it succeeded its
+/// answer, which a repeat of the call receives instead of running it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub key: String,
+    pub pid: u32,
+    pub tool: String,
+    pub fingerprint: String,
+    /// The arguments as a refusal names them (values an agent should not see again hidden).
+    pub arguments: String,
+    pub started_ms: i64,
+    /// The answer, as JSON, once the call succeeded; `None` while it runs, or once dropped.
+    pub answer: Option<String>,
+    /// The call succeeded, but its answer was dropped to keep the store within its bound
+    /// (`KEY_ANSWERS_MAX_BYTES`): a repeat is told so rather than run again.
+    pub answer_dropped: bool,
+}
+
+/// What a claim of an idempotency key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyClaim {
+    /// The key was free (or its call older than a day, or one that failed): it is now this
+    /// call's.
+    Claimed,
+    /// Another call holds it: its record, running or answered.
+    Taken(KeyRecord),
+}

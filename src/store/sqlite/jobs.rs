@@ -1,0 +1,118 @@
+//! The `jobs` table: background jobs while they run, so that a later process on the same
+//! engine can take one over when its owner has ended.
+
+use super::schema::days_ms;
+use crate::fleet::FleetKind;
+use crate::store::{JobEnd, JobRecord, ServedEngine};
+use rusqlite::{Connection, params};
+
+/// A job's row goes this many days after its start, ended or not: the longest a job may run
+/// is far shorter, and only a running job's row is ever read.
+const KEPT_DAYS: u64 = 30;
+
+pub(super) fn prune(conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
+    conn.execute(
+        "DELETE FROM jobs WHERE started_ms < ?1",
+        [now_ms.saturating_sub(days_ms(KEPT_DAYS))],
+    )?;
+    Ok(())
+}
+
+pub(super) fn insert(conn: &Connection, job: &JobRecord) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO jobs (id, run_id, pid, fleet, engine, machine, command, base, \
+         started_ms, timeout_secs, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running')",
+    )?
+    .execute(params![
+        job.id,
+        job.run_id,
+        std::process::id(),
+        job.fleet.as_str(),
+        job.engine,
+        job.machine,
+        job.command,
+        job.base,
+        job.started_ms,
+        i64::try_from(job.timeout_secs).unwrap_or(i64::MAX),
+    ])?;
+    Ok(())
+}
+
+pub(super) fn update(conn: &Connection, end: &JobEnd) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE jobs SET state = ?2, exit_code = ?3, reason = ?4, ended_ms = ?5 WHERE id = ?1",
+    )?
+    .execute(params![
+        end.id,
+        end.state,
+        end.exit_code,
+        end.reason,
+        end.ended_ms
+    ])?;
+    Ok(())
+}
+
+/// A job this process took over but cannot watch (its fleet would not answer): left for the
+/// next process that tries, as if its owner had just died.
+pub(super) fn let_go(conn: &Connection, id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE jobs SET pid = 0 WHERE id = ?1 AND pid = ?2")?
+        .execute(params![id, std::process::id()])?;
+    Ok(())
+}
+
+/// Takes over the running jobs whose process has ended and whose engine is one of `served`:
+/// each is claimed by this process (only if its owner is still the dead one, so two processes
+/// starting at once never both take a job), its run row with it.
+pub(super) fn take_over(
+    conn: &Connection,
+    served: &[ServedEngine],
+    alive: impl Fn(u32) -> bool,
+) -> rusqlite::Result<Vec<JobRecord>> {
+    let me = std::process::id();
+    let candidates: Vec<(JobRecord, i64)> = conn
+        .prepare_cached(
+            "SELECT id, run_id, pid, fleet, engine, machine, command, base, started_ms, \
+             timeout_secs FROM jobs WHERE state = 'running' ORDER BY started_ms",
+        )?
+        .query_map([], |row| {
+            let fleet: String = row.get(3)?;
+            let timeout: i64 = row.get(9)?;
+            Ok((
+                JobRecord {
+                    id: row.get(0)?,
+                    run_id: row.get(1)?,
+                    // Written by `as_str`; a word no fleet has is an old local row.
+                    fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
+                    engine: row.get(4)?,
+                    machine: row.get(5)?,
+                    command: row.get(6)?,
+                    base: row.get(7)?,
+                    started_ms: row.get(8)?,
+                    timeout_secs: u64::try_from(timeout).unwrap_or(0),
+                },
+                row.get::<_, i64>(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut claimed = Vec::new();
+    for (job, pid) in candidates {
+        let owner_gone = u32::try_from(pid).map_or(true, |p| p != me && !alive(p));
+        let ours_to_serve = served
+            .iter()
+            .any(|s| s.fleet == job.fleet && s.engine == job.engine);
+        if !owner_gone || !ours_to_serve {
+            continue;
+        }
+        let taken = conn
+            .prepare_cached("UPDATE jobs SET pid = ?1 WHERE id = ?2 AND pid = ?3")?
+            .execute(params![me, job.id, pid])?;
+        if taken == 1 {
+            if let Some(run) = job.run_id {
+                conn.prepare_cached("UPDATE runs SET pid = ?1 WHERE id = ?2")?
+                    .execute(params![me, run])?;
+            }
+            claimed.push(job);
+        }
+    }
+    Ok(claimed)
+}

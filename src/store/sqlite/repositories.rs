@@ -1,0 +1,150 @@
+//! Each table's repository: the store's traits answered with that table's statements, queued
+//! for the writer or read on the read connection.
+
+use super::queue::{Applied, Write};
+use super::schema::now_ms;
+use super::{SqliteStore, grants, jobs, keys, runs, spend, tasks};
+use crate::fleet::FleetKind;
+use crate::store::{
+    EgressGrant, EgressGrantRepository, JobEnd, JobRecord, JobRepository, KeyClaim, KeyRecord,
+    KeyRepository, NewRun, RunDetail, RunEnd, RunPage, RunRepository, ServedEngine, SpendReading,
+    SpendRepository, StoreUnavailable, TaskRecord, TaskRepository,
+};
+
+#[async_trait::async_trait]
+impl RunRepository for SqliteStore {
+    fn begin(&self, run: NewRun) -> Result<i64, StoreUnavailable> {
+        if self.started().is_none() || self.shared.broken.get().is_some() {
+            self.shared.announce_if_broken();
+            let reason = self.shared.broken.get().cloned().unwrap_or_default();
+            return Err(self.shared.unusable(reason));
+        }
+        let id = self.shared.next_id();
+        self.queue(Write {
+            adds_record: true,
+            starts_run: true,
+            flush: false,
+            apply: Box::new(move |conn| Applied {
+                error: runs::insert(conn, id, &run).err(),
+                after_commit: None,
+            }),
+        })?;
+        Ok(id)
+    }
+
+    fn end(&self, end: RunEnd) {
+        self.record(Write::record(false, move |conn| runs::update(conn, &end)));
+    }
+
+    fn cost(&self, id: i64, usage_json: String) {
+        self.record(Write::record(false, move |conn| {
+            runs::set_usage(conn, id, &usage_json)
+        }));
+    }
+
+    async fn page(&self, before: Option<i64>, limit: usize) -> Result<RunPage, StoreUnavailable> {
+        self.read(move |conn| runs::page(conn, before, limit)).await
+    }
+
+    async fn get(&self, id: i64) -> Result<Option<RunDetail>, StoreUnavailable> {
+        self.read(move |conn| runs::one(conn, id)).await
+    }
+}
+
+#[async_trait::async_trait]
+impl JobRepository for SqliteStore {
+    fn started(&self, job: JobRecord) {
+        self.record(Write::record(true, move |conn| jobs::insert(conn, &job)));
+    }
+
+    fn ended(&self, end: JobEnd) {
+        self.record_if_started(Write::record(false, move |conn| jobs::update(conn, &end)));
+    }
+
+    fn let_go(&self, id: &str) {
+        let id = id.to_owned();
+        self.record(Write::record(false, move |conn| jobs::let_go(conn, &id)));
+    }
+
+    async fn take_over(&self, served: Vec<ServedEngine>) -> Vec<JobRecord> {
+        // Answered after the commit: a job is taken over only once its claim is written.
+        self.ask(false, move |conn| {
+            jobs::take_over(conn, &served, crate::process::ephemeral::process_alive)
+        })
+        .await
+        .unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl TaskRepository for SqliteStore {
+    fn created(&self, task: TaskRecord) {
+        self.record(Write::record(true, move |conn| tasks::insert(conn, &task)));
+    }
+
+    fn ended(&self, id: &str, outcome: &'static str) {
+        let id = id.to_owned();
+        self.record_if_started(Write::record(false, move |conn| {
+            tasks::end(conn, &id, outcome)
+        }));
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>, StoreUnavailable> {
+        let id = id.to_owned();
+        self.read(move |conn| tasks::one(conn, &id)).await
+    }
+}
+
+#[async_trait::async_trait]
+impl EgressGrantRepository for SqliteStore {
+    fn add(&self, grant: EgressGrant) {
+        if !grant.destinations.is_empty() {
+            self.record(Write::record(true, move |conn| {
+                grants::insert(conn, &grant)
+            }));
+        }
+    }
+
+    async fn for_machine(
+        &self,
+        fleet: FleetKind,
+        machine: &str,
+    ) -> Result<Vec<String>, StoreUnavailable> {
+        let machine = machine.to_owned();
+        self.read(move |conn| grants::for_machine(conn, fleet, &machine))
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl SpendRepository for SqliteStore {
+    async fn day_mark(&self, reading: SpendReading) -> Result<i64, StoreUnavailable> {
+        self.ask(false, move |conn| spend::day_mark(conn, &reading))
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl KeyRepository for SqliteStore {
+    async fn claim(&self, claim: KeyRecord) -> Result<KeyClaim, StoreUnavailable> {
+        self.ask(true, move |conn| keys::claim(conn, &claim, now_ms()))
+            .await
+    }
+
+    fn answered(&self, key: &str, answer: String) {
+        let key = key.to_owned();
+        self.record(Write::record(false, move |conn| {
+            keys::answer(conn, &key, &answer)
+        }));
+    }
+
+    fn released(&self, key: &str) {
+        let key = key.to_owned();
+        self.record(Write::record(false, move |conn| keys::release(conn, &key)));
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable> {
+        let key = key.to_owned();
+        self.read(move |conn| keys::one(conn, &key)).await
+    }
+}
