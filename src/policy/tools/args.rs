@@ -599,6 +599,71 @@ tool_arguments! {
     }
 }
 
+/// What the call's plumbing reads of a tool's parsed arguments, so that nothing reads the wire's
+/// JSON beside the parse: the machines a call names (each held for the call's length: its lease
+/// renewed, the reaper waiting) and its command's timeout (a task's TTL follows it).
+pub trait CallArgs {
+    fn machines(&self) -> [Option<&str>; 2] {
+        [None, None]
+    }
+
+    fn timeout_secs(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl CallArgs for TargetOnly {}
+impl CallArgs for JobOutputArgs {}
+impl CallArgs for JobArgs {}
+
+/// Tools whose arguments name one machine, and nothing else the plumbing reads.
+macro_rules! names_a_machine {
+    ($($args:ty),+) => {$(
+        impl CallArgs for $args {
+            fn machines(&self) -> [Option<&str>; 2] {
+                [Some(&self.name), None]
+            }
+        }
+    )+};
+}
+
+names_a_machine!(
+    MachineArgs,
+    StartArgs,
+    ReadFileArgs,
+    WriteFileArgs,
+    LogsArgs,
+    PullArgs
+);
+
+impl CallArgs for CreateArgs {
+    fn machines(&self) -> [Option<&str>; 2] {
+        [self.name.as_deref(), None]
+    }
+}
+
+impl CallArgs for RunCommandArgs {
+    fn machines(&self) -> [Option<&str>; 2] {
+        [Some(&self.name), None]
+    }
+
+    fn timeout_secs(&self) -> Option<u64> {
+        self.run.timeout_secs
+    }
+}
+
+impl CallArgs for RunOnceArgs {
+    fn timeout_secs(&self) -> Option<u64> {
+        self.run.timeout_secs
+    }
+}
+
+impl CallArgs for BranchArgs {
+    fn machines(&self) -> [Option<&str>; 2] {
+        [Some(&self.name), Some(&self.child_name)]
+    }
+}
+
 // ---- checks ----
 
 /// The longest machine name the engine accepts.

@@ -63,19 +63,35 @@ macro_rules! run_table {
             }
         }
 
-        async fn run(
-            tool: Tool,
-            call: &Call<'_>,
-            mode: Mode,
-            args: Value,
-        ) -> Result<results::Answer, ToolError> {
-            match tool {
-                $(Tool::$variant => {
-                    let input = checked_input(tool, mode);
-                    let parsed: $args = args::parse(tool, Some(&input), mode, args)?;
-                    let result: $result = $handler(call, parsed).await?;
-                    results::answer(result)
-                })+
+        /// A call's arguments, parsed once into the tool's own type.
+        pub enum Parsed {
+            $($variant($args),)+
+        }
+
+        impl Parsed {
+            /// `args` checked against `tool`'s input schema (worded for `mode`) and parsed.
+            fn parse(tool: Tool, mode: Mode, args: Value) -> Result<Parsed, ToolError> {
+                let input = checked_input(tool, mode);
+                Ok(match tool {
+                    $(Tool::$variant => {
+                        Parsed::$variant(args::parse(tool, Some(&input), mode, args)?)
+                    })+
+                })
+            }
+
+            fn call_args(&self) -> &dyn args::CallArgs {
+                match self {
+                    $(Parsed::$variant(parsed) => parsed,)+
+                }
+            }
+
+            async fn run(self, call: &Call<'_>) -> Result<results::Answer, ToolError> {
+                match self {
+                    $(Parsed::$variant(parsed) => {
+                        let result: $result = $handler(call, parsed).await?;
+                        results::answer(result)
+                    })+
+                }
             }
         }
     };
@@ -224,6 +240,43 @@ impl Catalog {
     }
 }
 
+/// A call's arguments as the wire gave them, taken in once: its idempotency key taken out, the
+/// rest parsed into the tool's own type. What the plumbing needs of them (a task's TTL, the
+/// machines held) is read from here, never from the JSON again.
+pub struct Prepared {
+    tool: Tool,
+    key: Result<Option<String>, ToolError>,
+    /// The call as a key's record names it (tool and arguments), when it has a key.
+    described: Option<idempotency::Described>,
+    parsed: Result<Parsed, ToolError>,
+}
+
+impl Prepared {
+    pub fn new(tool: Tool, mode: Mode, mut args: Value) -> Prepared {
+        let key = if tool.changes_machines() {
+            idempotency::take_key(&mut args)
+        } else {
+            Ok(None)
+        };
+        let described =
+            matches!(key, Ok(Some(_))).then(|| idempotency::describe(tool.name(), &args));
+        Prepared {
+            tool,
+            key,
+            described,
+            parsed: Parsed::parse(tool, mode, args),
+        }
+    }
+
+    /// The command's timeout the arguments ask for, if they parsed and name one.
+    pub fn timeout_secs(&self) -> Option<u64> {
+        self.parsed
+            .as_ref()
+            .ok()
+            .and_then(|parsed| parsed.call_args().timeout_secs())
+    }
+}
+
 /// Runs one tool call to its structured result or its tool error. A call with an
 /// `idempotencyKey` runs once per key (`crate::policy::idempotency`): detached from its request,
 /// so that a repeat after the client gave up can have its answer.
@@ -231,17 +284,27 @@ pub async fn call(
     policy: &Arc<Policy>,
     caller: Caller,
     tool: Tool,
-    mut args: Value,
+    args: Value,
 ) -> Result<results::Answer, ToolError> {
-    let key = if tool.changes_machines() {
-        idempotency::take_key(&mut args)?
-    } else {
-        None
+    let prepared = Prepared::new(tool, caller.scope.mode(), args);
+    call_prepared(policy, caller, prepared).await
+}
+
+/// [`call`] with its arguments already taken in.
+pub async fn call_prepared(
+    policy: &Arc<Policy>,
+    caller: Caller,
+    prepared: Prepared,
+) -> Result<results::Answer, ToolError> {
+    let Prepared {
+        tool,
+        key,
+        described,
+        parsed,
+    } = prepared;
+    let (Some(key), Some(described)) = (key?, described) else {
+        return call_now(policy, caller, tool, parsed).await;
     };
-    let Some(key) = key else {
-        return call_now(policy, caller, tool, args).await;
-    };
-    let described = idempotency::describe(tool.name(), &args);
     let caller_ct = caller.ct.clone();
     let detached_policy = policy.clone();
     let work = async move {
@@ -251,7 +314,7 @@ pub async fn call(
             ct: tokio_util::sync::CancellationToken::new(),
             ..caller
         };
-        let answer = call_now(&detached_policy, caller, tool, args).await?;
+        let answer = call_now(&detached_policy, caller, tool, parsed).await?;
         serde_json::to_value(&answer)
             .map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))
     };
@@ -287,29 +350,33 @@ async fn call_now(
     policy: &Arc<Policy>,
     caller: Caller,
     tool: Tool,
-    args: Value,
+    parsed: Result<Parsed, ToolError>,
 ) -> Result<results::Answer, ToolError> {
     if tool.changes_machines() {
         // Later pages of a read must not come from a copy taken before this call.
         policy.reads.forget_all();
     }
-    let caller_mode = caller.scope.mode();
     let call = Call::new(policy, caller);
-    // Every machine the call names: its lease is renewed and the reaper waits for the call.
-    for key in ["name", "childName"] {
-        if let Some(name) = args.get(key).and_then(Value::as_str) {
-            call.hold(name);
-            // Before the arguments are checked: a name past any machine name's length is not
+    let result = match parsed {
+        Ok(parsed) => {
+            // Every machine the call names: its lease is renewed and the reaper waits for the
+            // call.
+            let [name, child] = parsed.call_args().machines();
+            for held in [name, child].into_iter().flatten() {
+                call.hold(held);
+            }
+            // Before the handler checks the name: one past any machine name's length is not
             // written into every event of the call.
-            if key == "name" && name.len() <= 128 {
+            if let Some(name) = name.filter(|name| name.len() <= args::MAX_NAME_LEN) {
                 tracing::Span::current().record("machine", name);
             }
+            // On the heap: the largest handler's future is the size of every call's, and it
+            // would otherwise sit on the stack of whoever polls the call (a debug build's HTTP
+            // server overflowed its stack on a job tool).
+            Box::pin(parsed.run(&call)).await
         }
-    }
-    // On the heap: the largest handler's future is the size of every call's, and it would
-    // otherwise sit on the stack of whoever polls the call (a debug build's HTTP server
-    // overflowed its stack on a job tool).
-    let result = Box::pin(run(tool, &call, caller_mode, args)).await;
+        Err(refused) => Err(refused),
+    };
     let result = call.after(result).await;
     without_secrets(&policy.process.credentials, result)
 }

@@ -399,9 +399,9 @@ impl SmolMcp {
         context: &RequestContext<RoleServer>,
     ) -> tasks::DetachedCall {
         let config = self.protocol.config();
-        let exec_timeout = args
-            .get("timeoutSecs")
-            .and_then(serde_json::Value::as_u64)
+        let prepared = tools::Prepared::new(tool, scope.mode(), args);
+        let exec_timeout = prepared
+            .timeout_secs()
             .unwrap_or(config.exec_timeout_secs)
             .min(config.max_exec_timeout_secs);
         let bound = tasks::task_ttl(std::time::Duration::from_secs(exec_timeout), config);
@@ -417,7 +417,7 @@ impl SmolMcp {
             .with_session_hold(session_hold(context))
             .with_consent(consent::of_request(context), None);
         let work = async move {
-            let call = tools::call(&policy, caller, tool, args);
+            let call = tools::call_prepared(&policy, caller, prepared);
             match &request {
                 Some(context) => {
                     let events = policy.process.events.subscribe();
