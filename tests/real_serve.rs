@@ -194,7 +194,7 @@ async fn machine_names_follow_the_engines_own_rule() {
         "ümlaut",
     ];
     for name in names {
-        let accepted = smol_mcp::policy::tools::args::machine_name("name", name).is_ok();
+        let accepted = smol_mcp::policy::tools::grammar::machine_name("name", name).is_ok();
         let created = fleet.create(&spec(name)).await;
         assert_eq!(
             accepted,

@@ -88,7 +88,7 @@ impl ResourceUri {
         };
         let kind = target_kind(target, mode)?;
         let name = percent_decode(name);
-        tools::args::machine_ref("name", &name).map_err(argument_error)?;
+        tools::grammar::machine_ref("name", &name).map_err(argument_error)?;
         if what == "logs" {
             return Ok(ResourceUri::Logs { kind, name });
         }

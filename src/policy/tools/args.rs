@@ -2,6 +2,7 @@
 //! (rmcp does not enforce `pattern` or ranges). Every refusal names the argument and what would
 //! be accepted. Unknown arguments are refused, not dropped.
 
+use super::grammar::{CidrRanges, EnvVars, HostNames, ImageRef, MachineName, MachineRef};
 use super::tool::Tool;
 use crate::fleet::FleetKind;
 use crate::policy::error::{ToolError, quote};
@@ -12,7 +13,6 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::collections::BTreeMap;
 
 /// Bounds an argument's schema states and its check enforces, one number each (the machine's
 /// size comes from the settings' own: `MAX_CPUS`, `MIN_MEMORY_MB`, `MAX_MEMORY_MB`).
@@ -37,12 +37,16 @@ pub fn parse<T: DeserializeOwned>(
         check_arguments(tool, mode, schema, &args)?;
     }
     serde_path_to_error::deserialize(args).map_err(|e| {
-        // The schema check passed, so this is a rule the schema cannot state.
+        // The schema check passed, so this is a rule the schema cannot state: a grammar
+        // (`grammar.rs`), named by its argument's path, or by the argument its type names
+        // when serde lost the path inside a flattened group.
         let path = e.path().to_string();
-        ToolError::argument(
-            if path == "." { "arguments" } else { &path },
-            e.into_inner(),
-        )
+        let inner = e.into_inner().to_string();
+        let path_known = path != "." && !path.contains('?');
+        match super::grammar::grammar_refusal(&inner) {
+            Some((arg, words)) => ToolError::argument(if path_known { &path } else { arg }, words),
+            None => ToolError::argument(if path == "." { "arguments" } else { &path }, inner),
+        }
     })
 }
 
@@ -408,7 +412,7 @@ tool_arguments! {
 tool_arguments! {
     pub struct MachineArgs {
         /// Machine name{cloud: or mach- id}.
-        pub name: String,
+        pub name: MachineRef,
     }
 }
 
@@ -417,7 +421,7 @@ tool_arguments! {
 #[serde(rename_all = "camelCase")]
 pub struct MachineBase {
     /// OCI image, like python:3.12-alpine. {local:Omitted: the bundled Alpine (no registry).}{cloud: Required on cloud.}
-    pub image: Option<String>,
+    pub image: Option<ImageRef>,
     /// Virtual CPUs.
     #[schemars(range(min = 1, max = MAX_CPUS))]
     pub cpus: Option<u32>,
@@ -427,9 +431,9 @@ pub struct MachineBase {
     /// Egress (blocked by default).{local: ask: refused hosts go to the user, whose yes alone widens it.}
     pub network: Option<Network>,
     /// Host names it may reach (like pypi.org).
-    pub allow_hosts: Option<Vec<String>>,
+    pub allow_hosts: Option<HostNames>,
     /// CIDR ranges it may reach (like 10.0.0.0/8).
-    pub allow_cidrs: Option<Vec<String>>,
+    pub allow_cidrs: Option<CidrRanges>,
     /// {local:Secrets by name (the instructions list them); the machine sees placeholders only.}
     pub credentials: Option<Vec<String>>,
 }
@@ -443,7 +447,7 @@ pub struct CommandFields {
     /// Absolute working directory.
     pub workdir: Option<String>,
     /// Extra environment variables.
-    pub env: Option<BTreeMap<String, String>>,
+    pub env: Option<EnvVars>,
     /// Text given on standard input, then closed.
     pub stdin: Option<String>,
     /// Seconds until it is killed (exit 124).
@@ -455,22 +459,22 @@ tool_arguments! {
     flattening pub struct CreateArgs {
         #[serde(flatten)]
         pub machine: MachineBase,
-        /// Letters, digits, _ or -.
-        pub name: Option<String>,
+        /// Omitted: ephemeral.
+        pub name: Option<MachineName>,
         /// TCP ports to publish, at most 16.{cloud: On cloud they need egress that is not blocked; the machine's url is the ingress once something listens.}
         pub ports: Option<Vec<PortArg>>,
         /// Disk size in GiB.
         #[schemars(range(min = 1, max = MAX_DISK_GB))]
         pub storage_gb: Option<u32>,
         /// {local:A machine (even deleted) whose user-allowed hosts this one gets too.}
-        pub allow_hosts_from: Option<String>,
+        pub allow_hosts_from: Option<MachineRef>,
         /// {local:Host directories (absolute source) mounted at target, at most 16, as the operator allows; read-only unless readonly: false is allowed.}
         pub mounts: Option<Vec<MountArg>>,
         /// {local:Size in GiB of the writable layer over the image.}
         #[schemars(range(min = 1, max = MAX_DISK_GB))]
         pub overlay_gb: Option<u32>,
         /// For the workload and every command.
-        pub env: Option<BTreeMap<String, String>>,
+        pub env: Option<EnvVars>,
         /// Let branch-machine copy it.{cloud: Cannot be turned on later.}
         #[serde(default)]
         pub branchable: bool,
@@ -482,7 +486,7 @@ tool_arguments! {
 tool_arguments! {
     pub struct StartArgs {
         /// Machine name{cloud: or mach- id}.
-        pub name: String,
+        pub name: MachineRef,
         /// False: answer at once, boot under way.
         pub wait: Option<bool>,
         /// {local:Start it copyable by branch-machine. Omitted: as last started.}
@@ -493,7 +497,7 @@ tool_arguments! {
 tool_arguments! {
     flattening pub struct RunCommandArgs {
         /// Machine name{cloud: or mach- id}.
-        pub name: String,
+        pub name: MachineRef,
         #[serde(flatten)]
         pub run: CommandFields,
         /// Return at once with a job id. No stdin; longer default timeout.
@@ -515,7 +519,7 @@ tool_arguments! {
 tool_arguments! {
     pub struct ReadFileArgs {
         /// Machine name{cloud: or mach- id}.
-        pub name: String,
+        pub name: MachineRef,
         /// Absolute path in the machine.
         pub path: String,
         /// utf8 (default) or base64 for bytes.
@@ -532,7 +536,7 @@ tool_arguments! {
 tool_arguments! {
     pub struct WriteFileArgs {
         /// Machine name{cloud: or mach- id}.
-        pub name: String,
+        pub name: MachineRef,
         /// Absolute path in the machine.
         pub path: String,
         /// The whole content, in encoding.
@@ -546,13 +550,13 @@ tool_arguments! {
 tool_arguments! {
     pub struct BranchArgs {
         /// The running, branchable source.
-        pub name: String,
-        /// The child's name, as create-machine's; starting mcp-: ephemeral.
-        pub child_name: String,
+        pub name: MachineRef,
+        /// Starting mcp-: ephemeral.
+        pub child_name: MachineName,
         /// Let the child be branched in turn.
         #[serde(default)]
         pub branchable: bool,
-        /// Wait until the child runs commands. Default true.
+        /// Wait until the child runs commands (default).
         pub wait: Option<bool>,
     }
 }
@@ -560,7 +564,7 @@ tool_arguments! {
 tool_arguments! {
     pub struct LogsArgs {
         /// Machine name{cloud: or mach- id}.
-        pub name: String,
+        pub name: MachineRef,
         /// Lines from the end (without cursor).
         #[schemars(range(min = 1, max = MAX_LOG_TAIL))]
         pub tail: Option<u64>,
@@ -593,9 +597,9 @@ tool_arguments! {
 tool_arguments! {
     pub struct PullArgs {
         /// A running machine.
-        pub name: String,
+        pub name: MachineRef,
         /// OCI image reference.
-        pub image: String,
+        pub image: ImageRef,
     }
 }
 
@@ -621,7 +625,7 @@ macro_rules! names_a_machine {
     ($($args:ty),+) => {$(
         impl CallArgs for $args {
             fn machines(&self) -> [Option<&str>; 2] {
-                [Some(&self.name), None]
+                [Some(&*self.name), None]
             }
         }
     )+};
@@ -644,7 +648,7 @@ impl CallArgs for CreateArgs {
 
 impl CallArgs for RunCommandArgs {
     fn machines(&self) -> [Option<&str>; 2] {
-        [Some(&self.name), None]
+        [Some(&*self.name), None]
     }
 
     fn timeout_secs(&self) -> Option<u64> {
@@ -660,222 +664,11 @@ impl CallArgs for RunOnceArgs {
 
 impl CallArgs for BranchArgs {
     fn machines(&self) -> [Option<&str>; 2] {
-        [Some(&self.name), Some(&self.child_name)]
+        [Some(&*self.name), Some(&*self.child_name)]
     }
 }
 
 // ---- checks ----
-
-/// The longest machine name the engine accepts.
-pub const MAX_NAME_LEN: usize = 128;
-
-/// smolvm's own rule for resource names (`validate_resource_name` in its `src/api/validation.rs`):
-/// 1 to 128 ASCII letters, digits, `_` or `-`, starting with a letter or digit, not ending with
-/// `-`, no `--`. The cloud publishes no rule of its own, so the same rule holds there and a name
-/// means the same on both fleets.
-pub fn machine_name(arg: &str, name: &str) -> Result<(), ToolError> {
-    let why = if name.is_empty() || name.len() > MAX_NAME_LEN {
-        Some(format!("it has {} bytes", name.len()))
-    } else if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        Some("it does not start with a letter or digit".to_owned())
-    } else if name.ends_with('-') {
-        Some("it ends with a dash".to_owned())
-    } else if name.contains("--") {
-        Some("it has two dashes in a row".to_owned())
-    } else {
-        name.chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
-            .map(|c| format!("{c:?} is not allowed"))
-    };
-    match why {
-        None => Ok(()),
-        Some(why) => Err(ToolError::argument(
-            arg,
-            format!(
-                "{} is not accepted ({why}): give 1 to {MAX_NAME_LEN} letters, digits, underscores or \
-                 dashes, starting with a letter or digit, with no dash at the end and no two in a row",
-                quote(name)
-            ),
-        )),
-    }
-}
-
-/// A reference to an existing machine: a name as above, or a cloud id.
-pub fn machine_ref(arg: &str, name: &str) -> Result<(), ToolError> {
-    if name.starts_with("mach-")
-        && name.len() <= 80
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-    {
-        return Ok(());
-    }
-    machine_name(arg, name)
-}
-
-/// An image is an OCI reference (the distribution spec's grammar: `[host[:port]/]path[:tag]`
-/// `[@algorithm:hex]`), or the local form smolvm 1.32.2's serve takes when started with
-/// `--local-image-dir`: an absolute path to an archive, which it checks against that
-/// directory. Anything else (a URL, a relative path, `..`) would reach the engine as a name
-/// to pull or a file to open, so it is refused here with what is accepted.
-pub fn image(arg: &str, image: &str) -> Result<(), ToolError> {
-    let accepted = "give an OCI image reference, like alpine, alpine:3.20, \
-                    python:3.12-alpine, ghcr.io/org/img:tag or ghcr.io/org/img@sha256:<64 hex>, \
-                    or locally an absolute path to an image archive in the serve's \
-                    --local-image-dir, like /images/app.tar";
-    let shown = crate::policy::error::quote(image);
-    if image.is_empty() || image.len() > 512 {
-        return Err(ToolError::argument(
-            arg,
-            format!("{shown} is not accepted: 1 to 512 characters; {accepted}"),
-        ));
-    }
-    // The engine takes a name ending like an archive for a file, even without a slash, and
-    // looks for it in its own working directory.
-    let archive_name = [".tar", ".tar.gz", ".tgz"]
-        .iter()
-        .any(|suffix| image.ends_with(suffix));
-    let fits = if image.starts_with('/') {
-        local_image_path(image)
-    } else {
-        !archive_name && oci_reference(image)
-    };
-    if !fits {
-        return Err(ToolError::argument(
-            arg,
-            format!("{shown} is not an image reference; {accepted}"),
-        ));
-    }
-    Ok(())
-}
-
-fn local_image_path(path: &str) -> bool {
-    path.len() > 1
-        && !path.ends_with('/')
-        && path
-            .split('/')
-            .skip(1)
-            .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
-        && !path.chars().any(|c| c.is_control() || c.is_whitespace())
-}
-
-/// The reference grammar of the OCI distribution spec (`reference.go` in
-/// distribution/reference): lowercase path components joined by `.`, `_`, `__` or dashes,
-/// an optional registry host (with a dot or a port, or `localhost`) before them, a tag of at
-/// most 128 word characters, dots and dashes, and a digest.
-fn oci_reference(reference: &str) -> bool {
-    let (rest, digest) = match reference.split_once('@') {
-        Some((rest, digest)) => (rest, Some(digest)),
-        None => (reference, None),
-    };
-    if let Some(digest) = digest
-        && !oci_digest(digest)
-    {
-        return false;
-    }
-    // A tag is after the last colon that comes after the last slash (a colon before it is a
-    // registry's port).
-    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
-    let (name, tag) = match rest[last_slash..].rfind(':') {
-        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
-        None => (rest, None),
-    };
-    if let Some(tag) = tag {
-        let mut chars = tag.chars();
-        let first_ok = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !first_ok
-            || tag.len() > 128
-            || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-        {
-            return false;
-        }
-    }
-    let mut components: Vec<&str> = name.split('/').collect();
-    if components.len() > 1 {
-        let first = components[0];
-        if first.contains('.') || first.contains(':') || first == "localhost" {
-            if !registry_host(first) {
-                return false;
-            }
-            components.remove(0);
-        }
-    }
-    !components.is_empty() && components.iter().all(|c| path_component(c))
-}
-
-fn path_component(component: &str) -> bool {
-    let bytes = component.as_bytes();
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
-        return false;
-    }
-    let mut i = 0;
-    while i < bytes.len() {
-        if alnum(bytes[i]) {
-            i += 1;
-            continue;
-        }
-        // A separator: `.`, `_`, `__` or any run of dashes, between alphanumerics.
-        let start = i;
-        match bytes[i] {
-            b'.' => i += 1,
-            b'_' => {
-                i += 1;
-                if i < bytes.len() && bytes[i] == b'_' {
-                    i += 1;
-                }
-            }
-            b'-' => {
-                while i < bytes.len() && bytes[i] == b'-' {
-                    i += 1;
-                }
-            }
-            _ => return false,
-        }
-        if i == start || i >= bytes.len() || !alnum(bytes[i]) {
-            return false;
-        }
-    }
-    true
-}
-
-fn registry_host(host: &str) -> bool {
-    let (name, port) = match host.rsplit_once(':') {
-        Some((name, port)) => (name, Some(port)),
-        None => (host, None),
-    };
-    if let Some(port) = port
-        && (port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return false;
-    }
-    !name.is_empty()
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
-}
-
-fn oci_digest(digest: &str) -> bool {
-    let Some((algorithm, hex)) = digest.split_once(':') else {
-        return false;
-    };
-    let algorithm_ok = !algorithm.is_empty()
-        && algorithm.split(['+', '.', '_', '-']).all(|part| {
-            part.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
-                && part.bytes().all(|b| b.is_ascii_alphanumeric())
-        });
-    let hex_len_ok = match algorithm {
-        "sha256" => hex.len() == 64,
-        "sha512" => hex.len() == 128,
-        _ => hex.len() >= 32,
-    };
-    algorithm_ok && hex_len_ok && hex.bytes().all(|b| b.is_ascii_hexdigit())
-}
 
 pub fn range(arg: &str, value: u64, min: u64, max: u64) -> Result<(), ToolError> {
     if value < min || value > max {
@@ -896,75 +689,6 @@ pub fn absolute_path(arg: &str, path: &str) -> Result<(), ToolError> {
                 quote(path)
             ),
         ));
-    }
-    Ok(())
-}
-
-pub fn env(arg: &str, env: &BTreeMap<String, String>) -> Result<(), ToolError> {
-    for (k, v) in env {
-        let ok = !k.is_empty()
-            && !k.chars().next().is_some_and(|c| c.is_ascii_digit())
-            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok {
-            return Err(ToolError::argument(
-                arg,
-                format!(
-                    "variable name {} is not accepted: use letters, digits and underscores, not starting with a digit",
-                    quote(k)
-                ),
-            ));
-        }
-        if v.contains('\0') {
-            return Err(ToolError::argument(
-                arg,
-                format!("the value of {} contains a NUL byte", quote(k)),
-            ));
-        }
-    }
-    Ok(())
-}
-
-pub fn hosts(arg: &str, hosts: &[String]) -> Result<(), ToolError> {
-    for h in hosts {
-        let ok = !h.is_empty()
-            && h.len() <= 253
-            && h.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '*')
-            });
-        if !ok {
-            return Err(ToolError::argument(
-                arg,
-                format!(
-                    "{} is not a host name: give names like pypi.org, without scheme, port or path",
-                    quote(h)
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-pub fn cidrs(arg: &str, cidrs: &[String]) -> Result<(), ToolError> {
-    for c in cidrs {
-        let parsed = c.split_once('/').and_then(|(ip, prefix)| {
-            let ip: std::net::IpAddr = ip.parse().ok()?;
-            let prefix: u8 = prefix.parse().ok()?;
-            let max = if ip.is_ipv4() { 32 } else { 128 };
-            (prefix <= max).then_some(())
-        });
-        if parsed.is_none() {
-            return Err(ToolError::argument(
-                arg,
-                format!(
-                    "{} is not a CIDR range: give an address and a prefix length, like 10.0.0.0/8 or 2001:db8::/32",
-                    quote(c)
-                ),
-            ));
-        }
     }
     Ok(())
 }
@@ -1110,95 +834,16 @@ mod tests {
 
     #[test]
     fn checks() {
-        assert!(machine_name("name", "web-1_a").is_ok());
-        assert!(machine_name("name", &"x".repeat(128)).is_ok());
-        for refused in ["web.1", "a-", "a--b", "_a", "", "ü", "a/b"] {
-            assert!(machine_name("name", refused).is_err(), "{refused}");
-        }
-        assert!(machine_name("name", &"x".repeat(129)).is_err());
-        let huge = machine_name("name", &"x y".repeat(1 << 20))
-            .unwrap_err()
-            .message;
-        assert!(huge.len() < 300, "a bad value is quoted short: {huge}");
-        assert!(machine_name("name", "-x").is_err());
-        assert!(machine_name("name", "has space").is_err());
-        assert!(machine_ref("name", "mach-0123456789abcdef0123456789abcdef").is_ok());
         assert!(
             absolute_path("path", "relative/x")
                 .unwrap_err()
                 .message
                 .contains("absolute path")
         );
-        assert!(cidrs("allowCidrs", &["10.0.0.0/8".into(), "::1/128".into()]).is_ok());
-        assert!(cidrs("allowCidrs", &["10.0.0.0/33".into()]).is_err());
-        assert!(hosts("allowHosts", &["https://pypi.org".into()]).is_err());
         assert_eq!(
             port("ports[0].guest", 70000).unwrap_err().message,
             "ports[0].guest: 70000 is not a port: give 1 to 65535"
         );
         assert!(command("command", &crate::fleet::Command::Argv(vec![])).is_err());
-        assert!(
-            env(
-                "env",
-                &BTreeMap::from([("1X".to_string(), "v".to_string())])
-            )
-            .is_err()
-        );
-    }
-
-    #[test]
-    fn images_are_oci_references_or_absolute_archive_paths() {
-        let digest = "0123456789abcdef".repeat(4);
-        for good in [
-            "alpine".to_owned(),
-            "alpine:3.20".to_owned(),
-            "python:3.12-alpine".to_owned(),
-            "library/alpine:latest".to_owned(),
-            "ghcr.io/org/img:tag".to_owned(),
-            format!("ghcr.io/org/img@sha256:{digest}"),
-            format!("localhost:5000/a/b__c/d-e.f:V1_x@sha256:{digest}"),
-            "registry.example.com:443/team/app".to_owned(),
-            "a".to_owned(),
-            "/images/app.tar".to_owned(),
-        ] {
-            assert!(image("image", &good).is_ok(), "{good}");
-        }
-        for bad in [
-            "",
-            "http://evil/",
-            "../../x",
-            "./x.tar",
-            "x.tar/../y",
-            "/images/../etc/shadow",
-            "/images/./x",
-            "/images/",
-            "/",
-            "Alpine",
-            "alpine:",
-            ":3.20",
-            "alpine@sha256:abc",
-            "alpine@sha256",
-            "ghcr.io//img",
-            "-alpine",
-            "alpine-",
-            "a..b",
-            "a___b",
-            "alpine:3.20 --privileged",
-            "alpine\n",
-            "ghcr.io:/img",
-            "ghcr.io:99999x/img",
-            "-bad.io/img",
-            "app.tar",
-            "org/app.tgz",
-        ] {
-            let err = image("image", bad).unwrap_err();
-            assert!(err.message.contains("image"), "{bad}: {}", err.message);
-            assert!(
-                err.message.contains("alpine:3.20"),
-                "{bad}: {}",
-                err.message
-            );
-        }
-        assert!(image("image", &"a".repeat(513)).is_err());
     }
 }

@@ -101,8 +101,7 @@ fn exec_spec(fields: &args::CommandFields, rule: TimeoutRule) -> Result<ExecSpec
     }
     spec.workdir = fields.workdir.clone();
     if let Some(env) = &fields.env {
-        args::env("env", env)?;
-        spec.env = env.clone();
+        spec.env = (**env).clone();
     }
     spec.stdin = fields.stdin.clone();
     let secs = fields.timeout_secs.unwrap_or(rule.default);
@@ -144,7 +143,6 @@ pub(super) async fn run_command(
     call: &Call<'_>,
     a: args::RunCommandArgs,
 ) -> Result<results::RunCommandAnswer, ToolError> {
-    args::machine_ref("name", &a.name)?;
     if a.background != Some(true) {
         return run_foreground(call, a)
             .await
@@ -236,7 +234,7 @@ async fn run_foreground(
     let output = match attempt {
         Err(e) if e.kind == crate::policy::error::ToolErrorKind::Cancelled => {
             run.failed(&e);
-            kill_marked(fleet.clone(), a.name.clone(), marker);
+            kill_marked(fleet.clone(), a.name.to_string(), marker);
             return Err(e);
         }
         Err(e) => {

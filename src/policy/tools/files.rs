@@ -20,7 +20,6 @@ pub(super) async fn read_file(
     call: &Call<'_>,
     a: args::ReadFileArgs,
 ) -> Result<results::FileRead, ToolError> {
-    args::machine_ref("name", &a.name)?;
     args::absolute_path("path", &a.path)?;
     if a.length == Some(0) {
         return Err(ToolError::argument(
@@ -84,7 +83,7 @@ pub(super) async fn read_file(
         drop(reader);
         call.policy.reads.park(ParkedRead {
             kind,
-            machine: a.name.clone(),
+            machine: a.name.to_string(),
             path: a.path.clone(),
             offset: start + len as u64,
             reader: shared.clone(),
@@ -119,7 +118,6 @@ pub(super) async fn write_file(
     call: &Call<'_>,
     a: args::WriteFileArgs,
 ) -> Result<results::FileWritten, ToolError> {
-    args::machine_ref("name", &a.name)?;
     args::absolute_path("path", &a.path)?;
     let bytes = match a.encoding {
         Encoding::Utf8 => a.content.into_bytes(),

@@ -2,6 +2,7 @@
 
 use super::args::{self, Network};
 use super::call::random_hex;
+use super::grammar::{CidrRanges, HostNames};
 use super::provisional::Provisional;
 use super::results;
 use super::{Call, Tool, ToolError};
@@ -24,21 +25,18 @@ pub(super) async fn get_machine(
     call: &Call<'_>,
     a: args::MachineArgs,
 ) -> Result<Machine, ToolError> {
-    args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
     call.cancellable(fleet.get(&a.name)).await
 }
 
 fn egress(
     network: Option<Network>,
-    hosts: Option<Vec<String>>,
-    cidrs: Option<Vec<String>>,
+    hosts: Option<HostNames>,
+    cidrs: Option<CidrRanges>,
     default: NetworkDefault,
 ) -> Result<Egress, ToolError> {
-    let hosts = hosts.unwrap_or_default();
-    let cidrs = cidrs.unwrap_or_default();
-    args::hosts("allowHosts", &hosts)?;
-    args::cidrs("allowCidrs", &cidrs)?;
+    let hosts = hosts.map(HostNames::into_inner).unwrap_or_default();
+    let cidrs = cidrs.map(CidrRanges::into_inner).unwrap_or_default();
     // An allow list in force from the start, empty or not: the engine then takes additions
     // while the machine runs (it refuses them for a machine that has no list).
     if !hosts.is_empty() || !cidrs.is_empty() || network == Some(Network::Ask) {
@@ -63,7 +61,6 @@ async fn learned_egress(
     earlier: &str,
     spec: &mut CreateSpec,
 ) -> Result<(), ToolError> {
-    args::machine_ref("allowHostsFrom", earlier)?;
     if let Some(why) = call
         .process()
         .capabilities(kind)
@@ -170,10 +167,7 @@ pub(super) fn base_spec(
 ) -> Result<CreateSpec, ToolError> {
     let config = &call.config();
     let mut spec = match &base.image {
-        Some(image) => {
-            args::image("image", image)?;
-            CreateSpec::new(name, image.as_str())
-        }
+        Some(image) => CreateSpec::new(name, &**image),
         None => CreateSpec::bare(name),
     };
     spec.cpus = base.cpus.unwrap_or(config.cpus);
@@ -210,10 +204,10 @@ fn only_the_user_widens(base: &args::MachineBase) -> Result<(), ToolError> {
         ));
     }
     for (arg, given) in [
-        ("allowHosts", &base.allow_hosts),
-        ("allowCidrs", &base.allow_cidrs),
+        ("allowHosts", base.allow_hosts.as_deref()),
+        ("allowCidrs", base.allow_cidrs.as_deref()),
     ] {
-        if given.as_ref().is_some_and(|list| !list.is_empty()) {
+        if given.is_some_and(|list| !list.is_empty()) {
             return Err(ToolError::argument(
                 arg,
                 format!("is not allowed: {INSTEAD}"),
@@ -352,8 +346,7 @@ fn create_spec(
     spec.storage_gb = a.storage_gb;
     spec.overlay_gb = a.overlay_gb;
     if let Some(env) = &a.env {
-        args::env("env", env)?;
-        spec.env = env.clone();
+        spec.env = (**env).clone();
     }
     spec.branchable = a.branchable;
     Ok(spec)
@@ -363,15 +356,12 @@ pub(super) async fn create_machine(
     call: &Call<'_>,
     a: args::CreateArgs,
 ) -> Result<results::Created, ToolError> {
-    if let Some(name) = &a.name {
-        args::machine_name("name", name)?;
-    }
     let prefix = &call.config().machine_prefix;
     let named_by_caller = a.name.is_some();
     let name = a
         .name
         .clone()
-        .unwrap_or_else(|| format!("{prefix}{}", random_hex()));
+        .map_or_else(|| format!("{prefix}{}", random_hex()), String::from);
     let ephemeral = name.starts_with(prefix.as_str());
     let kind = call.fleet_kind(a.target)?;
     let capabilities = call.process().capabilities(kind);
@@ -502,7 +492,6 @@ pub(super) async fn start_machine(
     call: &Call<'_>,
     a: args::StartArgs,
 ) -> Result<results::Started, ToolError> {
-    args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
     let wait = a.wait.unwrap_or(true);
     let started = if wait {
@@ -538,7 +527,6 @@ pub(super) async fn stop_machine(
     call: &Call<'_>,
     a: args::MachineArgs,
 ) -> Result<results::Stopped, ToolError> {
-    args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
     // Its jobs end first: a watcher's look sent after the stop would start a cloud machine
     // again (the cloud's exec always does).
@@ -554,12 +542,11 @@ pub(super) async fn delete_machine(
     call: &Call<'_>,
     a: args::MachineArgs,
 ) -> Result<Deleted, ToolError> {
-    args::machine_ref("name", &a.name)?;
     let fleet = call.fleet(a.target).await?;
     let deleted = call.cancellable(fleet.delete(&a.name)).await?;
     let made = &call.process().made;
     made.deleted(fleet.kind(), &a.name, deleted.usage_micros);
-    if deleted.deleted != a.name {
+    if deleted.deleted != *a.name {
         made.deleted(fleet.kind(), &deleted.deleted, deleted.usage_micros);
     }
     if fleet.capabilities().offers(Feature::Credentials) {
@@ -578,8 +565,6 @@ pub(super) async fn branch_machine(
     call: &Call<'_>,
     a: args::BranchArgs,
 ) -> Result<results::Branched, ToolError> {
-    args::machine_ref("name", &a.name)?;
-    args::machine_name("childName", &a.child_name)?;
     let fleet = call.fleet(a.target).await?;
     let ephemeral = a.child_name.starts_with(&call.config().machine_prefix);
     call.admit_machine(&fleet).await?;
@@ -650,8 +635,6 @@ pub(super) async fn pull_image(
     call: &Call<'_>,
     a: args::PullArgs,
 ) -> Result<crate::fleet::PulledImage, ToolError> {
-    args::machine_ref("name", &a.name)?;
-    args::image("image", &a.image)?;
     if let Some(why) = call.capabilities(a.target)?.lacks(Feature::ImagePull) {
         return Err(FleetError::new(ErrorKind::Unsupported, "pull-image", why).into());
     }

@@ -10,7 +10,6 @@ pub(super) async fn machine_logs(
     call: &Call<'_>,
     a: args::LogsArgs,
 ) -> Result<results::Logs, ToolError> {
-    args::machine_ref("name", &a.name)?;
     let tail = a.tail.unwrap_or(call.config().logs_tail as u64);
     args::range("tail", tail, 1, args::MAX_LOG_TAIL)?;
     let fleet = call.fleet(a.target).await?;

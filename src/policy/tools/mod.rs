@@ -15,6 +15,7 @@ mod commands;
 mod credentials;
 mod egress_report;
 mod files;
+pub mod grammar;
 mod jobs;
 mod lifecycle;
 mod logs;
@@ -367,7 +368,7 @@ async fn call_now(
             }
             // Before the handler checks the name: one past any machine name's length is not
             // written into every event of the call.
-            if let Some(name) = name.filter(|name| name.len() <= args::MAX_NAME_LEN) {
+            if let Some(name) = name.filter(|name| name.len() <= grammar::MAX_NAME_LEN) {
                 tracing::Span::current().record("machine", name);
             }
             // On the heap: the largest handler's future is the size of every call's, and it
@@ -419,5 +420,104 @@ fn without_secrets(
             }
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+    use crate::fleet::FleetKind;
+    use serde_json::json;
+
+    fn refused(tool: Tool, args: Value) -> String {
+        match Parsed::parse(tool, Mode::Single(FleetKind::Local), args) {
+            Ok(_) => panic!("{} took the arguments", tool.name()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Each grammar refuses at the parse with the words its check writes, under the argument's
+    /// own name, in every tool that takes it: also inside the groups run-once and run-command
+    /// flatten, where serde loses the path.
+    #[test]
+    fn a_grammar_refusal_names_its_argument_in_every_tool() {
+        let expect = |refusal: Result<(), ToolError>| refusal.unwrap_err().to_string();
+        let bad_name = expect(grammar::machine_name("name", "a--b"));
+        let bad_ref = expect(grammar::machine_ref("name", "a b"));
+        let bad_image = expect(grammar::image("image", "http://evil/"));
+        let bad_hosts = expect(grammar::hosts("allowHosts", &["https://x".into()]));
+        let bad_cidrs = expect(grammar::cidrs("allowCidrs", &["10.0.0.0/33".into()]));
+        let env = std::collections::BTreeMap::from([("1X".to_owned(), "v".to_owned())]);
+        let bad_env = expect(grammar::env("env", &env));
+        let cases = [
+            (Tool::CreateMachine, json!({"name": "a--b"}), &bad_name),
+            (Tool::GetMachine, json!({"name": "a b"}), &bad_ref),
+            (
+                Tool::RunCommand,
+                json!({"name": "a b", "command": "true"}),
+                &bad_ref,
+            ),
+            (
+                Tool::CreateMachine,
+                json!({"image": "http://evil/"}),
+                &bad_image,
+            ),
+            (
+                Tool::RunOnce,
+                json!({"image": "http://evil/", "command": "true"}),
+                &bad_image,
+            ),
+            (
+                Tool::PullImage,
+                json!({"name": "m", "image": "http://evil/"}),
+                &bad_image,
+            ),
+            (
+                Tool::CreateMachine,
+                json!({"allowHosts": ["https://x"]}),
+                &bad_hosts,
+            ),
+            (
+                Tool::RunOnce,
+                json!({"command": "true", "allowHosts": ["https://x"]}),
+                &bad_hosts,
+            ),
+            (
+                Tool::CreateMachine,
+                json!({"allowCidrs": ["10.0.0.0/33"]}),
+                &bad_cidrs,
+            ),
+            (Tool::CreateMachine, json!({"env": {"1X": "v"}}), &bad_env),
+            (
+                Tool::RunCommand,
+                json!({"name": "m", "command": "true", "env": {"1X": "v"}}),
+                &bad_env,
+            ),
+            (
+                Tool::RunOnce,
+                json!({"command": "true", "env": {"1X": "v"}}),
+                &bad_env,
+            ),
+        ];
+        for (tool, args, expected) in cases {
+            assert_eq!(
+                &refused(tool, args.clone()),
+                expected,
+                "{} {args}",
+                tool.name()
+            );
+        }
+        // An argument of another name holding the same grammar is named by its own name.
+        assert_eq!(
+            refused(
+                Tool::BranchMachine,
+                json!({"name": "m", "childName": "a--b"})
+            ),
+            expect(grammar::machine_name("childName", "a--b"))
+        );
+        assert_eq!(
+            refused(Tool::CreateMachine, json!({"allowHostsFrom": "a b"})),
+            expect(grammar::machine_ref("allowHostsFrom", "a b"))
+        );
     }
 }

@@ -206,9 +206,9 @@ tool_list! {
         title: "Pull an image",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
-        description: "{local:Pull an OCI image into a running machine's own image store (not \
-             shared); a large pull takes minutes. Rarely needed: create-machine and run-once get \
-             their own image.}{cloud: Refused on cloud: the control plane pulls each machine's \
+        description: "{local:Pull an OCI image into a running machine's own store (not \
+             shared); a large pull takes minutes. Rarely needed: create-machine and run-once pull \
+             their own.}{cloud: Refused on cloud: the control plane pulls each machine's \
              image at create.}",
     }
 }
