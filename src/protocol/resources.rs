@@ -96,7 +96,7 @@ impl ResourceUri {
             return Err(unknown());
         };
         let path = percent_decode(path);
-        tools::args::absolute_path("path", &path).map_err(argument_error)?;
+        tools::grammar::absolute_path("path", &path).map_err(argument_error)?;
         Ok(ResourceUri::File { kind, name, path })
     }
 }

@@ -2,7 +2,9 @@
 //! (rmcp does not enforce `pattern` or ranges). Every refusal names the argument and what would
 //! be accepted. Unknown arguments are refused, not dropped.
 
-use super::grammar::{CidrRanges, EnvVars, HostNames, ImageRef, MachineName, MachineRef};
+use super::grammar::{
+    AbsolutePath, CidrRanges, EnvVars, HostNames, ImageRef, MachineName, MachineRef,
+};
 use super::tool::Tool;
 use crate::fleet::FleetKind;
 use crate::policy::error::{ToolError, quote};
@@ -373,8 +375,8 @@ pub struct PortArg {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MountArg {
-    pub source: String,
-    pub target: String,
+    pub source: AbsolutePath,
+    pub target: AbsolutePath,
     pub readonly: Option<bool>,
 }
 
@@ -445,7 +447,7 @@ pub struct CommandFields {
     /// An argv array run as is, or a string run with sh -c (pipes and redirects work).
     pub command: crate::fleet::Command,
     /// Absolute working directory.
-    pub workdir: Option<String>,
+    pub workdir: Option<AbsolutePath>,
     /// Extra environment variables.
     pub env: Option<EnvVars>,
     /// Text given on standard input, then closed.
@@ -521,7 +523,7 @@ tool_arguments! {
         /// Machine name{cloud: or mach- id}.
         pub name: MachineRef,
         /// Absolute path in the machine.
-        pub path: String,
+        pub path: AbsolutePath,
         /// utf8 (default) or base64 for bytes.
         #[serde(default)]
         pub encoding: Encoding,
@@ -538,7 +540,7 @@ tool_arguments! {
         /// Machine name{cloud: or mach- id}.
         pub name: MachineRef,
         /// Absolute path in the machine.
-        pub path: String,
+        pub path: AbsolutePath,
         /// The whole content, in encoding.
         pub content: String,
         /// utf8 (default) or base64 for bytes.
@@ -675,19 +677,6 @@ pub fn range(arg: &str, value: u64, min: u64, max: u64) -> Result<(), ToolError>
         return Err(ToolError::argument(
             arg,
             format!("{value} is out of range: give {min} to {max}"),
-        ));
-    }
-    Ok(())
-}
-
-pub fn absolute_path(arg: &str, path: &str) -> Result<(), ToolError> {
-    if !path.starts_with('/') || path.contains('\0') || path.len() > 4096 {
-        return Err(ToolError::argument(
-            arg,
-            format!(
-                "{} is not accepted: give an absolute path, like /workspace/app.py",
-                quote(path)
-            ),
         ));
     }
     Ok(())
@@ -834,12 +823,6 @@ mod tests {
 
     #[test]
     fn checks() {
-        assert!(
-            absolute_path("path", "relative/x")
-                .unwrap_err()
-                .message
-                .contains("absolute path")
-        );
         assert_eq!(
             port("ports[0].guest", 70000).unwrap_err().message,
             "ports[0].guest: 70000 is not a port: give 1 to 65535"

@@ -96,10 +96,7 @@ impl TimeoutRule {
 
 fn exec_spec(fields: &args::CommandFields, rule: TimeoutRule) -> Result<ExecSpec, ToolError> {
     let mut spec = ExecSpec::new(args::command("command", &fields.command)?);
-    if let Some(w) = &fields.workdir {
-        args::absolute_path("workdir", w)?;
-    }
-    spec.workdir = fields.workdir.clone();
+    spec.workdir = fields.workdir.clone().map(String::from);
     if let Some(env) = &fields.env {
         spec.env = (**env).clone();
     }

@@ -20,7 +20,6 @@ pub(super) async fn read_file(
     call: &Call<'_>,
     a: args::ReadFileArgs,
 ) -> Result<results::FileRead, ToolError> {
-    args::absolute_path("path", &a.path)?;
     if a.length == Some(0) {
         return Err(ToolError::argument(
             "length",
@@ -84,7 +83,7 @@ pub(super) async fn read_file(
         call.policy.reads.park(ParkedRead {
             kind,
             machine: a.name.to_string(),
-            path: a.path.clone(),
+            path: a.path.to_string(),
             offset: start + len as u64,
             reader: shared.clone(),
             parked_at: Instant::now(),
@@ -100,7 +99,7 @@ pub(super) async fn read_file(
         Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&page),
     };
     Ok(results::FileRead {
-        path: a.path,
+        path: a.path.into(),
         content,
         encoding: match a.encoding {
             Encoding::Utf8 => "utf8".into(),
@@ -118,7 +117,6 @@ pub(super) async fn write_file(
     call: &Call<'_>,
     a: args::WriteFileArgs,
 ) -> Result<results::FileWritten, ToolError> {
-    args::absolute_path("path", &a.path)?;
     let bytes = match a.encoding {
         Encoding::Utf8 => a.content.into_bytes(),
         Encoding::Base64 => base64::engine::general_purpose::STANDARD
@@ -137,7 +135,7 @@ pub(super) async fn write_file(
         .cancellable(fleet.write_file(&a.name, &a.path, bytes))
         .await?;
     Ok(results::FileWritten {
-        path: a.path,
+        path: a.path.into(),
         size,
         started_machine,
     })

@@ -1,6 +1,6 @@
 //! The words an argument may be, each a type whose deserialization refuses what its grammar
 //! does not accept: a new machine's name, a reference to a machine, an image, host names, CIDR
-//! ranges, environment variables. A handler holding one of these holds a checked value; no
+//! ranges, environment variables, absolute paths. A handler holding one of these holds a checked value; no
 //! handler checks them again. Each refusal is the one the grammar's check writes (the argument,
 //! what was sent, what is accepted), whichever tool the argument came to.
 //!
@@ -121,6 +121,12 @@ grammar! {
     schema {"type": "object", "additionalProperties": {"type": "string"}}
 }
 
+grammar! {
+    /// An absolute path (in a machine, or a host directory to mount).
+    AbsolutePath(String), deref str, arg "workdir", check absolute_path,
+    schema {"type": "string"}
+}
+
 /// The words held as text read as that text.
 macro_rules! text {
     ($($name:ident),+) => {$(
@@ -138,7 +144,7 @@ macro_rules! text {
     )+};
 }
 
-text!(MachineName, MachineRef, ImageRef);
+text!(MachineName, MachineRef, ImageRef, AbsolutePath);
 
 /// A new machine's name as the schema states it: a letter or digit, then letters, digits and
 /// underscores, each dash followed by one of them (so none at the end and no two in a row).
@@ -424,6 +430,19 @@ pub fn cidrs(arg: &str, cidrs: &[String]) -> Result<(), ToolError> {
     Ok(())
 }
 
+pub fn absolute_path(arg: &str, path: &str) -> Result<(), ToolError> {
+    if !path.starts_with('/') || path.contains('\0') || path.len() > 4096 {
+        return Err(ToolError::argument(
+            arg,
+            format!(
+                "{} is not accepted: give an absolute path, like /workspace/app.py",
+                quote(path)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,6 +462,12 @@ mod tests {
         assert!(machine_name("name", "-x").is_err());
         assert!(machine_name("name", "has space").is_err());
         assert!(machine_ref("name", "mach-0123456789abcdef0123456789abcdef").is_ok());
+        assert!(
+            absolute_path("path", "relative/x")
+                .unwrap_err()
+                .message
+                .contains("absolute path")
+        );
         assert!(cidrs("allowCidrs", &["10.0.0.0/8".into(), "::1/128".into()]).is_ok());
         assert!(cidrs("allowCidrs", &["10.0.0.0/33".into()]).is_err());
         assert!(hosts("allowHosts", &["https://pypi.org".into()]).is_err());

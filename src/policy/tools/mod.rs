@@ -507,6 +507,42 @@ mod parse_tests {
                 tool.name()
             );
         }
+        let bad_path = |arg: &str| expect(grammar::absolute_path(arg, "rel/x"));
+        let path_cases = [
+            (
+                Tool::RunCommand,
+                json!({"name": "m", "command": "true", "workdir": "rel/x"}),
+                bad_path("workdir"),
+            ),
+            (
+                Tool::RunOnce,
+                json!({"command": "true", "workdir": "rel/x"}),
+                bad_path("workdir"),
+            ),
+            (
+                Tool::ReadFile,
+                json!({"name": "m", "path": "rel/x"}),
+                bad_path("path"),
+            ),
+            (
+                Tool::WriteFile,
+                json!({"name": "m", "path": "rel/x", "content": ""}),
+                bad_path("path"),
+            ),
+            (
+                Tool::CreateMachine,
+                json!({"mounts": [{"source": "/a", "target": "rel/x"}]}),
+                bad_path("mounts[0].target"),
+            ),
+        ];
+        for (tool, args, expected) in path_cases {
+            assert_eq!(
+                refused(tool, args.clone()),
+                expected,
+                "{} {args}",
+                tool.name()
+            );
+        }
         // An argument of another name holding the same grammar is named by its own name.
         assert_eq!(
             refused(
