@@ -214,6 +214,23 @@ pub struct KeyRecord {
     pub answer_dropped: bool,
 }
 
+impl KeyRecord {
+    /// A claim of `key` by this process, now, for tests of what the store does with claims.
+    #[cfg(test)]
+    pub(crate) fn test_claim(key: &str) -> KeyRecord {
+        KeyRecord {
+            key: key.into(),
+            pid: std::process::id(),
+            tool: "create-machine".into(),
+            fingerprint: "f".into(),
+            arguments: "{}".into(),
+            started_ms: chrono::Utc::now().timestamp_millis(),
+            answer: None,
+            answer_dropped: false,
+        }
+    }
+}
+
 /// What a claim of an idempotency key found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyClaim {

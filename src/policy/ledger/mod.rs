@@ -547,16 +547,7 @@ mod tests {
         let spend = ledger.store().spend();
         assert_eq!(spend.day_mark(reading(10)).await, Ok(10));
         assert_eq!(spend.day_mark(reading(25)).await, Ok(10));
-        let claim = KeyRecord {
-            key: "k".into(),
-            pid: std::process::id(),
-            tool: "create-machine".into(),
-            fingerprint: "f".into(),
-            arguments: "{}".into(),
-            started_ms: now_ms(),
-            answer: None,
-            answer_dropped: false,
-        };
+        let claim = KeyRecord::test_claim("k");
         let keys = ledger.store().keys();
         assert_eq!(keys.claim(claim.clone()).await, Ok(KeyClaim::Claimed));
         assert!(matches!(keys.claim(claim).await, Ok(KeyClaim::Taken(_))));

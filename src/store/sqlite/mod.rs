@@ -277,16 +277,7 @@ mod tests {
     }
 
     fn claim() -> KeyRecord {
-        KeyRecord {
-            key: "k".into(),
-            pid: std::process::id(),
-            tool: "create-machine".into(),
-            fingerprint: "f".into(),
-            arguments: "{}".into(),
-            started_ms: now_ms(),
-            answer: None,
-            answer_dropped: false,
-        }
+        KeyRecord::test_claim("k")
     }
 
     // The three ways the store can fail a limit that reads it; each is an error, never an
