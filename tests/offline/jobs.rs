@@ -218,6 +218,26 @@ async fn small_reads_never_split_a_character() {
     assert_eq!(last["exitCode"], 0);
 }
 
+/// How many `sleep 60` and `sleep 61` processes run with `job`'s marker in their environment.
+/// Only the job's own: the other tests of this process, and other test processes on the host,
+/// run such sleeps too, so a host-wide count (pgrep) would wait on theirs.
+fn sleeps_of(job: &str) -> usize {
+    let marker = format!("{}={job}", smol_mcp::policy::jobs::guest::RUN_MARKER);
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            matches!(cmdline.trim_end(), "sleep 60" | "sleep 61")
+                && environ
+                    .split(|b| *b == 0)
+                    .any(|var| var == marker.as_bytes())
+        })
+        .count()
+}
+
 async fn cancel_job_kills_the_command_and_its_children(cloud: bool) {
     let (fake, h) = setup(cloud, &[]).await;
     let key = machine(&h, "box").await;
@@ -241,13 +261,11 @@ async fn cancel_job_kills_the_command_and_its_children(cloud: bool) {
         }
     };
     assert_eq!(report["state"], "running");
-    let sleeping = || {
-        std::process::Command::new("pgrep")
-            .args(["-f", "^sleep 6[01]$"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
-            .unwrap_or(0)
-    };
+    let sleeping = || sleeps_of(job);
+    until("the job's two sleeps run", Duration::from_secs(10), || {
+        sleeping() == 2
+    })
+    .await;
     let cancelled = h.ok("cancel-job", json!({"job": job})).await;
     assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
     assert_eq!(cancelled["exitCode"], 137);
