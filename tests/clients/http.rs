@@ -100,7 +100,7 @@ async fn refuses_to_start_without_a_token() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("requires SMOL_MCP_AUTH_TOKEN"));
+    insta::assert_snapshot!(String::from_utf8_lossy(&out.stderr), @"smol-mcp-http: the HTTP transport requires SMOL_MCP_AUTH_TOKEN: these tools create and run virtual machines, so an unauthenticated listener is a remote shell");
 }
 
 #[tokio::test]

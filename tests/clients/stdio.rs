@@ -453,7 +453,10 @@ async fn help_version_and_refusals_never_wait_on_stdin() {
     );
     let (code, _, stderr) = run_with_stdin_open(&[], &[("SMOL_MCP_TARGETS", "cloud")]).await;
     assert_eq!(code, Some(1));
-    assert!(stderr.contains("SMOL_CLOUD_TOKEN"), "{stderr}");
+    insta::assert_snapshot!(
+        crate::common::without_timestamps(&stderr),
+        @r#"[time] ERROR configuration: targets ($SMOL_MCP_TARGETS): "cloud" needs the cloud token: set SMOL_CLOUD_TOKEN (or cloudToken in the config file), or use local"#
+    );
     assert!(
         !stderr.contains("meant to be launched"),
         "no word for a client on a pipe: {stderr}"

@@ -263,9 +263,9 @@ fn bad_bindings_stop_the_server_at_start_naming_the_setting() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(
-        stderr.contains("SMOL_MCP_CREDENTIALS") && stderr.contains("must be a lowercase DNS name"),
-        "{stderr}"
+    insta::assert_snapshot!(
+        crate::common::without_timestamps(&stderr),
+        @r#"[time] ERROR configuration: credentials ($SMOL_MCP_CREDENTIALS): binding "x": host "API.example.com" must be a lowercase DNS name (api.example.com), or *. and a name of two labels or more (*.example.com); no scheme, port or IP"#
     );
 }
 

@@ -163,30 +163,30 @@ async fn an_empty_pool_means_a_cold_machine() {
     );
 }
 
+/// The refusal of a `pools` setting, as the server says it at start.
+fn pools_refused(pools: &str) -> String {
+    let rt = tempfile::tempdir().unwrap();
+    smol_mcp::process::config::Config::from_sources(
+        &[
+            ("SMOL_MCP_POOLS".to_owned(), pools.to_owned()),
+            (
+                "SMOL_MCP_RUNTIME_DIR".to_owned(),
+                rt.path().display().to_string(),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        std::path::Path::new("/nonexistent/config.json"),
+    )
+    .unwrap_err()
+    .to_string()
+}
+
 #[test]
 fn a_pools_setting_it_cannot_use_is_refused_at_start() {
-    for (pools, says) in [
-        (r#"[{"name": "py"}]"#, "size"),
-        (r#"[{"name": "py", "size": 99}]"#, "give 1 to 16"),
-        ("not json", "not JSON"),
-    ] {
-        let rt = tempfile::tempdir().unwrap();
-        let e = smol_mcp::process::config::Config::from_sources(
-            &[
-                ("SMOL_MCP_POOLS".to_owned(), pools.to_owned()),
-                (
-                    "SMOL_MCP_RUNTIME_DIR".to_owned(),
-                    rt.path().display().to_string(),
-                ),
-            ]
-            .into_iter()
-            .collect(),
-            std::path::Path::new("/nonexistent/config.json"),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("pools") && e.contains(says), "{pools}: {e}");
-    }
+    insta::assert_snapshot!(pools_refused(r#"[{"name": "py"}]"#), @"pools ($SMOL_MCP_POOLS): missing field `size`");
+    insta::assert_snapshot!(pools_refused(r#"[{"name": "py", "size": 99}]"#), @r#"pools ($SMOL_MCP_POOLS): pool "py": size 99 is not accepted: give 1 to 16"#);
+    insta::assert_snapshot!(pools_refused("not json"), @"pools ($SMOL_MCP_POOLS): not JSON: expected ident at line 1 column 2");
 }
 
 /// A pool of the operator's own prepared machine: the server restarts it branchable (it ran
