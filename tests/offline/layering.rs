@@ -3,13 +3,17 @@
 //! picture a reader sees is the one this test enforces.
 //!
 //! What counts as a use: every path in the code (in `use` declarations and inline, such as
-//! `crate::policy::tools::call(...)`, `super::Catalog`, or `tools::Tool` through an import),
-//! resolved to the file that defines the item, following re-exports. Comments, doc comments,
-//! string literals and `#[cfg(test)]` items are not code here. A `mod child;` declaration is
-//! not a use; a parent that uses its child's items is.
+//! `crate::policy::tools::call(...)`, `super::Catalog`, or `tools::Tool` through an import,
+//! macro bodies included), resolved to the file that defines the item, following re-exports.
+//! Files are parsed with syn, so comments, doc comments and string literals are not code here;
+//! nor are `#[cfg(test)]` items. A `mod child;` declaration is not a use; a parent that uses its
+//! child's items is.
 
+use proc_macro2::{Spacing, TokenStream, TokenTree};
+use quote::ToTokens;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use syn::visit_mut::VisitMut;
 
 /// One floor of the table: its number and the top-level modules on it.
 #[derive(Debug, Clone)]
@@ -47,266 +51,6 @@ fn floors_from(doc: &str) -> Vec<Floor> {
     floors
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Token {
-    Ident(String),
-    PathSep,
-    Punct(char),
-}
-
-/// The tokens of Rust source that matter for paths, each with its line: comments, string,
-/// byte-string, raw-string and char literals and lifetimes are left out.
-fn tokens(source: &str) -> Vec<(Token, usize)> {
-    let chars: Vec<char> = source.chars().collect();
-    let mut out = Vec::new();
-    let mut line = 1;
-    let mut i = 0;
-    let newlines = |from: usize, to: usize, chars: &[char]| {
-        chars[from..to.min(chars.len())]
-            .iter()
-            .filter(|c| **c == '\n')
-            .count()
-    };
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied().unwrap_or('\0');
-        if c == '\n' {
-            line += 1;
-            i += 1;
-        } else if c.is_whitespace() {
-            i += 1;
-        } else if c == '/' && next == '/' {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == '*' {
-            let (mut depth, start) = (0usize, i);
-            loop {
-                if i >= chars.len() {
-                    break;
-                }
-                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-            line += newlines(start, i, &chars);
-        } else if (c == 'r' || (c == 'b' && next == 'r')) && {
-            let at = if c == 'b' { i + 2 } else { i + 1 };
-            let mut j = at;
-            while chars.get(j) == Some(&'#') {
-                j += 1;
-            }
-            chars.get(j) == Some(&'"') && (i == 0 || !is_ident_char(chars[i - 1]))
-        } {
-            // A raw string: r"..." or r#"..."# (and b-prefixed), no escapes inside.
-            let start = i;
-            i += if c == 'b' { 2 } else { 1 };
-            let mut hashes = 0;
-            while chars[i] == '#' {
-                hashes += 1;
-                i += 1;
-            }
-            i += 1;
-            loop {
-                if i >= chars.len() {
-                    break;
-                }
-                if chars[i] == '"' && (1..=hashes).all(|k| chars.get(i + k) == Some(&'#')) {
-                    i += 1 + hashes;
-                    break;
-                }
-                i += 1;
-            }
-            line += newlines(start, i, &chars);
-        } else if c == '"' || (c == 'b' && next == '"') {
-            let start = i;
-            i += if c == 'b' { 2 } else { 1 };
-            while i < chars.len() && chars[i] != '"' {
-                i += if chars[i] == '\\' { 2 } else { 1 };
-            }
-            i += 1;
-            line += newlines(start, i, &chars);
-        } else if c == '\'' || (c == 'b' && next == '\'') {
-            let at = if c == 'b' { i + 1 } else { i };
-            let after = chars.get(at + 1).copied().unwrap_or('\0');
-            if after == '\\' {
-                // An escaped char literal: '\n', '\'', '\u{..}'.
-                i = at + 2;
-                while i < chars.len() && chars[i] != '\'' {
-                    i += 1;
-                }
-                i += 1;
-            } else if chars.get(at + 2) == Some(&'\'') {
-                i = at + 3;
-            } else if c == 'b' {
-                out.push((Token::Ident("b".into()), line));
-                i += 1;
-            } else {
-                // A lifetime or a label.
-                i += 1;
-                while i < chars.len() && is_ident_char(chars[i]) {
-                    i += 1;
-                }
-            }
-        } else if is_ident_char(c) && !c.is_ascii_digit() {
-            let start = i;
-            while i < chars.len() && is_ident_char(chars[i]) {
-                i += 1;
-            }
-            let word: String = chars[start..i].iter().collect();
-            let word = word.strip_prefix("r#").map(str::to_owned).unwrap_or(word);
-            out.push((Token::Ident(word), line));
-        } else if c.is_ascii_digit() {
-            while i < chars.len() && (is_ident_char(chars[i]) || chars[i] == '.') {
-                if chars[i] == '.' && !chars.get(i + 1).is_some_and(char::is_ascii_digit) {
-                    break;
-                }
-                i += 1;
-            }
-        } else if c == ':' && next == ':' {
-            out.push((Token::PathSep, line));
-            i += 2;
-        } else {
-            out.push((Token::Punct(c), line));
-            i += 1;
-        }
-    }
-    out
-}
-
-fn is_ident_char(c: char) -> bool {
-    c.is_alphanumeric() || c == '_'
-}
-
-/// The tokens without the items under `#[cfg(test)]`: what the test build alone compiles may
-/// use anything.
-fn without_test_items(tokens: Vec<(Token, usize)>) -> Vec<(Token, usize)> {
-    let is = |t: &Token, c: char| *t == Token::Punct(c);
-    let ident = |t: &Token, w: &str| matches!(t, Token::Ident(x) if x == w);
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < tokens.len() {
-        let cfg_test = i + 6 < tokens.len()
-            && is(&tokens[i].0, '#')
-            && is(&tokens[i + 1].0, '[')
-            && ident(&tokens[i + 2].0, "cfg")
-            && is(&tokens[i + 3].0, '(')
-            && ident(&tokens[i + 4].0, "test")
-            && is(&tokens[i + 5].0, ')')
-            && is(&tokens[i + 6].0, ']');
-        if !cfg_test {
-            out.push(tokens[i].clone());
-            i += 1;
-            continue;
-        }
-        // Skip the attribute, then the item: up to a `;` at depth 0 or through its braces.
-        i += 7;
-        let mut depth = 0i32;
-        while i < tokens.len() {
-            match &tokens[i].0 {
-                Token::Punct('{') | Token::Punct('(') | Token::Punct('[') => depth += 1,
-                Token::Punct('}') | Token::Punct(')') | Token::Punct(']') => {
-                    depth -= 1;
-                    if depth == 0 && tokens[i].0 == Token::Punct('}') {
-                        i += 1;
-                        break;
-                    }
-                }
-                Token::Punct(';') if depth == 0 => {
-                    i += 1;
-                    break;
-                }
-                _ => {}
-            }
-            i += 1;
-        }
-    }
-    out
-}
-
-/// One `use` leaf: the name it brings in (`None` for a glob) and the path as written.
-#[derive(Debug, Clone)]
-struct UseLeaf {
-    name: Option<String>,
-    path: Vec<String>,
-}
-
-/// The leaves of one use tree, from the tokens after `use` up to its `;`.
-fn use_leaves(tree: &[Token], prefix: &[String], out: &mut Vec<UseLeaf>) {
-    // Split at top-level commas.
-    let mut parts: Vec<&[Token]> = Vec::new();
-    let (mut depth, mut start) = (0, 0);
-    for (k, t) in tree.iter().enumerate() {
-        match t {
-            Token::Punct('{') => depth += 1,
-            Token::Punct('}') => depth -= 1,
-            Token::Punct(',') if depth == 0 => {
-                parts.push(&tree[start..k]);
-                start = k + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&tree[start..]);
-    for part in parts {
-        let mut path = prefix.to_vec();
-        let mut k = 0;
-        let mut rename = None;
-        let mut glob = false;
-        while k < part.len() {
-            match &part[k] {
-                Token::Ident(w) if w == "as" => {
-                    if let Some(Token::Ident(alias)) = part.get(k + 1) {
-                        rename = Some(alias.clone());
-                    }
-                    k += 2;
-                }
-                Token::Ident(w) => {
-                    path.push(w.clone());
-                    k += 1;
-                }
-                Token::PathSep => k += 1,
-                Token::Punct('*') => {
-                    glob = true;
-                    k += 1;
-                }
-                Token::Punct('{') => {
-                    // The group runs to the part's end (its closing brace is last).
-                    let inner = &part[k + 1..part.len().saturating_sub(1)];
-                    use_leaves(inner, &path, out);
-                    path.clear();
-                    break;
-                }
-                _ => k += 1,
-            }
-        }
-        if path.is_empty() {
-            continue;
-        }
-        if glob {
-            out.push(UseLeaf { name: None, path });
-            continue;
-        }
-        // `use a::b::{self}` brings `b` in.
-        if path.last().is_some_and(|l| l == "self") {
-            path.pop();
-        }
-        let name = rename.or_else(|| path.last().cloned());
-        if name.as_deref() != Some("_") {
-            out.push(UseLeaf { name, path });
-        }
-    }
-}
-
 /// What one source file holds that matters here.
 #[derive(Debug, Default)]
 struct SourceFile {
@@ -324,75 +68,154 @@ struct SourceFile {
     paths: Vec<(Vec<String>, usize)>,
 }
 
+/// `#[cfg(test)]`: what the test build alone compiles may use anything.
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+    })
+}
+
+/// Takes the test items and the `use` declarations out of a file as it walks it (the paths of
+/// the rest are read from its tokens), noting what each use brings in and what is defined.
+impl VisitMut for SourceFile {
+    fn visit_file_mut(&mut self, file: &mut syn::File) {
+        file.items.retain(|item| self.keep(item));
+        syn::visit_mut::visit_file_mut(self, file);
+    }
+    fn visit_item_mod_mut(&mut self, module: &mut syn::ItemMod) {
+        if let Some((_, items)) = &mut module.content {
+            items.retain(|item| self.keep(item));
+        }
+        syn::visit_mut::visit_item_mod_mut(self, module);
+    }
+    fn visit_block_mut(&mut self, block: &mut syn::Block) {
+        block.stmts.retain(|stmt| match stmt {
+            syn::Stmt::Item(item) => self.keep(item),
+            _ => true,
+        });
+        syn::visit_mut::visit_block_mut(self, block);
+    }
+    fn visit_item_impl_mut(&mut self, item: &mut syn::ItemImpl) {
+        item.items.retain(|i| match i {
+            syn::ImplItem::Const(c) => !is_test(&c.attrs),
+            syn::ImplItem::Fn(f) => !is_test(&f.attrs),
+            syn::ImplItem::Type(t) => !is_test(&t.attrs),
+            _ => true,
+        });
+        syn::visit_mut::visit_item_impl_mut(self, item);
+    }
+}
+
+impl SourceFile {
+    /// Whether `item` stays for the token walk: a `use` is read here, a test item goes.
+    fn keep(&mut self, item: &syn::Item) -> bool {
+        let (attrs, name) = match item {
+            syn::Item::Use(u) => {
+                if !is_test(&u.attrs) && u.leading_colon.is_none() {
+                    self.use_tree(&u.tree, Vec::new());
+                }
+                return false;
+            }
+            syn::Item::Mod(m) => {
+                if m.content.is_none() && !is_test(&m.attrs) {
+                    self.children.insert(m.ident.to_string());
+                }
+                (&m.attrs, Some(&m.ident))
+            }
+            syn::Item::Struct(i) => (&i.attrs, Some(&i.ident)),
+            syn::Item::Enum(i) => (&i.attrs, Some(&i.ident)),
+            syn::Item::Fn(i) => (&i.attrs, Some(&i.sig.ident)),
+            syn::Item::Trait(i) => (&i.attrs, Some(&i.ident)),
+            syn::Item::Type(i) => (&i.attrs, Some(&i.ident)),
+            syn::Item::Const(i) => (&i.attrs, Some(&i.ident)),
+            syn::Item::Static(i) => (&i.attrs, Some(&i.ident)),
+            syn::Item::Union(i) => (&i.attrs, Some(&i.ident)),
+            syn::Item::Macro(i) => (&i.attrs, i.ident.as_ref()),
+            syn::Item::Impl(i) => (&i.attrs, None),
+            _ => return true,
+        };
+        if is_test(attrs) {
+            return false;
+        }
+        if let Some(name) = name {
+            self.defines.insert(name.to_string());
+        }
+        true
+    }
+
+    /// The leaves of a use tree: each path with its line, and the name it brings in.
+    fn use_tree(&mut self, tree: &syn::UseTree, mut path: Vec<String>) {
+        let (ident, name) = match tree {
+            syn::UseTree::Path(p) => {
+                path.push(p.ident.to_string());
+                return self.use_tree(&p.tree, path);
+            }
+            syn::UseTree::Group(g) => {
+                return g.items.iter().for_each(|t| self.use_tree(t, path.clone()));
+            }
+            syn::UseTree::Glob(g) => {
+                self.paths
+                    .push((path.clone(), g.star_token.spans[0].start().line));
+                return self.globs.push(path);
+            }
+            syn::UseTree::Name(n) => (&n.ident, &n.ident),
+            syn::UseTree::Rename(r) => (&r.ident, &r.rename),
+        };
+        // `use a::b::{self}` brings `b` in.
+        if ident != "self" {
+            path.push(ident.to_string());
+        }
+        let name = if ident == "self" && name == "self" {
+            path.last().cloned()
+        } else {
+            Some(name.to_string())
+        };
+        self.paths.push((path.clone(), ident.span().start().line));
+        if let Some(name) = name.filter(|n| n != "_") {
+            self.imports.insert(name, path);
+        }
+    }
+
+    /// Every `a::b...` of two segments or more in the tokens, macro bodies included; a path
+    /// that starts with `::` names another crate.
+    fn token_paths(&mut self, tokens: TokenStream) {
+        let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+        let path_sep = |k: usize| match (tokens.get(k), tokens.get(k + 1)) {
+            (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) => {
+                a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':'
+            }
+            _ => false,
+        };
+        let mut i = 0;
+        while i < tokens.len() {
+            match &tokens[i] {
+                TokenTree::Group(g) => self.token_paths(g.stream()),
+                TokenTree::Ident(first) if path_sep(i + 1) && !(i >= 2 && path_sep(i - 2)) => {
+                    let mut path = vec![first.to_string()];
+                    while path_sep(i + 1) {
+                        let Some(TokenTree::Ident(next)) = tokens.get(i + 3) else {
+                            break;
+                        };
+                        path.push(next.to_string().trim_start_matches("r#").to_owned());
+                        i += 3;
+                    }
+                    self.paths.push((path, first.span().start().line));
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+}
+
 fn parse(module: Vec<String>, source: &str) -> SourceFile {
-    let tokens = without_test_items(tokens(source));
     let mut file = SourceFile {
         module,
         ..SourceFile::default()
     };
-    let definers = [
-        "struct", "enum", "fn", "trait", "type", "const", "static", "union", "mod",
-    ];
-    let mut i = 0;
-    while i < tokens.len() {
-        match &tokens[i].0 {
-            Token::Ident(w) if w == "use" => {
-                let line = tokens[i].1;
-                let end = tokens[i..]
-                    .iter()
-                    .position(|(t, _)| *t == Token::Punct(';'))
-                    .map_or(tokens.len(), |p| i + p);
-                let tree: Vec<Token> = tokens[i + 1..end].iter().map(|(t, _)| t.clone()).collect();
-                let mut leaves = Vec::new();
-                use_leaves(&tree, &[], &mut leaves);
-                for leaf in leaves {
-                    file.paths.push((leaf.path.clone(), line));
-                    match leaf.name {
-                        Some(name) => {
-                            file.imports.insert(name, leaf.path);
-                        }
-                        None => file.globs.push(leaf.path),
-                    }
-                }
-                i = end + 1;
-            }
-            Token::Ident(w) if definers.contains(&w.as_str()) => {
-                if let Some((Token::Ident(name), _)) = tokens.get(i + 1) {
-                    file.defines.insert(name.clone());
-                    if w == "mod" && tokens.get(i + 2).map(|t| &t.0) == Some(&Token::Punct(';')) {
-                        file.children.insert(name.clone());
-                    }
-                }
-                i += 1;
-            }
-            Token::Ident(w) if w == "macro_rules" => {
-                if let Some((Token::Ident(name), _)) = tokens.get(i + 2) {
-                    file.defines.insert(name.clone());
-                }
-                i += 1;
-            }
-            Token::Ident(first)
-                if tokens.get(i + 1).map(|t| &t.0) == Some(&Token::PathSep)
-                    && (i == 0 || tokens[i - 1].0 != Token::PathSep) =>
-            {
-                let line = tokens[i].1;
-                let mut path = vec![first.clone()];
-                let mut k = i + 1;
-                while tokens.get(k).map(|t| &t.0) == Some(&Token::PathSep) {
-                    match tokens.get(k + 1).map(|t| &t.0) {
-                        Some(Token::Ident(w)) => {
-                            path.push(w.clone());
-                            k += 2;
-                        }
-                        _ => break,
-                    }
-                }
-                file.paths.push((path, line));
-                i = k;
-            }
-            _ => i += 1,
-        }
-    }
+    let mut tree = syn::parse_file(source).unwrap_or_else(|e| panic!("{:?}: {e}", file.module));
+    file.visit_file_mut(&mut tree);
+    file.token_paths(tree.into_token_stream());
     file
 }
 
@@ -789,6 +612,16 @@ fn the_check_finds_upward_uses_and_circles_and_ignores_comments_strings_and_test
         "{:?}",
         found.upward
     );
+
+    let in_a_macro = tree(&[
+        ("lib.rs", "pub mod low; pub mod high;"),
+        (
+            "low/mod.rs",
+            "pub fn f() { println!(\"{}\", crate::high::g()); }",
+        ),
+        ("high/mod.rs", "pub fn g() -> u8 { 1 }"),
+    ]);
+    assert_eq!(in_a_macro.check(&floors).upward.len(), 1);
 
     let through_import = tree(&[
         ("lib.rs", "pub mod low; pub mod high;"),
