@@ -1,18 +1,118 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need, then runs every test.
-#  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for the real-serve tests, and the same
-#    engine nested in a QEMU TCG machine whose guests boot (scripts/nested-engine.sh, Debian's
-#    qemu-system-x86 and kernel), for the booted-guest tests;
-#  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for the end-to-end tests;
+# The test command: installs what the tests need, then runs every test. The tests are four
+# binaries by what they need (docs/testing.md): `offline` nothing, `engine` the pinned engine,
+# `clients` the outside MCP clients, `guest` the nested engine whose guests boot.
+#  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for `engine` (and two modules of
+#    `clients`), and the same engine nested in a QEMU TCG machine whose guests boot
+#    (scripts/nested-engine.sh, Debian's qemu-system-x86 and kernel), for `guest`;
+#  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for `clients`;
 #  - the pinned TypeScript SDK and Inspector CLI (tests/clients/package.json), with npm;
 #  - the pinned official MCP conformance suite and the Node 22 it runs on (tests/conformance/
-#    package.json), with npm, for tests/conformance.rs.
+#    package.json), with npm, for tests/clients/conformance.rs.
 #  - Debian's own python3 and python3-venv (apt-get), for scripts/check-user-path.sh, which follows
 #    the README on the system's python3 rather than the toolchain's.
 # Safe to re-run. A fresh clone needs a Rust toolchain, python3 with venv and pip, Node.js with
 # npm, and access to crates.io, PyPI and the npm registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The guest's tests run on a machine nested two levels down under emulation, where things die
+# that never die on hardware: the outer VM (a reset or hang in QEMU's emulated SVM) or one inner
+# guest (the engine finds its agent gone mid-command: "connection closed", "restarting agent VM",
+# a job lost). So when the only failed target is the guest's (`guest`: tests/guest/main.rs), the
+# engine is brought up again and the tests that failed are run once more by name (the whole
+# target when its process was ended), and once again if some fail again; each rerun is announced
+# with the engine's own account of what died. A test that fails three times, or any failure
+# elsewhere, fails the run.
+booted_targets='guest'
+engine_died() {
+  local boots
+  boots="$(grep -c 'nested-init: .*s mounted' target/nested-engine/serial.log 2>/dev/null || true)"
+  [ "${boots:-0}" -gt 1 ] || ! scripts/nested-engine.sh status >/dev/null 2>&1
+}
+# "target test" for each failed test, or "target *" for a target whose process ended early.
+failed_tests() {
+  awk '
+    # A target is named by its file (tests/x.rs) or its folder (tests/x/main.rs); its tests by
+    # their module path (booted_guest::name), which `--exact` takes as it is.
+    /^     Running / { t = "" }
+    /^     Running tests\/.*\.rs / {
+      t = $2; sub(/^tests\//, "", t); sub(/\/main\.rs$/, "", t); sub(/\.rs$/, "", t) }
+    /^test .* \.\.\. FAILED$/ && t != "" { print t, $2; named[t] = 1 }
+    /`--test [a-z0-9_]+`/ {
+      match($0, /`--test [a-z0-9_]+`/); f = substr($0, RSTART + 8, RLENGTH - 9); bad[f] = 1 }
+    # A process ended by other than a test failure (101), by an exit or a signal: the tests it
+    # had not reported yet never ran, so the whole target is run again.
+    /process didn.t exit successfully: .*deps\/[a-z0-9_]+-[0-9a-f]+.* \((exit status|signal): [0-9]+/ \
+      && $0 !~ /exit status: 101\)/ {
+      match($0, /deps\/[a-z0-9_]+-/); ended[substr($0, RSTART + 5, RLENGTH - 6)] = 1 }
+    END { for (f in bad) if (!(f in named) || (f in ended)) print f, "*" }
+  ' "$1" | sort -u
+}
+# `scripts/test.sh --self-check`: the rerun's parsing above, on a log made up in the form cargo
+# 1.95 prints (a test failure, a target ended by an exit, one ended by a signal, a failure in a
+# target that is not the guest's), without building or running anything.
+if [ "${1:-}" = --self-check ]; then
+  made_up="$(mktemp)"
+  trap 'rm -f "$made_up"' EXIT
+  cat > "$made_up" <<'LOG'
+     Running tests/clients/main.rs (target/debug/deps/clients-1f2ce472e43769b6)
+
+running 2 tests
+test stdio::python_client_lists_the_tools ... FAILED
+test tasks::a_task_is_polled_to_its_result ... ok
+error: test failed, to rerun pass `--test clients`
+     Running tests/guest/main.rs (target/debug/deps/guest-e104e862b3457461)
+
+running 4 tests
+test booted_guest::b_ok ... ok
+test booted_guest::c_fails ... FAILED
+test fake_vs_engine::the_fake_answers_as_the_engine_does_on_a_booted_guest ... ok
+test booted_guest::a_fails ... FAILED
+
+failures:
+    booted_guest::a_fails
+    booted_guest::c_fails
+
+test result: FAILED. 2 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.15s
+
+error: test failed, to rerun pass `--test guest`
+     Running tests/offline/main.rs (target/debug/deps/offline-1c53737824453f4e)
+
+running 2 tests
+test layering::f_ok ... ok
+error: test failed, to rerun pass `--test offline`
+
+Caused by:
+  process didn't exit successfully: `/work/target/debug/deps/offline-1c53737824453f4e` (exit status: 97)
+note: test exited abnormally; to see the full output pass --no-capture to the harness.
+     Running tests/engine/main.rs (target/debug/deps/engine-5a557a1b770c9e55)
+
+running 1 test
+test real_serve::health ... FAILED
+error: test failed, to rerun pass `--test engine`
+
+Caused by:
+  process didn't exit successfully: `/work/target/debug/deps/engine-5a557a1b770c9e55` (signal: 9, SIGKILL: kill)
+error: 4 targets failed:
+    `--test clients`
+    `--test guest`
+    `--test offline`
+    `--test engine`
+LOG
+  expected='clients stdio::python_client_lists_the_tools
+engine *
+engine real_serve::health
+guest booted_guest::a_fails
+guest booted_guest::c_fails
+offline *'
+  got="$(failed_tests "$made_up")"
+  if [ "$got" != "$expected" ]; then
+    printf 'test.sh --self-check: the rerun parsing found\n%s\nnot\n%s\n' "$got" "$expected" >&2
+    exit 1
+  fi
+  echo "test.sh --self-check: the rerun parsing reads the test binaries' log"
+  exit 0
+fi
 scripts/fetch-smolvm.sh 1.32.2 >/dev/null
 scripts/fetch-smolvm.sh 1.14.3 >/dev/null   # the older engine the spec-diff test compares with
 if ! .venv/bin/python -c 'import mcp' 2>/dev/null \
@@ -34,9 +134,8 @@ if ! node -e 'const v=(p)=>require("./tests/conformance/node_modules/"+p+"/packa
    || ! tests/conformance/node_modules/.bin/node --version >/dev/null 2>&1; then
   (cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error)
 fi
-# The real engine with guests that boot, nested in QEMU (tests/booted_guest.rs and
-# tests/fake_vs_engine.rs use it); one outer VM for the whole run, taken down at the end unless
-# it was already up (a developer's).
+# The real engine with guests that boot, nested in QEMU (the `guest` tests use it); one outer
+# VM for the whole run, taken down at the end unless it was already up (a developer's).
 if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
   # On a failure the outer VM's console (the serve's own log among it) is shown before it goes.
   trap 'status=$?; if [ "$status" -ne 0 ]; then echo "--- the nested engine'"'"'s console, last lines:" >&2;
@@ -46,35 +145,6 @@ if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
 fi
 eval "$(scripts/nested-engine.sh env)"
 export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR
-# The guest's tests run on a machine nested two levels down under emulation, where things die
-# that never die on hardware: the outer VM (a reset or hang in QEMU's emulated SVM) or one inner
-# guest (the engine finds its agent gone mid-command: "connection closed", "restarting agent VM",
-# a job lost). So when the only failed targets are the guest's (`booted_guest`,
-# `fake_vs_engine`), the engine is brought up again and the tests that failed are run once more
-# by name (a whole target when its process was ended), and once again if some fail again; each
-# rerun is announced with the engine's own account of what died. A test that fails three times,
-# or any failure elsewhere, fails the run.
-booted_targets='booted_guest|fake_vs_engine'
-engine_died() {
-  local boots
-  boots="$(grep -c 'nested-init: .*s mounted' target/nested-engine/serial.log 2>/dev/null || true)"
-  [ "${boots:-0}" -gt 1 ] || ! scripts/nested-engine.sh status >/dev/null 2>&1
-}
-# "target test" for each failed test, or "target *" for a target whose process ended early.
-failed_tests() {
-  awk '
-    /^     Running / { t = "" }
-    /^     Running tests\/.*\.rs / { t = $2; sub(/^tests\//, "", t); sub(/\.rs$/, "", t) }
-    /^test .* \.\.\. FAILED$/ && t != "" { print t, $2; named[t] = 1 }
-    /`--test [a-z_]+`/ { match($0, /`--test [a-z_]+`/); f = substr($0, RSTART + 8, RLENGTH - 9); bad[f] = 1 }
-    # A process ended by other than a test failure (101): the tests it had not reported yet ran
-    # too, so the whole target is run again.
-    /process didn.t exit successfully: .*deps\/[a-z_]+-[0-9a-f]+.* \(exit status: [0-9]+\)/ \
-      && $0 !~ /exit status: 101\)/ {
-      match($0, /deps\/[a-z_]+-/); ended[substr($0, RSTART + 5, RLENGTH - 6)] = 1 }
-    END { for (f in bad) if (!(f in named) || (f in ended)) print f, "*" }
-  ' "$1" | sort -u
-}
 log="$(mktemp)"
 if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
   for attempt in 1 2; do

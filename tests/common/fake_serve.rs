@@ -171,7 +171,7 @@ fn api_error(status: StatusCode, code: &str, message: String) -> Response {
 
 /// axum's own rejections (a body that is not the request type, 422; a body over the limit, 413)
 /// are plain text, not the engine's `{error, code}` (observed on the real serve:
-/// `tests/fake_fidelity.rs`).
+/// `tests/engine/fake_fidelity.rs`).
 fn plain_text(status: StatusCode, message: String) -> Response {
     (
         status,
@@ -183,7 +183,7 @@ fn plain_text(status: StatusCode, message: String) -> Response {
 
 /// The 422 the engine answers, before it looks for the machine, for a body with a field its
 /// request type does not have (serde's `deny_unknown_fields` through axum's `Json`: plain text,
-/// observed on the real serve, `tests/fake_fidelity.rs`). The fields are the schema's in the
+/// observed on the real serve, `tests/engine/fake_fidelity.rs`). The fields are the schema's in the
 /// vendored 1.32.2 spec; the real message adds serde's position, left out here.
 fn unknown_field(schema: &str, body: &Value) -> Option<Response> {
     // Parsed once per test process: every exec asks.
@@ -257,7 +257,7 @@ fn create_credentials(body: &Value) -> Result<Vec<(String, String, String)>, Box
 }
 
 /// The engine's machine-name rule and its words for each refusal (observed on the real serve
-/// for each case, `tests/fake_fidelity.rs` and `tests/real_serve.rs`).
+/// for each case, `tests/engine/fake_fidelity.rs` and `tests/engine/real_serve.rs`).
 fn name_refusal(name: &str) -> Option<String> {
     let first = name.chars().next()?;
     if name.chars().count() > 128 {
@@ -445,7 +445,7 @@ impl FakeServe {
     /// Appends a line to a machine's workload log, as its workload prints: the next
     /// `GET /api/v1/machines/{id}/logs` shows it (`stream_logs` in the vendored 1.32.2 spec,
     /// `text/event-stream`, one unnamed `data: <line>` frame a line as the real 1.32.2 serve
-    /// sends them: tests/fake_vs_engine.rs), so a followed log's next poll reports it.
+    /// sends them: tests/guest/fake_vs_engine.rs), so a followed log's next poll reports it.
     pub fn push_log(&self, name: &str, line: &str) {
         self.state
             .lock()
@@ -630,7 +630,7 @@ fn sleep_secs(request: &Value) -> Option<f64> {
 async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     // 1.32.2 finds the machine before it looks at an upload's size (an unknown machine with an
-    // oversized Content-Length is a 404 on the real serve: `tests/fake_fidelity.rs`), then
+    // oversized Content-Length is a 404 on the real serve: `tests/engine/fake_fidelity.rs`), then
     // refuses a body over its limit as plain text (smolvm src/api/handlers/files.rs
     // `upload_file`), without reading it.
     if parts.method == Method::PUT && parts.uri.path().contains("/files/") {
@@ -875,7 +875,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             let name = name.to_string();
             let Some(info) = st.machines.get(&name).cloned() else {
                 // Fork looks the machine up another way and words it so (observed on the
-                // real serve: `tests/fake_fidelity.rs`).
+                // real serve: `tests/engine/fake_fidelity.rs`).
                 if matches!(rest.first().copied(), Some("fork" | "branches")) {
                     return api_error(
                         StatusCode::NOT_FOUND,
@@ -944,7 +944,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     st.start_failure.clone().unwrap_or_default(),
                 ),
                 // A stop of a machine that never started leaves it `created` (observed on the
-                // real serve, `tests/fake_fidelity.rs`).
+                // real serve, `tests/engine/fake_fidelity.rs`).
                 ("POST", ["stop"]) if info["state"] == json!("created") => {
                     axum::Json(info).into_response()
                 }
@@ -1057,10 +1057,10 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     axum::Json(info).into_response()
                 }
                 // `/fork` is the older name of the same route (both in the 1.32.2 spec; the real
-                // serve answers both alike, `tests/fake_fidelity.rs`).
+                // serve answers both alike, `tests/engine/fake_fidelity.rs`).
                 ("POST", ["branches"]) | ("POST", ["fork"]) => {
                     // A running machine not started branchable, in 1.32.2's words (compared
-                    // with the real guest in tests/fake_vs_engine.rs); one not running, in the
+                    // with the real guest in tests/guest/fake_vs_engine.rs); one not running, in the
                     // older source's.
                     if info["state"] == json!("running") && info["branchable"] != json!(true) {
                         return api_error(
@@ -1191,7 +1191,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     };
                     // A machine that has booted and whose log is empty (a bare machine's
                     // workload) answers an empty stream; only one never started has no log
-                    // (both seen on the real 1.32.2 guest, tests/fake_vs_engine.rs).
+                    // (both seen on the real 1.32.2 guest, tests/guest/fake_vs_engine.rs).
                     let empty = Vec::new();
                     let lines = match logs.get(&name) {
                         Some(lines) => lines,
@@ -1210,7 +1210,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     // and observed on it): like `tail -n`, 0 is no line at all; over
                     // 10000 is a 400 ("tail value N exceeds maximum of 10000", pieced from
                     // `strings` on the pinned binary), asked after the no-logs 404 as the real
-                    // serve does for a never-started machine (tests/real_serve.rs); without
+                    // serve does for a never-started machine (tests/engine/real_serve.rs); without
                     // `tail` and without follow, only the first 64 KiB of the log (cut here at
                     // a line end).
                     let tail = query_param(parts.uri.query(), "tail");
@@ -1250,7 +1250,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 // smolvm 1.32.2 `get_machine_egress_events` (vendored spec; the handler is not
                 // in the searched sources): the newest `limit` (default 200) refusals, oldest
                 // first; a `limit` that is not a whole number is axum's plain-text 400 (both
-                // observed on the real serve, tests/egress.rs).
+                // observed on the real serve, tests/clients/egress.rs).
                 ("GET", ["egress-events"]) => {
                     if st.egress_events_fail {
                         return api_error(
@@ -1303,7 +1303,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
 /// Both exec routes: `autoStart` (default true) starts a machine whose VM is not there
 /// (created, stopped, failed) for the command; without it such a machine is refused, in the
 /// engine's words (the exec handler's `require_running`; both routes answered so on the real
-/// 1.32.2 serve, compared in tests/fake_vs_engine.rs). A suspended or unreachable machine's VM
+/// 1.32.2 serve, compared in tests/guest/fake_vs_engine.rs). A suspended or unreachable machine's VM
 /// is still there: the command goes to it.
 fn require_running(st: &mut FakeState, name: &str, body: &Value) -> Option<Response> {
     let machine = st.machines.get_mut(name)?;

@@ -22,3 +22,19 @@ pub async fn read_all(stream: smol_mcp::fleet::FileStream) -> (Option<u64>, Vec<
     }
     (size, bytes)
 }
+
+/// A process's stderr with the tracing timestamp that starts a line
+/// (`2026-12-04T13:03:02.146568Z`) written `[time]`, so that a refusal it logs can be pinned
+/// whole; a line that starts with anything else is left as it is.
+pub fn without_timestamps(stderr: &str) -> String {
+    stderr
+        .lines()
+        .map(|line| match line.split_once(' ') {
+            Some((stamp, rest)) if chrono::DateTime::parse_from_rfc3339(stamp).is_ok() => {
+                format!("[time] {rest}")
+            }
+            _ => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,1327 @@
+//! The tools on real booted guests: the pinned smolvm 1.32.2 engine nested in a QEMU TCG machine
+//! (`scripts/nested-engine.sh`, brought up by scripts/test.sh), reached as `SMOL_LOCAL_URL`.
+//! Every guest-side promise the README and docs/tools.md make is checked here against the engine itself: exec,
+//! files, the output cap on both exec paths, timeouts, logs, streaming, jobs, branch, run-once,
+//! cancellation, the egress report, starts, the deadlines past 300 s, and one whole session under
+//! each real client (Python `mcp`, the TypeScript SDK) over stdio and HTTP. What the fakes claim
+//! of the engine is compared with its answers in `tests/guest/fake_vs_engine.rs`.
+//!
+//! Boots take seconds here (4 to 20 s) and are serialised (`nested::serial`); machines are made
+//! without an image (the engine's bundled Alpine, no registry) unless the test is about images,
+//! which use the busybox archive the script builds from packages.
+
+use crate::common::mcp::Harness;
+use crate::common::nested::{nested, serial};
+use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use smol_mcp::protocol::Protocol;
+use smol_mcp::protocol::server::SmolMcp;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const READY_SECS: &str = "180";
+
+async fn harness(extra: &[(&str, &str)]) -> Harness {
+    let url = nested().url;
+    let mut env = vec![
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+        ("SMOL_MCP_MAX_OUTPUT_BYTES", "4096"),
+    ];
+    env.extend_from_slice(extra);
+    Harness::start(&env).await
+}
+
+/// How the engine says a boot died under TCG: it gave up waiting ("no boot progress": a starved
+/// guest can miss its 30 s cut), or the new VM exited before its agent answered.
+const BOOT_FAILED: [&str; 3] = [
+    "no boot progress",
+    "before the agent was ready",
+    "io operation failed: connection closed",
+];
+
+/// create-machine, tried once more when the engine gave up on the boot ("no boot progress":
+/// under TCG a starved guest can miss the engine's 30 s cut), saying so in the output.
+async fn create(h: &Harness, args: Value) -> Value {
+    let first = h.call("create-machine", args.clone()).await;
+    if !first.is_error {
+        return first.structured;
+    }
+    let boot_failed = BOOT_FAILED.iter().any(|why| first.text.contains(why));
+    assert!(boot_failed, "create-machine failed: {}", first.text);
+    eprintln!(
+        "booted_guest: a boot failed under TCG; creating once more: {}",
+        first.text
+    );
+    h.ok("create-machine", args).await
+}
+
+async fn cleanup(h: &Harness) {
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
+}
+
+/// The machines the engine itself lists, by name.
+async fn engine_machines() -> Vec<String> {
+    let list: Value = crate::common::nested::rest()
+        .get(format!("{}/api/v1/machines", nested().url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    list["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// An MCP client that keeps every progress notification, with when it arrived.
+#[derive(Clone, Default)]
+struct Recorder {
+    progress: Arc<Mutex<Vec<(Instant, ProgressNotificationParam)>>>,
+}
+
+impl ClientHandler for Recorder {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push((Instant::now(), params));
+    }
+}
+
+/// The server in process with a [`Recorder`] as its client.
+async fn recorded(
+    extra: &[(&str, &str)],
+) -> (
+    Recorder,
+    RunningService<RoleClient, Recorder>,
+    Arc<Protocol>,
+) {
+    let url = nested().url;
+    let runtime = tempfile::tempdir().unwrap().keep();
+    let mut env = vec![
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+    ];
+    env.extend_from_slice(extra);
+    let protocol = Protocol::start(crate::common::mcp::config(&env, &runtime.join("rt"))).unwrap();
+    let server = SmolMcp::new(protocol.clone(), "booted-recorded".to_owned());
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let recorder = Recorder::default();
+    let client = recorder.clone().serve(client_io).await.unwrap();
+    (recorder, client, protocol)
+}
+
+/// A tool call (rmcp's client gives every request a progress token of its own); the structured
+/// result, or the error text.
+async fn call_with_progress(
+    client: &RunningService<RoleClient, Recorder>,
+    tool: &str,
+    args: Value,
+) -> Result<Value, String> {
+    let Value::Object(map) = args else {
+        panic!("arguments must be an object")
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
+        .await
+        .unwrap();
+    let text: Vec<String> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    if result.is_error == Some(true) {
+        Err(text.join("\n"))
+    } else {
+        Ok(result.structured_content.unwrap_or(Value::Null))
+    }
+}
+
+/// A command longer than the engine's 300 s request deadline, on both exec routes: 1.32.2 does
+/// not bound exec or exec/stream (seen: 321 s and 331 s execs answered whole), so the server no
+/// longer refuses a timeout over 290 s. Named to start first: it holds the serial lock only
+/// while its machine boots, then waits its 5 minutes beside the other tests.
+#[tokio::test]
+async fn a_305_s_command_past_the_engines_300_s_request_deadline_answers_whole() {
+    let (h, name) = {
+        let _one_at_a_time = serial().await;
+        let h = harness(&[]).await;
+        let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+        let name = created["machine"]["name"].as_str().unwrap().to_owned();
+        (h, name)
+    };
+    let plain = h.call(
+        "run-command",
+        json!({"name": name, "command": "sleep 305; echo plain done", "timeoutSecs": 330, "stdin": ""}),
+    );
+    let (_recorder, client, protocol) = recorded(&[]).await;
+    let streamed = call_with_progress(
+        &client,
+        "run-command",
+        json!({"name": name, "command": "echo begun; sleep 305; echo streamed done", "timeoutSecs": 330}),
+    );
+    let (plain, streamed) = tokio::join!(plain, streamed);
+    assert!(!plain.is_error, "{}", plain.text);
+    assert_eq!(plain.structured["stdout"], "plain done\n");
+    let streamed = streamed.unwrap();
+    assert_eq!(streamed["stdout"], "begun\nstreamed done\n", "{streamed}");
+    drop(protocol);
+    let _one_at_a_time = serial().await;
+    cleanup(&h).await;
+}
+
+/// A machine without an image (the engine's bundled Alpine, no pull): commands, stdin, env and
+/// workdir, files, the spill of long output, timeouts in the VM path's form, the VM path's
+/// 500 past the 11 MiB cap, a directory and a missing file, both logs, and run-once.
+#[tokio::test]
+async fn a_bare_machine_runs_commands_files_logs_and_run_once() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 512})).await;
+    assert_eq!(created["ready"], true, "{created}");
+    assert_eq!(created["machine"]["image"], Value::Null, "{created}");
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "cat /etc/alpine-release >/dev/null && echo out; echo err >&2; exit 42"}),
+        )
+        .await;
+    assert_eq!(
+        (
+            r["exitCode"].as_i64(),
+            r["stdout"].as_str(),
+            r["stderr"].as_str()
+        ),
+        (Some(42), Some("out\n"), Some("err\n"))
+    );
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": ["cat"], "stdin": "piped"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "piped");
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "echo $GREETING; pwd", "env": {"GREETING": "hi"}, "workdir": "/tmp"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "hi\n/tmp\n");
+
+    h.ok(
+        "write-file",
+        json!({"name": name, "path": "/root/a.bin", "content": "AAEC/w==", "encoding": "base64"}),
+    )
+    .await;
+    let (_, back) = h
+        .read(json!({"name": name, "path": "/root/a.bin", "encoding": "base64"}))
+        .await;
+    assert_eq!(back, "AAEC/w==");
+
+    let big = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "yes a | head -c 20000"}),
+        )
+        .await;
+    assert_eq!(big["truncated"], true);
+    let spilled = big["overflow"][0]["path"].as_str().unwrap();
+    let whole = h
+        .ok(
+            "read-file",
+            json!({"name": name, "path": spilled, "length": 100}),
+        )
+        .await;
+    assert_eq!(whole["size"], 20000);
+
+    let timed = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "sleep 30", "timeoutSecs": 1}),
+        )
+        .await;
+    assert_eq!(
+        (timed["exitCode"].as_i64(), timed["timedOut"].as_bool()),
+        (Some(124), Some(true)),
+        "{timed}"
+    );
+    let own = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "exit 124", "timeoutSecs": 30}),
+        )
+        .await;
+    assert_eq!(own["timedOut"], false, "{own}");
+
+    // The VM path past the cap: the plain exec (stdin given) answers the agent's 500 with none
+    // of the output, an error saying where to put it. (The streamed exec past the cap is left to
+    // the fake: on the nested engine it took the serve down mid-stream once in four runs.)
+    let twelve_mib = "head -c 12582912 /dev/zero | tr '\\0' x";
+    let over = h
+        .call(
+            "run-command",
+            json!({"name": name, "command": twelve_mib, "timeoutSecs": 120, "stdin": ""}),
+        )
+        .await;
+    assert!(over.is_error, "{}", &over.text[..over.text.len().min(300)]);
+    assert!(
+        over.text.contains("cap of 11 MiB per stream"),
+        "{}",
+        over.text
+    );
+
+    let directory = h
+        .err("read-file", json!({"name": name, "path": "/etc"}))
+        .await;
+    assert!(directory.contains("is a directory"), "{directory}");
+    let missing = h
+        .err("read-file", json!({"name": name, "path": "/no/such/file"}))
+        .await;
+    assert!(missing.starts_with("NOT_FOUND"), "{missing}");
+
+    // Logs: a bare machine has no workload, which the answer says; the engine's log has this
+    // test's commands and none of the server's own (its readiness probes ran at create).
+    let workload = h.ok("machine-logs", json!({"name": name})).await;
+    assert_eq!(workload["lines"], json!([]), "{workload}");
+    assert!(
+        workload["note"]
+            .as_str()
+            .unwrap()
+            .contains("printed nothing"),
+        "{workload}"
+    );
+    let engine = h
+        .ok(
+            "machine-logs",
+            json!({"name": name, "source": "engine", "tail": 10000}),
+        )
+        .await;
+    let lines: Vec<&str> = engine["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("head -c 12582912")),
+        "the agent's own commands are in the engine's log: {lines:?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("smol-mcp-internal") || l.contains("ready-")),
+        "none of the server's probes: {lines:?}"
+    );
+    let after = h
+        .ok(
+            "machine-logs",
+            json!({"name": name, "source": "engine", "cursor": engine["cursor"]}),
+        )
+        .await;
+    for line in after["lines"].as_array().unwrap() {
+        assert!(
+            !lines.contains(&line.as_str().unwrap()) || after["gap"] == true,
+            "{line} came twice"
+        );
+    }
+
+    let once = h
+        .ok(
+            "run-once",
+            json!({"command": ["echo", "hello"], "cpus": 1, "memoryMb": 256}),
+        )
+        .await;
+    assert_eq!(once["stdout"], "hello\n");
+    assert!(
+        !engine_machines()
+            .await
+            .contains(&once["machine"].as_str().unwrap().to_owned())
+    );
+    cleanup(&h).await;
+    assert!(
+        !engine_machines().await.contains(&name),
+        "the session's machine is gone"
+    );
+}
+
+/// A machine from an image runs execs in a container: there the agent stops reading at the cap
+/// and the engine answers 200 with about 11 MiB and exit 141 (SIGPIPE), which the server
+/// refuses; and a pull into such a machine answers success for any reference without pulling
+/// (`digest: packed`, `size: 0`), which the server refuses too.
+#[tokio::test]
+async fn an_image_machine_s_cut_output_and_fake_pulls_are_errors() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let image = nested().busybox_image;
+    let created = create(&h, json!({"image": image, "cpus": 1, "memoryMb": 512})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "echo in busybox"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "in busybox\n");
+    // The plain exec (stdin given): the container path's 200 with exit 141.
+    let over = h
+        .call(
+            "run-command",
+            json!({"name": name, "command": "head -c 12582912 /dev/zero | tr '\\0' x", "timeoutSecs": 120, "stdin": ""}),
+        )
+        .await;
+    assert!(
+        over.is_error,
+        "an ordinary result: {}",
+        &over.text[..over.text.len().min(300)]
+    );
+    assert!(
+        over.text.contains("SIGPIPE") && over.text.contains("read-file"),
+        "{}",
+        over.text
+    );
+    let pulled = h
+        .err(
+            "pull-image",
+            json!({"name": name, "image": "doesnotexist.invalid/foo/bar:1"}),
+        )
+        .await;
+    assert!(
+        pulled.starts_with("UNSUPPORTED") && pulled.contains("pulled nothing"),
+        "{pulled}"
+    );
+    cleanup(&h).await;
+}
+
+/// A stopped machine: run-command starts it first and reports the boot as progress; then
+/// start-machine with wait false answers while it boots (state starting), and it comes up.
+#[tokio::test]
+async fn a_stopped_machine_reports_its_boot_and_starts_without_waiting() {
+    let _one_at_a_time = serial().await;
+    let (recorder, client, protocol) = recorded(&[]).await;
+    let created = call_with_progress(
+        &client,
+        "create-machine",
+        json!({"cpus": 1, "memoryMb": 256}),
+    )
+    .await
+    .unwrap();
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    call_with_progress(&client, "stop-machine", json!({"name": name}))
+        .await
+        .unwrap();
+    recorder.progress.lock().unwrap().clear();
+    let mut began = Instant::now();
+    let run = json!({"name": name, "command": "echo up"});
+    let r = match call_with_progress(&client, "run-command", run.clone()).await {
+        Ok(r) => r,
+        // The boot the exec started died under TCG (seen once in CI: the new VM exited at once
+        // and the engine answered "connection closed"); as create does, once more, saying so.
+        Err(e) if BOOT_FAILED.iter().any(|why| e.contains(why)) => {
+            eprintln!("booted_guest: a boot failed under TCG; running once more: {e}");
+            recorder.progress.lock().unwrap().clear();
+            began = Instant::now();
+            call_with_progress(&client, "run-command", run)
+                .await
+                .unwrap()
+        }
+        Err(e) => panic!("run-command on the stopped machine: {e}"),
+    };
+    assert_eq!(
+        (r["stdout"].as_str(), r["startedMachine"].as_bool()),
+        (Some("up\n"), Some(true)),
+        "{r}"
+    );
+    let progress = recorder.progress.lock().unwrap().clone();
+    let booting: Vec<_> = progress
+        .iter()
+        .filter(|(_, p)| {
+            p.message
+                .as_deref()
+                .is_some_and(|m| m.contains(&format!("machine {name} to start")))
+        })
+        .collect();
+    assert!(
+        !booting.is_empty(),
+        "progress while it booted ({:?} in all): {progress:?}",
+        began.elapsed()
+    );
+
+    call_with_progress(&client, "stop-machine", json!({"name": name}))
+        .await
+        .unwrap();
+    let asked = Instant::now();
+    let started = call_with_progress(
+        &client,
+        "start-machine",
+        json!({"name": name, "wait": false}),
+    )
+    .await
+    .unwrap();
+    let answered = asked.elapsed();
+    assert_eq!(started["ready"], false, "{started}");
+    assert_eq!(
+        started["machine"]["state"], "starting",
+        "answered before the boot: {started}"
+    );
+    let got = call_with_progress(&client, "get-machine", json!({"name": name}))
+        .await
+        .unwrap();
+    assert_ne!(got["state"], "stopped", "{got}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = call_with_progress(&client, "get-machine", json!({"name": name}))
+            .await
+            .unwrap();
+        if m["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never came up: {m}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let booted = asked.elapsed();
+    assert!(
+        answered < booted,
+        "answered in {answered:?}, booted in {booted:?}"
+    );
+    call_with_progress(&client, "delete-machine", json!({"name": name}))
+        .await
+        .unwrap();
+    drop(protocol);
+}
+
+/// Jobs in the guest's busybox: one read by cursor to its exit status, one cancelled with its
+/// child (none left), and the job's ledger row without the server's own marker among its
+/// environment names and without the value of the one the agent set.
+#[tokio::test]
+async fn background_jobs_run_are_read_cancelled_and_recorded() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let started = h
+        .ok(
+            "run-command",
+            json!({"name": name, "background": true, "env": {"TOKEN": "s3cr3t-value-xyz"},
+                   "command": "for i in 1 2 3; do echo \"line $i é\"; sleep 1; done; exit 4"}),
+        )
+        .await;
+    let job = started["job"].as_str().unwrap().to_owned();
+    let mut cursor = "0:0".to_owned();
+    let mut stdout = String::new();
+    let last = loop {
+        let r = h
+            .ok(
+                "job-output",
+                json!({"job": job, "cursor": cursor, "waitSecs": 5}),
+            )
+            .await;
+        stdout.push_str(r["stdout"].as_str().unwrap());
+        cursor = r["cursor"].as_str().unwrap().to_owned();
+        if r["state"] != "running" && r["more"] == false {
+            break r;
+        }
+    };
+    assert_eq!(stdout, "line 1 é\nline 2 é\nline 3 é\n", "{last}");
+    assert_eq!(
+        (last["state"].as_str(), last["exitCode"].as_i64()),
+        (Some("exited"), Some(4))
+    );
+
+    let sleeper = h
+        .ok(
+            "run-command",
+            json!({"name": name, "background": true, "command": "sleep 300 & sleep 301"}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cancelled = h.ok("cancel-job", json!({"job": sleeper["job"]})).await;
+    assert_eq!(cancelled["state"], "cancelled");
+    let ps = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "ps -o args | grep -c '^sleep 30[01]' || true"}),
+        )
+        .await;
+    assert_eq!(ps["stdout"].as_str().unwrap().trim(), "0", "{ps}");
+
+    h.protocol.policy.ledger.flush().await;
+    let runs = h.resource("smol://runs").await;
+    // The runs list writes ids as strings; the job's answer, as the number or the string.
+    let run_id = started["run"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| started["run"].to_string());
+    let row = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"].as_str() == Some(run_id.as_str()))
+        .unwrap_or_else(|| panic!("no row for the job: {runs}"))
+        .clone();
+    let detail = h
+        .resource(&format!("smol://runs/{}", row["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(detail["envNames"], json!(["TOKEN"]), "{detail}");
+    let db = std::fs::read_dir(h.runtime.path().join("rt")).unwrap();
+    for file in db {
+        let bytes = std::fs::read(file.unwrap().path()).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("s3cr3t-value-xyz"),
+            "the value is in the runtime dir"
+        );
+    }
+    cleanup(&h).await;
+}
+
+/// The egress report on an allow-listed machine: a refused connect, and a name outside
+/// allowHosts refused at lookup (`resolve`), each in the report of the command that made it
+/// even when the two commands run back to back in the same second.
+#[tokio::test]
+async fn refused_egress_is_reported_to_the_command_that_made_it() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(
+        &h,
+        json!({"cpus": 1, "memoryMb": 256, "allowHosts": ["example.org"]}),
+    )
+    .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let refused = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "wget -q -T 3 -O /dev/null http://1.1.1.1/"}),
+        )
+        .await;
+    assert_ne!(refused["exitCode"], 0, "{refused}");
+    assert_eq!(
+        refused["blockedEgress"],
+        json!([{"host": "1.1.1.1", "port": 80, "operation": "connect", "count": 1}]),
+        "{refused}"
+    );
+    let unresolved = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "wget -q -T 3 -O /dev/null http://example.com/"}),
+        )
+        .await;
+    assert_ne!(unresolved["exitCode"], 0, "{unresolved}");
+    let report = unresolved["blockedEgress"].as_array().unwrap();
+    assert!(
+        report
+            .iter()
+            .all(|b| b["host"] == "example.com" && b["operation"] == "resolve"),
+        "only its own refusals, none of the previous command's: {unresolved}"
+    );
+    cleanup(&h).await;
+}
+
+/// Branch a running machine: the child has the source's disk, /tmp and running processes; the
+/// source of a live child refuses delete; the session's end deletes both.
+#[tokio::test]
+async fn a_branch_copies_disk_and_processes_and_the_session_end_deletes_both() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256, "branchable": true})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    h.ok(
+        "run-command",
+        json!({"name": name, "command": "echo state > /root/s; echo tmp > /tmp/t"}),
+    )
+    .await;
+    h.ok(
+        "run-command",
+        json!({"name": name, "background": true, "command": "sleep 999"}),
+    )
+    .await;
+    let child_name = format!("mcp-child-{}", &name[4..]);
+    let child = h
+        .ok(
+            "branch-machine",
+            json!({"name": name, "childName": child_name}),
+        )
+        .await;
+    assert_eq!(child["ready"], true, "{child}");
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": child_name, "command": "cat /root/s /tmp/t; ps -o args | grep -c '^sleep 999'"}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "state\ntmp\n1\n", "{r}");
+    let refused = crate::common::nested::rest()
+        .delete(format!("{}/api/v1/machines/{name}", nested().url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 409, "a live child's source");
+    cleanup(&h).await;
+    let left = engine_machines().await;
+    assert!(
+        !left.contains(&name) && !left.contains(&child_name),
+        "{left:?}"
+    );
+}
+
+/// A cancelled run-command's command, and what it started, is killed in the guest.
+#[tokio::test]
+async fn a_cancelled_command_is_killed_in_the_guest() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let Value::Object(args) =
+        json!({"name": name, "command": "sleep 271 & sleep 272", "timeoutSecs": 280})
+    else {
+        panic!()
+    };
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("run-command").with_arguments(args),
+    ));
+    let handle = h
+        .client
+        .peer()
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    handle.cancel(Some("test".into())).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ps = h
+            .ok(
+                "run-command",
+                json!({"name": name, "command": "ps -o args"}),
+            )
+            .await;
+        let listing = ps["stdout"].as_str().unwrap().to_owned();
+        if !listing.contains("sleep 271") && !listing.contains("sleep 272") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still running: {listing}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    cleanup(&h).await;
+}
+
+/// The engine's exec/stream is live: the first line arrives seconds before the end, and a CR
+/// comes back as it was.
+#[tokio::test]
+async fn the_engines_exec_stream_is_live() {
+    use smol_mcp::fleet::transport::LocalEndpoint;
+    use smol_mcp::fleet::{Command, ExecSpec, FleetApi, LocalFleet};
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let fleet = LocalFleet::new(LocalEndpoint::parse(&nested().url).unwrap()).unwrap();
+    let (sender, mut pieces) = tokio::sync::mpsc::unbounded_channel();
+    let spec = ExecSpec::new(Command::Shell(
+        "echo first; sleep 3; printf 'a\\r\\nb'".into(),
+    ));
+    let began = Instant::now();
+    let machine = name.clone();
+    let run = tokio::spawn(async move { fleet.exec_streamed(&machine, &spec, &sender).await });
+    let first = pieces.recv().await.unwrap();
+    let first_at = began.elapsed();
+    let out = run.await.unwrap().unwrap();
+    let ended_at = began.elapsed();
+    assert_eq!(first.text, "first\n");
+    assert!(
+        ended_at - first_at > Duration::from_secs(2),
+        "first {first_at:?}, end {ended_at:?}"
+    );
+    assert_eq!(out.stdout, b"first\na\r\nb");
+    cleanup(&h).await;
+}
+
+/// With a serve at `localUrl`, smol://targets and doctor report that serve's own facts (its
+/// health answer), not this host's KVM or engine binary; and doctor boots a guest there.
+#[tokio::test]
+async fn targets_and_doctor_describe_the_named_serve() {
+    // doctor boots a machine of its own on the engine.
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let t = h.resource("smol://targets").await;
+    let local = &t["fleets"][0];
+    assert_eq!(local["serve"]["named"], true, "{local}");
+    assert_eq!(local["serve"]["answering"], true, "{local}");
+    assert_eq!(local["engine"]["version"], "1.32.2", "{local}");
+    assert_eq!(local["hypervisor"], Value::Null, "not this host's: {local}");
+    assert_eq!(local["usable"], true, "{local}");
+    let rt = tempfile::tempdir().unwrap();
+    let url = nested().url;
+    let env = crate::common::stdio::server_env(
+        rt.path(),
+        &[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+        ],
+    );
+    let out = std::process::Command::new(crate::common::stdio::SERVER)
+        .arg("doctor")
+        .env_clear()
+        .envs(env)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("answering at") && text.contains("SMOL_LOCAL_URL"),
+        "{text}"
+    );
+    assert!(!text.contains("/dev/kvm"), "{text}");
+    // A real boot on the real engine: the bundled Alpine, one command, the time it took.
+    assert!(
+        text.contains("booted the engine's bundled Alpine and ran `uname -sr` (Linux"),
+        "{text}"
+    );
+}
+
+/// One whole session under each real client, over each transport, on the real guest.
+async fn client_session(program: &str, script: &str, transport: &str) {
+    let _one_at_a_time = serial().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = nested().url;
+    // Small machines: the nested engine's guests share its 8 GiB, and a session holds three.
+    let vars = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+        ("SMOL_MCP_MACHINE_LEASE_SECS", "20"),
+        ("SMOL_MCP_CPUS", "1"),
+        ("SMOL_MCP_MEMORY_MB", "512"),
+    ];
+    let mut server = None;
+    let plan = if transport == "stdio" {
+        let env = crate::common::stdio::server_env(rt.path(), &vars);
+        json!({"transport": "stdio", "server": crate::common::stdio::SERVER,
+               "env": crate::common::clients::env_object(env), "engineUrl": url, "mode": "legacy"})
+    } else {
+        let token = "booted-session-token";
+        let http = crate::common::clients::HttpServer::spawn(rt.path(), token, &vars).await;
+        let plan = json!({"transport": "http", "url": http.url, "token": token,
+                          "engineUrl": url, "mode": "legacy"});
+        server = Some(http);
+        plan
+    };
+    let mut report =
+        crate::common::clients::run_client_for(program, script, &plan, Duration::from_secs(420))
+            .await;
+    // An engine fault under TCG (a boot that exits before its agent is ready, a fork whose
+    // agent connection closes: each seen once in a few dozen sessions here) is the engine's,
+    // not the server's: the session is run once more, and the output says so.
+    let engine_fault = |report: &Value| {
+        report["steps"].as_object().is_some_and(|steps| {
+            steps.values().any(|s| {
+                s["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("HTTP 500") && e.contains("agent"))
+            })
+        })
+    };
+    if engine_fault(&report) {
+        eprintln!(
+            "booted_guest: an engine fault in the {script} session over {transport}; running it once more: {report}"
+        );
+        report = crate::common::clients::run_client_for(
+            program,
+            script,
+            &plan,
+            Duration::from_secs(420),
+        )
+        .await;
+    }
+    if let Some(mut http) = server {
+        http.child.start_kill().unwrap();
+        http.child.wait().await.unwrap();
+    }
+    let steps = &report["steps"];
+    for step in [
+        "initialize",
+        "tools",
+        "create",
+        "progress",
+        "job",
+        "files",
+        "logs",
+        "branch",
+        "runOnce",
+        "end",
+    ] {
+        assert_eq!(
+            steps[step]["ok"], true,
+            "{script} over {transport}, step {step}: {}",
+            steps[step]
+        );
+    }
+    assert_eq!(
+        steps["job"]["stdout"], "job 1\njob 2\njob 3\n",
+        "{}",
+        steps["job"]
+    );
+    assert_eq!(steps["job"]["exitCode"], 3, "{}", steps["job"]);
+    assert_eq!(steps["end"]["remaining"], json!([]), "{}", steps["end"]);
+    assert_eq!(report["ok"], true, "{report}");
+}
+
+#[tokio::test]
+async fn a_session_under_the_python_client_over_stdio() {
+    client_session("python", "booted_session.py", "stdio").await;
+}
+
+#[tokio::test]
+async fn a_session_under_the_python_client_over_http() {
+    client_session("python", "booted_session.py", "http").await;
+}
+
+#[tokio::test]
+async fn a_session_under_the_typescript_sdk_over_stdio() {
+    client_session("node", "booted_session.mjs", "stdio").await;
+}
+
+#[tokio::test]
+async fn a_session_under_the_typescript_sdk_over_http() {
+    client_session("node", "booted_session.mjs", "http").await;
+}
+
+/// A server of this host that the nested guests reach as 10.0.2.2 (QEMU's user network), run by
+/// `tests/clients/host_server.py`, with the events it recorded: requests, and for TLS each
+/// handshake's server name.
+struct HostServer {
+    child: tokio::process::Child,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl HostServer {
+    async fn start(port: u16, tls_names: Option<&[&str]>) -> HostServer {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/host_server.py");
+        let mut command = tokio::process::Command::new("python3");
+        command.arg(&script).arg(port.to_string()).arg(&log);
+        if let Some(names) = tls_names {
+            let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+            let san: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+            let made = std::process::Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                ])
+                .arg(format!("/CN={}", names[0]))
+                .arg("-addext")
+                .arg(format!("subjectAltName={}", san.join(",")))
+                .arg("-keyout")
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert)
+                .output()
+                .unwrap();
+            assert!(made.status.success(), "openssl: {made:?}");
+            command.arg(&cert).arg(&key);
+        }
+        let child = command.kill_on_drop(true).spawn().unwrap();
+        let server = HostServer {
+            child,
+            log,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !server.events().iter().any(|e| e["event"] == "listening") {
+            assert!(
+                Instant::now() < deadline,
+                "the host server did not listen on port {port} (443 needs root)"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for HostServer {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Credential bindings on the real 1.32.2 guest. The workload holds only the placeholder (in
+/// its variable; the value is in none of its files). A request to the binding's host on 443 is
+/// taken by the engine's interceptor, which goes upstream only with a value to put in it: the
+/// host server sees a TLS handshake for that name (the engine's outbound path then refuses the
+/// test server's self-signed certificate, and 1.32.2 has no way to make it accept one, so the
+/// request itself is not seen in clear); a machine the engine has no value for makes no such
+/// handshake. A request to any other host carries the placeholder, not the value.
+#[tokio::test]
+async fn credentials_reach_only_their_hosts_on_the_real_guest() {
+    const VALUE: &str = "booted-secret-4d1f9a77c0";
+    let _one_at_a_time = serial().await;
+    let server = HostServer::start(443, Some(&["creds.smol.test", "other.smol.test"])).await;
+    let bindings = json!([{"name": "tok", "env": "TOK", "hosts": ["creds.smol.test"], "fromEnv": "SMOL_BOOTED_TOKEN"}])
+        .to_string();
+    let h = harness(&[
+        ("SMOL_MCP_CREDENTIALS", &bindings),
+        ("SMOL_BOOTED_TOKEN", VALUE),
+    ])
+    .await;
+    let created = create(
+        &h,
+        json!({"cpus": 1, "memoryMb": 256, "allowCidrs": ["10.0.2.2/32"], "credentials": ["tok"], "branchable": true}),
+    )
+    .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let hosts = "echo '10.0.2.2 creds.smol.test other.smol.test' >> /etc/hosts";
+    // The workload: the placeholder in its variable, the value nowhere in its files (the
+    // server would show a value it printed as the binding's name).
+    let seen = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": format!("{hosts}; echo \"$TOK\"; grep -rlF '{VALUE}' /etc /root /tmp /run /var 2>/dev/null; true")}),
+        )
+        .await;
+    let stdout = seen["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("SMOL_PLACEHOLDER_TOK_"), "{seen}");
+    assert_eq!(stdout.lines().count(), 1, "a file holds the value: {seen}");
+    let placeholder = stdout.trim().to_owned();
+
+    let request = |host: &str, path: &str| {
+        format!(
+            "wget -S -q -T 20 -O- --no-check-certificate --header \"Authorization: Bearer $TOK\" https://{host}/{path} 2>&1; true"
+        )
+    };
+    let bound = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": request("creds.smol.test", "bound")}),
+        )
+        .await;
+    assert!(bound["stdout"].as_str().unwrap().contains("502"), "{bound}");
+    let other = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": request("other.smol.test", "other")}),
+        )
+        .await;
+    assert!(
+        other["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the host"),
+        "{other}"
+    );
+    let events = server.events();
+    let handshakes: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "handshake" && e["sni"] == "creds.smol.test")
+        .collect();
+    assert!(
+        !handshakes.is_empty(),
+        "the engine went upstream for the bound host: {events:?}"
+    );
+    assert!(
+        !events.iter().any(|e| e["path"] == "/bound"),
+        "the bound request was not seen in clear: {events:?}"
+    );
+    let to_other: Vec<&Value> = events.iter().filter(|e| e["path"] == "/other").collect();
+    assert_eq!(to_other.len(), 1, "{events:?}");
+    assert_eq!(to_other[0]["auth"], format!("Bearer {placeholder}"));
+    assert!(!serde_json::to_string(&events).unwrap().contains(VALUE));
+
+    // A branch child has the source's binding and its value from the branch on (1.32.2 gives
+    // it the source's; the server records the child's bindings for its later boots).
+    let child = "mcp-cred-child";
+    h.ok("branch-machine", json!({"name": name, "childName": child}))
+        .await;
+    let before = server.events().len();
+    let from_child = h
+        .ok(
+            "run-command",
+            json!({"name": child, "command": request("creds.smol.test", "child")}),
+        )
+        .await;
+    assert!(
+        from_child["stdout"].as_str().unwrap().contains("502"),
+        "{from_child}"
+    );
+    let after: Vec<Value> = server.events().split_off(before);
+    assert!(
+        after
+            .iter()
+            .any(|e| e["event"] == "handshake" && e["sni"] == "creds.smol.test"),
+        "the child's request went upstream with the value: {after:?}"
+    );
+    assert_eq!(h.protocol.process().credentials.bound_to(child), ["tok"]);
+
+    // The contrast: the same binding on a machine the engine has no value for (made through
+    // its own API, no values supplied) goes nowhere upstream.
+    let url = nested().url;
+    let rest = crate::common::nested::rest();
+    let bare = "creds-novalue";
+    let made = rest
+        .post(format!("{url}/api/v1/machines"))
+        .json(&json!({"name": bare, "cpus": 1, "memoryMb": 256, "network": false,
+                      "allowedHosts": ["creds.smol.test"], "allowedCidrs": ["10.0.2.2/32"],
+                      "credentials": {"credentials": [{"name": "tok", "environment_variable": "TOK", "allowed_hosts": ["creds.smol.test"]}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(made.status().is_success(), "{made:?}");
+    let started = rest
+        .post(format!("{url}/api/v1/machines/{bare}/start"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert!(started.status().is_success(), "{started:?}");
+    let before = server.events().len();
+    let answer: Value = rest
+        .post(format!("{url}/api/v1/machines/{bare}/exec"))
+        .json(&json!({"command": ["sh", "-c", format!("{hosts}; {}", request("creds.smol.test", "novalue"))], "timeoutSecs": 60}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        answer["stdout"].as_str().unwrap().contains("502"),
+        "{answer}"
+    );
+    let after: Vec<Value> = server.events().split_off(before);
+    assert!(
+        !after.iter().any(|e| e["event"] == "handshake"),
+        "no value, no upstream: {after:?}"
+    );
+    let _ = rest
+        .delete(format!("{url}/api/v1/machines/{bare}"))
+        .send()
+        .await;
+    cleanup(&h).await;
+}
+
+/// A network "ask" machine on the real guest: a command refused two addresses; the user allows
+/// one and declines the other; the allowed one is reached on the retry (the engine took the
+/// addition on the running machine), the declined one stays refused and is not asked again.
+#[tokio::test]
+async fn the_user_widens_an_ask_machine_live_on_the_real_guest() {
+    let _one_at_a_time = serial().await;
+    let port = crate::common::real_serve::free_port();
+    let server = HostServer::start(port, None).await;
+    let url = nested().url;
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = Protocol::start(crate::common::mcp::config(
+        &[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+        ],
+        &runtime.path().join("rt"),
+    ))
+    .unwrap();
+    let server_side = SmolMcp::new(protocol.clone(), "booted-ask".to_owned());
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = server_side.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let user = crate::common::asker::User::new(true, vec!["10.0.2.2"]);
+    let questions = user.questions.clone();
+    let client = user.serve(client_io).await.unwrap();
+    let call = |tool: &'static str, args: Value| {
+        let client = &client;
+        async move {
+            let result = client
+                .call_tool(
+                    CallToolRequestParams::new(tool)
+                        .with_arguments(args.as_object().unwrap().clone()),
+                )
+                .await
+                .unwrap();
+            assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+            result.structured_content.unwrap()
+        }
+    };
+    let created = call(
+        "create-machine",
+        json!({"cpus": 1, "memoryMb": 256, "network": "ask"}),
+    )
+    .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let first = call(
+        "run-command",
+        json!({"name": name, "command": format!("wget -q -T 5 -O- http://10.0.2.2:{port}/first; r=$?; wget -q -T 5 -O- http://10.0.2.3:8080/; exit $r")}),
+    )
+    .await;
+    assert_ne!(first["exitCode"], 0, "{first}");
+    assert_eq!(
+        first["egressAnswer"],
+        json!({"allowed": ["10.0.2.2"], "declined": ["10.0.2.3"]}),
+        "{first}"
+    );
+    assert_eq!(questions.lock().unwrap().len(), 1);
+    let again = call(
+        "run-command",
+        json!({"name": name, "command": format!("wget -q -T 10 -O- http://10.0.2.2:{port}/second")}),
+    )
+    .await;
+    assert_eq!(again["exitCode"], 0, "{again}");
+    assert_eq!(again["stdout"], "hello from the host\n");
+    assert!(server.events().iter().any(|e| e["path"] == "/second"));
+    let still = call(
+        "run-command",
+        json!({"name": name, "command": "wget -q -T 5 -O- http://10.0.2.3:8080/"}),
+    )
+    .await;
+    assert_ne!(still["exitCode"], 0, "{still}");
+    assert_eq!(
+        still["egressAnswer"]["declined"],
+        json!(["10.0.2.3"]),
+        "{still}"
+    );
+    assert_eq!(questions.lock().unwrap().len(), 1, "not asked again");
+    let machine = call("get-machine", json!({"name": name})).await;
+    assert_eq!(machine["network"], "allow(10.0.2.2/32)", "{machine}");
+    let cleanup = protocol.process().cleanup_session("booted-ask").await;
+    assert!(cleanup.failed.is_empty(), "{cleanup:?}");
+}
+
+/// The engine's view of a pool (`None` once deleted).
+async fn engine_pool(name: &str) -> Option<Value> {
+    let answer = crate::common::nested::rest()
+        .get(format!("{}/api/v1/pools/{name}", nested().url))
+        .send()
+        .await
+        .unwrap();
+    if answer.status() == 404 {
+        return None;
+    }
+    Some(answer.json().await.unwrap())
+}
+
+async fn until_pool_ready(name: &str, ready: i64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let pool = engine_pool(name).await;
+        if pool
+            .as_ref()
+            .is_some_and(|p| p["ready"].as_i64() >= Some(ready))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pool {name} not ready with {ready} within {limit:?}: {pool:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Warm machines on the real engine: the server sets the operator's pool up at its first local
+/// call (a source booted branchable, its branchpoint declared, the engine's fork pool over it),
+/// an unnamed create-machine and a run-once of the pool's shape lease a ready clone (the
+/// answer says so), the lease's env reaches later commands, a machine of another shape is made
+/// cold, delete-machine completes the lease (the engine deletes the clone and refills), and the
+/// pool and its source go at the process's end. Neither the source nor a ready clone is listed.
+#[tokio::test]
+async fn warm_machines_come_from_the_pool_and_go_back() {
+    let _one_at_a_time = serial().await;
+    let pools = r#"[{"name": "bt", "size": 2, "cpus": 1, "memoryMb": 256}]"#;
+    let h = harness(&[("SMOL_MCP_POOLS", pools)]).await;
+    h.ok("list-machines", json!({})).await;
+    until_pool_ready("smolmcp-bt", 2, Duration::from_secs(300)).await;
+    let listed = h.ok("list-machines", json!({})).await;
+    assert!(
+        !listed.to_string().contains("smolmcp-"),
+        "the source and ready clones are not the agent's: {listed}"
+    );
+
+    let warm = h
+        .ok(
+            "create-machine",
+            json!({"cpus": 1, "memoryMb": 256, "env": {"JOB": "42"}}),
+        )
+        .await;
+    assert_eq!(warm["pool"], "bt", "{warm}");
+    assert_eq!(warm["ready"], true, "{warm}");
+    let name = warm["machine"]["name"].as_str().unwrap().to_owned();
+    assert!(name.starts_with("pool-smolmcp-bt-"), "{name}");
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "echo job=$JOB", "usage": true}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "job=42\n", "{r}");
+    assert!(r["usage"]["cpuMillis"].is_i64(), "the run's cost: {r}");
+
+    let once = h
+        .ok(
+            "run-once",
+            json!({"cpus": 1, "memoryMb": 256, "command": "echo once"}),
+        )
+        .await;
+    assert_eq!(
+        (once["stdout"].as_str(), once["pool"].as_str()),
+        (Some("once\n"), Some("bt")),
+        "{once}"
+    );
+
+    let cold = create(&h, json!({"cpus": 1, "memoryMb": 384})).await;
+    assert!(
+        cold.get("pool").is_none(),
+        "another shape is made cold: {cold}"
+    );
+
+    h.ok("delete-machine", json!({"name": name})).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine_machines().await.contains(&name) {
+        assert!(
+            Instant::now() < deadline,
+            "the completed lease's clone stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    until_pool_ready("smolmcp-bt", 2, Duration::from_secs(120)).await;
+
+    cleanup(&h).await;
+    let fleet = h
+        .protocol
+        .process()
+        .fleet(smol_mcp::fleet::FleetKind::Local)
+        .await
+        .unwrap();
+    h.protocol.process().pools.tear_down(&fleet).await;
+    assert!(engine_pool("smolmcp-bt").await.is_none());
+    assert!(
+        !engine_machines()
+            .await
+            .iter()
+            .any(|m| m.contains("smolmcp-")),
+        "the source and clones went with the pool"
+    );
+}

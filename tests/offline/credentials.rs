@@ -1,0 +1,351 @@
+//! Credential bindings against the fakes: an operator's secret an agent names at create and
+//! never sees. The machine is created with the binding (never its value), the value is
+//! supplied before every boot this server causes (a start, an exec that boots, a start after
+//! a restart of the server), the workload sees only the placeholder, and the value appears in
+//! no tool result, error, progress notification, ledger byte, request snapshot or log line of
+//! the server, even when a command prints it (as a server that echoes a request would).
+//! What the real engine does with the value is checked on the nested guest
+//! (tests/guest/booted_guest.rs).
+
+use crate::common::fake_cloud::{FakeCloud, TOKEN};
+use crate::common::fake_serve::FakeServe;
+use crate::common::mcp::Harness;
+use crate::common::stdio::{StdioServer, server_env};
+use serde_json::{Value, json};
+
+const SECRET: &str = "ghp_the-real-value-7f3a91c2";
+const FILE_SECRET: &str = "file-held-value-55e1d0";
+
+fn bindings(file: &std::path::Path) -> String {
+    json!([
+        {"name": "github", "env": "GH_TOKEN", "hosts": ["api.github.com"], "fromEnv": "SMOL_TEST_GH"},
+        {"name": "registry", "env": "REG_TOKEN", "hosts": ["*.registry.example.com"], "fromFile": file.display().to_string()},
+        {"name": "unset", "env": "UNSET_TOKEN", "hosts": ["unset.example.com"], "fromEnv": "SMOL_TEST_NEVER_SET"}
+    ])
+    .to_string()
+}
+
+/// A file holding `text`, which a command reads back, as a workload would print what a server
+/// echoed: the value reaches the output without being in any argument.
+fn echo_file(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
+}
+
+fn secret_file() -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), format!("{FILE_SECRET}\n")).unwrap();
+    file
+}
+
+/// Fails when `value` appears anywhere in `haystack`.
+fn assert_nowhere(what: &str, haystack: &str) {
+    for secret in [SECRET, FILE_SECRET] {
+        assert!(
+            !haystack.contains(secret),
+            "{what} holds a credential value: {haystack}"
+        );
+    }
+}
+
+fn puts(fake: &FakeServe) -> Vec<Value> {
+    fake.take_requests()
+        .into_iter()
+        .filter(|r| r["method"] == "PUT")
+        .collect()
+}
+
+#[tokio::test]
+async fn a_machine_made_with_credentials_sees_placeholders_and_gets_the_values_at_each_boot() {
+    let fake = FakeServe::start_guest_shell().await;
+    let file = secret_file();
+    let url = fake.url();
+    let credentials = bindings(file.path());
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", &url),
+        ("SMOL_MCP_CREDENTIALS", &credentials),
+        ("SMOL_TEST_GH", SECRET),
+    ])
+    .await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"name": "box", "image": "alpine", "credentials": ["github", "registry"]}),
+        )
+        .await;
+    assert_nowhere("the create result", &created.to_string());
+    // The bindings' hosts join the allow list of a machine that would otherwise be blocked.
+    assert_eq!(
+        created["machine"]["network"],
+        "allow(api.github.com,*.registry.example.com)"
+    );
+    let requests = fake.take_requests();
+    let create = requests
+        .iter()
+        .find(|r| r["method"] == "POST" && r["path"] == "/api/v1/machines")
+        .unwrap();
+    assert_eq!(
+        create["body"]["credentials"],
+        json!({"credentials": [
+            {"name": "github", "environment_variable": "GH_TOKEN", "allowed_hosts": ["api.github.com"]},
+            {"name": "registry", "environment_variable": "REG_TOKEN", "allowed_hosts": ["*.registry.example.com"]}
+        ]})
+    );
+    // The values went to the engine before its start, and that boot got them.
+    let put = requests
+        .iter()
+        .position(|r| r["method"] == "PUT")
+        .expect("the values were supplied");
+    let start = requests
+        .iter()
+        .position(|r| r["path"] == "/api/v1/machines/box/start")
+        .unwrap();
+    assert!(put < start, "supplied before the start: {requests:?}");
+    assert_eq!(
+        requests[put]["body"],
+        json!({"values": {"github": SECRET, "registry": FILE_SECRET}})
+    );
+    let booted = fake.state.lock().unwrap().booted_values["box"].clone();
+    assert_eq!(booted["github"], SECRET);
+
+    // The workload holds the placeholder, never the value.
+    let seen = h
+        .ok(
+            "run-command",
+            json!({"name": "box", "command": "echo \"$GH_TOKEN\" \"$REG_TOKEN\""}),
+        )
+        .await;
+    let stdout = seen["stdout"].as_str().unwrap();
+    assert!(
+        stdout.starts_with("SMOL_PLACEHOLDER_GITHUB_")
+            && stdout.contains("SMOL_PLACEHOLDER_REGISTRY_"),
+        "{seen}"
+    );
+    // A command that prints the value (a server echoing the request it got) gives the agent
+    // the binding's name instead, on both streams, and so does the ledger.
+    let out = echo_file(&format!("before {SECRET} after\n"));
+    let echoed = h
+        .ok(
+            "run-command",
+            json!({"name": "box", "command": format!("cat {} ; cat {} >&2", out.path().display(), file.path().display())}),
+        )
+        .await;
+    assert_eq!(echoed["stdout"], "before [credential github] after\n");
+    assert_eq!(echoed["stderr"], "[credential registry]\n");
+    h.protocol.policy.ledger.flush().await;
+    let rt = h.runtime.path().join("rt");
+    for entry in std::fs::read_dir(&rt).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            assert_nowhere(
+                &path.display().to_string(),
+                &String::from_utf8_lossy(&bytes),
+            );
+        }
+    }
+
+    // The engine restarts (it forgets every value), the machine is started again: its boot
+    // has the values all the same, supplied once before it.
+    h.ok("stop-machine", json!({"name": "box"})).await;
+    {
+        let mut st = fake.state.lock().unwrap();
+        st.credential_values.clear();
+        st.booted_values.clear();
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    fake.take_requests();
+    h.ok("start-machine", json!({"name": "box"})).await;
+    assert_eq!(
+        puts(&fake).len(),
+        1,
+        "one supply before the start and its probe"
+    );
+    let booted = fake.state.lock().unwrap().booted_values["box"].clone();
+    assert_eq!(booted["github"], SECRET);
+    // Deleted: nothing is supplied for the name any more.
+    h.ok("delete-machine", json!({"name": "box"})).await;
+    assert!(
+        h.protocol.process().credentials.bound_to("box").is_empty(),
+        "forgotten with its machine"
+    );
+}
+
+#[tokio::test]
+async fn credentials_are_refused_by_name_with_what_to_do() {
+    let fake = FakeServe::start().await;
+    let file = secret_file();
+    let url = fake.url();
+    let credentials = bindings(file.path());
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", &url),
+        ("SMOL_MCP_CREDENTIALS", &credentials),
+        ("SMOL_TEST_GH", SECRET),
+    ])
+    .await;
+    let unknown = h
+        .err("create-machine", json!({"credentials": ["gitlab"]}))
+        .await;
+    assert!(
+        unknown.contains("credentials")
+            && unknown.contains("\"gitlab\" is not a credential of this server")
+            && unknown.contains("github, registry, unset"),
+        "{unknown}"
+    );
+    let missing = h
+        .err(
+            "run-once",
+            json!({"command": ["true"], "credentials": ["unset"]}),
+        )
+        .await;
+    assert!(
+        missing.contains("credential unset has no value: set SMOL_TEST_NEVER_SET"),
+        "{missing}"
+    );
+    // Nothing was created for either.
+    assert!(
+        !fake
+            .take_requests()
+            .iter()
+            .any(|r| r["method"] == "POST" && r["path"] == "/api/v1/machines"),
+        "a refused call creates nothing"
+    );
+
+    // A server without bindings says it has none.
+    let plain = Harness::start(&[("SMOL_LOCAL_URL", &url)]).await;
+    let none = plain
+        .err("create-machine", json!({"credentials": ["github"]}))
+        .await;
+    assert!(none.contains("it has none"), "{none}");
+}
+
+#[tokio::test]
+async fn the_cloud_fleet_refuses_credentials_and_says_why() {
+    let fake = FakeCloud::start().await;
+    let url = fake.url();
+    let file = secret_file();
+    let credentials = bindings(file.path());
+    let h = Harness::start(&[
+        ("SMOL_CLOUD_URL", &url),
+        ("SMOL_CLOUD_TOKEN", TOKEN),
+        ("SMOL_MCP_TARGETS", "cloud"),
+        ("SMOL_MCP_CREDENTIALS", &credentials),
+        ("SMOL_TEST_GH", SECRET),
+    ])
+    .await;
+    let refused = h
+        .err(
+            "create-machine",
+            json!({"image": "alpine", "credentials": ["github"]}),
+        )
+        .await;
+    assert!(
+        refused.contains("credentials are local only") && refused.contains("published spec"),
+        "{refused}"
+    );
+    assert!(fake.take_requests().is_empty(), "nothing sent");
+}
+
+#[test]
+fn bad_bindings_stop_the_server_at_start_naming_the_setting() {
+    let runtime = tempfile::tempdir().unwrap();
+    let bad = json!([{"name": "x", "env": "X", "hosts": ["API.example.com"], "fromEnv": "V"}])
+        .to_string();
+    let out = std::process::Command::new(crate::common::stdio::SERVER)
+        .env_clear()
+        .envs(server_env(
+            runtime.path(),
+            &[("SMOL_MCP_CREDENTIALS", &bad)],
+        ))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    insta::assert_snapshot!(
+        crate::common::without_timestamps(&stderr),
+        @r#"[time] ERROR configuration: credentials ($SMOL_MCP_CREDENTIALS): binding "x": host "API.example.com" must be a lowercase DNS name (api.example.com), or *. and a name of two labels or more (*.example.com); no scheme, port or IP"#
+    );
+}
+
+/// Over the binary: the value is in no message on stdout (results, progress, log messages)
+/// and no line on stderr (the server's own log, at debug), and a restarted server still
+/// supplies the values of a machine the previous one made.
+#[tokio::test]
+async fn no_value_leaves_the_binary_and_a_restart_still_supplies_them() {
+    let fake = FakeServe::start_guest_shell().await;
+    let file = secret_file();
+    let runtime = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let credentials = bindings(file.path());
+    let env = server_env(
+        runtime.path(),
+        &[
+            ("SMOL_LOCAL_URL", &url),
+            ("SMOL_MCP_CREDENTIALS", &credentials),
+            ("SMOL_TEST_GH", SECRET),
+            ("SMOL_MCP_LOG", "debug"),
+        ],
+    );
+    let stderr_path = runtime.path().join("stderr.log");
+    let mut server = StdioServer::spawn_with_stderr(env.clone(), &stderr_path).await;
+    server
+        .tool(
+            1,
+            "create-machine",
+            json!({"name": "kept", "image": "alpine", "credentials": ["github"]}),
+        )
+        .await;
+    // With a progress token, the output goes out as notifications too.
+    let echo = echo_file(&format!("{SECRET}\n"));
+    let echo = echo.path().display().to_string();
+    let answer = server
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "run-command", "arguments": {"name": "kept", "command": format!("cat {echo}; sleep 0.3; cat {echo}")}, "_meta": {"progressToken": "p"}}),
+        )
+        .await;
+    assert_nowhere("the result", &answer.to_string());
+    assert!(
+        answer.to_string().contains("[credential github]"),
+        "{answer}"
+    );
+    let bad = server
+        .request(
+            3,
+            "tools/call",
+            json!({"name": "run-command", "arguments": {"name": "kept", "command": format!("cat {echo} >&2; exit 3")}}),
+        )
+        .await;
+    assert_nowhere("a failed command's result", &bad.to_string());
+    let all = server.messages_so_far();
+    assert!(
+        all.iter().any(|m| m["method"] == "notifications/progress"),
+        "progress was sent"
+    );
+    for message in &all {
+        assert_nowhere("a message on stdout", &message.to_string());
+    }
+    server
+        .tool(4, "stop-machine", json!({"name": "kept"}))
+        .await;
+    server.close_stdin();
+    server.child.wait().await.unwrap();
+
+    // The next process knows the machine's bindings and supplies them before its start.
+    fake.take_requests();
+    let mut next = StdioServer::spawn_with_stderr(env, &runtime.path().join("stderr2.log")).await;
+    next.tool(1, "start-machine", json!({"name": "kept"})).await;
+    let supplied = puts(&fake);
+    assert_eq!(supplied.len(), 1, "{supplied:?}");
+    assert_eq!(supplied[0]["body"]["values"]["github"], SECRET);
+    next.close_stdin();
+    next.child.wait().await.unwrap();
+    for log in ["stderr.log", "stderr2.log"] {
+        let text = std::fs::read_to_string(runtime.path().join(log)).unwrap();
+        assert!(!text.is_empty(), "the server logged at debug");
+        assert_nowhere(log, &text);
+    }
+}

@@ -1,0 +1,307 @@
+//! The tool catalog as a client sees it (tools/list): names, descriptions, schemas, annotations.
+//! Any change to what the model is shown shows up as a snapshot diff.
+
+use crate::common::mcp::Harness;
+use serde_json::Value;
+
+async fn catalog(env: &[(&str, &str)]) -> Value {
+    let h = Harness::start(env).await;
+    let tools = h.client.list_all_tools().await.unwrap();
+    serde_json::to_value(tools).unwrap()
+}
+
+#[tokio::test]
+async fn local_only_catalog() {
+    let tools = catalog(&[("SMOL_MCP_TARGETS", "local")]).await;
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "list-machines",
+            "get-machine",
+            "create-machine",
+            "start-machine",
+            "stop-machine",
+            "delete-machine",
+            "run-command",
+            "job-output",
+            "cancel-job",
+            "list-jobs",
+            "run-once",
+            "read-file",
+            "write-file",
+            "branch-machine",
+            "machine-logs",
+            "pull-image"
+        ]
+    );
+    for tool in tools.as_array().unwrap() {
+        let name = tool["name"].as_str().unwrap();
+        assert!(
+            tool["description"].as_str().unwrap().len() > 80,
+            "{name} needs a real description"
+        );
+        // What a client reads, with the spec's defaults for hints left out, is the tool
+        // table's.
+        let annotations = &tool["annotations"];
+        let hint = |key: &str, default: bool| annotations[key].as_bool().unwrap_or(default);
+        let table = smol_mcp::policy::tools::Tool::from_name(name)
+            .unwrap()
+            .hints();
+        assert_eq!(hint("readOnlyHint", false), table.read_only, "{name}");
+        assert_eq!(hint("openWorldHint", true), table.open_world, "{name}");
+        if !table.read_only {
+            assert_eq!(hint("destructiveHint", true), table.destructive, "{name}");
+            assert_eq!(hint("idempotentHint", false), table.idempotent, "{name}");
+        }
+        assert!(tool["outputSchema"].is_object(), "{name}");
+        for (arg, schema) in tool["inputSchema"]["properties"].as_object().unwrap() {
+            assert!(
+                schema["description"]
+                    .as_str()
+                    .is_some_and(|d| !d.is_empty()),
+                "{name}.{arg} has no description"
+            );
+        }
+        // Unknown arguments are refused by name (tests/offline/tools_local.rs), not announced by a
+        // schema keyword in every tool (see `schema::definition`).
+        assert!(
+            tool["inputSchema"].get("additionalProperties").is_none(),
+            "{name}"
+        );
+    }
+    insta::assert_json_snapshot!("catalog_local", tools);
+}
+
+#[tokio::test]
+async fn both_fleets_catalog_requires_target() {
+    let tools = catalog(&[
+        ("SMOL_MCP_TARGETS", "both"),
+        ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+    ])
+    .await;
+    for tool in tools.as_array().unwrap() {
+        assert_eq!(
+            tool["inputSchema"]["required"][0], "target",
+            "{}",
+            tool["name"]
+        );
+        assert_eq!(
+            tool["inputSchema"]["properties"]["target"]["enum"],
+            serde_json::json!(["local", "cloud"])
+        );
+    }
+    insta::assert_json_snapshot!("catalog_both", tools);
+}
+
+/// What `tools/list` costs an agent on every turn: the whole catalog of one fleet within 18 KB
+/// (about 4,500 tokens), printed so a change shows its cost. The figure is the compact JSON of
+/// the result, as it travels.
+#[tokio::test]
+async fn a_single_fleet_catalog_is_affordable() {
+    const CEILING_BYTES: usize = 18_000;
+    for (fleet, env) in [
+        ("local", vec![("SMOL_MCP_TARGETS", "local")]),
+        (
+            "cloud",
+            vec![
+                ("SMOL_MCP_TARGETS", "cloud"),
+                ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+            ],
+        ),
+    ] {
+        let tools = catalog(&env).await;
+        let bytes = serde_json::to_string(&serde_json::json!({ "tools": tools }))
+            .unwrap()
+            .len();
+        // About four bytes a token for English and JSON (the usual rule of thumb for
+        // BPE tokenizers).
+        println!("{fleet} catalog: {bytes} bytes, about {} tokens", bytes / 4);
+        assert!(
+            bytes <= CEILING_BYTES,
+            "the {fleet} catalog is {bytes} bytes, over its {CEILING_BYTES}-byte ceiling"
+        );
+    }
+}
+
+/// Every string a model reads in the catalog: descriptions, titles, schema descriptions.
+fn texts(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if matches!(key.as_str(), "description" | "title")
+                    && let Value::String(text) = v
+                {
+                    out.push(text.clone());
+                }
+                texts(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| texts(v, out)),
+        _ => {}
+    }
+}
+
+/// A single-fleet catalog never spends the model's context on the fleet it does not serve, and
+/// no text names an operator setting the agent can neither see nor set.
+#[tokio::test]
+async fn a_single_fleet_catalog_speaks_only_of_its_fleet() {
+    let local = catalog(&[("SMOL_MCP_TARGETS", "local")]).await;
+    let cloud = catalog(&[
+        ("SMOL_MCP_TARGETS", "cloud"),
+        ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+    ])
+    .await;
+    let both = catalog(&[
+        ("SMOL_MCP_TARGETS", "both"),
+        ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+    ])
+    .await;
+    let text_of = |tools: &Value| {
+        let mut all = Vec::new();
+        texts(tools, &mut all);
+        all.join("\n").to_lowercase()
+    };
+    let (local_text, cloud_text, both_text) = (text_of(&local), text_of(&cloud), text_of(&both));
+    for word in ["cloud", "mach-", "bill", "money", "dollar", "ingress"] {
+        assert!(
+            !local_text.contains(word),
+            "the local catalog says {word:?}"
+        );
+        assert!(
+            both_text.contains(word),
+            "the both-fleets catalog lost {word:?}"
+        );
+    }
+    for word in ["local", "bundled alpine", "mount", "engine"] {
+        assert!(
+            !cloud_text.contains(word),
+            "the cloud catalog says {word:?}"
+        );
+        assert!(
+            both_text.contains(word),
+            "the both-fleets catalog lost {word:?}"
+        );
+    }
+    // Arguments that exist on one fleet only are not offered on the other.
+    let create = |tools: &Value| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "create-machine")
+            .unwrap()["inputSchema"]["properties"]
+            .clone()
+    };
+    assert!(create(&local).get("mounts").is_some());
+    assert!(create(&cloud).get("mounts").is_none());
+    assert!(create(&cloud).get("overlayGb").is_none());
+    // Settings are the operator's: naming one tells the agent nothing it can act on. A key that
+    // is also a tool argument (cpus, memoryMb) is the argument.
+    let arguments: Vec<String> = both
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| {
+            t["inputSchema"]["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for setting in smol_mcp::process::config::SETTINGS {
+        if arguments.iter().any(|a| a == setting.key) {
+            continue;
+        }
+        for (fleet, text) in [
+            ("local", &local_text),
+            ("cloud", &cloud_text),
+            ("both", &both_text),
+        ] {
+            assert!(
+                !text.contains(&setting.key.to_lowercase())
+                    && !text.contains(&setting.env.to_lowercase()),
+                "the {fleet} catalog names the operator setting {}",
+                setting.key
+            );
+        }
+    }
+}
+
+/// A description is read by a model choosing a tool on every turn: within 90 words, on one
+/// line (a raw line break from a doc comment is noise in a schema).
+#[tokio::test]
+async fn descriptions_are_short_and_on_one_line() {
+    for env in [
+        vec![("SMOL_MCP_TARGETS", "local")],
+        vec![
+            ("SMOL_MCP_TARGETS", "both"),
+            ("SMOL_CLOUD_TOKEN", "smk_catalog_only"),
+        ],
+    ] {
+        let tools = catalog(&env).await;
+        for tool in tools.as_array().unwrap() {
+            let name = tool["name"].as_str().unwrap();
+            let words = tool["description"]
+                .as_str()
+                .unwrap()
+                .split_whitespace()
+                .count();
+            assert!(words <= 90, "{name}'s description is {words} words");
+            let mut all = Vec::new();
+            texts(tool, &mut all);
+            for text in all {
+                assert!(!text.contains('\n'), "{name} has a line break in {text:?}");
+                assert!(
+                    !text.contains("{local:") && !text.contains("{cloud:"),
+                    "{name}: a fleet marker left in {text:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The README's configuration table is the settings list, row for row: key, environment
+/// variable, default, what is accepted and why.
+#[test]
+fn the_readme_documents_every_configuration_key() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split("\n## Configuration\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README has a Configuration section");
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .collect();
+    let expected: Vec<String> = smol_mcp::process::config::SETTINGS
+        .iter()
+        .map(|s| s.readme_row())
+        .collect();
+    assert!(
+        section.contains("| key | environment | default | accepted | why this default |"),
+        "the table's header changed"
+    );
+    assert_eq!(
+        rows,
+        expected,
+        "README's configuration table disagrees with config::SETTINGS; the rows should be:\n{}",
+        expected.join("\n")
+    );
+    for tool in smol_mcp::policy::tools::Tool::ALL {
+        assert!(
+            readme.contains(&format!("| `{}` |", tool.name())),
+            "README lacks {}",
+            tool.name()
+        );
+    }
+}

@@ -1,0 +1,1230 @@
+//! Every tool on the local fleet, through an MCP client, against the fake serve.
+
+use crate::common::fake_serve::{FakeServe, TimeoutForm, exec_response};
+use crate::common::mcp::Harness;
+use serde_json::json;
+
+async fn setup() -> (FakeServe, Harness) {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    (fake, h)
+}
+
+#[tokio::test]
+async fn create_run_files_logs_delete() {
+    let (fake, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "env": {"A": "1"}}),
+        )
+        .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    assert!(name.starts_with("mcp-"), "{name}");
+    assert_eq!(created["ephemeral"], true);
+    assert_eq!(created["ready"], true);
+    assert_eq!(created["machine"]["state"], "running");
+    assert_eq!(
+        created["machine"]["network"], "blocked",
+        "no egress by default"
+    );
+
+    let listed = h.ok("list-machines", json!({})).await;
+    assert_eq!(listed["machines"][0]["name"], name.as_str());
+    assert_eq!(
+        h.ok("get-machine", json!({"name": name})).await["state"],
+        "running"
+    );
+
+    let failed = h
+        .ok("run-command", json!({"name": name, "command": "exit 3"}))
+        .await;
+    assert_eq!(failed["exitCode"], 3, "a failing command is a result");
+    assert_eq!(failed["startedMachine"], false);
+    let echoed = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": ["echo", "hi"], "timeoutSecs": 5}),
+        )
+        .await;
+    assert_eq!(echoed["stdout"], "hi\n");
+
+    let written = h
+        .ok(
+            "write-file",
+            json!({"name": name, "path": "/root/notes.txt", "content": "héllo wörld"}),
+        )
+        .await;
+    assert_eq!(written["size"], 13);
+    let (page, content) = h
+        .read(json!({"name": name, "path": "/root/notes.txt", "length": 2}))
+        .await;
+    assert_eq!(content, "h", "a page never splits a character");
+    assert_eq!(page["bytes"], 1);
+    assert_eq!(page["eof"], false);
+    let (rest, content) = h
+        .read(json!({"name": name, "path": "/root/notes.txt", "offset": 1}))
+        .await;
+    assert_eq!(content, "éllo wörld");
+    assert_eq!(rest["eof"], true);
+    assert_eq!(rest["size"], 13);
+    let (b64, content) = h
+        .read(json!({"name": name, "path": "/root/notes.txt", "encoding": "base64"}))
+        .await;
+    assert_eq!(b64["encoding"], "base64");
+    assert_eq!(content, "aMOpbGxvIHfDtnJsZA==");
+
+    for line in ["boot", "ready", "third"] {
+        fake.push_log(&name, line);
+    }
+    let logs = h.ok("machine-logs", json!({"name": name, "tail": 2})).await;
+    assert_eq!(logs["lines"], json!(["ready", "third"]));
+    fake.push_log(&name, "fourth");
+    let more = h
+        .ok(
+            "machine-logs",
+            json!({"name": name, "cursor": logs["cursor"]}),
+        )
+        .await;
+    assert_eq!(more["lines"], json!(["fourth"]));
+
+    let pulled = h
+        .ok(
+            "pull-image",
+            json!({"name": name, "image": "python:3.12-alpine"}),
+        )
+        .await;
+    assert_eq!(pulled["reference"], "python:3.12-alpine");
+
+    let stopped = h.ok("stop-machine", json!({"name": name})).await;
+    assert_eq!(stopped["machine"]["state"], "stopped");
+    let restarted = h.ok("start-machine", json!({"name": name})).await;
+    assert_eq!(restarted["ready"], true);
+
+    let deleted = h.ok("delete-machine", json!({"name": name})).await;
+    assert_eq!(deleted["deleted"], name.as_str());
+    assert_eq!(deleted["usageMicros"], serde_json::Value::Null);
+    assert!(
+        h.err("get-machine", json!({"name": name}))
+            .await
+            .starts_with("NOT_FOUND")
+    );
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(
+        !record.contains(&name),
+        "delete-machine forgets it: {record}"
+    );
+}
+
+#[tokio::test]
+async fn output_past_the_budget_keeps_head_and_tail_and_spills_the_rest() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_OUTPUT_BYTES", "300"),
+    ])
+    .await;
+    fake.add_machine("big", "running");
+    let long: Vec<u8> = (0..4096).map(|i| b'a' + (i % 26) as u8).collect();
+    let expected_tail = String::from_utf8(long[long.len() - 100..].to_vec()).unwrap();
+    fake.set_exec(move |req| {
+        if req["command"][0] == "echo" {
+            crate::common::fake_serve::default_exec(req)
+        } else {
+            exec_response(0, &long, b"")
+        }
+    });
+    let r = h
+        .ok("run-command", json!({"name": "big", "command": "yes"}))
+        .await;
+    assert_eq!(r["truncated"], true);
+    let stdout = r["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("abcdefgh"), "{stdout}");
+    assert!(stdout.contains("[... 3796 bytes dropped ...]"), "{stdout}");
+    assert!(stdout.contains(&expected_tail[..50]));
+    let overflow = &r["overflow"][0];
+    assert_eq!(overflow["stream"], "stdout");
+    assert_eq!(overflow["bytes"], 4096);
+    let path = overflow["path"].as_str().unwrap();
+    assert!(
+        path.starts_with("/tmp/smol-mcp-") && path.ends_with(".stdout"),
+        "{path}"
+    );
+    let stored = fake
+        .state
+        .lock()
+        .unwrap()
+        .files
+        .get(&("big".to_string(), path.to_string()))
+        .cloned();
+    assert_eq!(
+        stored.map(|b| b.len()),
+        Some(4096),
+        "the whole stream is in the machine"
+    );
+}
+
+#[tokio::test]
+async fn run_once_deletes_its_machine_on_every_path() {
+    let (fake, h) = setup().await;
+    let r = h
+        .ok(
+            "run-once",
+            json!({"image": "alpine", "command": ["echo", "hello"]}),
+        )
+        .await;
+    assert_eq!(r["stdout"], "hello\n");
+    assert!(r["machine"].as_str().unwrap().starts_with("mcp-once-"));
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+
+    fake.set_exec(|req| {
+        if req["command"][0] == "echo" {
+            crate::common::fake_serve::default_exec(req)
+        } else {
+            exec_response(124, b"", b"\ncommand timed out after 1000ms")
+        }
+    });
+    let timed = h
+        .ok(
+            "run-once",
+            json!({"image": "alpine", "command": "sleep 600", "timeoutSecs": 1}),
+        )
+        .await;
+    assert_eq!(timed["timedOut"], true);
+    assert_eq!(timed["exitCode"], 124);
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+
+    // A start that fails: the machine still goes.
+    fake.set_exec(|_| exec_response(1, b"", b"not ready"));
+    let err = h
+        .err("run-once", json!({"image": "alpine", "command": "true"}))
+        .await;
+    assert!(err.starts_with("NOT_READY"), "{err}");
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(!record.contains("mcp-once-"), "{record}");
+}
+
+#[tokio::test]
+async fn a_failed_start_deletes_an_unnamed_machine_and_keeps_a_named_one() {
+    let (fake, h) = setup().await;
+    fake.set_exec(|_| exec_response(1, b"", b"boot failed"));
+    let err = h.err("create-machine", json!({"image": "alpine"})).await;
+    assert!(
+        err.starts_with("NOT_READY") && err.contains("was deleted again"),
+        "{err}"
+    );
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "alpine", "name": "keep-me"}),
+        )
+        .await;
+    assert!(err.contains("keep-me was created and is left"), "{err}");
+    assert!(fake.state.lock().unwrap().machines.contains_key("keep-me"));
+}
+
+#[tokio::test]
+async fn branch_children_with_the_prefix_are_ephemeral() {
+    let (fake, h) = setup().await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "src", "branchable": true}),
+    )
+    .await;
+    let refused = h
+        .err("branch-machine", json!({"name": "mcp-x", "childName": "c"}))
+        .await;
+    assert!(refused.starts_with("NOT_FOUND"), "{refused}");
+    let child = h
+        .ok(
+            "branch-machine",
+            json!({"name": "src", "childName": "mcp-child"}),
+        )
+        .await;
+    assert_eq!(child["ephemeral"], true);
+    assert_eq!(child["ready"], true);
+    fake.add_machine("plain", "running");
+    let not_branchable = h
+        .err(
+            "branch-machine",
+            json!({"name": "plain", "childName": "c2"}),
+        )
+        .await;
+    assert!(
+        // 1.32.2's words: "was not started as branchable ... --branchable".
+        not_branchable.starts_with("CONFLICT") && not_branchable.contains("branchable"),
+        "{not_branchable}"
+    );
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
+    assert_eq!(cleanup.deleted, ["mcp-child"]);
+    let machines: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(machines, ["plain", "src"], "named machines persist");
+}
+
+#[tokio::test]
+async fn bad_input_names_the_argument_and_sends_nothing() {
+    let (fake, h) = setup().await;
+    let cases = [
+        (
+            "create-machine",
+            json!({"image": "alpine", "bogus": 1}),
+            "bogus: not an argument of create-machine; its arguments are allowCidrs",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "cpus": 0}),
+            "cpus: 0 is out of range: give 1 to 64",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "name": "no spaces"}),
+            "name: \"no spaces\"",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "ports": [{"guest": 70000}]}),
+            "ports[0].guest: 70000 is out of range: give 1 to 65535",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "allowCidrs": ["10.0.0.0/99"]}),
+            "allowCidrs: \"10.0.0.0/99\"",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "network": "off"}),
+            "network",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "target": "local"}),
+            "target: not an argument",
+        ),
+        (
+            "run-command",
+            json!({"name": "m", "command": []}),
+            "command: an argv array needs",
+        ),
+        (
+            "run-command",
+            json!({"name": "m", "command": ["a", 1]}),
+            "command[1]: 1 is not accepted: give a string",
+        ),
+        (
+            "run-command",
+            json!({"name": "m", "command": "x", "timeoutSecs": 901}),
+            "timeoutSecs: 901 is not accepted: give 1 to 900",
+        ),
+        (
+            "read-file",
+            json!({"name": "m", "path": "etc/hosts"}),
+            "path: \"etc/hosts\" is not accepted: give an absolute path",
+        ),
+        (
+            "write-file",
+            json!({"name": "m", "path": "/x", "content": "@@", "encoding": "base64"}),
+            "content: not valid base64",
+        ),
+        (
+            "machine-logs",
+            json!({"name": "m", "tail": 0}),
+            "tail: 0 is out of range",
+        ),
+        (
+            "get-machine",
+            json!({}),
+            "name: required, and missing: Machine name",
+        ),
+        (
+            "list-machines",
+            json!({"bogus": 1}),
+            "bogus: not an argument of list-machines; it takes no arguments",
+        ),
+        (
+            "create-machine",
+            json!({"image": "alpine", "cpus": "2"}),
+            "cpus: \"2\" is not accepted: give a whole number, 1 to 64",
+        ),
+    ];
+    for (tool, args, expected) in cases {
+        let err = h.err(tool, args.clone()).await;
+        assert!(
+            err.starts_with("INVALID_ARGUMENT: "),
+            "{tool} {args}: {err}"
+        );
+        assert!(err.contains(expected), "{tool} {args}: {err}");
+    }
+    assert!(
+        fake.take_requests().is_empty(),
+        "nothing reached the engine"
+    );
+}
+
+#[tokio::test]
+async fn session_cleanup_deletes_only_ephemeral_machines() {
+    let (fake, h) = setup().await;
+    let a = h.ok("create-machine", json!({"image": "alpine"})).await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "persistent"}),
+    )
+    .await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "mcp-mine"}),
+    )
+    .await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
+    let mut deleted = cleanup.deleted.clone();
+    deleted.sort();
+    let mut expected = vec![
+        a["machine"]["name"].as_str().unwrap().to_owned(),
+        "mcp-mine".to_owned(),
+    ];
+    expected.sort();
+    assert_eq!(deleted, expected);
+    let machines: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(machines, ["persistent"]);
+}
+
+#[tokio::test]
+async fn the_pages_of_one_read_come_from_one_download() {
+    let (fake, h) = setup().await;
+    fake.add_machine("m", "running");
+    h.ok(
+        "write-file",
+        json!({"name": "m", "path": "/f.txt", "content": "0123456789"}),
+    )
+    .await;
+    fake.take_requests();
+    let mut offset = 0;
+    let mut text = String::new();
+    loop {
+        let (page, content) = h
+            .read(json!({"name": "m", "path": "/f.txt", "offset": offset, "length": 3}))
+            .await;
+        text.push_str(&content);
+        offset += page["bytes"].as_u64().unwrap();
+        if page["eof"] == true {
+            break;
+        }
+    }
+    assert_eq!(text, "0123456789");
+    let downloads = |fake: &FakeServe| {
+        fake.take_requests()
+            .iter()
+            .filter(|r| r["method"] == "GET" && r["path"].as_str().unwrap().contains("/files/"))
+            .count()
+    };
+    assert_eq!(downloads(&fake), 1, "four pages, one download");
+
+    // A page out of order is read from a new download, skipped to its offset.
+    let (_, content) = h
+        .read(json!({"name": "m", "path": "/f.txt", "offset": 7, "length": 2}))
+        .await;
+    assert_eq!(content, "78");
+    assert_eq!(downloads(&fake), 1);
+
+    // A write in between: the next page is read afresh.
+    h.ok(
+        "write-file",
+        json!({"name": "m", "path": "/f.txt", "content": "abcdefghij"}),
+    )
+    .await;
+    let (_, content) = h
+        .read(json!({"name": "m", "path": "/f.txt", "offset": 3, "length": 3}))
+        .await;
+    assert_eq!(content, "def");
+    assert_eq!(downloads(&fake), 1);
+    // A read from the start always fetches.
+    h.ok("read-file", json!({"name": "m", "path": "/f.txt"}))
+        .await;
+    assert_eq!(downloads(&fake), 1);
+}
+
+#[tokio::test]
+async fn create_without_start_then_start_it_branchable() {
+    let (fake, h) = setup().await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "name": "later", "start": false}),
+        )
+        .await;
+    assert_eq!(created["ready"], false);
+    assert_eq!(created["machine"]["state"], "created");
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "alpine", "start": false, "branchable": true}),
+        )
+        .await;
+    assert!(err.contains("pass branchable to start-machine"), "{err}");
+    let started = h
+        .ok(
+            "start-machine",
+            json!({"name": "later", "branchable": true}),
+        )
+        .await;
+    assert_eq!(started["machine"]["branchable"], true);
+    let start_request = fake
+        .take_requests()
+        .into_iter()
+        .find(|r| r["path"] == "/api/v1/machines/later/start")
+        .unwrap();
+    assert_eq!(start_request["query"], "forkable=true");
+    h.ok(
+        "branch-machine",
+        json!({"name": "later", "childName": "later-child"}),
+    )
+    .await;
+}
+
+/// A bad value is quoted by a short prefix, whatever its size: a 1 MB name, path or argument name
+/// makes an error of a few hundred bytes, not a megabyte.
+#[tokio::test]
+async fn errors_quote_a_short_prefix_of_a_huge_value() {
+    let (fake, h) = setup().await;
+    let huge = "é".repeat(1 << 19);
+    let cases = [
+        ("create-machine", json!({"image": "alpine", "name": huge})),
+        ("get-machine", json!({"name": huge})),
+        ("read-file", json!({"name": "m", "path": huge})),
+        (
+            "write-file",
+            json!({"name": "m", "path": "/x", "content": "@", "encoding": "base64", huge.clone(): 1}),
+        ),
+        ("create-machine", json!({"image": "alpine", "cpus": huge})),
+        (
+            "create-machine",
+            json!({"image": "alpine", "allowHosts": [huge]}),
+        ),
+        (
+            "run-command",
+            json!({"name": "m", "command": "x", "env": {huge.clone(): "v"}}),
+        ),
+    ];
+    for (tool, args) in cases {
+        let err = h.err(tool, args).await;
+        assert!(
+            err.starts_with("INVALID_ARGUMENT: "),
+            "{tool}: {}",
+            &err[..200.min(err.len())]
+        );
+        assert!(err.len() < 600, "{tool}: an error of {} bytes", err.len());
+    }
+    assert!(fake.take_requests().is_empty());
+}
+
+/// The engine reads `tail` like `tail -n` and gives at most its newest 10000 lines (the fake
+/// does the same): a first page asks for the tail wanted, a cursor finds its place by content
+/// in the newest 10000, and one whose place has rolled out says so.
+#[tokio::test]
+async fn logs_ask_for_the_tail_and_resume_by_content_in_a_moving_window() {
+    let (fake, h) = setup().await;
+    fake.add_machine("chatty", "running");
+    for i in 1..=12_000 {
+        fake.push_log("chatty", &format!("line {i}"));
+    }
+    let first = h
+        .ok("machine-logs", json!({"name": "chatty", "tail": 3}))
+        .await;
+    assert_eq!(
+        first["lines"],
+        json!(["line 11998", "line 11999", "line 12000"])
+    );
+    assert_eq!(first["gap"], false);
+    let queries: Vec<serde_json::Value> = fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["path"] == "/api/v1/machines/chatty/logs")
+        .map(|r| r["query"].clone())
+        .collect();
+    assert_eq!(queries, [json!("follow=false&source=workload&tail=3")]);
+
+    for i in 12_001..=12_005 {
+        fake.push_log("chatty", &format!("line {i}"));
+    }
+    let next = h
+        .ok(
+            "machine-logs",
+            json!({"name": "chatty", "cursor": first["cursor"]}),
+        )
+        .await;
+    assert_eq!(
+        next["lines"],
+        json!([
+            "line 12001",
+            "line 12002",
+            "line 12003",
+            "line 12004",
+            "line 12005"
+        ])
+    );
+    assert_eq!(next["gap"], false);
+    let query = fake
+        .take_requests()
+        .into_iter()
+        .find(|r| r["path"] == "/api/v1/machines/chatty/logs")
+        .unwrap();
+    assert_eq!(query["query"], "follow=false&source=workload&tail=10000");
+
+    // More than the engine's window arrives: the cursor's lines are gone from it.
+    for i in 12_006..=22_100 {
+        fake.push_log("chatty", &format!("line {i}"));
+    }
+    let rolled = h
+        .ok(
+            "machine-logs",
+            json!({"name": "chatty", "cursor": next["cursor"]}),
+        )
+        .await;
+    assert_eq!(rolled["gap"], true);
+    let lines = rolled["lines"].as_array().unwrap();
+    assert_eq!(lines.last().unwrap(), "line 22100");
+    assert!(lines.len() <= 10_000);
+}
+
+/// An ephemeral branchable source `mcp-src` and a child of it named `child`.
+async fn source_and_child(h: &Harness, child: &str) {
+    let source = h
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "name": "mcp-src", "branchable": true}),
+        )
+        .await;
+    assert_eq!(source["ephemeral"], true);
+    h.ok(
+        "branch-machine",
+        json!({"name": "mcp-src", "childName": child}),
+    )
+    .await;
+}
+
+/// The engine refuses to delete a fork base while its clones live (the fake does the same):
+/// the session's clean-up deletes the child first, then its source.
+#[tokio::test]
+async fn session_cleanup_deletes_a_branch_child_before_its_source() {
+    let (fake, h) = setup().await;
+    source_and_child(&h, "mcp-kid").await;
+    let refused = h.err("delete-machine", json!({"name": "mcp-src"})).await;
+    assert!(
+        refused.starts_with("CONFLICT")
+            && refused.contains("fork base of 1 live clone(s) (mcp-kid)"),
+        "{refused}"
+    );
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(record.contains(r#""parent": "mcp-src""#), "{record}");
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed, []);
+    assert_eq!(cleanup.deleted, ["mcp-kid", "mcp-src"]);
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+    let record = std::fs::read_to_string(h.record_path()).unwrap();
+    assert!(!record.contains("mcp-"), "{record}");
+}
+
+/// A record written before parents were recorded: the source comes first, is refused, and the
+/// engine names a clone this same clean-up owns, so it is deleted with `cascade`.
+#[tokio::test]
+async fn session_cleanup_of_a_record_without_parents_still_deletes_both() {
+    let (fake, h) = setup().await;
+    source_and_child(&h, "mcp-kid").await;
+    let path = h.record_path();
+    let record = std::fs::read_to_string(&path).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&record).unwrap();
+    for m in doc["machines"].as_array_mut().unwrap() {
+        m.as_object_mut().unwrap().remove("parent");
+    }
+    std::fs::write(&path, doc.to_string()).unwrap();
+    fake.take_requests();
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
+    assert_eq!(cleanup.failed, []);
+    assert_eq!(cleanup.deleted, ["mcp-kid", "mcp-src"]);
+    assert!(fake.state.lock().unwrap().machines.is_empty());
+    let deletes: Vec<serde_json::Value> = fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["method"] == "DELETE")
+        .map(|r| json!([r["path"], r["query"]]))
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            json!(["/api/v1/machines/mcp-src", null]),
+            json!(["/api/v1/machines/mcp-src", "cascade=true"]),
+            json!(["/api/v1/machines/mcp-kid", null]),
+        ]
+    );
+}
+
+/// A clone the session does not own is never deleted by the clean-up's `cascade`: the source
+/// stays, reported.
+#[tokio::test]
+async fn session_cleanup_never_cascades_into_a_clone_it_does_not_own() {
+    let (fake, h) = setup().await;
+    source_and_child(&h, "keep-me").await;
+    let cleanup = h.protocol.process().cleanup_session(&h.session).await;
+    assert_eq!(cleanup.deleted, Vec::<String>::new());
+    assert_eq!(cleanup.failed.len(), 1);
+    assert!(cleanup.failed[0].1.contains("keep-me"), "{cleanup:?}");
+    let machines: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(machines, ["keep-me", "mcp-src"]);
+}
+
+/// The engine answers a start of a running machine with its record unchanged (the fake does
+/// the same): asking it to become branchable is refused before the engine is asked.
+#[tokio::test]
+async fn start_branchable_on_a_running_machine_is_refused_with_the_way_out() {
+    let (fake, h) = setup().await;
+    h.ok("create-machine", json!({"image": "alpine", "name": "busy"}))
+        .await;
+    fake.take_requests();
+    let err = h
+        .err("start-machine", json!({"name": "busy", "branchable": true}))
+        .await;
+    assert!(err.starts_with("CONFLICT"), "{err}");
+    assert!(
+        err.contains("branchable")
+            && err.contains("stop-machine, then start-machine with branchable true"),
+        "{err}"
+    );
+    assert!(
+        !fake
+            .take_requests()
+            .iter()
+            .any(|r| r["path"] == "/api/v1/machines/busy/start"),
+        "the engine is not asked"
+    );
+    h.ok("stop-machine", json!({"name": "busy"})).await;
+    let started = h
+        .ok("start-machine", json!({"name": "busy", "branchable": true}))
+        .await;
+    assert_eq!(started["machine"]["branchable"], true);
+    // A running machine that is branchable already is simply started (the engine's no-op).
+    h.ok("start-machine", json!({"name": "busy", "branchable": true}))
+        .await;
+    h.ok(
+        "branch-machine",
+        json!({"name": "busy", "childName": "busy-child"}),
+    )
+    .await;
+}
+
+/// The engine answers 408 with an empty body once its request deadline passes on a route it
+/// bounds (the fake's is set to 1 s here; the engine's is 300 s), while the work goes on behind
+/// it; an exec, which 1.32.2 does not bound, runs past the same deadline and answers.
+#[tokio::test]
+async fn a_request_past_the_engines_deadline_is_a_timeout_that_says_so_and_exec_is_not_cut() {
+    let (fake, h) = setup().await;
+    fake.add_machine("slow", "running");
+    {
+        let mut st = fake.state.lock().unwrap();
+        st.request_deadline = Some(std::time::Duration::from_secs(1));
+        st.file_delay = Some(std::time::Duration::from_secs(3));
+        st.files
+            .insert(("slow".into(), "/tmp/f".into()), b"bytes".to_vec());
+        st.exec_delay = Some(std::time::Duration::from_secs(3));
+    }
+    let err = h
+        .err("read-file", json!({"name": "slow", "path": "/tmp/f"}))
+        .await;
+    assert!(err.starts_with("TIMEOUT"), "{err}");
+    assert!(
+        err.contains("HTTP 408")
+            && err.contains("request deadline (300 s) passed")
+            && err.contains("may still be going on in the guest"),
+        "{err}"
+    );
+    assert!(!err.contains("empty answer"), "{err}");
+    // Both exec routes: the plain one (stdin) and the stream (a progress token).
+    let plain = h
+        .ok(
+            "run-command",
+            json!({"name": "slow", "command": "make", "timeoutSecs": 60, "stdin": ""}),
+        )
+        .await;
+    assert_eq!(plain["exitCode"], 0, "{plain}");
+}
+
+/// A local timeout longer than the engine's 300 s request deadline is sent as asked (1.32.2
+/// bounds exec by the command's own timeout only); the ceiling is the operator's
+/// maxExecTimeoutSecs, on both tools.
+#[tokio::test]
+async fn a_local_timeout_past_300_s_is_sent_up_to_the_operators_ceiling() {
+    let (fake, h) = setup().await;
+    fake.add_machine("m", "running");
+    fake.take_requests();
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "m", "command": "true", "timeoutSecs": 600}),
+        )
+        .await;
+    assert_eq!(r["exitCode"], 0);
+    let sent = fake.take_requests();
+    let exec = sent
+        .iter()
+        .find(|r| r["path"].as_str().is_some_and(|p| p.contains("/exec")))
+        .unwrap();
+    assert_eq!(exec["body"]["timeoutSecs"], 600, "{exec}");
+    for (tool, args) in [
+        (
+            "run-command",
+            json!({"name": "m", "command": "make", "timeoutSecs": 901}),
+        ),
+        (
+            "run-once",
+            json!({"image": "alpine", "command": "make", "timeoutSecs": 901}),
+        ),
+    ] {
+        let err = h.err(tool, args).await;
+        assert_eq!(
+            err,
+            "INVALID_ARGUMENT: timeoutSecs: 901 is not accepted: give 1 to 900 (this server's \
+             ceiling, maxExecTimeoutSecs)",
+            "{tool}"
+        );
+    }
+    assert!(
+        fake.take_requests().iter().all(|r| r["method"] == "GET"),
+        "no machine is created and no command sent past the ceiling"
+    );
+}
+
+/// Past 11 MiB on a stream the engine answers 500 "command output exceeded ..." and none of the
+/// output: the error says so and how to get the output.
+#[tokio::test]
+async fn output_over_the_engines_cap_says_how_to_get_it() {
+    let (fake, h) = setup().await;
+    fake.add_machine("loud", "running");
+    let over = vec![b'x'; crate::common::fake_serve::ENGINE_OUTPUT_CAP + 1];
+    fake.set_exec(move |req| {
+        if req["command"][0] == "echo" {
+            crate::common::fake_serve::default_exec(req)
+        } else {
+            exec_response(0, &over, b"")
+        }
+    });
+    // With stdin the plain exec runs (the stream route reads no stdin, and ends output past
+    // its cap with an error frame instead: src/fleet/exec_stream.rs).
+    let err = h
+        .err(
+            "run-command",
+            json!({"name": "loud", "command": "yes | head -c 12M", "stdin": ""}),
+        )
+        .await;
+    assert!(err.starts_with("UPSTREAM"), "{err}");
+    assert!(
+        err.contains("cap of 11 MiB per stream")
+            && err.contains("read-file")
+            && err.contains("command output exceeded 11534336 bytes"),
+        "{err}"
+    );
+    // At the cap exactly, the output comes back.
+    let at_cap = vec![b'y'; crate::common::fake_serve::ENGINE_OUTPUT_CAP];
+    fake.set_exec(move |_| exec_response(0, &at_cap, b""));
+    let r = h
+        .ok("run-command", json!({"name": "loud", "command": "yes"}))
+        .await;
+    assert_eq!(r["truncated"], true, "shaped to the budget, spilled whole");
+}
+
+/// Each of the engine's three ways of reporting a timeout reads `timedOut: true`; a command that
+/// exits 124 on its own well before its timeout does not.
+#[tokio::test]
+async fn every_form_of_the_engines_timeout_reads_timed_out() {
+    let (fake, h) = setup().await;
+    fake.add_machine("t", "running");
+    for form in [
+        TimeoutForm::Command,
+        TimeoutForm::Container,
+        TimeoutForm::Bare,
+    ] {
+        fake.state.lock().unwrap().timeout_form = form;
+        let r = h
+            .ok(
+                "run-command",
+                json!({"name": "t", "command": "sleep 5", "timeoutSecs": 1}),
+            )
+            .await;
+        assert_eq!(r["exitCode"], 124, "{form:?}");
+        assert_eq!(r["timedOut"], true, "{form:?}: {r}");
+    }
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "t", "command": "exit 124", "timeoutSecs": 5}),
+        )
+        .await;
+    assert_eq!(
+        (r["exitCode"].as_i64(), r["timedOut"].as_bool()),
+        (Some(124), Some(false))
+    );
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "t", "command": "sleep 0.2", "timeoutSecs": 5}),
+        )
+        .await;
+    assert_eq!(
+        (r["exitCode"].as_i64(), r["timedOut"].as_bool()),
+        (Some(0), Some(false))
+    );
+}
+
+/// The states the engine has besides running and stopped: list and get report them as the
+/// engine words them, none is called running, and only a machine with nothing running (failed)
+/// is reported as started by the command that boots it.
+#[tokio::test]
+async fn a_machine_in_every_engine_state_reads_sensibly() {
+    let (fake, h) = setup().await;
+    let states = [
+        ("failed", true),
+        ("unreachable", false),
+        ("frozen", false),
+        ("paused", false),
+        ("pausing", false),
+    ];
+    for (state, _) in states {
+        fake.add_machine(&format!("in-{state}"), state);
+    }
+    let listed = h.ok("list-machines", json!({})).await;
+    let machines = listed["machines"].as_array().unwrap();
+    for (state, started) in states {
+        let name = format!("in-{state}");
+        let m = machines
+            .iter()
+            .find(|m| m["name"] == name.as_str())
+            .unwrap();
+        assert_eq!(m["state"], state);
+        assert_eq!(
+            h.ok("get-machine", json!({"name": name})).await["state"],
+            state
+        );
+        let r = h
+            .ok("run-command", json!({"name": name, "command": "true"}))
+            .await;
+        assert_eq!(r["startedMachine"], started, "{state}");
+    }
+}
+
+/// A directory read answers 200 JSON `entries` (1.32.2), which read-file refuses as a
+/// directory; a missing file, a 500 in the source and a 404 in 1.32.2's spec, is NOT_FOUND
+/// naming the path either way.
+#[tokio::test]
+async fn a_directory_and_a_missing_file_read_as_what_they_are() {
+    let (fake, h) = setup().await;
+    fake.add_machine("fs", "running");
+    fake.state.lock().unwrap().directories.insert(
+        ("fs".into(), "/root".into()),
+        vec![json!({"name": "a.txt", "kind": "file", "size": 3})],
+    );
+    let err = h
+        .err("read-file", json!({"name": "fs", "path": "/root"}))
+        .await;
+    assert!(
+        err.starts_with("INVALID") && err.contains("/root is a directory"),
+        "{err}"
+    );
+    for answer_404 in [false, true] {
+        fake.state.lock().unwrap().missing_file_404 = answer_404;
+        let err = h
+            .err("read-file", json!({"name": "fs", "path": "/root/nope.txt"}))
+            .await;
+        assert!(
+            err.starts_with("NOT_FOUND") && err.contains("/root/nope.txt does not exist"),
+            "404 {answer_404}: {err}"
+        );
+    }
+}
+
+/// An upload over the engine's 100 MiB limit is refused before it is sent; the engine would
+/// answer 413 in plain text.
+#[tokio::test]
+async fn an_upload_over_the_engines_limit_is_refused_before_it_is_sent() {
+    use smol_mcp::fleet::{ErrorKind, FleetApi, LocalFleet};
+    let fake = FakeServe::start().await;
+    fake.add_machine("up", "running");
+    let fleet = LocalFleet::new(fake.endpoint()).unwrap();
+    let limit = usize::try_from(crate::common::fake_serve::ENGINE_UPLOAD_LIMIT).unwrap();
+    let err = fleet
+        .write_file("up", "/root/big", vec![0; limit + 1])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Invalid);
+    assert!(
+        err.message.contains("100 MiB upload limit") && err.message.contains("in parts"),
+        "the limit and the way around it: {err}"
+    );
+    assert!(fake.take_requests().is_empty(), "nothing was sent");
+
+    // The engine's own answer, had it been sent: 413, plain text.
+    let http = fake.endpoint().http_client().unwrap();
+    let response = http
+        .put(format!(
+            "{}/api/v1/machines/up/files/root/big",
+            fake.endpoint().base_url()
+        ))
+        .body(vec![0u8; limit + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    assert!(
+        response
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.to_str().unwrap().starts_with("text/plain"))
+    );
+    assert_eq!(
+        response.text().await.unwrap(),
+        "file exceeds the 100 MiB upload limit"
+    );
+}
+
+/// read-file's length is bounded by the page budget: past it the call is refused, naming the
+/// bound, before the file is asked for (a length of 2^53 had the server buffer a whole 1 GiB
+/// file).
+#[tokio::test]
+async fn a_read_longer_than_a_page_is_refused_before_anything_is_read() {
+    let (fake, h) = setup().await;
+    fake.add_machine("m", "running");
+    fake.state
+        .lock()
+        .unwrap()
+        .generated_files
+        .insert(("m".into(), "/big".into()), 1 << 30);
+    fake.take_requests();
+    for (length, encoding, most) in [
+        (1u64 << 53, "utf8", 65_536),
+        (64 << 20, "utf8", 65_536),
+        (65_537, "utf8", 65_536),
+        (65_537, "base64", 65_536),
+    ] {
+        let err = h
+            .err(
+                "read-file",
+                json!({"name": "m", "path": "/big", "length": length, "encoding": encoding}),
+            )
+            .await;
+        assert!(
+            err.starts_with("INVALID_ARGUMENT: length:")
+                && err.contains(&format!("at most {most}")),
+            "{length} {encoding}: {err}"
+        );
+    }
+    assert!(
+        fake.take_requests()
+            .iter()
+            .all(|r| !r["path"].as_str().unwrap_or_default().contains("/files/")),
+        "no file was asked for"
+    );
+    let (page, text) = h
+        .read(json!({"name": "m", "path": "/big", "length": 65_536}))
+        .await;
+    assert_eq!(text.len(), 65_536);
+    assert_eq!(page["eof"], false);
+}
+
+/// A machine-logs cursor this server did not give is refused naming the argument, instead of
+/// reading as none (every line returned as new, `gap: false`).
+#[tokio::test]
+async fn a_malformed_logs_cursor_is_refused() {
+    let (fake, h) = setup().await;
+    fake.add_machine("m", "running");
+    fake.push_log("m", "a line");
+    for cursor in ["garbage", "c:-1:x", "e:ev-1", ""] {
+        let err = h
+            .err("machine-logs", json!({"name": "m", "cursor": cursor}))
+            .await;
+        assert!(
+            err.contains("cursor:") && err.contains("is not a cursor machine-logs gave"),
+            "{cursor:?}: {err}"
+        );
+    }
+    let first = h.ok("machine-logs", json!({"name": "m"})).await;
+    let next = h
+        .ok(
+            "machine-logs",
+            json!({"name": "m", "cursor": first["cursor"]}),
+        )
+        .await;
+    assert_eq!(next["lines"], json!([]), "{next}");
+}
+
+/// Mounts need the operator's allow-list (unset: refused), resolve symlinks before the check,
+/// and are read-only unless under mountWritable (without the list an agent could mount /etc or
+/// ~/.ssh read-write).
+#[tokio::test]
+async fn mounts_need_the_operators_allow_list_and_are_read_only_by_default() {
+    let (fake, h) = setup().await;
+    let err = h
+        .err(
+            "create-machine",
+            json!({"image": "a", "mounts": [{"source": "/etc", "target": "/mnt"}]}),
+        )
+        .await;
+    insta::assert_snapshot!(err, @"INVALID_ARGUMENT: mounts[0].source: mounts are off on this server: the operator has allowed no host directory (mountAllow). Copy files in with write-file instead");
+    let shared = tempfile::tempdir().unwrap();
+    let writable = shared.path().join("rw");
+    std::fs::create_dir(&writable).unwrap();
+    let escape = shared.path().join("escape");
+    std::os::unix::fs::symlink("/etc", &escape).unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let allow = shared.path().display().to_string();
+    let rw = writable.display().to_string();
+    let url = fake.url();
+    let h = crate::common::mcp::Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+        ("SMOL_MCP_MOUNT_WRITABLE", rw.as_str()),
+    ])
+    .await;
+    drop(runtime);
+    let outside = |source: &str| {
+        format!(
+            "INVALID_ARGUMENT: mounts[0].source: {source} is not in a directory the operator \
+             allows mounting (mountAllow: {allow})"
+        )
+    };
+    for (source, readonly, refused) in [
+        ("/etc".to_owned(), None, outside("/etc")),
+        (
+            escape.display().to_string(),
+            None,
+            outside(&escape.display().to_string()),
+        ),
+        (
+            allow.clone(),
+            Some(false),
+            format!(
+                "INVALID_ARGUMENT: mounts[0].readonly: false is not allowed for {allow}: the \
+                 operator allows writable mounts only under mountWritable ({rw}); leave readonly \
+                 out for a read-only mount"
+            ),
+        ),
+    ] {
+        let mut mount = json!({"source": source, "target": "/mnt"});
+        if let Some(ro) = readonly {
+            mount["readonly"] = json!(ro);
+        }
+        let err = h
+            .err("create-machine", json!({"image": "a", "mounts": [mount]}))
+            .await;
+        assert_eq!(err, refused, "{source}");
+    }
+    fake.take_requests();
+    h.ok(
+        "create-machine",
+        json!({"image": "a", "name": "mounted", "start": false, "mounts": [
+            {"source": allow, "target": "/ro"},
+            {"source": rw, "target": "/rw", "readonly": false}
+        ]}),
+    )
+    .await;
+    let sent = fake.take_requests();
+    let create = sent.iter().find(|r| r["method"] == "POST").unwrap();
+    let mounts = &create["body"]["mounts"];
+    assert_eq!(mounts[0]["readonly"], true, "{mounts}");
+    assert_eq!(mounts[1].get("readonly"), None, "{mounts}");
+}
+
+/// A machine this server has seen is not asked for before each command: the exec goes alone,
+/// without autoStart. Stopped behind the server's back, the machine refuses that exec at once;
+/// it is then started (its boot reported like any start) and sent the command again. Deleted
+/// behind its back, the command fails NOT_FOUND and the next one asks for the machine again.
+#[tokio::test]
+async fn a_seen_machine_runs_a_command_in_one_request_and_a_stopped_one_is_started_first() {
+    let (fake, h) = setup().await;
+    h.ok("create-machine", json!({"name": "seen"})).await;
+    fake.take_requests();
+    let ran = h
+        .ok("run-command", json!({"name": "seen", "command": "true"}))
+        .await;
+    assert_eq!(ran["startedMachine"], false);
+    let requests = fake.take_requests();
+    let sent: Vec<String> = requests
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["method"].as_str().unwrap(),
+                r["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(sent, ["POST /api/v1/machines/seen/exec/stream"]);
+    assert_eq!(requests[0]["body"]["autoStart"], false, "{requests:?}");
+    assert!(
+        ran.get("usage").is_none(),
+        "its cost was not asked for: {ran}"
+    );
+
+    fake.state.lock().unwrap().machines.get_mut("seen").unwrap()["state"] = json!("stopped");
+    let ran = h
+        .ok("run-command", json!({"name": "seen", "command": "true"}))
+        .await;
+    assert_eq!(ran["startedMachine"], true, "{ran}");
+    assert_eq!(ran["exitCode"], 0);
+    let sent: Vec<String> = fake
+        .take_requests()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["method"].as_str().unwrap(),
+                r["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "POST /api/v1/machines/seen/exec/stream",
+            "GET /api/v1/machines/seen",
+            "POST /api/v1/machines/seen/start",
+            "POST /api/v1/machines/seen/exec/stream",
+        ],
+        "refused, started (its state read first, as every start), then run"
+    );
+
+    fake.state.lock().unwrap().machines.remove("seen");
+    let gone = h
+        .err("run-command", json!({"name": "seen", "command": "true"}))
+        .await;
+    assert!(gone.starts_with("NOT_FOUND"), "{gone}");
+    fake.take_requests();
+    h.err("run-command", json!({"name": "seen", "command": "true"}))
+        .await;
+    let first = &fake.take_requests()[0];
+    assert_eq!(
+        (first["method"].as_str(), first["path"].as_str()),
+        (Some("GET"), Some("/api/v1/machines/seen"))
+    );
+}
