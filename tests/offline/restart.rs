@@ -54,6 +54,27 @@ async fn start_job(
     )
 }
 
+/// The ledger row of `run` once it has ended, read through `smol://runs`.
+async fn ended_row(server: &mut StdioServer, id: u64, run: i64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let read = server
+            .request(
+                id,
+                "resources/read",
+                json!({"uri": format!("smol://runs/{run}")}),
+            )
+            .await;
+        let detail: Value =
+            serde_json::from_str(read["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+        if detail["outcome"] != "running" {
+            return detail;
+        }
+        assert!(Instant::now() < deadline, "never recorded: {detail}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn job_in<'a>(list: &'a Value, job: &str) -> &'a Value {
     list["jobs"]
         .as_array()
@@ -83,7 +104,8 @@ async fn a_job_started_by_one_process_is_read_to_its_end_and_another_cancelled_b
         "for i in 1 2 3 4 5 6; do echo \"line $i\"; sleep 0.5; done; echo bye >&2; exit 4",
     )
     .await;
-    let (endless, _) = start_job(&mut first, 3, "kept", "while true; do sleep 1; done").await;
+    let (endless, endless_run) =
+        start_job(&mut first, 3, "kept", "while true; do sleep 1; done").await;
     let first_pid = first.child.id().unwrap();
     // The first process goes away as a client's server does: its stdin closed. A named machine
     // is not its to delete, so the machine and both jobs stay.
@@ -137,28 +159,16 @@ async fn a_job_started_by_one_process_is_read_to_its_end_and_another_cancelled_b
 
     // The ledger row the first process began is ended by the second, without the output's text
     // (the first process's environment values, which it would redact, are written nowhere).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let detail = loop {
-        let read = next
-            .request(
-                13,
-                "resources/read",
-                json!({"uri": format!("smol://runs/{finite_run}")}),
-            )
-            .await;
-        let detail: Value =
-            serde_json::from_str(read["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
-        if detail["outcome"] != "running" {
-            break detail;
-        }
-        assert!(Instant::now() < deadline, "never recorded: {detail}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let detail = ended_row(&mut next, 13, finite_run).await;
     assert_eq!(detail["tool"], "job", "{detail}");
     assert_eq!(detail["outcome"], "exited", "{detail}");
     assert_eq!(detail["exitCode"], 4, "{detail}");
     assert_eq!(detail["stdout"]["bytes"], stdout.len(), "{detail}");
     assert_eq!(detail["stdout"]["head"], "", "{detail}");
+    // And the cancelled one's, before this process goes: the cancel is recorded by the job's
+    // watcher after a look at the machine, which a process ending at once would not wait for.
+    let cancelled_row = ended_row(&mut next, 14, endless_run).await;
+    assert_eq!(cancelled_row["outcome"], "cancelled", "{cancelled_row}");
 
     // A third process finds nothing left to take over: both jobs have ended.
     next.close_stdin();
