@@ -3,7 +3,7 @@
 //! Thin on purpose: every transformation lives in `src/spec/` (shared with the library's
 //! vendoring tool and spec-diff report). This file loads, calls those steps, runs progenitor and
 //! writes to OUT_DIR. Nothing here writes into the source tree; `generated/` is refreshed by
-//! `UPDATE_GENERATED=1 cargo test --test generated_in_sync`.
+//! `UPDATE_GENERATED=1 cargo test --test offline generated_in_sync`.
 
 #[path = "src/spec/mod.rs"]
 #[allow(dead_code)]

@@ -339,7 +339,7 @@ impl FleetApi for LocalFleet {
 
     /// The engine's 409 for an exec with `autoStart: false` on a machine that is not running,
     /// in its own words (`machine is not running and autoStart is false`, on both exec routes
-    /// of the real 1.32.2 serve; compared against the fake in tests/fake_vs_engine.rs).
+    /// of the real 1.32.2 serve; compared against the fake in tests/guest/fake_vs_engine.rs).
     fn is_not_running(&self, e: &FleetError) -> bool {
         e.kind == ErrorKind::Conflict && e.message.contains("is not running")
     }
@@ -861,7 +861,7 @@ impl FleetApi for LocalFleet {
     /// connect to <addr>` / `... sendto <addr>` with the address as `ip:port` (smol-machines/libkrun
     /// src/devices/src/virtio/vsock/muxer.rs). Oldest first, the newest `limit` kept; empty for a
     /// machine with no policy or one that never booted. A timestamp is RFC 3339 as logged, or
-    /// empty when the line had none (observed on the real 1.32.2 serve: tests/real_serve.rs).
+    /// empty when the line had none (observed on the real 1.32.2 serve: tests/engine/real_serve.rs).
     async fn egress_baseline(&self, name: &str, limit: u32) -> Vec<EgressDenial> {
         let recent = self
             .recent_execs

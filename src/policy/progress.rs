@@ -181,7 +181,7 @@ impl Progress {
     ///
     /// `work` comes boxed: the waits nest inside tool calls, and a generic wrapper holding each
     /// one inline grew every enclosing future (in a debug build, past a test thread's 2 MiB
-    /// stack, seen in tests/tools_local.rs).
+    /// stack, seen in tests/offline/tools_local.rs).
     pub async fn during<T>(
         &self,
         waiting_for: &str,
