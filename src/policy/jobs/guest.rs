@@ -33,7 +33,10 @@ pub fn wrapper(base: &str, command: &Command) -> Command {
 /// How far the files have grown, and the exit status once written: one line per stream (its
 /// size, or `-` while the file does not exist), then the status if there is one.
 pub fn probe(base: &str) -> Command {
-    let script = r#"for s in stdout stderr; do if [ -f "$0.$s" ]; then wc -c <"$0.$s"; else echo -; fi; done; cat "$0.exit" 2>/dev/null; true"#;
+    // The status is read before the sizes: it is written once the streams are closed, so sizes
+    // read after it are final. Read after them, a job ending in between was reported ended
+    // with its last bytes not yet counted, and a reader took the output as complete.
+    let script = r#"e=$(cat "$0.exit" 2>/dev/null); for s in stdout stderr; do if [ -f "$0.$s" ]; then wc -c <"$0.$s"; else echo -; fi; done; [ -n "$e" ] && echo "$e"; true"#;
     Command::Argv(vec![
         "sh".into(),
         "-c".into(),
