@@ -44,6 +44,9 @@ pub enum LedgerError {
     NoStore,
     #[error("the run ledger at {path} is not available: {reason}")]
     Unavailable { path: String, reason: String },
+    /// The store works but cannot take the read now; asking again later may succeed.
+    #[error("the run ledger cannot answer now: {0}")]
+    Busy(StoreUnavailable),
 }
 
 impl From<StoreUnavailable> for LedgerError {
@@ -51,10 +54,7 @@ impl From<StoreUnavailable> for LedgerError {
         match e {
             StoreUnavailable::Off => LedgerError::NoStore,
             StoreUnavailable::Broken { path, reason } => LedgerError::Unavailable { path, reason },
-            queue @ StoreUnavailable::QueueFull { .. } => LedgerError::Unavailable {
-                path: String::new(),
-                reason: queue.to_string(),
-            },
+            queue @ StoreUnavailable::QueueFull { .. } => LedgerError::Busy(queue),
         }
     }
 }

@@ -40,6 +40,17 @@ impl Write {
         }
     }
 
+    /// A run's first record: like [`Write::record`], and lost runs are announced if the file
+    /// turns out unusable.
+    pub(super) fn run_start(
+        statement: impl FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    ) -> Write {
+        Write {
+            starts_run: true,
+            ..Write::record(true, statement)
+        }
+    }
+
     /// A write whose answer `answer` is sent once its batch is committed: the statement's
     /// value if both it and the commit were written, else why not.
     pub(super) fn answered<T: Send + 'static>(

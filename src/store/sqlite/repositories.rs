@@ -1,7 +1,7 @@
 //! Each table's repository: the store's traits answered with that table's statements, queued
 //! for the writer or read on the read connection.
 
-use super::queue::{Applied, Write};
+use super::queue::Write;
 use super::schema::now_ms;
 use super::{SqliteStore, grants, jobs, keys, runs, spend, tasks};
 use crate::fleet::FleetKind;
@@ -20,15 +20,7 @@ impl RunRepository for SqliteStore {
             return Err(self.shared.unusable(reason));
         }
         let id = self.shared.next_id();
-        self.queue(Write {
-            adds_record: true,
-            starts_run: true,
-            flush: false,
-            apply: Box::new(move |conn| Applied {
-                error: runs::insert(conn, id, &run).err(),
-                after_commit: None,
-            }),
-        })?;
+        self.queue(Write::run_start(move |conn| runs::insert(conn, id, &run)))?;
         Ok(id)
     }
 
