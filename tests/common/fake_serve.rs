@@ -47,6 +47,8 @@ pub struct FakeState {
     /// Every start fails with this message, as the engine's 500: what a host that cannot boot
     /// guests answers (`vm failed: no boot progress after 30s`, seen on a paravirtual KVM).
     pub start_failure: Option<String>,
+    /// Every create fails with this message, as the engine's 500 (a full disk, say).
+    pub create_failure: Option<String>,
     /// How long an exec that is not a readiness probe (`echo`) takes to answer.
     pub exec_delay: Option<std::time::Duration>,
     /// How long an image pull takes: the engine answers `POST .../images/pull` only once the
@@ -785,6 +787,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         ("POST", ["api", "v1", "machines"]) => {
             if let Some(refusal) = unknown_field("CreateMachineRequest", &json_body) {
                 return refusal;
+            }
+            if let Some(message) = st.create_failure.clone() {
+                return api_error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR", message);
             }
             if let Some(name) = json_body["name"].as_str() {
                 let refusal = if name.is_empty() {

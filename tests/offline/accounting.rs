@@ -90,7 +90,7 @@ async fn a_machine_past_the_session_limit_is_refused_before_anything_is_sent() {
         // The three tools are refused in the same words; the failure names the tool.
         insta::allow_duplicates! {
             insta::with_settings!({description => tool}, {
-                insta::assert_snapshot!(text, @"LIMIT_REACHED: this session has made 1 machines that still exist and this server allows 1 a session (maxMachinesPerSession): delete one (delete-machine) or reuse one (run-command) first");
+                insta::assert_snapshot!(text, @"LIMIT_REACHED: this session's machines (still existing or being made): 1; this server allows 1 a session (maxMachinesPerSession): delete one (delete-machine) or reuse one (run-command) first");
             });
         }
     }
@@ -119,7 +119,122 @@ async fn a_machine_past_the_fleet_limit_is_refused() {
     fake.add_machine("theirs", "running");
     h.ok("create-machine", json!({"name": "mine"})).await;
     let text = h.err("create-machine", json!({"name": "more"})).await;
-    insta::assert_snapshot!(text, @"LIMIT_REACHED: the local fleet holds 2 machines and this server allows 2 in all (maxMachines): delete one (delete-machine; list-machines shows them) first");
+    insta::assert_snapshot!(text, @"LIMIT_REACHED: the local fleet's machines (existing or being made): 2; this server allows 2 in all (maxMachines): delete one (delete-machine; list-machines shows them) first");
+}
+
+/// Ten creates sent at once, each taking a while on the engine: the limit holds, since each
+/// admitted create holds its place in the count until it answers.
+async fn ten_at_once(h: &Harness, prefix: &str) -> (usize, Vec<String>) {
+    let calls = (0..10).map(|i| h.call("create-machine", json!({"name": format!("{prefix}{i}")})));
+    let answers = futures::future::join_all(calls).await;
+    let made = answers.iter().filter(|a| !a.is_error).count();
+    let refusals = answers
+        .iter()
+        .filter(|a| a.is_error)
+        .map(|a| a.text.clone())
+        .collect();
+    (made, refusals)
+}
+
+fn slow_creates(fake: &FakeServe) {
+    fake.state.lock().unwrap().create_delay = Some(std::time::Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn ten_creates_at_once_in_one_session_make_only_the_sessions_limit() {
+    let fake = FakeServe::start().await;
+    slow_creates(&fake);
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "2"),
+    ])
+    .await;
+    let (made, refusals) = ten_at_once(&h, "burst-").await;
+    assert_eq!(made, 2, "{refusals:?}");
+    let sent = fake.take_requests();
+    assert_eq!(creates_sent(&sent, "/api/v1/machines"), 2, "{sent:?}");
+    for text in &refusals {
+        assert!(
+            text.starts_with(
+                "LIMIT_REACHED: this session's machines (still existing or being made): 2;"
+            ),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ten_creates_at_once_make_only_the_fleets_limit_in_all() {
+    let fake = FakeServe::start().await;
+    slow_creates(&fake);
+    fake.add_machine("theirs", "running");
+    let url = fake.url();
+    let env = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_MACHINES", "4"),
+    ];
+    let h = Harness::start(&env).await;
+    let (made, refusals) = ten_at_once(&h, "all-").await;
+    assert_eq!(made, 3, "one of the four is theirs: {refusals:?}");
+    assert_eq!(creates_sent(&fake.take_requests(), "/api/v1/machines"), 3);
+}
+
+#[tokio::test]
+async fn a_failed_create_frees_its_place_in_the_count() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1"),
+        ("SMOL_MCP_MAX_MACHINES", "2"),
+    ])
+    .await;
+    // The engine fails the create: nothing was made, and nothing stays counted.
+    fake.state.lock().unwrap().create_failure = Some("no space left on device".into());
+    for i in 0..3 {
+        let text = h
+            .err("create-machine", json!({"name": format!("fails-{i}")}))
+            .await;
+        assert!(text.contains("no space left on device"), "{text}");
+    }
+    fake.state.lock().unwrap().create_failure = None;
+    h.ok("create-machine", json!({"name": "free"})).await;
+}
+
+#[tokio::test]
+async fn ten_sessionless_creates_at_once_make_only_the_limit() {
+    // Sessionless (2026-07-28) requests over HTTP are one owner for the limits: the server's.
+    let fake = FakeServe::start().await;
+    slow_creates(&fake);
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let token = "limits-token";
+    let server = crate::common::clients::HttpServer::spawn(
+        rt.path(),
+        token,
+        &[
+            ("SMOL_LOCAL_URL", &url),
+            ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "2"),
+        ],
+    )
+    .await;
+    let calls = (0..10).map(|i| {
+        crate::common::clients::stateless_request(
+            &server,
+            token,
+            "tools/call",
+            json!({}),
+            json!({"name": "create-machine", "arguments": {"name": format!("nosession-{i}")}}),
+        )
+    });
+    let answers = futures::future::join_all(calls).await;
+    let made = answers
+        .iter()
+        .filter(|a| a["result"]["isError"] == json!(false))
+        .count();
+    assert_eq!(made, 2, "{answers:?}");
+    assert_eq!(creates_sent(&fake.take_requests(), "/api/v1/machines"), 2);
 }
 
 async fn cloud_harness(cloud: &FakeCloud, ceiling: (&str, &str)) -> Harness {

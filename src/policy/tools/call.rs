@@ -10,6 +10,7 @@ use crate::policy::error::{ToolError, ToolErrorKind};
 use crate::policy::jobs::SessionHoldRef;
 use crate::policy::progress::Progress;
 use crate::process::config::Config;
+use crate::process::made::MachineSlot;
 use crate::process::{Mode, Process};
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -288,6 +289,7 @@ impl<'a> Call<'a> {
         &self,
         fleet: &Fleet,
         spec: &CreateSpec,
+        slot: &MachineSlot<'_>,
     ) -> Result<Machine, ToolError> {
         let waiting_for = format!(
             "waiting for the {} fleet to create machine {} from {}",
@@ -306,7 +308,7 @@ impl<'a> Call<'a> {
                 Box::pin(self.cancellable(fleet.create(spec))),
             )
             .await?;
-        self.made(fleet.kind(), &machine.id);
+        slot.fill(&machine.id);
         Ok(machine)
     }
 
@@ -317,6 +319,7 @@ impl<'a> Call<'a> {
         &self,
         fleet: &Fleet,
         spec: &CreateSpec,
+        slot: &MachineSlot<'_>,
     ) -> Option<(String, crate::fleet::PoolLease)> {
         if !fleet.capabilities().offers(Feature::WarmPools) {
             return None;
@@ -327,7 +330,7 @@ impl<'a> Call<'a> {
             .await
         {
             Ok(lease) => {
-                self.made(fleet.kind(), &lease.machine);
+                slot.fill(&lease.machine);
                 Some((pool.name, lease))
             }
             Err(e) => {
@@ -337,58 +340,79 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Counts `id` as made by this call's session (`maxMachinesPerSession`).
-    pub fn made(&self, fleet: FleetKind, id: &str) {
-        self.process().made.made(self.session(), fleet, id);
-    }
-
-    /// Before anything is sent to make a machine: the operator's limits on machines (this
-    /// session's that still exist, and the fleet's in all) and, on cloud, on spend. Refused
-    /// with the limit, the count and the setting that raises it.
-    pub async fn admit_machine(&self, fleet: &Fleet) -> Result<(), ToolError> {
+    /// Before anything is sent to make the machine `name`: the operator's limits on machines
+    /// (this session's that still exist, and the fleet's in all) and, on cloud, on spend.
+    /// Refused with the limit, the count and the setting that raises it. Admitted, the machine
+    /// holds a slot in both counts until its create answers ([`MachineSlot::fill`]) or fails
+    /// (the slot dropped), so that creates sent at once cannot all pass one count.
+    pub async fn admit_machine(
+        &self,
+        fleet: &Fleet,
+        name: &str,
+    ) -> Result<MachineSlot<'_>, ToolError> {
         let config = self.config();
         let (per_session, in_all) = (config.max_machines_per_session, config.max_machines);
         let kind = fleet.kind();
-        // The fleet is listed only when a limit needs it: for the limit in all, and for this
-        // session's only near it (a machine deleted behind the server's back still counts in
-        // what the session made until a list shows it gone).
-        let mut listed: Option<Vec<Machine>> = None;
-        if in_all > 0 {
-            let machines = self.cancellable(fleet.list()).await?;
-            if machines.len() >= in_all {
-                return Err(limit(format!(
-                    "the {} fleet holds {} machines and this server allows {in_all} in all \
-                     (maxMachines): delete one (delete-machine; list-machines shows them) first",
-                    kind.as_str(),
-                    machines.len()
-                )));
-            }
-            listed = Some(machines);
-        }
-        if per_session > 0 {
-            let made = self.process().made.of(self.session());
-            let mine = |machines: Option<&Vec<Machine>>| {
-                made.machines
+        let made = &self.process().made;
+        let slot = {
+            let _turn = self
+                .cancellable(async { Ok::<_, ToolError>(made.admission().await) })
+                .await?;
+            // A create admitted before this one and not yet answered counts, unless the
+            // listing already shows its machine.
+            let pending = |machines: Option<&Vec<Machine>>, names: Vec<String>| {
+                names
                     .iter()
-                    .filter(|(k, id)| {
-                        *k == kind && machines.is_none_or(|ms| ms.iter().any(|m| m.id == *id))
-                    })
+                    .filter(|n| machines.is_none_or(|ms| !ms.iter().any(|m| &m.name == *n)))
                     .count()
             };
-            let mut count = mine(listed.as_ref());
-            if count >= per_session && listed.is_none() {
+            // The fleet is listed only when a limit needs it: for the limit in all, and for
+            // this session's only near it (a machine deleted behind the server's back still
+            // counts in what the session made until a list shows it gone).
+            let mut listed: Option<Vec<Machine>> = None;
+            if in_all > 0 {
                 let machines = self.cancellable(fleet.list()).await?;
-                count = mine(Some(&machines));
+                let held = machines.len()
+                    + pending(Some(&machines), made.pending(self.session(), kind).in_all);
+                if held >= in_all {
+                    return Err(limit(format!(
+                        "the {} fleet's machines (existing or being made): {held}; this server \
+                         allows {in_all} in all (maxMachines): delete one (delete-machine; \
+                         list-machines shows them) first",
+                        kind.as_str(),
+                    )));
+                }
+                listed = Some(machines);
             }
-            if count >= per_session {
-                return Err(limit(format!(
-                    "this session has made {count} machines that still exist and this server \
-                     allows {per_session} a session (maxMachinesPerSession): delete one \
-                     (delete-machine) or reuse one (run-command) first"
-                )));
+            if per_session > 0 {
+                let mine = |machines: Option<&Vec<Machine>>| {
+                    let existing = made
+                        .of(self.session())
+                        .machines
+                        .iter()
+                        .filter(|(k, id)| {
+                            *k == kind && machines.is_none_or(|ms| ms.iter().any(|m| m.id == *id))
+                        })
+                        .count();
+                    existing + pending(machines, made.pending(self.session(), kind).of_session)
+                };
+                let mut count = mine(listed.as_ref());
+                if count >= per_session && listed.is_none() {
+                    let machines = self.cancellable(fleet.list()).await?;
+                    count = mine(Some(&machines));
+                }
+                if count >= per_session {
+                    return Err(limit(format!(
+                        "this session's machines (still existing or being made): {count}; \
+                         this server allows {per_session} a session (maxMachinesPerSession): \
+                         delete one (delete-machine) or reuse one (run-command) first"
+                    )));
+                }
             }
-        }
-        self.admit_spend(fleet).await
+            made.reserve(self.session(), kind, name)
+        };
+        self.admit_spend(fleet).await?;
+        Ok(slot)
     }
 
     /// Before a create or a command on cloud: the operator's spend ceilings, per session (what

@@ -319,8 +319,8 @@ pub(super) async fn run_once(
     let mut spec = base_spec(call, &a.machine, name.clone(), config.run_once_network)?;
     spec.ephemeral = true;
     let exec = exec_spec(&a.run, TimeoutRule::foreground(config))?;
-    let (fleet, bindings) = admitted(call, a.target, &a.machine, &mut spec).await?;
-    let warm = call.lease_warm(&fleet, &spec).await;
+    let (fleet, bindings, slot) = admitted(call, a.target, &a.machine, &mut spec).await?;
+    let warm = call.lease_warm(&fleet, &spec, &slot).await;
     let (name, pool) = match &warm {
         Some((pool, lease)) => (lease.machine.clone(), Some(pool.clone())),
         None => (name, None),
@@ -331,7 +331,7 @@ pub(super) async fn run_once(
             machine.created(&name);
         } else {
             let created = call
-                .create_reported(&fleet, &spec)
+                .create_reported(&fleet, &spec, &slot)
                 .await
                 .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
             machine.created(&created.id);

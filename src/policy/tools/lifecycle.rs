@@ -11,6 +11,7 @@ use crate::fleet::{
     FleetKind, Machine, Mount, PortMapping,
 };
 use crate::process::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
+use crate::process::made::MachineSlot;
 
 pub(super) async fn list_machines(
     call: &Call<'_>,
@@ -221,19 +222,19 @@ fn only_the_user_widens(base: &args::MachineBase) -> Result<(), ToolError> {
 /// credentials named put into `spec`, then the fleet reached (a local serve started only now
 /// that the arguments are known good), the image a fleet needs, and the operator's machine
 /// limits. Answers the fleet and the bindings to record for the machine.
-pub(super) async fn admitted(
-    call: &Call<'_>,
+pub(super) async fn admitted<'c>(
+    call: &'c Call<'_>,
     target: Option<FleetKind>,
     base: &args::MachineBase,
     spec: &mut CreateSpec,
-) -> Result<(Fleet, Vec<String>), ToolError> {
+) -> Result<(Fleet, Vec<String>, MachineSlot<'c>), ToolError> {
     let capabilities = call.capabilities(target)?;
     let bindings =
         super::credentials::apply(call, capabilities, base.credentials.as_deref(), spec)?;
     let fleet = call.fleet(target).await?;
     require_image(capabilities, spec)?;
-    call.admit_machine(&fleet).await?;
-    Ok((fleet, bindings))
+    let slot = call.admit_machine(&fleet, &spec.name).await?;
+    Ok((fleet, bindings, slot))
 }
 
 /// A fleet without a root file system of its own to boot (the cloud's) refuses a spec without an
@@ -382,11 +383,11 @@ pub(super) async fn create_machine(
     if let Some(earlier) = &a.allow_hosts_from {
         learned_egress(call, kind, earlier, &mut spec).await?;
     }
-    let (fleet, bindings) = admitted(call, a.target, &a.machine, &mut spec).await?;
+    let (fleet, bindings, slot) = admitted(call, a.target, &a.machine, &mut spec).await?;
     // An unnamed machine may come warm: its name is then the pool's (the engine names them).
     if !named_by_caller
         && a.start != Some(false)
-        && let Some((pool, lease)) = call.lease_warm(&fleet, &spec).await
+        && let Some((pool, lease)) = call.lease_warm(&fleet, &spec, &slot).await
     {
         let mut provisional = Provisional::begin(call, &fleet, &lease.machine, true)?;
         provisional.created(&lease.machine);
@@ -399,7 +400,7 @@ pub(super) async fn create_machine(
         });
     }
     let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral)?;
-    let machine = match call.create_reported(&fleet, &spec).await {
+    let machine = match call.create_reported(&fleet, &spec, &slot).await {
         Ok(m) => m,
         Err(e) if e.is(ErrorKind::Conflict) => {
             provisional.refused();
@@ -565,7 +566,7 @@ pub(super) async fn branch_machine(
 ) -> Result<results::Branched, ToolError> {
     let fleet = call.fleet(a.target).await?;
     let ephemeral = a.child_name.starts_with(&call.config().machine_prefix);
-    call.admit_machine(&fleet).await?;
+    let slot = call.admit_machine(&fleet, &a.child_name).await?;
     let mut provisional =
         Provisional::begin_child(call, &fleet, &a.child_name, ephemeral, Some(&a.name))?;
     let waiting_for = format!("waiting for the branch {} of {}", a.child_name, a.name);
@@ -605,7 +606,7 @@ pub(super) async fn branch_machine(
         }
     };
     provisional.created(&child.id);
-    call.made(fleet.kind(), &child.id);
+    slot.fill(&child.id);
     if fleet.capabilities().offers(Feature::Credentials) {
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
         // values under the child's own name), so its next boots get the source's values.
