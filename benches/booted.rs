@@ -6,8 +6,12 @@
 //!    Alpine) then run-command `echo first`, from sending the create to the command's result,
 //!    beside POST machines, POST start and POST exec; 3 of each, in turn, each path first in
 //!    every other pair.
-//! 2. run-command `true` beside a raw exec of `true` on one running machine the server made:
-//!    20 of each, in turn, after a few of each to warm up.
+//! 2. run-command `true` beside a raw exec of `true` on one running machine with no allow list
+//!    (so the command is the one exec request): 40 of each, in turn, after a few of each to
+//!    warm up, each path first in its share of the rounds. Beside the difference of medians, each
+//!    pair's difference, and the server's own time: the call less the engine requests it made,
+//!    as its debug log times them (`fleet/hooks.rs`), which the guest's spread does not reach.
+//!    `BOOTED_BENCH_BASELINE=label=path[,label=path]` runs earlier builds in the same rounds.
 //! 3. streamed output: a run-command with a progress token whose command prints 20 lines about
 //!    300 ms apart, each stamped with the guest's clock, from the guest's print to the
 //!    notification's arrival; beside the raw exec/stream of the same command. The guest's clock
@@ -21,7 +25,8 @@
 //! 4. the engine requests the server made for each call, seen by a relay between a second
 //!    server and the engine (for the figures above the server talks to the engine directly).
 //!
-//! `BOOTED_BENCH_ONLY=stream` runs 3 alone, on one machine.
+//! `BOOTED_BENCH_ONLY=stream` runs 3 alone, on one machine; `BOOTED_BENCH_ONLY=roundtrip` runs 2
+//! alone.
 //!
 //! `BOOTED_BENCH_ONLY=pool` runs only the warm-pool figures: a server with a pool of two
 //! (`SMOL_MCP_POOLS`, 1 CPU, 256 MiB), create-machine then run-command `echo first` from the
@@ -53,7 +58,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp");
 const FIRST_OUTPUT_RUNS: usize = 3;
-const ROUND_TRIPS: usize = 20;
+const ROUND_TRIPS: usize = 40;
 const WARM_UPS: usize = 3;
 const STREAM_LINES: usize = 20;
 const OFFSET_SAMPLES: usize = 5;
@@ -131,7 +136,11 @@ struct Client {
 
 impl Client {
     async fn spawn(env: &[(String, String)], stderr: Stdio) -> Client {
-        let mut child = Command::new(SERVER)
+        Client::spawn_binary(SERVER, env, stderr).await
+    }
+
+    async fn spawn_binary(binary: &str, env: &[(String, String)], stderr: Stdio) -> Client {
+        let mut child = Command::new(binary)
             .env_clear()
             .envs(env.iter().cloned())
             .stdin(Stdio::piped())
@@ -471,7 +480,85 @@ async fn first_output(c: &mut Client, raw: &Raw) -> Value {
 // ---------------------------------------------------------------------------------------------
 // 2. run-command round trip beside a raw exec.
 
-async fn round_trip(c: &mut Client, raw: &Raw, machine: &str) -> Value {
+/// A stdio server taking part in the round trips: this build, or a baseline named by
+/// `BOOTED_BENCH_BASELINE=label=path[,label=path]` (an earlier build, run beside it on the same
+/// machine so that the comparison is in one run).
+struct Contender {
+    label: String,
+    client: Client,
+    /// This build's debug log, read after each call for the engine requests it made and how
+    /// long each took by the server's own clock (`hooks.rs`): the call's time less those is
+    /// what the server itself added, free of the guest's spread.
+    log: Option<DebugLog>,
+}
+
+struct DebugLog {
+    path: std::path::PathBuf,
+    read: usize,
+}
+
+impl DebugLog {
+    /// The engine requests logged since the last reading: (operation, milliseconds).
+    fn take(&mut self) -> Vec<(String, f64)> {
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let fresh = &text[self.read.min(text.len())..];
+        // Only whole lines: a line still being written is read next time.
+        let whole = fresh.rfind('\n').map_or(0, |i| i + 1);
+        self.read += whole;
+        fresh[..whole]
+            .lines()
+            .filter(|l| l.contains("upstream request"))
+            .filter_map(|l| {
+                let field = |name: &str| {
+                    let at = l.find(&format!(" {name}="))? + name.len() + 2;
+                    let value = l[at..].split([' ', ',', '}']).next()?;
+                    Some(value.trim_matches('"').to_owned())
+                };
+                Some((field("operation")?, field("millis")?.parse().ok()?))
+            })
+            .collect()
+    }
+}
+
+fn baselines() -> Vec<(String, String)> {
+    std::env::var("BOOTED_BENCH_BASELINE")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            let (label, path) = pair
+                .split_once('=')
+                .expect("BOOTED_BENCH_BASELINE is label=path[,label=path]");
+            (label.to_owned(), path.to_owned())
+        })
+        .collect()
+}
+
+async fn contenders(url: &str, rt: &std::path::Path, out_dir: &std::path::Path) -> Vec<Contender> {
+    let path = out_dir.join("booted-roundtrip-debug.log");
+    let stderr = std::fs::File::create(&path).unwrap();
+    let mut all = vec![Contender {
+        label: "this build".into(),
+        client: Client::spawn_binary(
+            SERVER,
+            &server_env(&rt.join("this"), url, "warn,smol_mcp::fleet::hooks=debug"),
+            stderr.into(),
+        )
+        .await,
+        log: Some(DebugLog { path, read: 0 }),
+    }];
+    for (label, binary) in baselines() {
+        let env = server_env(&rt.join(&label), url, "warn");
+        all.push(Contender {
+            client: Client::spawn_binary(&binary, &env, Stdio::null()).await,
+            label,
+            log: None,
+        });
+    }
+    all
+}
+
+async fn round_trip(raw: &Raw, machine: &str, contenders: &mut [Contender]) -> Value {
     let args = json!({"name": machine, "command": ["true"], "timeoutSecs": 30});
     let server_once = async |c: &mut Client| {
         let t = Instant::now();
@@ -490,26 +577,65 @@ async fn round_trip(c: &mut Client, raw: &Raw, machine: &str) -> Value {
         assert_eq!(r["exitCode"], 0, "{r}");
         took
     };
+    // Warm-ups: each server sees the machine (a server asks for a machine it has not seen
+    // before its first command) and the guest's caches are warm.
     for _ in 0..WARM_UPS {
-        server_once(c).await;
+        for c in contenders.iter_mut() {
+            server_once(&mut c.client).await;
+        }
         raw_once().await;
     }
-    let (mut server, mut direct) = (Vec::new(), Vec::new());
-    for i in 0..ROUND_TRIPS {
-        // In turn, and each first in every other pair.
-        if i % 2 == 0 {
-            server.push(server_once(c).await);
-            direct.push(raw_once().await);
-        } else {
-            direct.push(raw_once().await);
-            server.push(server_once(c).await);
+    for c in contenders.iter_mut() {
+        if let Some(log) = &mut c.log {
+            log.take();
         }
     }
-    let (ts, tr) = (stats(&server), stats(&direct));
+    let n = contenders.len();
+    let mut times = vec![Vec::new(); n];
+    let mut direct = Vec::new();
+    let mut own = Vec::new();
+    let mut requests: Vec<Vec<String>> = Vec::new();
+    for i in 0..ROUND_TRIPS {
+        // In turn, each path (the raw exec is slot n) first in its share of the rounds.
+        for k in 0..=n {
+            let slot = (i + k) % (n + 1);
+            if slot == n {
+                direct.push(raw_once().await);
+                continue;
+            }
+            let c = &mut contenders[slot];
+            let took = server_once(&mut c.client).await;
+            times[slot].push(took);
+            if let Some(log) = &mut c.log {
+                let made = log.take();
+                own.push(took - made.iter().map(|(_, ms)| ms).sum::<f64>());
+                requests.push(made.into_iter().map(|(op, _)| op).collect());
+            }
+        }
+    }
+    let tr = stats(&direct);
+    let servers: Vec<Value> = contenders
+        .iter()
+        .zip(&times)
+        .map(|(c, t)| {
+            let ts = stats(t);
+            let paired: Vec<f64> = t.iter().zip(&direct).map(|(s, r)| s - r).collect();
+            json!({
+                "label": c.label, "stats": ts, "ms": t,
+                "diffP50Ms": ts.p50_ms - tr.p50_ms, "diffP90Ms": ts.p90_ms - tr.p90_ms,
+                "pairedDiff": stats(&paired),
+            })
+        })
+        .collect();
+    let counts: Vec<usize> = requests.iter().map(Vec::len).collect();
     json!({
-        "server": ts, "raw": tr,
-        "diffP50Ms": ts.p50_ms - tr.p50_ms, "diffP90Ms": ts.p90_ms - tr.p90_ms,
-        "serverMs": server, "rawMs": direct,
+        "raw": tr, "rawMs": direct,
+        "servers": servers,
+        "thisBuild": {
+            "ownMs": stats(&own),
+            "requestsPerCall": {"min": counts.iter().min(), "max": counts.iter().max()},
+            "operations": requests.first(),
+        },
     })
 }
 
@@ -1219,49 +1345,78 @@ async fn run(out_dir: &std::path::Path) -> Value {
     assert!(ok(&r), "{r}");
 
     // BOOTED_BENCH_ONLY=stream: only the streamed-output figures (3), on one machine: the
-    // shortest run, for when the nested engine is unsteady.
-    let only_stream = std::env::var("BOOTED_BENCH_ONLY").is_ok_and(|v| v == "stream");
-    let first = if only_stream {
+    // shortest run, for when the nested engine is unsteady. BOOTED_BENCH_ONLY=roundtrip: only
+    // the round trips (2), to repeat them for their run-to-run spread.
+    let only = std::env::var("BOOTED_BENCH_ONLY").unwrap_or_default();
+    let (only_stream, only_trips) = (only == "stream", only == "roundtrip");
+    let first = if only_stream || only_trips {
         Value::Null
     } else {
         first_output(&mut c, &raw).await
     };
 
-    // Allowed to reach this host (10.0.2.2 on QEMU's user network), for the one-clock stream.
-    let created = c
-        .tool("create-machine", json!({"allowCidrs": ["10.0.2.2/32"]}))
-        .await;
-    assert!(ok(&created), "{created}");
-    let machine = created["structuredContent"]["machine"]["name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    made(&machine);
-    eprintln!("booted bench: round trips on {machine}");
+    // A machine with no allow list: a command on it is the one exec request, nothing beside.
     let trips = if only_stream {
         Value::Null
     } else {
-        round_trip(&mut c, &raw, &machine).await
+        let created = c.tool("create-machine", json!({})).await;
+        assert!(ok(&created), "{created}");
+        let machine = created["structuredContent"]["machine"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        made(&machine);
+        eprintln!("booted bench: round trips on {machine}");
+        let mut servers = contenders(&nested.url, rt.path(), out_dir).await;
+        let trips = round_trip(&raw, &machine, &mut servers).await;
+        for s in servers {
+            s.client.close().await;
+        }
+        for s in trips["servers"].as_array().into_iter().flatten() {
+            eprintln!(
+                "booted bench: run-command p50 {:.1} ms ({}), raw exec p50 {:.1} ms",
+                s["stats"]["p50Ms"].as_f64().unwrap_or(f64::NAN),
+                s["label"].as_str().unwrap_or(""),
+                trips["raw"]["p50Ms"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+        let r = c.tool("delete-machine", json!({"name": machine})).await;
+        if ok(&r) {
+            gone(&machine);
+        }
+        trips
     };
-    eprintln!(
-        "booted bench: run-command p50 {:.1} ms, raw exec p50 {:.1} ms",
-        trips["server"]["p50Ms"].as_f64().unwrap_or(f64::NAN),
-        trips["raw"]["p50Ms"].as_f64().unwrap_or(f64::NAN)
-    );
-    eprintln!("booted bench: streamed output on {machine}");
-    let stream = streamed(&mut c, &raw, &machine).await;
-    eprintln!("booted bench: streamed output on one clock, on {machine}");
-    let one_clock = one_clock(&mut c, &raw, &machine).await;
-    let r = c.tool("delete-machine", json!({"name": machine})).await;
-    if ok(&r) {
-        gone(&machine);
-    }
+
+    let (stream, one_clock) = if only_trips {
+        (Value::Null, Value::Null)
+    } else {
+        // Allowed to reach this host (10.0.2.2 on QEMU's user network), for the one-clock
+        // stream.
+        let created = c
+            .tool("create-machine", json!({"allowCidrs": ["10.0.2.2/32"]}))
+            .await;
+        assert!(ok(&created), "{created}");
+        let machine = created["structuredContent"]["machine"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        made(&machine);
+        eprintln!("booted bench: streamed output on {machine}");
+        let stream = streamed(&mut c, &raw, &machine).await;
+        eprintln!("booted bench: streamed output on one clock, on {machine}");
+        let one_clock = one_clock(&mut c, &raw, &machine).await;
+        let r = c.tool("delete-machine", json!({"name": machine})).await;
+        if ok(&r) {
+            gone(&machine);
+        }
+        (stream, one_clock)
+    };
     c.close().await;
 
-    eprintln!("booted bench: the requests behind each call, through a relay");
-    let requests = if only_stream {
+    let requests = if only_stream || only_trips {
         Value::Null
     } else {
+        eprintln!("booted bench: the requests behind each call, through a relay");
         requests_per_call(&nested.url, &rt.path().join("b"), out_dir).await
     };
 
@@ -1535,19 +1690,37 @@ fn print_table(r: &Value) {
         split(&fo["raw"]["runs"], "execTries")
     );
     let rt = &r["roundTrip"];
+    for sv in rt["servers"].as_array().into_iter().flatten() {
+        let (s, w, d) = (&sv["stats"], &rt["raw"], &sv["pairedDiff"]);
+        println!(
+            "| run-command `true` vs exec `true`, {} (p50 / p90 of {}; min / max), each pair's difference: p50 (min to max) | {:.1} / {:.1} ms ({:.1} / {:.1}) | {:.1} / {:.1} ms ({:.1} / {:.1}) | {:+.1} / {:+.1} ms; pairs {:+.1} ({:+.1} to {:+.1}) | within 2 ms |",
+            sv["label"].as_str().unwrap_or(""),
+            s["n"],
+            f(&s["p50Ms"]),
+            f(&s["p90Ms"]),
+            f(&s["minMs"]),
+            f(&s["maxMs"]),
+            f(&w["p50Ms"]),
+            f(&w["p90Ms"]),
+            f(&w["minMs"]),
+            f(&w["maxMs"]),
+            f(&sv["diffP50Ms"]),
+            f(&sv["diffP90Ms"]),
+            f(&d["p50Ms"]),
+            f(&d["minMs"]),
+            f(&d["maxMs"])
+        );
+    }
+    let tb = &rt["thisBuild"];
     println!(
-        "| run-command `true` vs exec `true` (p50 / p90 of {}, min / max) | {:.1} / {:.1} ms ({:.1} / {:.1}) | {:.1} / {:.1} ms ({:.1} / {:.1}) | {:+.1} / {:+.1} ms | within 2 ms |",
-        rt["server"]["n"],
-        f(&rt["server"]["p50Ms"]),
-        f(&rt["server"]["p90Ms"]),
-        f(&rt["server"]["minMs"]),
-        f(&rt["server"]["maxMs"]),
-        f(&rt["raw"]["p50Ms"]),
-        f(&rt["raw"]["p90Ms"]),
-        f(&rt["raw"]["minMs"]),
-        f(&rt["raw"]["maxMs"]),
-        f(&rt["diffP50Ms"]),
-        f(&rt["diffP90Ms"])
+        "| of this build's run-command, the server's own time: the call less the engine requests it made, by its own clock (p50 / p90 / max of {}); engine requests per call {} to {}: {} | {:.2} / {:.2} / {:.2} ms | | | within 2 ms |",
+        tb["ownMs"]["n"],
+        tb["requestsPerCall"]["min"],
+        tb["requestsPerCall"]["max"],
+        tb["operations"],
+        f(&tb["ownMs"]["p50Ms"]),
+        f(&tb["ownMs"]["p90Ms"]),
+        f(&tb["ownMs"]["maxMs"])
     );
     let st = &r["stream"];
     let o = &st["offset"];
