@@ -1259,7 +1259,7 @@ async fn requests_per_call(url: &str, rt: &std::path::Path, out_dir: &std::path:
         .to_owned();
     made(&name);
     calls
-        .push(json!({"call": "create-machine (no image)", "requests": take_requests(&log, &name)}));
+        .push(json!({"call": "create-machine (no image, an allow list: each command below first reads the egress refusals)", "requests": take_requests(&log, &name)}));
     let run = |command: Value| json!({"name": name, "command": command, "timeoutSecs": 30});
     let r = c.tool("run-command", run(json!(["echo", "first"]))).await;
     assert!(ok(&r), "{r}");
