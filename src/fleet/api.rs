@@ -86,6 +86,10 @@ pub struct Capabilities {
     /// A branch the caller gave up waiting for may still come up later (the fleet queues
     /// branches of a source).
     pub branches_queue: bool,
+    /// How the names of the machines this fleet keeps for its own use begin (a warm pool's
+    /// source and its ready clones): a tool naming one asks [`FleetApi::kept`] first. Only
+    /// these names cost that question, so a command on any other machine is still one request.
+    pub kept_name_prefixes: &'static [&'static str],
 }
 
 impl Capabilities {
@@ -113,6 +117,12 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// Why a write of `len` bytes would be refused before it is sent, if it would be.
     fn upload_refusal(&self, _len: u64) -> Option<String> {
         None
+    }
+
+    /// Why no tool may touch the machine `name`, when it is one this fleet keeps for its own
+    /// use; asked only for a name beginning with one of `kept_name_prefixes`.
+    async fn kept(&self, _name: &str) -> FleetResult<Option<String>> {
+        Ok(None)
     }
 
     /// Adds to the message of an error this fleet answered what the agent should know of it

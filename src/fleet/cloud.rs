@@ -109,6 +109,7 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     exec_boots_silently: false,
     ids_apart_from_names: true,
     branches_queue: true,
+    kept_name_prefixes: &[],
 };
 
 const ROUTE_UNKNOWN: u8 = 0;

@@ -45,6 +45,7 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     exec_boots_silently: true,
     ids_apart_from_names: false,
     branches_queue: false,
+    kept_name_prefixes: &[POOL_SOURCE_PREFIX, POOL_WORKER_PREFIX],
 };
 /// Each stream of an exec is capped at this many bytes in the guest agent: past it the VM path
 /// answers 500 "command output exceeded ..." ("command output exceeded " / " bytes and was
@@ -342,6 +343,33 @@ impl FleetApi for LocalFleet {
     /// of the real 1.32.2 serve; compared against the fake in tests/guest/fake_vs_engine.rs).
     fn is_not_running(&self, e: &FleetError) -> bool {
         e.kind == ErrorKind::Conflict && e.message.contains("is not running")
+    }
+
+    async fn kept(&self, name: &str) -> FleetResult<Option<String>> {
+        if name.starts_with(POOL_SOURCE_PREFIX) {
+            return Ok(Some(format!(
+                "{name} is the source of one of the operator's warm pools, which this server \
+                 keeps to clone from: no tool may use it or take its name"
+            )));
+        }
+        let leased_here = self.leases.lock().is_ok_and(|l| l.contains_key(name));
+        if !name.starts_with(POOL_WORKER_PREFIX) || leased_here {
+            return Ok(None);
+        }
+        // Leased by another server on this engine, or a machine that only looks like a clone:
+        // the engine says whether a pool still holds it ready.
+        let ctx = format!("get machine {name}");
+        match send(&ctx, DEFAULT, self.client.get_machine().name(name).send()).await {
+            Ok(info) if pool_internal(&info) => Ok(Some(format!(
+                "{name} is a ready machine of one of the operator's warm pools, leased to no \
+                 one: the next create-machine of its pool's shape hands it out as it is, so \
+                 nothing may run in it or change it before. create-machine without a name \
+                 leases one"
+            ))),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn get(&self, name: &str) -> FleetResult<Machine> {

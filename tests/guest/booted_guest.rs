@@ -1259,6 +1259,37 @@ async fn warm_machines_come_from_the_pool_and_go_back() {
         !listed.to_string().contains("smolmcp-"),
         "the source and ready clones are not the agent's: {listed}"
     );
+    // Nor can a tool reach them by name: the engine says which clone a pool still holds.
+    let machines: Value = crate::common::nested::rest()
+        .get(format!("{}/api/v1/machines", nested().url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ready_clone = machines["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            m["forkpointHeld"] == true
+                && m["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("pool-smolmcp-bt-"))
+        })
+        .and_then(|m| m["name"].as_str())
+        .unwrap_or_else(|| panic!("no ready clone among {machines}"))
+        .to_owned();
+    for name in ["smolmcp-pool-bt", ready_clone.as_str()] {
+        let text = h
+            .err(
+                "run-command",
+                json!({"name": name, "command": "touch /tmp/left-by-an-agent"}),
+            )
+            .await;
+        assert!(text.starts_with("INVALID_ARGUMENT: name: "), "{text}");
+    }
 
     let warm = h
         .ok(

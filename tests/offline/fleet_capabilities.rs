@@ -32,6 +32,7 @@ static TINY: Capabilities = Capabilities {
     exec_boots_silently: false,
     ids_apart_from_names: false,
     branches_queue: false,
+    kept_name_prefixes: &[],
 };
 
 /// Every request the policy made of it, as `operation machine`.

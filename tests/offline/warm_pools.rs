@@ -245,3 +245,104 @@ async fn a_pool_of_the_operators_machine_clones_it_and_leaves_it() {
         "the source stays"
     );
 }
+
+/// A pool's source and its ready machines are the server's: every tool that names one is
+/// refused before anything is sent about it (a file written or a process left in a ready
+/// machine would be in the machine the next lease hands out), and no machine may take such a
+/// name. A leased machine is the agent's (the first test runs and deletes one).
+#[tokio::test]
+async fn every_tool_refuses_a_pools_source_and_its_ready_machines() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str()), ("SMOL_MCP_POOLS", POOLS)]).await;
+    h.ok("list-machines", json!({})).await;
+    pool_ready(&fake, "smolmcp-py").await;
+    let ready = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .find(|name| name.starts_with("pool-smolmcp-py-"))
+        .cloned()
+        .unwrap();
+    let source = "smolmcp-pool-py";
+    fake.take_requests();
+    let mut refusals = Vec::new();
+    for name in [source, ready.as_str()] {
+        for (tool, args) in [
+            ("get-machine", json!({"name": name})),
+            ("start-machine", json!({"name": name})),
+            ("stop-machine", json!({"name": name})),
+            ("delete-machine", json!({"name": name})),
+            (
+                "run-command",
+                json!({"name": name, "command": "touch /tmp/left"}),
+            ),
+            (
+                "run-command",
+                json!({"name": name, "command": "sleep 600", "background": true}),
+            ),
+            (
+                "write-file",
+                json!({"name": name, "path": "/tmp/left", "content": "x"}),
+            ),
+            ("read-file", json!({"name": name, "path": "/etc/hostname"})),
+            ("machine-logs", json!({"name": name})),
+            ("pull-image", json!({"name": name, "image": "alpine"})),
+            (
+                "branch-machine",
+                json!({"name": name, "childName": "taken-from-the-pool"}),
+            ),
+        ] {
+            let text = h.err(tool, args).await;
+            assert!(
+                text.starts_with("INVALID_ARGUMENT: name: "),
+                "{tool}: {text}"
+            );
+            refusals.push(text);
+        }
+    }
+    insta::assert_snapshot!(refusals[0], @"INVALID_ARGUMENT: name: smolmcp-pool-py is the source of one of the operator's warm pools, which this server keeps to clone from: no tool may use it or take its name");
+    let ready_refusal = refusals.last().unwrap().replace(&ready, "<ready>");
+    insta::assert_snapshot!(ready_refusal, @"INVALID_ARGUMENT: name: <ready> is a ready machine of one of the operator's warm pools, leased to no one: the next create-machine of its pool's shape hands it out as it is, so nothing may run in it or change it before. create-machine without a name leases one");
+    // Nor may a new machine take such a name.
+    let text = h.err("create-machine", json!({"name": source})).await;
+    assert!(
+        text.starts_with("INVALID_ARGUMENT: name: smolmcp-pool-py is the source"),
+        "{text}"
+    );
+    h.ok("create-machine", json!({"name": "mine"})).await;
+    let text = h
+        .err(
+            "branch-machine",
+            json!({"name": "mine", "childName": "smolmcp-pool-py"}),
+        )
+        .await;
+    assert!(
+        text.starts_with("INVALID_ARGUMENT: childName: smolmcp-pool-py is the source"),
+        "{text}"
+    );
+    // Of the pool's machines, only the question whether the clone is still ready was sent.
+    let sent = fake.take_requests();
+    let touched: Vec<(String, String)> = sent
+        .iter()
+        .map(|r| {
+            (
+                r["method"].as_str().unwrap().to_owned(),
+                r["path"].as_str().unwrap().to_owned(),
+            )
+        })
+        .filter(|(_, path)| path.contains(source) || path.contains(&ready))
+        .collect();
+    assert!(
+        touched
+            .iter()
+            .all(|(method, path)| method == "GET" && *path == format!("/api/v1/machines/{ready}")),
+        "{touched:?}"
+    );
+    // The ready machine is still the pool's, as it was: the next lease gets it unchanged.
+    let st = fake.state.lock().unwrap();
+    assert_eq!(st.machines[&ready]["forkpointHeld"], true);
+    assert!(!st.files.keys().any(|(machine, _)| *machine == ready));
+}

@@ -393,6 +393,12 @@ macro_rules! tool_arguments {
             pub target: Option<FleetKind>,
             $($fields)*
         }
+
+        impl Targeted for $name {
+            fn target(&self) -> Option<FleetKind> {
+                self.target
+            }
+        }
     };
     (flattening pub struct $name:ident { $($fields:tt)* }) => {
         #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -401,6 +407,12 @@ macro_rules! tool_arguments {
         pub struct $name {
             pub target: Option<FleetKind>,
             $($fields)*
+        }
+
+        impl Targeted for $name {
+            fn target(&self) -> Option<FleetKind> {
+                self.target
+            }
         }
     };
 }
@@ -608,7 +620,13 @@ tool_arguments! {
 /// What the call's plumbing reads of a tool's parsed arguments, so that nothing reads the wire's
 /// JSON beside the parse: the machines a call names (each held for the call's length: its lease
 /// renewed, the reaper waiting) and its command's timeout (a task's TTL follows it).
-pub trait CallArgs {
+/// Every tool's arguments name the fleet they go to (`target`).
+pub trait Targeted {
+    fn target(&self) -> Option<FleetKind>;
+}
+
+pub trait CallArgs: Targeted {
+    /// The machines the call names: `name`, and `childName` for a branch.
     fn machines(&self) -> [Option<&str>; 2] {
         [None, None]
     }

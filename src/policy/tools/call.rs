@@ -214,6 +214,32 @@ impl<'a> Call<'a> {
         Ok(self.process().capabilities(self.fleet_kind(target)?))
     }
 
+    /// A machine its fleet keeps for its own use (a warm pool's source or ready clone) is
+    /// refused by every tool, before the tool sends anything about it: a process run or a file
+    /// written in a ready clone would be in the machine the next lease hands out.
+    pub async fn refuse_kept(
+        &self,
+        target: Option<FleetKind>,
+        names: [Option<&str>; 2],
+    ) -> Result<(), ToolError> {
+        // A target this server does not serve is refused by the tool itself, in its words.
+        let Ok(capabilities) = self.capabilities(target) else {
+            return Ok(());
+        };
+        for (argument, name) in ["name", "childName"].into_iter().zip(names) {
+            let Some(name) = name else { continue };
+            let prefixes = capabilities.kept_name_prefixes;
+            if !prefixes.iter().any(|prefix| name.starts_with(prefix)) {
+                continue;
+            }
+            let fleet = self.fleet(target).await?;
+            if let Some(why) = self.cancellable(fleet.kept(name)).await? {
+                return Err(ToolError::argument(argument, why));
+            }
+        }
+        Ok(())
+    }
+
     /// The fleet a call goes to: its `target` when both fleets are served, else the one fleet.
     pub async fn fleet(&self, target: Option<FleetKind>) -> Result<Fleet, ToolError> {
         let kind = self.fleet_kind(target)?;

@@ -86,12 +86,18 @@ macro_rules! run_table {
                 }
             }
 
-            async fn run(self, call: &Call<'_>) -> Result<results::Answer, ToolError> {
+            /// The handler's future, on the heap: made side by side in one async match, every
+            /// handler's state took a slot in its frame (300 KiB of a debug build's stack,
+            /// which a failed create in a test took past its 2 MiB thread's end).
+            fn run<'a>(
+                self,
+                call: &'a Call<'_>,
+            ) -> futures::future::BoxFuture<'a, Result<results::Answer, ToolError>> {
                 match self {
-                    $(Parsed::$variant(parsed) => {
+                    $(Parsed::$variant(parsed) => Box::pin(async move {
                         let result: $result = $handler(call, parsed).await?;
                         results::answer(result)
-                    })+
+                    }),)+
                 }
             }
         }
@@ -304,7 +310,7 @@ pub async fn call_prepared(
         parsed,
     } = prepared;
     let (Some(key), Some(described)) = (key?, described) else {
-        return call_now(policy, caller, tool, parsed).await;
+        return Box::pin(call_now(policy, caller, tool, parsed)).await;
     };
     let caller_ct = caller.ct.clone();
     let detached_policy = policy.clone();
@@ -315,7 +321,7 @@ pub async fn call_prepared(
             ct: tokio_util::sync::CancellationToken::new(),
             ..caller
         };
-        let answer = call_now(&detached_policy, caller, tool, parsed).await?;
+        let answer = Box::pin(call_now(&detached_policy, caller, tool, parsed)).await?;
         serde_json::to_value(&answer)
             .map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))
     };
@@ -371,10 +377,15 @@ async fn call_now(
             if let Some(name) = name.filter(|name| name.len() <= grammar::MAX_NAME_LEN) {
                 tracing::Span::current().record("machine", name);
             }
-            // On the heap: the largest handler's future is the size of every call's, and it
-            // would otherwise sit on the stack of whoever polls the call (a debug build's HTTP
-            // server overflowed its stack on a job tool).
-            Box::pin(parsed.run(&call)).await
+            // Boxed: it may reach the fleet, whose start's future is large.
+            let kept = Box::pin(call.refuse_kept(parsed.call_args().target(), [name, child]));
+            match kept.await {
+                // On the heap (`run` boxes it): the largest handler's future would otherwise be
+                // the size of every call's and sit on the stack of whoever polls the call (a
+                // debug build's HTTP server overflowed its stack on a job tool).
+                Ok(()) => parsed.run(&call).await,
+                Err(refused) => Err(refused),
+            }
         }
         Err(refused) => Err(refused),
     };

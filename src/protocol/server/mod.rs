@@ -321,7 +321,10 @@ impl ServerHandler for SmolMcp {
                 .with_progress(notify::progress_of(&context, None))
                 .with_session_hold(session_hold(&context))
                 .with_consent(asker, prior_answer);
-            let call = tools::call(&self.protocol.policy, caller, tool, args);
+            // On the heap: a tool call's future holds every handler's (the key's detached run
+            // among them), and moved about by value it took a debug build's 2 MiB thread stack
+            // past its end on a failed create.
+            let call = Box::pin(tools::call(&self.protocol.policy, caller, tool, args));
             let result = if stateless {
                 notify::with_request_events(
                     self.protocol.process().events.subscribe(),
