@@ -512,7 +512,7 @@ settings! {
         env: "SMOL_MCP_AGENT_NETWORK",
         default: "any",
         accepts: Accepts::OneOf(&["any", "ask"]),
-        why: "ask: the agent may create machines only without egress or with network \"ask\", so only the user widens it",
+        why: "ask: the agent may create machines only without egress or with network \"ask\", so only the user widens it (a credential named at create still opens its binding's hosts)",
     },
     ephemeral_ttl_secs: u64 {
         key: "ephemeralTtlSecs",
