@@ -32,6 +32,12 @@ pub trait Consent: Send + Sync {
         machine: &'a str,
         destinations: &'a [String],
     ) -> Pin<Box<dyn Future<Output = Asked> + Send + 'a>>;
+
+    /// A question was put off to the client's next attempt of this call (`Asked::Deferred`):
+    /// this call's answer is not its last.
+    fn awaits_answer(&self) -> bool {
+        false
+    }
 }
 
 /// The user's answer to a question this call's earlier attempt asked (MRTR): applied before the

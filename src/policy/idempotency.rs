@@ -15,7 +15,7 @@
 use crate::policy::error::{ToolError, ToolErrorKind};
 use crate::store::{KeyClaim, KeyRecord, Store};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,14 +32,21 @@ pub const KEY_DESCRIPTION: &str = "A UUID you pick for this call: a retry with i
 pub const KEY_MAX_CHARS: usize = 128;
 /// How often a repeat checks on a first call that runs in another process.
 const POLL: Duration = Duration::from_millis(200);
-/// A shown argument value is cut to this many characters.
-const SHOWN_MAX_CHARS: usize = 60;
-/// Arguments whose values a refusal does not repeat: environment values may be secrets, and a
-/// file's content may be large.
-const HIDDEN_VALUES: &[&str] = &["env", "content"];
+/// An environment value shorter than this is not looked for in a kept answer (as the run
+/// ledger does: "1" or "on" would blank every digit and word of it).
+const REDACT_MIN_BYTES: usize = 4;
 
 /// The answer a keyed call gave (the tool's answer as JSON), or its error.
 pub type Outcome = Result<Value, ToolError>;
+
+/// How a keyed call's work ended. `last: false` when its answer is not the call's last word: it
+/// puts a question to the user (a 2026-07-28 input-required result), and the call comes again
+/// with the user's answer, which a kept answer would never let through. Such an answer is not
+/// kept and the key is freed.
+pub struct Ended {
+    pub outcome: Outcome,
+    pub last: bool,
+}
 
 /// The keyed calls running in this process, by key. Bounded by the calls themselves: an entry
 /// lives while its call runs.
@@ -53,13 +60,35 @@ struct Running {
     done: watch::Receiver<Option<Outcome>>,
 }
 
-/// A call as a key names it: its tool, a fingerprint of its arguments, and the arguments as a
-/// refusal shows them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A call as a key names it: its tool, a fingerprint of its arguments and one of each argument.
+/// No value is kept: a refusal of a key reused with other arguments names the arguments that
+/// differ, never what either call gave (a command, stdin, a file's content, an environment).
+#[derive(Debug, Clone)]
 pub struct Described {
     pub tool: String,
     pub fingerprint: String,
-    pub shown: String,
+    /// Each argument's own fingerprint, by name.
+    pub arguments: BTreeMap<String, String>,
+    /// The call's environment values with what replaces them, longest first: a kept answer is
+    /// stored without them, as the run ledger keeps runs. In memory only, never compared.
+    env_values: Vec<(String, String)>,
+}
+
+impl PartialEq for Described {
+    fn eq(&self, other: &Described) -> bool {
+        self.tool == other.tool && self.fingerprint == other.fingerprint
+    }
+}
+
+impl Described {
+    /// `answer` as the key's record keeps it: without the call's environment values.
+    fn kept_answer(&self, answer: &Value) -> String {
+        self.env_values
+            .iter()
+            .fold(answer.to_string(), |text, (value, name)| {
+                text.replace(value.as_str(), name)
+            })
+    }
 }
 
 impl Described {
@@ -70,7 +99,7 @@ impl Described {
             pid,
             tool: self.tool.clone(),
             fingerprint: self.fingerprint.clone(),
-            arguments: self.shown.clone(),
+            arguments: serde_json::to_string(&self.arguments).unwrap_or_default(),
             started_ms,
             answer: None,
             answer_dropped: false,
@@ -109,20 +138,36 @@ pub fn take_key(args: &mut Value) -> Result<Option<String>, ToolError> {
 
 /// `tool`'s call with `args` (its key taken out) as a key names it.
 pub fn describe(tool: &'static str, args: &Value) -> Described {
-    let canonical = canonical(args);
-    let digest = ring::digest::digest(
-        &ring::digest::SHA256,
-        format!("{tool}\n{canonical}").as_bytes(),
-    );
-    let fingerprint = digest.as_ref()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
+    let arguments = match args {
+        Value::Object(map) => map
+            .iter()
+            .map(|(name, value)| (name.clone(), digest(&canonical(value))))
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let mut env_values: Vec<(String, String)> = args
+        .get("env")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, value)| Some((value.as_str()?.to_owned(), format!("[${name}]"))))
+        .filter(|(value, _)| value.len() >= REDACT_MIN_BYTES)
         .collect();
+    env_values.sort_by_key(|(value, _)| std::cmp::Reverse(value.len()));
     Described {
         tool: tool.to_owned(),
-        fingerprint,
-        shown: shown(args).to_string(),
+        fingerprint: digest(&format!("{tool}\n{}", canonical(args))),
+        arguments,
+        env_values,
     }
+}
+
+/// The first 16 bytes of `text`'s SHA-256, in hex.
+fn digest(text: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, text.as_bytes()).as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// JSON with every object's keys in order, so that the same arguments always print the same.
@@ -145,78 +190,50 @@ fn canonical(value: &Value) -> String {
     }
 }
 
-fn shown(args: &Value) -> Value {
-    let Value::Object(map) = args else {
-        return Value::Null;
-    };
-    let mut out = serde_json::Map::new();
-    let mut names: Vec<&String> = map.keys().collect();
-    names.sort();
-    for name in names {
-        let value = &map[name];
-        let shown = if HIDDEN_VALUES.contains(&name.as_str()) {
-            match value {
-                Value::Object(vars) => Value::Object(
-                    vars.keys()
-                        .map(|k| (k.clone(), Value::from("(hidden)")))
-                        .collect(),
-                ),
-                _ => Value::from("(hidden)"),
-            }
-        } else {
-            let text = value.to_string();
-            if text.chars().count() > SHOWN_MAX_CHARS {
-                Value::from(format!(
-                    "{}...",
-                    text.chars().take(SHOWN_MAX_CHARS).collect::<String>()
-                ))
-            } else {
-                value.clone()
-            }
-        };
-        out.insert(name.clone(), shown);
-    }
-    Value::Object(out)
-}
-
 /// " N s ago", of a call started at `started_ms`.
 fn ago(started_ms: i64) -> String {
     let secs = (chrono::Utc::now().timestamp_millis() - started_ms).max(0) / 1000;
     format!(" {secs} s ago")
 }
 
-/// The refusal of a key already naming another call.
-fn mismatch(key: &str, first: &Described, first_ms: Option<i64>, this: &Described) -> ToolError {
-    let first_args: Value = serde_json::from_str(&first.shown).unwrap_or(Value::Null);
-    let this_args: Value = serde_json::from_str(&this.shown).unwrap_or(Value::Null);
+/// The refusal of a key already naming another call: `first_arguments` is `None` when its
+/// record does not read as argument fingerprints (a record of an earlier release).
+fn mismatch(
+    key: &str,
+    first_tool: &str,
+    first_arguments: Option<&BTreeMap<String, String>>,
+    first_ms: Option<i64>,
+    this: &Described,
+) -> ToolError {
     let mut differ: Vec<String> = Vec::new();
-    if first.tool != this.tool {
+    if first_tool != this.tool {
         differ.push("the tool".into());
     }
-    if let (Value::Object(a), Value::Object(b)) = (&first_args, &this_args) {
-        let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
-        names.sort();
-        names.dedup();
-        differ.extend(
-            names
-                .into_iter()
-                .filter(|n| a.get(*n) != b.get(*n))
-                .map(|n| n.to_string()),
-        );
+    match first_arguments {
+        Some(first) => {
+            let names: std::collections::BTreeSet<&String> =
+                first.keys().chain(this.arguments.keys()).collect();
+            differ.extend(
+                names
+                    .into_iter()
+                    .filter(|n| first.get(*n) != this.arguments.get(*n))
+                    .cloned(),
+            );
+        }
+        None => differ.push("the arguments".into()),
     }
     if differ.is_empty() {
-        differ.push("a hidden value (env or content)".into());
+        differ.push("the arguments".into());
     }
-    let when = first_ms.map(ago).unwrap_or_default();
+    let when = first_ms
+        .map(|ms| format!(", made{}", ago(ms)))
+        .unwrap_or_default();
     ToolError::argument(
         KEY_ARGUMENT,
         format!(
-            "\"{key}\" already names another call, made{when}: {} {}; this call is {} {}. They \
-             differ in {}. A key names one call: use a new key for this one.",
-            first.tool,
-            first.shown,
+            "\"{key}\" already names another call, of {first_tool}{when}; this call of \
+             {} differs from it in {}. A key names one call: use a new key for this one.",
             this.tool,
-            this.shown,
             differ.join(", ")
         ),
     )
@@ -240,7 +257,7 @@ impl Keys {
         work: W,
     ) -> Outcome
     where
-        W: Future<Output = Outcome> + Send + 'static,
+        W: Future<Output = Ended> + Send + 'static,
     {
         let joined = {
             let Ok(mut running) = self.running.lock() else {
@@ -251,7 +268,14 @@ impl Keys {
             };
             match running.get(&key) {
                 Some(first) if first.call != call => {
-                    return Err(mismatch(&key, &first.call, None, &call));
+                    let first = &first.call;
+                    return Err(mismatch(
+                        &key,
+                        &first.tool,
+                        Some(&first.arguments),
+                        None,
+                        &call,
+                    ));
                 }
                 Some(first) => first.done.clone(),
                 None => {
@@ -314,7 +338,7 @@ async fn lead<W>(
     work: W,
 ) -> Outcome
 where
-    W: Future<Output = Outcome>,
+    W: Future<Output = Ended>,
 {
     let record = call.claim(
         key,
@@ -337,12 +361,15 @@ where
             KeyClaim::Claimed => break,
             KeyClaim::Taken(first) => {
                 if first.tool != call.tool || first.fingerprint != call.fingerprint {
-                    let first_call = Described {
-                        tool: first.tool.clone(),
-                        fingerprint: first.fingerprint.clone(),
-                        shown: first.arguments.clone(),
-                    };
-                    return Err(mismatch(key, &first_call, Some(first.started_ms), call));
+                    let arguments: Option<BTreeMap<String, String>> =
+                        serde_json::from_str(&first.arguments).ok();
+                    return Err(mismatch(
+                        key,
+                        &first.tool,
+                        arguments.as_ref(),
+                        Some(first.started_ms),
+                        call,
+                    ));
                 }
                 if let Some(answer) = &first.answer {
                     return serde_json::from_str(answer).map_err(|e| {
@@ -398,10 +425,10 @@ where
             }
         }
     }
-    let outcome = work.await;
+    let Ended { outcome, last } = work.await;
     match &outcome {
-        Ok(answer) => store.keys().answered(key, answer.to_string()),
-        Err(_) => store.keys().released(key),
+        Ok(answer) if last => store.keys().answered(key, call.kept_answer(answer)),
+        _ => store.keys().released(key),
     }
     outcome
 }
@@ -435,7 +462,10 @@ mod tests {
         let ran_in_work = ran.clone();
         let work = async move {
             ran_in_work.store(true, std::sync::atomic::Ordering::SeqCst);
-            Ok(json!({}))
+            Ended {
+                outcome: Ok(json!({})),
+                last: true,
+            }
         };
         let keys = Arc::new(Keys::default());
         let ct = CancellationToken::new();
@@ -529,25 +559,38 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_names_both_calls_and_what_differs_but_no_hidden_value() {
+    fn a_refusal_names_the_arguments_that_differ_and_no_value() {
         let first = describe(
             "run-command",
-            &json!({"name": "m", "command": "make", "env": {"TOKEN": "s3cret-value"}}),
+            &json!({"name": "m", "command": "make secret-target", "stdin": "first input",
+                    "env": {"TOKEN": "s3cret-value"}}),
         );
         let this = describe(
             "run-command",
-            &json!({"name": "n", "command": "make", "env": {"TOKEN": "other-value"}}),
+            &json!({"name": "n", "command": "make secret-target", "stdin": "other input",
+                    "env": {"TOKEN": "other-value"}}),
         );
-        let e = mismatch("k", &first, None, &this);
-        assert!(e.message.contains(r#""name":"m""#), "{}", e.message);
-        assert!(e.message.contains(r#""name":"n""#), "{}", e.message);
-        assert!(e.message.contains("differ in name."), "{}", e.message);
-        assert!(!e.message.contains("s3cret") && !e.message.contains("other-value"));
-        let only_env = describe(
+        let e = mismatch("k", &first.tool, Some(&first.arguments), None, &this);
+        insta::assert_snapshot!(e.message, @r#"idempotencyKey: "k" already names another call, of run-command; this call of run-command differs from it in env, name, stdin. A key names one call: use a new key for this one."#);
+        let unreadable = mismatch("k", "create-machine", None, Some(0), &this);
+        assert!(
+            unreadable
+                .message
+                .contains("differs from it in the tool, the arguments."),
+            "{}",
+            unreadable.message
+        );
+    }
+
+    #[test]
+    fn a_kept_answer_holds_no_environment_value() {
+        let call = describe(
             "run-command",
-            &json!({"name": "m", "command": "make", "env": {"TOKEN": "x"}}),
+            &json!({"name": "m", "command": "echo $TOKEN", "env": {"TOKEN": "s3cret-value", "ON": "1"}}),
         );
-        let e = mismatch("k", &first, None, &only_env);
-        assert!(e.message.contains("a hidden value"), "{}", e.message);
+        let kept = call.kept_answer(&json!({"stdout": "s3cret-value 1\n"}));
+        assert_eq!(kept, r#"{"stdout":"[$TOKEN] 1\n"}"#);
+        let record = call.claim("k", 1, 0);
+        assert!(!record.arguments.contains("s3cret") && !record.arguments.contains("echo"));
     }
 }

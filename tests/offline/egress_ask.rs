@@ -357,6 +357,65 @@ async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer
     );
 }
 
+/// A keyed call that asks the user: its input-required answer is not kept as the key's answer,
+/// so the call made again with the same key and the user's answer runs with it applied.
+#[tokio::test]
+async fn a_keyed_call_that_asks_the_user_runs_again_with_the_answer() {
+    let fake = FakeServe::start_guest_shell().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let server = crate::common::clients::HttpServer::spawn(
+        rt.path(),
+        MRTR_TOKEN,
+        &[("SMOL_LOCAL_URL", &url)],
+    )
+    .await;
+    let created = stateless_call(
+        &server,
+        json!({"name": "create-machine", "arguments": {"name": "asks", "network": "ask"}}),
+    )
+    .await;
+    assert!(
+        created["result"]["structuredContent"].is_object(),
+        "{created}"
+    );
+    fake.deny_on_exec("asks", "resolve", "pypi.org");
+    let run = json!({"name": "run-command", "arguments": {
+        "name": "asks", "command": "exit 7", "idempotencyKey": "asks-once-7f3a"}});
+    let asked = stateless_call(&server, run.clone()).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"].as_str().unwrap().to_owned();
+
+    fake.state.lock().unwrap().denials_on_exec.clear();
+    fake.take_requests();
+    let mut retry = run;
+    retry["inputResponses"] = json!({"egress": {"action": "accept", "content": {"allow0": true}}});
+    retry["requestState"] = json!(state);
+    let answered = stateless_call(&server, retry.clone()).await;
+    let content = &answered["result"]["structuredContent"];
+    assert_eq!(
+        content["egressAnswer"],
+        json!({"allowed": ["pypi.org"], "declined": []}),
+        "{answered}"
+    );
+    let sent = fake.take_requests();
+    let widened = sent
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap().ends_with("/egress"))
+        .count();
+    assert_eq!(widened, 1, "{sent:?}");
+    // That answer is the key's now: the same call again runs nothing.
+    let again = stateless_call(&server, retry).await;
+    assert_eq!(again["result"]["structuredContent"], *content, "{again}");
+    assert!(
+        !fake
+            .take_requests()
+            .iter()
+            .any(|r| r["path"].as_str().unwrap().ends_with("/exec")),
+        "the kept answer was not run again"
+    );
+}
+
 #[tokio::test]
 async fn where_the_operator_leaves_egress_to_the_user_the_agent_cannot_open_or_list_hosts() {
     let s = Session::start_with(true, vec!["pypi.org"], &[("SMOL_MCP_AGENT_NETWORK", "ask")]).await;

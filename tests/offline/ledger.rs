@@ -918,3 +918,52 @@ async fn a_value_across_the_cuts_of_the_kept_output_is_in_no_ledger_file() {
         }
     }
 }
+
+/// What one call can make the ledger keep is bounded at the arguments: an environment past its
+/// bounds (variables, a name's length, one variable's size, the whole) is refused naming `env`
+/// before anything is sent to the engine or written to the ledger.
+#[tokio::test]
+async fn an_environment_past_its_bounds_is_refused_before_anything_is_kept() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = crate::common::mcp::Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    h.ok("create-machine", json!({"name": "m"})).await;
+    fake.take_requests();
+    let env_of = |vars: Vec<(String, String)>| -> Value {
+        Value::Object(vars.into_iter().map(|(k, v)| (k, Value::from(v))).collect())
+    };
+    let many = env_of((0..257).map(|i| (format!("V{i}"), "x".into())).collect());
+    let long_name = env_of(vec![("N".repeat(129), "x".into())]);
+    let big_value = env_of(vec![("BIG".into(), "x".repeat(128 * 1024))]);
+    let big_total = env_of(
+        (0..9)
+            .map(|i| (format!("PART{i}"), "x".repeat(120 * 1024)))
+            .collect(),
+    );
+    let mut refusals = Vec::new();
+    for env in [many, long_name, big_value, big_total] {
+        refusals.push(
+            h.err(
+                "run-command",
+                json!({"name": "m", "command": "true", "env": env}),
+            )
+            .await,
+        );
+    }
+    insta::assert_snapshot!(refusals.join("\n"), @r#"
+    INVALID_ARGUMENT: env: 257 variables are too many: give at most 256 (write more into a file in the machine with write-file and source it)
+    INVALID_ARGUMENT: env: a variable name of 129 bytes is too long: give at most 128
+    INVALID_ARGUMENT: env: "BIG" takes 131077 bytes: a process's environment takes at most 131072 a variable (its name, =, its value and the NUL that ends it); write the value into a file in the machine with write-file instead
+    INVALID_ARGUMENT: env: 1105983 bytes in all are too many: give at most 1048576 (write large values into a file in the machine with write-file instead)
+    "#);
+    assert_eq!(fake.take_requests(), Vec::<Value>::new());
+    let page = h.resource("smol://runs").await;
+    assert_eq!(page["runs"], json!([]), "{page}");
+    // At the bounds, the call runs.
+    let at_bound = env_of((0..256).map(|i| (format!("V{i}"), "x".into())).collect());
+    h.ok(
+        "run-command",
+        json!({"name": "m", "command": "true", "env": at_bound}),
+    )
+    .await;
+}

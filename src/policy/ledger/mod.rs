@@ -24,8 +24,13 @@ use std::sync::{Arc, OnceLock};
 /// How much of each end of a stream a run's record keeps.
 pub const STREAM_HEAD_BYTES: usize = 2048;
 pub const STREAM_TAIL_BYTES: usize = 2048;
-/// A command (shell text or argv) is kept up to this many bytes.
-const COMMAND_MAX_BYTES: usize = 16 * 1024;
+/// A command (shell text or argv) is kept up to this many bytes,
+const COMMAND_MAX_BYTES: usize = 4 * 1024;
+/// the names of its environment variables up to this many (then how many more there were),
+const ENV_NAMES_MAX_BYTES: usize = 1024;
+/// and an error's text up to this many: with the working directory (at most 4 KiB, as the
+/// arguments allow) and the two ends of each stream, a run's record holds at most about 20 KiB.
+const ERROR_MAX_BYTES: usize = 2 * 1024;
 /// Environment values shorter than this are not looked for in the output: "1" or "on" would
 /// blank every digit and word of it, and such values are not secrets.
 const REDACT_MIN_BYTES: usize = 4;
@@ -208,7 +213,7 @@ impl Ledger {
             machine: start.machine,
             command,
             workdir: start.workdir,
-            env_names: start.env.keys().cloned().collect(),
+            env_names: kept_env_names(start.env.keys()),
             started_ms: now_ms(),
         });
         if let Ok(id) = begun {
@@ -276,11 +281,32 @@ impl Run {
         self.ledger.as_ref().map(|_| self.id)
     }
 
+    /// The credential values this process has read by now, added to the run's own: a value
+    /// first read during the run (a file's credential read at a boot) is kept out of its record
+    /// too, not only those known at its start.
+    fn with_values_known_now(&mut self) {
+        let Some(credentials) = self.ledger.as_ref().and_then(|l| l.credentials.get()) else {
+            return;
+        };
+        let mut added = false;
+        for (value, name) in credentials.values_to_redact() {
+            if !self.env_values.iter().any(|(v, _)| *v == value) {
+                self.env_values.push((value, name));
+                added = true;
+            }
+        }
+        if added {
+            self.env_values
+                .sort_by_key(|(value, _)| std::cmp::Reverse(value.len()));
+        }
+    }
+
     /// The command exited (or timed out) with this output.
-    pub fn exited(self, output: &ExecOutput, timed_out: bool) {
+    pub fn exited(mut self, output: &ExecOutput, timed_out: bool) {
         if self.ledger.is_none() {
             return;
         }
+        self.with_values_known_now();
         // Redacted whole before the cut: a value across the head's edge would otherwise be
         // cut in two, neither half matching, and the halves stored side by side.
         let (stdout, stderr) = (
@@ -307,6 +333,7 @@ impl Run {
         stdout: StreamRecord,
         stderr: StreamRecord,
     ) {
+        self.with_values_known_now();
         let (stdout, stderr) = if self.keeps_output {
             (self.redact_stream(stdout), self.redact_stream(stderr))
         } else {
@@ -329,7 +356,8 @@ impl Run {
         } else {
             RunOutcome::Error
         };
-        let message = self.redact(error.to_string());
+        self.with_values_known_now();
+        let message = cut(self.redact(error.to_string()), ERROR_MAX_BYTES);
         self.finish(outcome, None, None, Some(message), None, None);
     }
 
@@ -467,6 +495,25 @@ fn redact_edge(mut text: String, env_values: &[(String, String)], edge: Edge) ->
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, marked when cut.
+/// The names of a run's environment, as many as fit in `ENV_NAMES_MAX_BYTES`, then a note of
+/// how many more there were (no variable name has a parenthesis or a space).
+fn kept_env_names<'a>(names: impl ExactSizeIterator<Item = &'a String>) -> Vec<String> {
+    let total = names.len();
+    let mut kept = Vec::new();
+    let mut bytes = 0;
+    for name in names {
+        if bytes + name.len() > ENV_NAMES_MAX_BYTES {
+            break;
+        }
+        bytes += name.len();
+        kept.push(name.clone());
+    }
+    if kept.len() < total {
+        kept.push(format!("(and {} more)", total - kept.len()));
+    }
+    kept
+}
+
 fn cut(mut text: String, max: usize) -> String {
     if text.len() > max {
         let end = crate::policy::output::utf8_prefix_len(text.as_bytes(), max);
@@ -609,6 +656,52 @@ mod tests {
                 path.display()
             );
         }
+    }
+
+    /// A credential value this process first reads while a run is under way (a file's value,
+    /// read at a boot) is kept out of that run's record as well.
+    #[tokio::test]
+    async fn a_credential_read_during_a_run_is_kept_out_of_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = ledger_in(dir.path(), 10);
+        let secret = dir.path().join("token");
+        std::fs::write(&secret, "file-held-value-9").unwrap();
+        let bindings = crate::process::credentials::parse(
+            serde_json::json!([{"name": "gh", "env": "GH_TOKEN", "hosts": ["api.github.com"],
+                                "fromFile": secret.display().to_string()}]),
+            &std::collections::BTreeMap::new(),
+        )
+        .unwrap();
+        let supplier = Arc::new(Supplier::new(bindings, dir.path()));
+        ledger.redacting(supplier.clone());
+        let run = ledger.begin(start(&[]));
+        let id = run.id();
+        supplier.check_value(&supplier.bindings()[0]).unwrap();
+        run.exited(
+            &ExecOutput {
+                exit_code: 0,
+                stdout: b"echoed: file-held-value-9".to_vec(),
+                stderr: Vec::new(),
+                stdout_cut_upstream: false,
+                stderr_cut_upstream: false,
+            },
+            false,
+        );
+        let kept = kept(&ledger, id).await;
+        assert_eq!(kept.stdout.unwrap().head, "echoed: [credential gh]");
+    }
+
+    #[test]
+    fn a_runs_environment_names_are_kept_to_their_bound() {
+        let names: Vec<String> = (0..300)
+            .map(|i| format!("VARIABLE_NUMBER_{i:03}"))
+            .collect();
+        let kept = kept_env_names(names.iter());
+        assert!(kept.iter().map(String::len).sum::<usize>() <= ENV_NAMES_MAX_BYTES + 20);
+        assert_eq!(kept.len(), 54);
+        assert_eq!(kept.last().unwrap(), "(and 247 more)");
+        let few = ["A".to_owned(), "B".to_owned()];
+        assert_eq!(kept_env_names(few.iter()), few);
     }
 
     #[test]

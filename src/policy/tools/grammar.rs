@@ -361,8 +361,60 @@ fn oci_digest(digest: &str) -> bool {
     algorithm_ok && hex_len_ok && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// A call's environment: at most this many variables,
+pub const MAX_ENV_VARS: usize = 256;
+/// names of at most this many bytes,
+pub const MAX_ENV_NAME_BYTES: usize = 128;
+/// each `NAME=value` at most Linux's limit on one string of a process's environment
+/// (MAX_ARG_STRLEN, 32 pages: an execve with a longer one fails with E2BIG),
+pub const MAX_ENV_ENTRY_BYTES: usize = 128 * 1024;
+/// and at most this much in all (Linux gives a process's arguments and environment together a
+/// quarter of its stack limit, 2 MiB under the usual 8 MiB).
+pub const MAX_ENV_BYTES: usize = 1024 * 1024;
+
 pub fn env(arg: &str, env: &BTreeMap<String, String>) -> Result<(), ToolError> {
+    if env.len() > MAX_ENV_VARS {
+        return Err(ToolError::argument(
+            arg,
+            format!(
+                "{} variables are too many: give at most {MAX_ENV_VARS} (write more into a file \
+                 in the machine with write-file and source it)",
+                env.len()
+            ),
+        ));
+    }
+    let total: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    if total > MAX_ENV_BYTES {
+        return Err(ToolError::argument(
+            arg,
+            format!(
+                "{total} bytes in all are too many: give at most {MAX_ENV_BYTES} (write large \
+                 values into a file in the machine with write-file instead)"
+            ),
+        ));
+    }
     for (k, v) in env {
+        if k.len() > MAX_ENV_NAME_BYTES {
+            return Err(ToolError::argument(
+                arg,
+                format!(
+                    "a variable name of {} bytes is too long: give at most {MAX_ENV_NAME_BYTES}",
+                    k.len()
+                ),
+            ));
+        }
+        if k.len() + v.len() + 2 > MAX_ENV_ENTRY_BYTES {
+            return Err(ToolError::argument(
+                arg,
+                format!(
+                    "{} takes {} bytes: a process's environment takes at most \
+                     {MAX_ENV_ENTRY_BYTES} a variable (its name, =, its value and the NUL that \
+                     ends it); write the value into a file in the machine with write-file instead",
+                    quote(k),
+                    k.len() + v.len() + 2
+                ),
+            ));
+        }
         let ok = !k.is_empty()
             && !k.chars().next().is_some_and(|c| c.is_ascii_digit())
             && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');

@@ -309,10 +309,14 @@ pub async fn call_prepared(
         described,
         parsed,
     } = prepared;
-    let (Some(key), Some(described)) = (key?, described) else {
+    let key = key?;
+    // Arguments refused as given are refused before the key is claimed: nothing is kept of a
+    // call that never reached a fleet.
+    let (Some(key), Some(described), true) = (key, described, parsed.is_ok()) else {
         return Box::pin(call_now(policy, caller, tool, parsed)).await;
     };
     let caller_ct = caller.ct.clone();
+    let consent = caller.consent.clone();
     let detached_policy = policy.clone();
     let work = async move {
         let caller = Caller {
@@ -321,9 +325,15 @@ pub async fn call_prepared(
             ct: tokio_util::sync::CancellationToken::new(),
             ..caller
         };
-        let answer = Box::pin(call_now(&detached_policy, caller, tool, parsed)).await?;
-        serde_json::to_value(&answer)
-            .map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))
+        let outcome = match Box::pin(call_now(&detached_policy, caller, tool, parsed)).await {
+            Ok(answer) => serde_json::to_value(&answer)
+                .map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string())),
+            Err(e) => Err(e),
+        };
+        idempotency::Ended {
+            outcome,
+            last: !consent.is_some_and(|c| c.awaits_answer()),
+        }
     };
     let kept = policy
         .keys

@@ -131,6 +131,10 @@ impl Consent for Deferred {
         }
         Box::pin(async { Asked::Deferred })
     }
+
+    fn awaits_answer(&self) -> bool {
+        self.question.lock().is_ok_and(|q| q.is_some())
+    }
 }
 
 /// For a 2026-07-28 request whose client declared form elicitation (the spec's default when an
