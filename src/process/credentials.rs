@@ -316,10 +316,19 @@ impl Supplier {
             bound: Mutex::new(None),
             seen: Mutex::new(Vec::new()),
         };
-        // Values from the environment are known now: output can carry them from the start.
+        // Every value is known before anything is answered: output can carry one from the
+        // start (a machine a previous process made and supplied is still running), so a file's
+        // value is read now too, not first at a boot this process causes. A file unreadable
+        // now is read again when a value is supplied, and its error said then.
         for binding in &supplier.bindings {
-            if let ValueSource::Env { value: Some(v), .. } = &binding.source {
-                supplier.saw(&binding.name, v);
+            match &binding.source {
+                ValueSource::Env { value: Some(v), .. } => supplier.saw(&binding.name, v),
+                ValueSource::File(_) => {
+                    if let Ok(value) = binding.value() {
+                        supplier.saw(&binding.name, &value);
+                    }
+                }
+                ValueSource::Env { value: None, .. } => {}
             }
         }
         supplier

@@ -349,3 +349,95 @@ async fn no_value_leaves_the_binary_and_a_restart_still_supplies_them() {
         assert_nowhere(log, &text);
     }
 }
+
+/// A restarted server knows a file's value before it answers anything: a machine the previous
+/// process made and supplied still runs, and what its commands print of the value (a file
+/// holding it, as a server's echo would leave) is replaced in the next process's answers and
+/// ledger too, though this process has not booted it.
+#[tokio::test]
+async fn a_restarted_server_redacts_a_files_value_it_has_not_supplied_yet() {
+    let fake = FakeServe::start_guest_shell().await;
+    let file = secret_file();
+    let runtime = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let credentials = bindings(file.path());
+    let env = server_env(
+        runtime.path(),
+        &[
+            ("SMOL_LOCAL_URL", &url),
+            ("SMOL_MCP_CREDENTIALS", &credentials),
+            ("SMOL_TEST_GH", SECRET),
+        ],
+    );
+    let mut first =
+        StdioServer::spawn_with_stderr(env.clone(), &runtime.path().join("1.log")).await;
+    first
+        .tool(
+            1,
+            "create-machine",
+            json!({"name": "carried", "image": "alpine", "credentials": ["registry"]}),
+        )
+        .await;
+    first.close_stdin();
+    first.child.wait().await.unwrap();
+
+    let echoed = echo_file(&format!("token={FILE_SECRET}\n"));
+    let echoed = echoed.path().display().to_string();
+    fake.take_requests();
+    let mut next = StdioServer::spawn_with_stderr(env, &runtime.path().join("2.log")).await;
+    // A file in the machine holding the value (the fake keeps machine files apart from host
+    // files): as a workload would save what a server echoed.
+    fake.state.lock().unwrap().files.insert(
+        ("carried".into(), "/tmp/echoed".into()),
+        format!("token={FILE_SECRET}\n").into_bytes(),
+    );
+    // Whole (the page of a read is in the content, beside the structured result).
+    let read = next
+        .request(
+            1,
+            "tools/call",
+            json!({"name": "read-file", "arguments": {"name": "carried", "path": "/tmp/echoed"}}),
+        )
+        .await;
+    let ran = next
+        .tool(
+            2,
+            "run-command",
+            json!({"name": "carried", "command": format!("cat {echoed}")}),
+        )
+        .await;
+    next.close_stdin();
+    next.child.wait().await.unwrap();
+    // Nothing was supplied in this process: the value was known from its start.
+    assert!(
+        !fake
+            .take_requests()
+            .iter()
+            .any(|r| r["path"].as_str().unwrap().ends_with("/credential-values")),
+    );
+    for (what, answer) in [("run-command", &ran), ("read-file", &read)] {
+        assert_nowhere(what, &answer.to_string());
+        assert!(
+            answer.to_string().contains("token=[credential registry]"),
+            "{what}: {answer}"
+        );
+    }
+    // The ledger (its file and write-ahead log) and every other file of the runtime directory.
+    let mut dirs = vec![runtime.path().join("rt")];
+    let mut files = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                files += 1;
+                assert_nowhere(
+                    &path.display().to_string(),
+                    &String::from_utf8_lossy(&bytes),
+                );
+            }
+        }
+    }
+    assert!(files > 0);
+}
