@@ -217,6 +217,18 @@ impl Client {
     }
 }
 
+/// create-machine with `args` through `c`: the machine's name, noted for the clean-up.
+async fn create_machine(c: &mut Client, args: Value) -> String {
+    let created = c.tool("create-machine", args).await;
+    assert!(ok(&created), "{created}");
+    let machine = created["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    made(&machine);
+    machine
+}
+
 fn ok(result: &Value) -> bool {
     result["isError"] == json!(false)
 }
@@ -1248,16 +1260,8 @@ async fn requests_per_call(url: &str, rt: &std::path::Path, out_dir: &std::path:
     assert!(ok(&r), "{r}");
     calls.push(json!({"call": "list-machines (the session's first call)",
                       "requests": take_requests(&log, "")}));
-    // Allowed to reach this host (10.0.2.2 on QEMU's user network), for the one-clock stream.
-    let created = c
-        .tool("create-machine", json!({"allowCidrs": ["10.0.2.2/32"]}))
-        .await;
-    assert!(ok(&created), "{created}");
-    let name = created["structuredContent"]["machine"]["name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    made(&name);
+    // With an allow list, as the streaming machine has: its commands' requests are listed.
+    let name = create_machine(&mut c, json!({"allowCidrs": ["10.0.2.2/32"]})).await;
     calls
         .push(json!({"call": "create-machine (no image, an allow list: each command below first reads the egress refusals)", "requests": take_requests(&log, &name)}));
     let run = |command: Value| json!({"name": name, "command": command, "timeoutSecs": 30});
@@ -1359,13 +1363,7 @@ async fn run(out_dir: &std::path::Path) -> Value {
     let trips = if only_stream {
         Value::Null
     } else {
-        let created = c.tool("create-machine", json!({})).await;
-        assert!(ok(&created), "{created}");
-        let machine = created["structuredContent"]["machine"]["name"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        made(&machine);
+        let machine = create_machine(&mut c, json!({})).await;
         eprintln!("booted bench: round trips on {machine}");
         let mut servers = contenders(&nested.url, rt.path(), out_dir).await;
         let trips = round_trip(&raw, &machine, &mut servers).await;
@@ -1392,15 +1390,7 @@ async fn run(out_dir: &std::path::Path) -> Value {
     } else {
         // Allowed to reach this host (10.0.2.2 on QEMU's user network), for the one-clock
         // stream.
-        let created = c
-            .tool("create-machine", json!({"allowCidrs": ["10.0.2.2/32"]}))
-            .await;
-        assert!(ok(&created), "{created}");
-        let machine = created["structuredContent"]["machine"]["name"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        made(&machine);
+        let machine = create_machine(&mut c, json!({"allowCidrs": ["10.0.2.2/32"]})).await;
         eprintln!("booted bench: streamed output on {machine}");
         let stream = streamed(&mut c, &raw, &machine).await;
         eprintln!("booted bench: streamed output on one clock, on {machine}");

@@ -63,16 +63,21 @@ async fn cleanup(h: &Harness) {
     assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
 }
 
-/// The machines the engine itself lists, by name.
-async fn engine_machines() -> Vec<String> {
-    let list: Value = crate::common::nested::rest()
+/// The engine's own listing of its machines.
+async fn engine_listing() -> Value {
+    crate::common::nested::rest()
         .get(format!("{}/api/v1/machines", nested().url))
         .send()
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The machines the engine itself lists, by name.
+async fn engine_machines() -> Vec<String> {
+    let list = engine_listing().await;
     list["machines"]
         .as_array()
         .unwrap()
@@ -1260,14 +1265,7 @@ async fn warm_machines_come_from_the_pool_and_go_back() {
         "the source and ready clones are not the agent's: {listed}"
     );
     // Nor can a tool reach them by name: the engine says which clone a pool still holds.
-    let machines: Value = crate::common::nested::rest()
-        .get(format!("{}/api/v1/machines", nested().url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let machines = engine_listing().await;
     let ready_clone = machines["machines"]
         .as_array()
         .unwrap()

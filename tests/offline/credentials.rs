@@ -39,6 +39,33 @@ fn secret_file() -> tempfile::NamedTempFile {
     file
 }
 
+/// The fake guest shell, the file credential's file, a runtime directory and the stdio
+/// server's environment with the three bindings, logging at `log`.
+async fn stdio_setup(
+    log: &str,
+) -> (
+    FakeServe,
+    tempfile::NamedTempFile,
+    tempfile::TempDir,
+    Vec<(String, String)>,
+) {
+    let fake = FakeServe::start_guest_shell().await;
+    let file = secret_file();
+    let runtime = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let credentials = bindings(file.path());
+    let env = server_env(
+        runtime.path(),
+        &[
+            ("SMOL_LOCAL_URL", &url),
+            ("SMOL_MCP_CREDENTIALS", &credentials),
+            ("SMOL_TEST_GH", SECRET),
+            ("SMOL_MCP_LOG", log),
+        ],
+    );
+    (fake, file, runtime, env)
+}
+
 /// Fails when `value` appears anywhere in `haystack`.
 fn assert_nowhere(what: &str, haystack: &str) {
     for secret in [SECRET, FILE_SECRET] {
@@ -274,20 +301,7 @@ fn bad_bindings_stop_the_server_at_start_naming_the_setting() {
 /// supplies the values of a machine the previous one made.
 #[tokio::test]
 async fn no_value_leaves_the_binary_and_a_restart_still_supplies_them() {
-    let fake = FakeServe::start_guest_shell().await;
-    let file = secret_file();
-    let runtime = tempfile::tempdir().unwrap();
-    let url = fake.url();
-    let credentials = bindings(file.path());
-    let env = server_env(
-        runtime.path(),
-        &[
-            ("SMOL_LOCAL_URL", &url),
-            ("SMOL_MCP_CREDENTIALS", &credentials),
-            ("SMOL_TEST_GH", SECRET),
-            ("SMOL_MCP_LOG", "debug"),
-        ],
-    );
+    let (fake, _file, runtime, env) = stdio_setup("debug").await;
     let stderr_path = runtime.path().join("stderr.log");
     let mut server = StdioServer::spawn_with_stderr(env.clone(), &stderr_path).await;
     server
@@ -356,19 +370,7 @@ async fn no_value_leaves_the_binary_and_a_restart_still_supplies_them() {
 /// ledger too, though this process has not booted it.
 #[tokio::test]
 async fn a_restarted_server_redacts_a_files_value_it_has_not_supplied_yet() {
-    let fake = FakeServe::start_guest_shell().await;
-    let file = secret_file();
-    let runtime = tempfile::tempdir().unwrap();
-    let url = fake.url();
-    let credentials = bindings(file.path());
-    let env = server_env(
-        runtime.path(),
-        &[
-            ("SMOL_LOCAL_URL", &url),
-            ("SMOL_MCP_CREDENTIALS", &credentials),
-            ("SMOL_TEST_GH", SECRET),
-        ],
-    );
+    let (fake, _file, runtime, env) = stdio_setup("warn").await;
     let mut first =
         StdioServer::spawn_with_stderr(env.clone(), &runtime.path().join("1.log")).await;
     first

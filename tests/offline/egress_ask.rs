@@ -263,9 +263,13 @@ async fn stateless_call(server: &crate::common::clients::HttpServer, params: Val
 
 const MRTR_TOKEN: &str = "mrtr-token";
 
-#[tokio::test]
-async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer_applies_on_the_retry()
- {
+/// `smol-mcp-http` on the fake guest shell, with machine `asks` made (`network: "ask"`) by a
+/// sessionless request.
+async fn http_server_with_an_ask_machine() -> (
+    FakeServe,
+    tempfile::TempDir,
+    crate::common::clients::HttpServer,
+) {
     let fake = FakeServe::start_guest_shell().await;
     let rt = tempfile::tempdir().unwrap();
     let url = fake.url();
@@ -284,6 +288,13 @@ async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer
         created["result"]["structuredContent"]["machine"]["network"], "allow(none)",
         "{created}"
     );
+    (fake, rt, server)
+}
+
+#[tokio::test]
+async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer_applies_on_the_retry()
+ {
+    let (fake, _rt, server) = http_server_with_an_ask_machine().await;
     fake.deny_on_exec("asks", "resolve", "pypi.org");
     fake.deny_on_exec("asks", "resolve", "evil.example");
     let run = json!({"name": "run-command", "arguments": {"name": "asks", "command": "exit 7"}});
@@ -361,24 +372,7 @@ async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer
 /// so the call made again with the same key and the user's answer runs with it applied.
 #[tokio::test]
 async fn a_keyed_call_that_asks_the_user_runs_again_with_the_answer() {
-    let fake = FakeServe::start_guest_shell().await;
-    let rt = tempfile::tempdir().unwrap();
-    let url = fake.url();
-    let server = crate::common::clients::HttpServer::spawn(
-        rt.path(),
-        MRTR_TOKEN,
-        &[("SMOL_LOCAL_URL", &url)],
-    )
-    .await;
-    let created = stateless_call(
-        &server,
-        json!({"name": "create-machine", "arguments": {"name": "asks", "network": "ask"}}),
-    )
-    .await;
-    assert!(
-        created["result"]["structuredContent"].is_object(),
-        "{created}"
-    );
+    let (fake, _rt, server) = http_server_with_an_ask_machine().await;
     fake.deny_on_exec("asks", "resolve", "pypi.org");
     let run = json!({"name": "run-command", "arguments": {
         "name": "asks", "command": "exit 7", "idempotencyKey": "asks-once-7f3a"}});
