@@ -97,6 +97,7 @@ impl Described {
         KeyRecord {
             key: key.to_owned(),
             pid,
+            pid_started: crate::process::ephemeral::process_started(pid),
             tool: self.tool.clone(),
             fingerprint: self.fingerprint.clone(),
             arguments: serde_json::to_string(&self.arguments).unwrap_or_default(),
@@ -393,7 +394,9 @@ where
                     ));
                 }
                 let me = std::process::id();
-                if first.pid != me && !crate::process::ephemeral::process_alive(first.pid) {
+                let holder_alive =
+                    crate::process::ephemeral::process_alive_since(first.pid, first.pid_started);
+                if first.pid != me && !holder_alive {
                     return Err(ToolError::new(
                         ToolErrorKind::Fleet(crate::fleet::ErrorKind::Conflict),
                         format!(
@@ -527,6 +530,43 @@ mod tests {
             "{e}"
         );
         assert!(e.message.contains("still runs in server process 1"), "{e}");
+    }
+
+    /// A holder that ended but is not reaped (a zombie), or a pid now another process's, is
+    /// dead: the repeat is told at once (it waited the longest call's time, about 23 minutes).
+    #[tokio::test]
+    async fn a_key_held_by_a_zombie_or_a_reused_pid_is_answered_at_once() {
+        let runtime = tempfile::tempdir().unwrap();
+        let store = store_in(runtime.path());
+        let call = describe("create-machine", &json!({"name": "m"}));
+        let mut zombie = std::process::Command::new("true").spawn().unwrap();
+        let zombie_pid = zombie.id();
+        // Not waited for, so not reaped: once it has exited it is a zombie.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(format!("/proc/{zombie_pid}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z"))
+        {
+            assert!(std::time::Instant::now() < deadline, "never a zombie");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!crate::process::ephemeral::process_alive(zombie_pid));
+        let held = call.claim(
+            "k-zombie",
+            zombie_pid,
+            chrono::Utc::now().timestamp_millis(),
+        );
+        assert_eq!(store.keys().claim(held).await, Ok(KeyClaim::Claimed));
+        let e = refused_repeat(&store, "k-zombie", call.clone(), Duration::from_secs(60)).await;
+        assert!(e.message.contains("was cut off"), "{e}");
+        zombie.wait().unwrap();
+
+        // Process 1 lives, but it is not the process that started when the record says.
+        let mut reused = call.claim("k-reused", 1, chrono::Utc::now().timestamp_millis());
+        reused.pid_started = reused.pid_started.map(|t| t + 1);
+        assert!(reused.pid_started.is_some(), "this host has /proc");
+        assert_eq!(store.keys().claim(reused).await, Ok(KeyClaim::Claimed));
+        let e = refused_repeat(&store, "k-reused", call, Duration::from_secs(60)).await;
+        assert!(e.message.contains("was cut off"), "{e}");
     }
 
     #[test]

@@ -144,14 +144,47 @@ pub fn ensure_runtime_dir(dir: &Path) -> Result<(), RecordError> {
 
 /// Whether a process is still there (a zombie or one we may not signal counts as alive).
 pub fn process_alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
+    let Ok(raw) = i32::try_from(pid) else {
         return false;
     };
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+    let signalled = match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
         Ok(()) => true,
         Err(nix::errno::Errno::EPERM) => true,
         Err(_) => false,
-    }
+    };
+    // A process that ended and is not yet reaped (a zombie) still takes the signal: it holds
+    // nothing any more, and a holder waited on as if it ran made a repeat wait 23 minutes.
+    signalled && !proc_stat(pid).is_some_and(|stat| matches!(stat.state, 'Z' | 'X'))
+}
+
+/// Whether `pid` is the live process that started at `started` (clock ticks after boot, as
+/// /proc says; `None`: not known, the pid alone decides): a pid reused by a later process is
+/// not the one that held something.
+pub fn process_alive_since(pid: u32, started: Option<u64>) -> bool {
+    process_alive(pid)
+        && started.is_none_or(|started| proc_stat(pid).is_none_or(|s| s.started == started))
+}
+
+/// When process `pid` started, as [`process_alive_since`] compares it.
+pub fn process_started(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|stat| stat.started)
+}
+
+struct ProcStat {
+    state: char,
+    started: u64,
+}
+
+/// Fields 3 (state) and 22 (start time) of `/proc/<pid>/stat`; `None` where there is no /proc.
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces and parentheses itself.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        started: fields.get(19)?.parse().ok()?,
+    })
 }
 
 #[derive(Debug, Clone)]

@@ -62,6 +62,8 @@ pub struct DetachedCall {
     /// The call's own token: not the request's, which rmcp cancels once the request is
     /// answered (seen on HTTP and stdio), and a task's call goes on after that.
     pub ct: CancellationToken,
+    /// Fired by tasks/cancel only: it ends a keyed call's work too (see `tools::Caller::stop`).
+    pub stop: CancellationToken,
     pub activity: Arc<Activity>,
     /// The longest the call can take by the configuration's bounds (see [`task_ttl`]).
     pub bound: Duration,
@@ -117,6 +119,7 @@ impl Tasks {
         let DetachedCall {
             tool,
             ct,
+            stop,
             activity,
             bound,
             work,
@@ -174,7 +177,8 @@ impl Tasks {
                     () = context.cancelled() => {
                         // tasks/cancel: the call's own cancellation path ends the command
                         // (run-command's marker kill, run-once's machine deleted); the task
-                        // ends once that is done.
+                        // ends once that is done. A keyed call's work stops too.
+                        stop.cancel();
                         ct.cancel();
                         (&mut running).await
                     }
@@ -375,6 +379,7 @@ mod tests {
         let call = DetachedCall {
             tool: Tool::RunCommand,
             ct,
+            stop: CancellationToken::new(),
             activity: Arc::default(),
             bound: Duration::from_millis(100),
             work: Box::pin(async move {
@@ -414,6 +419,7 @@ mod tests {
         let call = DetachedCall {
             tool: Tool::RunOnce,
             ct,
+            stop: CancellationToken::new(),
             activity: Arc::default(),
             bound: Duration::from_secs(60),
             work: Box::pin(async move {
@@ -445,6 +451,7 @@ mod tests {
             DetachedCall {
                 tool: Tool::RunCommand,
                 ct,
+                stop: CancellationToken::new(),
                 activity: Arc::default(),
                 bound: Duration::from_secs(60),
                 work: Box::pin(async move {

@@ -202,6 +202,9 @@ pub struct SpendReading {
 pub struct KeyRecord {
     pub key: String,
     pub pid: u32,
+    /// When the holding process started (clock ticks after boot): a pid reused by a later
+    /// process is not the holder. `None` in a record of an earlier release.
+    pub pid_started: Option<u64>,
     pub tool: String,
     pub fingerprint: String,
     /// The arguments as a refusal names them (values an agent should not see again hidden).
@@ -221,6 +224,7 @@ impl KeyRecord {
         KeyRecord {
             key: key.into(),
             pid: std::process::id(),
+            pid_started: crate::process::ephemeral::process_started(std::process::id()),
             tool: "create-machine".into(),
             fingerprint: "f".into(),
             arguments: "{}".into(),

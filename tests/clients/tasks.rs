@@ -365,6 +365,33 @@ async fn cancelling_a_task_kills_its_command() {
     assert!(done.get("result").is_none(), "{done}");
 }
 
+/// A command with an idempotency key, cancelled through tasks/cancel, stops as one without a key
+/// does (before, the task said cancelled while the keyed work ran on to its end), and its key
+/// is freed: the same call made again runs again.
+#[tokio::test]
+async fn cancelling_a_keyed_task_kills_its_command_and_frees_the_key() {
+    let (fake, server, _rt) = setup().await;
+    let mut client = Client::new(&server, true, Duration::from_secs(5));
+    let args = json!({"name": "m", "command": "sleep 60", "timeoutSecs": 120,
+                      "idempotencyKey": "keyed-cancel-3c1f"});
+    let created = client.call("run-command", args.clone()).await;
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    client.cancel(&task_id).await;
+    until("the marker kill exec", Duration::from_secs(5), || {
+        kill_script(&fake).is_some()
+    })
+    .await;
+    let polls = client
+        .poll_until_done(&task_id, Duration::from_secs(5))
+        .await;
+    assert_eq!(polls.last().unwrap()["status"], "cancelled");
+    let again = client.call("run-command", args).await;
+    assert_eq!(again["result"]["resultType"], "task", "{again}");
+    let second = again["result"]["taskId"].as_str().unwrap();
+    assert_ne!(second, task_id, "a new run, not the first one's answer");
+    client.cancel(second).await;
+}
+
 /// run-once's cancellation path deletes the machine it created.
 #[tokio::test]
 async fn cancelling_a_run_once_task_deletes_its_machine() {

@@ -35,6 +35,9 @@ pub struct Caller {
     pub consent: Option<Arc<dyn crate::policy::consent::Consent>>,
     /// The user's answer carried by a call made again after its input-required result.
     pub prior_answer: Option<crate::policy::consent::PriorAnswer>,
+    /// An explicit stop (tasks/cancel): it ends even a call with an idempotency key, whose
+    /// work a cancelled request (`ct`, a dropped connection) leaves running.
+    pub stop: CancellationToken,
 }
 
 impl Caller {
@@ -48,7 +51,13 @@ impl Caller {
             session_hold: None,
             consent: None,
             prior_answer: None,
+            stop: CancellationToken::new(),
         }
+    }
+
+    pub fn with_stop(mut self, stop: CancellationToken) -> Caller {
+        self.stop = stop;
+        self
     }
 
     pub fn with_progress(mut self, progress: Progress) -> Caller {

@@ -321,8 +321,9 @@ pub async fn call_prepared(
     let work = async move {
         let caller = Caller {
             // The request's cancellation ends only its wait (idempotency::Keys::once); the
-            // work ends as the tool's own deadlines say.
-            ct: tokio_util::sync::CancellationToken::new(),
+            // work ends as the tool's own deadlines say, or by an explicit stop (tasks/cancel):
+            // a task reported cancelled while its work ran on would tell its client a lie.
+            ct: caller.stop.clone(),
             ..caller
         };
         let outcome = match Box::pin(call_now(&detached_policy, caller, tool, parsed)).await {

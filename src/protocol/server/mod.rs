@@ -409,6 +409,7 @@ impl SmolMcp {
             .min(config.max_exec_timeout_secs);
         let bound = tasks::task_ttl(std::time::Duration::from_secs(exec_timeout), config);
         let ct = tokio_util::sync::CancellationToken::new();
+        let stop = tokio_util::sync::CancellationToken::new();
         let activity = Arc::new(crate::policy::progress::Activity::default());
         let progress = notify::progress_of(context, Some(activity.clone()));
         let policy = self.protocol.policy.clone();
@@ -418,7 +419,8 @@ impl SmolMcp {
         let caller = tools::Caller::new(owner, scope, call_ct)
             .with_progress(progress)
             .with_session_hold(session_hold(context))
-            .with_consent(consent::of_request(context), None);
+            .with_consent(consent::of_request(context), None)
+            .with_stop(stop.clone());
         let work = async move {
             let call = tools::call_prepared(&policy, caller, prepared);
             match &request {
@@ -438,6 +440,7 @@ impl SmolMcp {
         tasks::DetachedCall {
             tool,
             ct,
+            stop,
             activity,
             bound,
             work: Box::pin(work),

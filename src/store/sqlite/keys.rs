@@ -49,7 +49,7 @@ pub(super) fn claim(
     let inserted = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO idempotency_keys (key, pid, tool, fingerprint, arguments, \
-             started_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             started_ms, pid_started) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?
         .execute(params![
             claim.key,
@@ -57,7 +57,8 @@ pub(super) fn claim(
             claim.tool,
             claim.fingerprint,
             claim.arguments,
-            claim.started_ms
+            claim.started_ms,
+            claim.pid_started.and_then(|t| i64::try_from(t).ok()),
         ])?;
     if inserted == 1 {
         return Ok(KeyClaim::Claimed);
@@ -67,13 +68,15 @@ pub(super) fn claim(
 
 pub(super) fn one(conn: &Connection, key: &str) -> rusqlite::Result<Option<KeyRecord>> {
     conn.prepare_cached(
-        "SELECT key, pid, tool, fingerprint, arguments, started_ms, answer, answer_dropped \
-         FROM idempotency_keys WHERE key = ?1",
+        "SELECT key, pid, tool, fingerprint, arguments, started_ms, answer, answer_dropped, \
+         pid_started FROM idempotency_keys WHERE key = ?1",
     )?
     .query_row([key], |row| {
+        let pid_started: Option<i64> = row.get(8)?;
         Ok(KeyRecord {
             key: row.get(0)?,
             pid: row.get(1)?,
+            pid_started: pid_started.and_then(|t| u64::try_from(t).ok()),
             tool: row.get(2)?,
             fingerprint: row.get(3)?,
             arguments: row.get(4)?,
@@ -109,6 +112,7 @@ mod tests {
         KeyRecord {
             key: key.to_owned(),
             pid: std::process::id(),
+            pid_started: None,
             tool: "run-command".to_owned(),
             fingerprint: "f".to_owned(),
             arguments: "{}".to_owned(),

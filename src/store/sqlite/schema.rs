@@ -82,7 +82,8 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     arguments TEXT NOT NULL,
     started_ms INTEGER NOT NULL,
     answer TEXT,
-    answer_dropped INTEGER NOT NULL DEFAULT 0
+    answer_dropped INTEGER NOT NULL DEFAULT 0,
+    pid_started INTEGER
 );
 ";
 
@@ -115,6 +116,8 @@ fn open_wal(path: &Path) -> rusqlite::Result<Result<Connection, String>> {
         "answer_dropped",
         "INTEGER NOT NULL DEFAULT 0",
     )?;
+    // Or before a key's holder was known by its start time as well as its pid.
+    add_column_once(&conn, "idempotency_keys", "pid_started", "INTEGER")?;
     Ok(Ok(conn))
 }
 
