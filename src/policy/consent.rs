@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// What the user said of each destination asked about.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,25 +49,106 @@ pub struct PriorAnswer {
     pub answer: EgressAnswer,
 }
 
-/// What the user declined for each machine, in this process: not asked again (a command the
-/// agent retries would otherwise put the same question to the user each time).
+/// How many questions about egress one session may put to the user in `QUESTION_WINDOW`: a
+/// workload that fails on a new host each time would otherwise have its agent's retries ask the
+/// user again and again (six commands made six forms in 4.5 s).
+pub const QUESTIONS_PER_WINDOW: usize = 3;
+pub const QUESTION_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The questions about egress in this process: what the user answered for each machine (not
+/// asked again), one question open per machine at a time (a later command's refusals wait for
+/// it, then ask only what it left undecided), and each session's rate.
 #[derive(Debug, Default)]
-pub struct Declined {
-    seen: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+pub struct Questions {
+    /// (machine, destination) -> whether the user allowed it.
+    answered: std::sync::Mutex<std::collections::HashMap<(String, String), bool>>,
+    open: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    asked: std::sync::Mutex<std::collections::HashMap<String, Vec<std::time::Instant>>>,
 }
 
-impl Declined {
-    pub fn record(&self, machine: &str, destinations: &[String]) {
-        if let Ok(mut seen) = self.seen.lock() {
+/// The turn of one machine's question: held while it is open.
+pub struct Turn {
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Questions {
+    pub fn record(&self, machine: &str, destinations: &[String], allowed: bool) {
+        if let Ok(mut answered) = self.answered.lock() {
             for d in destinations {
-                seen.insert((machine.to_owned(), d.clone()));
+                answered.insert((machine.to_owned(), d.clone()), allowed);
             }
         }
     }
 
-    pub fn contains(&self, machine: &str, destination: &str) -> bool {
-        self.seen
+    /// What the user answered about `destination` for `machine`, if asked.
+    pub fn answer(&self, machine: &str, destination: &str) -> Option<bool> {
+        self.answered
             .lock()
-            .is_ok_and(|seen| seen.contains(&(machine.to_owned(), destination.to_owned())))
+            .ok()?
+            .get(&(machine.to_owned(), destination.to_owned()))
+            .copied()
+    }
+
+    /// Waits for the question open about `machine`, if any, then holds the turn.
+    pub async fn turn(&self, machine: &str) -> Option<Turn> {
+        let lock = {
+            let mut open = self.open.lock().ok()?;
+            // Turns nobody holds or waits for are dropped: one entry per machine asked about
+            // at this moment, not per machine ever asked about.
+            open.retain(|_, turn| Arc::strong_count(turn) > 1);
+            open.entry(machine.to_owned()).or_default().clone()
+        };
+        Some(Turn {
+            _guard: lock.lock_owned().await,
+        })
+    }
+
+    /// Whether `session` may ask the user now; else how long until it may.
+    pub fn admit(&self, session: &str) -> Result<(), std::time::Duration> {
+        let Ok(mut asked) = self.asked.lock() else {
+            return Err(QUESTION_WINDOW);
+        };
+        let now = std::time::Instant::now();
+        asked.retain(|_, times| {
+            times.retain(|t| now.duration_since(*t) < QUESTION_WINDOW);
+            !times.is_empty()
+        });
+        let times = asked.entry(session.to_owned()).or_default();
+        if times.len() >= QUESTIONS_PER_WINDOW {
+            let oldest = times.first().copied().unwrap_or(now);
+            return Err(QUESTION_WINDOW.saturating_sub(now.duration_since(oldest)));
+        }
+        times.push(now);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_asks_at_most_so_many_questions_a_window() {
+        let q = Questions::default();
+        for _ in 0..QUESTIONS_PER_WINDOW {
+            assert_eq!(q.admit("s"), Ok(()));
+        }
+        assert!(q.admit("s").is_err());
+        assert_eq!(q.admit("other"), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn one_question_per_machine_at_a_time() {
+        let q = Arc::new(Questions::default());
+        let first = q.turn("m").await;
+        let waiting = {
+            let q = q.clone();
+            tokio::spawn(async move { q.turn("m").await.is_some() })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a second question waited");
+        assert!(q.turn("n").await.is_some(), "another machine did not");
+        drop(first);
+        assert!(waiting.await.unwrap());
     }
 }

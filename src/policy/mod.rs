@@ -38,8 +38,8 @@ pub struct Policy {
     pub jobs: jobs::Jobs,
     /// read-file downloads paused between pages.
     pub reads: reads::ParkedReads,
-    /// Egress the user declined, not asked about again.
-    pub declined: consent::Declined,
+    /// The user's answers about egress, the questions open and each session's rate.
+    pub questions: consent::Questions,
     /// Keyed calls running in this process (`idempotency`).
     pub keys: Arc<idempotency::Keys>,
 }
@@ -54,7 +54,7 @@ impl Policy {
             ledger,
             jobs: jobs::Jobs::new(config.max_running_jobs),
             reads: reads::ParkedReads::new(config.max_parked_reads),
-            declined: consent::Declined::default(),
+            questions: consent::Questions::default(),
             keys: Arc::default(),
             process,
         }

@@ -18,6 +18,8 @@ pub struct User {
     pub can_be_asked: bool,
     pub allow: Vec<&'static str>,
     pub questions: Arc<Mutex<Vec<Value>>>,
+    /// How long the user takes to answer.
+    pub thinks: std::time::Duration,
 }
 
 impl ClientHandler for User {
@@ -48,6 +50,7 @@ impl ClientHandler for User {
             .lock()
             .unwrap()
             .push(json!({"message": message, "schema": schema}));
+        tokio::time::sleep(self.thinks).await;
         let mut content = serde_json::Map::new();
         for (key, property) in schema["properties"].as_object().unwrap() {
             let host = property["title"].as_str().unwrap();
@@ -66,6 +69,7 @@ impl User {
             can_be_asked,
             allow,
             questions: Arc::default(),
+            thinks: std::time::Duration::ZERO,
         }
     }
 }

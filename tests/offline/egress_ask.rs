@@ -35,6 +35,15 @@ impl Session {
         allow: Vec<&'static str>,
         settings: &[(&str, &str)],
     ) -> Session {
+        Session::start_thinking(can_be_asked, allow, settings, std::time::Duration::ZERO).await
+    }
+
+    async fn start_thinking(
+        can_be_asked: bool,
+        allow: Vec<&'static str>,
+        settings: &[(&str, &str)],
+        thinks: std::time::Duration,
+    ) -> Session {
         let fake = FakeServe::start_guest_shell().await;
         let runtime = tempfile::tempdir().unwrap();
         let url = fake.url();
@@ -48,7 +57,8 @@ impl Session {
                 let _ = running.waiting().await;
             }
         });
-        let user = User::new(can_be_asked, allow);
+        let mut user = User::new(can_be_asked, allow);
+        user.thinks = thinks;
         let questions = user.questions.clone();
         Session {
             client: user.serve(client_io).await.unwrap(),
@@ -343,6 +353,20 @@ async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer
     assert_eq!(posts.len(), 1, "{posts:?}");
     assert_eq!(posts[0]["body"], json!({"allowHosts": ["pypi.org"]}));
 
+    // A state is taken once: after its answer (a no to evil.example) was applied, the same state
+    // carrying a yes to both is refused, and nothing is widened.
+    let mut yes_after_no = retry.clone();
+    yes_after_no["inputResponses"] =
+        json!({"egress": {"action": "accept", "content": {"allow0": true, "allow1": true}}});
+    let refused = stateless_call(&server, yes_after_no).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("used already"),
+        "{refused}"
+    );
     // A state sealed for this call does not open for another (here: other arguments), and a
     // made-up one is refused: the agent's side cannot forge a yes.
     let mut replayed = retry.clone();
@@ -368,6 +392,62 @@ async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer
     );
 }
 
+/// Commands refused the same host while a question about their machine is open wait for its
+/// answer: one form, and each command told the host is allowed (five concurrent commands made
+/// five forms, and two could be answered differently).
+#[tokio::test]
+async fn concurrent_refusals_of_one_machine_make_one_question() {
+    let s = Session::start_thinking(
+        true,
+        vec!["pypi.org"],
+        &[],
+        std::time::Duration::from_millis(400),
+    )
+    .await;
+    s.call("create-machine", json!({"name": "asks", "network": "ask"}))
+        .await;
+    s.fake.deny_on_exec("asks", "resolve", "pypi.org");
+    let run = || s.call("run-command", json!({"name": "asks", "command": "exit 7"}));
+    let answers = futures::future::join_all([run(), run(), run()]).await;
+    for answer in &answers {
+        assert_eq!(
+            answer["egressAnswer"]["allowed"],
+            json!(["pypi.org"]),
+            "{answer}"
+        );
+    }
+    assert_eq!(s.questions.lock().unwrap().len(), 1, "one form");
+    assert_eq!(s.egress_posts().len(), 1, "widened once");
+}
+
+/// A session puts at most so many questions to the user a minute: the next refusal is reported
+/// with when to run the command again, and no form is shown.
+#[tokio::test]
+async fn a_session_asks_the_user_at_most_three_times_a_minute() {
+    let s = Session::start(true, vec![]).await;
+    s.call("create-machine", json!({"name": "asks", "network": "ask"}))
+        .await;
+    let mut last = Value::Null;
+    for host in ["a.example", "b.example", "c.example", "d.example"] {
+        s.fake.state.lock().unwrap().denials_on_exec.clear();
+        s.fake.deny_on_exec("asks", "resolve", host);
+        last = s
+            .call("run-command", json!({"name": "asks", "command": "exit 7"}))
+            .await;
+    }
+    assert_eq!(s.questions.lock().unwrap().len(), 3, "{last}");
+    let why = last["egressAnswer"]["notAsked"].as_str().unwrap();
+    assert!(
+        why.starts_with("this session put 3 questions to the user in the last 60 s"),
+        "{why}"
+    );
+    assert_eq!(
+        last["egressAnswer"]["declined"],
+        json!(["d.example"]),
+        "{last}"
+    );
+}
+
 /// A keyed call that asks the user: its input-required answer is not kept as the key's answer,
 /// so the call made again with the same key and the user's answer runs with it applied.
 #[tokio::test]
@@ -382,7 +462,7 @@ async fn a_keyed_call_that_asks_the_user_runs_again_with_the_answer() {
 
     fake.state.lock().unwrap().denials_on_exec.clear();
     fake.take_requests();
-    let mut retry = run;
+    let mut retry = run.clone();
     retry["inputResponses"] = json!({"egress": {"action": "accept", "content": {"allow0": true}}});
     retry["requestState"] = json!(state);
     let answered = stateless_call(&server, retry.clone()).await;
@@ -398,8 +478,11 @@ async fn a_keyed_call_that_asks_the_user_runs_again_with_the_answer() {
         .filter(|r| r["path"].as_str().unwrap().ends_with("/egress"))
         .count();
     assert_eq!(widened, 1, "{sent:?}");
-    // That answer is the key's now: the same call again runs nothing.
-    let again = stateless_call(&server, retry).await;
+    // The state was taken by that call: sent again it is refused, whatever answer it carries.
+    let replayed = stateless_call(&server, retry).await;
+    assert_eq!(replayed["error"]["code"], -32602, "{replayed}");
+    // The answer is the key's now: the same call again runs nothing.
+    let again = stateless_call(&server, run).await;
     assert_eq!(again["result"]["structuredContent"], *content, "{again}");
     assert!(
         !fake

@@ -9,8 +9,8 @@
 //! picked by their timestamps, less a baseline read before it when another command ran on the
 //! machine in the last seconds (whose refusals could carry the same second).
 
-use super::Call;
 use super::results::{BlockedEgress, EgressAnswer};
+use super::{Call, ToolError};
 use crate::fleet::{Capabilities, Egress, EgressDenial, Feature, Fleet};
 use crate::policy::consent::Asked;
 use std::collections::HashMap;
@@ -174,38 +174,82 @@ pub(super) async fn ask_the_user(
     machine: &str,
     refused: &[BlockedEgress],
 ) -> EgressAnswer {
-    let mut asked: Vec<String> = Vec::new();
-    let mut declined_before = Vec::new();
-    for destination in refused.iter().map(|r| r.host.clone()) {
-        if asked.contains(&destination) || declined_before.contains(&destination) {
-            continue;
-        }
-        if call.policy.declined.contains(machine, &destination) {
-            declined_before.push(destination);
-        } else {
-            asked.push(destination);
-        }
-    }
-    let not_asked = |why: &str, declined: Vec<String>| EgressAnswer {
-        allowed: Vec::new(),
+    let not_asked = |why: &str, allowed: Vec<String>, declined: Vec<String>| EgressAnswer {
+        allowed,
         declined,
         not_asked: Some(why.to_owned()),
     };
-    if asked.is_empty() {
-        return not_asked(
-            "the user declined these for this machine already",
-            declined_before,
-        );
+    let mut refused_to: Vec<String> = Vec::new();
+    for destination in refused.iter().map(|r| r.host.clone()) {
+        if !refused_to.contains(&destination) {
+            refused_to.push(destination);
+        }
     }
     let Some(consent) = &call.caller.consent else {
-        let mut all = asked;
-        all.extend(declined_before);
         return not_asked(
             "this client cannot show the user a question (it has no form elicitation): the \
              user can allow hosts by name, in allowHosts of a new machine",
-            all,
+            Vec::new(),
+            refused_to,
         );
     };
+    let questions = &call.policy.questions;
+    // One question open about a machine at a time: a command refused while one is open waits
+    // for its answer, then asks only what that answer left undecided.
+    let turn = call
+        .caller
+        .progress
+        .during(
+            &format!("waiting for the user's answer to an earlier question about {machine}"),
+            None,
+            Box::pin(call.cancellable(async { Ok::<_, ToolError>(questions.turn(machine).await) })),
+        )
+        .await;
+    let Ok(_turn) = turn else {
+        return not_asked(
+            "the call was cancelled while another question about this machine was open",
+            Vec::new(),
+            refused_to,
+        );
+    };
+    let (mut asked, mut allowed_before, mut declined_before) = (Vec::new(), Vec::new(), Vec::new());
+    for destination in refused_to {
+        match questions.answer(machine, &destination) {
+            Some(true) => allowed_before.push(destination),
+            Some(false) => declined_before.push(destination),
+            None => asked.push(destination),
+        }
+    }
+    if asked.is_empty() {
+        if !allowed_before.is_empty() {
+            // Allowed by the answer to a question open while this command ran.
+            return EgressAnswer {
+                allowed: allowed_before,
+                declined: declined_before,
+                not_asked: None,
+            };
+        }
+        return not_asked(
+            "the user declined these for this machine already",
+            Vec::new(),
+            declined_before,
+        );
+    }
+    if let Err(wait) = questions.admit(call.session()) {
+        let mut all = asked;
+        all.extend(declined_before);
+        return not_asked(
+            &format!(
+                "this session put {} questions to the user in the last {} s, as many as it \
+                 may: run the command again in {} s to be asked",
+                crate::policy::consent::QUESTIONS_PER_WINDOW,
+                crate::policy::consent::QUESTION_WINDOW.as_secs(),
+                wait.as_secs().max(1)
+            ),
+            allowed_before,
+            all,
+        );
+    }
     let answer = call
         .caller
         .progress
@@ -218,21 +262,24 @@ pub(super) async fn ask_the_user(
     let answer = match answer {
         Asked::Answered(answer) => answer,
         Asked::NoAnswer => {
-            call.policy.declined.record(machine, &asked);
+            questions.record(machine, &asked, false);
             let mut all = asked;
             all.extend(declined_before);
-            return not_asked("the user declined, or did not answer", all);
+            return not_asked("the user declined, or did not answer", allowed_before, all);
         }
         Asked::Deferred => {
             let mut all = asked;
             all.extend(declined_before);
             return not_asked(
                 "the question goes to the user with this answer; the call comes again with theirs",
+                allowed_before,
                 all,
             );
         }
     };
-    apply(call, fleet, machine, answer, declined_before).await
+    let mut answered = apply(call, fleet, machine, answer, declined_before).await;
+    answered.allowed.extend(allowed_before);
+    answered
 }
 
 /// The answer to a question an earlier attempt of this call asked (a 2026-07-28 client's call
@@ -262,7 +309,9 @@ async fn apply(
     answer: crate::policy::consent::EgressAnswer,
     declined_before: Vec<String>,
 ) -> EgressAnswer {
-    call.policy.declined.record(machine, &answer.declined);
+    call.policy
+        .questions
+        .record(machine, &answer.declined, false);
     let mut declined = answer.declined;
     declined.extend(declined_before);
     if answer.allowed.is_empty() {
@@ -289,6 +338,7 @@ async fn apply(
         .collect();
     match fleet.allow_egress(machine, &hosts, &cidrs).await {
         Ok(_) => {
+            call.policy.questions.record(machine, &answer.allowed, true);
             call.policy
                 .store
                 .egress_grants()

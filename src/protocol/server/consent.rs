@@ -157,7 +157,7 @@ pub fn question_of(
     let (machine, destinations) = deferred.question.lock().ok()?.take()?;
     let params = egress_form(&machine, &destinations)?;
     let args = request.arguments.clone().unwrap_or_default();
-    let payload = serde_json::to_vec(&(machine, destinations)).ok()?;
+    let payload = serde_json::to_vec(&(machine, destinations, super::sealed::nonce())).ok()?;
     let state = super::sealed::codec().seal_with(
         &payload,
         &SealOptions::new()
@@ -192,10 +192,28 @@ pub fn prior_answer(request: &CallToolRequestParams) -> Result<Option<PriorAnswe
                 None,
             )
         })?;
-    let Ok((machine, destinations)) = serde_json::from_slice::<(String, Vec<String>)>(&payload)
+    let Ok((machine, destinations, nonce)) =
+        serde_json::from_slice::<(String, Vec<String>, [u8; 16])>(&payload)
     else {
         return Ok(None);
     };
+    // Once: the answer it carries has been applied (or refused) by the call that took it.
+    super::sealed::take(nonce, ANSWER_WITHIN).map_err(|why| {
+        ErrorData::invalid_params(
+            match why {
+                super::sealed::NotTaken::Again => {
+                    "requestState was used already: its answer was applied once. Make the \
+                     call again without inputResponses to be asked again"
+                }
+                super::sealed::NotTaken::Full => {
+                    "too many answers came back in the last 10 minutes for this server to \
+                     remember them all: make the call again without inputResponses to be \
+                     asked again"
+                }
+            },
+            None,
+        )
+    })?;
     let answer = serde_json::from_value::<ElicitResult>(response.clone())
         .ok()
         .and_then(|result| answer_of(&result, &destinations))

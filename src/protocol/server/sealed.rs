@@ -1,10 +1,18 @@
 //! The `requestState` this server hands a 2026-07-28 client with an input-required result
 //! (MRTR): sealed with a key random per process (a question outlives no process: a restarted
 //! server simply asks again), and bound to the call it was asked for, so that an answer given
-//! for one call cannot be replayed into another.
+//! for one call cannot be replayed into another. Each state carries a nonce and is taken once:
+//! replayed after its answer was applied, a state with another answer (a "yes" after a "no")
+//! would have widened the machine again.
 
 use rmcp::model::RequestStateCodec;
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The states taken in the last `lifetime`, at most: past it a state cannot be taken until one
+/// ages out, and the call is asked again instead.
+const TAKEN_MAX: usize = 4096;
 
 pub fn codec() -> &'static RequestStateCodec {
     static CODEC: OnceLock<RequestStateCodec> = OnceLock::new();
@@ -14,4 +22,50 @@ pub fn codec() -> &'static RequestStateCodec {
 /// What a sealed state is bound to: the tool and the arguments it was called with.
 pub fn bound_to(tool: &str, args: &rmcp::model::JsonObject) -> Vec<u8> {
     serde_json::to_vec(&(tool, args)).unwrap_or_default()
+}
+
+/// A fresh nonce for a state about to be sealed.
+pub fn nonce() -> [u8; 16] {
+    rand::random()
+}
+
+/// Why a state's nonce cannot be taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotTaken {
+    /// It was taken before: its answer has been applied once.
+    Again,
+    /// `TAKEN_MAX` states were taken within their lifetime.
+    Full,
+}
+
+/// Takes `nonce` for good (states live `lifetime`; a nonce older than that cannot come back
+/// inside a state that still opens).
+pub fn take(nonce: [u8; 16], lifetime: Duration) -> Result<(), NotTaken> {
+    static TAKEN: OnceLock<Mutex<HashMap<[u8; 16], Instant>>> = OnceLock::new();
+    let Ok(mut taken) = TAKEN.get_or_init(Mutex::default).lock() else {
+        return Err(NotTaken::Full);
+    };
+    let now = Instant::now();
+    taken.retain(|_, at| now.duration_since(*at) < lifetime);
+    if taken.contains_key(&nonce) {
+        return Err(NotTaken::Again);
+    }
+    if taken.len() >= TAKEN_MAX {
+        return Err(NotTaken::Full);
+    }
+    taken.insert(nonce, now);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nonce_is_taken_once() {
+        let n = nonce();
+        assert_eq!(take(n, Duration::from_secs(600)), Ok(()));
+        assert_eq!(take(n, Duration::from_secs(600)), Err(NotTaken::Again));
+        assert_eq!(take(nonce(), Duration::from_secs(600)), Ok(()));
+    }
 }
