@@ -81,13 +81,22 @@ impl PartialEq for Described {
 }
 
 impl Described {
-    /// `answer` as the key's record keeps it: without the call's environment values.
+    /// `answer` as the key's record keeps it: without the call's environment values, looked
+    /// for in each string of the answer (in the JSON text a value holding a quote or a
+    /// backslash is escaped, and would not be found).
     fn kept_answer(&self, answer: &Value) -> String {
-        self.env_values
-            .iter()
-            .fold(answer.to_string(), |text, (value, name)| {
-                text.replace(value.as_str(), name)
-            })
+        let mut kept = answer.clone();
+        crate::policy::output::rewrite_strings(&mut kept, &|text| {
+            let mut out: Option<String> = None;
+            for (value, name) in &self.env_values {
+                let current = out.as_deref().unwrap_or(text);
+                if current.contains(value.as_str()) {
+                    out = Some(current.replace(value.as_str(), name));
+                }
+            }
+            out
+        });
+        kept.to_string()
     }
 }
 
@@ -630,6 +639,13 @@ mod tests {
         );
         let kept = call.kept_answer(&json!({"stdout": "s3cret-value 1\n"}));
         assert_eq!(kept, r#"{"stdout":"[$TOKEN] 1\n"}"#);
+        // A value with a quote in it, escaped in the JSON text, is found in the string.
+        let quoted = describe(
+            "run-command",
+            &json!({"name": "m", "command": "true", "env": {"PASS": "pa\"ss-word"}}),
+        );
+        let kept = quoted.kept_answer(&json!({"stdout": ["said pa\"ss-word"]}));
+        assert_eq!(kept, r#"{"stdout":["said [$PASS]"]}"#);
         let record = call.claim("k", 1, 0);
         assert!(!record.arguments.contains("s3cret") && !record.arguments.contains("echo"));
     }

@@ -13,6 +13,26 @@ fn is_continuation(b: u8) -> bool {
     b & 0b1100_0000 == 0b1000_0000
 }
 
+/// Every string in `value` (objects and arrays walked) that `rewrite` answers for, replaced by
+/// its answer: a redaction of a JSON answer that must not see a value's escaped form (a quote
+/// or a backslash in it) where the text of the whole document would.
+pub fn rewrite_strings(value: &mut serde_json::Value, rewrite: &impl Fn(&str) -> Option<String>) {
+    match value {
+        serde_json::Value::String(text) => {
+            if let Some(new) = rewrite(text) {
+                *text = new;
+            }
+        }
+        serde_json::Value::Array(items) => {
+            items.iter_mut().for_each(|v| rewrite_strings(v, rewrite))
+        }
+        serde_json::Value::Object(fields) => fields
+            .values_mut()
+            .for_each(|v| rewrite_strings(v, rewrite)),
+        _ => {}
+    }
+}
+
 /// Keeps two thirds of the budget from the head and the rest from the tail, cutting at UTF-8
 /// character boundaries so no character is split (for text; binary output is rendered lossily).
 pub fn head_tail(bytes: &[u8], budget: usize) -> Shaped {

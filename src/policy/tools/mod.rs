@@ -414,21 +414,11 @@ fn without_secrets(
     if !credentials.has_values() {
         return result;
     }
-    fn walk(credentials: &crate::process::credentials::Supplier, value: &mut Value) {
-        match value {
-            Value::String(text) => {
-                if let Some(clean) = credentials.redact(text) {
-                    *text = clean;
-                }
-            }
-            Value::Array(items) => items.iter_mut().for_each(|v| walk(credentials, v)),
-            Value::Object(fields) => fields.values_mut().for_each(|v| walk(credentials, v)),
-            _ => {}
-        }
-    }
     match result {
         Ok(mut answer) => {
-            walk(credentials, &mut answer.structured);
+            crate::policy::output::rewrite_strings(&mut answer.structured, &|text| {
+                credentials.redact(text)
+            });
             if let Some(page) = &mut answer.page
                 && let Some(clean) = credentials.redact(page)
             {
