@@ -5,6 +5,7 @@
 //! request's stream; a request without a progress token gets none, and nothing is sent.
 
 use crate::fleet::{OutputChunk, OutputSender, OutputStream};
+use crate::process::redaction::StreamRedactor;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -133,8 +134,8 @@ impl Progress {
         }
     }
 
-    /// Output sent from now on has every credential value `credentials` knows replaced, and so
-    /// has a value's start at the end of a notification and its end at the start of one.
+    /// Output sent from now on has every credential value `credentials` knows replaced, however
+    /// many notifications a value's bytes arrive across.
     pub fn redacting(&self, credentials: &Arc<crate::process::credentials::Supplier>) {
         if let Some(sink) = &self.sink {
             let _ = sink.redaction.set(credentials.clone());
@@ -273,6 +274,7 @@ async fn forward_output(
     mut receiver: tokio::sync::mpsc::UnboundedReceiver<OutputChunk>,
 ) {
     let mut batch = OutputBatch::default();
+    let mut redacting = Redacting::default();
     let mut last_sent: Option<Instant> = None;
     loop {
         let due = last_sent.map_or_else(Instant::now, |at| at + OUTPUT_EVERY);
@@ -291,34 +293,78 @@ async fn forward_output(
         let Some(chunk) = next else {
             break;
         };
-        batch.push(chunk);
+        batch.push(redacting.piece(&sink, chunk));
         if Instant::now() >= due {
             // A quiet spell is over: what is already queued goes with this piece, at once.
             while let Ok(more) = receiver.try_recv() {
-                batch.push(more);
+                batch.push(redacting.piece(&sink, more));
             }
             sink.send_output(std::mem::take(&mut batch)).await;
             last_sent = Some(Instant::now());
         }
+    }
+    for rest in redacting.finish() {
+        batch.push(rest);
     }
     if !batch.is_empty() {
         sink.send_output(batch).await;
     }
 }
 
+/// Each stream's credential redaction across the pieces it arrives in: redacted before the
+/// pieces are batched, so neither a notification's edges nor a batch's size cut goes through
+/// a value ([`StreamRedactor`] holds back a value's possible start until what follows it).
+#[derive(Default)]
+struct Redacting {
+    streams: Option<[StreamRedactor; 2]>,
+}
+
+impl Redacting {
+    fn piece(&mut self, sink: &ProgressSink, chunk: OutputChunk) -> OutputChunk {
+        let Some(credentials) = sink.redaction.get() else {
+            return chunk;
+        };
+        let streams = self.streams.get_or_insert_with(|| {
+            let redactor = credentials.redactor();
+            [
+                StreamRedactor::new(redactor.clone()),
+                StreamRedactor::new(redactor),
+            ]
+        });
+        let index = match chunk.stream {
+            OutputStream::Stdout => 0,
+            OutputStream::Stderr => 1,
+        };
+        let text = streams[index].push(chunk.text.as_bytes());
+        OutputChunk {
+            stream: chunk.stream,
+            text: String::from_utf8_lossy(&text).into_owned(),
+        }
+    }
+
+    /// What each stream held back, once the command has ended.
+    fn finish(self) -> Vec<OutputChunk> {
+        let Some([mut stdout, mut stderr]) = self.streams else {
+            return Vec::new();
+        };
+        [
+            (OutputStream::Stdout, stdout.finish()),
+            (OutputStream::Stderr, stderr.finish()),
+        ]
+        .into_iter()
+        .filter(|(_, text)| !text.is_empty())
+        .map(|(stream, text)| OutputChunk {
+            stream,
+            text: String::from_utf8_lossy(&text).into_owned(),
+        })
+        .collect()
+    }
+}
+
 impl ProgressSink {
     /// Sends a batch of output. Progress is the call's elapsed seconds, in milliseconds and
     /// always above the last value sent (the spec wants it increasing).
-    async fn send_output(&self, mut batch: OutputBatch) {
-        if let Some(credentials) = self.redaction.get()
-            && credentials.has_values()
-        {
-            for piece in &mut batch.pieces {
-                if let Some(clean) = credentials.redact_fragment(&piece.text) {
-                    piece.text = clean;
-                }
-            }
-        }
+    async fn send_output(&self, batch: OutputBatch) {
         let _sending = match &self.activity {
             Some(activity) => {
                 activity.saw_output(&batch);

@@ -15,6 +15,9 @@ pub struct ParkedRead {
     pub offset: u64,
     /// Shared with the task that reads ahead while the last page travels to the client.
     pub reader: Arc<tokio::sync::Mutex<FileReader>>,
+    /// The file's last bytes before `offset`, as many as a credential value is long less one:
+    /// where a value running into the next page would start.
+    pub behind: Vec<u8>,
     pub parked_at: Instant,
 }
 
@@ -46,20 +49,21 @@ impl ParkedReads {
     }
 
     /// The paused download of `path` on `machine` that stopped exactly at `offset`, if one is
-    /// still fresh.
+    /// still fresh, and the bytes it kept from before `offset`.
     pub fn take(
         &self,
         kind: FleetKind,
         machine: &str,
         path: &str,
         offset: u64,
-    ) -> Option<Arc<tokio::sync::Mutex<FileReader>>> {
+    ) -> Option<(Arc<tokio::sync::Mutex<FileReader>>, Vec<u8>)> {
         let mut parked = self.parked.lock().ok()?;
         parked.retain(|p| p.parked_at.elapsed() < PARKED_READ);
         let at = parked.iter().position(|p| {
             p.kind == kind && p.machine == machine && p.path == path && p.offset == offset
         })?;
-        Some(parked.swap_remove(at).reader)
+        let read = parked.swap_remove(at);
+        Some((read.reader, read.behind))
     }
 
     pub fn park(&self, read: ParkedRead) {

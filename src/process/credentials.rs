@@ -13,6 +13,7 @@
 //! this process has read wherever output leaves the server.
 
 use crate::fleet::{CredentialBindingSpec, CredentialValues, ErrorKind, FleetError, Secret};
+use crate::process::redaction::Redactor;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -282,7 +283,23 @@ struct Setup {
     /// Made with `network: "ask"`: refused egress is put to the user.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     asks_egress: bool,
+    /// binding -> a fingerprint of each value supplied to the machine (never the value): a
+    /// machine keeps what it was given (in its files, in what a server echoed to it), so a
+    /// process must know every one of them to redact its output.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    supplied: BTreeMap<String, Vec<String>>,
 }
+
+/// Fingerprints kept per binding of a machine; past it the oldest is dropped and the machine
+/// is taken as holding a value no process can know ([`LOST_PRINT`]).
+const PRINTS_PER_BINDING: usize = 8;
+
+/// Stands for a fingerprint dropped past [`PRINTS_PER_BINDING`]: it matches no value.
+const LOST_PRINT: &str = "lost";
+
+/// PBKDF2 rounds of a value's fingerprint: a file anyone can read would otherwise let a guess
+/// at a short value be checked at the speed of one hash.
+const PRINT_ROUNDS: u32 = 20_000;
 
 /// Which machines of one engine were set up how, kept across restarts: an engine forgets values
 /// at its own restart, and a restarted server must still know what to supply before a
@@ -291,6 +308,9 @@ struct Setup {
 struct BoundFile {
     /// engine -> machine -> its setup
     engines: BTreeMap<String, BTreeMap<String, Setup>>,
+    /// The salt of every fingerprint in the file (hex), made with the first one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    salt: String,
 }
 
 /// The bindings of this process and the machines made with them; the local fleet asks it for
@@ -305,6 +325,10 @@ pub struct Supplier {
     bound: Mutex<Option<BoundFile>>,
     /// Every value read so far, longest first, with what replaces it in output.
     seen: Mutex<Vec<(Secret, String)>>,
+    /// `seen` ready to search output with, made again when a value is first seen.
+    redactor: Mutex<Arc<Redactor>>,
+    /// salt and fingerprint of each value seen, as computed once (they are slow on purpose).
+    prints: Mutex<Vec<(String, Secret, String)>>,
 }
 
 impl Supplier {
@@ -315,6 +339,8 @@ impl Supplier {
             engine: std::sync::OnceLock::new(),
             bound: Mutex::new(None),
             seen: Mutex::new(Vec::new()),
+            redactor: Mutex::new(Arc::new(Redactor::default())),
+            prints: Mutex::new(Vec::new()),
         };
         // Every value is known before anything is answered: output can carry one from the
         // start (a machine a previous process made and supplied is still running), so a file's
@@ -378,76 +404,47 @@ impl Supplier {
     }
 
     fn saw(&self, name: &str, value: &Secret) {
-        if let Ok(mut seen) = self.seen.lock()
-            && !seen.iter().any(|(v, _)| v == value)
-        {
-            seen.push((value.clone(), format!("[credential {name}]")));
-            seen.sort_by_key(|(v, _)| std::cmp::Reverse(v.expose().len()));
+        // A poisoned lock is taken anyway: a value left out would leave output unredacted.
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.iter().any(|(v, _)| v == value) {
+            return;
         }
+        seen.push((value.clone(), format!("[credential {name}]")));
+        seen.sort_by_key(|(v, _)| std::cmp::Reverse(v.expose().len()));
+        let redactor = Redactor::new(
+            seen.iter()
+                .map(|(v, label)| (v.expose().as_bytes().to_vec(), label.clone())),
+        );
+        *self.redactor.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(redactor);
+    }
+
+    /// Every value this process has read, to search output with (at every cut the server
+    /// makes, [`crate::process::redaction`]).
+    pub fn redactor(&self) -> Arc<Redactor> {
+        self.redactor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// `text` with every value this process has read replaced by `[credential NAME]`.
     pub fn redact(&self, text: &str) -> Option<String> {
-        let seen = self.seen.lock().ok()?;
-        let mut out: Option<String> = None;
-        for (value, label) in seen.iter() {
-            let current = out.as_deref().unwrap_or(text);
-            if !value.is_empty() && current.contains(value.expose()) {
-                out = Some(current.replace(value.expose(), label));
-            }
-        }
-        out
-    }
-
-    /// Like [`Supplier::redact`], for a piece of a stream that may stop inside a value or start
-    /// inside one (an output notification): a value's first bytes at the end, or its last
-    /// bytes at the start, four or more of them, are replaced too.
-    pub fn redact_fragment(&self, text: &str) -> Option<String> {
-        const EDGE_MIN: usize = 4;
-        let whole = self.redact(text);
-        let seen = self.seen.lock().ok()?;
-        let mut out = whole.clone().unwrap_or_else(|| text.to_owned());
-        let mut changed = whole.is_some();
-        for (value, label) in seen.iter() {
-            let v = value.expose();
-            let head = (EDGE_MIN..v.len()).rev().find(|&k| {
-                v.is_char_boundary(k)
-                    && out.ends_with(&v[..k])
-                    && out.is_char_boundary(out.len() - k)
-            });
-            if let Some(k) = head {
-                out.truncate(out.len() - k);
-                out.push_str(label);
-                changed = true;
-            }
-            let tail = (EDGE_MIN..v.len()).rev().find(|&k| {
-                v.is_char_boundary(v.len() - k)
-                    && out.starts_with(&v[v.len() - k..])
-                    && out.is_char_boundary(k)
-            });
-            if let Some(k) = tail {
-                out.replace_range(..k, label);
-                changed = true;
-            }
-        }
-        changed.then_some(out)
+        self.redactor().text(text)
     }
 
     /// Every value read so far with what replaces it, for the run ledger's own redaction.
     pub fn values_to_redact(&self) -> Vec<(String, String)> {
         self.seen
             .lock()
-            .map(|seen| {
-                seen.iter()
-                    .map(|(v, label)| (v.expose().to_owned(), label.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(v, label)| (v.expose().to_owned(), label.clone()))
+            .collect()
     }
 
     /// Whether any value is known (so that output needs looking at).
     pub fn has_values(&self) -> bool {
-        self.seen.lock().is_ok_and(|s| !s.is_empty())
+        !self.redactor().is_empty()
     }
 
     fn with_bound<T>(&self, f: impl FnOnce(&mut BoundFile) -> T) -> Option<T> {
@@ -515,6 +512,28 @@ impl Supplier {
         self.update(machine, |setup| setup.credentials = names.to_vec());
     }
 
+    /// `child` is branched from `source`: it has its bindings, and holds every value the
+    /// source was given.
+    pub fn branched(&self, source: &str, child: &str) {
+        let from = self.setup(source);
+        self.update(child, |setup| {
+            setup.credentials = from.credentials;
+            setup.supplied = from.supplied;
+        });
+    }
+
+    /// Whether any machine is recorded as given a value (so a call naming one must reach its
+    /// fleet, which names the engine, before [`Supplier::unknown_value`] can say).
+    pub fn has_supplied(&self) -> bool {
+        self.with_bound(|file| {
+            file.engines
+                .values()
+                .flat_map(|machines| machines.values())
+                .any(|setup| !setup.supplied.is_empty())
+        })
+        .unwrap_or(false)
+    }
+
     /// `machine` is made to ask the user about refused egress, or not.
     pub fn set_asks_egress(&self, machine: &str, asks: bool) {
         self.update(machine, |setup| setup.asks_egress = asks);
@@ -533,6 +552,87 @@ impl Supplier {
     /// The bindings `machine` was made with, if any.
     pub fn bound_to(&self, machine: &str) -> Vec<String> {
         self.setup(machine).credentials
+    }
+
+    /// Why this process cannot hide every credential value `machine` holds, when it cannot: a
+    /// value supplied to it (by this process or an earlier one) that this process has not
+    /// read, because the binding's value changed since (or its source is gone). Its output
+    /// could then carry that value in clear, so what would show output is refused.
+    pub fn unknown_value(&self, machine: &str) -> Option<String> {
+        let setup = self.setup(machine);
+        if setup.supplied.is_empty() {
+            return None;
+        }
+        let salt = self.with_bound(|file| file.salt.clone())?;
+        let known: Vec<String> = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(value, _)| self.print(&salt, value))
+            .collect();
+        let unknown: Vec<&str> = setup
+            .supplied
+            .iter()
+            .filter(|(_, prints)| prints.iter().any(|p| !known.contains(p)))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if unknown.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "machine {machine} was given a value of credential {} that this server does not              have now (the value changed, or its source went, since it was supplied): the              machine may hold it, and its output could not be redacted, so nothing that shows              its output or files is served. Put the earlier value back where the operator              keeps it and restart the server, or delete the machine (stop-machine and              get-machine still work)",
+            unknown.join(", ")
+        ))
+    }
+
+    /// `value`'s fingerprint under `salt`, computed once per process.
+    fn print(&self, salt: &str, value: &Secret) -> String {
+        let mut prints = self.prints.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, print)) = prints.iter().find(|(s, v, _)| s == salt && v == value) {
+            return print.clone();
+        }
+        let mut out = [0u8; 32];
+        ring::pbkdf2::derive(
+            ring::pbkdf2::PBKDF2_HMAC_SHA256,
+            std::num::NonZeroU32::new(PRINT_ROUNDS).unwrap_or(std::num::NonZeroU32::MIN),
+            salt.as_bytes(),
+            value.expose().as_bytes(),
+            &mut out,
+        );
+        let print: String = out.iter().map(|b| format!("{b:02x}")).collect();
+        prints.push((salt.to_owned(), value.clone(), print.clone()));
+        print
+    }
+
+    /// `values` are being supplied to `machine`: their fingerprints are kept with it.
+    fn record_supplied(&self, machine: &str, values: &[(String, Secret)]) {
+        let Some(salt) = self.with_bound(|file| {
+            if file.salt.is_empty() {
+                let mut bytes = [0u8; 16];
+                rand::Rng::fill(&mut rand::rng(), &mut bytes[..]);
+                file.salt = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            }
+            file.salt.clone()
+        }) else {
+            return;
+        };
+        let prints: Vec<(String, String)> = values
+            .iter()
+            .map(|(name, value)| (name.clone(), self.print(&salt, value)))
+            .collect();
+        self.update(machine, |setup| {
+            for (name, print) in prints {
+                let kept = setup.supplied.entry(name).or_default();
+                if !kept.contains(&print) {
+                    kept.push(print);
+                }
+                if kept.len() > PRINTS_PER_BINDING {
+                    kept.remove(0);
+                    kept[0] = LOST_PRINT.to_owned();
+                }
+            }
+        });
     }
 }
 
@@ -569,6 +669,8 @@ impl CredentialValues for Supplier {
                 }
             }
         }
+        // Kept before the engine has them: a fingerprint too many only refuses more.
+        self.record_supplied(machine, &values);
         Some(Ok(values))
     }
 

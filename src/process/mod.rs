@@ -11,6 +11,7 @@ pub mod lease;
 pub mod local_serve;
 pub mod made;
 pub mod pools;
+pub mod redaction;
 pub mod sweep;
 pub mod targets;
 

@@ -443,3 +443,263 @@ async fn a_restarted_server_redacts_a_files_value_it_has_not_supplied_yet() {
     }
     assert!(files > 0);
 }
+
+/// Fails when four bytes or more of a value, in a row, appear in `text`: a piece of it.
+fn assert_no_piece(what: &str, text: &str) {
+    for secret in [SECRET, FILE_SECRET] {
+        for piece in secret.as_bytes().windows(4) {
+            let piece = std::str::from_utf8(piece).unwrap();
+            assert!(
+                !text.contains(piece),
+                "{what} holds {piece:?}, a piece of a credential value: {text}"
+            );
+        }
+    }
+}
+
+/// Every cut the server makes in output is moved off a value: the head and tail of a long
+/// output, pages of a file and of a job's output read one after another (and one starting
+/// inside a value), and a value printed in three pieces across progress notifications. No
+/// answer holds any piece of it (four bytes or more), and a value in a page shows as its
+/// label there.
+#[tokio::test]
+async fn no_cut_of_the_servers_lets_a_piece_of_a_value_through() {
+    let (fake, _file, runtime, mut env) = stdio_setup("warn").await;
+    env.push(("SMOL_MCP_MAX_OUTPUT_BYTES".into(), "48".into()));
+    env.push(("SMOL_MCP_JOB_POLL_MILLIS".into(), "100".into()));
+    let mut server =
+        StdioServer::spawn_with_stderr(env.clone(), &runtime.path().join("cuts.log")).await;
+    server
+        .tool(
+            1,
+            "create-machine",
+            json!({"name": "cuts", "image": "alpine", "credentials": ["github"]}),
+        )
+        .await;
+
+    // The head (32 bytes of 48) ends inside the first value, the tail (16) starts inside the
+    // second.
+    let long = echo_file(&format!(
+        "{}{SECRET}{}{SECRET}ccccc",
+        "a".repeat(30),
+        "b".repeat(200)
+    ));
+    let cut = server
+        .tool(
+            2,
+            "run-command",
+            json!({"name": "cuts", "command": format!("cat {}", long.path().display())}),
+        )
+        .await;
+    assert_eq!(cut["truncated"], true, "{cut}");
+    assert_no_piece("a long output's head and tail", &cut["stdout"].to_string());
+
+    // In three pieces, a notification each.
+    let (a, b) = (&SECRET[..9], &SECRET[9..18]);
+    let c = &SECRET[18..];
+    let pieces = server
+        .request(
+            3,
+            "tools/call",
+            json!({"name": "run-command", "arguments": {"name": "cuts", "command": format!("printf %s 'x {a}'; sleep 0.5; printf %s '{b}'; sleep 0.5; printf %s '{c} y'")}, "_meta": {"progressToken": "pieces"}}),
+        )
+        .await;
+    assert_eq!(
+        pieces["result"]["structuredContent"]["stdout"],
+        "x [credential github] y"
+    );
+    let notes: Vec<String> = server
+        .messages_so_far()
+        .into_iter()
+        .filter(|m| {
+            m["method"] == "notifications/progress" && m["params"]["progressToken"] == "pieces"
+        })
+        .map(|m| m["params"]["message"].as_str().unwrap_or("").to_owned())
+        .filter(|m| m.contains("[stdout]"))
+        .collect();
+    assert!(notes.len() >= 2, "the output went out in pieces: {notes:?}");
+    for note in &notes {
+        assert_no_piece("a progress notification", note);
+    }
+    assert!(notes.concat().contains("[credential github]"), "{notes:?}");
+
+    // Pages of a file: the first would end inside the value, the next start inside it.
+    fake.state.lock().unwrap().files.insert(
+        ("cuts".into(), "/tmp/paged".into()),
+        format!("0123456789{SECRET}abcdef").into_bytes(),
+    );
+    let (mut offset, mut joined) = (0, String::new());
+    for id in 10.. {
+        let page = server
+            .request(
+                id,
+                "tools/call",
+                json!({"name": "read-file", "arguments": {"name": "cuts", "path": "/tmp/paged", "offset": offset, "length": 16}}),
+            )
+            .await;
+        let read = &page["result"]["structuredContent"];
+        assert_no_piece("a page of a file", &page.to_string());
+        joined.push_str(page["result"]["content"][1]["text"].as_str().unwrap());
+        offset = read["offset"].as_u64().unwrap() + read["bytes"].as_u64().unwrap();
+        if read["eof"] == true {
+            break;
+        }
+        assert!(id < 20, "the pages never ended: {page}");
+    }
+    assert_eq!(joined, "0123456789[credential github]abcdef");
+    for (offset, encoding) in [(15, "utf8"), (12, "base64")] {
+        let inside = server
+            .request(
+                30 + offset,
+                "tools/call",
+                json!({"name": "read-file", "arguments": {"name": "cuts", "path": "/tmp/paged", "offset": offset, "length": 5, "encoding": encoding}}),
+            )
+            .await;
+        let content = inside["result"]["content"][1]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let shown = match encoding {
+            "base64" => {
+                use base64::Engine as _;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(&content)
+                    .unwrap();
+                String::from_utf8(bytes).unwrap()
+            }
+            _ => content,
+        };
+        assert_eq!(shown, "[credential github]", "{inside}");
+    }
+
+    // Pages of a job's output (48 bytes each): the first would end inside the value.
+    let job_out = echo_file(&format!("{}{SECRET}{}", "x".repeat(40), "y".repeat(10)));
+    let started = server
+        .tool(
+            50,
+            "run-command",
+            json!({"name": "cuts", "command": format!("cat {}", job_out.path().display()), "background": true}),
+        )
+        .await;
+    let job = started["job"].as_str().unwrap().to_owned();
+    let (mut cursor, mut joined) = ("0:0".to_owned(), String::new());
+    for id in 51.. {
+        let report = server
+            .tool(
+                id,
+                "job-output",
+                json!({"job": job, "cursor": cursor, "waitSecs": 2}),
+            )
+            .await;
+        assert_no_piece("a page of a job's output", &report.to_string());
+        joined.push_str(report["stdout"].as_str().unwrap());
+        cursor = report["cursor"].as_str().unwrap().to_owned();
+        if report["state"] != "running" && report["more"] == false {
+            break;
+        }
+        assert!(id < 70, "the job's pages never ended: {report}");
+    }
+    assert_eq!(
+        joined,
+        format!("{}[credential github]{}", "x".repeat(40), "y".repeat(10))
+    );
+    server.close_stdin();
+    server.child.wait().await.unwrap();
+    // Every answer and notification (the initialize answer's own words, "the real value",
+    // are no piece of one).
+    for message in server.messages_so_far() {
+        if message["id"] != 0 {
+            assert_no_piece("a message on stdout", &message.to_string());
+        }
+    }
+}
+
+/// A value changed across a restart (the operator rotated `$SMOL_TEST_GH`) while a machine
+/// kept the old one: the new process cannot redact the old value, so it serves nothing of the
+/// machine's output or files (a command, a read, a job taken over from the first process),
+/// saying which credential and what to do; stop, describe and delete still work. The machine's
+/// record keeps a fingerprint of what it was given, never the value, and the old value back
+/// opens the machine again.
+#[tokio::test]
+async fn a_machine_holding_a_value_the_server_no_longer_has_shows_nothing() {
+    let (_fake, _file, runtime, env) = stdio_setup("warn").await;
+    let mut first =
+        StdioServer::spawn_with_stderr(env.clone(), &runtime.path().join("1.log")).await;
+    first
+        .tool(
+            1,
+            "create-machine",
+            json!({"name": "rotated", "image": "alpine", "credentials": ["github"]}),
+        )
+        .await;
+    let job = first
+        .tool(
+            2,
+            "run-command",
+            json!({"name": "rotated", "command": "sleep 30", "background": true}),
+        )
+        .await;
+    first.close_stdin();
+    first.child.wait().await.unwrap();
+
+    let rotated: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| match k.as_str() {
+            "SMOL_TEST_GH" => (k.clone(), "ghp_a-rotated-value-0b7e".to_owned()),
+            _ => (k.clone(), v.clone()),
+        })
+        .collect();
+    let mut next = StdioServer::spawn_with_stderr(rotated, &runtime.path().join("2.log")).await;
+    let calls = [
+        ("run-command", json!({"name": "rotated", "command": "true"})),
+        (
+            "read-file",
+            json!({"name": "rotated", "path": "/etc/hostname"}),
+        ),
+        ("job-output", json!({"job": job["job"]})),
+        (
+            "branch-machine",
+            json!({"name": "rotated", "childName": "rotated-child"}),
+        ),
+    ];
+    for (id, (tool, args)) in (1..).zip(calls) {
+        let refused = next
+            .request(id, "tools/call", json!({"name": tool, "arguments": args}))
+            .await;
+        assert_eq!(refused["result"]["isError"], true, "{tool}: {refused}");
+        let text = refused["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("credential github") && text.contains("delete the machine"),
+            "{tool}: {text}"
+        );
+    }
+    let described = next
+        .tool(10, "get-machine", json!({"name": "rotated"}))
+        .await;
+    assert_eq!(described["name"], "rotated", "{described}");
+    next.tool(11, "stop-machine", json!({"name": "rotated"}))
+        .await;
+    next.close_stdin();
+    next.child.wait().await.unwrap();
+    // A fingerprint is kept, no value.
+    let record = std::fs::read_to_string(runtime.path().join("rt/machines.json")).unwrap();
+    assert!(record.contains("\"supplied\""), "{record}");
+    assert_nowhere("machines.json", &record);
+    assert!(!record.contains("ghp_a-rotated-value-0b7e"), "{record}");
+
+    // The earlier value back: the machine is served again, its output redacted.
+    let mut back = StdioServer::spawn_with_stderr(env, &runtime.path().join("3.log")).await;
+    let echoed = echo_file(&format!("{SECRET}\n"));
+    let ran = back
+        .tool(
+            1,
+            "run-command",
+            json!({"name": "rotated", "command": format!("cat {}", echoed.path().display())}),
+        )
+        .await;
+    assert_eq!(ran["stdout"], "[credential github]\n", "{ran}");
+    back.tool(2, "delete-machine", json!({"name": "rotated"}))
+        .await;
+    back.close_stdin();
+    back.child.wait().await.unwrap();
+}

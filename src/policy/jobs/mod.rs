@@ -14,6 +14,7 @@ use crate::fleet::{ErrorKind, ExecSpec, Fleet, FleetError, FleetKind};
 use crate::policy::error::{ToolError, ToolErrorKind};
 use crate::policy::ledger::{Ledger, Run, RunStart, stream_from_parts};
 use crate::process::Process;
+use crate::process::redaction::{Ending, Redactor};
 use crate::store::{JobEnd, JobRecord, ServedEngine};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -268,29 +269,59 @@ impl Job {
 
     /// Up to `limit` bytes of each stream after `from`, read from the machine. A character cut
     /// by the end of what was read is left for the next read, unless the job has ended and
-    /// nothing follows it.
-    pub async fn read(&self, from: Cursor, limit: usize) -> Result<Chunk, FleetError> {
+    /// nothing follows it. Every value `redactor` knows is replaced, and no page's edge goes
+    /// through one: each stream is read with a value's length less one on both sides of the
+    /// page, a page ending inside a value ends after it, and one starting inside a value
+    /// starts with its label.
+    pub async fn read(
+        &self,
+        from: Cursor,
+        limit: usize,
+        redactor: &Redactor,
+    ) -> Result<Chunk, FleetError> {
         let limit = limit.max(4);
+        let reach = redactor.longest().saturating_sub(1);
         let ended_before = self.state().phase != Phase::Running;
-        let mut read = ExecSpec::new(guest::read(&self.base, from.stdout, from.stderr, limit));
+        let behind = |at: u64| usize::try_from(at.min(reach as u64)).unwrap_or(0);
+        let (stdout_behind, stderr_behind) = (behind(from.stdout), behind(from.stderr));
+        let asked = reach + limit + reach;
+        let mut read = ExecSpec::new(guest::read(
+            &self.base,
+            from.stdout - stdout_behind as u64,
+            from.stderr - stderr_behind as u64,
+            asked,
+        ));
         read.timeout_secs = Some(60);
         read.start_if_stopped = false;
         let out = self.fleet.exec(&self.machine, &read).await?;
-        let keep = |bytes: Vec<u8>| -> Vec<u8> {
-            let mut bytes = bytes;
-            if !(ended_before && bytes.len() < limit) {
-                bytes.truncate(guest::complete_utf8_len(&bytes));
+        let page = |around: &[u8], behind: usize| -> (usize, Vec<u8>) {
+            let start = behind.min(around.len());
+            let mut stop = (behind + limit).min(around.len());
+            // Fewer bytes than asked for: the stream's file ends within them.
+            let at_end = around.len() < asked;
+            if !(ended_before && at_end && stop == around.len()) {
+                stop = start + guest::complete_utf8_len(&around[start..stop]);
             }
-            bytes
+            if redactor.is_empty() {
+                return (stop - start, around[start..stop].to_vec());
+            }
+            let ending = if ended_before && at_end {
+                Ending::Final
+            } else {
+                Ending::Continues
+            };
+            let window = redactor.window(around, start..stop, ending);
+            (window.end.saturating_sub(start), window.bytes)
         };
-        let (stdout, stderr) = (keep(out.stdout), keep(out.stderr));
+        let (stdout_read, stdout) = page(&out.stdout, stdout_behind);
+        let (stderr_read, stderr) = page(&out.stderr, stderr_behind);
         let next = Cursor {
-            stdout: from.stdout + stdout.len() as u64,
-            stderr: from.stderr + stderr.len() as u64,
+            stdout: from.stdout + stdout_read as u64,
+            stderr: from.stderr + stderr_read as u64,
         };
         let state = self.state();
-        let more = stdout.len() + 4 > limit
-            || stderr.len() + 4 > limit
+        let more = stdout_read + 4 > limit
+            || stderr_read + 4 > limit
             || next.stdout < state.stdout_bytes
             || next.stderr < state.stderr_bytes;
         Ok(Chunk {

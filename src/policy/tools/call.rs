@@ -1,6 +1,7 @@
 //! What every tool call shares: the fleet it goes to, cancellation by the client, waiting until a
 //! machine runs commands, and deleting a machine whatever the client does meanwhile.
 
+use super::Tool;
 use crate::fleet::{
     Capabilities, Command, CreateSpec, ErrorKind, ExecSpec, Feature, Fleet, FleetKind, Machine,
     Phase, PulledImage,
@@ -243,6 +244,35 @@ impl<'a> Call<'a> {
             }
             let fleet = self.fleet(target).await?;
             if let Some(why) = self.cancellable(fleet.kept(name)).await? {
+                return Err(ToolError::argument(argument, why));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a call that could show output or files of a named machine holding a credential
+    /// value this process does not know (supplied before the value changed): it could not be
+    /// redacted. Stopping, deleting and describing the machine stay open.
+    pub async fn refuse_unknown_values(
+        &self,
+        tool: Tool,
+        target: Option<FleetKind>,
+        names: [Option<&str>; 2],
+    ) -> Result<(), ToolError> {
+        let credentials = &self.process().credentials;
+        if matches!(
+            tool,
+            Tool::StopMachine | Tool::DeleteMachine | Tool::GetMachine
+        ) || names.iter().all(Option::is_none)
+            || !credentials.has_supplied()
+            || self.fleet_kind(target).ok() != Some(FleetKind::Local)
+        {
+            return Ok(());
+        }
+        // Reaching the fleet names its engine, under which the machines are recorded.
+        self.fleet(target).await?;
+        for (argument, name) in ["name", "childName"].into_iter().zip(names) {
+            if let Some(why) = name.and_then(|name| credentials.unknown_value(name)) {
                 return Err(ToolError::argument(argument, why));
             }
         }

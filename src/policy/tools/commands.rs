@@ -11,6 +11,7 @@ use crate::fleet::{ExecOutput, ExecSpec};
 use crate::policy::jobs::guest;
 use crate::policy::ledger::RunStart;
 use crate::policy::output::head_tail;
+use crate::process::redaction::Redactor;
 use std::time::Instant;
 
 use crate::policy::cost::reading as consumption;
@@ -122,9 +123,14 @@ struct Shaped {
     truncated: bool,
 }
 
-fn shape(output: &ExecOutput, budget: usize) -> Shaped {
-    let stdout = head_tail(&output.stdout, budget);
-    let stderr = head_tail(&output.stderr, budget);
+fn shape(output: &ExecOutput, budget: usize, redactor: &Redactor) -> Shaped {
+    // Redacted before the cut: a value across the head's or the tail's edge would otherwise
+    // leave a piece on each side of it, neither matching the value.
+    let cut = |bytes: &[u8]| match redactor.bytes(bytes) {
+        Some(clean) => head_tail(&clean, budget),
+        None => head_tail(bytes, budget),
+    };
+    let (stdout, stderr) = (cut(&output.stdout), cut(&output.stderr));
     let truncated = stdout.dropped > 0
         || stderr.dropped > 0
         || output.stdout_cut_upstream
@@ -256,7 +262,11 @@ async fn run_foreground(
         }
         _ => prior,
     };
-    let mut shaped = shape(&output, call.config().max_output_bytes);
+    let mut shaped = shape(
+        &output,
+        call.config().max_output_bytes,
+        &call.process().credentials.redactor(),
+    );
     let mut overflow = Vec::new();
     if shaped.stdout.dropped > 0 || shaped.stderr.dropped > 0 {
         let stamp = random_hex();
@@ -385,7 +395,11 @@ pub(super) async fn run_once(
         tracing::warn!(machine = %name, error = %e.message, "run-once could not delete its machine; it stays recorded for the session's clean-up");
     }
     let (output, elapsed, blocked_egress, usage) = result?;
-    let shaped = shape(&output, config.max_output_bytes);
+    let shaped = shape(
+        &output,
+        config.max_output_bytes,
+        &call.process().credentials.redactor(),
+    );
     Ok(results::RunOnce {
         truncated: shaped.truncated,
         timed_out: output.timed_out(elapsed, exec.timeout_secs),

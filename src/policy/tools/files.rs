@@ -9,6 +9,7 @@ use super::{Call, ToolError};
 use crate::fleet::{FileReader, Phase};
 use crate::policy::output::utf8_prefix_len;
 use crate::policy::reads::ParkedRead;
+use crate::process::redaction::Ending;
 use base64::Engine as _;
 use std::sync::Arc;
 use std::time::Instant;
@@ -54,28 +55,57 @@ pub(super) async fn read_file(
         .map_or(page_max, |l| usize::try_from(l).unwrap_or(page_max));
     let offset = a.offset.unwrap_or(0);
     let kind = fleet.kind();
-    let shared = match call.policy.reads.take(kind, &a.name, &a.path, offset) {
-        Some(shared) => shared,
+    // A credential value crossing either edge of the page is replaced whole (and the page's
+    // end moved past it): the page is read with a value's length less one on each side.
+    let redactor = call.process().credentials.redactor();
+    let reach = redactor.longest().saturating_sub(1);
+    let (shared, behind) = match call.policy.reads.take(kind, &a.name, &a.path, offset) {
+        Some(parked) => parked,
         None => {
             let stream = call.cancellable(fleet.read_file(&a.name, &a.path)).await?;
             let mut reader = FileReader::new(stream);
-            call.cancellable(reader.skip_to(offset)).await?;
-            Arc::new(tokio::sync::Mutex::new(reader))
+            let before = offset.saturating_sub(reach as u64);
+            call.cancellable(reader.skip_to(before)).await?;
+            let behind_len = usize::try_from(offset - reader.position().min(offset)).unwrap_or(0);
+            call.cancellable(reader.peek(behind_len)).await?;
+            let behind = reader.take(behind_len).to_vec();
+            (Arc::new(tokio::sync::Mutex::new(reader)), behind)
         }
     };
     // A read-ahead still under way finishes first: it is on the way to this page.
     let mut reader = shared.lock().await;
     let start = reader.position();
     // Three bytes past the page tell whether its end splits a character.
-    let at_hand = call
-        .cancellable(reader.peek(want.saturating_add(3)))
-        .await?;
+    let asked = want.saturating_add(3).saturating_add(reach);
+    let at_hand = call.cancellable(reader.peek(asked)).await?;
     let mut len = want.min(at_hand.len());
     if a.encoding == Encoding::Utf8 && len < at_hand.len() {
         // Never split a character across pages; the next page starts where this one ends.
         len = utf8_prefix_len(at_hand, len).max(1.min(len));
     }
-    let page = reader.take(len);
+    let (len, shown) = if redactor.is_empty() {
+        (len, at_hand[..len].to_vec())
+    } else {
+        // Fewer bytes than asked for: the file ends within them.
+        let ending = if at_hand.len() < asked {
+            Ending::Final
+        } else {
+            Ending::Continues
+        };
+        let mut around = behind.clone();
+        around.extend_from_slice(&at_hand[..at_hand.len().min(asked)]);
+        let window = behind.len()..behind.len() + len;
+        let mut page = redactor.window(&around, window.clone(), ending);
+        if page.end <= behind.len() && len > 0 {
+            // All of it held back as a value's possible start (it cannot be, with a value's
+            // length at hand past the page, but a read must never stall): replaced instead.
+            page = redactor.window(&around, window, Ending::Final);
+        }
+        (page.end.saturating_sub(behind.len()), page.bytes)
+    };
+    let mut behind = behind;
+    behind.extend_from_slice(&reader.take(len));
+    let behind = behind.split_off(behind.len().saturating_sub(reach));
     let size = call.cancellable(reader.size()).await?;
     let eof = start + len as u64 >= size;
     if !eof && reader.can_continue() {
@@ -86,6 +116,7 @@ pub(super) async fn read_file(
             path: a.path.to_string(),
             offset: start + len as u64,
             reader: shared.clone(),
+            behind,
             parked_at: Instant::now(),
         });
         // While this page travels to the client, the next one downloads: a constant's worth,
@@ -95,8 +126,8 @@ pub(super) async fn read_file(
         });
     }
     let content = match a.encoding {
-        Encoding::Utf8 => String::from_utf8_lossy(&page).into_owned(),
-        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&page),
+        Encoding::Utf8 => String::from_utf8_lossy(&shown).into_owned(),
+        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&shown),
     };
     Ok(results::FileRead {
         path: a.path.into(),

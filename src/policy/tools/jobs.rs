@@ -121,6 +121,9 @@ pub(super) async fn job_output(
     a: args::JobOutputArgs,
 ) -> Result<JobReport, ToolError> {
     let job = find(call, a.target, &a.job).await?;
+    if let Some(why) = call.process().credentials.unknown_value(&job.machine) {
+        return Err(ToolError::argument("job", why));
+    }
     let from = match &a.cursor {
         None => Cursor::default(),
         Some(text) => Cursor::parse(text).ok_or_else(|| {
@@ -170,7 +173,10 @@ pub(super) async fn job_output(
             )),
         )
     } else {
-        match call.cancellable(job.read(from, budget)).await {
+        match call
+            .cancellable(job.read(from, budget, &call.process().credentials.redactor()))
+            .await
+        {
             Ok(chunk) => (Some(chunk), None),
             Err(e) if e.kind == ToolErrorKind::Cancelled => return Err(e),
             Err(e) => (None, Some(e.message)),

@@ -389,7 +389,12 @@ async fn call_now(
                 tracing::Span::current().record("machine", name);
             }
             // Boxed: it may reach the fleet, whose start's future is large.
-            let kept = Box::pin(call.refuse_kept(parsed.call_args().target(), [name, child]));
+            let target = parsed.call_args().target();
+            let kept = Box::pin(async {
+                call.refuse_kept(target, [name, child]).await?;
+                call.refuse_unknown_values(tool, target, [name, child])
+                    .await
+            });
             match kept.await {
                 // On the heap (`run` boxes it): the largest handler's future would otherwise be
                 // the size of every call's and sit on the stack of whoever polls the call (a
