@@ -1137,16 +1137,31 @@ fn clamp_i32(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
+/// A host name that never resolves (RFC 6761's `.invalid`), put first in the host list of a
+/// machine that must have its names filtered and none is allowed yet (a network "ask"
+/// machine): 1.32.2 filters and records lookups only while a machine's host list is not empty.
+/// An empty list given at create does turn the filter on, but a later addition of addresses
+/// alone drops it and every name resolves again (both seen on the nested 1.32.2 engine); a
+/// list holding this name keeps it through every addition. Left out of every machine's view.
+pub const NAME_FILTER_HOST: &str = "smol-mcp-ask.invalid";
+
 pub(crate) fn create_body(spec: &CreateSpec) -> types::CreateMachineRequest {
     let (network, hosts, cidrs) = match &spec.egress {
         Egress::Open => (true, None, None),
         Egress::Blocked => (false, None, None),
-        // An empty list is sent as an empty CIDR list: in force, allowing nothing
-        // ("empty list denies all egress", 1.32.2's spec of allowedCidrs).
+        // A list allowing nothing yet is sent as empty host and CIDR lists: in force ("empty
+        // list denies all egress", 1.32.2's spec of allowedCidrs), and the host list empty
+        // rather than left out, because only a host list turns the engine's DNS filter on.
+        // Without one the guest resolves every name and egress-events never records a name
+        // (seen on the nested 1.32.2 engine), so a network "ask" machine could never ask
+        // about the first host a command looks up (pip's, git's).
+        Egress::Allow { hosts, cidrs } if hosts.is_empty() && cidrs.is_empty() => {
+            (false, Some(Vec::new()), Some(Vec::new()))
+        }
         Egress::Allow { hosts, cidrs } => (
             false,
             (!hosts.is_empty()).then(|| hosts.clone()),
-            (!cidrs.is_empty() || hosts.is_empty()).then(|| cidrs.clone()),
+            (!cidrs.is_empty()).then(|| cidrs.clone()),
         ),
     };
     types::CreateMachineRequest {
@@ -1243,7 +1258,8 @@ fn pool_status(info: types::ForkPoolInfo) -> PoolStatus {
 
 fn view(info: types::MachineInfo) -> Machine {
     let listed = info.allowed_hosts.is_some() || info.allowed_cidrs.is_some();
-    let hosts = info.allowed_hosts.unwrap_or_default();
+    let mut hosts = info.allowed_hosts.unwrap_or_default();
+    hosts.retain(|host| host != NAME_FILTER_HOST);
     let cidrs = info.allowed_cidrs.unwrap_or_default();
     let network = if listed {
         Egress::Allow { hosts, cidrs }

@@ -20,5 +20,5 @@ pub use api::{BranchableAt, Capabilities, CredentialValues, Feature, Fleet, Flee
 pub use cloud::{Backstop, CloudFleet, Deadlines};
 pub use error::{ErrorKind, FleetError, FleetResult};
 pub use file_stream::{FileReader, FileStream};
-pub use local::{LocalFleet, POOL_SOURCE_PREFIX};
+pub use local::{LocalFleet, NAME_FILTER_HOST, POOL_SOURCE_PREFIX};
 pub use model::*;

@@ -1209,6 +1209,20 @@ async fn the_user_widens_an_ask_machine_live_on_the_real_guest() {
         "{still}"
     );
     assert_eq!(questions.lock().unwrap().len(), 1, "not asked again");
+    // A name a command looks up is put to the user too: the engine filters the lookups of a
+    // machine whose list is in force (sent with an empty host list) and records the name.
+    let named = call(
+        "run-command",
+        json!({"name": name, "command": "wget -q -T 5 -O /dev/null http://pypi.org/"}),
+    )
+    .await;
+    assert_ne!(named["exitCode"], 0, "{named}");
+    assert_eq!(
+        named["egressAnswer"],
+        json!({"allowed": [], "declined": ["pypi.org"]}),
+        "{named}"
+    );
+    assert_eq!(questions.lock().unwrap().len(), 2, "asked about the name");
     let machine = call("get-machine", json!({"name": name})).await;
     assert_eq!(machine["network"], "allow(10.0.2.2/32)", "{machine}");
     let cleanup = protocol.process().cleanup_session("booted-ask").await;

@@ -108,9 +108,14 @@ async fn the_user_allows_one_refused_host_live_and_declines_another_for_good() {
         .into_iter()
         .find(|r| r["method"] == "POST" && r["path"] == "/api/v1/machines")
         .unwrap();
-    // An allow list in force from the start, allowing nothing.
-    assert_eq!(create["body"]["allowedCidrs"], json!([]), "{create}");
-    assert_eq!(create["body"].get("allowedHosts"), None, "{create}");
+    // An allow list in force from the start, allowing nothing: one name that never resolves,
+    // which keeps the engine's DNS filter on, so refused names are recorded and asked about.
+    assert_eq!(create["body"].get("allowedCidrs"), None, "{create}");
+    assert_eq!(
+        create["body"]["allowedHosts"],
+        json!([smol_mcp::fleet::NAME_FILTER_HOST]),
+        "{create}"
+    );
 
     s.fake.deny_on_exec("asks", "resolve", "pypi.org");
     s.fake.deny_on_exec("asks", "resolve", "evil.example");

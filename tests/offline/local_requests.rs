@@ -2,6 +2,7 @@
 //! that matter, body), against the in-process fake on a Unix socket.
 
 use crate::common::fake_serve::{FakeServe, exec_response};
+use serde_json::json;
 use smol_mcp::fleet::FleetApi;
 use smol_mcp::fleet::{
     Command, CreateSpec, Egress, ExecSpec, LocalFleet, LogSource, Mount, PortMapping,
@@ -43,6 +44,34 @@ async fn create_with_each_egress_policy() {
     };
     fleet.create(&hosts_only).await.unwrap();
     assert_request_snapshot!("local", "local_create_egress", fake.take_requests());
+}
+
+/// An allow list in force that allows nothing yet (a network "ask" machine's first list) goes
+/// out with an empty host list, not without one: only a host list turns the engine's DNS
+/// filter on, so that a refused name is recorded and can be put to the user (on the nested
+/// 1.32.2 engine, without it the guest resolved every name and no name was ever recorded).
+#[tokio::test]
+async fn an_allow_list_allowing_nothing_yet_sends_an_empty_host_list() {
+    let (fake, fleet) = fleet().await;
+    let mut nothing_yet = CreateSpec::new("m-ask", "alpine");
+    nothing_yet.egress = Egress::Allow {
+        hosts: vec![],
+        cidrs: vec![],
+    };
+    let created = fleet.create(&nothing_yet).await.unwrap();
+    assert_eq!(created.network.to_string(), "allow(none)");
+    let requests = fake.take_requests();
+    assert_eq!(
+        requests[0]["body"]["allowedHosts"],
+        json!([]),
+        "{requests:?}"
+    );
+    assert_eq!(
+        requests[0]["body"]["allowedCidrs"],
+        json!([]),
+        "{requests:?}"
+    );
+    assert_eq!(requests[0]["body"]["network"], false, "{requests:?}");
 }
 
 /// Without an image the engine boots its bundled Alpine root file system: the body has no

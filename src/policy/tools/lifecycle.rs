@@ -36,8 +36,13 @@ fn egress(
     cidrs: Option<CidrRanges>,
     default: NetworkDefault,
 ) -> Result<Egress, ToolError> {
-    let hosts = hosts.map(HostNames::into_inner).unwrap_or_default();
+    let mut hosts = hosts.map(HostNames::into_inner).unwrap_or_default();
     let cidrs = cidrs.map(CidrRanges::into_inner).unwrap_or_default();
+    if network == Some(Network::Ask) && hosts.is_empty() {
+        // So that the names its commands look up are filtered and recorded, and can be put to
+        // the user, however its list grows (see the constant).
+        hosts.push(crate::fleet::NAME_FILTER_HOST.to_owned());
+    }
     // An allow list in force from the start, empty or not: the engine then takes additions
     // while the machine runs (it refuses them for a machine that has no list).
     if !hosts.is_empty() || !cidrs.is_empty() || network == Some(Network::Ask) {
@@ -609,9 +614,9 @@ pub(super) async fn branch_machine(
     slot.fill(&child.id);
     if fleet.capabilities().offers(Feature::Credentials) {
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
-        // values under the child's own name), so its next boots get the source's values.
-        let credentials = &call.process().credentials;
-        credentials.bind(&child.id, &credentials.bound_to(&a.name));
+        // values under the child's own name), so its next boots get the source's values; it
+        // holds what the source was given too.
+        call.process().credentials.branched(&a.name, &child.id);
     }
     let wait = a.wait.unwrap_or(true);
     if wait {
