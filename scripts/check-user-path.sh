@@ -46,7 +46,7 @@ user_python="$(PATH="$clean_path" command -v python3 || true)"
 not Debian's /usr/bin/python3; the check would not follow a user's system"
 user_env=(env -i "HOME=$home" "PATH=$clean_path" "LANG=C.UTF-8"
   "RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}" "CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}"
-  "CARGO_INSTALL_ROOT=$home/.cargo" "CARGO_TARGET_DIR=$root/target")
+  "CARGO_INSTALL_ROOT=$home/.cargo" "CARGO_TARGET_DIR=$root/target/user-path")
 # What a download from PyPI needs of this environment, certificates and proxy, when it is set
 # (not PIP_FIND_LINKS and the like: the engine comes from PyPI, as a user's would).
 net_env=()

@@ -134,17 +134,57 @@ if ! node -e 'const v=(p)=>require("./tests/conformance/node_modules/"+p+"/packa
    || ! tests/conformance/node_modules/.bin/node --version >/dev/null 2>&1; then
   (cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# What runs beside the tests is stopped with them, whichever way they end.
+nested_ours=""
+user_path_pid=""
+on_exit() {
+  local status=$?
+  if [ -n "$user_path_pid" ]; then
+    kill -- "-$user_path_pid" 2>/dev/null || kill "$user_path_pid" 2>/dev/null || true
+  fi
+  if [ -n "$nested_ours" ]; then
+    # On a failure the outer VM's console (the serve's own log among it) is shown before it goes.
+    if [ "$status" -ne 0 ]; then
+      echo "--- the nested engine's console, last lines:" >&2
+      tail -n 60 target/nested-engine/serial.log >&2 2>/dev/null || true
+    fi
+    scripts/nested-engine.sh down >/dev/null 2>&1 || true
+  fi
+  exit "$status"
+}
+trap on_exit EXIT
 # The real engine with guests that boot, nested in QEMU (the `guest` tests use it); one outer
 # VM for the whole run, taken down at the end unless it was already up (a developer's).
 if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
-  # On a failure the outer VM's console (the serve's own log among it) is shown before it goes.
-  trap 'status=$?; if [ "$status" -ne 0 ]; then echo "--- the nested engine'"'"'s console, last lines:" >&2;
-        tail -n 60 target/nested-engine/serial.log >&2 2>/dev/null || true; fi;
-        scripts/nested-engine.sh down >/dev/null 2>&1 || true; exit "$status"' EXIT
+  nested_ours=1
   scripts/nested-engine.sh up
 fi
 eval "$(scripts/nested-engine.sh env)"
 export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR
+# The README's user path (a release build of the server on a clean home, the engine from PyPI),
+# only with the whole suite: arguments select some tests, and this is not one of them. It runs
+# beside the tests at the lowest priority, in a target directory of its own (no lock shared
+# with the tests' builds): it is one long build, and while the guest's tests run, QEMU keeps one
+# core of two busy (one emulated CPU) and leaves the other mostly idle. Its log is shown at the end.
+user_path_log="$(mktemp)"
+if [ "$#" -eq 0 ]; then
+  # It runs the README on Debian's own python3 (and makes a virtualenv with it), not the
+  # toolchain's: python3 and python3-venv from Debian's packages, installed when missing.
+  missing=()
+  for p in python3 python3-venv; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "test.sh: installing ${missing[*]} from Debian's packages for scripts/check-user-path.sh" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq "${missing[@]}" >&2
+  fi
+  started=$SECONDS
+  setsid nice -n 19 scripts/check-user-path.sh >"$user_path_log" 2>&1 &
+  user_path_pid=$!
+  echo "test.sh: scripts/check-user-path.sh runs beside the tests (log at the end)" >&2
+fi
 log="$(mktemp)"
 if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
   for attempt in 1 2; do
@@ -184,20 +224,12 @@ if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
   done
 fi
 rm -f "$log"
-# The README's user path on a clean home (a release build of the server, the engine from PyPI).
-# Only with the whole suite: arguments select some tests, and this is not one of them.
-if [ "$#" -eq 0 ]; then
-  # It runs the README on Debian's own python3 (and makes a virtualenv with it), not the
-  # toolchain's: python3 and python3-venv from Debian's packages, installed when missing.
-  missing=()
-  for p in python3 python3-venv; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "test.sh: installing ${missing[*]} from Debian's packages for scripts/check-user-path.sh" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq "${missing[@]}" >&2
-  fi
-  scripts/check-user-path.sh
+if [ -n "$user_path_pid" ]; then
+  user_path_status=0
+  wait "$user_path_pid" || user_path_status=$?
+  user_path_pid=""
+  echo "test.sh: scripts/check-user-path.sh ended after $((SECONDS - started)) s, status $user_path_status:" >&2
+  cat "$user_path_log" >&2
+  rm -f "$user_path_log"
+  [ "$user_path_status" -eq 0 ] || exit 1
 fi
