@@ -5,7 +5,7 @@
 //! runs one command in it through the same run-once the agent calls, then reports how long
 //! that took, or why it failed and what to do.
 
-use crate::fleet::diagnosis::{host_cause, root_with_uid_drop};
+use crate::fleet::diagnosis::{host_cause, root_with_uid_drop, this_virtual_host};
 use crate::policy::Policy;
 use crate::policy::tools::{Caller, Scope, Tool};
 use crate::process::config::Config;
@@ -108,7 +108,7 @@ async fn boot_a_machine(config: Config) -> (BootFacts, Option<Problem>) {
         ),
         Err(e) => {
             let message = e.message.lines().next().unwrap_or_default().to_owned();
-            let cause = host_cause(&e.message, root_with_uid_drop());
+            let cause = host_cause(&e.message, root_with_uid_drop(), this_virtual_host());
             failed(secs, format!("{message}{left}"), cause.map(|c| c.explain()))
         }
     }

@@ -388,6 +388,9 @@ pub struct EngineLocation {
 pub enum EngineSource {
     /// Named by `SMOLVM` (or the `smolvm` file key).
     Configured,
+    /// `smol/smol-vmm` of the `smolmachines` package in the Python environment this server's
+    /// binary was installed into (its wheel depends on the engine's).
+    InstalledWith,
     /// `smolvm` on `PATH`.
     Path,
     /// `smol/smol-vmm` in an installed `smolmachines` package.
@@ -400,6 +403,7 @@ impl EngineSource {
     pub fn describe(self) -> &'static str {
         match self {
             EngineSource::Configured => "named by SMOLVM",
+            EngineSource::InstalledWith => "installed with this server",
             EngineSource::Path => "smolvm on PATH",
             EngineSource::Package => "in the installed smolmachines package",
             EngineSource::NotFound => "not found",
@@ -412,13 +416,23 @@ pub fn locate_engine(configured: &str) -> EngineLocation {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let venv = std::env::var_os("VIRTUAL_ENV").map(PathBuf::from);
     let xdg_data_home = std::env::var_os("XDG_DATA_HOME").map(PathBuf::from);
+    let installed_in = installed_environment();
     locate_engine_from(
         configured,
         std::env::var_os("PATH").as_deref(),
         home.as_deref(),
         venv.as_deref(),
         xdg_data_home.as_deref(),
+        installed_in.as_deref(),
     )
+}
+
+/// The environment this server's binary was installed into, `<env>/bin/smol-mcp` (a
+/// virtualenv, or pipx's or uv's environment for the tool, whose `~/.local/bin` entry is a
+/// link into it), found through the binary's real path.
+fn installed_environment() -> Option<PathBuf> {
+    let binary = std::env::current_exe().ok()?.canonicalize().ok()?;
+    Some(binary.parent()?.parent()?.to_path_buf())
 }
 
 fn locate_engine_from(
@@ -427,11 +441,21 @@ fn locate_engine_from(
     home: Option<&std::path::Path>,
     venv: Option<&std::path::Path>,
     xdg_data_home: Option<&std::path::Path>,
+    installed_in: Option<&std::path::Path>,
 ) -> EngineLocation {
     if configured != "smolvm" {
         return EngineLocation {
             path: PathBuf::from(configured),
             found_by: EngineSource::Configured,
+        };
+    }
+    // The engine that came with this server comes first: it is the one its wheel pins.
+    let beside =
+        installed_in.and_then(|env| site_packages_engines(&env.join("lib")).into_iter().next());
+    if let Some(found) = beside {
+        return EngineLocation {
+            path: found,
+            found_by: EngineSource::InstalledWith,
         };
     }
     let on_path = path
@@ -507,6 +531,39 @@ fn installed_engines(data_dir: &std::path::Path) -> Vec<PathBuf> {
     versions.into_iter().map(|(_, engine)| engine).collect()
 }
 
+/// `smol/smol-vmm` in each `python3.N/{site,dist}-packages` under `lib`, the newest Python
+/// first.
+fn site_packages_engines(lib: &std::path::Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(lib) else {
+        return Vec::new();
+    };
+    let mut pythons: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
+        })
+        .collect();
+    // By number: `python3.12` before `python3.9`.
+    pythons.sort_by_key(|p| {
+        std::cmp::Reverse(
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("python3."))
+                .and_then(|minor| minor.parse::<u32>().ok())
+                .unwrap_or(0),
+        )
+    });
+    pythons
+        .iter()
+        .flat_map(|python| {
+            ["site-packages", "dist-packages"].map(|p| python.join(p).join("smol/smol-vmm"))
+        })
+        .filter(|engine| engine.is_file())
+        .collect()
+}
+
 /// `smol/smol-vmm` where the engine is installed: what `scripts/install-engine.sh` unpacked,
 /// then the site-packages a `pip install smolmachines` writes to: the README's virtualenv
 /// (`~/.local/share/smol-mcp/venv`), an active virtualenv's, the user's (`--user`), pipx's, and
@@ -535,35 +592,7 @@ fn packaged_engines(
     }
     lib_dirs.extend(["/usr/local/lib", "/usr/lib", "/opt/homebrew/lib"].map(PathBuf::from));
     for lib in lib_dirs {
-        let Ok(entries) = std::fs::read_dir(&lib) else {
-            continue;
-        };
-        let mut pythons: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
-            })
-            .collect();
-        // The newest Python first, by number: `python3.12` before `python3.9`.
-        pythons.sort_by_key(|p| {
-            std::cmp::Reverse(
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix("python3."))
-                    .and_then(|minor| minor.parse::<u32>().ok())
-                    .unwrap_or(0),
-            )
-        });
-        for python in pythons {
-            for packages in ["site-packages", "dist-packages"] {
-                let engine = python.join(packages).join("smol/smol-vmm");
-                if engine.is_file() {
-                    found.push(engine);
-                }
-            }
-        }
+        found.extend(site_packages_engines(&lib));
     }
     // pip --user on macOS: ~/Library/Python/3.12/lib/python/site-packages.
     if let Some(Ok(entries)) = home.map(|h| std::fs::read_dir(h.join("Library/Python"))) {
@@ -619,7 +648,14 @@ mod tests {
         std::fs::create_dir_all(packaged.parent().unwrap()).unwrap();
         std::fs::write(&packaged, "").unwrap();
         let empty_path = std::ffi::OsStr::new("/nonexistent");
-        let found = locate_engine_from("smolvm", Some(empty_path), Some(home.path()), None, None);
+        let found = locate_engine_from(
+            "smolvm",
+            Some(empty_path),
+            Some(home.path()),
+            None,
+            None,
+            None,
+        );
         assert_eq!(found.path, packaged);
         assert_eq!(found.found_by, EngineSource::Package);
         let configured = locate_engine_from(
@@ -628,12 +664,64 @@ mod tests {
             Some(home.path()),
             None,
             None,
+            None,
         );
         assert_eq!(
             configured.path,
             PathBuf::from("/opt/smolvm"),
             "a configured engine is used as given"
         );
+        assert_eq!(configured.found_by, EngineSource::Configured);
+    }
+
+    /// Installed as a Python package (the wheel depends on smolmachines), the server runs the
+    /// engine of its own environment before any other: one on PATH, or another package's.
+    #[test]
+    fn the_engine_installed_with_the_server_comes_first() {
+        let touch = |p: &std::path::Path| {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "").unwrap();
+        };
+        let env = tempfile::tempdir().unwrap();
+        let beside = env
+            .path()
+            .join("lib/python3.12/site-packages/smol/smol-vmm");
+        touch(&beside);
+        touch(&env.path().join("lib/python3.9/site-packages/smol/smol-vmm"));
+        let path_dir = tempfile::tempdir().unwrap();
+        touch(&path_dir.path().join("smolvm"));
+        let home = tempfile::tempdir().unwrap();
+        touch(
+            &home
+                .path()
+                .join(".local/lib/python3.11/site-packages/smol/smol-vmm"),
+        );
+        let found = locate_engine_from(
+            "smolvm",
+            Some(path_dir.path().as_os_str()),
+            Some(home.path()),
+            None,
+            None,
+            Some(env.path()),
+        );
+        assert_eq!(found.path, beside, "the environment's own, newest Python");
+        assert_eq!(found.found_by, EngineSource::InstalledWith);
+        let elsewhere = tempfile::tempdir().unwrap();
+        let found = locate_engine_from(
+            "smolvm",
+            Some(path_dir.path().as_os_str()),
+            Some(home.path()),
+            None,
+            None,
+            Some(elsewhere.path()),
+        );
+        assert_eq!(
+            found.found_by,
+            EngineSource::Path,
+            "an environment without the engine (a cargo install) changes nothing"
+        );
+        let configured =
+            locate_engine_from("/opt/smolvm", None, None, None, None, Some(env.path()));
         assert_eq!(configured.found_by, EngineSource::Configured);
     }
 
@@ -649,7 +737,14 @@ mod tests {
             .path()
             .join(".local/share/smol-mcp/venv/lib/python3.11/site-packages/smol/smol-vmm");
         touch(&venv);
-        let found = locate_engine_from("smolvm", Some(empty_path), Some(home.path()), None, None);
+        let found = locate_engine_from(
+            "smolvm",
+            Some(empty_path),
+            Some(home.path()),
+            None,
+            None,
+            None,
+        );
         assert_eq!(
             found.path, venv,
             "the README's virtualenv, with no VIRTUAL_ENV"
@@ -662,7 +757,14 @@ mod tests {
             .join(".local/share/smol-mcp/engine/1.32.2/smol-vmm");
         touch(&older);
         touch(&newer);
-        let found = locate_engine_from("smolvm", Some(empty_path), Some(home.path()), None, None);
+        let found = locate_engine_from(
+            "smolvm",
+            Some(empty_path),
+            Some(home.path()),
+            None,
+            None,
+            None,
+        );
         assert_eq!(
             found.path, newer,
             "install-engine.sh's newest release, by number"
@@ -677,6 +779,7 @@ mod tests {
             Some(home.path()),
             None,
             Some(data.path()),
+            None,
         );
         assert_eq!(
             found.path, elsewhere,
@@ -691,6 +794,7 @@ mod tests {
             "smolvm",
             Some(empty_path),
             Some(mac_home.path()),
+            None,
             None,
             None,
         );

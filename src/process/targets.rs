@@ -2,7 +2,7 @@
 //! it cannot: the facts behind the `smol://targets` resource and `smol-mcp doctor`, gathered in
 //! one place so that the two never disagree.
 
-use crate::fleet::diagnosis::HostCause;
+use crate::fleet::diagnosis::{HostCause, VirtualHost};
 use crate::fleet::{CloudFleet, FleetApi, FleetError, FleetKind, LocalFleet};
 use crate::process::config::Config;
 use crate::process::local_serve::{EngineSource, local_endpoint, locate_engine, version_at_least};
@@ -274,12 +274,15 @@ pub struct AccountFacts {
 #[derive(Debug, Clone)]
 pub struct Host {
     pub kvm_device: PathBuf,
+    /// The host is a virtual machine whose KVM opens and boots none of the engine's guests.
+    pub virtual_host: Option<VirtualHost>,
 }
 
 impl Host {
     pub fn this_host() -> Host {
         Host {
             kvm_device: PathBuf::from("/dev/kvm"),
+            virtual_host: crate::fleet::diagnosis::this_virtual_host(),
         }
     }
 }
@@ -534,6 +537,7 @@ async fn engine_facts(config: &Config, serve: &ServeFacts, minimum: &str) -> Eng
     let found_by = match location.found_by {
         EngineSource::Configured if !location.path.is_file() => "not found",
         EngineSource::Configured => "SMOLVM",
+        EngineSource::InstalledWith => "installed with smol-mcp",
         EngineSource::Path => "PATH",
         EngineSource::Package => "smolmachines package",
         EngineSource::NotFound => "not found",
@@ -587,13 +591,21 @@ async fn hypervisor_facts(host: &Host) -> HypervisorFacts {
         .open(device);
     let (usable, detail) = match (&opened, present) {
         // An open device is all a host shows without booting a guest: a paravirtual KVM opens
-        // and still cannot boot one ("no boot progress" at the first start).
+        // and still cannot boot one ("no boot progress" at the first start). What the host is
+        // is said, and the boot left to say the rest (doctor tries one).
         (Ok(_), _) => (
             true,
-            format!(
-                "{} opens read-write (whether guests boot shows at the first start)",
-                device.display()
-            ),
+            match host.virtual_host {
+                Some(on) => format!(
+                    "{}: {}",
+                    device.display(),
+                    HostCause::OnVirtualHost(on).explain().0
+                ),
+                None => format!(
+                    "{} opens read-write (whether guests boot shows at the first start)",
+                    device.display()
+                ),
+            },
         ),
         (Err(_), false) => (false, format!("{} does not exist", device.display())),
         (Err(e), true) => (

@@ -364,3 +364,33 @@ async fn the_call_after_its_serve_was_killed_starts_another_and_succeeds() {
     assert_ne!(second, first);
     exit_then_no_serve(&mut server, &socket, "the new serve is stopped at exit").await;
 }
+
+/// doctor on this very host says what the host is: these CI hosts are virtual machines whose
+/// KVM is the paravirtual kvm_pvm, where /dev/kvm opens and no guest of the engine boots.
+/// Read from /sys/module as the test sees it, so that a host without it must not be called one.
+#[tokio::test]
+async fn doctor_says_what_this_host_is_before_any_boot() {
+    let rt = tempfile::tempdir().unwrap();
+    let port = crate::common::real_serve::free_port().to_string();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp"))
+        .args(["doctor", "--quick"])
+        .env_clear()
+        .envs(engine_env(rt.path(), &port, &[]))
+        .output()
+        .await
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    let paravirtual = std::path::Path::new("/sys/module/kvm_pvm").exists();
+    let kvm_row = report
+        .lines()
+        .find(|line| line.starts_with("local  KVM"))
+        .unwrap_or_else(|| panic!("no KVM row: {report}"));
+    if paravirtual && std::path::Path::new("/dev/kvm").exists() {
+        assert!(
+            kvm_row.contains("KVM is paravirtual (the kvm_pvm module"),
+            "{kvm_row}"
+        );
+    } else {
+        assert!(!kvm_row.contains("kvm_pvm"), "{kvm_row}");
+    }
+}

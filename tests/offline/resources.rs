@@ -186,6 +186,7 @@ async fn a_named_serve_that_does_not_answer_is_the_problem_not_the_engine_or_kvm
     );
     let host = smol_mcp::process::targets::Host {
         kvm_device: runtime.path().join("no-kvm"),
+        virtual_host: None,
     };
     let t = smol_mcp::process::targets::gather(
         &cfg,
@@ -218,6 +219,7 @@ async fn a_missing_kvm_device_is_a_problem_with_advice() {
     let cfg = config(&[], &runtime.path().join("rt"));
     let host = smol_mcp::process::targets::Host {
         kvm_device: runtime.path().join("no-kvm"),
+        virtual_host: None,
     };
     let t = smol_mcp::process::targets::gather(
         &cfg,
@@ -231,6 +233,38 @@ async fn a_missing_kvm_device_is_a_problem_with_advice() {
     assert!(rendered.contains("does not exist"), "{rendered}");
     assert!(rendered.contains("nested virtualization"), "{rendered}");
     assert!(rendered.contains("No served fleet is usable"), "{rendered}");
+}
+
+/// A host that is itself a virtual machine with a paravirtual KVM (these CI hosts: kvm_pvm):
+/// its /dev/kvm opens, and the KVM row says what the host is and what works instead, before
+/// any boot is tried.
+#[tokio::test]
+async fn a_kvm_that_opens_on_a_paravirtual_host_is_named_for_what_it_is() {
+    let runtime = tempfile::tempdir().unwrap();
+    let cfg = config(&[], &runtime.path().join("rt"));
+    let device = runtime.path().join("kvm");
+    std::fs::write(&device, b"").unwrap();
+    let host = smol_mcp::process::targets::Host {
+        kvm_device: device,
+        virtual_host: Some(smol_mcp::fleet::diagnosis::VirtualHost::Paravirtual),
+    };
+    let t = smol_mcp::process::targets::gather(
+        &cfg,
+        smol_mcp::process::Mode::Single(smol_mcp::fleet::FleetKind::Local),
+        None,
+        &host,
+    )
+    .await;
+    let rendered = smol_mcp::app::doctor::render(&t);
+    let kvm_row = rendered
+        .lines()
+        .find(|line| line.starts_with("local  KVM"))
+        .unwrap_or_else(|| panic!("no KVM row: {rendered}"));
+    assert!(
+        kvm_row.contains("virtual machine whose KVM is paravirtual (the kvm_pvm module")
+            && kvm_row.contains("runs only guests built for PVM"),
+        "{kvm_row}"
+    );
 }
 
 #[tokio::test]
