@@ -815,6 +815,56 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// A machine keeps the fingerprints of the values it was given, a branch child its
+    /// source's; past eight a binding the oldest is dropped and the machine counts as holding
+    /// one no process knows. A process knowing every one serves it; one that does not, not.
+    #[test]
+    fn a_machine_given_a_value_this_process_does_not_know_is_named() {
+        let dir = tempfile_dir();
+        let file = dir.join("token");
+        std::fs::write(&file, "rotating-value-0\n").unwrap();
+        let bindings = parse(
+            json!([{"name": "r", "env": "R", "hosts": ["r.com"], "fromFile": file.display().to_string()}]),
+            &env(&[]),
+        )
+        .unwrap();
+        let supplier = Supplier::new(bindings.clone(), &dir);
+        supplier.set_engine("engine-1".into());
+        supplier.bind("m", &["r".into()]);
+        supplier.values_for("m").unwrap().unwrap();
+        assert_eq!(supplier.unknown_value("m"), None, "its value is known");
+        supplier.branched("m", "kid");
+        // A new process after a rotation knows only the new value.
+        std::fs::write(&file, "rotating-value-1\n").unwrap();
+        let next = Supplier::new(bindings.clone(), &dir);
+        next.set_engine("engine-1".into());
+        for machine in ["m", "kid"] {
+            let why = next.unknown_value(machine).expect("an unknown value");
+            assert!(
+                why.contains("credential r") && why.contains("delete the machine"),
+                "{why}"
+            );
+        }
+        let record = std::fs::read_to_string(dir.join("machines.json")).unwrap();
+        assert!(!record.contains("rotating-value"), "{record}");
+        // The process that saw both serves both.
+        next.values_for("m").unwrap().unwrap();
+        assert!(
+            next.unknown_value("m").is_some(),
+            "the first value is still unknown here"
+        );
+        supplier.values_for("m").unwrap().unwrap();
+        assert_eq!(supplier.unknown_value("m"), None, "this one read both");
+        // Nine values in all: the first one's place is lost, whoever asks.
+        for n in 2..9 {
+            std::fs::write(&file, format!("rotating-value-{n}\n")).unwrap();
+            supplier.values_for("m").unwrap().unwrap();
+        }
+        let why = supplier.unknown_value("m").expect("a lost fingerprint");
+        assert!(why.contains("credential r"), "{why}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     fn tempfile_dir() -> PathBuf {
         let dir = std::env::temp_dir().join(format!("smol-mcp-cred-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -630,6 +630,12 @@ fn log_tail(path: &std::path::Path) -> String {
 mod tests {
     use super::*;
 
+    /// An empty file at `path`, its folders made.
+    fn touch(path: &std::path::Path) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "").unwrap();
+    }
+
     #[test]
     fn versions_compare_numerically() {
         assert!(version_at_least("1.32.2", "1.32.0"));
@@ -678,10 +684,6 @@ mod tests {
     /// engine of its own environment before any other: one on PATH, or another package's.
     #[test]
     fn the_engine_installed_with_the_server_comes_first() {
-        let touch = |p: &std::path::Path| {
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, "").unwrap();
-        };
         let env = tempfile::tempdir().unwrap();
         let beside = env
             .path()
@@ -727,10 +729,6 @@ mod tests {
 
     #[test]
     fn the_installed_engine_and_the_readme_venv_are_found_without_variables() {
-        let touch = |p: &std::path::Path| {
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, "").unwrap();
-        };
         let empty_path = std::ffi::OsStr::new("/nonexistent");
         let home = tempfile::tempdir().unwrap();
         let venv = home
