@@ -13,6 +13,7 @@ use crate::policy::error::{ToolError, ToolErrorKind};
 use crate::process::config::Config;
 use crate::process::credentials::Supplier;
 use crate::process::events::Events;
+use crate::process::redaction::Redactor;
 pub use crate::store::KEY_ANSWERS_MAX_BYTES;
 pub use crate::store::sqlite::FILE_NAME;
 use crate::store::{NewRun, RunCommand, RunEnd, RunOutcome, Store};
@@ -424,27 +425,16 @@ fn sizes_only(stream: StreamRecord) -> StreamRecord {
     }
 }
 
-/// `bytes` with every occurrence of each value replaced by its name (longest values first, as
-/// `env_values` is sorted).
+/// `bytes` with every occurrence of each value replaced by its name, longest first: the search
+/// the server's own output cuts use ([`Redactor`]).
 fn redact_bytes(bytes: &[u8], env_values: &[(String, String)]) -> Vec<u8> {
-    let mut text = bytes.to_vec();
-    for (value, name) in env_values {
-        let finder = memchr::memmem::Finder::new(value.as_bytes());
-        if finder.find(&text).is_none() {
-            continue;
-        }
-        let mut out = Vec::with_capacity(text.len());
-        let mut at = 0;
-        for found in finder.find_iter(&text) {
-            // find_iter gives non-overlapping matches, left to right.
-            out.extend_from_slice(&text[at..found]);
-            out.extend_from_slice(name.as_bytes());
-            at = found + value.len();
-        }
-        out.extend_from_slice(&text[at..]);
-        text = out;
-    }
-    text
+    Redactor::new(
+        env_values
+            .iter()
+            .map(|(value, name)| (value.as_bytes().to_vec(), name.clone())),
+    )
+    .bytes(bytes)
+    .unwrap_or_else(|| bytes.to_vec())
 }
 
 /// Which edge of a kept text may hold a piece of a value: the end of a head (or of any text
