@@ -9,8 +9,9 @@
 #  - the pinned TypeScript SDK and Inspector CLI (tests/clients/package.json), with npm;
 #  - the pinned official MCP conformance suite and the Node 22 it runs on (tests/conformance/
 #    package.json), with npm, for tests/clients/conformance.rs.
-#  - Debian's own python3 and python3-venv (apt-get), for scripts/check-user-path.sh, which follows
-#    the README on the system's python3 rather than the toolchain's.
+#  - Debian's own python3, python3-venv and pipx (apt-get), for scripts/check-user-path.sh and
+#    scripts/check-package.sh, which follow the install ways on the system's python3 rather than
+#    the toolchain's.
 # Safe to re-run. A fresh clone needs a Rust toolchain, python3 with venv and pip, Node.js with
 # npm, and access to crates.io, PyPI and the npm registry.
 set -euo pipefail
@@ -161,21 +162,23 @@ if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
 fi
 eval "$(scripts/nested-engine.sh env)"
 export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR
-# The README's user path (a release build of the server on a clean home, the engine from PyPI),
-# only with the whole suite: arguments select some tests, and this is not one of them. It runs
-# beside the tests at the lowest priority, in a target directory of its own (no lock shared
-# with the tests' builds): it is one long build, and while the guest's tests run, QEMU keeps one
-# core of two busy (one emulated CPU) and leaves the other mostly idle. Its log is shown at the end.
+# The install ways on a clean home (scripts/check-user-path.sh: cargo install and the engine
+# apart; then scripts/check-package.sh: the wheel, and the README's `pipx install .`), only with
+# the whole suite: arguments select some tests, and these are not among them. They run one after
+# the other beside the tests at the lowest priority, in a target directory of their own (no lock
+# shared with the tests' builds, one release build shared between them): it is one long build,
+# and while the guest's tests run, QEMU keeps one core of two busy (one emulated CPU) and leaves
+# the other mostly idle. Their log is shown at the end.
 user_path_log="$(mktemp)"
 if [ "$#" -eq 0 ]; then
-  # It runs the README on Debian's own python3 (and makes a virtualenv with it), not the
-  # toolchain's: python3 and python3-venv from Debian's packages, installed when missing.
+  # They run on Debian's own python3 (and make virtualenvs with it, and pipx), not the
+  # toolchain's: python3, python3-venv and pipx from Debian's packages, installed when missing.
   missing=()
-  for p in python3 python3-venv; do
+  for p in python3 python3-venv pipx; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    echo "test.sh: installing ${missing[*]} from Debian's packages for scripts/check-user-path.sh" >&2
+    echo "test.sh: installing ${missing[*]} from Debian's packages for the install checks" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >&2
     apt-get install -y -qq "${missing[@]}" >&2
@@ -185,10 +188,11 @@ if [ "$#" -eq 0 ]; then
   # kernel groups sessions (sched_autogroup_enabled), and autogroups share the CPU equally
   # whatever their processes' nice: the group itself is niced (seen: at nice 19 alone the
   # build took half the CPU from the tests' build).
-  setsid bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true; exec nice -n 19 scripts/check-user-path.sh' \
+  setsid bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true
+    nice -n 19 scripts/check-user-path.sh && exec nice -n 19 scripts/check-package.sh' \
     >"$user_path_log" 2>&1 &
   user_path_pid=$!
-  echo "test.sh: scripts/check-user-path.sh runs beside the tests (log at the end)" >&2
+  echo "test.sh: scripts/check-user-path.sh, then scripts/check-package.sh, run beside the tests (log at the end)" >&2
 fi
 log="$(mktemp)"
 if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
@@ -233,7 +237,7 @@ if [ -n "$user_path_pid" ]; then
   user_path_status=0
   wait "$user_path_pid" || user_path_status=$?
   user_path_pid=""
-  echo "test.sh: scripts/check-user-path.sh ended after $((SECONDS - started)) s, status $user_path_status:" >&2
+  echo "test.sh: the install checks ended after $((SECONDS - started)) s, status $user_path_status:" >&2
   cat "$user_path_log" >&2
   rm -f "$user_path_log"
   [ "$user_path_status" -eq 0 ] || exit 1

@@ -137,8 +137,10 @@ pub fn settings_help() -> String {
     }
     // Neither is a setting of this server, and both are what a first local run trips on.
     help.push_str(
-        "The engine (local fleet): SMOLVM if set, else smolvm on PATH, else smol-vmm of the \
-         smolmachines package, looked for in ~/.local/share/smol-mcp/engine/<version>/smol-vmm \
+        "The engine (local fleet): SMOLVM if set, else the one installed with this server (the \
+         smolmachines package in the environment of its binary: `pipx install .` brings it), \
+         else smolvm on PATH, else smol-vmm of the smolmachines package, looked for in \
+         ~/.local/share/smol-mcp/engine/<version>/smol-vmm \
          (scripts/install-engine.sh), the venv ~/.local/share/smol-mcp/venv, the user's, pipx's \
          and the system's site-packages, and an active VIRTUAL_ENV; `smol-mcp doctor` shows \
          which one is used.\n\

@@ -213,9 +213,10 @@ impl LocalServe {
             .kill_on_drop(false);
         let mut child = command.spawn().map_err(|e| {
             unavailable(format!(
-                "could not run {} ({e}). The local fleet needs the smolvm engine: \
-                 `scripts/install-engine.sh` in the smol-mcp checkout installs it where this server \
-                 finds it, or name the binary with SMOLVM; and a hypervisor on this host. Use the \
+                "could not run {} ({e}). The local fleet needs the smolvm engine: installing \
+                 this server as a package brings it (`pipx install .` in the smol-mcp checkout), \
+                 `scripts/install-engine.sh` there installs it alone where this server finds it, \
+                 or name the binary with SMOLVM; and a hypervisor on this host. Use the \
                  cloud fleet where there is neither",
                 engine.display()
             ))
