@@ -201,7 +201,11 @@ pub fn render(targets: &Targets) -> String {
                     Some(h) => rows.push([
                         "local".into(),
                         h.kind.into(),
-                        yes(h.usable),
+                        if h.on_virtual_host {
+                            "WARNING".into()
+                        } else {
+                            yes(h.usable)
+                        },
                         h.detail.clone(),
                     ]),
                     None => rows.push([

@@ -237,6 +237,9 @@ pub struct HypervisorFacts {
     pub kind: &'static str,
     pub present: bool,
     pub usable: bool,
+    /// The device opens, but this host is itself a virtual machine that boots no guests as far
+    /// as it shows (`VirtualHost`): usable to the engine, and likely to fail at the first boot.
+    pub on_virtual_host: bool,
     pub detail: String,
 }
 
@@ -355,7 +358,9 @@ async fn local_facts(config: &Config, host: &Host) -> LocalFacts {
                 what: "the smolvm engine was not found: not on PATH, not in an installed \
                        smolmachines package, and SMOLVM is not set"
                     .into(),
-                fix: "run `scripts/install-engine.sh` from the smol-mcp checkout (it fetches \
+                fix: "install the server as a package, which brings its engine (`pipx \
+                      install .` from the smol-mcp checkout), or run \
+                      `scripts/install-engine.sh` from the checkout (it fetches \
                       the pinned smolmachines wheel with python3 alone and unpacks the engine \
                       into ~/.local/share/smol-mcp/engine, where this server finds it), or pip \
                       install smolmachines into ~/.local/share/smol-mcp/venv, or set SMOLVM to \
@@ -617,6 +622,7 @@ async fn hypervisor_facts(host: &Host) -> HypervisorFacts {
         kind: "KVM",
         present,
         usable,
+        on_virtual_host: usable && host.virtual_host.is_some(),
         detail,
     }
 }
@@ -634,6 +640,7 @@ async fn hypervisor_facts(_host: &Host) -> HypervisorFacts {
         kind: "Hypervisor.framework",
         present: supported,
         usable: supported,
+        on_virtual_host: false,
         detail: if supported {
             "kern.hv_support is 1".into()
         } else {
@@ -648,6 +655,7 @@ async fn hypervisor_facts(_host: &Host) -> HypervisorFacts {
         kind: "none",
         present: false,
         usable: false,
+        on_virtual_host: false,
         detail: "smolvm runs guests on Linux (KVM) and macOS (Hypervisor.framework) only".into(),
     }
 }

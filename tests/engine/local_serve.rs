@@ -390,7 +390,10 @@ async fn doctor_says_what_this_host_is_before_any_boot() {
             kvm_row.contains("KVM is paravirtual (the kvm_pvm module"),
             "{kvm_row}"
         );
+        // Not "ok" beside a detail that says guests do not boot here.
+        assert!(kvm_row.contains(" WARNING "), "{kvm_row}");
     } else {
         assert!(!kvm_row.contains("kvm_pvm"), "{kvm_row}");
+        assert!(!kvm_row.contains(" WARNING "), "{kvm_row}");
     }
 }
