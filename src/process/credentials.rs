@@ -3,10 +3,11 @@
 //! and puts the real value into HTTPS requests to the binding's hosts only, on the host side;
 //! the value reaches the engine through `PUT /machines/{name}/credential-values`, held in its
 //! memory and applied at the machine's next boot. So this server keeps, per engine, which
-//! machines were made with which bindings (`machines.json` in the runtime directory, written
-//! whole and renamed, as the ephemeral record is; it also keeps which machines ask the user
-//! about refused egress, the other thing the engine does not tell back), and supplies the values
-//! before every start it causes ([`Supplier`], which the local fleet asks).
+//! machines were made with which bindings (`machines.json` in the runtime directory, changed
+//! under a lock and written whole and renamed, as the ephemeral record is, since every server
+//! process of the user shares it; it also keeps which machines ask the user about refused
+//! egress, the other thing the engine does not tell back), and supplies the values before every
+//! start it causes ([`Supplier`], which the local fleet asks).
 //!
 //! A value comes from an environment variable or a file of the server's, never from a tool
 //! argument, and is never logged, echoed or written: [`Supplier::redact`] replaces every value
@@ -16,6 +17,7 @@ use crate::fleet::{CredentialBindingSpec, CredentialValues, ErrorKind, FleetErro
 use crate::process::redaction::Redactor;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -304,7 +306,7 @@ const PRINT_ROUNDS: u32 = 20_000;
 /// Which machines of one engine were set up how, kept across restarts: an engine forgets values
 /// at its own restart, and a restarted server must still know what to supply before a
 /// machine's next start, and whom to ask.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 struct BoundFile {
     /// engine -> machine -> its setup
     engines: BTreeMap<String, BTreeMap<String, Setup>>,
@@ -319,10 +321,14 @@ struct BoundFile {
 pub struct Supplier {
     bindings: Vec<CredentialBinding>,
     path: PathBuf,
+    /// Held while `machines.json` is read, changed and written back: other server processes
+    /// of the user change it too, and a change made on a copy read earlier would undo theirs.
+    lock_path: PathBuf,
     /// The local engine the machines are on, as the ephemeral record names engines; set when
     /// the process first reaches its local fleet (no machine can be made before).
     engine: std::sync::OnceLock<String>,
-    bound: Mutex<Option<BoundFile>>,
+    /// The file as last read, and which version of it that was: read again when it changed.
+    bound: Mutex<Option<(BoundFile, Option<FileVersion>)>>,
     /// Every value read so far, longest first, with what replaces it in output.
     seen: Mutex<Vec<(Secret, String)>>,
     /// `seen` ready to search output with, made again when a value is first seen.
@@ -336,6 +342,7 @@ impl Supplier {
         let supplier = Supplier {
             bindings,
             path: runtime_dir.join("machines.json"),
+            lock_path: runtime_dir.join("machines.lock"),
             engine: std::sync::OnceLock::new(),
             bound: Mutex::new(None),
             seen: Mutex::new(Vec::new()),
@@ -447,23 +454,65 @@ impl Supplier {
         !self.redactor().is_empty()
     }
 
-    fn with_bound<T>(&self, f: impl FnOnce(&mut BoundFile) -> T) -> Option<T> {
-        let mut guard = self.bound.lock().ok()?;
-        if guard.is_none() {
-            let read = std::fs::read(&self.path)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice::<BoundFile>(&bytes).ok())
-                .unwrap_or_default();
-            *guard = Some(read);
+    /// `f` of the file as it is now: read again only when another process (or this one) has
+    /// replaced it since the last read, which one `stat` tells.
+    fn read_bound<T>(&self, f: impl FnOnce(&BoundFile) -> T) -> Option<T> {
+        let mut cached = self.bound.lock().ok()?;
+        let now = FileVersion::of(&self.path);
+        match cached.as_ref() {
+            Some((file, seen)) if seen.is_some() && *seen == now => Some(f(file)),
+            _ => {
+                let file = self.read_file();
+                let answer = f(&file);
+                *cached = Some((file, now));
+                Some(answer)
+            }
         }
-        guard.as_mut().map(f)
+    }
+
+    fn read_file(&self) -> BoundFile {
+        std::fs::read(&self.path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<BoundFile>(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// `f` on the file read afresh under the lock, written back (before the lock is let go)
+    /// when it changed it. Without the lock, None: the change is not made, and said.
+    fn change_bound<T>(&self, f: impl FnOnce(&mut BoundFile) -> T) -> Option<T> {
+        let mut cached = self.bound.lock().ok()?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&self.lock_path)
+            .and_then(|lock| lock.lock().map(|()| lock));
+        let lock = match lock {
+            Ok(lock) => lock,
+            Err(e) => {
+                tracing::warn!(path = %self.lock_path.display(), error = %e, "could not lock the record of which machines have credential bindings");
+                return None;
+            }
+        };
+        let mut file = self.read_file();
+        let before = file.clone();
+        let answer = f(&mut file);
+        if file != before {
+            self.save(&file);
+        }
+        *cached = Some((file, FileVersion::of(&self.path)));
+        drop(lock);
+        Some(answer)
     }
 
     fn save(&self, file: &BoundFile) {
         let Ok(bytes) = serde_json::to_vec_pretty(file) else {
             return;
         };
-        let part = self.path.with_extension("json.part");
+        let part = self
+            .path
+            .with_extension(format!("json.{}.part", std::process::id()));
         let written =
             std::fs::write(&part, bytes).and_then(|()| std::fs::rename(&part, &self.path));
         if let Err(e) = written {
@@ -476,20 +525,18 @@ impl Supplier {
         let Some(engine) = self.engine.get().cloned() else {
             return;
         };
-        self.with_bound(|file| {
-            let machines = file.engines.entry(engine).or_default();
-            let before = machines.get(machine).cloned().unwrap_or_default();
-            let mut after = before.clone();
-            change(&mut after);
-            if after == before {
-                return;
-            }
-            if after == Setup::default() {
+        self.change_bound(|file| {
+            let machines = file.engines.entry(engine.clone()).or_default();
+            let mut setup = machines.get(machine).cloned().unwrap_or_default();
+            change(&mut setup);
+            if setup == Setup::default() {
                 machines.remove(machine);
             } else {
-                machines.insert(machine.to_owned(), after);
+                machines.insert(machine.to_owned(), setup);
             }
-            self.save(file);
+            if machines.is_empty() {
+                file.engines.remove(&engine);
+            }
         });
     }
 
@@ -497,7 +544,7 @@ impl Supplier {
         let Some(engine) = self.engine.get() else {
             return Setup::default();
         };
-        self.with_bound(|file| {
+        self.read_bound(|file| {
             file.engines
                 .get(engine)
                 .and_then(|m| m.get(machine))
@@ -525,7 +572,7 @@ impl Supplier {
     /// Whether any machine is recorded as given a value (so a call naming one must reach its
     /// fleet, which names the engine, before [`Supplier::unknown_value`] can say).
     pub fn has_supplied(&self) -> bool {
-        self.with_bound(|file| {
+        self.read_bound(|file| {
             file.engines
                 .values()
                 .flat_map(|machines| machines.values())
@@ -563,7 +610,7 @@ impl Supplier {
         if setup.supplied.is_empty() {
             return None;
         }
-        let salt = self.with_bound(|file| file.salt.clone())?;
+        let salt = self.read_bound(|file| file.salt.clone())?;
         let known: Vec<String> = self
             .seen
             .lock()
@@ -581,7 +628,11 @@ impl Supplier {
             return None;
         }
         Some(format!(
-            "machine {machine} was given a value of credential {} that this server does not              have now (the value changed, or its source went, since it was supplied): the              machine may hold it, and its output could not be redacted, so nothing that shows              its output or files is served. Put the earlier value back where the operator              keeps it and restart the server, or delete the machine (stop-machine and              get-machine still work)",
+            "machine {machine} was given a value of credential {} that this server does not have \
+             now (the value changed, or its source went, since it was supplied): the machine may \
+             hold it, and its output could not be redacted, so nothing that shows its output or \
+             files is served. Put the earlier value back where the operator keeps it and restart \
+             the server, or delete the machine (stop-machine and get-machine still work)",
             unknown.join(", ")
         ))
     }
@@ -607,7 +658,7 @@ impl Supplier {
 
     /// `values` are being supplied to `machine`: their fingerprints are kept with it.
     fn record_supplied(&self, machine: &str, values: &[(String, Secret)]) {
-        let Some(salt) = self.with_bound(|file| {
+        let Some(salt) = self.change_bound(|file| {
             if file.salt.is_empty() {
                 let mut bytes = [0u8; 16];
                 rand::Rng::fill(&mut rand::rng(), &mut bytes[..]);
@@ -676,6 +727,28 @@ impl CredentialValues for Supplier {
 
     fn forget(&self, machine: &str) {
         self.bind(machine, &[]);
+    }
+}
+
+/// Which version of a file a read saw: a rename puts a new inode in place, and a write in place
+/// changes the length or the modification time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileVersion {
+    inode: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileVersion {
+    /// None when the file is not there (or cannot be looked at): then it is read every time.
+    fn of(path: &Path) -> Option<FileVersion> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileVersion {
+            inode: meta.ino(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        })
     }
 }
 
@@ -862,6 +935,66 @@ mod tests {
         }
         let why = supplier.unknown_value("m").expect("a lost fingerprint");
         assert!(why.contains("credential r"), "{why}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Two server processes of one user share machines.json: what each records stays, whatever
+    /// the order (each used to write back the copy it read first, undoing the other's), and a
+    /// change made by one is seen by the other's next look.
+    #[test]
+    fn processes_sharing_the_record_keep_each_others_machines() {
+        let dir = tempfile_dir();
+        let bindings = parse(
+            json!([{"name": "gh", "env": "GH", "hosts": ["api.github.com"], "fromEnv": "V"}]),
+            &env(&[("V", "shared-record-value-1")]),
+        )
+        .unwrap();
+        let open = || {
+            let s = Supplier::new(bindings.clone(), &dir);
+            s.set_engine("engine-1".into());
+            s
+        };
+        let (first, second) = (open(), open());
+        assert!(
+            first.bound_to("a").is_empty(),
+            "read before the other writes"
+        );
+        first.bind("a", &["gh".into()]);
+        second.bind("b", &["gh".into()]);
+        first.set_asks_egress("c", true);
+        assert_eq!(
+            second.bound_to("a"),
+            vec!["gh".to_string()],
+            "seen by the other"
+        );
+        assert!(second.asks_egress("c"));
+        second.values_for("b").unwrap().unwrap();
+        first.forget_machine("a");
+        let third = open();
+        assert!(third.bound_to("a").is_empty());
+        assert_eq!(third.bound_to("b"), vec!["gh".to_string()]);
+        assert!(third.asks_egress("c"));
+        assert!(third.has_supplied(), "b's fingerprint stayed");
+        // At once, from threads standing for processes: every machine recorded.
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let dir = &dir;
+                let bindings = &bindings;
+                scope.spawn(move || {
+                    let s = Supplier::new(bindings.clone(), dir);
+                    s.set_engine("engine-1".into());
+                    for n in 0..25 {
+                        s.bind(&format!("t{t}-{n}"), &["gh".into()]);
+                    }
+                });
+            }
+        });
+        let last = open();
+        for t in 0..4 {
+            for n in 0..25 {
+                assert_eq!(last.bound_to(&format!("t{t}-{n}")).len(), 1, "t{t}-{n}");
+            }
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -669,7 +669,9 @@ async fn a_machine_holding_a_value_the_server_no_longer_has_shows_nothing() {
         assert_eq!(refused["result"]["isError"], true, "{tool}: {refused}");
         let text = refused["result"]["content"][0]["text"].as_str().unwrap();
         assert!(
-            text.contains("credential github") && text.contains("delete the machine"),
+            text.contains("credential github")
+                && text.contains("does not have now")
+                && text.contains("delete the machine"),
             "{tool}: {text}"
         );
     }
