@@ -619,6 +619,13 @@ settings! {
         accepts: whole(1, 64 * 1024 * 1024),
         why: "per stream and per page: what fits a model's context",
     },
+    max_image_bytes: usize {
+        key: "maxImageBytes",
+        env: "SMOL_MCP_MAX_IMAGE_BYTES",
+        default: "1048576",
+        accepts: whole(1, 16 * 1024 * 1024),
+        why: "the largest image read-file sends as an image the model sees (held whole, sent as base64, a third larger): a full-HD screenshot as PNG fits; a larger one is refused with its size, or read as bytes with encoding",
+    },
     ready_timeout_secs: u64 {
         key: "readyTimeoutSecs",
         env: "SMOL_MCP_READY_TIMEOUT_SECS",

@@ -12,7 +12,10 @@ pub fn into_result(result: Result<Answer, ToolError>) -> CallToolResult {
             // Not CallToolResult::structured, which would serialize the value a second time for
             // a text block this replaces anyway.
             let mut content = vec![ContentBlock::text(text)];
-            content.extend(answer.page.map(ContentBlock::text));
+            content.extend(answer.page.map(|page| match answer.image {
+                Some(mime_type) => ContentBlock::image(page, mime_type),
+                None => ContentBlock::text(page),
+            }));
             let mut r = CallToolResult::success(content);
             r.structured_content = Some(answer.structured);
             r

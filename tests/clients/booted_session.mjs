@@ -23,6 +23,9 @@ const PROGRESS_COMMAND = "for i in 1 2 3; do echo line $i; sleep 1; done";
 const JOB_COMMAND = "for i in 1 2 3; do echo job $i; sleep 1; done; exit 3";
 const HELLO_PATH = "/tmp/hello.txt";
 const HELLO_TEXT = "hello from the session: grüße, ✓\n";
+// A whole 1x1 red PNG, which a command in the guest writes and read-file answers as an image.
+const PNG_PATH = "/tmp/dot.png";
+const PNG_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC";
 
 const plan = JSON.parse(process.argv[2] ?? readFileSync(0, "utf8"));
 const isHttp = (plan.transport ?? (plan.url ? "http" : "stdio")) === "http";
@@ -231,6 +234,15 @@ await step("files", async (r) => {
   expect(r, wrote.size === size, "write-file's size is not the UTF-8 length");
   expect(r, back === HELLO_TEXT, "read-file did not give the text back");
   expect(r, page.size === size, "read-file's size is not the UTF-8 length");
+  // An image a command wrote comes back as an image content block the model sees.
+  await ok("run-command", { name: machine, command: `echo ${PNG_BASE64} | base64 -d > ${PNG_PATH}` });
+  const image = await call("read-file", { name: machine, path: PNG_PATH });
+  if (image.isError) throw new ToolError(`read-file of the PNG answered isError: ${textOf(image)}`);
+  const images = (image.content ?? []).filter((c) => c.type === "image").map((c) => [c.mimeType, c.data]);
+  r.image = { encoding: image.structuredContent?.encoding, types: images.map(([t]) => t) };
+  expect(r, JSON.stringify(images) === JSON.stringify([["image/png", PNG_BASE64]]),
+    "read-file did not answer the PNG as an image block");
+  expect(r, image.structuredContent?.encoding === "image", "read-file's encoding is not image");
 });
 
 await step("logs", async (r) => {

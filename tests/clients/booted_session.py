@@ -16,7 +16,7 @@ PLAN_JSON: {"transport": "stdio"|"http" (optional: "http" when "url" is given),
   (default 60); "prefix": the server's ephemeral prefix (default "mcp-")}.
 The session, in order: initialize and tools/list; create-machine with no image and no name
 (ephemeral, branchable); run-command with a progress callback; a background job read by cursor
-to its end; write-file and read-file; machine-logs by tail then by cursor (and the same with
+to its end; write-file and read-file, and an image a command wrote read as an image block; machine-logs by tail then by cursor (and the same with
 source "engine" when the tool lists that argument); branch-machine into an mcp- child and a read
 there; run-once with no image, then list-machines; the end of the session
 (leaving the client), then the engine's own machine list: the session's machines still there,
@@ -46,6 +46,9 @@ PROGRESS_COMMAND = "for i in 1 2 3; do echo line $i; sleep 1; done"
 JOB_COMMAND = "for i in 1 2 3; do echo job $i; sleep 1; done; exit 3"
 HELLO_PATH = "/tmp/hello.txt"
 HELLO_TEXT = "hello from the session: grüße, ✓\n"
+# A whole 1x1 red PNG, which a command in the guest writes and read-file answers as an image.
+PNG_PATH = "/tmp/dot.png"
+PNG_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC"
 
 
 def text_of(result: Any) -> str:
@@ -219,6 +222,18 @@ class Session:
         self.expect(r, wrote.get("size") == size, "write-file's size is not the UTF-8 length")
         self.expect(r, back == HELLO_TEXT, "read-file did not give the text back")
         self.expect(r, page.get("size") == size, "read-file's size is not the UTF-8 length")
+        # An image a command wrote comes back as an image content block the model sees.
+        await self.ok("run-command", {"name": machine, "command": f"echo {PNG_BASE64} | base64 -d > {PNG_PATH}"})
+        result = await self.call("read-file", {"name": machine, "path": PNG_PATH})
+        page = structured("read-file", result)
+        images = [
+            (getattr(block, "mimeType", None) or getattr(block, "mime_type", None), block.data)
+            for block in result.content
+            if getattr(block, "type", None) == "image"
+        ]
+        r["image"] = {"encoding": page.get("encoding"), "types": [t for t, _ in images]}
+        self.expect(r, images == [("image/png", PNG_BASE64)], "read-file did not answer the PNG as an image block")
+        self.expect(r, page.get("encoding") == "image", "read-file's encoding is not image")
 
     # 6
     async def logs(self, r: dict[str, Any]) -> None:

@@ -26,6 +26,8 @@ pub struct Answer {
     pub text: String,
     /// The text of each content block.
     pub blocks: Vec<String>,
+    /// Each image content block: its MIME type and its base64 data.
+    pub images: Vec<(String, String)>,
 }
 
 pub fn config(env: &[(&str, &str)], runtime: &Path) -> Config {
@@ -78,11 +80,22 @@ impl Harness {
             .iter()
             .filter_map(|c| c.as_text().map(|t| t.text.clone()))
             .collect();
+        let images = result
+            .content
+            .iter()
+            .filter_map(|c| match c {
+                rmcp::model::ContentBlock::Image(image) => {
+                    Some((image.mime_type.clone(), image.data.clone()))
+                }
+                _ => None,
+            })
+            .collect();
         Answer {
             is_error: result.is_error == Some(true),
             structured: result.structured_content.unwrap_or(Value::Null),
             text: blocks.join("\n"),
             blocks,
+            images,
         }
     }
 

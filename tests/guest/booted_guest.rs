@@ -881,6 +881,13 @@ async fn client_session(program: &str, script: &str, transport: &str) {
         steps["job"]
     );
     assert_eq!(steps["job"]["exitCode"], 3, "{}", steps["job"]);
+    // The PNG a command wrote came back as one image block the client decoded as such.
+    assert_eq!(
+        steps["files"]["image"],
+        json!({"encoding": "image", "types": ["image/png"]}),
+        "{}",
+        steps["files"]
+    );
     assert_eq!(steps["end"]["remaining"], json!([]), "{}", steps["end"]);
     assert_eq!(report["ok"], true, "{report}");
 }

@@ -99,12 +99,14 @@ async fn both_fleets_catalog_requires_target() {
     insta::assert_json_snapshot!("catalog_both", tools);
 }
 
-/// What `tools/list` costs an agent on every turn: the whole catalog of one fleet within 18 KB
-/// (about 4,500 tokens), printed so a change shows its cost. The figure is the compact JSON of
-/// the result, as it travels.
+/// What `tools/list` costs an agent on every turn: the whole catalog of one fleet within 20 KB
+/// (about 5,000 tokens), printed so a change shows its cost. The figure is the compact JSON of
+/// the result, as it travels. The ceiling was 18,000 for the 16 tools of 2026-12-03 (17,979);
+/// the issues that add pause, ports, terminals, images and the workspace set 20,000 for all of
+/// them together, so each spends from the same 2 KB.
 #[tokio::test]
 async fn a_single_fleet_catalog_is_affordable() {
-    const CEILING_BYTES: usize = 18_000;
+    const CEILING_BYTES: usize = 20_000;
     for (fleet, env) in [
         ("local", vec![("SMOL_MCP_TARGETS", "local")]),
         (

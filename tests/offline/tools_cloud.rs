@@ -85,6 +85,25 @@ async fn the_worked_flow_on_cloud() {
         .await;
     assert_eq!(content, "456");
     assert_eq!(page["size"], 10);
+    // An image comes as one the model sees, on this fleet too.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC";
+    h.ok(
+        "write-file",
+        json!({"name": id, "path": "/workspace/dot.png", "content": png, "encoding": "base64"}),
+    )
+    .await;
+    let image = h
+        .call(
+            "read-file",
+            json!({"name": id, "path": "/workspace/dot.png"}),
+        )
+        .await;
+    assert_eq!(
+        image.images,
+        vec![("image/png".to_string(), png.to_string())],
+        "{}",
+        image.text
+    );
     let logs = h.ok("machine-logs", json!({"name": id})).await;
     assert!(
         logs["lines"][0]

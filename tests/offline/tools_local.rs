@@ -1228,3 +1228,105 @@ async fn a_seen_machine_runs_a_command_in_one_request_and_a_stopped_one_is_start
         (Some("GET"), Some("/api/v1/machines/seen"))
     );
 }
+
+/// A whole 1x1 red PNG (signature, IHDR, IDAT, IEND, their CRCs right): what a model can see.
+const ONE_PIXEL_PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x02\0\0\0\x90wS\xde\0\0\0\x0cIDAT\x08\xd7c\xf8\xcf\xc0\0\0\x03\x01\x01\0\x18\xdd\x8d\xb0\0\0\0\0IEND\xaeB`\x82";
+
+/// read-file with no encoding, offset or length: an image (known by its bytes, whatever its
+/// name) comes whole as an image content block the model sees; asked for as base64 or a page,
+/// the same file pages as bytes; a text file named .png stays text; past `maxImageBytes` the
+/// read is refused with the size, the bound and `encoding` to use instead.
+#[tokio::test]
+async fn an_image_is_read_as_an_image_the_model_sees() {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_IMAGE_BYTES", "100"),
+    ])
+    .await;
+    fake.add_machine("m", "running");
+    let gif = b"GIF89a\x01\0\x01\0\x80\0\0\xff\0\0\0\0\0,\0\0\0\0\x01\0\x01\0\0\x02\x02D\x01\0;";
+    let jpeg_head = b"\xff\xd8\xff\xe0\0\x10JFIF\0\x01\x01\0\0\x01\0\x01\0\0\xff\xd9";
+    let webp = b"RIFF\x1a\0\0\0WEBPVP8L\x0d\0\0\0/\0\0\0\x10\x07\x10\x11\x11\x88\x88\xfe\x07\0";
+    for (path, bytes, mime) in [
+        ("/shot.png", ONE_PIXEL_PNG, "image/png"),
+        ("/tmp/no-extension", &gif[..], "image/gif"),
+        ("/photo.jpg", &jpeg_head[..], "image/jpeg"),
+        ("/a.webp", &webp[..], "image/webp"),
+    ] {
+        h.ok(
+            "write-file",
+            json!({"name": "m", "path": path, "content": b64(bytes), "encoding": "base64"}),
+        )
+        .await;
+        let answer = h
+            .call("read-file", json!({"name": "m", "path": path}))
+            .await;
+        assert!(!answer.is_error, "{path}: {}", answer.text);
+        assert_eq!(
+            answer.images,
+            vec![(mime.to_string(), b64(bytes))],
+            "{path}"
+        );
+        assert_eq!(
+            answer.blocks.len(),
+            1,
+            "{path}: the result's text, and no text page"
+        );
+        assert_eq!(answer.structured["encoding"], "image");
+        assert_eq!(answer.structured["size"], bytes.len());
+        assert_eq!(answer.structured["bytes"], bytes.len());
+        assert_eq!(answer.structured["eof"], true);
+    }
+    // Asked for as bytes, or a page of it, an image pages as before.
+    let (page, content) = h
+        .read(json!({"name": "m", "path": "/shot.png", "encoding": "base64"}))
+        .await;
+    assert_eq!(
+        (page["encoding"].clone(), content),
+        (json!("base64"), b64(ONE_PIXEL_PNG))
+    );
+    let answer = h
+        .call(
+            "read-file",
+            json!({"name": "m", "path": "/shot.png", "length": 8}),
+        )
+        .await;
+    assert!(
+        answer.images.is_empty() && answer.blocks.len() == 2,
+        "{}",
+        answer.text
+    );
+    // Its name does not make a text file an image.
+    h.ok(
+        "write-file",
+        json!({"name": "m", "path": "/fake.png", "content": "not a picture"}),
+    )
+    .await;
+    let (page, content) = h.read(json!({"name": "m", "path": "/fake.png"})).await;
+    assert_eq!(
+        (page["encoding"].clone(), content.as_str()),
+        (json!("utf8"), "not a picture")
+    );
+    // Past the bound: refused, naming the size, the bound and what to do.
+    let big = [ONE_PIXEL_PNG, &[0u8; 200][..]].concat();
+    h.ok(
+        "write-file",
+        json!({"name": "m", "path": "/big.png", "content": b64(&big), "encoding": "base64"}),
+    )
+    .await;
+    let err = h
+        .err("read-file", json!({"name": "m", "path": "/big.png"}))
+        .await;
+    assert!(
+        err.starts_with("INVALID_ARGUMENT: encoding:")
+            && err.contains(&format!("image/png of {} bytes", big.len()))
+            && err.contains("over the 100 bytes")
+            && err.contains("maxImageBytes")
+            && err.contains("encoding \"base64\""),
+        "{err}"
+    );
+}

@@ -537,8 +537,7 @@ tool_arguments! {
         /// Absolute path in the machine.
         pub path: AbsolutePath,
         /// utf8 (default) or base64 for bytes.
-        #[serde(default)]
-        pub encoding: Encoding,
+        pub encoding: Option<Encoding>,
         /// Byte to start at. Default 0.
         pub offset: Option<u64>,
         /// Bytes to return. Default: a page.

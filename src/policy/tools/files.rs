@@ -39,8 +39,13 @@ pub(super) async fn read_file(
             ),
         ));
     }
+    // Left out, the encoding is utf8, but a whole file read that turns out to be an image
+    // comes as an image content block instead: the model sees it, where base64 or mangled
+    // text would be noise to it.
+    let image_wanted = a.encoding.is_none() && a.length.is_none() && a.offset.unwrap_or(0) == 0;
+    let encoding = a.encoding.unwrap_or_default();
     // Base64 grows by a third: by default a page's encoded content stays within the budget.
-    let page_max = match a.encoding {
+    let page_max = match encoding {
         Encoding::Utf8 => budget,
         Encoding::Base64 => budget / 4 * 3,
     };
@@ -74,12 +79,18 @@ pub(super) async fn read_file(
     };
     // A read-ahead still under way finishes first: it is on the way to this page.
     let mut reader = shared.lock().await;
+    if image_wanted && reader.position() == 0 {
+        let head = call.cancellable(reader.peek(IMAGE_SIGNATURE_BYTES)).await?;
+        if let Some(image) = ImageType::of(head) {
+            return read_image(call, &mut reader, a.path.into(), image, started_machine).await;
+        }
+    }
     let start = reader.position();
     // Three bytes past the page tell whether its end splits a character.
     let asked = want.saturating_add(3).saturating_add(reach);
     let at_hand = call.cancellable(reader.peek(asked)).await?;
     let mut len = want.min(at_hand.len());
-    if a.encoding == Encoding::Utf8 && len < at_hand.len() {
+    if encoding == Encoding::Utf8 && len < at_hand.len() {
         // Never split a character across pages; the next page starts where this one ends.
         len = utf8_prefix_len(at_hand, len).max(1.min(len));
     }
@@ -125,14 +136,15 @@ pub(super) async fn read_file(
             let _ = shared.lock().await.peek(READ_AHEAD).await;
         });
     }
-    let content = match a.encoding {
+    let content = match encoding {
         Encoding::Utf8 => String::from_utf8_lossy(&shown).into_owned(),
         Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(&shown),
     };
     Ok(results::FileRead {
         path: a.path.into(),
         content,
-        encoding: match a.encoding {
+        mime_type: None,
+        encoding: match encoding {
             Encoding::Utf8 => "utf8".into(),
             Encoding::Base64 => "base64".into(),
         },
@@ -140,6 +152,90 @@ pub(super) async fn read_file(
         offset: start,
         bytes: len as u64,
         eof,
+        started_machine,
+    })
+}
+
+/// The longest signature `ImageType::of` reads (WebP's: "RIFF", a length, "WEBP").
+const IMAGE_SIGNATURE_BYTES: usize = 12;
+
+/// The image formats models take as image content, recognised by their first bytes (never by
+/// the file's name, which the guest chooses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ImageType {
+    Png,
+    Jpeg,
+    Gif,
+    Webp,
+}
+
+impl ImageType {
+    fn of(head: &[u8]) -> Option<ImageType> {
+        if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+            Some(ImageType::Png)
+        } else if head.starts_with(b"\xff\xd8\xff") {
+            Some(ImageType::Jpeg)
+        } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+            Some(ImageType::Gif)
+        } else if head.len() >= IMAGE_SIGNATURE_BYTES
+            && head.starts_with(b"RIFF")
+            && &head[8..12] == b"WEBP"
+        {
+            Some(ImageType::Webp)
+        } else {
+            None
+        }
+    }
+
+    fn mime_type(self) -> &'static str {
+        match self {
+            ImageType::Png => "image/png",
+            ImageType::Jpeg => "image/jpeg",
+            ImageType::Gif => "image/gif",
+            ImageType::Webp => "image/webp",
+        }
+    }
+}
+
+/// A whole image as one image content block, within `maxImageBytes`: held whole (a page of
+/// an image would not show), refused past the bound with its size and the ways to read it.
+async fn read_image(
+    call: &Call<'_>,
+    reader: &mut FileReader,
+    path: String,
+    image: ImageType,
+    started_machine: bool,
+) -> Result<results::FileRead, ToolError> {
+    let bound = call.config().max_image_bytes;
+    let at_hand = call
+        .cancellable(reader.peek(bound.saturating_add(1)))
+        .await?;
+    if at_hand.len() > bound {
+        let size = call.cancellable(reader.size()).await?;
+        return Err(ToolError::argument(
+            "encoding",
+            format!(
+                "{path} is an {} of {size} bytes, over the {bound} bytes this server sends as an \
+                 image (maxImageBytes): give encoding \"base64\" to read its bytes a page at a \
+                 time, or make a smaller copy in the machine and read that",
+                image.mime_type()
+            ),
+        ));
+    }
+    // A credential value inside the bytes is replaced like anywhere else: an image that
+    // no longer decodes is better than a value that leaves.
+    let redactor = call.process().credentials.redactor();
+    let whole = at_hand.len();
+    let bytes = redactor.window(at_hand, 0..whole, Ending::Final).bytes;
+    Ok(results::FileRead {
+        path,
+        content: base64::engine::general_purpose::STANDARD.encode(&bytes),
+        mime_type: Some(image.mime_type().into()),
+        encoding: "image".into(),
+        size: whole as u64,
+        offset: 0,
+        bytes: whole as u64,
+        eof: true,
         started_machine,
     })
 }
@@ -170,4 +266,28 @@ pub(super) async fn write_file(
         size,
         started_machine,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ImageType;
+
+    #[test]
+    fn images_are_recognised_by_their_first_bytes_only() {
+        let cases: [(&[u8], Option<ImageType>); 9] = [
+            (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", Some(ImageType::Png)),
+            (b"\xff\xd8\xff\xe0\0\x10JFIF\0", Some(ImageType::Jpeg)),
+            (b"GIF89a\x01\0\x01\0\x80\0", Some(ImageType::Gif)),
+            (b"GIF87a\x01\0\x01\0\x80\0", Some(ImageType::Gif)),
+            (b"RIFF\x24\0\0\0WEBPVP8 ", Some(ImageType::Webp)),
+            // A WAV file is RIFF too, and a PNG's name on text is text.
+            (b"RIFF\x24\0\0\0WAVEfmt ", None),
+            (b"\x89PNG but text", None),
+            (b"RIFF\x24\0", None),
+            (b"", None),
+        ];
+        for (head, expected) in cases {
+            assert_eq!(ImageType::of(head), expected, "{head:?}");
+        }
+    }
 }

@@ -424,7 +424,8 @@ fn without_secrets(
             crate::policy::output::rewrite_strings(&mut answer.structured, &|text| {
                 credentials.redact(text)
             });
-            if let Some(page) = &mut answer.page
+            // An image's bytes were redacted before encoding; its base64 is not text to search.
+            if let Some(page) = answer.page.as_mut().filter(|_| answer.image.is_none())
                 && let Some(clean) = credentials.redact(page)
             {
                 *page = clean;

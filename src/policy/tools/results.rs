@@ -16,12 +16,21 @@ use serde::Serialize;
 pub struct Answer {
     pub structured: serde_json::Value,
     pub page: Option<String>,
+    /// The page is an image of this type, in base64: an image content block, not text.
+    /// Absent from answers kept before there were images (idempotency keys, tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// A result type: serialized as the structured content; `take_page` moves out what travels as
 /// a content block of its own.
 pub trait Reply: Serialize {
     fn take_page(&mut self) -> Option<String> {
+        None
+    }
+
+    /// The page's image type, when it travels as an image block.
+    fn page_image_type(&self) -> Option<String> {
         None
     }
 }
@@ -56,13 +65,22 @@ impl Reply for FileRead {
     fn take_page(&mut self) -> Option<String> {
         Some(std::mem::take(&mut self.content))
     }
+
+    fn page_image_type(&self) -> Option<String> {
+        self.mime_type.clone()
+    }
 }
 
 pub fn answer<R: Reply>(mut result: R) -> Result<Answer, ToolError> {
     let page = result.take_page();
+    let image = result.page_image_type();
     let structured = serde_json::to_value(&result)
         .map_err(|e| ToolError::new(ToolErrorKind::Internal, e.to_string()))?;
-    Ok(Answer { structured, page })
+    Ok(Answer {
+        structured,
+        page,
+        image,
+    })
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -285,6 +303,12 @@ pub struct FileRead {
     #[serde(skip)]
     #[schemars(skip)]
     pub content: String,
+    /// The image block's type, when the page is an image.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub mime_type: Option<String>,
+    // utf8, base64, or image (the second block is an image); the argument's description says
+    // so, and a second one would cost the catalog for nothing.
     pub encoding: String,
     /// The whole file, in bytes.
     pub size: u64,

@@ -175,7 +175,8 @@ tool_list! {
         changes_machines: false,
         description: "Read a file from a machine a page at a time: the page is the answer's second \
              content block; size, offset, bytes and eof place it (go on from offset + bytes until \
-             eof). Also reads overflow and job outputFiles.",
+             eof). An image (PNG, JPEG, GIF, WebP) read whole without encoding comes as an image you \
+             see. Also reads overflow and job outputFiles.",
     }
     WriteFile => "write-file" {
         title: "Write a file",
