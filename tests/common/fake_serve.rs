@@ -979,6 +979,62 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     st.credential_values.insert(name, values);
                     StatusCode::NO_CONTENT.into_response()
                 }
+                // The whole set replaced, live on a running machine, answered with the whole
+                // record (1.32.2, seen on the nested engine: tests/guest/fake_vs_engine.rs): a
+                // mapping without a host is axum's 422, a port of 0 the engine's 400, a host
+                // port another machine holds (or this host cannot bind) 409 PORT_IN_USE with
+                // the set left as it was; a TCP mapping is recorded without its protocol.
+                ("PUT", ["ports"]) => {
+                    let asked = json_body["ports"].as_array().cloned().unwrap_or_default();
+                    let mut set = Vec::new();
+                    for (i, port) in asked.iter().enumerate() {
+                        let field = |f: &str| port[f].as_u64();
+                        let (Some(host), Some(guest)) = (field("host"), field("guest")) else {
+                            let missing = if field("host").is_none() {
+                                "host"
+                            } else {
+                                "guest"
+                            };
+                            return (
+                                StatusCode::UNPROCESSABLE_ENTITY,
+                                format!(
+                                    "Failed to deserialize the JSON body into the target type: ports[{i}]: missing field `{missing}`"
+                                ),
+                            )
+                                .into_response();
+                        };
+                        if host == 0 || guest == 0 || host > 65_535 || guest > 65_535 {
+                            return api_error(
+                                StatusCode::BAD_REQUEST,
+                                "BAD_REQUEST",
+                                format!(
+                                    "config operation failed: published ports: could not change machine '{name}''s published ports while it runs: invalid port mapping '{host}:{guest}'"
+                                ),
+                            );
+                        }
+                        let held_elsewhere = st.machines.iter().any(|(other, m)| {
+                            *other != name
+                                && m["ports"]
+                                    .as_array()
+                                    .is_some_and(|ps| ps.iter().any(|p| p["host"] == json!(host)))
+                        });
+                        let free_here = u16::try_from(host)
+                            .is_ok_and(|h| std::net::TcpListener::bind(("127.0.0.1", h)).is_ok());
+                        if held_elsewhere || !free_here {
+                            return api_error(
+                                StatusCode::CONFLICT,
+                                "PORT_IN_USE",
+                                format!(
+                                    "config operation failed: published ports: could not change machine '{name}''s published ports while it runs: host port {host}: Address already in use (os error 98)"
+                                ),
+                            );
+                        }
+                        set.push(json!({"host": host, "guest": guest}));
+                    }
+                    let machine = st.machines.get_mut(&name).expect("looked up above");
+                    machine["ports"] = json!(set);
+                    axum::Json(machine.clone()).into_response()
+                }
                 // Merged into the list in force (1.32.2 `update_machine_egress`), answered with
                 // the whole record; a running machine without a list cannot take one live.
                 ("POST", ["egress"]) => {
