@@ -243,8 +243,27 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# distinct_free_ports N TAKEN: N free loopback ports, comma-separated, none equal to TAKEN or to
+# each other (each probe lets its port go at once, so the same one can come back).
+distinct_free_ports() {
+  local want="$1" taken="$2" found="" p
+  while [ "$(echo "$found" | tr ',' '\n' | grep -c .)" -lt "$want" ]; do
+    p="$(free_port)"
+    case ",$found,$taken," in *",$p,"*) continue ;; esac
+    found="${found:+$found,}$p"
+  done
+  echo "$found"
+}
+
 start_qemu() {
-  local port="$1"
+  local port="$1" publish="$2" forwards p
+  # The serve, and each port a test publishes from an inner machine (the serve binds published
+  # ports on all of the outer VM's addresses, SMOLVM_PUBLISH_ADDR in init.sh), at the same
+  # number on this host's loopback.
+  forwards="hostfwd=tcp:127.0.0.1:$port-:8080"
+  for p in ${publish//,/ }; do
+    forwards="$forwards,hostfwd=tcp:127.0.0.1:$p-:$p"
+  done
   : > "$state/serial.log"
   # 9>&-: the daemon would otherwise inherit the flock of `up` and hold it for its whole life.
   # No -no-reboot: the outer VM has vanished mid-suite with nothing on its console and plenty of
@@ -265,7 +284,7 @@ start_qemu() {
     -D "$state/qemu.log" -d cpu_reset \
     -virtfs "local,path=$share/engine,mount_tag=smol-engine,security_model=none,readonly=on" \
     -virtfs "local,path=$share/images,mount_tag=smol-images,security_model=none" \
-    -device e1000,netdev=n0 -netdev "user,id=n0,hostfwd=tcp:127.0.0.1:$port-:8080" \
+    -device e1000,netdev=n0 -netdev "user,id=n0,$forwards" \
     -display none -monitor none -parallel none -serial "file:$state/serial.log" \
     -daemonize -pidfile "$state/qemu.pid" 9>&-
 }
@@ -319,12 +338,13 @@ cmd_up() {
 
   # A free port can be taken between the probe and QEMU's bind: then QEMU refuses to start, and
   # another port is tried (not for a port the caller chose).
-  local attempt
+  local attempt publish
   for attempt in 1 2 3; do
     port="${SMOL_NESTED_PORT:-$(free_port)}"
     url="http://127.0.0.1:$port"
-    log "starting QEMU (TCG, emulated SVM), serve forwarded to $url"
-    start_qemu "$port" && break
+    publish="$(distinct_free_ports 2 "$port")"
+    log "starting QEMU (TCG, emulated SVM), serve forwarded to $url, ports $publish for publishing"
+    start_qemu "$port" "$publish" && break
     rm -f "$state/qemu.pid"
     if [ -n "${SMOL_NESTED_PORT:-}" ] || [ "$attempt" = 3 ]; then
       die "QEMU did not start (is 127.0.0.1:$port taken?)"
@@ -342,6 +362,7 @@ export SMOL_NESTED_URL=$url
 export SMOL_NESTED_IMAGE_DIR=$GUEST_IMAGE_DIR
 export SMOL_NESTED_BUSYBOX_IMAGE=$GUEST_IMAGE_DIR/busybox.tar
 export SMOL_NESTED_HOST_IMAGE_DIR=$share/images
+export SMOL_NESTED_PUBLISH_PORTS=$publish
 EOF
   mv "$state/env.tmp" "$state/env"
   echo "$url" > "$state/url"

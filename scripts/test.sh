@@ -161,7 +161,7 @@ if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
   scripts/nested-engine.sh up
 fi
 eval "$(scripts/nested-engine.sh env)"
-export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR
+export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR SMOL_NESTED_PUBLISH_PORTS
 # The install ways on a clean home (scripts/check-user-path.sh: cargo install and the engine
 # apart; then scripts/check-package.sh: the wheel, and the README's `pipx install .`), only with
 # the whole suite: arguments select some tests, and these are not among them. They run one after

@@ -64,6 +64,10 @@ export SMOLVM_VM_UID_DROP=off
 # nested engine). The metadata floor keeps cloud metadata and loopback refused and lets a
 # machine reach the private addresses its allow list names.
 export SMOLVM_EGRESS_FLOOR=metadata
+# A machine's published ports bind loopback by default, which this host cannot reach through
+# QEMU's user network: on every address instead, so that scripts/nested-engine.sh can forward
+# the ports it names (SMOL_NESTED_PUBLISH_PORTS) to this host's loopback.
+export SMOLVM_PUBLISH_ADDR=0.0.0.0
 cd /tmp || die "no /tmp"
 # A heartbeat on the console every 20 s. The serve has stopped answering under the booted suite
 # with nothing on the console (QEMU still running): the last heartbeats say whether this kernel

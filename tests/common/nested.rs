@@ -16,6 +16,9 @@ pub struct Nested {
     pub url: String,
     /// The busybox image archive, as the serve sees it (its `--local-image-dir`).
     pub busybox_image: String,
+    /// Ports a machine may publish that reach this host's loopback at the same number
+    /// (forwarded by QEMU; the serve binds published ports on all of the outer VM's addresses).
+    pub publish_ports: Vec<u16>,
 }
 
 fn state_dir() -> PathBuf {
@@ -53,6 +56,13 @@ pub fn nested() -> Nested {
     let found = Nested {
         url: get("SMOL_NESTED_URL"),
         busybox_image: get("SMOL_NESTED_BUSYBOX_IMAGE"),
+        publish_ports: get("SMOL_NESTED_PUBLISH_PORTS")
+            .split(',')
+            .map(|p| {
+                p.parse()
+                    .unwrap_or_else(|e| panic!("SMOL_NESTED_PUBLISH_PORTS: {p:?}: {e}"))
+            })
+            .collect(),
     };
     WATCHDOG.call_once(|| watch(found.url.clone()));
     found

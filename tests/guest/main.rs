@@ -4,6 +4,7 @@
 //! outside clients the `clients` tests use. One module an area:
 //!
 //! - booted_guest: every guest-side promise of the tools on the real engine, and whole sessions
+//! - engine_ports: a port the engine publishes live reaches a service in the guest from this host
 //! - fake_vs_engine: the fake serve's answers against the engine's on a booted guest
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -12,4 +13,5 @@
 mod common;
 
 mod booted_guest;
+mod engine_ports;
 mod fake_vs_engine;
