@@ -15,9 +15,9 @@
 
 use crate::fleet::{CredentialBindingSpec, CredentialValues, ErrorKind, FleetError, Secret};
 use crate::process::redaction::Redactor;
+use crate::process::shared_file;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -481,14 +481,7 @@ impl Supplier {
     /// when it changed it. Without the lock, None: the change is not made, and said.
     fn change_bound<T>(&self, f: impl FnOnce(&mut BoundFile) -> T) -> Option<T> {
         let mut cached = self.bound.lock().ok()?;
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&self.lock_path)
-            .and_then(|lock| lock.lock().map(|()| lock));
-        let lock = match lock {
+        let lock = match shared_file::lock_exclusive(&self.lock_path) {
             Ok(lock) => lock,
             Err(e) => {
                 tracing::warn!(path = %self.lock_path.display(), error = %e, "could not lock the record of which machines have credential bindings");
@@ -510,12 +503,7 @@ impl Supplier {
         let Ok(bytes) = serde_json::to_vec_pretty(file) else {
             return;
         };
-        let part = self
-            .path
-            .with_extension(format!("json.{}.part", std::process::id()));
-        let written =
-            std::fs::write(&part, bytes).and_then(|()| std::fs::rename(&part, &self.path));
-        if let Err(e) = written {
+        if let Err(e) = shared_file::replace(&self.path, &bytes) {
             tracing::warn!(path = %self.path.display(), error = %e, "could not record which machines have credential bindings");
         }
     }
@@ -658,13 +646,19 @@ impl Supplier {
 
     /// `values` are being supplied to `machine`: their fingerprints are kept with it.
     fn record_supplied(&self, machine: &str, values: &[(String, Secret)]) {
-        let Some(salt) = self.change_bound(|file| {
-            if file.salt.is_empty() {
-                let mut bytes = [0u8; 16];
-                rand::Rng::fill(&mut rand::rng(), &mut bytes[..]);
-                file.salt = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            }
-            file.salt.clone()
+        // The salt exists after the first value: one stat reads it; the lock only makes it.
+        let known = self
+            .read_bound(|file| file.salt.clone())
+            .filter(|salt| !salt.is_empty());
+        let Some(salt) = known.or_else(|| {
+            self.change_bound(|file| {
+                if file.salt.is_empty() {
+                    let mut bytes = [0u8; 16];
+                    rand::Rng::fill(&mut rand::rng(), &mut bytes[..]);
+                    file.salt = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                }
+                file.salt.clone()
+            })
         }) else {
             return;
         };

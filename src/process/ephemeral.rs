@@ -4,10 +4,9 @@
 //! the local fleet and on cloud alike.
 
 use crate::fleet::FleetKind;
+use crate::process::shared_file;
 use serde::{Deserialize, Serialize};
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -210,14 +209,7 @@ impl Record {
 
     /// Runs `change` on the record under an exclusive lock (several processes share the file).
     fn update<R>(&self, change: impl FnOnce(&mut Vec<Entry>) -> R) -> Result<R, RecordError> {
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&self.lock_path)
-            .map_err(|e| self.io(e))?;
-        lock.lock().map_err(|e| self.io(e))?;
+        let lock = shared_file::lock_exclusive(&self.lock_path).map_err(|e| self.io(e))?;
         let mut entries = self.read_unlocked()?;
         let before = entries.clone();
         let result = change(&mut entries);
@@ -244,33 +236,15 @@ impl Record {
     }
 
     fn write_unlocked(&self, entries: &[Entry]) -> Result<(), RecordError> {
-        let tmp = self
-            .path
-            .with_extension(format!("{}.tmp", std::process::id()));
         let text = serde_json::to_string_pretty(&RecordFile {
             machines: entries.to_vec(),
         })
         .map_err(|e| self.io(e))?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| self.io(e))?;
-        file.write_all(text.as_bytes()).map_err(|e| self.io(e))?;
-        file.sync_all().map_err(|e| self.io(e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| self.io(e))
+        shared_file::replace(&self.path, text.as_bytes()).map_err(|e| self.io(e))
     }
 
     pub fn entries(&self) -> Result<Vec<Entry>, RecordError> {
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.lock_path)
-            .map_err(|e| self.io(e))?;
-        lock.lock_shared().map_err(|e| self.io(e))?;
+        let _lock = shared_file::lock_shared(&self.lock_path).map_err(|e| self.io(e))?;
         self.read_unlocked()
     }
 

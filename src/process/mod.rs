@@ -12,6 +12,7 @@ pub mod local_serve;
 pub mod made;
 pub mod pools;
 pub mod redaction;
+pub mod shared_file;
 pub mod sweep;
 pub mod targets;
 
