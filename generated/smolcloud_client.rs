@@ -600,6 +600,16 @@ pub mod types {
             Default::default()
         }
     }
+    ///`SetPortsRequest`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    pub struct SetPortsRequest {
+        pub ports: ::std::vec::Vec<PortRequest>,
+    }
+    impl SetPortsRequest {
+        pub fn builder() -> builder::SetPortsRequest {
+            Default::default()
+        }
+    }
     ///`UsageResponse`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
     pub struct UsageResponse {
@@ -3224,6 +3234,47 @@ pub mod types {
             }
         }
         #[derive(Clone, Debug)]
+        pub struct SetPortsRequest {
+            ports: ::std::result::Result<
+                ::std::vec::Vec<super::PortRequest>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for SetPortsRequest {
+            fn default() -> Self {
+                Self {
+                    ports: Err("no value supplied for ports".to_string()),
+                }
+            }
+        }
+        impl SetPortsRequest {
+            pub fn ports<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::PortRequest>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ports = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for ports: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SetPortsRequest> for super::SetPortsRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SetPortsRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { ports: value.ports? })
+            }
+        }
+        impl ::std::convert::From<super::SetPortsRequest> for SetPortsRequest {
+            fn from(value: super::SetPortsRequest) -> Self {
+                Self { ports: Ok(value.ports) }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct UsageResponse {
             cpu_hours: ::std::result::Result<
                 ::std::option::Option<f64>,
@@ -3649,6 +3700,18 @@ let response = client.machine_fork()
 ```*/
     pub fn machine_fork(&self) -> builder::MachineFork<'_> {
         builder::MachineFork::new(self)
+    }
+    /**Sends a `PUT` request to `/v1/machines/{id}/ports`
+
+```ignore
+let response = client.machine_set_ports()
+    .id(id)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn machine_set_ports(&self) -> builder::MachineSetPorts<'_> {
+        builder::MachineSetPorts::new(self)
     }
     /**Sends a `POST` request to `/v1/machines/{id}/start`
 
@@ -4662,6 +4725,103 @@ pub mod builder {
             let response = result?;
             match response.status().as_u16() {
                 201u16 => ResponseValue::from_response(response).await,
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::machine_set_ports`]
+
+[`Client::machine_set_ports`]: super::Client::machine_set_ports*/
+    #[derive(Debug, Clone)]
+    pub struct MachineSetPorts<'a> {
+        client: &'a super::Client,
+        id: Result<::std::string::String, String>,
+        body: Result<types::builder::SetPortsRequest, String>,
+    }
+    impl<'a> MachineSetPorts<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                id: Err("id was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn id<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.id = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for id failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::SetPortsRequest>,
+            <V as std::convert::TryInto<
+                types::SetPortsRequest,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `SetPortsRequest` for body failed: {}", s)
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::SetPortsRequest,
+            ) -> types::builder::SetPortsRequest,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `PUT` request to `/v1/machines/{id}/ports`
+        pub async fn send(self) -> Result<ResponseValue<types::MachineInfo>, Error<()>> {
+            let Self { client, id, body } = self;
+            let id = id.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::SetPortsRequest::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/v1/machines/{}/ports", client.baseurl, encode_path(& id.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .put(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "machine_set_ports",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
                 _ => Err(Error::UnexpectedResponse(response)),
             }
         }

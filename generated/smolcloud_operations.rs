@@ -61,6 +61,8 @@ pub enum Operation {
     MachineFileWrite,
     /// `POST /v1/machines/{id}/fork`
     MachineFork,
+    /// `PUT /v1/machines/{id}/ports`
+    MachineSetPorts,
     /// `GET /v1/machines/{id}/sessions`
     MachineSessionList,
     /// `POST /v1/machines/{id}/sessions`
@@ -160,6 +162,7 @@ impl Operation {
         Operation::MachineFileRead,
         Operation::MachineFileWrite,
         Operation::MachineFork,
+        Operation::MachineSetPorts,
         Operation::MachineSessionList,
         Operation::MachineSessionCreate,
         Operation::MachineSessionDelete,
@@ -226,6 +229,7 @@ impl Operation {
             Operation::MachineFileRead => "machine_file_read",
             Operation::MachineFileWrite => "machine_file_write",
             Operation::MachineFork => "machine_fork",
+            Operation::MachineSetPorts => "machine_set_ports",
             Operation::MachineSessionList => "machine_session_list",
             Operation::MachineSessionCreate => "machine_session_create",
             Operation::MachineSessionDelete => "machine_session_delete",
@@ -293,6 +297,7 @@ impl Operation {
             Operation::MachineFileRead => "GET",
             Operation::MachineFileWrite => "PUT",
             Operation::MachineFork => "POST",
+            Operation::MachineSetPorts => "PUT",
             Operation::MachineSessionList => "GET",
             Operation::MachineSessionCreate => "POST",
             Operation::MachineSessionDelete => "DELETE",
@@ -360,6 +365,7 @@ impl Operation {
             Operation::MachineFileRead => "/v1/machines/{id}/files/{path}",
             Operation::MachineFileWrite => "/v1/machines/{id}/files/{path}",
             Operation::MachineFork => "/v1/machines/{id}/fork",
+            Operation::MachineSetPorts => "/v1/machines/{id}/ports",
             Operation::MachineSessionList => "/v1/machines/{id}/sessions",
             Operation::MachineSessionCreate => "/v1/machines/{id}/sessions",
             Operation::MachineSessionDelete => "/v1/machines/{id}/sessions/{session_id}",
@@ -428,6 +434,7 @@ impl Operation {
             Operation::MachineFileRead => None,
             Operation::MachineFileWrite => None,
             Operation::MachineFork => None,
+            Operation::MachineSetPorts => None,
             Operation::MachineSessionList => Some("Persistent shell sessions: each tool call is self-contained, and workdir/env on run-command carry state."),
             Operation::MachineSessionCreate => Some("Persistent shell sessions are not part of the tool vocabulary."),
             Operation::MachineSessionDelete => Some("Persistent shell sessions are not part of the tool vocabulary."),

@@ -1133,6 +1133,17 @@ pub mod types {
             Default::default()
         }
     }
+    ///`SetPortsRequest`
+    #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+    #[serde(deny_unknown_fields)]
+    pub struct SetPortsRequest {
+        pub ports: ::std::vec::Vec<PortSpec>,
+    }
+    impl SetPortsRequest {
+        pub fn builder() -> builder::SetPortsRequest {
+            Default::default()
+        }
+    }
     ///`StartMachineRequest`
     #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
     pub struct StartMachineRequest {
@@ -6112,6 +6123,47 @@ pub mod types {
             }
         }
         #[derive(Clone, Debug)]
+        pub struct SetPortsRequest {
+            ports: ::std::result::Result<
+                ::std::vec::Vec<super::PortSpec>,
+                ::std::string::String,
+            >,
+        }
+        impl ::std::default::Default for SetPortsRequest {
+            fn default() -> Self {
+                Self {
+                    ports: Err("no value supplied for ports".to_string()),
+                }
+            }
+        }
+        impl SetPortsRequest {
+            pub fn ports<T>(mut self, value: T) -> Self
+            where
+                T: ::std::convert::TryInto<::std::vec::Vec<super::PortSpec>>,
+                T::Error: ::std::fmt::Display,
+            {
+                self.ports = value
+                    .try_into()
+                    .map_err(|e| {
+                        format!("error converting supplied value for ports: {e}")
+                    });
+                self
+            }
+        }
+        impl ::std::convert::TryFrom<SetPortsRequest> for super::SetPortsRequest {
+            type Error = super::error::ConversionError;
+            fn try_from(
+                value: SetPortsRequest,
+            ) -> ::std::result::Result<Self, super::error::ConversionError> {
+                Ok(Self { ports: value.ports? })
+            }
+        }
+        impl ::std::convert::From<super::SetPortsRequest> for SetPortsRequest {
+            fn from(value: super::SetPortsRequest) -> Self {
+                Self { ports: Ok(value.ports) }
+            }
+        }
+        #[derive(Clone, Debug)]
         pub struct StartMachineRequest {
             branch_pool_size: ::std::result::Result<
                 ::std::option::Option<i32>,
@@ -6734,6 +6786,18 @@ let response = client.get_machine_egress_events()
 ```*/
     pub fn get_machine_egress_events(&self) -> builder::GetMachineEgressEvents<'_> {
         builder::GetMachineEgressEvents::new(self)
+    }
+    /**Sends a `PUT` request to `/api/v1/machines/{name}/ports`
+
+```ignore
+let response = client.set_machine_ports()
+    .name(name)
+    .body(body)
+    .send()
+    .await;
+```*/
+    pub fn set_machine_ports(&self) -> builder::SetMachinePorts<'_> {
+        builder::SetMachinePorts::new(self)
     }
     /**Sends a `POST` request to `/api/v1/machines/{name}/start`
 
@@ -8377,6 +8441,127 @@ pub mod builder {
             match response.status().as_u16() {
                 200u16 => ResponseValue::from_response(response).await,
                 404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::set_machine_ports`]
+
+[`Client::set_machine_ports`]: super::Client::set_machine_ports*/
+    #[derive(Debug, Clone)]
+    pub struct SetMachinePorts<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        body: Result<types::builder::SetPortsRequest, String>,
+    }
+    impl<'a> SetMachinePorts<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                body: Ok(::std::default::Default::default()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn body<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<types::SetPortsRequest>,
+            <V as std::convert::TryInto<
+                types::SetPortsRequest,
+            >>::Error: std::fmt::Display,
+        {
+            self.body = value
+                .try_into()
+                .map(From::from)
+                .map_err(|s| {
+                    format!("conversion to `SetPortsRequest` for body failed: {}", s)
+                });
+            self
+        }
+        pub fn body_map<F>(mut self, f: F) -> Self
+        where
+            F: std::ops::FnOnce(
+                types::builder::SetPortsRequest,
+            ) -> types::builder::SetPortsRequest,
+        {
+            self.body = self.body.map(f);
+            self
+        }
+        ///Sends a `PUT` request to `/api/v1/machines/{name}/ports`
+        pub async fn send(
+            self,
+        ) -> Result<ResponseValue<types::MachineInfo>, Error<types::ApiErrorResponse>> {
+            let Self { client, name, body } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let body = body
+                .and_then(|v| {
+                    types::SetPortsRequest::try_from(v).map_err(|e| e.to_string())
+                })
+                .map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/machines/{}/ports", client.baseurl, encode_path(& name
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .put(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .json(&body)
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "set_machine_ports",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                400u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                404u16 => {
+                    Err(
+                        Error::ErrorResponse(
+                            ResponseValue::from_response(response).await?,
+                        ),
+                    )
+                }
+                409u16 => {
                     Err(
                         Error::ErrorResponse(
                             ResponseValue::from_response(response).await?,

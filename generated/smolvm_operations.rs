@@ -371,7 +371,7 @@ impl Operation {
             Operation::ListMounts => Some("Mounts are given at create (mounts on create-machine); no tool changes them afterwards."),
             Operation::AttachMount => Some("Attaching a host path to a running machine from the agent's side would widen what the guest can reach after the caller decided at create."),
             Operation::PauseMachine => Some("stop-machine and start-machine cover the lifecycle an agent needs; a paused machine still holds its memory on the host."),
-            Operation::SetMachinePorts => Some("Published ports are given at create (ports on create-machine)."),
+            Operation::SetMachinePorts => None,
             Operation::ResizeMachine => Some("The engine only grows a machine; no tool resizes one (create a bigger one instead)."),
             Operation::ResumeMachine => Some("Pairs with pause_machine, which no tool calls."),
             Operation::StartMachine => None,

@@ -65,6 +65,24 @@ pub enum BranchableAt {
     Start,
 }
 
+/// Who places the outside side of a published port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPorts {
+    /// The caller names the host port; a port someone else holds is refused
+    /// ([`FleetApi::is_port_in_use`]) and the caller may try another.
+    Caller,
+    /// The fleet allocates it; a host port the caller names is not sent.
+    Fleet,
+}
+
+/// Where a user opens a machine's published port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortAddress {
+    pub url: String,
+    /// What opening it takes beside the address (the cloud's key), when it takes anything.
+    pub needs: Option<&'static str>,
+}
+
 /// What a fleet can do, declared once by each fleet. The layers above ask this, never which
 /// fleet it is; the reasons given for what a fleet lacks are its own words.
 #[derive(Debug)]
@@ -86,6 +104,9 @@ pub struct Capabilities {
     /// A branch the caller gave up waiting for may still come up later (the fleet queues
     /// branches of a source).
     pub branches_queue: bool,
+    /// Who places the outside side of a published port: the caller (a host port it names) or
+    /// the fleet itself (the cloud allocates its own and gives an ingress address).
+    pub host_ports: HostPorts,
     /// How the names of the machines this fleet keeps for its own use begin (a warm pool's
     /// source and its ready clones): a tool naming one asks [`FleetApi::kept`] first. Only
     /// these names cost that question, so a command on any other machine is still one request.
@@ -267,6 +288,19 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     async fn consumption(&self, machine: &str) -> FleetResult<Consumption> {
         Ok(self.get(machine).await?.consumption)
     }
+
+    /// Replaces the machine's published TCP ports with `ports` (the whole set; empty removes
+    /// them all), live on a running machine, and answers its record.
+    async fn set_ports(&self, machine: &str, ports: &[PortMapping]) -> FleetResult<Machine>;
+
+    /// Whether `e` is this fleet's refusal of a host port that something else holds.
+    fn is_port_in_use(&self, _e: &FleetError) -> bool {
+        false
+    }
+
+    /// Where the user opens `machine`'s published `guest` port, from its record; `None` while
+    /// the fleet has not placed it.
+    fn port_address(&self, machine: &Machine, guest: u16) -> Option<PortAddress>;
 
     /// Pulls an image into a running machine's cache. Only the local engine has such a cache.
     async fn pull_image(&self, _machine: &str, _image: &str) -> FleetResult<PulledImage> {

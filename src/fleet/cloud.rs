@@ -2,12 +2,12 @@
 //! one route progenitor cannot express (files; see `file_url`).
 
 use super::FleetApi;
-use super::api::{BranchableAt, Capabilities, Feature};
+use super::api::{BranchableAt, Capabilities, Feature, HostPorts, PortAddress};
 use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
     Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
-    Machine, MachineNetwork, PublishedPort, Usage,
+    Machine, MachineNetwork, PortMapping, PublishedPort, Usage,
 };
 use super::upstream::{from_response, map_error, retry_read, send, snippet, transport, within};
 use crate::generated::smolcloud::{self, types};
@@ -109,8 +109,14 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     exec_boots_silently: false,
     ids_apart_from_names: true,
     branches_queue: true,
+    host_ports: HostPorts::Fleet,
     kept_name_prefixes: &[],
 };
+
+/// What opening a cloud machine's published port takes: its ingress and the connect bridge
+/// both answer 401 without the account's key, unless the machine was created public (which
+/// this server never asks for), and pass the caller's `authorization` on to the service.
+const INGRESS_NEEDS: &str = "the smol cloud account's key as `Authorization: Bearer <key>` (the      operator's SMOL_CLOUD_TOKEN; the ingress passes the header on to the service)";
 
 const ROUTE_UNKNOWN: u8 = 0;
 const ROUTE_PRESENT: u8 = 1;
@@ -650,6 +656,51 @@ impl FleetApi for CloudFleet {
             send(&ctx, limit, fork.send()).await.map(view)
         })
         .await
+    }
+
+    /// The guest ports only (override cloud-ports-route): the service allocates the outside
+    /// side, so a host port the caller names is not sent.
+    async fn set_ports(&self, machine: &str, ports: &[PortMapping]) -> FleetResult<Machine> {
+        let id = self.resolve(machine).await?;
+        let ctx = format!("publish ports of {machine}");
+        let body = types::SetPortsRequest {
+            ports: ports
+                .iter()
+                .filter_map(|p| {
+                    Some(types::PortRequest {
+                        port: NonZeroU32::new(u32::from(p.guest))?,
+                    })
+                })
+                .collect(),
+        };
+        let request = self.client.machine_set_ports().id(&id).body(body);
+        send(&ctx, self.deadlines.read, request.send())
+            .await
+            .map(view)
+    }
+
+    /// The record's `url` is the ingress of the first published port only, and appears only
+    /// once something accepts on it (facts 3.13); any published port is reached through the
+    /// connect bridge, which the same key opens.
+    fn port_address(&self, machine: &Machine, guest: u16) -> Option<PortAddress> {
+        let published = machine.ports.iter().position(|p| p.guest == guest)?;
+        let url = match (&machine.url, published) {
+            (Some(ingress), 0) => ingress.clone(),
+            _ => {
+                let mut bridge = self.base_url.clone();
+                let base_path = bridge.path().trim_end_matches('/').to_owned();
+                // No trailing slash: `connect/8080/` is a 404 (facts 3.13).
+                bridge.set_path(&format!(
+                    "{base_path}/v1/machines/{}/connect/{guest}",
+                    machine.id
+                ));
+                bridge.to_string()
+            }
+        };
+        Some(PortAddress {
+            url,
+            needs: Some(INGRESS_NEEDS),
+        })
     }
 
     /// The control plane's event log (what happened to the machine, not what ran in it). The

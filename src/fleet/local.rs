@@ -1,12 +1,12 @@
 //! The local fleet: `smolvm serve` on this host, through the generated smolvm client.
 
 use super::FleetApi;
-use super::api::{BranchableAt, Capabilities};
+use super::api::{BranchableAt, Capabilities, HostPorts, PortAddress};
 use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
     CreateSpec, Deleted, Egress, EgressDenial, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
-    Machine, MachineNetwork, PublishedPort, PulledImage, epoch_to_rfc3339,
+    Machine, MachineNetwork, PortMapping, PublishedPort, PulledImage, epoch_to_rfc3339,
 };
 use super::model::{PoolLease, PoolSetup, PoolStatus};
 use super::transport::LocalEndpoint;
@@ -45,6 +45,7 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     exec_boots_silently: true,
     ids_apart_from_names: false,
     branches_queue: false,
+    host_ports: HostPorts::Caller,
     kept_name_prefixes: &[POOL_SOURCE_PREFIX, POOL_WORKER_PREFIX],
 };
 /// Each stream of an exec is capped at this many bytes in the guest agent: past it the VM path
@@ -121,6 +122,9 @@ pub struct LocalFleet {
     /// and a delete of its machine completes it instead (the engine then deletes the
     /// machine; a DELETE would fail the lease: "leased worker process exited").
     leases: Arc<Mutex<HashMap<String, PoolLease>>>,
+    /// The host as a published port's address names it: where the engine binds published
+    /// ports (loopback unless the operator's publishAddress says otherwise).
+    publish_host: String,
 }
 
 /// A lease asked for lives this long unheartbeated; the engine deletes its machine past it.
@@ -158,7 +162,15 @@ impl LocalFleet {
             credentials: None,
             supplied: Arc::default(),
             leases: Arc::default(),
+            publish_host: "127.0.0.1".to_owned(),
         })
+    }
+
+    /// This fleet with the host its published ports' addresses name (an IP address, a
+    /// bracketed IPv6 one, or a host name).
+    pub fn with_publish_host(mut self, host: impl Into<String>) -> Self {
+        self.publish_host = host.into();
+        self
     }
 
     /// This fleet with the source of the credential values it supplies before a boot.
@@ -926,6 +938,29 @@ impl FleetApi for LocalFleet {
         Ok(self.seen(view(send(&ctx, DEFAULT, request.send()).await?)))
     }
 
+    async fn set_ports(&self, name: &str, ports: &[PortMapping]) -> FleetResult<Machine> {
+        let ctx = format!("publish ports of {name}");
+        // The whole set, TCP: a running machine takes TCP changes live, UDP only at its next
+        // boot (1.32.2's SetPortsRequest).
+        let body = types::SetPortsRequest {
+            ports: ports.iter().map(port_spec).collect(),
+        };
+        let request = self.client.set_machine_ports().name(name).body(body);
+        Ok(self.seen(view(send(&ctx, DEFAULT, request.send()).await?)))
+    }
+
+    fn is_port_in_use(&self, e: &FleetError) -> bool {
+        e.upstream_code.as_deref() == Some("PORT_IN_USE")
+    }
+
+    fn port_address(&self, machine: &Machine, guest: u16) -> Option<PortAddress> {
+        let host = machine.ports.iter().find(|p| p.guest == guest)?.host?;
+        Some(PortAddress {
+            url: format!("http://{}:{host}", self.publish_host),
+            needs: None,
+        })
+    }
+
     async fn egress_denials(&self, name: &str, limit: u32) -> FleetResult<Vec<EgressDenial>> {
         let ctx = format!("egress events of {name}");
         let request = self
@@ -1178,15 +1213,7 @@ pub(crate) fn create_body(spec: &CreateSpec) -> types::CreateMachineRequest {
         // busybox's `/bin/sh`), and a bare machine has no workload at all.
         cmd: Vec::new(),
         env: env_list(&spec.env),
-        ports: spec
-            .ports
-            .iter()
-            .map(|p| types::PortSpec {
-                guest: i32::from(p.guest),
-                host: i32::from(p.host.unwrap_or(p.guest)),
-                protocol: None,
-            })
-            .collect(),
+        ports: spec.ports.iter().map(port_spec).collect(),
         mounts: spec
             .mounts
             .iter()
@@ -1207,6 +1234,15 @@ pub(crate) fn create_body(spec: &CreateSpec) -> types::CreateMachineRequest {
 /// The engine's `credentials` at create: `{"credentials": [{name, environment_variable,
 /// allowed_hosts, set_header?}]}`, snake_case inside (1.32.2's `CredentialPolicy`, which the
 /// spec leaves as an open object; a camelCase key is refused 422). `None` without bindings.
+/// A mapping as the engine takes it: the host port defaults to the guest's.
+fn port_spec(p: &PortMapping) -> types::PortSpec {
+    types::PortSpec {
+        guest: i32::from(p.guest),
+        host: i32::from(p.host.unwrap_or(p.guest)),
+        protocol: None,
+    }
+}
+
 fn credentials_body(
     bindings: &[crate::fleet::CredentialBindingSpec],
 ) -> Option<serde_json::Map<String, serde_json::Value>> {

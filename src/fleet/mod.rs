@@ -16,7 +16,9 @@ pub mod model;
 pub mod transport;
 pub mod upstream;
 
-pub use api::{BranchableAt, Capabilities, CredentialValues, Feature, Fleet, FleetApi};
+pub use api::{
+    BranchableAt, Capabilities, CredentialValues, Feature, Fleet, FleetApi, HostPorts, PortAddress,
+};
 pub use cloud::{Backstop, CloudFleet, Deadlines};
 pub use error::{ErrorKind, FleetError, FleetResult};
 pub use file_stream::{FileReader, FileStream};

@@ -88,6 +88,10 @@ pub enum Accepts {
     Credentials,
     /// Warm pools: a JSON list in the file and in the environment.
     Pools,
+    /// An IPv4 or IPv6 address.
+    IpAddress,
+    /// Empty, or a range of TCP ports `FIRST-LAST` (one port: `PORT`).
+    PortRange,
 }
 
 impl fmt::Display for Accepts {
@@ -104,6 +108,10 @@ impl fmt::Display for Accepts {
             Accepts::List => f.write_str("a list of strings (comma-separated in the environment)"),
             Accepts::Credentials => f.write_str(crate::process::credentials::ACCEPTS),
             Accepts::Pools => f.write_str(crate::process::pools::ACCEPTS),
+            Accepts::IpAddress => f.write_str("an IPv4 or IPv6 address, like 127.0.0.1 or ::1"),
+            Accepts::PortRange => {
+                f.write_str("empty (any free port), or FIRST-LAST within 1-65535, like 20000-20099")
+            }
         }
     }
 }
@@ -193,7 +201,9 @@ fn check_text(text: &str, accepts: Accepts) -> Result<(), Rejected> {
         | Accepts::OneOf(_)
         | Accepts::List
         | Accepts::Credentials
-        | Accepts::Pools => false,
+        | Accepts::Pools
+        | Accepts::IpAddress
+        | Accepts::PortRange => false,
     };
     if ok { Ok(()) } else { Err(Rejected(None)) }
 }
@@ -227,6 +237,61 @@ impl Value for PathBuf {
     }
     fn from_file(value: String, accepts: Accepts) -> Result<Self, Rejected> {
         String::from_file(value, accepts).map(PathBuf::from)
+    }
+}
+
+impl Value for std::net::IpAddr {
+    type File = String;
+    fn from_text(text: &str, _: Accepts) -> Result<Self, Rejected> {
+        text.trim().parse().map_err(|_| Rejected(None))
+    }
+    fn from_file(value: String, accepts: Accepts) -> Result<Self, Rejected> {
+        Self::from_text(&value, accepts)
+    }
+}
+
+/// Host TCP ports, both ends included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+
+    /// How many ports it holds (at least one).
+    pub fn count(&self) -> u32 {
+        u32::from(self.last - self.first) + 1
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+/// Unset or empty: no range (any free port).
+impl Value for Option<PortRange> {
+    type File = String;
+    fn from_text(text: &str, _: Accepts) -> Result<Self, Rejected> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let (first, last) = text.split_once('-').unwrap_or((text, text));
+        let port = |p: &str| p.trim().parse::<u16>().ok().filter(|&p| p > 0);
+        match (port(first), port(last)) {
+            (Some(first), Some(last)) if first <= last => Ok(Some(PortRange { first, last })),
+            (Some(_), Some(_)) => Err(Rejected(Some("the first port is after the last".into()))),
+            _ => Err(Rejected(None)),
+        }
+    }
+    fn from_file(value: String, accepts: Accepts) -> Result<Self, Rejected> {
+        Self::from_text(&value, accepts)
     }
 }
 
@@ -625,6 +690,21 @@ settings! {
         default: "1048576",
         accepts: whole(1, 16 * 1024 * 1024),
         why: "the largest image read-file sends as an image the model sees (held whole, sent as base64, a third larger): a full-HD screenshot as PNG fits; a larger one is refused with its size, or read as bytes with encoding",
+    },
+    publish_address: std::net::IpAddr {
+        key: "publishAddress",
+        env: "SMOL_MCP_PUBLISH_ADDRESS",
+        default: "127.0.0.1",
+        accepts: Accepts::IpAddress,
+        why: "where the local engine binds the ports publish-port opens, and the host its URLs name: loopback keeps a service to this host's user; another address (0.0.0.0: every one) is the operator's choice, never an agent's. Given to a serve this server starts (SMOLVM_PUBLISH_ADDR); a serve at localUrl must be started with the same",
+    },
+    publish_ports: Option<PortRange> {
+        key: "publishPorts",
+        env: "SMOL_MCP_PUBLISH_PORTS",
+        default: "",
+        shown_default: "any free port",
+        accepts: Accepts::PortRange,
+        why: "the host ports publish-port may use on the local engine, chosen or asked for (a firewall's opening, say); a port outside it is refused",
     },
     ready_timeout_secs: u64 {
         key: "readyTimeoutSecs",

@@ -33,6 +33,23 @@ pub fn serve_env(all: impl Iterator<Item = (String, String)>) -> Vec<(String, St
         .collect()
 }
 
+/// The host a published port's URL names: the address the engine binds, bracketed when IPv6;
+/// for every address (0.0.0.0, ::), this host's name, which others reach it by.
+pub fn publish_host(address: std::net::IpAddr) -> String {
+    if address.is_unspecified() {
+        if let Ok(name) = nix::unistd::gethostname()
+            && let Some(name) = name.to_str().filter(|n| !n.is_empty())
+        {
+            return name.to_owned();
+        }
+        return "localhost".to_owned();
+    }
+    match address {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+    }
+}
+
 #[derive(Debug)]
 pub struct LocalServe {
     pub fleet: std::sync::Arc<LocalFleet>,
@@ -139,7 +156,9 @@ impl LocalServe {
             .local_url
             .is_empty()
             .then(|| config.runtime_dir.join("serve.owner"));
-        let fleet = LocalFleet::new(endpoint.clone())?.with_credentials(credentials);
+        let fleet = LocalFleet::new(endpoint.clone())?
+            .with_credentials(credentials)
+            .with_publish_host(publish_host(config.publish_address));
         let health = fleet.health().await;
         if !config.local_url.is_empty() {
             // A serve the user named is theirs: when it does not answer, that is the error.
@@ -207,6 +226,9 @@ impl LocalServe {
             .args(["serve", "start", "--listen", &listen])
             .env_clear()
             .envs(serve_env(std::env::vars()))
+            // The operator's publishAddress, over any SMOLVM_PUBLISH_ADDR passed through: the
+            // URLs publish-port answers name this address.
+            .env("SMOLVM_PUBLISH_ADDR", config.publish_address.to_string())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)

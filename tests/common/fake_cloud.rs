@@ -887,6 +887,36 @@ fn machine_route(
             }
             ResponseTemplate::new(202)
         }
+        // The whole set of guest ports (SDK only, facts 3.13): the service allocates each
+        // outside port, and the record's url is the ingress of the first one. The real url
+        // appears only once something accepts there; the fake has no guest sockets, so it
+        // names one as soon as the machine runs.
+        ("PUT", "ports") => {
+            let Some(asked) = body["ports"].as_array() else {
+                return st.fail(422, "ports: missing field `ports`");
+            };
+            if asked.len() > 16 {
+                return st.fail(422, "ports: at most 16 published ports");
+            }
+            let mut set = Vec::new();
+            for p in asked {
+                let Some(port) = p["port"].as_u64().filter(|p| (1..=65_535).contains(p)) else {
+                    return st.fail(422, "ports[].port: expected a port from 1 to 65535");
+                };
+                set.push(json!({"port": port, "hostPort": 30_000 + port % 30_000}));
+            }
+            let m = st.machines.get_mut(id).unwrap();
+            let running = m["state"] == json!("started") || m["state"] == json!("running");
+            m["url"] = match (running, set.is_empty()) {
+                (true, false) => json!(format!(
+                    "https://{}-7f3a.apps.smol.test",
+                    m["name"].as_str().unwrap_or(id)
+                )),
+                _ => Value::Null,
+            };
+            m["ports"] = Value::Array(set);
+            json_answer(200, m.clone())
+        }
         ("POST", "stop") => {
             st.booted_at.remove(id);
             st.end_processes(id);

@@ -252,6 +252,47 @@ async fn branch_and_its_fork_fallback() {
     assert_request_snapshot!("cloud", "cloud_branch", fake.take_requests());
 }
 
+/// The guest ports only, the whole set (override cloud-ports-route); a caller's host port is
+/// not sent. The first port's address is the record's ingress url; any other's is the connect
+/// bridge, and both take the account's key, which the address names without containing it.
+#[tokio::test]
+async fn ports_send_guest_ports_only_and_addresses_need_the_key() {
+    let (fake, fleet) = fleet().await;
+    let id = fake.add_machine("web", "started");
+    let machine = fleet
+        .set_ports(
+            "web",
+            &[
+                PortMapping {
+                    guest: 8000,
+                    host: Some(9999),
+                },
+                PortMapping {
+                    guest: 9000,
+                    host: None,
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    let first = fleet.port_address(&machine, 8000).unwrap();
+    assert_eq!(first.url, "https://web-7f3a.apps.smol.test");
+    let second = fleet.port_address(&machine, 9000).unwrap();
+    assert_eq!(
+        second.url,
+        format!("{}/v1/machines/{id}/connect/9000", fake.url())
+    );
+    let needs = second.needs.unwrap();
+    assert!(needs.contains("Authorization: Bearer"), "{needs}");
+    assert!(
+        !needs.contains(TOKEN),
+        "the key itself is never in an answer"
+    );
+    assert_eq!(fleet.port_address(&machine, 7000), None);
+    assert!(!fleet.is_port_in_use(&fleet.set_ports("gone", &[]).await.unwrap_err()));
+    assert_request_snapshot!("cloud", "cloud_set_ports", fake.take_requests());
+}
+
 #[tokio::test]
 async fn events_account_and_usage() {
     let (fake, fleet) = fleet().await;

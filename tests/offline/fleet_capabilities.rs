@@ -8,7 +8,8 @@ use crate::common::mcp::Harness;
 use serde_json::json;
 use smol_mcp::fleet::{
     BranchableAt, Capabilities, Command, CreateSpec, Deleted, ErrorKind, ExecOutput, ExecSpec,
-    Feature, FileStream, FleetApi, FleetError, FleetKind, FleetResult, LogPage, LogSource, Machine,
+    Feature, FileStream, FleetApi, FleetError, FleetKind, FleetResult, HostPorts, LogPage,
+    LogSource, Machine, PortAddress, PortMapping, PublishedPort,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -32,6 +33,7 @@ static TINY: Capabilities = Capabilities {
     exec_boots_silently: false,
     ids_apart_from_names: false,
     branches_queue: false,
+    host_ports: HostPorts::Fleet,
     kept_name_prefixes: &[],
 };
 
@@ -198,6 +200,35 @@ impl FleetApi for TinyFleet {
         ))
     }
 
+    async fn set_ports(&self, machine: &str, ports: &[PortMapping]) -> FleetResult<Machine> {
+        self.note("ports", machine);
+        let mut machines = self.machines.lock().unwrap();
+        let Some(m) = machines.get_mut(machine) else {
+            return Err(FleetError::new(
+                ErrorKind::NotFound,
+                "ports",
+                "no such machine",
+            ));
+        };
+        // It places the outside side itself, as the cloud does: 40000 + the guest port.
+        m.ports = ports
+            .iter()
+            .map(|p| PublishedPort {
+                guest: p.guest,
+                host: Some(40_000 + p.guest % 20_000),
+            })
+            .collect();
+        Ok(m.clone())
+    }
+
+    fn port_address(&self, machine: &Machine, guest: u16) -> Option<PortAddress> {
+        let placed = machine.ports.iter().find(|p| p.guest == guest)?.host?;
+        Some(PortAddress {
+            url: format!("tiny://{}:{placed}", machine.name),
+            needs: None,
+        })
+    }
+
     // What it lacks, answered as a fleet without it would, noted so a test sees any use.
 
     async fn egress_denials(
@@ -292,6 +323,30 @@ async fn a_third_fleet_runs_the_tool_table_and_what_it_does_works() {
     assert_eq!(later["machine"]["branchable"], true, "{later}");
     let deleted = h.ok("delete-machine", json!({"name": "t2"})).await;
     assert_eq!(deleted["deleted"], "t2");
+    // A fleet that places the outside side itself is asked for the guest port only, and its
+    // own address is the answer.
+    tiny.asked();
+    let published = h
+        .ok(
+            "publish-port",
+            json!({"name": "t1", "port": 8000, "waitSecs": 0}),
+        )
+        .await;
+    assert_eq!(published["url"], "tiny://t1:48000", "{published}");
+    assert_eq!(published["hostPort"], 48000, "{published}");
+    assert_eq!(tiny.asked(), ["get t1", "get t1", "ports t1"]);
+    let again = h
+        .ok(
+            "publish-port",
+            json!({"name": "t1", "port": 8000, "waitSecs": 0}),
+        )
+        .await;
+    assert_eq!(again["url"], published["url"]);
+    assert_eq!(
+        tiny.asked(),
+        ["get t1", "get t1"],
+        "a published port is answered again, not sent again"
+    );
 }
 
 #[tokio::test]
@@ -335,6 +390,11 @@ async fn what_a_third_fleet_lacks_is_refused_in_its_own_words_before_anything_is
             "pull-image",
             json!({"name": "t1", "image": "alpine"}),
             "UNSUPPORTED: pull-image: the tiny fleet pulls nothing by hand",
+        ),
+        (
+            "publish-port",
+            json!({"name": "t1", "port": 8000, "hostPort": 8000}),
+            "INVALID_ARGUMENT: hostPort: this fleet allocates the outside side itself and answers its address: leave hostPort out",
         ),
         (
             "write-file",

@@ -123,6 +123,53 @@ async fn create_with_ports_mounts_and_disks() {
     assert_request_snapshot!("local", "local_create_ports_mounts", fake.take_requests());
 }
 
+/// A machine's published ports go out whole, as the engine's `PUT .../ports` replaces them;
+/// a host port something else holds is the engine's 409 PORT_IN_USE, which the fleet names so
+/// that the caller may try another.
+#[tokio::test]
+async fn ports_are_sent_as_the_whole_set_and_a_held_host_port_is_recognised() {
+    let (fake, fleet) = fleet().await;
+    fake.add_machine("m1", "running");
+    fake.add_machine("m2", "running");
+    let both = [
+        PortMapping {
+            guest: 8000,
+            host: Some(47_801),
+        },
+        PortMapping {
+            guest: 9000,
+            host: Some(47_802),
+        },
+    ];
+    let machine = fleet.set_ports("m1", &both).await.unwrap();
+    assert_eq!(machine.ports.len(), 2);
+    let address = fleet.port_address(&machine, 9000).unwrap();
+    assert_eq!(address.url, "http://127.0.0.1:47802");
+    assert_eq!(address.needs, None);
+    assert_eq!(fleet.port_address(&machine, 7000), None, "not published");
+    let held = fleet
+        .set_ports(
+            "m2",
+            &[PortMapping {
+                guest: 80,
+                host: Some(47_801),
+            }],
+        )
+        .await
+        .unwrap_err();
+    assert!(fleet.is_port_in_use(&held), "{held:?}");
+    let not_found = fleet.set_ports("gone", &[]).await.unwrap_err();
+    assert!(!fleet.is_port_in_use(&not_found) && not_found.is_not_found());
+    let v6 = LocalFleet::new(fake.endpoint())
+        .unwrap()
+        .with_publish_host("[::1]");
+    assert_eq!(
+        v6.port_address(&machine, 8000).unwrap().url,
+        "http://[::1]:47801"
+    );
+    assert_request_snapshot!("local", "local_set_ports", fake.take_requests());
+}
+
 #[tokio::test]
 async fn branchable_is_asked_for_at_start_and_branch_names_the_child() {
     let (fake, fleet) = fleet().await;

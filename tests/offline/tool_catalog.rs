@@ -37,6 +37,7 @@ async fn local_only_catalog() {
             "write-file",
             "branch-machine",
             "machine-logs",
+            "publish-port",
             "pull-image"
         ]
     );

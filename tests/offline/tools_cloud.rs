@@ -136,6 +136,53 @@ async fn the_worked_flow_on_cloud() {
     assert!(cloud.with(|st| st.machines.is_empty()));
 }
 
+/// On cloud the service places the outside side: only the guest port is sent, a host port is
+/// refused before anything is sent, and the answer is the ingress address with what opening
+/// it takes (the account's key, never the key itself).
+#[tokio::test]
+async fn a_cloud_port_is_published_at_the_machines_ingress() {
+    let (cloud, h) = setup().await;
+    let id = cloud.add_machine("web", "started");
+    let err = h
+        .err(
+            "publish-port",
+            json!({"name": "web", "port": 8000, "hostPort": 8000}),
+        )
+        .await;
+    assert!(err.starts_with("INVALID_ARGUMENT: hostPort:"), "{err}");
+    cloud.take_requests();
+    let published = h
+        .ok(
+            "publish-port",
+            json!({"name": "web", "port": 8000, "waitSecs": 0}),
+        )
+        .await;
+    assert_eq!(published["url"], "https://web-7f3a.apps.smol.test");
+    let note = published["note"].as_str().unwrap();
+    assert!(note.contains("Authorization: Bearer"), "{note}");
+    assert!(!published.to_string().contains(TOKEN));
+    let puts: Vec<_> = cloud
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["method"] == "PUT")
+        .collect();
+    assert_eq!(puts.len(), 1);
+    assert_eq!(puts[0]["path"], format!("/v1/machines/{id}/ports"));
+    assert_eq!(puts[0]["body"], json!({"ports": [{"port": 8000}]}));
+    let second = h
+        .ok(
+            "publish-port",
+            json!({"name": "web", "port": 9000, "waitSecs": 0}),
+        )
+        .await;
+    assert_eq!(
+        second["url"],
+        format!("{}/v1/machines/{id}/connect/9000", cloud.url())
+    );
+    let record = h.ok("get-machine", json!({"name": "web"})).await;
+    assert_eq!(record["ports"].as_array().unwrap().len(), 2, "{record}");
+}
+
 #[tokio::test]
 async fn cloud_refusals_come_before_any_request() {
     let (cloud, h) = setup().await;

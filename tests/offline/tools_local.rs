@@ -1330,3 +1330,215 @@ async fn an_image_is_read_as_an_image_the_model_sees() {
         "{err}"
     );
 }
+
+/// A port free on this host now (bound, then let go).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The bodies of the `PUT .../ports` requests among `requests`.
+fn port_sets(requests: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    requests
+        .iter()
+        .filter(|r| r["method"] == "PUT" && r["path"].as_str().unwrap().ends_with("/ports"))
+        .map(|r| r["body"]["ports"].clone())
+        .collect()
+}
+
+/// publish-port against the fake serve whose guest shell runs commands on this host, so the
+/// "guest's" sockets are this process's: a listener on every address is reachable, one on
+/// loopback only is not, and the published port's URL names the host port the server chose.
+#[tokio::test]
+async fn a_port_is_published_once_something_listens_and_keeps_the_machines_other_ports() {
+    let fake = FakeServe::start_guest_shell().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    fake.add_machine("web", "running");
+    let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let guest = service.local_addr().unwrap().port();
+    let published = h
+        .ok("publish-port", json!({"name": "web", "port": guest}))
+        .await;
+    assert_eq!(published["listening"], true, "{published}");
+    let host = published["hostPort"].as_u64().unwrap();
+    assert_ne!(host, u64::from(guest), "a free host port was chosen");
+    assert_eq!(published["url"], format!("http://127.0.0.1:{host}"));
+    assert_eq!(published["port"], guest);
+    assert_eq!(published["startedMachine"], false);
+    assert!(published.get("note").is_none(), "{published}");
+    let record = h.ok("get-machine", json!({"name": "web"})).await;
+    assert_eq!(record["ports"], json!([{"guest": guest, "host": host}]));
+    assert_eq!(
+        port_sets(&fake.take_requests()),
+        [json!([{"guest": guest, "host": host}])]
+    );
+
+    // Asked again, it answers again without changing anything.
+    let again = h
+        .ok("publish-port", json!({"name": "web", "port": guest}))
+        .await;
+    assert_eq!(again["url"], published["url"]);
+    assert!(port_sets(&fake.take_requests()).is_empty());
+
+    // A service on the guest's loopback only: published, but the answer says to rebind it.
+    let inner = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let inner_port = inner.local_addr().unwrap().port();
+    let second = h
+        .ok(
+            "publish-port",
+            json!({"name": "web", "port": inner_port, "waitSecs": 1}),
+        )
+        .await;
+    assert_eq!(second["listening"], false, "{second}");
+    let note = second["note"].as_str().unwrap();
+    assert!(
+        note.contains("loopback only") && note.contains("0.0.0.0"),
+        "{note}"
+    );
+    let sets = port_sets(&fake.take_requests());
+    let sent = sets.last().unwrap().as_array().unwrap();
+    assert_eq!(sent.len(), 2, "the first port is kept: {sent:?}");
+    assert_eq!(sent[0], json!({"guest": guest, "host": host}));
+
+    // Nothing listening at all, within a second.
+    let idle = free_port();
+    let third = h
+        .ok(
+            "publish-port",
+            json!({"name": "web", "port": idle, "waitSecs": 1}),
+        )
+        .await;
+    assert_eq!(third["listening"], false);
+    assert!(
+        third["note"]
+            .as_str()
+            .unwrap()
+            .contains("nothing listened on port"),
+        "{third}"
+    );
+
+    // A host port another machine holds, asked for: refused, naming the argument.
+    fake.add_machine("other", "running");
+    let err = h
+        .err(
+            "publish-port",
+            json!({"name": "other", "port": 80, "hostPort": host, "waitSecs": 0}),
+        )
+        .await;
+    assert!(
+        err.starts_with(&format!("CONFLICT: hostPort: {host} is held")),
+        "{err}"
+    );
+    // Gone with its machine: the port is free for another.
+    h.ok("delete-machine", json!({"name": "web"})).await;
+    let moved = h
+        .ok(
+            "publish-port",
+            json!({"name": "other", "port": 80, "hostPort": host, "waitSecs": 0}),
+        )
+        .await;
+    assert_eq!(moved["hostPort"], host);
+    drop(service);
+}
+
+/// The operator's publishPorts bounds the host ports, chosen or asked for; a machine holds at
+/// most 16; a stopped machine is started first and the answer says so.
+#[tokio::test]
+async fn published_ports_stay_within_the_operators_range_and_the_per_machine_bound() {
+    // Two ports in a row that are free now.
+    let first = loop {
+        let p = free_port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            break p;
+        }
+    };
+    let range = format!("{first}-{}", first + 1);
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_PUBLISH_PORTS", range.as_str()),
+    ])
+    .await;
+    for name in ["a", "b", "c"] {
+        fake.add_machine(name, "running");
+    }
+    let err = h
+        .err(
+            "publish-port",
+            json!({"name": "a", "port": 80, "hostPort": 1024}),
+        )
+        .await;
+    assert_eq!(
+        err,
+        format!(
+            "INVALID_ARGUMENT: hostPort: 1024 is outside the host ports this server may publish \
+             ({range}, the operator's publishPorts): give one within it, or leave hostPort out \
+             to have a free one chosen"
+        )
+    );
+    let mut placed = Vec::new();
+    for name in ["a", "b"] {
+        let answer = h
+            .ok(
+                "publish-port",
+                json!({"name": name, "port": 80, "waitSecs": 0}),
+            )
+            .await;
+        placed.push(answer["hostPort"].as_u64().unwrap());
+    }
+    placed.sort_unstable();
+    assert_eq!(placed, [u64::from(first), u64::from(first) + 1]);
+    let err = h
+        .err(
+            "publish-port",
+            json!({"name": "c", "port": 80, "waitSecs": 0}),
+        )
+        .await;
+    assert!(
+        err.starts_with(&format!(
+            "LIMIT_REACHED: port: no host port in the operator's publishPorts ({range}) was free"
+        )),
+        "{err}"
+    );
+
+    let (fake, h) = setup().await;
+    fake.add_machine("many", "running");
+    for port in 1..=16 {
+        h.ok(
+            "publish-port",
+            json!({"name": "many", "port": 9000 + port, "waitSecs": 0}),
+        )
+        .await;
+    }
+    let err = h
+        .err(
+            "publish-port",
+            json!({"name": "many", "port": 9100, "waitSecs": 0}),
+        )
+        .await;
+    assert!(
+        err.starts_with("LIMIT_REACHED: port: many already publishes 16 ports"),
+        "{err}"
+    );
+    fake.add_machine("sleepy", "stopped");
+    let started = h
+        .ok(
+            "publish-port",
+            json!({"name": "sleepy", "port": 80, "waitSecs": 0}),
+        )
+        .await;
+    assert_eq!(started["startedMachine"], true, "{started}");
+    let err = h
+        .err(
+            "publish-port",
+            json!({"name": "nobody", "port": 80, "waitSecs": 0}),
+        )
+        .await;
+    assert!(err.starts_with("NOT_FOUND"), "{err}");
+    let err = h
+        .err("publish-port", json!({"name": "many", "port": 0}))
+        .await;
+    assert!(err.starts_with("INVALID_ARGUMENT: port"), "{err}");
+}

@@ -608,6 +608,22 @@ tool_arguments! {
 }
 
 tool_arguments! {
+    pub struct PublishArgs {
+        /// A machine; a stopped one is started.
+        pub name: MachineRef,
+        /// Guest TCP port the service listens on (bind 0.0.0.0, not 127.0.0.1).
+        #[schemars(range(min = 1, max = 65535))]
+        pub port: u32,
+        /// {local:Host port to use; omitted, a free one is chosen.}{cloud:Refused: the cloud picks.}
+        #[schemars(range(min = 1, max = 65535))]
+        pub host_port: Option<u32>,
+        /// Seconds to wait for a listener in the guest (default 30; 0: none).
+        #[schemars(range(min = 0, max = 600))]
+        pub wait_secs: Option<u32>,
+    }
+}
+
+tool_arguments! {
     pub struct PullArgs {
         /// A running machine.
         pub name: MachineRef,
@@ -656,7 +672,8 @@ names_a_machine!(
     ReadFileArgs,
     WriteFileArgs,
     LogsArgs,
-    PullArgs
+    PullArgs,
+    PublishArgs
 );
 
 impl CallArgs for CreateArgs {

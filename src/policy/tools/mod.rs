@@ -19,6 +19,7 @@ pub mod grammar;
 mod jobs;
 mod lifecycle;
 mod logs;
+mod ports;
 mod provisional;
 pub mod results;
 pub mod schema;
@@ -179,6 +180,11 @@ run_table! {
         args: args::LogsArgs,
         result: results::Logs,
         run: logs::machine_logs,
+    }
+    PublishPort {
+        args: args::PublishArgs,
+        result: results::PortPublished,
+        run: ports::publish_port,
     }
     PullImage {
         args: args::PullArgs,

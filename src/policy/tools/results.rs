@@ -42,6 +42,7 @@ macro_rules! replies_without_a_page {
 }
 
 replies_without_a_page!(
+    PortPublished,
     MachineList,
     Created,
     Started,
@@ -327,6 +328,22 @@ pub struct FileWritten {
     pub path: String,
     /// Bytes written.
     pub size: u64,
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortPublished {
+    /// Where the user opens the service.
+    pub url: String,
+    pub port: u16,
+    /// The outside port, when the fleet gives one.
+    pub host_port: Option<u16>,
+    /// Something in the guest accepts on port from outside.
+    pub listening: bool,
+    /// What opening it takes, or why nothing answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     pub started_machine: bool,
 }
 

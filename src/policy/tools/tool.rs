@@ -203,6 +203,15 @@ tool_list! {
              and agent log. }{cloud:On cloud it is the control plane's event log: what \
              happened to the machine. }Not command output (run-command, job-output).",
     }
+    PublishPort => "publish-port" {
+        title: "Publish a port",
+        hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
+        changes_machines: true,
+        description: "Open a service in a machine to the user: publish its guest TCP port, wait \
+             until something listens there, and answer the url to open (HTTP and WebSocket \
+             pass). The port stays published until the machine is deleted; get-machine lists \
+             them.{local: Reachable from this host only, unless the operator says otherwise.}",
+    }
     PullImage => "pull-image" {
         title: "Pull an image",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
