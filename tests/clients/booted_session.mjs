@@ -26,6 +26,13 @@ const HELLO_TEXT = "hello from the session: grüße, ✓\n";
 // A whole 1x1 red PNG, which a command in the guest writes and read-file answers as an image.
 const PNG_PATH = "/tmp/dot.png";
 const PNG_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC";
+// A service in the guest (busybox nc, one answer a connection, on every address), published
+// and opened from this host through the URL publish-port answers.
+const SERVICE_PORT = 8000;
+const SERVICE_BODY = "hello from the guest\n";
+const SERVICE_COMMAND =
+  "nohup sh -c 'while true; do printf \"HTTP/1.0 200 OK\\r\\n\\r\\nhello from the guest\\n\" " +
+  "| nc -l -p 8000; done' >/dev/null 2>&1 </dev/null &";
 
 const plan = JSON.parse(process.argv[2] ?? readFileSync(0, "utf8"));
 const isHttp = (plan.transport ?? (plan.url ? "http" : "stdio")) === "http";
@@ -287,6 +294,36 @@ await step("branch", async (r) => {
   expect(r, result.ready === true, "the child is not ready");
   expect(r, result.ephemeral === true, "the child is not ephemeral");
   expect(r, read.stdout === HELLO_TEXT, "the child does not have the source's file");
+});
+
+await step("publish", async (r) => {
+  const machine = need(s.machine, "machine");
+  await ok("run-command", { name: machine, command: SERVICE_COMMAND });
+  const published = await ok("publish-port", { name: machine, port: SERVICE_PORT, waitSecs: 60 });
+  const url = published.url;
+  Object.assign(r, { url, hostPort: published.hostPort, listening: published.listening, note: published.note });
+  expect(r, published.listening === true, "publish-port saw nothing listening");
+  expect(r, Boolean(url), "publish-port answered no url");
+  let body = null;
+  // The guest's nc serves one connection at a time: one refused between two is retried.
+  for (let attempt = 0; url && body === null && attempt < 5; attempt++) {
+    try {
+      const response = await fetch(url, { signal: AbortSignal.timeout(30_000) });
+      body = await response.text();
+    } catch (error) {
+      (r.fetchErrors ??= []).push(`${error?.message ?? error}${error?.cause ? ` (${error.cause.message})` : ""}`);
+      await new Promise((done) => setTimeout(done, 1000));
+    }
+  }
+  r.body = body;
+  expect(r, body === SERVICE_BODY, "the url did not answer the guest's service");
+  const record = await ok("get-machine", { name: machine });
+  r.ports = record.ports;
+  expect(
+    r,
+    (record.ports ?? []).some((p) => p.guest === SERVICE_PORT && p.host === published.hostPort),
+    "get-machine does not list the published port",
+  );
 });
 
 await step("runOnce", async (r) => {

@@ -18,7 +18,8 @@ The session, in order: initialize and tools/list; create-machine with no image a
 (ephemeral, branchable); run-command with a progress callback; a background job read by cursor
 to its end; write-file and read-file, and an image a command wrote read as an image block; machine-logs by tail then by cursor (and the same with
 source "engine" when the tool lists that argument); branch-machine into an mcp- child and a read
-there; run-once with no image, then list-machines; the end of the session
+there; a service started in the guest, published with publish-port and fetched from this host
+through its url; run-once with no image, then list-machines; the end of the session
 (leaving the client), then the engine's own machine list: the session's machines still there,
 and strays (machines with the prefix that appeared during the session, unnamed by any result).
 A failed step is recorded and the next one still runs.
@@ -49,6 +50,14 @@ HELLO_TEXT = "hello from the session: grüße, ✓\n"
 # A whole 1x1 red PNG, which a command in the guest writes and read-file answers as an image.
 PNG_PATH = "/tmp/dot.png"
 PNG_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC"
+# A service in the guest (busybox nc, one answer a connection, on every address), published
+# and opened from this host through the URL publish-port answers.
+SERVICE_PORT = 8000
+SERVICE_BODY = "hello from the guest\n"
+SERVICE_COMMAND = (
+    "nohup sh -c 'while true; do printf \"HTTP/1.0 200 OK\\r\\n\\r\\nhello from the guest\\n\" "
+    "| nc -l -p 8000; done' >/dev/null 2>&1 </dev/null &"
+)
 
 
 def text_of(result: Any) -> str:
@@ -67,6 +76,11 @@ def structured(name: str, result: Any) -> dict[str, Any]:
     if result.is_error:
         raise ToolError(f"{name} answered isError: {text_of(result)}")
     return result.structured_content or {}
+
+
+def fetch_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode()
 
 
 def engine_machines(engine: str) -> list[str]:
@@ -280,6 +294,36 @@ class Session:
         self.expect(r, result.get("ephemeral") is True, "the child is not ephemeral")
         self.expect(r, read.get("stdout") == HELLO_TEXT, "the child does not have the source's file")
 
+    # 7b
+    async def publish(self, r: dict[str, Any]) -> None:
+        machine = self.need(self.machine, "machine")
+        await self.ok("run-command", {"name": machine, "command": SERVICE_COMMAND})
+        published = await self.ok("publish-port", {"name": machine, "port": SERVICE_PORT, "waitSecs": 60})
+        url = published.get("url")
+        r.update(
+            url=url, hostPort=published.get("hostPort"), listening=published.get("listening"), note=published.get("note")
+        )
+        self.expect(r, published.get("listening") is True, "publish-port saw nothing listening")
+        self.expect(r, bool(url), "publish-port answered no url")
+        body, attempts = None, 0
+        # The guest's nc serves one connection at a time: one refused between two is retried.
+        while url and body is None and attempts < 5:
+            attempts += 1
+            try:
+                body = await asyncio.to_thread(fetch_text, url)
+            except Exception as error:
+                r.setdefault("fetchErrors", []).append(f"{type(error).__name__}: {error}")
+                await asyncio.sleep(1)
+        r["body"] = body
+        self.expect(r, body == SERVICE_BODY, "the url did not answer the guest's service")
+        record = await self.ok("get-machine", {"name": machine})
+        r["ports"] = record.get("ports")
+        self.expect(
+            r,
+            {"guest": SERVICE_PORT, "host": published.get("hostPort")} in (record.get("ports") or []),
+            "get-machine does not list the published port",
+        )
+
     # 8
     async def run_once(self, r: dict[str, Any]) -> None:
         began = time.monotonic()
@@ -348,6 +392,7 @@ async def main() -> None:
     await session.step("files", session.files)
     await session.step("logs", session.logs)
     await session.step("branch", session.branch)
+    await session.step("publish", session.publish)
     await session.step("runOnce", session.run_once)
 
     async def end(r: dict[str, Any]) -> None:

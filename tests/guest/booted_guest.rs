@@ -682,6 +682,168 @@ async fn a_branch_copies_disk_and_processes_and_the_session_end_deletes_both() {
     );
 }
 
+/// One WebSocket session (RFC 6455) as `nc -lk -e` runs it, stdin and stdout the connection:
+/// the handshake answered with the accept computed from the client's key, a text frame
+/// "hello", then the client's first frame (10 bytes: "ping", masked) kept for the test.
+const WEBSOCKET_SERVICE: &str = r#"#!/bin/sh
+key=
+while IFS= read -r line; do
+  line=$(printf '%s' "$line" | tr -d '\r')
+  [ -z "$line" ] && break
+  case "$line" in
+    [Ss]ec-[Ww]eb[Ss]ocket-[Kk]ey:*) key=$(printf '%s' "${line#*:}" | tr -d ' ') ;;
+  esac
+done
+accept=$(printf '%s258EAFA5-E914-47DA-95CA-C5AB0DC85B11' "$key" | sha1sum | cut -d' ' -f1 | sed 's/../\\x&/g')
+accept=$(printf "$accept" | base64)
+printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n' "$accept"
+printf '\201\005hello'
+head -c 10 > /tmp/ws-received
+"#;
+
+/// The opening of a WebSocket from this host through `port`, as a browser's would be: the
+/// upgrade with a fresh key, the server's accept checked against it, a text frame read, and a
+/// masked one sent. Answers the first frame's payload.
+async fn open_websocket(port: u16) -> Result<String, String> {
+    use base64::Engine as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.encode(rand::random::<[u8; 16]>());
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let upgrade = format!(
+        "GET /socket HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    stream
+        .write_all(upgrade.as_bytes())
+        .await
+        .map_err(|e| format!("upgrade: {e}"))?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let read = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut byte))
+            .await
+            .map_err(|_| format!("no answer to the upgrade within 20 s: {head:?}"))?
+            .map_err(|e| format!("read: {e}"))?;
+        if read == 0 {
+            return Err(format!(
+                "closed during the handshake: {:?}",
+                String::from_utf8_lossy(&head)
+            ));
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let digest = ring::digest::digest(
+        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes(),
+    );
+    let accept = b64.encode(digest.as_ref());
+    if !head.starts_with("HTTP/1.1 101")
+        || !head.contains(&format!("Sec-WebSocket-Accept: {accept}\r\n"))
+    {
+        return Err(format!("not the upgrade for key {key}: {head:?}"));
+    }
+    let mut frame = [0u8; 7];
+    tokio::time::timeout(Duration::from_secs(20), stream.read_exact(&mut frame))
+        .await
+        .map_err(|_| "no frame within 20 s".to_owned())?
+        .map_err(|e| format!("frame: {e}"))?;
+    if frame[..2] != [0x81, 0x05] {
+        return Err(format!("not a 5-byte text frame: {frame:?}"));
+    }
+    let mask: [u8; 4] = rand::random();
+    let mut ping = vec![0x81, 0x84];
+    ping.extend_from_slice(&mask);
+    ping.extend(b"ping".iter().zip(mask.iter().cycle()).map(|(b, m)| b ^ m));
+    stream
+        .write_all(&ping)
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    Ok(String::from_utf8_lossy(&frame[2..]).into_owned())
+}
+
+/// publish-port on the real guest: a WebSocket service started in the machine is found
+/// listening, opened from this host through the URL the tool answers (the handshake, a frame
+/// each way), listed by get-machine, and gone with the machine. Plain HTTP through a published
+/// port is each client session's `publish` step.
+#[tokio::test]
+async fn a_published_port_carries_a_websocket_from_this_host() {
+    use base64::Engine as _;
+    let _one_at_a_time = serial().await;
+    let port = nested().publish_ports[1];
+    let range = format!("{port}-{port}");
+    let h = harness(&[("SMOL_MCP_PUBLISH_PORTS", range.as_str())]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    h.ok(
+        "write-file",
+        json!({"name": name, "path": "/tmp/ws.sh", "content": WEBSOCKET_SERVICE}),
+    )
+    .await;
+    // Nothing listens yet: published all the same, and said so.
+    let early = h
+        .ok(
+            "publish-port",
+            json!({"name": name, "port": 8001, "waitSecs": 2}),
+        )
+        .await;
+    assert_eq!(early["listening"], false, "{early}");
+    assert_eq!(early["hostPort"], port, "{early}");
+    assert_eq!(early["url"], format!("http://127.0.0.1:{port}"));
+    h.ok(
+        "run-command",
+        json!({"name": name, "command": "chmod +x /tmp/ws.sh; nohup nc -lk -p 8001 -e /tmp/ws.sh >/dev/null 2>&1 </dev/null &"}),
+    )
+    .await;
+    let published = h
+        .ok(
+            "publish-port",
+            json!({"name": name, "port": 8001, "waitSecs": 60}),
+        )
+        .await;
+    assert_eq!(published["listening"], true, "{published}");
+    assert_eq!(
+        published["url"], early["url"],
+        "the same port, answered again"
+    );
+    let hello = open_websocket(port).await;
+    assert_eq!(hello.as_deref(), Ok("hello"), "{hello:?}");
+    let mut received = Vec::new();
+    for _ in 0..20 {
+        let (page, content) = h
+            .read(json!({"name": name, "path": "/tmp/ws-received", "encoding": "base64"}))
+            .await;
+        received = base64::engine::general_purpose::STANDARD
+            .decode(content)
+            .unwrap();
+        if page["size"] == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(received.len(), 10, "{received:?}");
+    assert_eq!(
+        received[..2],
+        [0x81, 0x84],
+        "a masked text frame of 4 bytes"
+    );
+    let unmasked: Vec<u8> = received[6..]
+        .iter()
+        .zip(received[2..6].iter().cycle())
+        .map(|(b, m)| b ^ m)
+        .collect();
+    assert_eq!(unmasked, b"ping");
+    let record = h.ok("get-machine", json!({"name": name})).await;
+    assert_eq!(record["ports"], json!([{"guest": 8001, "host": port}]));
+    h.ok("delete-machine", json!({"name": name})).await;
+    let after = open_websocket(port).await;
+    assert!(after.is_err(), "the port went with its machine: {after:?}");
+    cleanup(&h).await;
+}
+
 /// A cancelled run-command's command, and what it started, is killed in the guest.
 #[tokio::test]
 async fn a_cancelled_command_is_killed_in_the_guest() {
@@ -804,9 +966,12 @@ async fn client_session(program: &str, script: &str, transport: &str) {
     let _one_at_a_time = serial().await;
     let rt = tempfile::tempdir().unwrap();
     let url = nested().url;
+    let publish_port = nested().publish_ports[1];
+    let range = format!("{publish_port}-{publish_port}");
     // Small machines: the nested engine's guests share its 8 GiB, and a session holds three.
     let vars = [
         ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_PUBLISH_PORTS", range.as_str()),
         ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
         ("SMOL_MCP_MACHINE_LEASE_SECS", "20"),
         ("SMOL_MCP_CPUS", "1"),
@@ -866,6 +1031,7 @@ async fn client_session(program: &str, script: &str, transport: &str) {
         "files",
         "logs",
         "branch",
+        "publish",
         "runOnce",
         "end",
     ] {
@@ -887,6 +1053,19 @@ async fn client_session(program: &str, script: &str, transport: &str) {
         json!({"encoding": "image", "types": ["image/png"]}),
         "{}",
         steps["files"]
+    );
+    // The guest's service, fetched from this host through the URL publish-port answered.
+    assert_eq!(
+        (
+            steps["publish"]["body"].clone(),
+            steps["publish"]["url"].clone()
+        ),
+        (
+            json!("hello from the guest\n"),
+            json!(format!("http://127.0.0.1:{publish_port}"))
+        ),
+        "{}",
+        steps["publish"]
     );
     assert_eq!(steps["end"]["remaining"], json!([]), "{}", steps["end"]);
     assert_eq!(report["ok"], true, "{report}");
