@@ -4,6 +4,7 @@
 use crate::fleet::error::{ErrorKind, FleetError, FleetResult};
 use crate::fleet::file_stream::FileStream;
 use crate::fleet::model::*;
+use crate::fleet::terminal::{TerminalLink, TerminalSpec};
 use std::collections::BTreeMap;
 
 // The defaults of what only some fleets do. The layers above ask `Capabilities` first, so a
@@ -54,6 +55,8 @@ pub enum Feature {
     LogSources,
     /// Pulling an image into a running machine's store.
     ImagePull,
+    /// A program behind a PTY, driven by input and read as output (`open_terminal`).
+    Terminal,
 }
 
 /// When a machine becomes branchable (a branch source).
@@ -301,6 +304,15 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// Where the user opens `machine`'s published `guest` port, from its record; `None` while
     /// the fleet has not placed it.
     fn port_address(&self, machine: &Machine, guest: u16) -> Option<PortAddress>;
+
+    /// Runs `spec.argv` in a running machine behind a PTY, for as long as the link is held.
+    async fn open_terminal(
+        &self,
+        _machine: &str,
+        _spec: &TerminalSpec,
+    ) -> FleetResult<TerminalLink> {
+        Err(lacking(Feature::Terminal, "terminal"))
+    }
 
     /// Pulls an image into a running machine's cache. Only the local engine has such a cache.
     async fn pull_image(&self, _machine: &str, _image: &str) -> FleetResult<PulledImage> {

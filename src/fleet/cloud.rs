@@ -99,6 +99,12 @@ pub static CAPABILITIES: Capabilities = Capabilities {
             Feature::ImagePull,
             "pull-image is local only: the cloud control plane pulls the image itself at create",
         ),
+        (
+            Feature::Terminal,
+            "a terminal is local only: the cloud lists an interactive exec in its generated spec, \
+             but this server has not verified it against the service. Use the local fleet, or \
+             run-command with stdin for a program that reads its input",
+        ),
     ],
     needs_image: Some(
         "is required on the cloud fleet (only the local engine boots a machine without one, \

@@ -961,6 +961,19 @@ impl FleetApi for LocalFleet {
         })
     }
 
+    async fn open_terminal(
+        &self,
+        name: &str,
+        spec: &super::terminal::TerminalSpec,
+    ) -> FleetResult<super::terminal::TerminalLink> {
+        within(
+            &format!("open a terminal in {name}"),
+            DEFAULT,
+            super::terminal::open_local(&self.endpoint, name, spec),
+        )
+        .await
+    }
+
     async fn egress_denials(&self, name: &str, limit: u32) -> FleetResult<Vec<EgressDenial>> {
         let ctx = format!("egress events of {name}");
         let request = self

@@ -13,6 +13,7 @@ mod hooks;
 pub mod internal;
 pub mod local;
 pub mod model;
+pub mod terminal;
 pub mod transport;
 pub mod upstream;
 

@@ -1,10 +1,12 @@
 //! What a tool call does, whichever protocol asked for it: the tool table and its handlers
 //! (`tools`), commands left running in a machine (`jobs`), the record of every command run
 //! (`ledger`), and what they share: the error a call answers with (`error`), the shaping of
-//! output (`output`), the progress a call reports (`progress`), paused downloads (`reads`).
+//! output (`output`), the progress a call reports (`progress`), paused downloads (`reads`),
+//! terminals agents drive (`terminals`).
 //! `operations` ties each upstream operation to the tools that use it.
 //!
-//! Within the floor the order is `error`, `output`, `progress`, `reads`, `cost` < `ledger` <
+//! Within the floor the order is `error`, `output`, `progress`, `reads`, `cost`, `terminals` <
+//! `ledger` <
 //! `idempotency`, `jobs` <
 //! [`Policy`] (this file) < `tools` < `operations`.
 
@@ -18,6 +20,7 @@ pub mod operations;
 pub mod output;
 pub mod progress;
 pub mod reads;
+pub mod terminals;
 pub mod tools;
 
 use crate::process::config::Config;
@@ -42,6 +45,8 @@ pub struct Policy {
     pub questions: consent::Questions,
     /// Keyed calls running in this process (`idempotency`).
     pub keys: Arc<idempotency::Keys>,
+    /// Programs behind a PTY that agents drive (the terminal tool).
+    pub terminals: terminals::Terminals,
 }
 
 impl Policy {
@@ -56,6 +61,7 @@ impl Policy {
             reads: reads::ParkedReads::new(config.max_parked_reads),
             questions: consent::Questions::default(),
             keys: Arc::default(),
+            terminals: terminals::Terminals::default(),
             process,
         }
     }
@@ -74,6 +80,7 @@ impl Policy {
     /// At the exit of a single-session process: the ledger written out, the session's
     /// machines deleted, the serve stopped if this process started it.
     pub async fn shutdown(&self, session: &str) -> Cleanup {
+        self.terminals.close_session(session);
         self.ledger.flush().await;
         let cleanup = self.process.shutdown(session).await;
         self.jobs.machines_deleted(&cleanup.deleted, &self.ledger);
@@ -83,6 +90,7 @@ impl Policy {
 
     /// At the exit of a process that served several sessions: every machine it recorded.
     pub async fn shutdown_process(&self) -> Cleanup {
+        self.terminals.close_all();
         self.ledger.flush().await;
         let cleanup = self.process.shutdown_process().await;
         self.jobs.machines_deleted(&cleanup.deleted, &self.ledger);

@@ -57,6 +57,7 @@ pub fn classify_local(op: smolvm::Operation) -> Use {
             Tool::StartMachine,
             Tool::RunCommand,
             Tool::PublishPort,
+            Tool::Terminal,
         ]),
         BranchMachine => Tools(&[Tool::BranchMachine]),
         PublishCacheDisk => Omitted,

@@ -22,6 +22,10 @@ pub type ExecHook = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
 #[derive(Default)]
 pub struct FakeState {
     pub requests: Vec<Value>,
+    /// What happened on the interactive exec's sockets, in order: `open <machine> <argv...>
+    /// <cols>x<rows>`, `resize <cols>x<rows>`, `exit <code>`, `closed <machine>` (the client
+    /// went away, which ends the program as the engine's close does).
+    pub terminal_log: Vec<String>,
     pub machines: BTreeMap<String, Value>,
     pub files: BTreeMap<(String, String), Vec<u8>>,
     /// Files generated as they are sent (`a` to `z` repeated), of this many bytes: large
@@ -542,6 +546,9 @@ pub fn bounded(method: &Method, path: &str) -> bool {
 /// Every request, bounded as the engine bounds it (see [`bounded`]): past the deadline a
 /// bounded route answers 408 with an empty body.
 async fn handle(state: State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
+    if request.method() == Method::GET && request.uri().path().ends_with("/exec/interactive") {
+        return interactive(state, request).await;
+    }
     let bounded = bounded(request.method(), request.uri().path());
     let deadline = state
         .lock()
@@ -555,6 +562,133 @@ async fn handle(state: State<Arc<Mutex<FakeState>>>, request: Request) -> Respon
         Ok(response) => response,
         Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
     }
+}
+
+/// The engine's interactive exec (a WebSocket, 1.32.2 `serve --help`; frames as seen on the
+/// nested engine: binary output and input, a text `resize`, a text `exit` before the close),
+/// answered by a line program rather than a PTY: it prompts `$ `, echoes what is typed, answers
+/// a line with `you said: <line>`, a resize with its size in colour, ctrl-c with `^C`, and
+/// `exit N` with the exit frame. An unknown machine is the engine's 404, a stopped one its 409.
+async fn interactive(State(state): State<Arc<Mutex<FakeState>>>, request: Request) -> Response {
+    use axum::extract::FromRequest;
+    use axum::extract::ws::WebSocketUpgrade;
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let name = path
+        .trim_start_matches("/api/v1/machines/")
+        .trim_end_matches("/exec/interactive")
+        .to_owned();
+    let pairs: Vec<(String, String)> = reqwest::Url::parse(&format!("http://fake/?{query}"))
+        .unwrap()
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let mut argv = vec![get("cmd").unwrap_or_else(|| "/bin/sh".into())];
+    argv.extend(
+        pairs
+            .iter()
+            .filter(|(k, _)| k == "arg")
+            .map(|(_, v)| v.clone()),
+    );
+    let size = format!(
+        "{}x{}",
+        get("cols").unwrap_or_else(|| "80".into()),
+        get("rows").unwrap_or_else(|| "24".into())
+    );
+    {
+        let mut st = state.lock().unwrap();
+        st.requests
+            .push(json!({"method": "GET", "path": path, "query": query, "body": null}));
+        let Some(machine) = st.machines.get(&name) else {
+            return api_error(
+                StatusCode::NOT_FOUND,
+                "NOT_FOUND",
+                format!("machine '{name}' not found"),
+            );
+        };
+        if machine["state"] != "running" {
+            return api_error(
+                StatusCode::CONFLICT,
+                "CONFLICT",
+                format!("machine '{name}' is not running"),
+            );
+        }
+        st.terminal_log
+            .push(format!("open {name} {} {size}", argv.join(" ")));
+    }
+    match WebSocketUpgrade::from_request(request, &()).await {
+        Ok(upgrade) => upgrade.on_upgrade(move |socket| line_program(socket, state, name)),
+        Err(rejection) => rejection.into_response(),
+    }
+}
+
+async fn line_program(
+    mut socket: axum::extract::ws::WebSocket,
+    state: Arc<Mutex<FakeState>>,
+    name: String,
+) {
+    use axum::extract::ws::Message;
+    let log = |entry: String| state.lock().unwrap().terminal_log.push(entry);
+    let out = |text: &str| Message::Binary(Bytes::copy_from_slice(text.as_bytes()));
+    if socket.send(out("$ ")).await.is_err() {
+        return;
+    }
+    let mut line: Vec<u8> = Vec::new();
+    while let Some(Ok(message)) = socket.recv().await {
+        match message {
+            Message::Binary(bytes) => {
+                for byte in bytes.iter().copied() {
+                    let reply = match byte {
+                        b'\r' | b'\n' => {
+                            let text = String::from_utf8_lossy(&line).into_owned();
+                            line.clear();
+                            if let Some(code) = text.strip_prefix("exit ") {
+                                let code: i64 = code.trim().parse().unwrap_or(1);
+                                log(format!("exit {code}"));
+                                let exit = json!({"type": "exit", "code": code}).to_string();
+                                let _ = socket.send(out("\r\n")).await;
+                                let _ = socket.send(Message::Text(exit.into())).await;
+                                let _ = socket.send(Message::Close(None)).await;
+                                return;
+                            }
+                            format!("\r\nyou said: {text}\r\n$ ")
+                        }
+                        3 => {
+                            line.clear();
+                            "^C\r\n$ ".to_owned()
+                        }
+                        // Echoed as typed, byte for byte (a character may span frames).
+                        _ => {
+                            line.push(byte);
+                            let echo = Message::Binary(Bytes::copy_from_slice(&[byte]));
+                            if socket.send(echo).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    };
+                    if socket.send(out(&reply)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Message::Text(text) => {
+                let resize: Value = serde_json::from_str(text.as_str()).unwrap_or_default();
+                if resize["type"] == "resize" {
+                    let size = format!("{}x{}", resize["cols"], resize["rows"]);
+                    log(format!("resize {size}"));
+                    let shown = format!("\x1b[1;32m[{size}]\x1b[0m\r\n$ ");
+                    if socket.send(out(&shown)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    log(format!("closed {name}"));
 }
 
 /// What `exec/stream` sends for a command: the test's script, or what the plain exec would

@@ -26,6 +26,7 @@ static TINY: Capabilities = Capabilities {
         (Feature::WarmPools, "the tiny fleet keeps no pools"),
         (Feature::LogSources, "the tiny fleet has one log"),
         (Feature::ImagePull, "the tiny fleet pulls nothing by hand"),
+        (Feature::Terminal, "the tiny fleet has no terminals"),
     ],
     needs_image: Some("the tiny fleet boots images only"),
     branchable_at: BranchableAt::Create,
@@ -390,6 +391,11 @@ async fn what_a_third_fleet_lacks_is_refused_in_its_own_words_before_anything_is
             "pull-image",
             json!({"name": "t1", "image": "alpine"}),
             "UNSUPPORTED: pull-image: the tiny fleet pulls nothing by hand",
+        ),
+        (
+            "terminal",
+            json!({"name": "t1"}),
+            "UNSUPPORTED: terminal: the tiny fleet has no terminals",
         ),
         (
             "publish-port",

@@ -38,6 +38,7 @@ async fn local_only_catalog() {
             "branch-machine",
             "machine-logs",
             "publish-port",
+            "terminal",
             "pull-image"
         ]
     );

@@ -1364,7 +1364,6 @@ async fn a_port_is_published_once_something_listens_and_keeps_the_machines_other
     let host = published["hostPort"].as_u64().unwrap();
     assert_ne!(host, u64::from(guest), "a free host port was chosen");
     assert_eq!(published["url"], format!("http://127.0.0.1:{host}"));
-    assert_eq!(published["port"], guest);
     assert_eq!(published["startedMachine"], false);
     assert!(published.get("note").is_none(), "{published}");
     let record = h.ok("get-machine", json!({"name": "web"})).await;
@@ -1541,4 +1540,166 @@ async fn published_ports_stay_within_the_operators_range_and_the_per_machine_bou
         .err("publish-port", json!({"name": "many", "port": 0}))
         .await;
     assert!(err.starts_with("INVALID_ARGUMENT: port"), "{err}");
+}
+
+/// The terminal tool against the fake serve's interactive exec (a line program behind the
+/// engine's WebSocket frames): opened, typed into with text and keys, resized, read again by
+/// cursor, ended by its program's exit; and the refusals, each naming its argument.
+#[tokio::test]
+async fn a_terminal_is_typed_into_read_by_cursor_resized_and_ended() {
+    let (fake, h) = setup().await;
+    fake.add_machine("t", "running");
+    let opened = h.ok("terminal", json!({"name": "t"})).await;
+    let id = opened["terminal"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("t-"), "{opened}");
+    assert_eq!(opened["output"], "$ ");
+    assert_eq!(opened["cursor"], 2);
+    assert_eq!(opened["startedMachine"], false);
+    assert!(opened.get("ended").is_none(), "{opened}");
+    let said = h
+        .ok(
+            "terminal",
+            json!({"name": "t", "terminal": id, "input": "hello wörld", "keys": ["enter"]}),
+        )
+        .await;
+    assert_eq!(said["output"], "hello wörld\nyou said: hello wörld\n$ ");
+    let resized = h
+        .ok(
+            "terminal",
+            json!({"name": "t", "terminal": id, "cols": 100, "rows": 30}),
+        )
+        .await;
+    assert_eq!(resized["output"], "[100x30]\n$ ", "escapes stripped");
+    let raw = h
+        .ok(
+            "terminal",
+            json!({"name": "t", "terminal": id, "cursor": said["cursor"], "raw": true, "waitMs": 0}),
+        )
+        .await;
+    assert_eq!(raw["output"], "\u{1b}[1;32m[100x30]\u{1b}[0m\r\n$ ");
+    let interrupted = h
+        .ok(
+            "terminal",
+            json!({"name": "t", "terminal": id, "input": "abc", "keys": ["ctrl-c"]}),
+        )
+        .await;
+    assert_eq!(interrupted["output"], "abc^C\n$ ");
+    let ended = h
+        .ok(
+            "terminal",
+            json!({"name": "t", "terminal": id, "input": "exit 7", "keys": ["enter"]}),
+        )
+        .await;
+    assert_eq!(ended["ended"], "exited 7", "{ended}");
+    assert_eq!(ended["output"], "exit 7\n");
+    assert_eq!(
+        fake.state.lock().unwrap().terminal_log,
+        ["open t sh 80x24", "resize 100x30", "exit 7"]
+    );
+    for (args, refusal) in [
+        (
+            json!({"name": "t", "terminal": id, "keys": ["hyper"]}),
+            "INVALID_ARGUMENT: keys: \"hyper\" is not a key this server knows: enter,",
+        ),
+        (
+            json!({"name": "t", "close": true}),
+            "INVALID_ARGUMENT: close: names no terminal",
+        ),
+        (
+            json!({"name": "other", "terminal": id}),
+            "NOT_FOUND: terminal:",
+        ),
+        (
+            json!({"name": "t", "terminal": id, "cols": 90}),
+            "INVALID_ARGUMENT: cols: a resize takes both cols and rows",
+        ),
+        (
+            json!({"name": "t", "terminal": id, "command": "top"}),
+            "INVALID_ARGUMENT: command:",
+        ),
+        (json!({"name": "nowhere"}), "NOT_FOUND"),
+    ] {
+        let err = h.err("terminal", args.clone()).await;
+        assert!(err.starts_with(refusal), "{args}: {err}");
+    }
+}
+
+/// Terminals are bounded per machine and per session, end with their machine and their
+/// session, and run what the call names.
+#[tokio::test]
+async fn terminals_are_bounded_and_end_with_their_machine_and_session() {
+    let (fake, h) = setup().await;
+    for name in ["a", "b", "c"] {
+        fake.add_machine(name, "running");
+    }
+    let open = |name: &str| json!({"name": name, "waitMs": 0});
+    let mut in_a = Vec::new();
+    for _ in 0..4 {
+        in_a.push(h.ok("terminal", open("a")).await["terminal"].clone());
+    }
+    let err = h.err("terminal", open("a")).await;
+    assert_eq!(
+        err,
+        "LIMIT_REACHED: terminal: a has 4 terminals open, the most one machine may: close one \
+         (close: true) first"
+    );
+    let closed = h
+        .ok(
+            "terminal",
+            json!({"name": "a", "terminal": in_a[0], "close": true}),
+        )
+        .await;
+    assert_eq!(closed["ended"], "closed: closed by the agent");
+    in_a[0] = h.ok("terminal", open("a")).await["terminal"].clone();
+    let argv = h
+        .ok(
+            "terminal",
+            json!({"name": "b", "command": ["python3", "-i"], "waitMs": 0}),
+        )
+        .await;
+    let shell = h
+        .ok(
+            "terminal",
+            json!({"name": "b", "command": "top -b | head", "cols": 120, "rows": 40, "waitMs": 0}),
+        )
+        .await;
+    h.ok("terminal", open("b")).await;
+    h.ok("terminal", open("c")).await;
+    let err = h.err("terminal", open("c")).await;
+    assert!(
+        err.starts_with("LIMIT_REACHED: terminal: this session has 8 terminals open"),
+        "{err}"
+    );
+    // Deleting a machine ends its terminals.
+    h.ok("delete-machine", json!({"name": "a"})).await;
+    let err = h
+        .err("terminal", json!({"name": "a", "terminal": in_a[1]}))
+        .await;
+    assert!(err.starts_with("NOT_FOUND: terminal:"), "{err}");
+    // The session's end ends the rest.
+    h.protocol.policy.shutdown(&h.session).await;
+    let mut log = Vec::new();
+    for _ in 0..50 {
+        log = fake.state.lock().unwrap().terminal_log.clone();
+        if log.iter().filter(|e| e.starts_with("closed ")).count() == 9 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        log.contains(&"open b python3 -i 80x24".to_owned()),
+        "{log:?}"
+    );
+    assert!(
+        log.contains(&"open b sh -c top -b | head 120x40".to_owned()),
+        "{log:?}"
+    );
+    let closed: Vec<&String> = log.iter().filter(|e| e.starts_with("closed ")).collect();
+    let opened = log.iter().filter(|e| e.starts_with("open ")).count();
+    assert_eq!(
+        (opened, closed.len()),
+        (9, 9),
+        "every program ended: {log:?}"
+    );
+    let _ = (argv, shell);
 }

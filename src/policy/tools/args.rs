@@ -609,17 +609,49 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct PublishArgs {
-        /// A machine; a stopped one is started.
+        /// Machine name.
         pub name: MachineRef,
-        /// Guest TCP port the service listens on (bind 0.0.0.0, not 127.0.0.1).
+        /// Guest TCP port; the service must bind 0.0.0.0.
         #[schemars(range(min = 1, max = 65535))]
         pub port: u32,
-        /// {local:Host port to use; omitted, a free one is chosen.}{cloud:Refused: the cloud picks.}
+        /// {local:Omitted: a free one.}{cloud:Refused: the cloud picks.}
         #[schemars(range(min = 1, max = 65535))]
         pub host_port: Option<u32>,
-        /// Seconds to wait for a listener in the guest (default 30; 0: none).
+        /// Wait for a listener, s (default 30; 0: none).
         #[schemars(range(min = 0, max = 600))]
         pub wait_secs: Option<u32>,
+    }
+}
+
+tool_arguments! {
+    pub struct TerminalArgs {
+        /// Machine name.
+        pub name: MachineRef,
+        /// Omitted: open one.
+        pub terminal: Option<String>,
+        /// Program to open (default sh): argv, or a string for sh -c.
+        pub command: Option<crate::fleet::Command>,
+        /// Typed as is.
+        pub input: Option<String>,
+        /// Then pressed: enter, tab, escape, up, down, left, right, ctrl-c...
+        pub keys: Option<Vec<String>>,
+        /// With rows, resizes an open one.
+        #[schemars(range(min = 10, max = 1000))]
+        pub cols: Option<u32>,
+        /// Screen height.
+        #[schemars(range(min = 2, max = 1000))]
+        pub rows: Option<u32>,
+        /// Read from here (default: after the last read).
+        pub cursor: Option<u64>,
+        /// Most ms to wait for output (default 2000).
+        #[schemars(range(min = 0, max = 60000))]
+        pub wait_ms: Option<u32>,
+        /// Keep escape sequences.
+        #[serde(default)]
+        pub raw: bool,
+        /// End it and its program.
+        #[serde(default)]
+        pub close: bool,
     }
 }
 
@@ -673,7 +705,8 @@ names_a_machine!(
     WriteFileArgs,
     LogsArgs,
     PullArgs,
-    PublishArgs
+    PublishArgs,
+    TerminalArgs
 );
 
 impl CallArgs for CreateArgs {

@@ -556,6 +556,7 @@ pub(super) async fn delete_machine(
     if fleet.capabilities().offers(Feature::Credentials) {
         call.process().credentials.forget_machine(&a.name);
     }
+    call.policy.terminals.close_machine(fleet.kind(), &a.name);
     // Only prefixed names are ever recorded (a cloud id may stand for one).
     if a.name.starts_with(&call.config().machine_prefix)
         || fleet.capabilities().ids_apart_from_names

@@ -24,6 +24,7 @@ mod provisional;
 pub mod results;
 pub mod schema;
 mod streamed;
+mod terminal;
 pub mod tool;
 
 pub use crate::policy::error::{ToolError, ToolErrorKind};
@@ -185,6 +186,11 @@ run_table! {
         args: args::PublishArgs,
         result: results::PortPublished,
         run: ports::publish_port,
+    }
+    Terminal {
+        args: args::TerminalArgs,
+        result: results::TerminalRead,
+        run: terminal::terminal,
     }
     PullImage {
         args: args::PullArgs,

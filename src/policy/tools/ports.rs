@@ -134,7 +134,6 @@ pub(super) async fn publish_port(
     };
     Ok(PortPublished {
         url: address.url,
-        port: guest,
         host_port: machine
             .ports
             .iter()

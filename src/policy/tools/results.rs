@@ -43,6 +43,7 @@ macro_rules! replies_without_a_page {
 
 replies_without_a_page!(
     PortPublished,
+    TerminalRead,
     MachineList,
     Created,
     Started,
@@ -336,14 +337,34 @@ pub struct FileWritten {
 pub struct PortPublished {
     /// Where the user opens the service.
     pub url: String,
-    pub port: u16,
     /// The outside port, when the fleet gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u16")]
     pub host_port: Option<u16>,
     /// Something in the guest accepts on port from outside.
     pub listening: bool,
     /// What opening it takes, or why nothing answers.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub note: Option<String>,
+    pub started_machine: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalRead {
+    /// Pass it to the next call.
+    pub terminal: String,
+    /// Printed since the cursor.
+    pub output: String,
+    /// Where the next read starts.
+    pub cursor: u64,
+    /// More is kept past this page: call again.
+    pub more: bool,
+    /// Once its program ended: exited N, or why it closed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub ended: Option<String>,
     pub started_machine: bool,
 }
 

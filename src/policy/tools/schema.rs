@@ -32,7 +32,10 @@ pub fn input<T: JsonSchema>() -> JsonObject {
 /// `input` with the optional `idempotencyKey` every creating or changing tool takes.
 pub fn with_idempotency_key(tool: Tool, mut input: JsonObject) -> JsonObject {
     use crate::policy::idempotency::{KEY_ARGUMENT, KEY_DESCRIPTION};
-    if !tool.changes_machines() {
+    // Listed where a retry could act twice. An idempotent tool takes a key all the same (the
+    // call's plumbing takes it out before the arguments are checked), but repeating it changes
+    // nothing more, so the catalog does not spend 70 bytes a tool saying so.
+    if !tool.changes_machines() || tool.hints().idempotent {
         return input;
     }
     if let Some(Value::Object(props)) = input.get_mut("properties") {
@@ -280,7 +283,6 @@ pub fn definition(
         for_fleets(tool.description(), mode),
         Arc::new(into_object(input)),
     )
-    .with_title(tool.title())
     .with_raw_output_schema(Arc::new(into_object(output)))
     .with_annotations(annotations)
 }

@@ -1,4 +1,4 @@
-//! Every tool this server offers, and what the catalog says of each: its name, title, hints,
+//! Every tool this server offers, and what the catalog says of each: its name, hints,
 //! whether it can change a machine, and its description. How each is run (its argument and
 //! result types and its handler) is the run table in `mod.rs`, checked against this one by the
 //! compiler: a tool without a row there does not build.
@@ -15,12 +15,14 @@ pub struct Hints {
     pub open_world: bool,
 }
 
-/// Declares every tool once. A row: `Variant => "name" { title, hints, changes_machines,
+/// No tool has a `title`: the names read as they are (run-command), and the catalog's bytes
+/// (20 KB for a fleet's whole list, `tests/offline/tool_catalog.rs`) go to what the model reads.
+///
+/// Declares every tool once. A row: `Variant => "name" { hints, changes_machines,
 /// description }`.
 macro_rules! tool_list {
     ($(
         $variant:ident => $name:literal {
-            title: $title:literal,
             hints: $hints:expr,
             changes_machines: $changes:literal,
             description: $description:literal $(,)?
@@ -38,12 +40,6 @@ macro_rules! tool_list {
             pub fn name(self) -> &'static str {
                 match self {
                     $(Tool::$variant => $name,)+
-                }
-            }
-
-            pub fn title(self) -> &'static str {
-                match self {
-                    $(Tool::$variant => $title,)+
                 }
             }
 
@@ -80,14 +76,12 @@ const READ_ONLY: Hints = Hints {
 
 tool_list! {
     ListMachines => "list-machines" {
-        title: "List machines",
         hints: READ_ONLY,
         changes_machines: false,
         description: "List this fleet's machines: one to reuse, or what still runs before creating \
              another{cloud: (each costs money while it exists)}. For one machine, get-machine.",
     }
     GetMachine => "get-machine" {
-        title: "Get a machine",
         hints: READ_ONLY,
         changes_machines: false,
         description: "Report one machine's state (running, stopped...), size, egress and \
@@ -95,26 +89,23 @@ tool_list! {
              (else NOT_FOUND), runs, or a start took.",
     }
     CreateMachine => "create-machine" {
-        title: "Create a machine",
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Create a microVM and, unless start is false, boot it and wait until it runs \
-             commands. Egress is blocked unless network, allowHosts or allowCidrs grant it. \
-             Unnamed or mcp-...: ephemeral (gone at session end or unused a while); other names \
-             persist until delete-machine. {local:Unnamed, it may come booted from a warm pool \
-             (pool). }{cloud:Costs money while it exists. }Past the operator's limits: \
-             LIMIT_REACHED. For one command, run-once.",
+        description: "Create a microVM and boot it until it runs commands (start: false leaves it \
+             stopped). Egress is blocked unless network, allowHosts or allowCidrs grant it. \
+             Unnamed or mcp-...: ephemeral, gone at session end or unused a while; other names \
+             stay until delete-machine.{local: Unnamed, it may come from a warm pool. }{cloud: \
+             Costs money while it exists. }Over the operator's limits: LIMIT_REACHED. One \
+             command only: run-once.",
     }
     StartMachine => "start-machine" {
-        title: "Start a machine",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Start a stopped machine and wait until it runs commands: disk kept; memory, \
-             processes and /tmp start empty. To boot ahead or set branchable (the other tools \
-             start one anyway).{cloud: A running cloud machine bills for CPU and memory.}",
+             processes and /tmp start empty. To boot ahead or set branchable (other tools start \
+             one anyway).{cloud: A running cloud machine bills for CPU and memory.}",
     }
     StopMachine => "stop-machine" {
-        title: "Stop a machine",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Stop a running machine: processes, memory, /tmp and jobs end; the disk stays \
@@ -122,7 +113,6 @@ tool_list! {
              start-machine resumes.",
     }
     DeleteMachine => "delete-machine" {
-        title: "Delete a machine",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Delete a machine, running or not, with its disk and jobs. Irreversible. \
@@ -130,39 +120,33 @@ tool_list! {
              disk, stop-machine.{cloud: usageMicros: what it cost, in millionths of a dollar.}",
     }
     RunCommand => "run-command" {
-        title: "Run a command",
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Run a command in an existing machine and wait for its end: stdout, stderr, \
-             exitCode (non-zero is a result, not an error). \
-             Each call is a new process: pass workdir and env. Long output keeps head and tail, \
-             the whole saved in the machine (overflow). For work that may outlast this call, \
-             background: true, then job-output.",
+        description: "Run a command in a machine and wait for it: stdout, stderr, exitCode (non-zero \
+             is a result, not an error). Each call is a new process (pass workdir, env). Long \
+             output keeps head and tail, the whole saved in the machine (overflow). Work that \
+             may outlast the call: background: true, then job-output.",
     }
     JobOutput => "job-output" {
-        title: "Read a job's output",
         hints: READ_ONLY,
         changes_machines: false,
         description: "Read a background job: state (running, exited, timedOut, cancelled, or lost \
-             with its machine), exitCode and usage once ended, and output after your cursor; pass the \
-             returned one next (more: true: call again at once).",
+             with its machine), exitCode and usage once ended, output after your cursor; pass \
+             the returned one next (more: true: call again now).",
     }
     CancelJob => "cancel-job" {
-        title: "Cancel a job",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Kill a background job and every process it started (cancelled, exit 137); \
              an ended one is left as is. Its output stays readable; the machine runs on.",
     }
     ListJobs => "list-jobs" {
-        title: "List jobs",
         hints: READ_ONLY,
         changes_machines: false,
         description: "List this server's background jobs, newest first: running ones and the last \
              100 ended. To find a lost job id.",
     }
     RunOnce => "run-once" {
-        title: "Run in a throwaway machine",
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Run one command in a fresh machine{local: (or warm from a pool)} deleted \
@@ -170,32 +154,27 @@ tool_list! {
              it, background: true{local: or network ask}, use create-machine and run-command.",
     }
     ReadFile => "read-file" {
-        title: "Read a file",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: false,
-        description: "Read a file from a machine a page at a time: the page is the answer's second \
-             content block; size, offset, bytes and eof place it (go on from offset + bytes until \
-             eof). An image (PNG, JPEG, GIF, WebP) read whole without encoding comes as an image you \
-             see. Also reads overflow and job outputFiles.",
+        description: "Read a file from a machine a page at a time: the page is the second content \
+             block; size, offset, bytes, eof place it (go on from offset + bytes until eof). A \
+             whole PNG, JPEG, GIF or WebP read without encoding comes as an image you see. \
+             Also reads overflow and job outputFiles.",
     }
     WriteFile => "write-file" {
-        title: "Write a file",
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Write a whole file into a machine, creating parent directories, replacing any \
              old one; the next command sees it. Prefer it to echo in run-command.",
     }
     BranchMachine => "branch-machine" {
-        title: "Branch a machine",
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
         changes_machines: true,
         description: "Copy a running machine (memory, processes, disk) into a new child that goes on \
-             from there while the source runs on: to try something risky or fan out from a \
-             prepared machine. The source must be branchable (at create{local: or start-machine}), \
-             else CONFLICT.",
+             from there while the source runs on: to try something risky or fan out. The \
+             source must be branchable (at create{local: or start-machine}), else CONFLICT.",
     }
     MachineLogs => "machine-logs" {
-        title: "Read a machine's log",
         hints: READ_ONLY,
         changes_machines: false,
         description: "Read a machine's log: the last lines, or what arrived since a previous cursor. \
@@ -204,16 +183,22 @@ tool_list! {
              happened to the machine. }Not command output (run-command, job-output).",
     }
     PublishPort => "publish-port" {
-        title: "Publish a port",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
         description: "Open a service in a machine to the user: publish its guest TCP port, wait \
-             until something listens there, and answer the url to open (HTTP and WebSocket \
-             pass). The port stays published until the machine is deleted; get-machine lists \
-             them.{local: Reachable from this host only, unless the operator says otherwise.}",
+             until something listens, answer the url (HTTP, WebSocket). It stays until the \
+             machine is deleted (get-machine lists it).{local: Only this host reaches it unless \
+             the operator allows more.}",
+    }
+    Terminal => "terminal" {
+        hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
+        changes_machines: true,
+        description: "Drive an interactive program (shell, vi, a prompt) in a machine: each call \
+             types input and keys, waits for output to settle and answers what was printed \
+             since the last read. The first call opens it (its id is in the answer); it ends \
+             on exit, close, or with its machine or session. No typing: run-command.",
     }
     PullImage => "pull-image" {
-        title: "Pull an image",
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
         description: "{local:Pull an OCI image into a running machine's own store (not \

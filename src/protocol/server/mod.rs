@@ -60,6 +60,7 @@ impl Drop for SessionEnd {
         let (protocol, session) = (self.protocol.clone(), self.session.clone());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
+                protocol.policy.terminals.close_session(&session);
                 let cleanup = protocol.process().cleanup_session(&session).await;
                 tracing::info!(%session, deleted = ?cleanup.deleted, "session closed");
             });

@@ -1,0 +1,209 @@
+//! The terminal tool: one call opens, types into, resizes, reads or closes a terminal (the
+//! registry and its bounds are `crate::policy::terminals`). A call waits as a person at a
+//! keyboard would: until the output has been quiet a moment after it changed, the program
+//! ended, or the call's wait ran out; then it answers what was printed since the last read.
+
+use super::args;
+use super::results::TerminalRead;
+use super::{Call, ToolError, ToolErrorKind};
+use crate::fleet::terminal::{TerminalInput, TerminalSpec};
+use crate::fleet::{Command, ErrorKind, Feature, FleetError, Phase};
+use crate::policy::terminals::{self, End, Refusal};
+use std::time::Duration;
+
+const DEFAULT_COLS: u16 = 80;
+const DEFAULT_ROWS: u16 = 24;
+/// How long a call waits for output when it does not say.
+const DEFAULT_WAIT_MS: u32 = 2000;
+/// Output quiet this long after it changed counts as settled: a prompt is drawn at once.
+const QUIET: Duration = Duration::from_millis(300);
+
+pub(super) async fn terminal(
+    call: &Call<'_>,
+    a: args::TerminalArgs,
+) -> Result<TerminalRead, ToolError> {
+    let size = |arg: &str, value: Option<u32>| -> Result<Option<u16>, ToolError> {
+        value
+            .map(|v| u16::try_from(v).map_err(|_| ToolError::argument(arg, "at most 1000")))
+            .transpose()
+    };
+    let (cols, rows) = (size("cols", a.cols)?, size("rows", a.rows)?);
+    let keys = a
+        .keys
+        .iter()
+        .flatten()
+        .map(|key| {
+            terminals::key_bytes(key).ok_or_else(|| {
+                ToolError::argument(
+                    "keys",
+                    format!(
+                        "{key:?} is not a key this server knows: {}",
+                        terminals::KEY_NAMES
+                    ),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let fleet = call.fleet(a.target).await?;
+    let kind = fleet.kind();
+    let mut started_machine = false;
+    let terminal = match &a.terminal {
+        Some(id) => {
+            if a.command.is_some() {
+                return Err(ToolError::argument(
+                    "command",
+                    "a terminal runs the program it was opened with: leave terminal out to open \
+                     another",
+                ));
+            }
+            let found = call
+                .policy
+                .terminals
+                .get(id)
+                .filter(|t| t.fleet == kind && t.machine == *a.name);
+            found.ok_or_else(|| {
+                ToolError::new(
+                    ToolErrorKind::Fleet(ErrorKind::NotFound),
+                    format!(
+                        "terminal: {id} is no open terminal of {} (it ended over 10 minutes \
+                         ago, or was never opened there): leave terminal out to open one",
+                        a.name
+                    ),
+                )
+            })?
+        }
+        None => {
+            if a.close {
+                return Err(ToolError::argument(
+                    "close",
+                    "names no terminal: give terminal, the id the opening call answered",
+                ));
+            }
+            if let Some(why) = fleet.capabilities().lacks(Feature::Terminal) {
+                return Err(FleetError::new(ErrorKind::Unsupported, "terminal", why).into());
+            }
+            match call.policy.terminals.refusal(call.session(), kind, &a.name) {
+                Some(Refusal::SessionFull) => {
+                    return Err(ToolError::new(
+                        ToolErrorKind::LimitReached,
+                        format!(
+                            "terminal: this session has {} terminals open, the most it may: \
+                             close one (close: true) first",
+                            terminals::MAX_PER_SESSION
+                        ),
+                    ));
+                }
+                Some(Refusal::MachineFull) => {
+                    return Err(ToolError::new(
+                        ToolErrorKind::LimitReached,
+                        format!(
+                            "terminal: {} has {} terminals open, the most one machine may: \
+                             close one (close: true) first",
+                            a.name,
+                            terminals::MAX_PER_MACHINE
+                        ),
+                    ));
+                }
+                None => {}
+            }
+            let phase = call.phase(&fleet, &a.name).await?;
+            started_machine = phase.boots_on_use();
+            if phase != Phase::Running {
+                call.wait_ready(&fleet, &a.name).await?;
+            }
+            let argv = match &a.command {
+                None => vec!["sh".to_owned()],
+                Some(command) => match args::command("command", command)? {
+                    Command::Argv(argv) => argv,
+                    Command::Shell(script) => vec!["sh".into(), "-c".into(), script],
+                },
+            };
+            let spec = TerminalSpec {
+                argv,
+                cols: cols.unwrap_or(DEFAULT_COLS),
+                rows: rows.unwrap_or(DEFAULT_ROWS),
+            };
+            let link = call
+                .cancellable(fleet.open_terminal(&a.name, &spec))
+                .await?;
+            call.policy
+                .terminals
+                .add(kind, &a.name, call.session(), link)
+        }
+    };
+
+    if a.close {
+        terminal.close("closed by the agent");
+    } else {
+        let before = terminal.printed();
+        let mut sent = true;
+        if a.terminal.is_some() {
+            match (cols, rows) {
+                (Some(cols), Some(rows)) => {
+                    sent &= terminal.send(TerminalInput::Resize { cols, rows }).await;
+                }
+                (None, None) => {}
+                _ => {
+                    return Err(ToolError::argument(
+                        "cols",
+                        "a resize takes both cols and rows",
+                    ));
+                }
+            }
+        }
+        if let Some(input) = a.input.as_deref().filter(|i| !i.is_empty()) {
+            sent &= terminal
+                .send(TerminalInput::Bytes(input.as_bytes().to_vec()))
+                .await;
+        }
+        for key in keys {
+            sent &= terminal.send(TerminalInput::Bytes(key)).await;
+        }
+        if !sent && a.input.is_some() {
+            tracing::debug!(terminal = %terminal.id, "input to an ended terminal was dropped");
+        }
+        let wait = Duration::from_millis(u64::from(a.wait_ms.unwrap_or(DEFAULT_WAIT_MS)));
+        call.cancellable(async {
+            terminal.settle(before, QUIET, wait).await;
+            Ok::<_, ToolError>(())
+        })
+        .await?;
+    }
+
+    let budget = call.config().max_output_bytes;
+    let page = terminal.read(a.cursor, budget);
+    let text = String::from_utf8_lossy(&page.bytes);
+    let mut output = if a.raw {
+        text.into_owned()
+    } else {
+        terminals::plain_text(&text)
+    };
+    if page.gap {
+        output.insert_str(
+            0,
+            &format!(
+                "[output before this was dropped: the newest {} KiB are kept]\n",
+                terminals::KEPT_BYTES / 1024
+            ),
+        );
+    }
+    // The guest holds placeholders, not values; a value it printed anyway is replaced.
+    let output = call
+        .process()
+        .credentials
+        .redactor()
+        .text(&output)
+        .unwrap_or(output);
+    Ok(TerminalRead {
+        terminal: terminal.id.clone(),
+        output,
+        cursor: page.cursor,
+        more: page.more,
+        ended: page.end.map(|end| match end {
+            End::Exited(code) => format!("exited {code}"),
+            End::Lost(why) => format!("lost: {why}"),
+            End::Closed(why) => format!("closed: {why}"),
+        }),
+        started_machine,
+    })
+}
