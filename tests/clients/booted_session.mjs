@@ -326,6 +326,26 @@ await step("publish", async (r) => {
   );
 });
 
+await step("terminal", async (r) => {
+  const machine = need(s.machine, "machine");
+  const opened = await ok("terminal", {
+    name: machine,
+    command: "printf 'name? '; read n; echo \"hi $n\"",
+    waitMs: 10000,
+  });
+  const answered = await ok("terminal", {
+    name: machine,
+    terminal: opened.terminal,
+    input: "Ada",
+    keys: ["enter"],
+    waitMs: 10000,
+  });
+  Object.assign(r, { prompt: opened.output, output: answered.output, ended: answered.ended });
+  expect(r, (opened.output ?? "").endsWith("name? "), "the terminal did not show the prompt");
+  expect(r, (answered.output ?? "").includes("hi Ada"), "the program did not answer the typed line");
+  expect(r, answered.ended === "exited 0", "the program did not end with exit 0");
+});
+
 await step("runOnce", async (r) => {
   const began = now();
   const once = await ok("run-once", { command: ["echo", "once"], ...image });

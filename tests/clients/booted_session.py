@@ -19,7 +19,7 @@ The session, in order: initialize and tools/list; create-machine with no image a
 to its end; write-file and read-file, and an image a command wrote read as an image block; machine-logs by tail then by cursor (and the same with
 source "engine" when the tool lists that argument); branch-machine into an mcp- child and a read
 there; a service started in the guest, published with publish-port and fetched from this host
-through its url; run-once with no image, then list-machines; the end of the session
+through its url; a program that prompts, driven in a terminal; run-once with no image, then list-machines; the end of the session
 (leaving the client), then the engine's own machine list: the session's machines still there,
 and strays (machines with the prefix that appeared during the session, unnamed by any result).
 A failed step is recorded and the next one still runs.
@@ -324,6 +324,21 @@ class Session:
             "get-machine does not list the published port",
         )
 
+    # 7c
+    async def terminal(self, r: dict[str, Any]) -> None:
+        machine = self.need(self.machine, "machine")
+        opened = await self.ok(
+            "terminal", {"name": machine, "command": "printf 'name? '; read n; echo \"hi $n\"", "waitMs": 10000}
+        )
+        answered = await self.ok(
+            "terminal",
+            {"name": machine, "terminal": opened.get("terminal"), "input": "Ada", "keys": ["enter"], "waitMs": 10000},
+        )
+        r.update(prompt=opened.get("output"), output=answered.get("output"), ended=answered.get("ended"))
+        self.expect(r, (opened.get("output") or "").endswith("name? "), "the terminal did not show the prompt")
+        self.expect(r, "hi Ada" in (answered.get("output") or ""), "the program did not answer the typed line")
+        self.expect(r, answered.get("ended") == "exited 0", "the program did not end with exit 0")
+
     # 8
     async def run_once(self, r: dict[str, Any]) -> None:
         began = time.monotonic()
@@ -393,6 +408,7 @@ async def main() -> None:
     await session.step("logs", session.logs)
     await session.step("branch", session.branch)
     await session.step("publish", session.publish)
+    await session.step("terminal", session.terminal)
     await session.step("runOnce", session.run_once)
 
     async def end(r: dict[str, Any]) -> None:

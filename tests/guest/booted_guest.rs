@@ -844,6 +844,153 @@ async fn a_published_port_carries_a_websocket_from_this_host() {
     cleanup(&h).await;
 }
 
+/// A terminal tool call on `terminal` in `machine`, waiting up to `wait_ms` for the output.
+async fn type_into(h: &Harness, machine: &str, terminal: &str, args: Value) -> Value {
+    let mut call = json!({"name": machine, "terminal": terminal, "waitMs": 5000});
+    for (k, v) in args.as_object().unwrap() {
+        call[k] = v.clone();
+    }
+    h.ok("terminal", call).await
+}
+
+/// The terminal on the real guest, through the engine's PTY: a script that prompts twice and
+/// reads each answer with `read`, busybox `vi` writing a file, and a shell's size after a
+/// resize and its prompt back after ctrl-c, each driven to its end.
+#[tokio::test]
+async fn a_terminal_drives_prompts_and_vi_on_the_real_guest() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    h.ok(
+        "write-file",
+        json!({"name": name, "path": "/root/ask.sh", "content":
+            "printf 'name? '; read name; printf 'colour? '; read colour\n\
+             echo \"$name likes $colour\" > /root/answers; echo done\n"}),
+    )
+    .await;
+    let asked = h
+        .ok(
+            "terminal",
+            json!({"name": name, "command": ["sh", "/root/ask.sh"], "waitMs": 10000}),
+        )
+        .await;
+    assert!(
+        asked["output"].as_str().unwrap().ends_with("name? "),
+        "{asked}"
+    );
+    let id = asked["terminal"].as_str().unwrap().to_owned();
+    let second = type_into(&h, &name, &id, json!({"input": "Ada", "keys": ["enter"]})).await;
+    assert_eq!(second["output"], "Ada\ncolour? ", "{second}");
+    let last = type_into(&h, &name, &id, json!({"input": "green", "keys": ["enter"]})).await;
+    assert_eq!(last["output"], "green\ndone\n", "{last}");
+    assert_eq!(last["ended"], "exited 0", "{last}");
+    let (_, answers) = h.read(json!({"name": name, "path": "/root/answers"})).await;
+    assert_eq!(answers, "Ada likes green\n");
+
+    let vi = h
+        .ok(
+            "terminal",
+            json!({"name": name, "command": ["vi", "/root/note.txt"], "waitMs": 10000}),
+        )
+        .await;
+    let vi_id = vi["terminal"].as_str().unwrap().to_owned();
+    type_into(
+        &h,
+        &name,
+        &vi_id,
+        json!({"input": "ihello from vi", "keys": ["escape"]}),
+    )
+    .await;
+    let saved = type_into(
+        &h,
+        &name,
+        &vi_id,
+        json!({"input": ":wq", "keys": ["enter"]}),
+    )
+    .await;
+    assert_eq!(saved["ended"], "exited 0", "{saved}");
+    let (_, note) = h
+        .read(json!({"name": name, "path": "/root/note.txt"}))
+        .await;
+    assert_eq!(note, "hello from vi\n");
+
+    let shell = h
+        .ok("terminal", json!({"name": name, "waitMs": 10000}))
+        .await;
+    let sh = shell["terminal"].as_str().unwrap().to_owned();
+    let size = type_into(
+        &h,
+        &name,
+        &sh,
+        json!({"input": "stty size", "keys": ["enter"]}),
+    )
+    .await;
+    assert!(size["output"].as_str().unwrap().contains("24 80"), "{size}");
+    type_into(
+        &h,
+        &name,
+        &sh,
+        json!({"cols": 100, "rows": 30, "waitMs": 500}),
+    )
+    .await;
+    let resized = type_into(
+        &h,
+        &name,
+        &sh,
+        json!({"input": "stty size", "keys": ["enter"]}),
+    )
+    .await;
+    assert!(
+        resized["output"].as_str().unwrap().contains("30 100"),
+        "{resized}"
+    );
+    type_into(
+        &h,
+        &name,
+        &sh,
+        json!({"input": "sleep 300", "keys": ["enter"], "waitMs": 1000}),
+    )
+    .await;
+    let interrupted = type_into(
+        &h,
+        &name,
+        &sh,
+        json!({"keys": ["ctrl-c"], "input": "", "waitMs": 5000}),
+    )
+    .await;
+    let after = type_into(
+        &h,
+        &name,
+        &sh,
+        json!({"input": "echo back", "keys": ["enter"]}),
+    )
+    .await;
+    assert!(
+        after["output"].as_str().unwrap().contains("back\n"),
+        "{interrupted} then {after}"
+    );
+    assert!(after.get("ended").is_none(), "{after}");
+    let raw = h
+        .ok(
+            "terminal",
+            json!({"name": name, "terminal": sh, "cursor": 0, "raw": true, "waitMs": 0}),
+        )
+        .await;
+    assert!(
+        raw["output"].as_str().unwrap().contains("\r\n"),
+        "raw keeps the PTY's line ends: {raw}"
+    );
+    let closed = h
+        .ok(
+            "terminal",
+            json!({"name": name, "terminal": sh, "close": true}),
+        )
+        .await;
+    assert_eq!(closed["ended"], "closed: closed by the agent", "{closed}");
+    cleanup(&h).await;
+}
+
 /// A cancelled run-command's command, and what it started, is killed in the guest.
 #[tokio::test]
 async fn a_cancelled_command_is_killed_in_the_guest() {
@@ -1032,6 +1179,7 @@ async fn client_session(program: &str, script: &str, transport: &str) {
         "logs",
         "branch",
         "publish",
+        "terminal",
         "runOnce",
         "end",
     ] {

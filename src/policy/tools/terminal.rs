@@ -151,12 +151,20 @@ pub(super) async fn terminal(
                 }
             }
         }
+        // What a PTY echoes of the typing comes back at once, before the program's answer
+        // (on the nested guest a command's output followed its echo by more than the quiet
+        // time): the output is settled once it has gone past the echo, as many bytes as were
+        // typed with each Enter's \r echoed as \r\n.
+        let echo = |bytes: &[u8]| bytes.len() as u64 + bytecount(bytes, b'\r');
+        let mut typed = 0u64;
         if let Some(input) = a.input.as_deref().filter(|i| !i.is_empty()) {
+            typed += echo(input.as_bytes());
             sent &= terminal
                 .send(TerminalInput::Bytes(input.as_bytes().to_vec()))
                 .await;
         }
         for key in keys {
+            typed += echo(&key);
             sent &= terminal.send(TerminalInput::Bytes(key)).await;
         }
         if !sent && a.input.is_some() {
@@ -164,7 +172,7 @@ pub(super) async fn terminal(
         }
         let wait = Duration::from_millis(u64::from(a.wait_ms.unwrap_or(DEFAULT_WAIT_MS)));
         call.cancellable(async {
-            terminal.settle(before, QUIET, wait).await;
+            terminal.settle(before + typed, QUIET, wait).await;
             Ok::<_, ToolError>(())
         })
         .await?;
@@ -206,4 +214,8 @@ pub(super) async fn terminal(
         }),
         started_machine,
     })
+}
+
+fn bytecount(bytes: &[u8], byte: u8) -> u64 {
+    bytes.iter().filter(|b| **b == byte).count() as u64
 }
