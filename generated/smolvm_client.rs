@@ -6787,6 +6787,32 @@ let response = client.get_machine_egress_events()
     pub fn get_machine_egress_events(&self) -> builder::GetMachineEgressEvents<'_> {
         builder::GetMachineEgressEvents::new(self)
     }
+    /**Sends a `GET` request to `/api/v1/machines/{name}/exec/interactive`
+
+```ignore
+let response = client.exec_interactive()
+    .name(name)
+    .cmd(cmd)
+    .cols(cols)
+    .rows(rows)
+    .tty(tty)
+    .send()
+    .await;
+```*/
+    pub fn exec_interactive(&self) -> builder::ExecInteractive<'_> {
+        builder::ExecInteractive::new(self)
+    }
+    /**Sends a `POST` request to `/api/v1/machines/{name}/pause`
+
+```ignore
+let response = client.pause_machine()
+    .name(name)
+    .send()
+    .await;
+```*/
+    pub fn pause_machine(&self) -> builder::PauseMachine<'_> {
+        builder::PauseMachine::new(self)
+    }
     /**Sends a `PUT` request to `/api/v1/machines/{name}/ports`
 
 ```ignore
@@ -6798,6 +6824,17 @@ let response = client.set_machine_ports()
 ```*/
     pub fn set_machine_ports(&self) -> builder::SetMachinePorts<'_> {
         builder::SetMachinePorts::new(self)
+    }
+    /**Sends a `POST` request to `/api/v1/machines/{name}/resume`
+
+```ignore
+let response = client.resume_machine()
+    .name(name)
+    .send()
+    .await;
+```*/
+    pub fn resume_machine(&self) -> builder::ResumeMachine<'_> {
+        builder::ResumeMachine::new(self)
     }
     /**Sends a `POST` request to `/api/v1/machines/{name}/start`
 
@@ -8451,6 +8488,193 @@ pub mod builder {
             }
         }
     }
+    /**Builder for [`Client::exec_interactive`]
+
+[`Client::exec_interactive`]: super::Client::exec_interactive*/
+    #[derive(Debug, Clone)]
+    pub struct ExecInteractive<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+        cmd: Result<Option<::std::string::String>, String>,
+        cols: Result<Option<i32>, String>,
+        rows: Result<Option<i32>, String>,
+        tty: Result<Option<bool>, String>,
+    }
+    impl<'a> ExecInteractive<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+                cmd: Ok(None),
+                cols: Ok(None),
+                rows: Ok(None),
+                tty: Ok(None),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn cmd<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.cmd = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for cmd failed"
+                        .to_string()
+                });
+            self
+        }
+        pub fn cols<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i32>,
+        {
+            self.cols = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `i32` for cols failed".to_string());
+            self
+        }
+        pub fn rows<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<i32>,
+        {
+            self.rows = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `i32` for rows failed".to_string());
+            self
+        }
+        pub fn tty<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<bool>,
+        {
+            self.tty = value
+                .try_into()
+                .map(Some)
+                .map_err(|_| "conversion to `bool` for tty failed".to_string());
+            self
+        }
+        ///Sends a `GET` request to `/api/v1/machines/{name}/exec/interactive`
+        pub async fn send(self) -> Result<ResponseValue<reqwest::Upgraded>, Error<()>> {
+            let Self { client, name, cmd, cols, rows, tty } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let cmd = cmd.map_err(Error::InvalidRequest)?;
+            let cols = cols.map_err(Error::InvalidRequest)?;
+            let rows = rows.map_err(Error::InvalidRequest)?;
+            let tty = tty.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/machines/{}/exec/interactive", client.baseurl, encode_path(&
+                name.to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .get(url)
+                .query(&progenitor_client::QueryParam::new("cmd", &cmd))
+                .query(&progenitor_client::QueryParam::new("cols", &cols))
+                .query(&progenitor_client::QueryParam::new("rows", &rows))
+                .query(&progenitor_client::QueryParam::new("tty", &tty))
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "exec_interactive",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                101u16 => ResponseValue::upgrade(response).await,
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::pause_machine`]
+
+[`Client::pause_machine`]: super::Client::pause_machine*/
+    #[derive(Debug, Clone)]
+    pub struct PauseMachine<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+    }
+    impl<'a> PauseMachine<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/api/v1/machines/{name}/pause`
+        pub async fn send(self) -> Result<ResponseValue<types::MachineInfo>, Error<()>> {
+            let Self { client, name } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/machines/{}/pause", client.baseurl, encode_path(& name
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "pause_machine",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
     /**Builder for [`Client::set_machine_ports`]
 
 [`Client::set_machine_ports`]: super::Client::set_machine_ports*/
@@ -8568,6 +8792,72 @@ pub mod builder {
                         ),
                     )
                 }
+                _ => Err(Error::UnexpectedResponse(response)),
+            }
+        }
+    }
+    /**Builder for [`Client::resume_machine`]
+
+[`Client::resume_machine`]: super::Client::resume_machine*/
+    #[derive(Debug, Clone)]
+    pub struct ResumeMachine<'a> {
+        client: &'a super::Client,
+        name: Result<::std::string::String, String>,
+    }
+    impl<'a> ResumeMachine<'a> {
+        pub fn new(client: &'a super::Client) -> Self {
+            Self {
+                client: client,
+                name: Err("name was not initialized".to_string()),
+            }
+        }
+        pub fn name<V>(mut self, value: V) -> Self
+        where
+            V: std::convert::TryInto<::std::string::String>,
+        {
+            self.name = value
+                .try_into()
+                .map_err(|_| {
+                    "conversion to `:: std :: string :: String` for name failed"
+                        .to_string()
+                });
+            self
+        }
+        ///Sends a `POST` request to `/api/v1/machines/{name}/resume`
+        pub async fn send(self) -> Result<ResponseValue<types::MachineInfo>, Error<()>> {
+            let Self { client, name } = self;
+            let name = name.map_err(Error::InvalidRequest)?;
+            let url = format!(
+                "{}/api/v1/machines/{}/resume", client.baseurl, encode_path(& name
+                .to_string()),
+            );
+            let mut header_map = ::reqwest::header::HeaderMap::with_capacity(1usize);
+            header_map
+                .append(
+                    ::reqwest::header::HeaderName::from_static("api-version"),
+                    ::reqwest::header::HeaderValue::from_static(
+                        super::Client::api_version(),
+                    ),
+                );
+            #[allow(unused_mut)]
+            let mut request = client
+                .client
+                .post(url)
+                .header(
+                    ::reqwest::header::ACCEPT,
+                    ::reqwest::header::HeaderValue::from_static("application/json"),
+                )
+                .headers(header_map)
+                .build()?;
+            let info = OperationInfo {
+                operation_id: "resume_machine",
+            };
+            client.pre(&mut request, &info).await?;
+            let result = client.exec(request, &info).await;
+            client.post(&result, &info).await?;
+            let response = result?;
+            match response.status().as_u16() {
+                200u16 => ResponseValue::from_response(response).await,
                 _ => Err(Error::UnexpectedResponse(response)),
             }
         }

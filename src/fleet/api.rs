@@ -57,6 +57,9 @@ pub enum Feature {
     ImagePull,
     /// A program behind a PTY, driven by input and read as output (`open_terminal`).
     Terminal,
+    /// A running machine's memory, processes and disk saved and its host memory freed, to go on
+    /// later from where it stood (`pause`, `resume`).
+    Pause,
 }
 
 /// When a machine becomes branchable (a branch source).
@@ -304,6 +307,17 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// Where the user opens `machine`'s published `guest` port, from its record; `None` while
     /// the fleet has not placed it.
     fn port_address(&self, machine: &Machine, guest: u16) -> Option<PortAddress>;
+
+    /// Saves a running machine whole (memory, processes, disk) and frees its host memory; answers
+    /// once it is paused, however long the save takes.
+    async fn pause(&self, _machine: &str) -> FleetResult<Machine> {
+        Err(lacking(Feature::Pause, "pause"))
+    }
+
+    /// Continues a paused machine from where it stood: the same processes, no boot.
+    async fn resume(&self, _machine: &str) -> FleetResult<Machine> {
+        Err(lacking(Feature::Pause, "resume"))
+    }
 
     /// Runs `spec.argv` in a running machine behind a PTY, for as long as the link is held.
     async fn open_terminal(

@@ -100,6 +100,13 @@ pub static CAPABILITIES: Capabilities = Capabilities {
             "pull-image is local only: the cloud control plane pulls the image itself at create",
         ),
         (
+            Feature::Pause,
+            "pause is local only: the cloud's generated spec lists pause and resume, which this \
+             server has not verified against the service. On cloud, stop-machine keeps the disk \
+             (billed for disk only) and start-machine boots it again: memory and processes \
+             start anew",
+        ),
+        (
             Feature::Terminal,
             "a terminal is local only: the cloud lists an interactive exec in its generated spec, \
              but this server has not verified it against the service. Use the local fleet, or \

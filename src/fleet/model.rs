@@ -91,9 +91,11 @@ impl Machine {
             // Nothing runs: the next command, read or write boots the machine (the engine's
             // `ensure_running`, and the cloud's auto-start), so a result says it started one.
             "stopped" | "created" | "failed" | "exited" | "crashed" => Phase::Stopped,
-            // The VM and its memory are there, its vCPUs held: a command does not boot it, so
-            // a result does not say it started one.
-            "frozen" | "paused" | "pausing" => Phase::Suspended,
+            // Saved whole (1.32.2 pause): resumed, not booted, before the next command.
+            "paused" => Phase::Paused,
+            // The VM and its memory are there, its vCPUs held (a frozen branch base, a pause
+            // under way): a command does not boot it, so a result does not say it started one.
+            "frozen" | "pausing" => Phase::Suspended,
             // The VM process is there but its agent does not answer: it is not stopped, and a
             // command may fail until it answers again.
             "unreachable" => Phase::Unreachable,
@@ -107,6 +109,8 @@ impl Machine {
 pub enum Phase {
     Running,
     Stopped,
+    /// Memory, processes and disk saved (a pause): the next operation resumes it.
+    Paused,
     Suspended,
     Unreachable,
     /// Starting, stopping, or a word this server does not know (the cloud documents none of its
@@ -565,7 +569,8 @@ mod tests {
             ("created", Phase::Stopped),
             ("failed", Phase::Stopped),
             ("frozen", Phase::Suspended),
-            ("paused", Phase::Suspended),
+            // Saved and its VM stopped (1.32.2's pause): resumed, not booted.
+            ("paused", Phase::Paused),
             ("pausing", Phase::Suspended),
             ("unreachable", Phase::Unreachable),
             ("starting", Phase::Other),
@@ -577,7 +582,7 @@ mod tests {
                 m.phase().boots_on_use(),
                 !matches!(
                     phase,
-                    Phase::Running | Phase::Suspended | Phase::Unreachable
+                    Phase::Running | Phase::Paused | Phase::Suspended | Phase::Unreachable
                 ),
                 "{state}"
             );

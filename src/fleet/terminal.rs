@@ -89,7 +89,13 @@ fn interactive_url(
     machine: &str,
     spec: &TerminalSpec,
 ) -> FleetResult<String> {
-    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    // RFC 3986's unreserved characters stay as they are (a machine named fz-a is fz-a).
+    const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
     let Some((program, args)) = spec.argv.split_first() else {
         return Err(FleetError::new(
             ErrorKind::Invalid,
@@ -101,7 +107,7 @@ fn interactive_url(
         LocalEndpoint::Unix(_) => "smolvm.local",
         LocalEndpoint::Loopback { authority } => authority.as_str(),
     };
-    let encode = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
+    let encode = |s: &str| utf8_percent_encode(s, COMPONENT).to_string();
     let mut url = format!(
         "ws://{host}/api/v1/machines/{}/exec/interactive?cmd={}&tty=true&cols={}&rows={}",
         encode(machine),
@@ -244,7 +250,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             url,
-            "ws://127.0.0.1:8080/api/v1/machines/m%2D1/exec/interactive?cmd=sh&tty=true&cols=100&rows=30&arg=%2Dc&arg=read%20a%20%26%26%20echo%20%22%24a%22"
+            "ws://127.0.0.1:8080/api/v1/machines/m-1/exec/interactive?cmd=sh&tty=true&cols=100&rows=30&arg=-c&arg=read%20a%20%26%26%20echo%20%22%24a%22"
         );
         let empty = TerminalSpec {
             argv: vec![],

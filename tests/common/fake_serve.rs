@@ -26,6 +26,8 @@ pub struct FakeState {
     /// <cols>x<rows>`, `resize <cols>x<rows>`, `exit <code>`, `closed <machine>` (the client
     /// went away, which ends the program as the engine's close does).
     pub terminal_log: Vec<String>,
+    /// Every pause and resume the engine did, in order: `pause <machine>`, `resume <machine>`.
+    pub pauses: Vec<String>,
     pub machines: BTreeMap<String, Value>,
     pub files: BTreeMap<(String, String), Vec<u8>>,
     /// Files generated as they are sent (`a` to `z` repeated), of this many bytes: large
@@ -1074,6 +1076,47 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 // A start of a running machine answers its record unchanged: it does not
                 // become branchable (observed on the 1.32.2 engine; not yet driven on the
                 // nested guest).
+                // 1.32.2's pause and resume, as the nested engine answered them: a pause of a
+                // machine that is not running is 409 "must be running"; the record then reads
+                // `paused`; start and stop are refused while it is; resume continues it. (The
+                // engine saves only a machine started forkable; the fake records the flag.)
+                ("POST", ["pause"]) if info["state"] != json!("running") => api_error(
+                    StatusCode::CONFLICT,
+                    "CONFLICT",
+                    format!("machine '{name}' must be running"),
+                ),
+                ("POST", ["pause"]) if info["forkable"] != json!(true) => api_error(
+                    StatusCode::CONFLICT,
+                    "CONFLICT",
+                    format!("machine '{name}' was not started forkable"),
+                ),
+                ("POST", ["pause"]) | ("POST", ["resume"]) => {
+                    let to = if rest[0] == "pause" {
+                        "paused"
+                    } else {
+                        "running"
+                    };
+                    if rest[0] == "resume" && info["state"] != json!("paused") {
+                        return api_error(
+                            StatusCode::CONFLICT,
+                            "CONFLICT",
+                            format!("machine '{name}' is not paused"),
+                        );
+                    }
+                    st.pauses.push(format!("{} {name}", rest[0]));
+                    let machine = st.machines.get_mut(&name).expect("looked up above");
+                    machine["state"] = json!(to);
+                    axum::Json(machine.clone()).into_response()
+                }
+                // The 1.32.2 binary's words (reference/engine-next-features.md section 2).
+                ("POST", ["start"]) | ("POST", ["stop"]) if info["state"] == json!("paused") => {
+                    let refusal = if rest[0] == "start" {
+                        "start: machine has saved execution; use resume"
+                    } else {
+                        "stop: machine has saved execution; use resume or delete"
+                    };
+                    api_error(StatusCode::CONFLICT, "CONFLICT", refusal.to_owned())
+                }
                 ("POST", ["start"]) if info["state"] == json!("running") => {
                     axum::Json(info).into_response()
                 }
@@ -1502,6 +1545,15 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
 /// is still there: the command goes to it.
 fn require_running(st: &mut FakeState, name: &str, body: &Value) -> Option<Response> {
     let machine = st.machines.get_mut(name)?;
+    // A paused machine's VM is gone (its memory saved): nothing runs the command.
+    if machine["state"] == json!("paused") {
+        let message = if body["autoStart"] == json!(false) {
+            "machine is not running and autoStart is false".to_owned()
+        } else {
+            "start: machine has saved execution; use resume".to_owned()
+        };
+        return Some(api_error(StatusCode::CONFLICT, "CONFLICT", message));
+    }
     if !matches!(
         machine["state"].as_str(),
         Some("created" | "stopped" | "failed")

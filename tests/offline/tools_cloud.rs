@@ -150,6 +150,14 @@ async fn a_cloud_port_is_published_at_the_machines_ingress() {
         )
         .await;
     assert!(err.starts_with("INVALID_ARGUMENT: hostPort:"), "{err}");
+    let err = h
+        .err("stop-machine", json!({"name": "web", "pause": true}))
+        .await;
+    assert!(
+        err.starts_with("INVALID_ARGUMENT: pause: pause is local only")
+            && err.contains("stop-machine keeps the disk"),
+        "{err}"
+    );
     cloud.take_requests();
     let published = h
         .ok(

@@ -899,8 +899,8 @@ async fn every_form_of_the_engines_timeout_reads_timed_out() {
 }
 
 /// The states the engine has besides running and stopped: list and get report them as the
-/// engine words them, none is called running, and only a machine with nothing running (failed)
-/// is reported as started by the command that boots it.
+/// engine words them, none is called running, and only a machine with nothing running (failed,
+/// or paused: saved, its VM stopped) is reported as started by the command that brings it up.
 #[tokio::test]
 async fn a_machine_in_every_engine_state_reads_sensibly() {
     let (fake, h) = setup().await;
@@ -908,7 +908,8 @@ async fn a_machine_in_every_engine_state_reads_sensibly() {
         ("failed", true),
         ("unreachable", false),
         ("frozen", false),
-        ("paused", false),
+        // 1.32.2's pause saves the guest and stops its VM: the command resumes it first.
+        ("paused", true),
         ("pausing", false),
     ];
     for (state, _) in states {
@@ -1702,4 +1703,83 @@ async fn terminals_are_bounded_and_end_with_their_machine_and_session() {
         "every program ended: {log:?}"
     );
     let _ = (argv, shell);
+}
+
+/// stop-machine with pause on the fake serve: refused before anything is sent for a machine not
+/// started branchable or not running, paused otherwise; the next command (by either of its
+/// paths), read, write or start resumes it and says so.
+#[tokio::test]
+async fn a_paused_machine_is_resumed_by_the_next_call_and_says_so() {
+    let (fake, h) = setup().await;
+    fake.add_machine("plain", "running");
+    fake.add_machine("off", "stopped");
+    let err = h
+        .err("stop-machine", json!({"name": "plain", "pause": true}))
+        .await;
+    assert!(
+        err.starts_with("CONFLICT: pause: plain was not started branchable")
+            && err.contains("start-machine with branchable: true"),
+        "{err}"
+    );
+    let err = h
+        .err("stop-machine", json!({"name": "off", "pause": true}))
+        .await;
+    assert!(err.starts_with("CONFLICT: pause: off is stopped"), "{err}");
+    assert!(fake.state.lock().unwrap().pauses.is_empty(), "nothing sent");
+
+    fake.add_forkable("kept");
+    let pause = json!({"name": "kept", "pause": true});
+    let paused = h.ok("stop-machine", pause.clone()).await;
+    assert_eq!(paused["machine"]["state"], "paused", "{paused}");
+    let again = h.ok("stop-machine", pause.clone()).await;
+    assert_eq!(again["machine"]["state"], "paused");
+    // The first command asks for the machine; the later ones are refused by the engine as
+    // not running and resume it then.
+    for _ in 0..2 {
+        let ran = h
+            .ok(
+                "run-command",
+                json!({"name": "kept", "command": ["echo", "hi"]}),
+            )
+            .await;
+        assert_eq!(
+            (ran["stdout"].clone(), ran["startedMachine"].clone()),
+            (json!("hi\n"), json!(true)),
+            "{ran}"
+        );
+        h.ok("stop-machine", pause.clone()).await;
+    }
+    h.ok(
+        "write-file",
+        json!({"name": "kept", "path": "/tmp/a", "content": "x"}),
+    )
+    .await;
+    h.ok("stop-machine", pause.clone()).await;
+    let (page, _) = h.read(json!({"name": "kept", "path": "/tmp/a"})).await;
+    assert_eq!(page["startedMachine"], true, "{page}");
+    h.ok("stop-machine", pause.clone()).await;
+    let started = h.ok("start-machine", json!({"name": "kept"})).await;
+    assert_eq!(started["machine"]["state"], "running", "{started}");
+    let running = h
+        .ok(
+            "run-command",
+            json!({"name": "kept", "command": ["echo", "on"]}),
+        )
+        .await;
+    assert_eq!(running["startedMachine"], false);
+    assert_eq!(
+        fake.state.lock().unwrap().pauses,
+        [
+            "pause kept",
+            "resume kept",
+            "pause kept",
+            "resume kept",
+            "pause kept",
+            "resume kept",
+            "pause kept",
+            "resume kept",
+            "pause kept",
+            "resume kept"
+        ]
+    );
 }

@@ -608,6 +608,16 @@ tool_arguments! {
 }
 
 tool_arguments! {
+    pub struct StopArgs {
+        /// Machine name.
+        pub name: MachineRef,
+        /// {local:Keep memory and processes (started branchable only); the next call resumes it.}{cloud:Refused: the cloud has no pause.}
+        #[serde(default)]
+        pub pause: bool,
+    }
+}
+
+tool_arguments! {
     pub struct PublishArgs {
         /// Machine name.
         pub name: MachineRef,
@@ -706,7 +716,8 @@ names_a_machine!(
     LogsArgs,
     PullArgs,
     PublishArgs,
-    TerminalArgs
+    TerminalArgs,
+    StopArgs
 );
 
 impl CallArgs for CreateArgs {

@@ -603,6 +603,40 @@ impl<'a> Call<'a> {
             .await
     }
 
+    /// Resumes a paused machine, telling the client what it waits for.
+    pub async fn resume_reported(
+        &self,
+        fleet: &Fleet,
+        machine: &str,
+    ) -> Result<Machine, ToolError> {
+        self.caller
+            .progress
+            .during(
+                &format!("waiting for paused machine {machine} to resume"),
+                None,
+                Box::pin(self.cancellable(fleet.resume(machine))),
+            )
+            .await
+    }
+
+    /// Brings a machine up for what comes next: a paused one is resumed, a stopped (or
+    /// starting) one waited for until it runs commands. Answers whether the call started or
+    /// resumed it (`startedMachine`).
+    pub async fn ensure_running(&self, fleet: &Fleet, machine: &str) -> Result<bool, ToolError> {
+        match self.phase(fleet, machine).await? {
+            Phase::Running => Ok(false),
+            Phase::Paused => {
+                self.resume_reported(fleet, machine).await?;
+                self.wait_ready(fleet, machine).await?;
+                Ok(true)
+            }
+            other => {
+                self.wait_ready(fleet, machine).await?;
+                Ok(other.boots_on_use())
+            }
+        }
+    }
+
     /// Pulls an image into a machine's cache, telling the client how long it has waited.
     pub async fn pull_reported(
         &self,

@@ -7,7 +7,7 @@ use super::lifecycle::{admitted, base_spec, with_egress_hint};
 use super::provisional::Provisional;
 use super::results::{self, Overflow};
 use super::{Call, Tool, ToolError};
-use crate::fleet::{ExecOutput, ExecSpec};
+use crate::fleet::{ExecOutput, ExecSpec, Phase};
 use crate::policy::jobs::guest;
 use crate::policy::ledger::RunStart;
 use crate::policy::output::head_tail;
@@ -185,8 +185,12 @@ async fn run_foreground(
         }
         None => {
             let machine = call.cancellable(fleet.get(&a.name)).await?;
-            let boots = machine.phase().boots_on_use();
-            if boots && fleet.capabilities().exec_boots_silently {
+            let paused = machine.phase() == Phase::Paused;
+            if paused {
+                call.resume_reported(&fleet, &a.name).await?;
+            }
+            let boots = paused || machine.phase().boots_on_use();
+            if boots && !paused && fleet.capabilities().exec_boots_silently {
                 // The fleet's exec would boot the machine itself, saying nothing for as long as
                 // that takes: started first, the boot is reported as progress like any other
                 // start's.
@@ -225,6 +229,8 @@ async fn run_foreground(
         .cancellable(async {
             match super::streamed::exec(call, &fleet, &a.name, &spec).await {
                 Err(e) if !spec.start_if_stopped && fleet.is_not_running(&e) => {
+                    // Refused as not running: stopped (booted, its boot reported) or paused
+                    // (the fleet's start resumes it, the same processes going on).
                     call.start_reported(&fleet, &a.name, None, None).await?;
                     let sent_again = Instant::now();
                     let output = super::streamed::exec(call, &fleet, &a.name, &spec).await?;

@@ -6,7 +6,7 @@
 use super::args::{self, Encoding};
 use super::results;
 use super::{Call, ToolError};
-use crate::fleet::{FileReader, Phase};
+use crate::fleet::FileReader;
 use crate::policy::output::utf8_prefix_len;
 use crate::policy::reads::ParkedRead;
 use crate::process::redaction::Ending;
@@ -50,11 +50,7 @@ pub(super) async fn read_file(
         Encoding::Base64 => budget / 4 * 3,
     };
     let fleet = call.fleet(a.target).await?;
-    let phase = call.phase(&fleet, &a.name).await?;
-    let started_machine = phase.boots_on_use();
-    if phase != Phase::Running {
-        call.wait_ready(&fleet, &a.name).await?;
-    }
+    let started_machine = call.ensure_running(&fleet, &a.name).await?;
     let want = a
         .length
         .map_or(page_max, |l| usize::try_from(l).unwrap_or(page_max));
@@ -254,10 +250,12 @@ pub(super) async fn write_file(
     if let Some(why) = fleet.upload_refusal(bytes.len() as u64) {
         return Err(ToolError::argument("content", why));
     }
-    let started_machine = call.phase(&fleet, &a.name).await?.boots_on_use();
     // A file written before the workload's container is up lands under a mount that then
     // hides it; a command that has run means the container is up.
-    call.wait_ready(&fleet, &a.name).await?;
+    let started_machine = call.ensure_running(&fleet, &a.name).await?;
+    if !started_machine {
+        call.wait_ready(&fleet, &a.name).await?;
+    }
     let size = call
         .cancellable(fleet.write_file(&a.name, &a.path, bytes))
         .await?;

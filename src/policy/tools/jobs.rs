@@ -19,7 +19,11 @@ pub(super) async fn start(
 ) -> Result<JobStarted, ToolError> {
     let fleet = call.fleet(a.target).await?;
     let machine = call.cancellable(fleet.get(&a.name)).await?;
-    let started_machine = machine.phase().boots_on_use();
+    let paused = machine.phase() == crate::fleet::Phase::Paused;
+    if paused {
+        call.resume_reported(&fleet, &a.name).await?;
+    }
+    let started_machine = paused || machine.phase().boots_on_use();
     let timeout_secs = spec.timeout_secs.unwrap_or(call.config().max_job_secs);
     let start = Start {
         fleet,

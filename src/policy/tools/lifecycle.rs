@@ -5,10 +5,10 @@ use super::call::random_hex;
 use super::grammar::{CidrRanges, HostNames};
 use super::provisional::Provisional;
 use super::results;
-use super::{Call, Tool, ToolError};
+use super::{Call, Tool, ToolError, ToolErrorKind};
 use crate::fleet::{
     BranchableAt, Capabilities, CreateSpec, Deleted, Egress, ErrorKind, Feature, Fleet, FleetError,
-    FleetKind, Machine, Mount, PortMapping,
+    FleetKind, Machine, Mount, Phase, PortMapping,
 };
 use crate::process::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
 use crate::process::made::MachineSlot;
@@ -529,9 +529,12 @@ pub(super) async fn start_machine(
 
 pub(super) async fn stop_machine(
     call: &Call<'_>,
-    a: args::MachineArgs,
+    a: args::StopArgs,
 ) -> Result<results::Stopped, ToolError> {
     let fleet = call.fleet(a.target).await?;
+    if a.pause {
+        return pause_machine(call, &fleet, &a.name).await;
+    }
     // Its jobs end first: a watcher's look sent after the stop would start a cloud machine
     // again (the cloud's exec always does).
     call.policy
@@ -540,6 +543,72 @@ pub(super) async fn stop_machine(
         .await;
     let machine = call.cancellable(fleet.stop(&a.name)).await?;
     Ok(results::Stopped { machine })
+}
+
+/// A pause keeps the guest whole, jobs included: they go on after the resume.
+async fn pause_machine(
+    call: &Call<'_>,
+    fleet: &Fleet,
+    name: &str,
+) -> Result<results::Stopped, ToolError> {
+    if let Some(why) = fleet.capabilities().lacks(Feature::Pause) {
+        return Err(ToolError::argument("pause", why));
+    }
+    let machine = call.cancellable(fleet.get(name)).await?;
+    match machine.phase() {
+        Phase::Paused => return Ok(results::Stopped { machine }),
+        Phase::Running => {}
+        _ => {
+            return Err(ToolError::new(
+                ToolErrorKind::Fleet(ErrorKind::Conflict),
+                format!(
+                    "pause: {name} is {}, and only a running machine can be paused; a stopped \
+                     one already keeps its disk",
+                    machine.state
+                ),
+            ));
+        }
+    }
+    // The engine saves a paused machine as it saves a branch source: one started otherwise is
+    // refused here, saying what to do, rather than after minutes.
+    if !machine.branchable {
+        return Err(ToolError::new(
+            ToolErrorKind::Fleet(ErrorKind::Conflict),
+            format!(
+                "pause: {name} was not started branchable, which a pause needs (its memory is \
+                 saved as a branch source's). start-machine with branchable: true restarts it so \
+                 (its memory, processes and /tmp start anew), after which it can be paused; or \
+                 stop-machine without pause keeps its disk"
+            ),
+        ));
+    }
+    let paused = call
+        .caller
+        .progress
+        .during(
+            &format!(
+                "pausing machine {name}: saving its memory, processes and disk (minutes on an \
+                 emulated host)"
+            ),
+            None,
+            Box::pin(call.cancellable(fleet.pause(name))),
+        )
+        .await
+        .map_err(|mut e| {
+            if e.message.contains("mount") {
+                e.message.push_str(
+                    "\nA machine with host mounts cannot be paused: stop-machine keeps its \
+                     disk, or create one without mounts (copy files in with write-file).",
+                );
+            } else if e.message.contains("branch") || e.message.contains("fork") {
+                e.message.push_str(
+                    "\nA branch source with live children cannot be paused: delete its \
+                     children first.",
+                );
+            }
+            e
+        })?;
+    Ok(results::Stopped { machine: paused })
 }
 
 pub(super) async fn delete_machine(

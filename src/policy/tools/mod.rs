@@ -128,7 +128,7 @@ run_table! {
         run: lifecycle::start_machine,
     }
     StopMachine {
-        args: args::MachineArgs,
+        args: args::StopArgs,
         result: results::Stopped,
         run: lifecycle::stop_machine,
     }

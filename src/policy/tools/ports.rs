@@ -10,7 +10,7 @@ use super::results::PortPublished;
 use super::{Call, ToolError, ToolErrorKind};
 use crate::fleet::internal::marked_script;
 use crate::fleet::{
-    Command, ErrorKind, ExecSpec, Fleet, FleetError, HostPorts, Machine, Phase, PortMapping,
+    Command, ErrorKind, ExecSpec, Fleet, FleetError, HostPorts, Machine, PortMapping,
 };
 use crate::process::config::PortRange;
 use std::time::{Duration, Instant};
@@ -63,11 +63,7 @@ pub(super) async fn publish_port(
         }
         _ => {}
     }
-    let phase = call.phase(&fleet, &a.name).await?;
-    let started_machine = phase.boots_on_use();
-    if phase != Phase::Running {
-        call.wait_ready(&fleet, &a.name).await?;
-    }
+    let started_machine = call.ensure_running(&fleet, &a.name).await?;
 
     let machine = {
         let _one_change_at_a_time = PORT_CHANGES.lock().await;

@@ -7,7 +7,7 @@ use super::args;
 use super::results::TerminalRead;
 use super::{Call, ToolError, ToolErrorKind};
 use crate::fleet::terminal::{TerminalInput, TerminalSpec};
-use crate::fleet::{Command, ErrorKind, Feature, FleetError, Phase};
+use crate::fleet::{Command, ErrorKind, Feature, FleetError};
 use crate::policy::terminals::{self, End, Refusal};
 use std::time::Duration;
 
@@ -106,11 +106,7 @@ pub(super) async fn terminal(
                 }
                 None => {}
             }
-            let phase = call.phase(&fleet, &a.name).await?;
-            started_machine = phase.boots_on_use();
-            if phase != Phase::Running {
-                call.wait_ready(&fleet, &a.name).await?;
-            }
+            started_machine = call.ensure_running(&fleet, &a.name).await?;
             let argv = match &a.command {
                 None => vec!["sh".to_owned()],
                 Some(command) => match args::command("command", command)? {
