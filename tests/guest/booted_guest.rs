@@ -991,6 +991,78 @@ async fn a_terminal_drives_prompts_and_vi_on_the_real_guest() {
     cleanup(&h).await;
 }
 
+/// The counter `/tmp/count` in `name`, and whether the command brought the machine up.
+async fn count_in(h: &Harness, name: &str) -> (u64, bool) {
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "cat /tmp/count"}),
+        )
+        .await;
+    let n: u64 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+    (n, r["startedMachine"] == true)
+}
+
+/// stop-machine with pause on the real guest: a counting loop started in the machine, the
+/// machine paused (the engine saves it whole; minutes under TCG, past its own 300 s request
+/// deadline), then a command resumes it and says so, and the loop has gone on from where it
+/// stood, /tmp (RAM) kept. Prints the figures docs/benchmarks.md quotes.
+///
+/// Not in the default run: the save alone took over 12 minutes of the nested engine's one
+/// emulated CPU (docs/testing.md), which the CI's 45 minutes cannot hold beside the rest.
+/// `cargo test --test guest -- --ignored a_paused_machine` runs it.
+#[tokio::test]
+#[ignore = "a pause takes over 12 minutes under TCG: run with --ignored (docs/testing.md)"]
+async fn a_paused_machine_keeps_its_processes_and_the_next_command_resumes_it() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    // The smallest memory the server allows: the save is the guest's RAM.
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 128, "branchable": true})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    h.ok(
+        "run-command",
+        json!({"name": name, "command": "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 1; done' >/dev/null 2>&1 </dev/null &"}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (before, _) = count_in(&h, &name).await;
+    assert!(before >= 1, "the loop counts: {before}");
+    let began = Instant::now();
+    let paused = h
+        .ok("stop-machine", json!({"name": name, "pause": true}))
+        .await;
+    let pause_secs = began.elapsed().as_secs_f64();
+    assert_eq!(paused["machine"]["state"], "paused", "{paused}");
+    let listed = engine_listing().await;
+    let state = listed["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name.as_str())
+        .map(|m| m["state"].clone());
+    assert_eq!(state, Some(json!("paused")), "the engine's own record");
+    let began = Instant::now();
+    let (resumed_at, started) = count_in(&h, &name).await;
+    let resume_secs = began.elapsed().as_secs_f64();
+    assert!(started, "the command says it brought the machine up");
+    assert!(
+        resumed_at >= before,
+        "the loop's count survived the pause: {before} then {resumed_at}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (later, started) = count_in(&h, &name).await;
+    assert!(!started);
+    assert!(
+        later > resumed_at,
+        "still counting: {resumed_at} then {later}"
+    );
+    eprintln!(
+        "booted_guest: figure: pause of a 128 MiB machine {pause_secs:.1} s; a command on it \
+         (resume included) {resume_secs:.1} s"
+    );
+    cleanup(&h).await;
+}
+
 /// A cancelled run-command's command, and what it started, is killed in the guest.
 #[tokio::test]
 async fn a_cancelled_command_is_killed_in_the_guest() {
