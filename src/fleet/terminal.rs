@@ -61,27 +61,32 @@ pub async fn open_local(
     let url = interactive_url(endpoint, machine, spec)?;
     let request = tungstenite::client::IntoClientRequest::into_client_request(url.as_str())
         .map_err(|e| FleetError::new(ErrorKind::Invalid, &ctx, e.to_string()))?;
-    let connected = match endpoint {
+    match endpoint {
         LocalEndpoint::Unix(path) => {
-            let stream = tokio::net::UnixStream::connect(path)
-                .await
-                .map_err(|e| unreachable_engine(&ctx, &e))?;
-            let (socket, _) = tokio_tungstenite::client_async(request, stream)
-                .await
-                .map_err(|e| handshake_error(&ctx, e))?;
-            pump(socket)
+            let stream = tokio::net::UnixStream::connect(path).await;
+            upgrade(&ctx, request, stream).await
         }
         LocalEndpoint::Loopback { authority } => {
-            let stream = tokio::net::TcpStream::connect(authority.as_str())
-                .await
-                .map_err(|e| unreachable_engine(&ctx, &e))?;
-            let (socket, _) = tokio_tungstenite::client_async(request, stream)
-                .await
-                .map_err(|e| handshake_error(&ctx, e))?;
-            pump(socket)
+            let stream = tokio::net::TcpStream::connect(authority.as_str()).await;
+            upgrade(&ctx, request, stream).await
         }
-    };
-    Ok(connected)
+    }
+}
+
+/// The WebSocket handshake over a connection to the engine, then the pump.
+async fn upgrade<S>(
+    ctx: &str,
+    request: tungstenite::handshake::client::Request,
+    stream: std::io::Result<S>,
+) -> FleetResult<TerminalLink>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let stream = stream.map_err(|e| unreachable_engine(ctx, &e))?;
+    let (socket, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .map_err(|e| handshake_error(ctx, e))?;
+    Ok(pump(socket))
 }
 
 fn interactive_url(

@@ -1547,11 +1547,13 @@ fn require_running(st: &mut FakeState, name: &str, body: &Value) -> Option<Respo
     let machine = st.machines.get_mut(name)?;
     // A paused machine's VM is gone (its memory saved): nothing runs the command.
     if machine["state"] == json!("paused") {
+        // Both texts as the nested 1.32.2 engine answered them.
         let message = if body["autoStart"] == json!(false) {
-            "machine is not running and autoStart is false".to_owned()
+            "machine is not running and autoStart is false"
         } else {
-            "start: machine has saved execution; use resume".to_owned()
+            "machine has saved execution; use resume"
         };
+        let message = message.to_owned();
         return Some(api_error(StatusCode::CONFLICT, "CONFLICT", message));
     }
     if !matches!(

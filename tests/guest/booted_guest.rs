@@ -1008,11 +1008,11 @@ async fn count_in(h: &Harness, name: &str) -> (u64, bool) {
 /// deadline), then a command resumes it and says so, and the loop has gone on from where it
 /// stood, /tmp (RAM) kept. Prints the figures docs/benchmarks.md quotes.
 ///
-/// Not in the default run: the save alone took over 12 minutes of the nested engine's one
-/// emulated CPU (docs/testing.md), which the CI's 45 minutes cannot hold beside the rest.
+/// Not in the default run: the save alone took 16 minutes of the nested engine's one emulated
+/// CPU (docs/benchmarks.md), which the CI's 45 minutes cannot hold beside the rest.
 /// `cargo test --test guest -- --ignored a_paused_machine` runs it.
 #[tokio::test]
-#[ignore = "a pause takes over 12 minutes under TCG: run with --ignored (docs/testing.md)"]
+#[ignore = "a pause takes 16 minutes under TCG: run with --ignored (docs/testing.md)"]
 async fn a_paused_machine_keeps_its_processes_and_the_next_command_resumes_it() {
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
