@@ -598,3 +598,30 @@ async fn a_waiting_job_output_reports_progress() {
         );
     }
 }
+
+/// A pause keeps a job's processes (the engine saves the guest whole): the watcher waits for
+/// the resume instead of calling the job lost, and the job is read to its end after it.
+#[tokio::test]
+async fn a_job_outlives_a_pause_of_its_machine() {
+    let (_fake, h) = setup(false, &[]).await;
+    h.ok(
+        "create-machine",
+        json!({"name": "held", "image": "alpine", "branchable": true}),
+    )
+    .await;
+    let job = start_job(&h, "held", "sleep 2; echo done", json!({})).await;
+    let paused = h
+        .ok("stop-machine", json!({"name": "held", "pause": true}))
+        .await;
+    assert_eq!(paused["machine"]["state"], "paused", "{paused}");
+    // Ten of the watcher's looks at the paused machine.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let report = h
+        .ok("job-output", json!({"job": job["job"], "waitSecs": 0}))
+        .await;
+    assert_eq!(report["state"], "running", "{report}");
+    h.ok("start-machine", json!({"name": "held"})).await;
+    let (stdout, _, last, _) = read_to_end(&h, job["job"].as_str().unwrap(), 10).await;
+    assert_eq!(stdout, "done\n");
+    assert_eq!(last["state"], "exited", "{last}");
+}

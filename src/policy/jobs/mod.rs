@@ -10,7 +10,7 @@
 
 pub mod guest;
 
-use crate::fleet::{ErrorKind, ExecSpec, Fleet, FleetError, FleetKind};
+use crate::fleet::{ErrorKind, ExecSpec, Fleet, FleetError, FleetKind, Phase as MachinePhase};
 use crate::policy::error::{ToolError, ToolErrorKind};
 use crate::policy::ledger::{Ledger, Run, RunStart, stream_from_parts};
 use crate::process::Process;
@@ -713,6 +713,11 @@ enum Seen {
 /// One look at the job: its machine first, since an exec would start a stopped machine again.
 async fn look(job: &Job) -> Result<Seen, FleetError> {
     match job.fleet.get(&job.machine).await {
+        // A pause keeps the job's processes (1.32.2 saves the guest whole and resumes the same
+        // processes): it is running, only not looked at until its machine is resumed.
+        Ok(machine) if machine.phase() == MachinePhase::Paused || machine.state == "pausing" => {
+            return Ok(Seen::Running);
+        }
         Ok(machine) if !machine.is_running() => {
             return Ok(Seen::Ended(Phase::Lost(format!(
                 "its machine is {}: a job ends with its machine",
