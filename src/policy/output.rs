@@ -76,6 +76,26 @@ pub fn utf8_prefix_len(bytes: &[u8], budget: usize) -> usize {
     end
 }
 
+/// The length of `bytes` without a character cut at its end (one whose continuation bytes are
+/// still to come), so a chunk of a stream read while it is written never splits one.
+pub fn complete_utf8_len(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    for back in 1..=3.min(n) {
+        let b = bytes[n - back];
+        if b & 0b1100_0000 == 0b1000_0000 {
+            continue;
+        }
+        let needed = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if needed > back { n - back } else { n };
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

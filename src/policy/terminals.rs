@@ -179,7 +179,7 @@ impl Terminal {
         let mut len = crate::policy::output::utf8_prefix_len(&window, max.min(available));
         if len == available && kept.end.is_none() {
             // The rest of a character still on its way is read with it next time.
-            len = complete_prefix(&window[..len]);
+            len = crate::policy::output::complete_utf8_len(&window[..len]);
         }
         let page = window;
         let bytes = page[..len].to_vec();
@@ -219,25 +219,6 @@ impl Terminal {
         drop(kept);
         self.changed.notify_waiters();
     }
-}
-
-/// The length of `bytes` without a UTF-8 character cut short at its end.
-fn complete_prefix(bytes: &[u8]) -> usize {
-    let n = bytes.len();
-    for back in 1..=n.min(4) {
-        let b = bytes[n - back];
-        if b & 0b1100_0000 == 0b1000_0000 {
-            continue;
-        }
-        let needs = match b {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF7 => 4,
-            _ => 1,
-        };
-        return if back < needs { n - back } else { n };
-    }
-    n
 }
 
 /// Why a new terminal is refused.
