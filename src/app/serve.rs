@@ -10,11 +10,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 
-/// The protocol stack for `config`, with a dead predecessor's orphans swept in the background.
+/// The protocol stack for `config`, with a dead predecessor's orphans swept in the background,
+/// and the reaper of expired leases and kept machines running until the clean-up at exit.
 pub fn start(config: Config) -> Result<Arc<Protocol>, crate::process::StartupError> {
     let protocol = Protocol::start(config)?;
     let process = protocol.process().clone();
     tokio::spawn(async move { process.sweep_orphans_at_start().await });
+    tokio::spawn(protocol.process().clone().reap());
     Ok(protocol)
 }
 

@@ -59,6 +59,16 @@ pub enum AgentNetwork {
     Ask,
 }
 
+/// What a session's end does to the temporary (`mcp-`) machines it made: delete them, or keep
+/// them stopped or paused for `keptMachineSecs`, for a later session to take back by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionEnd {
+    Delete,
+    Stop,
+    Pause,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetsSetting {
@@ -360,7 +370,7 @@ macro_rules! choices {
     )*};
 }
 
-choices!(NetworkDefault, AgentNetwork, TargetsSetting);
+choices!(NetworkDefault, AgentNetwork, SessionEnd, TargetsSetting);
 
 /// Settings that are JSON lists, in the file and in the environment alike (the file may hold the
 /// list itself or the same JSON text as the environment).
@@ -842,6 +852,20 @@ settings! {
         default: "1800",
         accepts: whole(1, 30 * DAY),
         why: "an ephemeral machine made by a 2026-07-28 (sessionless) HTTP request belongs to the server: deleted once no tool call has named it for this long, never during a call",
+    },
+    session_end: SessionEnd {
+        key: "sessionEnd",
+        env: "SMOL_MCP_SESSION_END",
+        default: "delete",
+        accepts: Accepts::OneOf(&["delete", "stop", "pause"]),
+        why: "what a session's end does to its temporary machines; stop and pause keep them (pause falls back to stop where the engine cannot pause) for a later session to take back by name",
+    },
+    kept_machine_secs: u64 {
+        key: "keptMachineSecs",
+        env: "SMOL_MCP_KEPT_MACHINE_SECS",
+        default: "86400",
+        accepts: whole(1, 30 * DAY),
+        why: "a kept machine nobody took back is deleted this long after its session ended, by whichever server process runs then (on cloud `ephemeralTtlSecs` may end it sooner)",
     },
     mount_allow: Vec<String> {
         key: "mountAllow",

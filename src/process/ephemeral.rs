@@ -50,6 +50,12 @@ pub struct Entry {
     /// in records written before it existed, which any engine's sweep takes as its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// Set when the session that made the machine ended under `sessionEnd` stop or pause: the
+    /// machine then belongs to no session, any later one may take it back by name, and once
+    /// this time (seconds since the epoch) has passed whichever server process runs deletes it,
+    /// whether the process that kept it is alive or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_until: Option<u64>,
 }
 
 /// A process-owned machine's lease: renewed by every tool call naming the machine, and over
@@ -74,10 +80,18 @@ impl Entry {
     /// Whether the process that owned the machine is gone and nobody may still use it: a dead
     /// owner's leased machine stays until its lease runs out, for the next server to adopt.
     fn orphaned(&self, now: u64) -> bool {
-        !process_alive(self.owner_pid) && self.lease.is_none_or(|l| l.expired(now))
+        match self.kept_until {
+            Some(until) => now >= until,
+            None => !process_alive(self.owner_pid) && self.lease.is_none_or(|l| l.expired(now)),
+        }
     }
 
-    fn made_on(&self, engine: &str) -> bool {
+    /// Whether the machine was kept at its session's end and may still be taken back.
+    pub fn kept_at(&self, now: u64) -> bool {
+        self.kept_until.is_some_and(|until| now < until)
+    }
+
+    pub fn made_on(&self, engine: &str) -> bool {
         self.engine.as_deref().is_none_or(|e| e == engine)
     }
 }
@@ -184,6 +198,33 @@ fn proc_stat(pid: u32) -> Option<ProcStat> {
         state: fields.first()?.chars().next()?,
         started: fields.get(19)?.parse().ok()?,
     })
+}
+
+/// The entries ordered so that no machine comes before a recorded child of it (a child may
+/// itself be a source when it was branched branchable).
+pub fn children_first(mut pending: Vec<Entry>) -> Vec<Entry> {
+    let mut ordered = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        let is_parent = |e: &Entry, of: &[Entry]| {
+            of.iter().any(|c| {
+                c.parent
+                    .as_deref()
+                    .is_some_and(|p| p == e.name || p == e.id)
+            })
+        };
+        let (leaves, rest): (Vec<Entry>, Vec<Entry>) = pending
+            .iter()
+            .cloned()
+            .partition(|e| !is_parent(e, &pending));
+        if leaves.is_empty() {
+            // A cycle can only come from a hand-edited record: take the rest as it is.
+            ordered.extend(rest);
+            break;
+        }
+        ordered.extend(leaves);
+        pending = rest;
+    }
+    ordered
 }
 
 #[derive(Debug, Clone)]
@@ -303,7 +344,9 @@ impl Record {
             .entries()?
             .into_iter()
             .filter(|e| {
-                e.fleet == fleet && e.made_on(engine) && (e.session == session || e.orphaned(now))
+                e.fleet == fleet
+                    && e.made_on(engine)
+                    && ((e.session == session && e.kept_until.is_none()) || e.orphaned(now))
             })
             .collect())
     }
@@ -357,16 +400,77 @@ impl Record {
     ) -> Result<Vec<Entry>, RecordError> {
         self.update(|entries| {
             let mut adopted = Vec::new();
-            for e in entries
-                .iter_mut()
-                .filter(|e| e.lease.is_some_and(|l| !l.expired(now)) && !process_alive(e.owner_pid))
-            {
+            for e in entries.iter_mut().filter(|e| {
+                e.kept_until.is_none()
+                    && e.lease.is_some_and(|l| !l.expired(now))
+                    && !process_alive(e.owner_pid)
+            }) {
                 e.owner_pid = owner;
                 e.session = session.to_owned();
                 adopted.push(e.clone());
             }
             adopted
         })
+    }
+
+    /// At a session's end under `sessionEnd` stop or pause (or a lease's, for a client without
+    /// a session): the machines on `fleet` that `which` picks, unless kept already, belong to
+    /// no session from now, and go at `until` unless a session takes them back first.
+    pub fn keep(
+        &self,
+        fleet: FleetKind,
+        which: impl Fn(&Entry) -> bool,
+        until: impl Fn(&Entry) -> u64,
+    ) -> Result<Vec<Entry>, RecordError> {
+        self.update(|entries| {
+            let mut kept = Vec::new();
+            for e in entries
+                .iter_mut()
+                .filter(|e| e.fleet == fleet && e.kept_until.is_none() && which(e))
+            {
+                e.kept_until = Some(until(e));
+                e.session = String::new();
+                e.lease = None;
+                kept.push(e.clone());
+            }
+            kept
+        })
+    }
+
+    /// A kept machine called `name_or_id` (on either fleet), not yet expired, becomes the
+    /// session's own again: owned by `owner`, going with the session (or, for the process's
+    /// lease session, under `lease`). Answers the entries taken.
+    pub fn take_back(
+        &self,
+        name_or_id: &str,
+        owner: u32,
+        session: &str,
+        lease: Option<Lease>,
+        now: u64,
+    ) -> Result<Vec<Entry>, RecordError> {
+        self.update(|entries| {
+            let mut taken = Vec::new();
+            for e in entries
+                .iter_mut()
+                .filter(|e| (e.name == name_or_id || e.id == name_or_id) && e.kept_at(now))
+            {
+                e.kept_until = None;
+                e.owner_pid = owner;
+                e.session = session.to_owned();
+                e.lease = lease;
+                taken.push(e.clone());
+            }
+            taken
+        })
+    }
+
+    /// Kept machines, whether expired or not.
+    pub fn kept(&self) -> Result<Vec<Entry>, RecordError> {
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| e.kept_until.is_some())
+            .collect())
     }
 
     /// The leased machines of `owner` on `fleet` whose lease has run out.
@@ -401,6 +505,7 @@ mod tests {
             recorded_at: 0,
             lease: None,
             engine: None,
+            kept_until: None,
         }
     }
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod credentials;
 pub mod ephemeral;
 pub mod events;
+pub mod keep;
 pub mod lease;
 pub mod local_serve;
 pub mod made;
@@ -21,7 +22,7 @@ pub use sweep::Cleanup;
 use crate::fleet::{
     Backstop, Capabilities, CloudFleet, ErrorKind, Fleet, FleetError, FleetKind, FleetResult,
 };
-use crate::process::config::{Config, TargetsSetting};
+use crate::process::config::{Config, SessionEnd, TargetsSetting};
 use ephemeral::{Entry, Record, RecordError, ensure_runtime_dir};
 use events::{Events, ServerEvent};
 use local_serve::LocalServe;
@@ -58,6 +59,8 @@ pub struct Process {
     pub credentials: Arc<credentials::Supplier>,
     /// The machines each session made (what the limits per session count).
     pub made: made::MadeBySession,
+    /// Stops `reap` when the process's own clean-up begins.
+    reaping: tokio_util::sync::CancellationToken,
     /// The operator's warm pools, set up at the first local call.
     pub pools: Arc<pools::WarmPools>,
     /// Which local engine this process uses, found on first need (`engine`).
@@ -95,6 +98,7 @@ impl Process {
         Ok(Process {
             credentials,
             made: made::MadeBySession::default(),
+            reaping: tokio_util::sync::CancellationToken::new(),
             pools: Arc::new(pools::WarmPools::new(config.pools.clone(), pool_defaults)),
             leases: lease::Leases::new(record.clone(), config.machine_lease_secs),
             record,
@@ -285,6 +289,7 @@ impl Process {
             recorded_at: ephemeral::now_secs(),
             lease: self.leases.lease_for(session),
             engine: Some(self.engine(fleet)),
+            kept_until: None,
         })
     }
 
@@ -326,6 +331,17 @@ impl Process {
                     continue;
                 }
             };
+            if self.config.session_end != SessionEnd::Delete {
+                // A lease running out is a sessionless client's session end: kept alike.
+                let names: Vec<&str> = idle.iter().map(|e| e.name.as_str()).collect();
+                let kept = self
+                    .keep(&fleet, |e| {
+                        names.contains(&e.name.as_str()) && !self.leases.busy(e)
+                    })
+                    .await;
+                total.kept.extend(kept);
+                continue;
+            }
             let c = sweep::delete_all(&self.record, &fleet, idle, |e| !self.leases.busy(e)).await;
             if !c.deleted.is_empty() {
                 tracing::info!(fleet = kind.as_str(), deleted = ?c.deleted, "deleted leased machines nobody used for {} s", self.config.machine_lease_secs);
@@ -335,14 +351,18 @@ impl Process {
         total
     }
 
-    /// Reaps expired leases until `stop` is cancelled.
-    pub async fn reap_leases(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+    /// Reaps expired leases, and kept machines whose time is up, until `stop` is cancelled.
+    /// The process's clean-up at exit cancels it (`stop_reaping`) first.
+    pub async fn reap(self: Arc<Self>) {
+        let stop = self.reaping.clone();
+        let kept_interval = lease::reap_interval(self.config.kept_machine_secs);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.leases.reap_interval()) => {}
+                _ = tokio::time::sleep(self.leases.reap_interval().min(kept_interval)) => {}
             }
             self.reap_expired_leases().await;
+            self.reap_expired_kept().await;
         }
     }
 
@@ -368,6 +388,7 @@ impl Process {
             recorded_at: ephemeral::now_secs(),
             lease: self.leases.lease_for(session),
             engine: Some(self.engine(fleet)),
+            kept_until: None,
         };
         if let Err(e) = self.record.set_created(&created) {
             tracing::warn!(error = %e, "could not record the id of {name}");
@@ -414,31 +435,127 @@ impl Process {
     }
 
     /// Deletes this session's ephemeral machines (and any a dead process left) on every fleet
-    /// that was used. Never fails; what could not be deleted is reported and stays recorded.
+    /// that was used, or under `sessionEnd` stop or pause keeps the session's own (stopped or
+    /// paused) for a later session to take back. Never fails; what could not be deleted is
+    /// reported and stays recorded.
     pub async fn cleanup_session(&self, session: &str) -> Cleanup {
         self.made.forget(session);
-        let mut total = Cleanup::default();
-        // Only a cloud fleet that was used has machines of this session.
+        let mut fleets: Vec<Fleet> = Vec::with_capacity(2);
+        // Only a fleet that was used has machines of this session.
         if let Some(Ok(cloud)) = self.cloud.get() {
-            let engine = self.engine(FleetKind::Cloud);
-            let c = sweep(
-                &self.record,
-                &(cloud.clone() as Fleet),
-                &engine,
-                Some(session),
-            )
-            .await;
-            total.deleted.extend(c.deleted);
-            total.failed.extend(c.failed);
+            fleets.push(cloud.clone());
         }
-        let local = self.local.lock().await;
-        if let Some(serve) = local.as_ref() {
-            let fleet: Fleet = serve.fleet.clone();
-            drop(local);
-            let engine = self.engine(FleetKind::Local);
-            let c = sweep(&self.record, &fleet, &engine, Some(session)).await;
-            total.deleted.extend(c.deleted);
-            total.failed.extend(c.failed);
+        if let Some(serve) = self.local.lock().await.as_ref() {
+            fleets.push(serve.fleet.clone());
+        }
+        let mut total = Cleanup::default();
+        for fleet in fleets {
+            if self.config.session_end != SessionEnd::Delete {
+                total.kept.extend(self.keep_session(session, &fleet).await);
+            }
+            let engine = self.engine(fleet.kind());
+            total.add(sweep(&self.record, &fleet, &engine, Some(session)).await);
+        }
+        total
+    }
+
+    /// The session's machines on `fleet` recorded as kept, then stopped or paused.
+    async fn keep_session(&self, session: &str, fleet: &Fleet) -> Vec<(String, keep::PutAway)> {
+        self.keep(fleet, |e| e.session == session).await
+    }
+
+    /// The machines on `fleet` that `which` picks recorded as kept, then stopped or paused.
+    async fn keep(
+        &self,
+        fleet: &Fleet,
+        which: impl Fn(&Entry) -> bool,
+    ) -> Vec<(String, keep::PutAway)> {
+        let now = ephemeral::now_secs();
+        let (keep_secs, ttl) = (
+            self.config.kept_machine_secs,
+            self.config.ephemeral_ttl_secs,
+        );
+        let kept = match self.record.keep(fleet.kind(), which, |e| {
+            keep::kept_until(e, now, keep_secs, ttl)
+        }) {
+            Ok(kept) => kept,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the machine record; machines are deleted instead of kept");
+                return Vec::new();
+            }
+        };
+        keep::put_away(&self.record, fleet, kept, self.config.session_end).await
+    }
+
+    /// A call of `session` names `name`: a machine kept from an earlier session becomes this
+    /// session's own (it goes when this session ends, or is kept again). Answers whether it was
+    /// taken. Only names with the temporary prefix are looked up.
+    pub fn take_back(&self, name: &str, session: &str) -> bool {
+        if !name.starts_with(&self.config.machine_prefix) {
+            return false;
+        }
+        let now = ephemeral::now_secs();
+        // A read first: most calls name a machine nobody kept, and need no write lock.
+        let is_kept = self.record.entries().is_ok_and(|entries| {
+            entries
+                .iter()
+                .any(|e| (e.name == name || e.id == name) && e.kept_at(now))
+        });
+        if !is_kept {
+            return false;
+        }
+        let lease = self.leases.lease_for(session);
+        match self
+            .record
+            .take_back(name, std::process::id(), session, lease, now)
+        {
+            Ok(taken) if !taken.is_empty() => {
+                tracing::info!(machine = name, %session, "a session took back a kept machine");
+                self.events.publish(
+                    ServerEvent::info(
+                        "keptMachineTaken",
+                        format!("{name}, kept from an earlier session, now belongs to this one"),
+                    )
+                    .with("machine", name.to_owned()),
+                );
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot write the machine record; {name} stays kept");
+                false
+            }
+        }
+    }
+
+    /// Deletes kept machines whose time is up, on each fleet that has some (reaching it: a
+    /// local one may need the serve started).
+    pub async fn reap_expired_kept(&self) -> Cleanup {
+        let now = ephemeral::now_secs();
+        let Ok(kept) = self.record.kept() else {
+            return Cleanup::default();
+        };
+        let mut total = Cleanup::default();
+        for kind in [FleetKind::Local, FleetKind::Cloud] {
+            let engine = self.engine(kind);
+            if !kept
+                .iter()
+                .any(|e| e.fleet == kind && !e.kept_at(now) && e.made_on(&engine))
+            {
+                continue;
+            }
+            let fleet = match self.fleet(kind).await {
+                Ok(fleet) => fleet,
+                Err(e) => {
+                    tracing::warn!(fleet = kind.as_str(), error = %e, "cannot reach the fleet of kept machines whose time is up");
+                    continue;
+                }
+            };
+            let c = sweep(&self.record, &fleet, &engine, None).await;
+            if !c.deleted.is_empty() {
+                tracing::info!(fleet = kind.as_str(), deleted = ?c.deleted, "deleted kept machines whose time was up (keptMachineSecs {})", self.config.kept_machine_secs);
+            }
+            total.add(c);
         }
         total
     }
@@ -456,6 +573,7 @@ impl Process {
 
     /// At the exit of a process that served several sessions: every machine it recorded.
     pub async fn shutdown_process(&self) -> Cleanup {
+        self.reaping.cancel();
         self.reach_leased_fleets().await;
         let me = std::process::id();
         let sessions: std::collections::BTreeSet<String> = self
@@ -492,6 +610,7 @@ impl Process {
 
     /// At process exit: the session's machines, then the serve if this process started it.
     pub async fn shutdown(&self, session: &str) -> Cleanup {
+        self.reaping.cancel();
         let cleanup = self.cleanup_session(session).await;
         self.stop_local().await;
         cleanup

@@ -3,7 +3,7 @@
 //! from, and a sweep deletes only what it was given.
 
 use crate::fleet::{ErrorKind, Fleet, FleetError, FleetKind};
-use crate::process::ephemeral::{self, Entry, Record};
+use crate::process::ephemeral::{self, Entry, Record, children_first};
 use crate::process::events::{Events, ServerEvent};
 
 /// What ended up deleted, and what could not be.
@@ -11,12 +11,15 @@ use crate::process::events::{Events, ServerEvent};
 pub struct Cleanup {
     pub deleted: Vec<String>,
     pub failed: Vec<(String, String)>,
+    /// Kept past their session (`sessionEnd` stop or pause), with how each was left.
+    pub kept: Vec<(String, crate::process::keep::PutAway)>,
 }
 
 impl Cleanup {
     pub fn add(&mut self, other: Cleanup) {
         self.deleted.extend(other.deleted);
         self.failed.extend(other.failed);
+        self.kept.extend(other.kept);
     }
 }
 
@@ -53,33 +56,6 @@ pub fn publish_orphan_sweep(events: &Events, kind: FleetKind, cleanup: &Cleanup)
             .with("machine", name.clone()),
         );
     }
-}
-
-/// The entries ordered so that no machine comes before a recorded child of it (a child may
-/// itself be a source when it was branched branchable).
-fn children_first(mut pending: Vec<Entry>) -> Vec<Entry> {
-    let mut ordered = Vec::with_capacity(pending.len());
-    while !pending.is_empty() {
-        let is_parent = |e: &Entry, of: &[Entry]| {
-            of.iter().any(|c| {
-                c.parent
-                    .as_deref()
-                    .is_some_and(|p| p == e.name || p == e.id)
-            })
-        };
-        let (leaves, rest): (Vec<Entry>, Vec<Entry>) = pending
-            .iter()
-            .cloned()
-            .partition(|e| !is_parent(e, &pending));
-        if leaves.is_empty() {
-            // A cycle can only come from a hand-edited record: take the rest as it is.
-            ordered.extend(rest);
-            break;
-        }
-        ordered.extend(leaves);
-        pending = rest;
-    }
-    ordered
 }
 
 /// Deletes one recorded machine and forgets it; answers the error when it stays. A 409 naming
@@ -194,8 +170,8 @@ pub async fn sweep(record: &Record, fleet: &Fleet, engine: &str, session: Option
         Err(e) => {
             tracing::error!(error = %e, "cannot read the ephemeral record; nothing deleted");
             return Cleanup {
-                deleted: vec![],
                 failed: vec![("(the machine record)".into(), e.to_string())],
+                ..Cleanup::default()
             };
         }
     };
@@ -264,6 +240,7 @@ mod tests {
             recorded_at: 0,
             lease: None,
             engine: None,
+            kept_until: None,
         }
     }
 

@@ -304,6 +304,7 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
             recorded_at: 0,
             lease: None,
             engine: None,
+            kept_until: None,
         })
         .unwrap();
     list_machines(&s).await;

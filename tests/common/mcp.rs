@@ -15,7 +15,9 @@ pub struct Harness {
     pub client: RunningService<RoleClient, ()>,
     pub protocol: Arc<Protocol>,
     pub session: String,
-    pub runtime: tempfile::TempDir,
+    /// Shared by the harnesses of one test that play a server process restarted
+    /// (`next_process`): the same runtime directory, so the same machine record.
+    pub runtime: Arc<tempfile::TempDir>,
 }
 
 /// The answer of one tool call.
@@ -47,6 +49,16 @@ impl Harness {
             .prefix("smol-mcp-rt-")
             .tempdir()
             .unwrap();
+        Harness::start_in(env, Arc::new(runtime)).await
+    }
+
+    /// Another server process on the same runtime directory (so the same machine record), as
+    /// a server started again after this one, with its own settings and session.
+    pub async fn next_process(&self, env: &[(&str, &str)]) -> Harness {
+        Harness::start_in(env, self.runtime.clone()).await
+    }
+
+    async fn start_in(env: &[(&str, &str)], runtime: Arc<tempfile::TempDir>) -> Harness {
         let rt_dir = runtime.path().join("rt");
         let protocol = Protocol::start(config(env, &rt_dir)).unwrap();
         let session = format!("test-{:08x}", rand::random::<u32>());

@@ -60,6 +60,7 @@ mod guest_shell;
 mod http_hardening;
 mod job_wrapper;
 mod jobs;
+mod kept_machines;
 mod layering;
 mod ledger;
 mod local_requests;

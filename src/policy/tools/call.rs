@@ -185,16 +185,27 @@ impl<'a> Call<'a> {
                 "once no call has used it for {} s (the lease of a client without a session)",
                 self.config().machine_lease_secs
             )
-        } else {
+        } else if self.config().session_end == crate::process::config::SessionEnd::Delete {
             "when this session ends".to_owned()
+        } else {
+            format!(
+                "once it has been kept {} past this session's end (sessionEnd {})",
+                crate::process::keep::duration_words(self.config().kept_machine_secs),
+                match self.config().session_end {
+                    crate::process::config::SessionEnd::Pause => "pause",
+                    _ => "stop",
+                }
+            )
         }
     }
 
-    /// Marks `name` as used by this call until it ends, renewing its lease if it has one.
+    /// Marks `name` as used by this call until it ends, renewing its lease if it has one. A
+    /// machine kept from an earlier session (`sessionEnd`) becomes this session's own.
     pub fn hold(&self, name: &str) {
         if let Ok(mut held) = self.held.lock()
             && !held.iter().any(|n| n == name)
         {
+            self.process().take_back(name, self.session());
             self.process().hold(&[name.to_owned()]);
             held.push(name.to_owned());
         }

@@ -639,9 +639,7 @@ pub fn serve(
     // Before the orphan sweep can find them: a previous server's leased machines that a
     // sessionless client may still use.
     protocol.process().adopt_leased_machines();
-    let leases = protocol.process().clone().reap_leases(shutdown.clone());
     async move {
-        tokio::spawn(leases);
         tokio::spawn(sessions::reap(
             app.sessions,
             app.manager,

@@ -4,7 +4,7 @@
 
 use crate::fleet::FleetKind;
 use crate::process::Mode;
-use crate::process::config::AgentNetwork;
+use crate::process::config::{AgentNetwork, SessionEnd};
 use crate::process::credentials::CredentialBinding;
 
 const LOCAL: &str = "- local: smolvm on this host, free. pull-image works only here. branch-machine \
@@ -16,10 +16,23 @@ const CLOUD: &str = "- cloud: smol cloud; every machine costs money for as long 
                      program's output, run it with run-command or read its log file with \
                      read-file. pull-image is refused: the service pulls the image at create.";
 
+/// What becomes of temporary machines when a session ends, and which are kept now.
+#[derive(Debug, Clone)]
+pub struct Temporary {
+    pub session_end: SessionEnd,
+    pub kept_secs: u64,
+    /// Machines kept from earlier sessions that a call may take back now.
+    pub kept_now: Vec<String>,
+}
+
+/// At most this many kept machines are named; the rest are counted.
+const KEPT_NAMED: usize = 10;
+
 pub fn instructions(
     mode: Mode,
     credentials: &[CredentialBinding],
     agent_network: AgentNetwork,
+    temporary: &Temporary,
 ) -> String {
     let mut text = String::from(
         "This server gives you microVMs (smol machines): Linux machines to run commands and keep \
@@ -53,9 +66,7 @@ pub fn instructions(
     text.push_str(
         "\n\n{egress} A command that fails to resolve or reach a host is usually missing \
          egress, not broken; you cannot widen a running machine's egress yourself.\n\n\
-         {credentials}Machines you create without a name (or with one starting mcp-) are \
-         temporary and deleted when this session ends or they go unused; give another name to \
-         keep one.\n\n\
+         {credentials}{temporary}\n\n\
          Resources: smol://targets tells which fleets are usable from this host now and what is \
          in the way (read it before choosing a target, or when machines fail to start). \
          smol://machine/{target}/{name}/logs is a machine's log: subscribe to it to hear of new \
@@ -65,6 +76,52 @@ pub fn instructions(
     );
     text.replace("{egress}", egress_line(mode, agent_network))
         .replace("{credentials}", &credentials_line(mode, credentials))
+        .replace("{temporary}", &temporary_line(temporary))
+}
+
+/// What a session's end does to temporary machines, and how to take back a kept one.
+fn temporary_line(temporary: &Temporary) -> String {
+    let how = match temporary.session_end {
+        SessionEnd::Delete => None,
+        SessionEnd::Stop => Some("stopped (disk kept)"),
+        SessionEnd::Pause => {
+            Some("paused (memory, processes and disk kept; stopped where a pause is impossible)")
+        }
+    };
+    let mut line = match how {
+        None => "Machines you create without a name (or with one starting mcp-) are temporary \
+                 and deleted when this session ends or they go unused; give another name to keep \
+                 one."
+            .to_owned(),
+        Some(how) => format!(
+            "Machines you create without a name (or with one starting mcp-) are temporary: when \
+             this session ends they are {how} and kept for {}, then deleted; give another name \
+             to keep one for good.",
+            crate::process::keep::duration_words(temporary.kept_secs)
+        ),
+    };
+    if !temporary.kept_now.is_empty() {
+        line.push_str(
+            " A machine kept from an earlier session becomes this session's when any call names \
+             it (a command on it starts or resumes it).",
+        );
+        let named: Vec<&str> = temporary
+            .kept_now
+            .iter()
+            .take(KEPT_NAMED)
+            .map(String::as_str)
+            .collect();
+        line.push_str(&format!(
+            " Kept from earlier sessions now: {}",
+            named.join(", ")
+        ));
+        let more = temporary.kept_now.len().saturating_sub(KEPT_NAMED);
+        if more > 0 {
+            line.push_str(&format!(" and {more} more (list-machines)"));
+        }
+        line.push('.');
+    }
+    line
 }
 
 /// When to ask for egress, and how: what the operator lets the agent choose at create.
@@ -134,6 +191,47 @@ mod tests {
         }
     }
 
+    fn deleted() -> Temporary {
+        Temporary {
+            session_end: SessionEnd::Delete,
+            kept_secs: 86_400,
+            kept_now: vec![],
+        }
+    }
+
+    #[test]
+    fn kept_machines_are_explained_and_named() {
+        let text = instructions(
+            Mode::Single(FleetKind::Local),
+            &[],
+            AgentNetwork::Any,
+            &deleted(),
+        );
+        assert!(text.contains("deleted when this session ends"), "{text}");
+        let kept_now: Vec<String> = (0..12).map(|i| format!("mcp-k{i}")).collect();
+        let text = instructions(
+            Mode::Single(FleetKind::Local),
+            &[],
+            AgentNetwork::Any,
+            &Temporary {
+                session_end: SessionEnd::Pause,
+                kept_secs: 7_200,
+                kept_now,
+            },
+        );
+        assert!(text.contains("they are paused"), "{text}");
+        assert!(text.contains("kept for 2 hours, then deleted"), "{text}");
+        assert!(
+            text.contains("mcp-k0, mcp-k1") && text.contains("mcp-k9 and 2 more"),
+            "{text}"
+        );
+        assert!(!text.contains("mcp-k10"), "{text}");
+        assert!(
+            !text.contains("{temporary}") && !text.contains("  "),
+            "{text}"
+        );
+    }
+
     #[test]
     fn every_variant_reads_as_prose_and_says_who_widens_egress() {
         for mode in [
@@ -142,7 +240,7 @@ mod tests {
             Mode::Single(FleetKind::Cloud),
         ] {
             for agent_network in [AgentNetwork::Any, AgentNetwork::Ask] {
-                let text = instructions(mode, &[binding()], agent_network);
+                let text = instructions(mode, &[binding()], agent_network, &deleted());
                 assert!(!text.contains("  "), "a run of spaces: {text}");
                 assert!(
                     !text.contains("{egress}") && !text.contains("{credentials}"),

@@ -62,7 +62,7 @@ impl Drop for SessionEnd {
             runtime.spawn(async move {
                 protocol.policy.terminals.close_session(&session);
                 let cleanup = protocol.process().cleanup_session(&session).await;
-                tracing::info!(%session, deleted = ?cleanup.deleted, "session closed");
+                tracing::info!(%session, deleted = ?cleanup.deleted, kept = ?cleanup.kept, "session closed");
             });
         }
     }
@@ -102,10 +102,28 @@ impl SmolMcp {
     }
 
     fn instructions(&self) -> String {
+        let process = self.protocol.process();
+        let now = crate::process::ephemeral::now_secs();
+        // Whatever this process's own setting: machines kept by an earlier one stay takeable.
+        let kept_now = process
+            .record
+            .kept()
+            .map(|kept| {
+                kept.into_iter()
+                    .filter(|e| e.kept_at(now))
+                    .map(|e| e.name)
+                    .collect()
+            })
+            .unwrap_or_default();
         instructions::instructions(
             self.protocol.mode(),
-            self.protocol.process().credentials.bindings(),
+            process.credentials.bindings(),
             self.protocol.config().agent_network,
+            &instructions::Temporary {
+                session_end: self.protocol.config().session_end,
+                kept_secs: self.protocol.config().kept_machine_secs,
+                kept_now,
+            },
         )
     }
 }

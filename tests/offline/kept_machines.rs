@@ -1,0 +1,255 @@
+//! `sessionEnd` stop and pause: a session's temporary machines kept past its end, taken back by
+//! a later process's session that names one, and deleted once `keptMachineSecs` have passed,
+//! against the fake serve.
+
+use crate::common::fake_serve::FakeServe;
+use crate::common::mcp::Harness;
+use serde_json::{Value, json};
+
+fn record(h: &Harness) -> Vec<Value> {
+    let text = std::fs::read_to_string(h.record_path()).unwrap_or_else(|_| "{}".into());
+    let file: Value = serde_json::from_str(&text).unwrap();
+    file["machines"].as_array().cloned().unwrap_or_default()
+}
+
+fn entry(h: &Harness, name: &str) -> Option<Value> {
+    record(h).into_iter().find(|e| e["name"] == name)
+}
+
+fn state(fake: &FakeServe, name: &str) -> Option<String> {
+    fake.state
+        .lock()
+        .unwrap()
+        .machines
+        .get(name)
+        .map(|m| m["state"].as_str().unwrap_or_default().to_owned())
+}
+
+fn instructions(h: &Harness) -> String {
+    h.client
+        .peer_info()
+        .and_then(|info| info.instructions.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_stopped_machine_outlives_its_session_and_a_later_process_takes_it_back() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let keep = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_SESSION_END", "stop"),
+    ];
+    let first = Harness::start(&keep).await;
+    assert!(
+        instructions(&first).contains("they are stopped (disk kept) and kept for 1 day"),
+        "{}",
+        instructions(&first)
+    );
+    let created = first.ok("create-machine", json!({"image": "alpine"})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    first
+        .ok(
+            "write-file",
+            json!({"name": name, "path": "/root/work.txt", "content": "half done"}),
+        )
+        .await;
+    first
+        .ok("create-machine", json!({"image": "alpine", "name": "mine"}))
+        .await;
+
+    let cleanup = first.protocol.policy.shutdown(&first.session).await;
+    assert!(cleanup.deleted.is_empty(), "{cleanup:?}");
+    assert_eq!(cleanup.kept.len(), 1, "{cleanup:?}");
+    assert_eq!(cleanup.kept[0].0, name);
+    assert_eq!(state(&fake, &name).as_deref(), Some("stopped"));
+    let kept = entry(&first, &name).expect("still recorded");
+    assert_eq!(kept["session"], "", "it belongs to no session: {kept}");
+    let until = kept["keptUntil"].as_u64().expect("a time to go");
+    let in_a_day = smol_mcp::process::ephemeral::now_secs() + 86_400;
+    assert!(until <= in_a_day && until + 60 >= in_a_day, "{kept}");
+
+    // The server starts again, now under the default: its session is told what is kept, and
+    // takes it by naming it.
+    let plain = [("SMOL_LOCAL_URL", url.as_str())];
+    let second = first.next_process(&plain).await;
+    assert!(
+        instructions(&second).contains(&format!("Kept from earlier sessions now: {name}.")),
+        "{}",
+        instructions(&second)
+    );
+    let (page, content) = second
+        .read(json!({"name": name, "path": "/root/work.txt"}))
+        .await;
+    assert_eq!(content, "half done", "the disk was kept");
+    assert_eq!(page["startedMachine"], true, "{page}");
+    let taken = entry(&second, &name).unwrap();
+    assert_eq!(taken["session"], second.session.as_str(), "{taken}");
+    assert!(taken.get("keptUntil").is_none(), "{taken}");
+    // Another process no longer names it as kept: it is the second session's.
+    let third = second.next_process(&plain).await;
+    assert!(
+        !instructions(&third).contains(&name),
+        "{}",
+        instructions(&third)
+    );
+    // Nor does another session take it from the second by naming it.
+    third.ok("get-machine", json!({"name": name})).await;
+    assert_eq!(entry(&third, &name).unwrap(), taken);
+
+    // The second session ends under the default: its machines go, the taken one with them.
+    let cleanup = second.protocol.policy.shutdown(&second.session).await;
+    assert_eq!(cleanup.deleted, std::slice::from_ref(&name), "{cleanup:?}");
+    assert!(cleanup.kept.is_empty(), "{cleanup:?}");
+    assert_eq!(state(&fake, &name), None);
+    assert_eq!(state(&fake, "mine").as_deref(), Some("running"));
+    assert!(entry(&second, &name).is_none());
+}
+
+#[tokio::test]
+async fn a_kept_machine_goes_when_its_time_is_up_and_can_no_longer_be_taken() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let first = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_SESSION_END", "stop"),
+        ("SMOL_MCP_KEPT_MACHINE_SECS", "1"),
+    ])
+    .await;
+    let a = first.ok("create-machine", json!({"image": "alpine"})).await;
+    let a = a["machine"]["name"].as_str().unwrap().to_owned();
+    let b = first.ok("create-machine", json!({"image": "alpine"})).await;
+    let b = b["machine"]["name"].as_str().unwrap().to_owned();
+    let cleanup = first.protocol.policy.shutdown(&first.session).await;
+    assert_eq!(cleanup.kept.len(), 2, "{cleanup:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+
+    let later = first
+        .next_process(&[("SMOL_LOCAL_URL", url.as_str())])
+        .await;
+    assert!(
+        !instructions(&later).contains(&a),
+        "{}",
+        instructions(&later)
+    );
+    // Naming one after its time takes nothing: it is an orphan now, for the reaper.
+    let before = entry(&later, &a).unwrap();
+    later.ok("get-machine", json!({"name": a})).await;
+    assert_eq!(entry(&later, &a).unwrap(), before, "not taken once expired");
+    let reaped = later.protocol.process().reap_expired_kept().await;
+    let mut deleted = reaped.deleted.clone();
+    deleted.sort();
+    let mut expected = vec![a.clone(), b.clone()];
+    expected.sort();
+    assert_eq!(deleted, expected, "{reaped:?}");
+    assert_eq!(state(&fake, &a), None);
+    assert_eq!(state(&fake, &b), None);
+    assert!(record(&later).is_empty(), "{:?}", record(&later));
+}
+
+#[tokio::test]
+async fn pause_keeps_a_branchable_machine_paused_and_stops_the_others() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let env = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_SESSION_END", "pause"),
+    ];
+    let first = Harness::start(&env).await;
+    let branchable = first
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "branchable": true}),
+        )
+        .await;
+    let branchable = branchable["machine"]["name"].as_str().unwrap().to_owned();
+    let plain = first.ok("create-machine", json!({"image": "alpine"})).await;
+    let plain = plain["machine"]["name"].as_str().unwrap().to_owned();
+    let stopped = first.ok("create-machine", json!({"image": "alpine"})).await;
+    let stopped = stopped["machine"]["name"].as_str().unwrap().to_owned();
+    first.ok("stop-machine", json!({"name": stopped})).await;
+
+    let cleanup = first.protocol.policy.shutdown(&first.session).await;
+    let how: std::collections::BTreeMap<String, String> = cleanup
+        .kept
+        .iter()
+        .map(|(name, how)| (name.clone(), format!("{how:?}")))
+        .collect();
+    assert_eq!(how[&branchable], "Paused", "{how:?}");
+    assert_eq!(how[&plain], "Stopped", "not started branchable: {how:?}");
+    assert_eq!(how[&stopped], "AsItWas", "{how:?}");
+    assert_eq!(state(&fake, &branchable).as_deref(), Some("paused"));
+    assert_eq!(state(&fake, &plain).as_deref(), Some("stopped"));
+    assert_eq!(
+        fake.state.lock().unwrap().pauses,
+        [format!("pause {branchable}")]
+    );
+
+    // Taken back by a command, which resumes it; kept again (still paused: as it was) when
+    // the next session ends too, with a new time.
+    let second = first.next_process(&env).await;
+    let ran = second
+        .ok(
+            "run-command",
+            json!({"name": branchable, "command": "true"}),
+        )
+        .await;
+    assert_eq!(ran["startedMachine"], true, "{ran}");
+    assert_eq!(state(&fake, &branchable).as_deref(), Some("running"));
+    let cleanup = second.protocol.policy.shutdown(&second.session).await;
+    assert_eq!(
+        cleanup
+            .kept
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect::<Vec<_>>(),
+        std::slice::from_ref(&branchable),
+        "only what the second session took: {cleanup:?}"
+    );
+    assert_eq!(state(&fake, &branchable).as_deref(), Some("paused"));
+    assert_eq!(record(&second).len(), 3, "{:?}", record(&second));
+}
+
+#[tokio::test]
+async fn a_lease_that_runs_out_keeps_its_machine_like_a_session_end() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_SESSION_END", "stop"),
+        ("SMOL_MCP_MACHINE_LEASE_SECS", "1"),
+    ])
+    .await;
+    let process = h.protocol.process();
+    process
+        .fleet(smol_mcp::fleet::FleetKind::Local)
+        .await
+        .unwrap();
+    // What a sessionless (2026-07-28) HTTP request's create records: a leased machine.
+    fake.add_machine("mcp-leased", "running");
+    let lease_session = process.lease_session().to_owned();
+    process
+        .remember(
+            smol_mcp::fleet::FleetKind::Local,
+            "mcp-leased",
+            &lease_session,
+            None,
+        )
+        .unwrap();
+    assert!(entry(&h, "mcp-leased").unwrap()["lease"].is_object());
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    let reaped = process.reap_expired_leases().await;
+    assert!(reaped.deleted.is_empty(), "{reaped:?}");
+    assert_eq!(reaped.kept.len(), 1, "{reaped:?}");
+    assert_eq!(state(&fake, "mcp-leased").as_deref(), Some("stopped"));
+    let kept = entry(&h, "mcp-leased").unwrap();
+    assert!(
+        kept["keptUntil"].is_u64() && kept.get("lease").is_none(),
+        "{kept}"
+    );
+    // A sessionless request naming it again takes it back under a new lease.
+    assert!(process.take_back("mcp-leased", &lease_session));
+    let taken = entry(&h, "mcp-leased").unwrap();
+    assert!(taken["lease"].is_object(), "{taken}");
+    assert!(taken.get("keptUntil").is_none(), "{taken}");
+}
