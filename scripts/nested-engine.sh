@@ -12,7 +12,8 @@
 #   scripts/nested-engine.sh env      # export lines for the tests (SMOL_NESTED_*)
 #
 # State: $SMOL_NESTED_DIR, else target/nested-engine/ (url, qemu.pid, serial.log, env; cache/ is
-# the download and build cache that `down` keeps). Port: $SMOL_NESTED_PORT, else a free one.
+# the download and build cache that `down` keeps, or $SMOL_NESTED_CACHE). Port:
+# $SMOL_NESTED_PORT, else a free one.
 # Needs root (apt-get, and the agent rootfs keeps its owners as the engine's own extract would).
 set -euo pipefail
 
@@ -20,7 +21,9 @@ VERSION=1.32.2
 root="$(cd "$(dirname "$0")/.." && pwd)"
 here="$root/scripts/nested"
 state="$(realpath -m "${SMOL_NESTED_DIR:-$root/target/nested-engine}")"
-cache="$state/cache"
+# The download and build cache; $SMOL_NESTED_CACHE lets a second engine (scripts/test.sh's for
+# the pause test) share the first one's, once that one is up.
+cache="$(realpath -m "${SMOL_NESTED_CACHE:-$state/cache}")"
 share="$cache/share"          # engine/ and images/: the 9p exports, /smol/... in the outer VM
 kdir="$cache/kernel"
 HEALTH_TIMEOUT="${SMOL_NESTED_HEALTH_TIMEOUT:-240}"

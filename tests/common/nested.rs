@@ -5,7 +5,8 @@
 //!
 //! Guests boot one at a time here: under TCG a second boot starves the first of CPU, and the
 //! engine gives up on a guest after 30 s without boot progress. So every test of the guest holds
-//! [`serial`] while it runs.
+//! [`serial`] while it runs, except one given an engine of its own (the pause test's
+//! `SMOL_NESTED_PAUSE_URL`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
