@@ -314,6 +314,17 @@ impl Process {
         self.leases.adopt()
     }
 
+    /// The fleet of `kind` for a clean-up of `what`, or `None` (logged) when it cannot be reached.
+    async fn reach(&self, kind: FleetKind, what: &str) -> Option<Fleet> {
+        match self.fleet(kind).await {
+            Ok(fleet) => Some(fleet),
+            Err(e) => {
+                tracing::warn!(fleet = kind.as_str(), error = %e, "cannot reach the fleet of {what}");
+                None
+            }
+        }
+    }
+
     /// Deletes this process's leased machines whose lease has run out and that no call uses.
     pub async fn reap_expired_leases(&self) -> Cleanup {
         let mut total = Cleanup::default();
@@ -324,12 +335,8 @@ impl Process {
             if idle.is_empty() {
                 continue;
             }
-            let fleet = match self.fleet(kind).await {
-                Ok(fleet) => fleet,
-                Err(e) => {
-                    tracing::warn!(fleet = kind.as_str(), error = %e, "cannot reach the fleet of expired leased machines");
-                    continue;
-                }
+            let Some(fleet) = self.reach(kind, "expired leased machines").await else {
+                continue;
             };
             if self.config.session_end != SessionEnd::Delete {
                 // A lease running out is a sessionless client's session end: kept alike.
@@ -356,11 +363,18 @@ impl Process {
     pub async fn reap(self: Arc<Self>) {
         let stop = self.reaping.clone();
         let kept_interval = lease::reap_interval(self.config.kept_machine_secs);
+        let mut last = tokio::time::Instant::now();
         loop {
+            // The interval is read again each second: leases adopted after the start (the HTTP
+            // server adopts once it serves) shorten it at once, not after the first long wait.
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(self.leases.reap_interval().min(kept_interval)) => {}
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
             }
+            if last.elapsed() < self.leases.reap_interval().min(kept_interval) {
+                continue;
+            }
+            last = tokio::time::Instant::now();
             self.reap_expired_leases().await;
             self.reap_expired_kept().await;
         }
@@ -544,12 +558,8 @@ impl Process {
             {
                 continue;
             }
-            let fleet = match self.fleet(kind).await {
-                Ok(fleet) => fleet,
-                Err(e) => {
-                    tracing::warn!(fleet = kind.as_str(), error = %e, "cannot reach the fleet of kept machines whose time is up");
-                    continue;
-                }
+            let Some(fleet) = self.reach(kind, "kept machines whose time is up").await else {
+                continue;
             };
             let c = sweep(&self.record, &fleet, &engine, None).await;
             if !c.deleted.is_empty() {

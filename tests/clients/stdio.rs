@@ -219,6 +219,113 @@ async fn stdin_eof_deletes_the_session_s_machines_and_ends_the_process() {
     );
 }
 
+/// Waits until `done` holds of the fake's machines (the server's clean-up runs after the client
+/// has gone).
+async fn until_machines(fake: &FakeServe, what: &str, done: impl Fn(&Value) -> bool) {
+    let start = Instant::now();
+    loop {
+        let machines = json!(fake.state.lock().unwrap().machines);
+        if done(&machines) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{what}: {machines}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `sessionEnd` pause through real clients: the Python client's session ends (its stdin
+/// closed), its temporary machines are kept (the branchable one paused, the other stopped);
+/// the server starts again, and the TypeScript SDK's session takes the paused one back by name:
+/// a command resumes it and says so, stop-machine pauses it, a read resumes it. That session
+/// ends under the default, so the machine it took goes with it; the one nobody took stays kept.
+#[tokio::test]
+async fn a_machine_kept_paused_by_one_client_is_taken_back_by_another_after_a_restart() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let keep = server_env(
+        rt.path(),
+        &[("SMOL_LOCAL_URL", &url), ("SMOL_MCP_SESSION_END", "pause")],
+    );
+    let first = python_plan(
+        keep,
+        json!([
+            {"tool": "create-machine", "args": {"image": "alpine", "name": "mcp-kept", "branchable": true}},
+            {"tool": "write-file", "args": {"name": "mcp-kept", "path": "/root/plan.txt", "content": "step 2 next"}},
+            {"tool": "create-machine", "args": {"image": "alpine", "name": "mcp-plain"}}
+        ]),
+    )
+    .await;
+    for call in first["calls"].as_array().unwrap() {
+        assert_eq!(call["isError"], false, "{call}");
+    }
+    until_machines(&fake, "kept at the session's end", |m| {
+        m["mcp-kept"]["state"] == "paused" && m["mcp-plain"]["state"] == "stopped"
+    })
+    .await;
+    assert_eq!(fake.state.lock().unwrap().pauses, ["pause mcp-kept"]);
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(rt.path().join("rt/ephemeral.json")).unwrap(),
+    )
+    .unwrap();
+    let kept = record["machines"].as_array().unwrap();
+    assert_eq!(kept.len(), 2, "{record}");
+    assert!(kept.iter().all(|e| e["keptUntil"].is_u64()), "{record}");
+
+    let env = server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)]);
+    let plan = json!({
+        "server": SERVER,
+        "env": crate::common::clients::env_object(env),
+        "calls": [
+            {"tool": "run-command", "args": {"name": "mcp-kept", "command": ["echo", "back"]}},
+            {"tool": "stop-machine", "args": {"name": "mcp-kept", "pause": true}},
+            {"tool": "read-file", "args": {"name": "mcp-kept", "path": "/root/plan.txt"}}
+        ]
+    });
+    let second = crate::common::clients::run_node("ts_plan.mjs", &plan).await;
+    let calls = second["calls"].as_array().unwrap();
+    for call in calls {
+        assert_eq!(call["isError"], false, "{call}");
+    }
+    assert_eq!(calls[0]["structured"]["stdout"], "back\n", "{}", calls[0]);
+    assert_eq!(
+        calls[0]["structured"]["startedMachine"], true,
+        "resumed: {}",
+        calls[0]
+    );
+    assert_eq!(
+        calls[1]["structured"]["machine"]["state"], "paused",
+        "{}",
+        calls[1]
+    );
+    // The file's text comes as its own content block, after the record.
+    assert!(
+        calls[2]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("\nstep 2 next"),
+        "{}",
+        calls[2]
+    );
+    assert_eq!(
+        calls[2]["structured"]["startedMachine"], true,
+        "{}",
+        calls[2]
+    );
+    until_machines(&fake, "the taken machine goes with its new session", |m| {
+        m.get("mcp-kept").is_none()
+    })
+    .await;
+    assert_eq!(
+        fake.state.lock().unwrap().machines["mcp-plain"]["state"],
+        "stopped",
+        "nobody took it: still kept"
+    );
+}
+
 /// SIGTERM, SIGHUP (a closed terminal, a supervisor's reload) and SIGINT each stop the server
 /// cleanly: its ephemeral machine deleted, exit 0 (what supervisors count as a clean stop).
 #[tokio::test]
