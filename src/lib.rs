@@ -5,7 +5,8 @@
 //!
 //! 1. `generated` (the raw progenitor clients) and `spec` (the pipeline build.rs runs to make
 //!    them; build.rs compiles it too, through `#[path]`, so it depends on nothing but serde);
-//! 2. `fleet`: one vocabulary over the two APIs;
+//! 2. `fleet`: one vocabulary over the two APIs; `workspace`: the user's project copied for a
+//!    machine, its changes, and those kept as a git branch (the host's git);
 //! 3. `process`: what one server process owns: its settings, the local serve it found or
 //!    started, the crash-proof record of its ephemeral machines, their leases, its events;
 //! 4. `store`: what outlives a call (runs, jobs, tasks, egress grants, spend marks, idempotency
@@ -23,6 +24,7 @@ pub mod generated;
 pub mod spec;
 
 pub mod fleet;
+pub mod workspace;
 
 pub mod process;
 

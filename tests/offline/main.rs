@@ -73,3 +73,4 @@ mod tool_catalog;
 mod tools_cloud;
 mod tools_local;
 mod warm_pools;
+mod workspace;
