@@ -269,6 +269,11 @@ async fn cancel_job_kills_the_command_and_its_children(cloud: bool) {
     let cancelled = h.ok("cancel-job", json!({"job": job})).await;
     assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
     assert_eq!(cancelled["exitCode"], 137);
+    // Answered once the end is recorded: the ledger shows it at once, no waiting.
+    let row = h
+        .resource(&format!("smol://runs/{}", started["run"].as_i64().unwrap()))
+        .await;
+    assert_eq!(row["outcome"], "cancelled", "{row}");
     until(
         "the job's processes are gone",
         Duration::from_secs(10),

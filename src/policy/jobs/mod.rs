@@ -109,6 +109,9 @@ pub struct Job {
     state: watch::Sender<State>,
     /// Tells the watcher that cancel-job has ended the job.
     stop_watching: CancellationToken,
+    /// Set once the job's end is in the ledger and the job store, so that cancel-job answers
+    /// after a read of `smol://runs` would show it ended.
+    recorded: watch::Sender<bool>,
     /// Held by the watcher through each look (the machine's state, then the probe), so that
     /// a stop can wait until no look is under way before the machine stops.
     looking: tokio::sync::Mutex<()>,
@@ -217,6 +220,7 @@ impl Job {
                 ended: None,
             }),
             stop_watching: CancellationToken::new(),
+            recorded: watch::Sender::new(false),
             looking: tokio::sync::Mutex::new(()),
             session_hold: Mutex::new(None),
             slot: Mutex::new(slots.try_acquire_owned().ok()),
@@ -258,6 +262,12 @@ impl Job {
             slot.take();
         }
         ended
+    }
+
+    /// Waits until the job's end is recorded or `limit` has passed, whichever comes first.
+    pub async fn wait_recorded(&self, limit: Duration) {
+        let mut seen = self.recorded.subscribe();
+        let _ = tokio::time::timeout(limit, seen.wait_for(|recorded| *recorded)).await;
     }
 
     /// Waits until the job has ended or `limit` has passed, whichever comes first.
@@ -554,6 +564,7 @@ impl Jobs {
                 ended: None,
             }),
             stop_watching: CancellationToken::new(),
+            recorded: watch::Sender::new(false),
             looking: tokio::sync::Mutex::new(()),
             session_hold: Mutex::new(start.session.and_then(|s| s.0.hold())),
             slot: Mutex::new(Some(permit)),
@@ -789,6 +800,11 @@ fn job_end(
 /// The ledger row gets the job's end with the two ends of each stream, read from the machine
 /// while it is still there.
 async fn record_end(job: &Job, run: Run, ledger: &Ledger) {
+    write_end(job, run, ledger).await;
+    job.recorded.send_replace(true);
+}
+
+async fn write_end(job: &Job, run: Run, ledger: &Ledger) {
     if !matches!(job.state().phase, Phase::Lost(_))
         && let Some(cost) = job.cost().await
     {

@@ -213,11 +213,18 @@ pub(super) async fn job_output(
     })
 }
 
+/// How long cancel-job waits for the job's end to be recorded before it answers anyway.
+const RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobSummary, ToolError> {
     let job = find(call, a.target, &a.job).await?;
     call.hold(&job.machine);
     // Not cancellable: a kill half sent would leave the agent unsure whether the job runs.
     job.cancel().await?;
+    // The watcher writes the end (the ledger's row, the job store): answered after it, a read
+    // of smol://runs that follows the answer finds the run ended. Bounded: a store that does
+    // not answer does not hold the answer up for long.
+    job.wait_recorded(RECORD_WAIT).await;
     Ok(summary(&job))
 }
 
