@@ -358,8 +358,8 @@ impl Process {
         total
     }
 
-    /// Reaps expired leases, and kept machines whose time is up, until `stop` is cancelled.
-    /// The process's clean-up at exit cancels it (`stop_reaping`) first.
+    /// Reaps expired leases, and kept machines whose time is up, until the process's clean-up
+    /// at exit begins (it cancels `reaping` first).
     pub async fn reap(self: Arc<Self>) {
         let stop = self.reaping.clone();
         let kept_interval = lease::reap_interval(self.config.kept_machine_secs);

@@ -156,20 +156,25 @@ impl Workspace {
     }
 }
 
-/// The sizes of a repository's files at `rev`, summed (submodules count nothing).
-fn tree_bytes(at: &At<'_>, rev: &str) -> Result<u64, WorkspaceError> {
+/// Each file of a repository at `rev` with its size (`ls-tree -l`; a submodule has none and is
+/// left out).
+fn file_sizes(at: &At<'_>, rev: &str) -> Result<Vec<(String, u64)>, WorkspaceError> {
     let listing = git::run(at, &["ls-tree", "-r", "-l", "-z", rev])?;
     Ok(listing
         .split(|b| *b == 0)
         .filter_map(|entry| {
-            let meta = entry.split(|b| *b == b'\t').next()?;
-            let size = meta
+            let tab = entry.iter().position(|b| *b == b'\t')?;
+            let size = entry[..tab]
                 .split(|b| *b == b' ')
                 .filter(|f| !f.is_empty())
                 .nth(3)?;
-            std::str::from_utf8(size).ok()?.trim().parse::<u64>().ok()
+            let size = std::str::from_utf8(size).ok()?.trim().parse().ok()?;
+            Some((
+                String::from_utf8_lossy(&entry[tab + 1..]).into_owned(),
+                size,
+            ))
         })
-        .sum())
+        .collect())
 }
 
 /// The bytes of a directory's files (symlinks count their own length, not their target's).
@@ -207,7 +212,10 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
                 dir: Some(&origin.dir),
                 ..At::default()
             };
-            let bytes = tree_bytes(&user, "HEAD")?;
+            let bytes: u64 = file_sizes(&user, "HEAD")?
+                .iter()
+                .map(|(_, size)| size)
+                .sum();
             if bytes > max_bytes {
                 return Err(WorkspaceError::TooLarge {
                     dir: shown,
@@ -419,22 +427,8 @@ pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
         });
     }
     if !deleted.is_empty() {
-        let sizes = git::run(&workspace.bare(), &["ls-tree", "-r", "-l", "-z", base])?;
-        let by_path: std::collections::BTreeMap<String, u64> = sizes
-            .split(|b| *b == 0)
-            .filter_map(|entry| {
-                let tab = entry.iter().position(|b| *b == b'\t')?;
-                let size = entry[..tab]
-                    .split(|b| *b == b' ')
-                    .filter(|f| !f.is_empty())
-                    .nth(3)?;
-                let size = std::str::from_utf8(size).ok()?.trim().parse().ok()?;
-                Some((
-                    String::from_utf8_lossy(&entry[tab + 1..]).into_owned(),
-                    size,
-                ))
-            })
-            .collect();
+        let by_path: std::collections::BTreeMap<String, u64> =
+            file_sizes(&workspace.bare(), base)?.into_iter().collect();
         for i in deleted {
             files[i].bytes = by_path.get(&files[i].path).copied().unwrap_or(0);
         }
