@@ -874,6 +874,21 @@ settings! {
         accepts: Accepts::List,
         why: "host directories a local machine may mount (a mount's source must be one of them or under one, symlinks resolved); empty refuses every mount: a machine that mounts the host's home has left the sandbox",
     },
+    workspace_max_bytes: u64 {
+        key: "workspaceMaxBytes",
+        env: "SMOL_MCP_WORKSPACE_MAX_BYTES",
+        default: "268435456",
+        accepts: whole(1, 4 * 1024 * 1024 * 1024),
+        why: "the largest workspace (create-machine `workspace`): the files copied in, and the machine's `/workspace` read back for workspace-changes (build outputs there count)",
+    },
+    workspace_dir: PathBuf {
+        key: "workspaceDir",
+        env: "SMOL_MCP_WORKSPACE_DIR",
+        default: "",
+        shown_default: "`$XDG_STATE_HOME/smol-mcp/workspaces`, else `~/.local/state/smol-mcp/workspaces`",
+        accepts: Accepts::Text,
+        why: "the server's copies of workspaces (what each machine got, what it changed) and the patches of kept ones: on disk, not in the runtime directory's memory",
+    },
     mount_writable: Vec<String> {
         key: "mountWritable",
         env: "SMOL_MCP_MOUNT_WRITABLE",
@@ -1039,6 +1054,9 @@ impl Config {
         if config.runtime_dir.as_os_str().is_empty() {
             config.runtime_dir = default_runtime_dir(env);
         }
+        if config.workspace_dir.as_os_str().is_empty() {
+            config.workspace_dir = default_workspace_dir(env, &config.runtime_dir);
+        }
         config.check()?;
         Ok(config)
     }
@@ -1109,6 +1127,24 @@ fn default_runtime_dir(env: &BTreeMap<String, String>) -> PathBuf {
     match env.get("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("smol-mcp"),
         None => std::env::temp_dir().join(format!("smol-mcp-{}", nix::unistd::getuid())),
+    }
+}
+
+/// `$XDG_STATE_HOME/smol-mcp/workspaces`, else under `$HOME/.local/state`, else (no home) the
+/// runtime directory's.
+fn default_workspace_dir(env: &BTreeMap<String, String>, runtime_dir: &Path) -> PathBuf {
+    let state = env
+        .get("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            env.get("HOME")
+                .filter(|d| !d.is_empty())
+                .map(|home| Path::new(home).join(".local/state"))
+        });
+    match state {
+        Some(dir) => dir.join("smol-mcp/workspaces"),
+        None => runtime_dir.join("workspaces"),
     }
 }
 

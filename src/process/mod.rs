@@ -16,6 +16,7 @@ pub mod redaction;
 pub mod shared_file;
 pub mod sweep;
 pub mod targets;
+pub mod workspaces;
 
 pub use sweep::Cleanup;
 
@@ -67,6 +68,8 @@ pub struct Process {
     local_engine: std::sync::OnceLock<String>,
     /// A fleet given in place of what a kind would reach (`use_fleet`).
     given: std::sync::OnceLock<(FleetKind, Fleet)>,
+    /// Which machines have a workspace, and the server's copies of them.
+    pub workspaces: Arc<workspaces::Workspaces>,
 }
 
 pub fn resolve_mode(config: &Config) -> Mode {
@@ -96,6 +99,7 @@ impl Process {
             },
         };
         Ok(Process {
+            workspaces: Arc::new(workspaces::Workspaces::new(config.workspace_dir.clone())),
             credentials,
             made: made::MadeBySession::default(),
             reaping: tokio_util::sync::CancellationToken::new(),
@@ -255,6 +259,7 @@ impl Process {
                 let record = self.record.clone();
                 let orphan_fleet = fleet.clone();
                 let events = self.events.clone();
+                let workspaces = self.workspaces.clone();
                 let engine = self.engine(FleetKind::Local);
                 if !self.pools.is_empty() {
                     let (pools, pool_fleet) = (self.pools.clone(), fleet.clone());
@@ -262,6 +267,7 @@ impl Process {
                 }
                 tokio::spawn(async move {
                     let cleanup = sweep(&record, &orphan_fleet, &engine, None).await;
+                    workspaces.forget_all(FleetKind::Local, &cleanup.deleted);
                     publish_orphan_sweep(&events, FleetKind::Local, &cleanup);
                 });
                 Ok(fleet)
@@ -350,6 +356,7 @@ impl Process {
                 continue;
             }
             let c = sweep::delete_all(&self.record, &fleet, idle, |e| !self.leases.busy(e)).await;
+            self.workspaces.forget_all(kind, &c.deleted);
             if !c.deleted.is_empty() {
                 tracing::info!(fleet = kind.as_str(), deleted = ?c.deleted, "deleted leased machines nobody used for {} s", self.config.machine_lease_secs);
             }
@@ -425,6 +432,8 @@ impl Process {
             .is_ok_and(|o| !o.is_empty());
         if has_cloud_orphans && let Some(Ok(cloud)) = self.cloud() {
             let cleanup = sweep(&self.record, &(cloud as Fleet), &cloud_engine, None).await;
+            self.workspaces
+                .forget_all(FleetKind::Cloud, &cleanup.deleted);
             publish_orphan_sweep(&self.events, FleetKind::Cloud, &cleanup);
         }
         let local_engine = self.engine(FleetKind::Local);
@@ -444,6 +453,8 @@ impl Process {
                 None,
             )
             .await;
+            self.workspaces
+                .forget_all(FleetKind::Local, &cleanup.deleted);
             publish_orphan_sweep(&self.events, FleetKind::Local, &cleanup);
         }
     }
@@ -468,7 +479,9 @@ impl Process {
                 total.kept.extend(self.keep_session(session, &fleet).await);
             }
             let engine = self.engine(fleet.kind());
-            total.add(sweep(&self.record, &fleet, &engine, Some(session)).await);
+            let c = sweep(&self.record, &fleet, &engine, Some(session)).await;
+            self.workspaces.forget_all(fleet.kind(), &c.deleted);
+            total.add(c);
         }
         total
     }
@@ -562,6 +575,7 @@ impl Process {
                 continue;
             };
             let c = sweep(&self.record, &fleet, &engine, None).await;
+            self.workspaces.forget_all(fleet.kind(), &c.deleted);
             if !c.deleted.is_empty() {
                 tracing::info!(fleet = kind.as_str(), deleted = ?c.deleted, "deleted kept machines whose time was up (keptMachineSecs {})", self.config.kept_machine_secs);
             }

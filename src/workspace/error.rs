@@ -32,6 +32,17 @@ pub enum WorkspaceError {
     BadBranchName { branch: String, why: String },
     #[error("the machine has not changed its workspace: nothing to keep")]
     NoChanges,
+    #[error(
+        "the machine's /workspace is over the {limit} bytes a workspace may hold \
+         (workspaceMaxBytes): remove build outputs from it (or build outside /workspace) and ask \
+         again"
+    )]
+    ArchiveTooLarge { limit: u64 },
+    #[error(
+        "the machine's workspace archive names {path} outside the workspace: nothing of it was \
+         kept"
+    )]
+    UnsafeArchive { path: String },
     #[error("git is needed for workspaces and could not be run: {why}")]
     GitMissing { why: String },
     #[error("git {what} failed: {said}")]

@@ -14,9 +14,11 @@
 //! is made with (its object format, its extensions), a plumbing command line is a stable
 //! interface, and every operation here is one or two of them.
 
+mod archive;
 mod error;
 mod git;
 
+pub use archive::{Unpacked, pack, unpack};
 pub use error::WorkspaceError;
 use git::At;
 use std::path::{Path, PathBuf};
@@ -30,14 +32,15 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> WorkspaceError 
 }
 
 /// The host directory a workspace is made from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Origin {
     /// Resolved (symlinks, `..`).
     pub dir: PathBuf,
     pub kind: OriginKind,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
 pub enum OriginKind {
     /// A repository's root, clean, on `branch` at `head`.
     Git { head: String, branch: String },
@@ -108,8 +111,10 @@ pub fn inspect(dir: &Path) -> Result<Origin, WorkspaceError> {
 
 /// A workspace's copy and the server's record of where it started, in a directory of the
 /// server's (`root`): `tree/` is what the machine gets and what comes back from it, `base.git`
-/// the server's repository holding the commit it started from.
-#[derive(Debug, Clone)]
+/// the server's repository holding the commit it started from. Copies of one seed (a machine's
+/// branch children) each have a `root` and `tree` of their own and share its `base.git`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Workspace {
     pub root: PathBuf,
     pub origin: Origin,
@@ -124,6 +129,23 @@ impl Workspace {
     /// The copy: what the machine gets, and where its changes come back to.
     pub fn tree(&self) -> &Path {
         &self.tree
+    }
+
+    /// The server's repository holding the base, which every copy of this seed shares.
+    pub fn base_git(&self) -> &Path {
+        &self.base_git
+    }
+
+    /// Another copy of the same seed, rooted at `root` (its tree `root/tree`, not made yet):
+    /// what a branch child's changes are read into, against the same base.
+    pub fn copy_at(&self, root: &Path) -> Workspace {
+        Workspace {
+            root: root.to_path_buf(),
+            origin: self.origin.clone(),
+            base: self.base.clone(),
+            tree: root.join("tree"),
+            base_git: self.base_git.clone(),
+        }
     }
 
     /// The server's repository, the copy as its work tree, and an index file of its own.
@@ -344,7 +366,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), WorkspaceError> {
 }
 
 /// How a file differs from the base.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Change {
     Added,
@@ -354,7 +376,7 @@ pub enum Change {
     TypeChanged,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangedFile {
     pub path: String,
@@ -365,16 +387,25 @@ pub struct ChangedFile {
     pub binary: bool,
 }
 
-/// What a machine changed in its workspace, and the unified diff of it (binary files named).
+/// What a machine changed in its workspace, and the unified diff of it (binary files named),
+/// written to a file of the copy's (`changes.diff` in its root): a diff is as large as the
+/// workspace, and is read a page at a time.
 #[derive(Debug, Clone)]
 pub struct Changes {
     pub files: Vec<ChangedFile>,
-    pub diff: Vec<u8>,
+    pub diff: PathBuf,
+    pub diff_bytes: u64,
+}
+
+/// A scratch file of the copy's root, unique to one operation: two at once on one copy do not
+/// share an index.
+fn scratch(root: &Path, what: &str) -> PathBuf {
+    root.join(format!("{what}-{:08x}", rand::random::<u32>()))
 }
 
 /// Compares the copy as it is now with its base.
 pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
-    let index = workspace.root.join("changes.index");
+    let index = scratch(&workspace.root, "changes.index");
     workspace.stage(&index)?;
     let at = workspace.at(&index);
     let base = workspace.base.as_str();
@@ -433,7 +464,9 @@ pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
             files[i].bytes = by_path.get(&files[i].path).copied().unwrap_or(0);
         }
     }
-    let diff = git::run(
+    let written = scratch(&workspace.root, "changes.diff");
+    let output = format!("--output={}", written.display());
+    let diffed = git::run(
         &at,
         &[
             "diff",
@@ -442,11 +475,20 @@ pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
             "--no-ext-diff",
             "--no-textconv",
             "--no-renames",
+            &output,
             base,
         ],
-    )?;
+    );
     let _ = std::fs::remove_file(&index);
-    Ok(Changes { files, diff })
+    diffed?;
+    let diff = workspace.root.join("changes.diff");
+    std::fs::rename(&written, &diff).map_err(io(format!("writing {}", diff.display())))?;
+    let diff_bytes = diff.metadata().map_or(0, |m| m.len());
+    Ok(Changes {
+        files,
+        diff,
+        diff_bytes,
+    })
 }
 
 /// Where a workspace's changes were kept.
@@ -468,7 +510,7 @@ pub fn keep(
     message: &str,
     patch: &Path,
 ) -> Result<Kept, WorkspaceError> {
-    let index = workspace.root.join("keep.index");
+    let index = scratch(&workspace.root, "keep.index");
     let tree = workspace.stage(&index)?;
     let at = workspace.at(&index);
     let base_tree = git::line(&at, &["rev-parse", &format!("{}^{{tree}}", workspace.base)])?;

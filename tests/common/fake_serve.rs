@@ -29,6 +29,10 @@ pub struct FakeState {
     /// Every pause and resume the engine did, in order: `pause <machine>`, `resume <machine>`.
     pub pauses: Vec<String>,
     pub machines: BTreeMap<String, Value>,
+    /// With [`FakeServe::start_guest_root`]: each machine's disk as a host directory
+    /// (`<root>/<machine>`), which the files routes and the guest shell both use, so that a
+    /// file written is what a command reads (see [`guest_root_argv`]).
+    pub guest_root: Option<std::path::PathBuf>,
     pub files: BTreeMap<(String, String), Vec<u8>>,
     /// Files generated as they are sent (`a` to `z` repeated), of this many bytes: large
     /// files the fake never holds. Like the engine, the answer declares its length.
@@ -357,6 +361,30 @@ impl FakeServe {
         fake.state.lock().unwrap().guest_shell = Some(shell.clone());
         fake._guest_shell = Some(Arc::new(KillOnDrop(shell)));
         fake
+    }
+
+    /// The fake with its guest shell and a disk per machine: the files routes read and write
+    /// `<root>/<machine>/<path>`, and a command's argv and workdir see the guest paths
+    /// `/workspace` and `/var/tmp` as that machine's (the rewrite of [`guest_root_argv`]), so
+    /// that files sent in are what the machine's commands work on and what comes back. A
+    /// branch copies its source's disk; a delete removes it.
+    pub async fn start_guest_root() -> FakeServe {
+        let fake = FakeServe::start_guest_shell().await;
+        let root = fake._dir.path().join("disks");
+        std::fs::create_dir_all(&root).unwrap();
+        fake.state.lock().unwrap().guest_root = Some(root);
+        fake
+    }
+
+    /// A machine's disk (with [`FakeServe::start_guest_root`]).
+    pub fn disk(&self, name: &str) -> std::path::PathBuf {
+        self.state
+            .lock()
+            .unwrap()
+            .guest_root
+            .clone()
+            .unwrap()
+            .join(name)
     }
 
     /// The pids (each leading its process group) of the commands the guest shell still runs
@@ -1063,6 +1091,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         }
                     }
                     st.machines.remove(&name);
+                    if let Some(root) = &st.guest_root {
+                        let _ = std::fs::remove_dir_all(root.join(&name));
+                    }
                     // The machine's processes end with its VM.
                     if let Some(shell) = &st.guest_shell {
                         shell.kill_machine(&name);
@@ -1319,6 +1350,17 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         );
                     }
                     let child = json_body["name"].as_str().unwrap_or("child").to_owned();
+                    if let Some(root) = &st.guest_root {
+                        let (from, to) = (root.join(&name), root.join(&child));
+                        std::fs::create_dir_all(&from).unwrap();
+                        let copied = std::process::Command::new("cp")
+                            .arg("-a")
+                            .arg(&from)
+                            .arg(&to)
+                            .status()
+                            .unwrap();
+                        assert!(copied.success(), "copying {name}'s disk");
+                    }
                     let mut info = machine_info(&child, "running");
                     info["parentMachine"] = json!(name);
                     st.machines.insert(child, info.clone());
@@ -1387,6 +1429,21 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     let size = st.generated_files[&(name.clone(), file.to_string())];
                     generated_file(size)
                 }
+                ("GET", ["files", file]) if st.guest_root.is_some() => {
+                    let disk = st.guest_root.clone().unwrap().join(&name);
+                    match std::fs::read(disk.join(file.trim_start_matches('/'))) {
+                        Ok(bytes) => (
+                            [(header::CONTENT_TYPE, "application/octet-stream")],
+                            Body::from(bytes),
+                        )
+                            .into_response(),
+                        Err(_) => api_error(
+                            StatusCode::NOT_FOUND,
+                            "NOT_FOUND",
+                            format!("file not found: /{file}"),
+                        ),
+                    }
+                }
                 ("GET", ["files", file]) => match st.files.get(&(name.clone(), file.to_string())) {
                     Some(bytes) => (
                         [(header::CONTENT_TYPE, "application/octet-stream")],
@@ -1408,6 +1465,17 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         ),
                     ),
                 },
+                ("PUT", ["files", file]) if st.guest_root.is_some() => {
+                    let at = st
+                        .guest_root
+                        .clone()
+                        .unwrap()
+                        .join(&name)
+                        .join(file.trim_start_matches('/'));
+                    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                    std::fs::write(&at, &bytes).unwrap();
+                    axum::Json(json!({"path": file, "size": bytes.len()})).into_response()
+                }
                 ("PUT", ["files", file]) => {
                     let size = bytes.len();
                     st.files.insert((name, file.to_string()), bytes.to_vec());
@@ -1639,6 +1707,16 @@ fn record_denials_on_exec(st: &mut FakeState, exec_path: &str) {
 /// `POST .../exec` and `.../exec/stream` in guest-shell mode: the command really runs (see
 /// `guest_shell`). `None` for any other request, and for a body or machine the engine refuses
 /// before running anything, which the plain path answers as the engine does.
+/// The guest paths a machine's disk holds in guest-root mode, as the host paths under `disk`:
+/// the only guest paths the workspace's commands and the tests' use. (A guest has them at
+/// these absolute paths; the fake's commands run on the host.)
+pub fn guest_root_argv(disk: &std::path::Path, arg: &str) -> String {
+    let _ = std::fs::create_dir_all(disk.join("var/tmp"));
+    let _ = std::fs::create_dir_all(disk.join("workspace"));
+    arg.replace("/var/tmp", &format!("{}/var/tmp", disk.display()))
+        .replace("/workspace", &format!("{}/workspace", disk.display()))
+}
+
 async fn guest_exec(
     state: &Arc<Mutex<FakeState>>,
     shell: &Arc<GuestShell>,
@@ -1713,10 +1791,24 @@ async fn guest_exec(
             }
         }
     }
+    let disk = state
+        .lock()
+        .unwrap()
+        .guest_root
+        .clone()
+        .map(|r| r.join(&name));
+    let argv = match &disk {
+        Some(disk) => argv.iter().map(|a| guest_root_argv(disk, a)).collect(),
+        None => argv,
+    };
+    let workdir = body["workdir"].as_str().map(|w| match &disk {
+        Some(disk) => guest_root_argv(disk, w),
+        None => w.to_owned(),
+    });
     let mut command = GuestCommand {
         argv,
         env,
-        workdir: body["workdir"].as_str().map(str::to_owned),
+        workdir,
         stdin: body["stdin"].as_str().map(|s| s.as_bytes().to_vec()),
         timeout: body["timeoutSecs"]
             .as_u64()

@@ -74,3 +74,4 @@ mod tools_cloud;
 mod tools_local;
 mod warm_pools;
 mod workspace;
+mod workspace_tools;

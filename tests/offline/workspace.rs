@@ -8,7 +8,7 @@ use smol_mcp::workspace::{self, Change, Kept, OriginKind, WorkspaceError};
 use std::path::Path;
 use std::process::Command;
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -28,7 +28,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// A repository with two commits on `main`, a second branch, and an ignored build directory.
-fn repository(dir: &Path) {
+pub fn repository(dir: &Path) {
     std::fs::create_dir_all(dir.join("src")).unwrap();
     git(dir, &["init", "--quiet", "--initial-branch", "main"]);
     std::fs::write(dir.join("README"), "hello\n").unwrap();
@@ -45,7 +45,7 @@ fn repository(dir: &Path) {
 }
 
 /// Everything of the user's repository a keep or a refusal must leave as it was.
-fn snapshot(dir: &Path) -> (String, String, String, Vec<u8>, String) {
+pub fn snapshot(dir: &Path) -> (String, String, String, Vec<u8>, String) {
     (
         git(dir, &["for-each-ref", "--format=%(refname) %(objectname)"]),
         std::fs::read_to_string(dir.join(".git/HEAD")).unwrap(),
@@ -63,7 +63,7 @@ fn snapshot(dir: &Path) -> (String, String, String, Vec<u8>, String) {
     )
 }
 
-fn without_ref(refs: &str, name: &str) -> String {
+pub fn without_ref(refs: &str, name: &str) -> String {
     refs.lines()
         .filter(|l| !l.starts_with(&format!("{name} ")))
         .collect::<Vec<_>>()
@@ -130,7 +130,8 @@ fn a_repository_s_changes_come_back_as_a_branch_and_nothing_else_of_it_moves() {
             ("src/lib.rs".to_owned(), Change::Modified, 24, false),
         ]
     );
-    let diff = String::from_utf8(changes.diff.clone()).unwrap();
+    let diff = std::fs::read_to_string(&changes.diff).unwrap();
+    assert_eq!(diff.len() as u64, changes.diff_bytes);
     assert!(diff.contains("+fn two() {}"), "{diff}");
     assert!(diff.contains("-to be deleted"), "{diff}");
     assert!(

@@ -450,6 +450,8 @@ pub struct MachineBase {
     pub allow_cidrs: Option<CidrRanges>,
     /// {local:Secrets by name (the instructions list them); the machine sees placeholders only.}
     pub credentials: Option<Vec<String>>,
+    /// Host directory (under mountAllow) copied to /workspace: a git repo's current commit, or the files. See workspace-changes.
+    pub workspace: Option<AbsolutePath>,
 }
 
 /// A command to run: shared by run-command and run-once.
@@ -571,6 +573,31 @@ tool_arguments! {
         pub branchable: bool,
         /// Wait until the child runs commands (default).
         pub wait: Option<bool>,
+    }
+}
+
+tool_arguments! {
+    pub struct ChangesArgs {
+        /// Machine name{cloud: or mach- id}.
+        pub name: MachineRef,
+        /// Diff byte to start at; past 0 pages the last reading.
+        pub offset: Option<u64>,
+        /// Diff bytes to return. Default: a page.
+        #[schemars(range(min = 1))]
+        pub length: Option<u64>,
+    }
+}
+
+tool_arguments! {
+    pub struct KeepArgs {
+        /// Machine name{cloud: or mach- id}.
+        pub name: MachineRef,
+        /// Commit message.
+        pub message: String,
+        /// New branch; default smol/<name>.
+        pub branch: Option<String>,
+        /// Also delete the other children of its source.
+        pub delete_siblings: Option<bool>,
     }
 }
 
@@ -717,7 +744,9 @@ names_a_machine!(
     PullArgs,
     PublishArgs,
     TerminalArgs,
-    StopArgs
+    StopArgs,
+    ChangesArgs,
+    KeepArgs
 );
 
 impl CallArgs for CreateArgs {

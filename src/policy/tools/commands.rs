@@ -334,7 +334,16 @@ pub(super) async fn run_once(
     }
     let mut spec = base_spec(call, &a.machine, name.clone(), config.run_once_network)?;
     spec.ephemeral = true;
-    let exec = exec_spec(&a.run, TimeoutRule::foreground(config))?;
+    let mut exec = exec_spec(&a.run, TimeoutRule::foreground(config))?;
+    let workspace = match &a.machine.workspace {
+        Some(dir) => {
+            if exec.workdir.is_none() {
+                exec.workdir = Some(super::workspace::GUEST_PATH.to_owned());
+            }
+            Some(super::workspace::prepare(call, dir).await?)
+        }
+        None => None,
+    };
     let (fleet, bindings, slot) = admitted(call, a.target, &a.machine, &mut spec).await?;
     let warm = call.lease_warm(&fleet, &spec, &slot).await;
     let (name, pool) = match &warm {
@@ -358,6 +367,10 @@ pub(super) async fn run_once(
                 .await
                 .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
             call.wait_ready(&fleet, machine.id()).await?;
+        }
+        if let Some(w) = workspace {
+            // Gone with the machine: nothing of it is recorded.
+            super::workspace::send_in(call, &fleet, machine.id(), &w.seed).await?;
         }
         let watch = match EgressWatch::begin(fleet.capabilities(), &spec.egress) {
             Some(watch) => Some(watch.with_baseline(&fleet, machine.id()).await),

@@ -260,33 +260,18 @@ fn allowed_mount(
     readonly: bool,
 ) -> Result<String, ToolError> {
     let arg = format!("mounts[{i}].source");
-    if config.mount_allow.is_empty() {
-        return Err(ToolError::argument(
-            &arg,
-            "mounts are off on this server: the operator has allowed no host directory \
-             (mountAllow). Copy files in with write-file instead",
-        ));
-    }
-    let resolved = std::fs::canonicalize(source).map_err(|e| {
-        ToolError::argument(
-            &arg,
-            format!("{source} cannot be resolved on the host: {e}"),
-        )
-    })?;
+    let resolved = allowed_host_dir(
+        config,
+        &arg,
+        source,
+        "mounts are off on this server: the operator has allowed no host directory \
+         (mountAllow). Copy files in with write-file instead",
+    )?;
     let under = |dirs: &[String]| {
         dirs.iter().any(|dir| {
             std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed))
         })
     };
-    if !under(&config.mount_allow) {
-        return Err(ToolError::argument(
-            &arg,
-            format!(
-                "{source} is not in a directory the operator allows mounting (mountAllow: {})",
-                config.mount_allow.join(", ")
-            ),
-        ));
-    }
     if !readonly && !under(&config.mount_writable) {
         return Err(ToolError::argument(
             &format!("mounts[{i}].readonly"),
@@ -302,6 +287,63 @@ fn allowed_mount(
         ));
     }
     Ok(resolved.display().to_string())
+}
+
+/// Sends a prepared workspace into a machine this call made; a machine that could not get it
+/// is deleted again (it is not what was asked for), and the error says so.
+async fn with_workspace(
+    prepared: super::workspace::Prepared,
+    call: &Call<'_>,
+    fleet: &Fleet,
+    machine: &Machine,
+    provisional: Provisional<'_>,
+) -> Result<results::WorkspaceIn, ToolError> {
+    match prepared.install(call, fleet, machine).await {
+        Ok(w) => Ok(w),
+        Err(mut e) => {
+            match provisional.abandon().await {
+                Ok(()) => e
+                    .message
+                    .push_str(&format!("\n{} was deleted again.", machine.name)),
+                Err(d) => e.message.push_str(&format!(
+                    "\n{} could not be deleted ({}): delete-machine removes it.",
+                    machine.name, d.message
+                )),
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A host directory a machine may be given (a mount's source, a workspace): `source`
+/// resolved (symlinks, `..`) and under one of `mountAllow`; refused otherwise as `arg`, with
+/// `when_off` when the operator allows none.
+pub(super) fn allowed_host_dir(
+    config: &crate::process::config::Config,
+    arg: &str,
+    source: &str,
+    when_off: &str,
+) -> Result<std::path::PathBuf, ToolError> {
+    if config.mount_allow.is_empty() {
+        return Err(ToolError::argument(arg, when_off));
+    }
+    let resolved = std::fs::canonicalize(source).map_err(|e| {
+        ToolError::argument(arg, format!("{source} cannot be resolved on the host: {e}"))
+    })?;
+    let under = config
+        .mount_allow
+        .iter()
+        .any(|dir| std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed)));
+    if !under {
+        return Err(ToolError::argument(
+            arg,
+            format!(
+                "{source} is not in a directory the operator allows mounting (mountAllow: {})",
+                config.mount_allow.join(", ")
+            ),
+        ));
+    }
+    Ok(resolved)
 }
 
 fn create_spec(
@@ -385,6 +427,19 @@ pub(super) async fn create_machine(
     }
     let mut spec = create_spec(call, &a, name.clone(), kind)?;
     spec.ephemeral = ephemeral;
+    if a.machine.workspace.is_some() && a.start == Some(false) {
+        return Err(ToolError::argument(
+            "start",
+            "false cannot go with workspace: the workspace is copied into the running machine. \
+             Leave start out",
+        ));
+    }
+    // Every refusal of the workspace (outside mountAllow, a dirty repository, too large) comes
+    // before a machine exists.
+    let workspace = match &a.machine.workspace {
+        Some(dir) => Some(super::workspace::prepare(call, dir).await?),
+        None => None,
+    };
     if let Some(earlier) = &a.allow_hosts_from {
         learned_egress(call, kind, earlier, &mut spec).await?;
     }
@@ -397,11 +452,16 @@ pub(super) async fn create_machine(
         let mut provisional = Provisional::begin(call, &fleet, &lease.machine, true)?;
         provisional.created(&lease.machine);
         let machine = call.cancellable(fleet.get(&lease.machine)).await?;
+        let workspace = match workspace {
+            Some(w) => Some(with_workspace(w, call, &fleet, &machine, provisional).await?),
+            None => None,
+        };
         return Ok(results::Created {
             machine,
             ephemeral: true,
             ready: true,
             pool: Some(pool),
+            workspace,
         });
     }
     let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral)?;
@@ -430,6 +490,7 @@ pub(super) async fn create_machine(
             ephemeral,
             ready: false,
             pool: None,
+            workspace: None,
         });
     }
     let started = async {
@@ -446,12 +507,19 @@ pub(super) async fn create_machine(
     }
     .await;
     match started {
-        Ok(m) => Ok(results::Created {
-            machine: m,
-            ephemeral,
-            ready: true,
-            pool: None,
-        }),
+        Ok(m) => {
+            let workspace = match workspace {
+                Some(w) => Some(with_workspace(w, call, &fleet, &m, provisional).await?),
+                None => None,
+            };
+            Ok(results::Created {
+                machine: m,
+                ephemeral,
+                ready: true,
+                pool: None,
+                workspace,
+            })
+        }
         Err(e) => {
             let mut e = with_egress_hint(e, &spec, Tool::CreateMachine);
             if named_by_caller && e.is(ErrorKind::Timeout) {
@@ -626,6 +694,7 @@ pub(super) async fn delete_machine(
         call.process().credentials.forget_machine(&a.name);
     }
     call.policy.terminals.close_machine(fleet.kind(), &a.name);
+    call.process().workspaces.forget(fleet.kind(), &a.name);
     // Only prefixed names are ever recorded (a cloud id may stand for one).
     if a.name.starts_with(&call.config().machine_prefix)
         || fleet.capabilities().ids_apart_from_names
@@ -682,6 +751,20 @@ pub(super) async fn branch_machine(
     };
     provisional.created(&child.id);
     slot.fill(&child.id);
+    // The child has its source's /workspace as it stood: its changes are read against the same
+    // base as every other child's.
+    let workspaces = &call.process().workspaces;
+    if let Some(source) = workspaces.of(fleet.kind(), &a.name)
+        && let Err(why) = workspaces.attach(
+            fleet.kind(),
+            &a.child_name,
+            &child.id,
+            Some(&source.name),
+            &source.workspace,
+        )
+    {
+        tracing::warn!(child = %a.child_name, error = %why, "could not record a branch child's workspace");
+    }
     if fleet.capabilities().offers(Feature::Credentials) {
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
         // values under the child's own name), so its next boots get the source's values; it

@@ -26,6 +26,7 @@ pub mod schema;
 mod streamed;
 mod terminal;
 pub mod tool;
+mod workspace;
 
 pub use crate::policy::error::{ToolError, ToolErrorKind};
 pub use call::{Caller, Scope};
@@ -176,6 +177,16 @@ run_table! {
         args: args::BranchArgs,
         result: results::Branched,
         run: lifecycle::branch_machine,
+    }
+    WorkspaceChanges {
+        args: args::ChangesArgs,
+        result: results::WorkspaceChanges,
+        run: workspace::workspace_changes,
+    }
+    KeepChanges {
+        args: args::KeepArgs,
+        result: results::ChangesKept,
+        run: workspace::keep_changes,
     }
     MachineLogs {
         args: args::LogsArgs,

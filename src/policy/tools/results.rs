@@ -63,6 +63,14 @@ replies_without_a_page!(
     crate::fleet::PulledImage,
 );
 
+replies_without_a_page!(ChangesKept);
+
+impl Reply for WorkspaceChanges {
+    fn take_page(&mut self) -> Option<String> {
+        Some(std::mem::take(&mut self.diff))
+    }
+}
+
 impl Reply for FileRead {
     fn take_page(&mut self) -> Option<String> {
         Some(std::mem::take(&mut self.content))
@@ -101,6 +109,69 @@ pub struct Created {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
     pub pool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "WorkspaceIn")]
+    pub workspace: Option<WorkspaceIn>,
+}
+
+/// A workspace a machine got.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceIn {
+    /// Where it is in the machine.
+    pub path: String,
+    /// The host directory.
+    pub from: String,
+    /// The commit it is, the base of its changes.
+    pub base: String,
+    /// The user's branch it came from (a git repository).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub branch: Option<String>,
+}
+
+/// What a machine changed in its workspace.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceChanges {
+    pub machine: String,
+    pub base: String,
+    /// Changed files (the first 200).
+    #[schemars(with = "Vec<serde_json::Value>")]
+    pub files: Vec<crate::workspace::ChangedFile>,
+    /// Changed files not listed.
+    pub more_files: usize,
+    /// A page of the unified diff (binary files named only), sent as the second block.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub diff: String,
+    pub diff_bytes: u64,
+    /// Where the next page starts; absent at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
+    pub next_offset: Option<u64>,
+}
+
+/// Where a machine's changes were kept.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangesKept {
+    pub machine: String,
+    /// The new branch of the user's repository, and its commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub branch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub commit: Option<String>,
+    /// A patch for `git apply` (a directory in no repository).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub patch: Option<String>,
+    /// What the user runs to see and take it.
+    pub review: String,
+    /// Siblings deleted.
+    pub deleted: Vec<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

@@ -174,6 +174,23 @@ tool_list! {
              from there while the source runs on: to try something risky or fan out. The \
              source must be branchable (at create{local: or start-machine}), else CONFLICT.",
     }
+    WorkspaceChanges => "workspace-changes" {
+        hints: READ_ONLY,
+        changes_machines: false,
+        description: "Show what a machine changed in its /workspace since it got it (create-machine \
+             workspace, or its branch source's): files added, modified, deleted with sizes, and \
+             a page of the unified diff (binary files named). Reads the files back; changes \
+             nothing. Branch children are compared with one base. Then keep-changes.",
+    }
+    KeepChanges => "keep-changes" {
+        hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
+        changes_machines: true,
+        description: "Give the user a machine's /workspace changes: one commit on a new branch of \
+             their repository (smol/<name> unless given; their checkout, index and other \
+             branches untouched), or a patch file outside git. Answers the branch and the \
+             commands to review and merge it. deleteSiblings also deletes its source's other \
+             children.",
+    }
     MachineLogs => "machine-logs" {
         hints: READ_ONLY,
         changes_machines: false,

@@ -1,0 +1,562 @@
+//! A workspace between the server's copy and a machine: the copy sent in to `/workspace` as a
+//! gzip'd tar in parts the fleets' file routes take, unpacked by the guest's own `tar`; and the
+//! machine's `/workspace` read back the same way into the machine's copy on the host, to be
+//! compared with its base or kept.
+//!
+//! Both fleets the same way, by upload, rather than the local engine's staged mount: a branch
+//! child of a staged machine can never sync its copy back (engine-next-features.md), the cloud
+//! has no mounts, and on the nested engine a staged mount of 10,000 files did not start within
+//! the agent's 180 s where the upload took 11 s (docs/benchmarks.md).
+
+use super::{Call, ToolError, ToolErrorKind};
+use crate::fleet::internal::marked_script;
+use crate::fleet::{Command, ExecSpec, Fleet};
+use crate::process::workspaces::Attached;
+use crate::workspace::{self, Unpacked, Workspace, WorkspaceError};
+use futures::StreamExt;
+use std::path::PathBuf;
+
+/// Where a machine's workspace is, on every fleet.
+pub const GUEST_PATH: &str = "/workspace";
+/// The file routes of both fleets take 100 MiB a file: the archive goes in parts under it.
+const PART_BYTES: usize = 64 << 20;
+/// On the machine's disk (the cloud's `/tmp` is memory and emptied at a stop).
+const INCOMING: &str = "/var/tmp/smol-workspace-in";
+const OUTGOING: &str = "/var/tmp/smol-workspace-out.tgz";
+/// A guest's tar of a large tree under emulation takes seconds a thousand files.
+const GUEST_TAR_SECS: u64 = 900;
+
+/// A workspace refusal or failure as a tool error: what the user or agent can act on is an
+/// argument's refusal (`arg`), the rest is the server's.
+pub fn refused(arg: &str, e: WorkspaceError) -> ToolError {
+    match e {
+        WorkspaceError::Git { .. }
+        | WorkspaceError::Io { .. }
+        | WorkspaceError::GitMissing { .. } => {
+            ToolError::new(ToolErrorKind::Internal, e.to_string())
+        }
+        _ => ToolError::argument(arg, e),
+    }
+}
+
+/// Runs blocking host work (git, tar, the file system) off the async threads.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, WorkspaceError> + Send + 'static,
+) -> Result<T, WorkspaceError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| WorkspaceError::Io {
+            what: "a workspace task".into(),
+            why: e.to_string(),
+        })?
+}
+
+fn guest_failure(what: &str, out: &crate::fleet::ExecOutput) -> ToolError {
+    let said = String::from_utf8_lossy(&out.stderr);
+    let said = said.trim();
+    let hint = if said.contains("not found") {
+        "; the workspace needs tar and gzip in the image (Alpine, Debian and Ubuntu images have them)"
+    } else {
+        ""
+    };
+    ToolError::new(
+        ToolErrorKind::Internal,
+        format!(
+            "{what} failed in the machine (exit {}): {said}{hint}",
+            out.exit_code
+        ),
+    )
+}
+
+async fn run_internal(
+    call: &Call<'_>,
+    fleet: &Fleet,
+    machine: &str,
+    script: &str,
+    what: &str,
+) -> Result<(), ToolError> {
+    let mut spec = ExecSpec::new(Command::Argv(vec![
+        "sh".into(),
+        "-c".into(),
+        marked_script(script),
+    ]));
+    spec.timeout_secs = Some(GUEST_TAR_SECS);
+    let out = call
+        .progress()
+        .during(
+            what,
+            None,
+            Box::pin(call.cancellable(fleet.exec(machine, &spec))),
+        )
+        .await?;
+    if out.exit_code != 0 {
+        return Err(guest_failure(what, &out));
+    }
+    Ok(())
+}
+
+/// Sends the copy `ws` into the running machine `machine` at [`GUEST_PATH`].
+pub async fn send_in(
+    call: &Call<'_>,
+    fleet: &Fleet,
+    machine: &str,
+    ws: &Workspace,
+) -> Result<(), ToolError> {
+    let tree = ws.tree().to_path_buf();
+    let archive = blocking(move || workspace::pack(&tree))
+        .await
+        .map_err(|e| refused("workspace", e))?;
+    let archive_bytes = archive.len() as u64;
+    let parts: Vec<&[u8]> = archive.chunks(PART_BYTES).collect();
+    for (i, part) in parts.iter().enumerate() {
+        let path = format!("{INCOMING}.{i:04}");
+        if let Some(why) = fleet.upload_refusal(part.len() as u64) {
+            return Err(ToolError::argument("workspace", why));
+        }
+        let what = format!(
+            "sending the workspace to {machine} ({} of {} parts, {archive_bytes} bytes)",
+            i + 1,
+            parts.len()
+        );
+        call.progress()
+            .during(
+                &what,
+                None,
+                Box::pin(call.cancellable(fleet.write_file(machine, &path, part.to_vec()))),
+            )
+            .await?;
+    }
+    let script = format!(
+        "set -e; mkdir -p {GUEST_PATH}; cat {INCOMING}.* | tar -x -z -o -f - -C {GUEST_PATH}; \
+         rm -f {INCOMING}.*"
+    );
+    run_internal(call, fleet, machine, &script, "unpacking the workspace").await
+}
+
+/// Reads the machine's [`GUEST_PATH`] back into its copy on the host (`attached`'s tree,
+/// replaced whole), bounded by `max_bytes` (workspaceMaxBytes).
+pub async fn read_back(
+    call: &Call<'_>,
+    fleet: &Fleet,
+    machine: &str,
+    attached: &Attached,
+    max_bytes: u64,
+) -> Result<Unpacked, ToolError> {
+    // The guest's `.git` is the machine's own: never read back (its configuration could name
+    // commands, and git on the host reads only the server's repository).
+    let script = format!(
+        "set -e; cd {GUEST_PATH}; rm -f {OUTGOING}; tar -c -z -f {OUTGOING} --exclude=./.git ."
+    );
+    run_internal(
+        call,
+        fleet,
+        machine,
+        &script,
+        "packing the workspace in the machine",
+    )
+    .await?;
+    let root = attached.workspace.root.clone();
+    let archive_path = root.join(format!("incoming-{:08x}.tgz", rand::random::<u32>()));
+    let fetched = fetch(call, fleet, machine, &archive_path, max_bytes).await;
+    // The archive is not left on the machine's disk, whatever happened to the download.
+    let _ = run_internal(
+        call,
+        fleet,
+        machine,
+        &format!("rm -f {OUTGOING}"),
+        "tidying up",
+    )
+    .await;
+    if let Err(e) = fetched {
+        let _ = std::fs::remove_file(&archive_path);
+        return Err(e);
+    }
+    let tree = attached.workspace.tree().to_path_buf();
+    blocking(move || {
+        let fresh = root.join(format!("tree-{:08x}", rand::random::<u32>()));
+        let file = std::fs::File::open(&archive_path).map_err(|e| WorkspaceError::Io {
+            what: format!("opening {}", archive_path.display()),
+            why: e.to_string(),
+        });
+        let unpacked =
+            file.and_then(|f| workspace::unpack(std::io::BufReader::new(f), &fresh, max_bytes));
+        let _ = std::fs::remove_file(&archive_path);
+        let unpacked = match unpacked {
+            Ok(u) => u,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&fresh);
+                return Err(e);
+            }
+        };
+        let old = root.join(format!("old-{:08x}", rand::random::<u32>()));
+        let _ = std::fs::rename(&tree, &old);
+        std::fs::rename(&fresh, &tree).map_err(|e| WorkspaceError::Io {
+            what: format!("replacing {}", tree.display()),
+            why: e.to_string(),
+        })?;
+        let _ = std::fs::remove_dir_all(&old);
+        Ok(unpacked)
+    })
+    .await
+    .map_err(|e| refused("name", e))
+}
+
+/// Downloads the machine's archive to `to`, refusing one over `max_bytes`.
+async fn fetch(
+    call: &Call<'_>,
+    fleet: &Fleet,
+    machine: &str,
+    to: &PathBuf,
+    max_bytes: u64,
+) -> Result<(), ToolError> {
+    use tokio::io::AsyncWriteExt;
+    let stream = call.cancellable(fleet.read_file(machine, OUTGOING)).await?;
+    if stream.size.is_some_and(|s| s > max_bytes) {
+        return Err(refused(
+            "name",
+            WorkspaceError::ArchiveTooLarge { limit: max_bytes },
+        ));
+    }
+    let mut chunks = stream.chunks;
+    let mut file = tokio::fs::File::create(to)
+        .await
+        .map_err(|e| ToolError::new(ToolErrorKind::Internal, format!("{}: {e}", to.display())))?;
+    let mut written = 0u64;
+    loop {
+        let chunk = call
+            .cancellable(async { chunks.next().await.transpose() })
+            .await?;
+        let Some(chunk) = chunk else { break };
+        written += chunk.len() as u64;
+        if written > max_bytes {
+            return Err(refused(
+                "name",
+                WorkspaceError::ArchiveTooLarge { limit: max_bytes },
+            ));
+        }
+        file.write_all(&chunk).await.map_err(|e| {
+            ToolError::new(ToolErrorKind::Internal, format!("{}: {e}", to.display()))
+        })?;
+    }
+    file.flush()
+        .await
+        .map_err(|e| ToolError::new(ToolErrorKind::Internal, format!("{}: {e}", to.display())))?;
+    Ok(())
+}
+
+/// A workspace made ready before its machine exists, so that every refusal (a directory
+/// outside mountAllow, a dirty repository, one too large) comes before anything is created.
+/// Its seed is removed when it is dropped, unless a machine's record names it by then.
+#[derive(Debug)]
+pub struct Prepared {
+    pub seed: Workspace,
+    attached: bool,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if !self.attached
+            && let Some(seed) = self.seed.base_git().parent()
+        {
+            let _ = std::fs::remove_dir_all(seed);
+        }
+    }
+}
+
+/// Checks `dir` and makes the server's copy of it.
+pub async fn prepare(call: &Call<'_>, dir: &str) -> Result<Prepared, ToolError> {
+    let resolved = super::lifecycle::allowed_host_dir(
+        call.config(),
+        "workspace",
+        dir,
+        "workspaces are off on this server: the operator has allowed no host directory \
+         (mountAllow). Copy files in with write-file instead",
+    )?;
+    let seed_dir = call.process().workspaces.new_seed_dir();
+    let max_bytes = call.config().workspace_max_bytes;
+    let seeded = {
+        let seed_dir = seed_dir.clone();
+        blocking(move || {
+            let origin = workspace::inspect(&resolved)?;
+            workspace::seed(&origin, &seed_dir, max_bytes)
+        })
+        .await
+    };
+    match seeded {
+        Ok(seed) => Ok(Prepared {
+            seed,
+            attached: false,
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&seed_dir);
+            Err(refused("workspace", e))
+        }
+    }
+}
+
+impl Prepared {
+    /// Sends the copy into the running machine and records it as the machine's. On failure the
+    /// caller deletes the machine; the seed goes here.
+    pub async fn install(
+        mut self,
+        call: &Call<'_>,
+        fleet: &Fleet,
+        machine: &crate::fleet::Machine,
+    ) -> Result<super::results::WorkspaceIn, ToolError> {
+        let workspaces = &call.process().workspaces;
+        let attached =
+            workspaces.attach(fleet.kind(), &machine.name, &machine.id, None, &self.seed);
+        let sent = match attached {
+            Ok(_) => send_in(call, fleet, &machine.id, &self.seed).await,
+            Err(why) => Err(ToolError::new(ToolErrorKind::Internal, why)),
+        };
+        if let Err(e) = sent {
+            workspaces.forget(fleet.kind(), &machine.name);
+            return Err(e);
+        }
+        self.attached = true;
+        Ok(self.answer())
+    }
+
+    /// What the answer says of it.
+    pub fn answer(&self) -> super::results::WorkspaceIn {
+        super::results::WorkspaceIn {
+            path: GUEST_PATH.to_owned(),
+            from: self.seed.origin.dir.display().to_string(),
+            base: self.seed.base.clone(),
+            branch: match &self.seed.origin.kind {
+                workspace::OriginKind::Git { branch, .. } => Some(branch.clone()),
+                workspace::OriginKind::Plain => None,
+            },
+        }
+    }
+}
+
+/// How many changed files an answer lists.
+const FILES_LISTED: usize = 200;
+
+fn no_workspace(name: &str) -> ToolError {
+    ToolError::argument(
+        "name",
+        format!(
+            "{name} has no workspace: only a machine made by create-machine with workspace (or \
+             branched from one) has one. Create one with workspace set to the host directory"
+        ),
+    )
+}
+
+pub(super) async fn workspace_changes(
+    call: &Call<'_>,
+    a: super::args::ChangesArgs,
+) -> Result<super::results::WorkspaceChanges, ToolError> {
+    if a.length == Some(0) {
+        return Err(ToolError::argument(
+            "length",
+            "give at least 1, or leave it out for a page",
+        ));
+    }
+    let budget = call.config().max_output_bytes;
+    if let Some(length) = a.length.filter(|&l| l > budget as u64) {
+        return Err(ToolError::argument(
+            "length",
+            format!(
+                "{length} is over the {budget} bytes one page may hold: give at most {budget}, \
+                 and read on from nextOffset"
+            ),
+        ));
+    }
+    let fleet = call.fleet(a.target).await?;
+    let attached = call
+        .process()
+        .workspaces
+        .of(fleet.kind(), &a.name)
+        .ok_or_else(|| no_workspace(&a.name))?;
+    let offset = a.offset.unwrap_or(0);
+    let listed = attached.workspace.root.join("changes.json");
+    let changes = if offset == 0 || !listed.exists() {
+        call.ensure_running(&fleet, &a.name).await?;
+        let max_bytes = call.config().workspace_max_bytes;
+        read_back(call, &fleet, &a.name, &attached, max_bytes).await?;
+        let ws = attached.workspace.clone();
+        let changes = blocking(move || workspace::changes(&ws))
+            .await
+            .map_err(|e| refused("name", e))?;
+        let _ = std::fs::write(
+            &listed,
+            serde_json::to_vec(&changes.files).unwrap_or_default(),
+        );
+        (changes.files, changes.diff, changes.diff_bytes)
+    } else {
+        let files: Vec<workspace::ChangedFile> = std::fs::read(&listed)
+            .ok()
+            .and_then(|t| serde_json::from_slice(&t).ok())
+            .unwrap_or_default();
+        let diff = attached.workspace.root.join("changes.diff");
+        let bytes = diff.metadata().map_or(0, |m| m.len());
+        (files, diff, bytes)
+    };
+    let (mut files, diff_path, diff_bytes) = changes;
+    if offset > diff_bytes {
+        return Err(ToolError::argument(
+            "offset",
+            format!("{offset} is past the diff's end ({diff_bytes} bytes)"),
+        ));
+    }
+    let want = a.length.map_or(budget, |l| l as usize);
+    let page = read_page(&diff_path, offset, want)
+        .map_err(|e| ToolError::new(ToolErrorKind::Internal, format!("reading the diff: {e}")))?;
+    let end = offset + page.len() as u64;
+    let more_files = files.len().saturating_sub(FILES_LISTED);
+    files.truncate(FILES_LISTED);
+    Ok(super::results::WorkspaceChanges {
+        machine: a.name.to_string(),
+        base: attached.workspace.base.clone(),
+        files,
+        more_files,
+        diff: String::from_utf8_lossy(&page).into_owned(),
+        diff_bytes,
+        next_offset: (end < diff_bytes).then_some(end),
+    })
+}
+
+/// Up to `want` bytes of `path` from `offset`, ending on a character's end.
+fn read_page(path: &std::path::Path, offset: u64, want: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut page = Vec::with_capacity(want.min(1 << 20) + 3);
+    file.take(want as u64 + 3).read_to_end(&mut page)?;
+    if page.len() > want {
+        let len = crate::policy::output::utf8_prefix_len(&page, want).max(1);
+        page.truncate(len);
+    }
+    Ok(page)
+}
+
+/// The longest commit message kept.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+
+pub(super) async fn keep_changes(
+    call: &Call<'_>,
+    a: super::args::KeepArgs,
+) -> Result<super::results::ChangesKept, ToolError> {
+    let message = a.message.trim().to_owned();
+    if message.is_empty() || message.len() > MAX_MESSAGE_BYTES {
+        return Err(ToolError::argument(
+            "message",
+            format!("give the commit's message: 1 to {MAX_MESSAGE_BYTES} bytes"),
+        ));
+    }
+    let fleet = call.fleet(a.target).await?;
+    let workspaces = call.process().workspaces.clone();
+    let attached = workspaces
+        .of(fleet.kind(), &a.name)
+        .ok_or_else(|| no_workspace(&a.name))?;
+    let branch = a
+        .branch
+        .clone()
+        .unwrap_or_else(|| format!("smol/{}", attached.name));
+    let siblings = if a.delete_siblings.unwrap_or(false) {
+        let siblings = workspaces.siblings(fleet.kind(), &attached);
+        if siblings.is_empty() {
+            return Err(ToolError::argument(
+                "deleteSiblings",
+                format!(
+                    "{} has no siblings to delete: it was not branched from a machine with other \
+                     children on the same workspace. Leave deleteSiblings out",
+                    a.name
+                ),
+            ));
+        }
+        siblings
+    } else {
+        Vec::new()
+    };
+    call.ensure_running(&fleet, &a.name).await?;
+    let max_bytes = call.config().workspace_max_bytes;
+    read_back(call, &fleet, &a.name, &attached, max_bytes).await?;
+    let patch = workspaces.patch_path(&attached.name);
+    let ws = attached.workspace.clone();
+    let kept = blocking(move || workspace::keep(&ws, &branch, &message, &patch))
+        .await
+        .map_err(|e| match e {
+            WorkspaceError::BranchExists { .. } | WorkspaceError::BadBranchName { .. } => {
+                refused("branch", e)
+            }
+            e => refused("name", e),
+        })?;
+    let mut deleted = Vec::new();
+    for sibling in &siblings {
+        // The siblings go only once the kept one's changes are safe in the user's repository.
+        match call.cancellable(fleet.delete(&sibling.id)).await {
+            Ok(_) => {
+                workspaces.forget(fleet.kind(), &sibling.name);
+                call.process()
+                    .made
+                    .deleted(fleet.kind(), &sibling.name, None);
+                call.policy
+                    .terminals
+                    .close_machine(fleet.kind(), &sibling.name);
+                if sibling.name.starts_with(&call.config().machine_prefix) {
+                    call.process().forget(fleet.kind(), &sibling.name);
+                }
+                deleted.push(sibling.name.clone());
+            }
+            Err(e) if e.is(crate::fleet::ErrorKind::NotFound) => {
+                workspaces.forget(fleet.kind(), &sibling.name);
+            }
+            Err(e) => {
+                return Err(ToolError::new(
+                    e.kind,
+                    format!(
+                        "the changes were kept ({}), but deleting the sibling {} failed: {}; \
+                         delete-machine removes it (deleted so far: {})",
+                        describe(&kept),
+                        sibling.name,
+                        e.message,
+                        if deleted.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            deleted.join(", ")
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    let repo = attached.workspace.origin.dir.display().to_string();
+    Ok(match kept {
+        workspace::Kept::Branch { branch, commit } => super::results::ChangesKept {
+            machine: a.name.to_string(),
+            review: format!(
+                "git -C {repo} diff {base}..{branch}, then git -C {repo} merge {branch}",
+                base = short(&attached.workspace.base),
+            ),
+            branch: Some(branch),
+            commit: Some(commit),
+            patch: None,
+            deleted,
+        },
+        workspace::Kept::Patch { path } => super::results::ChangesKept {
+            machine: a.name.to_string(),
+            review: format!("cd {repo} && git apply {}", path.display()),
+            branch: None,
+            commit: None,
+            patch: Some(path.display().to_string()),
+            deleted,
+        },
+    })
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
+}
+
+fn describe(kept: &workspace::Kept) -> String {
+    match kept {
+        workspace::Kept::Branch { branch, commit } => {
+            format!("branch {branch} at {}", short(commit))
+        }
+        workspace::Kept::Patch { path } => format!("patch {}", path.display()),
+    }
+}

@@ -1,0 +1,420 @@
+//! The workspace tools end to end against the fake serve in guest-root mode (a machine's disk
+//! is a host directory its commands and the files routes share, so the workspace's own tar
+//! commands really run): a repository in, a change made by a command, the diff seen, the
+//! change kept as a branch of the user's repository; three children of one base, one kept and
+//! its siblings deleted in the same call; and each refusal with the user's repository compared
+//! before and after.
+
+use crate::common::fake_serve::FakeServe;
+use crate::common::mcp::Harness;
+use crate::workspace::{git, repository, snapshot, without_ref};
+use serde_json::json;
+use std::path::Path;
+
+struct Setup {
+    fake: FakeServe,
+    h: Harness,
+    tmp: tempfile::TempDir,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let tmp = tempfile::tempdir().unwrap();
+        let projects = tmp.path().join("projects");
+        repository(&projects.join("app"));
+        let fake = FakeServe::start_guest_root().await;
+        let url = fake.url();
+        let allow = projects.display().to_string();
+        let store = tmp.path().join("copies").display().to_string();
+        let h = Harness::start(&[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+            ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+        ])
+        .await;
+        Setup { fake, h, tmp }
+    }
+
+    fn repo(&self) -> std::path::PathBuf {
+        self.tmp.path().join("projects/app")
+    }
+}
+
+fn file_changes(answer: &serde_json::Value) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = answer["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_owned(),
+                f["change"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn a_repository_goes_in_a_command_changes_it_and_the_change_comes_back_as_a_branch() {
+    let s = Setup::new().await;
+    let repo = s.repo();
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let before = snapshot(&repo);
+    let created =
+        s.h.ok(
+            "create-machine",
+            json!({"name": "fixer", "workspace": repo.display().to_string()}),
+        )
+        .await;
+    assert_eq!(created["workspace"]["path"], "/workspace");
+    assert_eq!(created["workspace"]["base"], head.as_str());
+    assert_eq!(created["workspace"]["branch"], "main");
+    let disk = s.fake.disk("fixer");
+    assert_eq!(
+        std::fs::read_to_string(disk.join("workspace/src/lib.rs")).unwrap(),
+        "fn one() {}\n"
+    );
+    assert!(
+        !disk.join("workspace/target").exists(),
+        "the commit's files only, not the user's ignored build output"
+    );
+    assert!(
+        disk.join("workspace/.git").is_dir(),
+        "git works in the machine"
+    );
+    assert!(
+        std::fs::read_dir(disk.join("var/tmp"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "the archive's parts are removed"
+    );
+
+    let unchanged =
+        s.h.call("workspace-changes", json!({"name": "fixer"}))
+            .await;
+    assert!(!unchanged.is_error, "{}", unchanged.text);
+    assert_eq!(unchanged.structured["files"], json!([]));
+    assert_eq!(unchanged.structured["diffBytes"], 0);
+
+    s.h.ok(
+        "run-command",
+        json!({"name": "fixer", "command":
+            "cd /workspace && echo 'fn two() {}' >> src/lib.rs && rm old.txt \
+             && printf 'new\\n' > NEW.md && printf 'a\\000b' > blob.bin \
+             && mkdir -p target && echo junk > target/out"}),
+    )
+    .await;
+    let changes =
+        s.h.call("workspace-changes", json!({"name": "fixer"}))
+            .await;
+    assert!(!changes.is_error, "{}", changes.text);
+    assert_eq!(
+        file_changes(&changes.structured),
+        vec![
+            ("NEW.md".into(), "added".into()),
+            ("blob.bin".into(), "added".into()),
+            ("old.txt".into(), "deleted".into()),
+            ("src/lib.rs".into(), "modified".into()),
+        ],
+        "ignored build output is not a change"
+    );
+    let blob = changes.structured["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "blob.bin")
+        .unwrap()
+        .clone();
+    assert_eq!(blob["binary"], true);
+    assert_eq!(blob["bytes"], 3);
+    let diff = &changes.blocks[1];
+    assert!(diff.contains("+fn two() {}"), "{diff}");
+    assert!(diff.contains("-to be deleted"), "{diff}");
+    assert!(
+        diff.contains("Binary files"),
+        "binary files are named: {diff}"
+    );
+    assert_eq!(
+        diff.len() as u64,
+        changes.structured["diffBytes"].as_u64().unwrap()
+    );
+
+    // Paged: small pages put together are the whole diff.
+    let mut paged = String::new();
+    let mut offset = 0u64;
+    loop {
+        let page =
+            s.h.call(
+                "workspace-changes",
+                json!({"name": "fixer", "offset": offset, "length": 100}),
+            )
+            .await;
+        assert!(!page.is_error, "{}", page.text);
+        paged.push_str(&page.blocks[1]);
+        match page.structured["nextOffset"].as_u64() {
+            Some(next) => offset = next,
+            None => break,
+        }
+    }
+    assert_eq!(&paged, diff);
+
+    let kept =
+        s.h.ok(
+            "keep-changes",
+            json!({"name": "fixer", "message": "Add two() and NEW.md"}),
+        )
+        .await;
+    assert_eq!(kept["branch"], "smol/fixer");
+    let commit = kept["commit"].as_str().unwrap();
+    assert!(
+        kept["review"]
+            .as_str()
+            .unwrap()
+            .contains("merge smol/fixer"),
+        "{kept}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "smol/fixer"]), commit);
+    assert_eq!(git(&repo, &["rev-parse", "smol/fixer^"]), head);
+    assert_eq!(
+        git(&repo, &["show", "smol/fixer:src/lib.rs"]),
+        "fn one() {}\nfn two() {}"
+    );
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", "smol/fixer"]),
+        "Add two() and NEW.md"
+    );
+    // Nothing else of the user's repository moved: the new branch is all that is new.
+    let after = snapshot(&repo);
+    assert_eq!(without_ref(&after.0, "refs/heads/smol/fixer"), before.0);
+    assert_eq!(
+        (&after.1, &after.2, &after.3, &after.4),
+        (&before.1, &before.2, &before.3, &before.4)
+    );
+    // The user merges it.
+    git(&repo, &["merge", "--quiet", "--ff-only", "smol/fixer"]);
+    assert!(repo.join("NEW.md").exists());
+
+    // Deleting the machine removes the server's copy.
+    s.h.ok("delete-machine", json!({"name": "fixer"})).await;
+    let copies = s.tmp.path().join("copies");
+    assert!(!copies.join("machines/local/fixer").exists());
+    assert_eq!(
+        std::fs::read_dir(copies.join("seeds")).unwrap().count(),
+        0,
+        "no machine names the seed any more"
+    );
+}
+
+#[tokio::test]
+async fn three_children_of_one_base_try_at_once_and_one_is_kept() {
+    let s = Setup::new().await;
+    let repo = s.repo();
+    s.h.ok(
+        "create-machine",
+        json!({"name": "base", "branchable": true, "workspace": repo.display().to_string()}),
+    )
+    .await;
+    for child in ["try-a", "try-b", "try-c"] {
+        s.h.ok(
+            "branch-machine",
+            json!({"name": "base", "childName": child}),
+        )
+        .await;
+    }
+    let edits = [
+        ("try-a", "echo a > /workspace/README"),
+        ("try-b", "echo b > /workspace/README"),
+        ("try-c", "echo c > /workspace/src/lib.rs"),
+    ];
+    let runs = edits.iter().map(|(name, edit)| {
+        s.h.call(
+            "run-command",
+            json!({"name": name, "command": format!("{edit} && cat /workspace/README")}),
+        )
+    });
+    for (answer, (name, _)) in futures::future::join_all(runs).await.iter().zip(&edits) {
+        assert!(!answer.is_error, "{name}: {}", answer.text);
+    }
+    let mut seen = Vec::new();
+    for (name, _) in &edits {
+        let changes = s.h.call("workspace-changes", json!({"name": name})).await;
+        assert!(!changes.is_error, "{}", changes.text);
+        seen.push((file_changes(&changes.structured), changes.blocks[1].clone()));
+    }
+    assert_eq!(seen[0].0, vec![("README".into(), "modified".into())]);
+    assert!(seen[0].1.contains("+a") && !seen[0].1.contains("+b"));
+    assert!(seen[1].1.contains("+b"));
+    assert_eq!(seen[2].0, vec![("src/lib.rs".into(), "modified".into())]);
+    // The source is unchanged: the base all three are read against.
+    let source = s.h.ok("workspace-changes", json!({"name": "base"})).await;
+    assert_eq!(source["files"], json!([]));
+
+    let kept =
+        s.h.ok(
+            "keep-changes",
+            json!({"name": "try-b", "message": "b wins", "branch": "try/b",
+                   "deleteSiblings": true}),
+        )
+        .await;
+    assert_eq!(kept["branch"], "try/b");
+    let mut deleted: Vec<String> = serde_json::from_value(kept["deleted"].clone()).unwrap();
+    deleted.sort();
+    assert_eq!(deleted, vec!["try-a".to_owned(), "try-c".to_owned()]);
+    let machines = s.fake.state.lock().unwrap().machines.clone();
+    assert!(!machines.contains_key("try-a") && !machines.contains_key("try-c"));
+    assert!(machines.contains_key("try-b") && machines.contains_key("base"));
+    assert_eq!(git(&repo, &["show", "try/b:README"]), "b");
+}
+
+#[tokio::test]
+async fn each_refusal_names_what_to_do_and_leaves_the_users_repository_as_it_was() {
+    let s = Setup::new().await;
+    let repo = s.repo();
+    let machines_before = s.fake.state.lock().unwrap().machines.len();
+
+    std::fs::write(repo.join("README"), "edited, not committed\n").unwrap();
+    let dirty_before = snapshot(&repo);
+    let dirty =
+        s.h.err(
+            "create-machine",
+            json!({"workspace": repo.display().to_string()}),
+        )
+        .await;
+    assert!(dirty.contains("uncommitted changes (README)"), "{dirty}");
+    assert!(dirty.contains("commit or stash them first"), "{dirty}");
+    assert_eq!(
+        snapshot(&repo),
+        dirty_before,
+        "the dirty repository as it was"
+    );
+    git(&repo, &["checkout", "--quiet", "--", "README"]);
+    let before = snapshot(&repo);
+
+    let outside =
+        s.h.err("create-machine", json!({"workspace": "/etc"}))
+            .await;
+    assert!(
+        outside.contains("workspace: /etc is not in a directory the operator allows"),
+        "{outside}"
+    );
+
+    let inside =
+        s.h.err(
+            "create-machine",
+            json!({"workspace": repo.join("src").display().to_string()}),
+        )
+        .await;
+    assert!(inside.contains("give the repository's root"), "{inside}");
+
+    let stopped =
+        s.h.err(
+            "create-machine",
+            json!({"workspace": repo.display().to_string(), "start": false}),
+        )
+        .await;
+    assert!(
+        stopped.contains("start: false cannot go with workspace"),
+        "{stopped}"
+    );
+    assert_eq!(
+        s.fake.state.lock().unwrap().machines.len(),
+        machines_before,
+        "no refusal made a machine"
+    );
+    assert_eq!(
+        std::fs::read_dir(s.tmp.path().join("copies/seeds"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "no refusal left a copy behind"
+    );
+
+    s.h.ok("create-machine", json!({"name": "plain"})).await;
+    let none = s.h.err("workspace-changes", json!({"name": "plain"})).await;
+    assert!(none.contains("plain has no workspace"), "{none}");
+
+    s.h.ok(
+        "create-machine",
+        json!({"name": "w", "workspace": repo.display().to_string()}),
+    )
+    .await;
+    let nothing =
+        s.h.err("keep-changes", json!({"name": "w", "message": "nothing"}))
+            .await;
+    assert!(nothing.contains("nothing to keep"), "{nothing}");
+    s.h.ok(
+        "run-command",
+        json!({"name": "w", "command": "echo x >> /workspace/README"}),
+    )
+    .await;
+    let exists =
+        s.h.err(
+            "keep-changes",
+            json!({"name": "w", "message": "m", "branch": "other"}),
+        )
+        .await;
+    assert!(exists.contains("branch: other exists"), "{exists}");
+    let bad =
+        s.h.err(
+            "keep-changes",
+            json!({"name": "w", "message": "m", "branch": "a..b"}),
+        )
+        .await;
+    assert!(bad.contains("not a valid branch name"), "{bad}");
+    let lonely =
+        s.h.err(
+            "keep-changes",
+            json!({"name": "w", "message": "m", "deleteSiblings": true}),
+        )
+        .await;
+    assert!(lonely.contains("no siblings"), "{lonely}");
+    let empty =
+        s.h.err("keep-changes", json!({"name": "w", "message": "  "}))
+            .await;
+    assert!(empty.contains("message:"), "{empty}");
+    assert_eq!(snapshot(&repo), before, "no refusal touched the repository");
+}
+
+#[tokio::test]
+async fn a_plain_directory_comes_back_as_a_patch_the_user_applies() {
+    let s = Setup::new().await;
+    let dir = s.tmp.path().join("projects/notes");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("todo.txt"), "one\n").unwrap();
+    s.h.ok(
+        "create-machine",
+        json!({"name": "n", "workspace": dir.display().to_string()}),
+    )
+    .await;
+    s.h.ok(
+        "run-command",
+        json!({"name": "n", "command": "echo two >> /workspace/todo.txt"}),
+    )
+    .await;
+    let kept =
+        s.h.ok("keep-changes", json!({"name": "n", "message": "two"}))
+            .await;
+    let patch = kept["patch"].as_str().unwrap();
+    assert!(
+        Path::new(patch).starts_with(s.tmp.path().join("copies")),
+        "{patch}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("todo.txt")).unwrap(),
+        "one\n"
+    );
+    let applied = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&dir)
+        .args(["apply", patch])
+        .status()
+        .unwrap();
+    assert!(applied.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("todo.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+}
