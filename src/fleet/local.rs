@@ -466,7 +466,7 @@ impl FleetApi for LocalFleet {
         Ok(self.seen(view(answer.map_err(|e| {
             deadline_passed(
                 e,
-                "the machine may still be starting: get-machine shows its state",
+                "the machine may still be starting: list-machines with its name shows its state",
             )
         })?)))
     }

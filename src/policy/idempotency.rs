@@ -26,8 +26,8 @@ use tracing::Instrument;
 /// The argument every creating or changing tool takes.
 pub const KEY_ARGUMENT: &str = "idempotencyKey";
 /// What the catalog says of it (once, at its first tool; the others refer to it).
-pub const KEY_DESCRIPTION: &str = "Your UUID for this call: a retry with it and the same \
-     arguments within 24 h gets the first answer without acting again; runs on if cancelled.";
+pub const KEY_DESCRIPTION: &str = "Your UUID for this call (any tool that acts): a retry \
+     with it and the same arguments within 24 h gets the first answer, not a second action.";
 pub const KEY_MAX_CHARS: usize = 128;
 /// How often a repeat checks on a first call that runs in another process.
 const POLL: Duration = Duration::from_millis(200);
@@ -395,7 +395,7 @@ where
                             "the call idempotencyKey \"{key}\" names (started{}) succeeded, but its answer \
                              is no longer kept (the ledger keeps the newest {} MiB of answers): \
                              it took effect once and is not run again. Check (list-machines, \
-                             get-machine, smol://runs), then use a new key if more is needed.",
+                             smol://runs), then use a new key if more is needed.",
                             ago(first.started_ms),
                             crate::store::KEY_ANSWERS_MAX_BYTES / (1024 * 1024)
                         ),
@@ -410,7 +410,7 @@ where
                         format!(
                             "the call idempotencyKey \"{key}\" names was cut off when its server \
                              process ({}) ended, before it answered: whether it took effect is \
-                             unknown. Check (list-machines, get-machine, smol://runs), then \
+                             unknown. Check (list-machines, smol://runs), then \
                              repeat it with a new key if it is still needed.",
                             first.pid
                         ),

@@ -43,19 +43,26 @@ pub fn classify_local(op: smolvm::Operation) -> Use {
             Tool::JobOutput,
             Tool::CancelJob,
             Tool::PublishPort,
+            Tool::WorkspaceChanges,
+            Tool::KeepChanges,
         ]),
         ExecStream => Tools(&[Tool::RunCommand, Tool::RunOnce]),
         // Spoken over the socket by fleet/terminal.rs, not through the generated method.
         ExecInteractive => Tools(&[Tool::Terminal]),
-        DownloadFile => Tools(&[Tool::ReadFile]),
-        UploadFile => Tools(&[Tool::WriteFile, Tool::RunCommand]),
+        DownloadFile => Tools(&[Tool::ReadFile, Tool::WorkspaceChanges, Tool::KeepChanges]),
+        UploadFile => Tools(&[
+            Tool::WriteFile,
+            Tool::RunCommand,
+            Tool::CreateMachine,
+            Tool::RunOnce,
+        ]),
         ListImages => Omitted,
         PullImage => Tools(&[Tool::PullImage]),
         StreamLogs => Tools(&[Tool::MachineLogs]),
         RunCommand => Omitted,
         DeleteMachine => Tools(&[Tool::DeleteMachine, Tool::RunOnce]),
         GetMachine => Tools(&[
-            Tool::GetMachine,
+            Tool::ListMachines,
             Tool::StartMachine,
             Tool::RunCommand,
             Tool::PublishPort,
@@ -148,7 +155,7 @@ pub fn classify_cloud(op: smolcloud::Operation) -> Use {
         MachineCreate => Tools(&[Tool::CreateMachine, Tool::RunOnce]),
         MachineDelete => Tools(&[Tool::DeleteMachine, Tool::RunOnce]),
         MachineGet => Tools(&[
-            Tool::GetMachine,
+            Tool::ListMachines,
             Tool::StartMachine,
             Tool::StopMachine,
             Tool::RunCommand,
@@ -166,10 +173,17 @@ pub fn classify_cloud(op: smolcloud::Operation) -> Use {
             Tool::JobOutput,
             Tool::CancelJob,
             Tool::PublishPort,
+            Tool::WorkspaceChanges,
+            Tool::KeepChanges,
         ]),
         MachineExecStream => Tools(&[Tool::RunCommand, Tool::RunOnce]),
-        MachineFileRead => Tools(&[Tool::ReadFile]),
-        MachineFileWrite => Tools(&[Tool::WriteFile, Tool::RunCommand]),
+        MachineFileRead => Tools(&[Tool::ReadFile, Tool::WorkspaceChanges, Tool::KeepChanges]),
+        MachineFileWrite => Tools(&[
+            Tool::WriteFile,
+            Tool::RunCommand,
+            Tool::CreateMachine,
+            Tool::RunOnce,
+        ]),
         MachineFork => Tools(&[Tool::BranchMachine]),
         MachineSessionList => Omitted,
         MachineSessionCreate => Omitted,
@@ -224,8 +238,9 @@ mod tests {
                 used.extend(tools.iter().copied());
             }
         }
-        // list-jobs answers from what the jobs' watchers last saw, asking no fleet.
-        let answered_here = [Tool::ListJobs];
+        // Every tool asks a fleet something (job-output's list alone answers from what the
+        // jobs' watchers last saw, but a job's report reads its output in the machine).
+        let answered_here: [Tool; 0] = [];
         for tool in Tool::ALL {
             assert!(
                 used.contains(tool) != answered_here.contains(tool),

@@ -620,7 +620,7 @@ impl Supplier {
              now (the value changed, or its source went, since it was supplied): the machine may \
              hold it, and its output could not be redacted, so nothing that shows its output or \
              files is served. Put the earlier value back where the operator keeps it and restart \
-             the server, or delete the machine (stop-machine and get-machine still work)",
+             the server, or delete the machine (stop-machine and list-machines still work)",
             unknown.join(", ")
         ))
     }

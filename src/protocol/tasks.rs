@@ -308,7 +308,7 @@ fn gone_task(record: &TaskRecord) -> Option<rmcp::model::GetTaskResult> {
     };
     let message = format!(
         "the server process that ran this {} task (pid {}) has ended; {what}. Run the call \
-         again; a command left running in its machine may still be there (list-jobs and \
+         again; a command left running in its machine may still be there (job-output and \
          smol://runs show what is known of it).",
         record.tool, record.pid
     );

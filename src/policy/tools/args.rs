@@ -424,6 +424,13 @@ tool_arguments! {
 }
 
 tool_arguments! {
+    pub struct ListArgs {
+        /// Just this machine{cloud: (or mach- id)}.
+        pub name: Option<MachineRef>,
+    }
+}
+
+tool_arguments! {
     pub struct MachineArgs {
         /// Machine name{cloud: or mach- id}.
         pub name: MachineRef,
@@ -450,7 +457,7 @@ pub struct MachineBase {
     pub allow_cidrs: Option<CidrRanges>,
     /// {local:Secrets by name (the instructions list them); the machine sees placeholders only.}
     pub credentials: Option<Vec<String>>,
-    /// Host directory (under mountAllow) copied to /workspace: a git repo's current commit, or the files. See workspace-changes.
+    /// Host dir (under mountAllow) copied to /workspace (a git repo: its commit). See workspace-changes.
     pub workspace: Option<AbsolutePath>,
 }
 
@@ -484,7 +491,7 @@ tool_arguments! {
         pub storage_gb: Option<u32>,
         /// {local:A machine (even deleted) whose user-allowed hosts this one gets too.}
         pub allow_hosts_from: Option<MachineRef>,
-        /// {local:Host directories (absolute source) mounted at target, at most 16, as the operator allows; read-only unless readonly: false is allowed.}
+        /// {local:Host dirs (absolute source) at target, at most 16, as the operator allows; read-only unless readonly: false is allowed.}
         pub mounts: Option<Vec<MountArg>>,
         /// {local:Size in GiB of the writable layer over the image.}
         #[schemars(range(min = 1, max = MAX_DISK_GB))]
@@ -617,11 +624,11 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct JobOutputArgs {
-        /// The job id run-command returned.
-        pub job: String,
+        /// The job id run-command returned. Omitted: the list.
+        pub job: Option<String>,
         /// The last answer's cursor. Omitted: from the start.
         pub cursor: Option<String>,
-        /// Seconds to wait for the end first; under your tool-call timeout (often 60 s).
+        /// Seconds to wait for the end first; under your call timeout (often 60 s).
         #[schemars(range(min = 0, max = MAX_JOB_WAIT_SECS))]
         pub wait_secs: Option<u64>,
     }
@@ -666,11 +673,11 @@ tool_arguments! {
         pub name: MachineRef,
         /// Omitted: open one.
         pub terminal: Option<String>,
-        /// Program to open (default sh): argv, or a string for sh -c.
+        /// Program (default sh): argv, or a string for sh -c.
         pub command: Option<crate::fleet::Command>,
         /// Typed as is.
         pub input: Option<String>,
-        /// Then pressed: enter, tab, escape, up, down, left, right, ctrl-c...
+        /// Then pressed: enter, tab, escape, up, down, ctrl-c...
         pub keys: Option<Vec<String>>,
         /// With rows, resizes an open one.
         #[schemars(range(min = 10, max = 1000))]
@@ -721,6 +728,11 @@ pub trait CallArgs: Targeted {
 }
 
 impl CallArgs for TargetOnly {}
+impl CallArgs for ListArgs {
+    fn machines(&self) -> [Option<&str>; 2] {
+        [self.name.as_deref(), None]
+    }
+}
 impl CallArgs for JobOutputArgs {}
 impl CallArgs for JobArgs {}
 
@@ -827,7 +839,7 @@ mod tests {
                 parse::<CreateArgs>(tool, Some(&catalog.input(tool)), catalog.mode, args)
                     .map(|_| ())
             }
-            Tool::GetMachine => {
+            Tool::DeleteMachine => {
                 parse::<MachineArgs>(tool, Some(&catalog.input(tool)), catalog.mode, args)
                     .map(|_| ())
             }
@@ -861,7 +873,7 @@ mod tests {
             refusal(Tool::CreateMachine, json!({"image": "a", "network": "off"})),
             "network: \"off\" is not accepted: give one of \"open\", \"blocked\", \"ask\""
         );
-        let missing = refusal(Tool::GetMachine, json!({}));
+        let missing = refusal(Tool::DeleteMachine, json!({}));
         assert!(
             missing.starts_with("name: required, and missing: Machine name"),
             "{missing}"
@@ -902,7 +914,7 @@ mod tests {
         let catalog = Catalog::of(Mode::Single(FleetKind::Local));
         let refused = parse::<TargetOnly>(
             Tool::ListMachines,
-            Some(&catalog.input(Tool::ListMachines)),
+            Some(&serde_json::Map::new().into()),
             catalog.mode,
             json!({"bogus": 1}),
         )
@@ -924,7 +936,7 @@ mod tests {
         .message;
         assert_eq!(
             refused,
-            "bogus: not an argument of list-machines; its arguments are target"
+            "bogus: not an argument of list-machines; its arguments are name, target"
         );
     }
 

@@ -273,7 +273,7 @@ impl<'a> Call<'a> {
         let credentials = &self.process().credentials;
         if matches!(
             tool,
-            Tool::StopMachine | Tool::DeleteMachine | Tool::GetMachine
+            Tool::StopMachine | Tool::DeleteMachine | Tool::ListMachines
         ) || names.iter().all(Option::is_none)
             || !credentials.has_supplied()
             || self.fleet_kind(target).ok() != Some(FleetKind::Local)

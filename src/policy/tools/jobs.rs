@@ -1,7 +1,7 @@
 //! The tools around background jobs (`crate::policy::jobs`): starting one from run-command, reading
 //! its output by cursor, cancelling it, listing them.
 
-use super::results::{JobFiles, JobList, JobReport, JobStarted, JobSummary};
+use super::results::{JobFiles, JobList, JobOutputAnswer, JobReport, JobStarted, JobSummary};
 use super::{Call, args};
 use crate::fleet::{ErrorKind, FleetKind};
 use crate::policy::error::{ToolError, ToolErrorKind};
@@ -110,7 +110,7 @@ async fn find(call: &Call<'_>, target: Option<FleetKind>, id: &str) -> Result<Ar
         _ => Err(ToolError::new(
             ToolErrorKind::Fleet(ErrorKind::NotFound),
             format!(
-                "job: no job {} on the {} fleet of this server (list-jobs shows them; an \
+                "job: no job {} on the {} fleet of this server (job-output without a job lists them; an \
                  ended job is forgotten once 100 newer ones have ended, or when the server \
                  restarts)",
                 crate::policy::error::quote(id),
@@ -123,8 +123,26 @@ async fn find(call: &Call<'_>, target: Option<FleetKind>, id: &str) -> Result<Ar
 pub(super) async fn job_output(
     call: &Call<'_>,
     a: args::JobOutputArgs,
+) -> Result<JobOutputAnswer, ToolError> {
+    let Some(id) = a.job.clone() else {
+        if a.cursor.is_some() || a.wait_secs.is_some() {
+            return Err(ToolError::argument(
+                "job",
+                "required with cursor or waitSecs: give the job id run-command returned, or \
+                 leave all three out for the list of jobs",
+            ));
+        }
+        return list_jobs(call, a.target).await.map(JobOutputAnswer::List);
+    };
+    report(call, a, id).await.map(JobOutputAnswer::Report)
+}
+
+async fn report(
+    call: &Call<'_>,
+    a: args::JobOutputArgs,
+    id: String,
 ) -> Result<JobReport, ToolError> {
-    let job = find(call, a.target, &a.job).await?;
+    let job = find(call, a.target, &id).await?;
     if let Some(why) = call.process().credentials.unknown_value(&job.machine) {
         return Err(ToolError::argument("job", why));
     }
@@ -228,8 +246,11 @@ pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobS
     Ok(summary(&job))
 }
 
-pub(super) async fn list_jobs(call: &Call<'_>, a: args::TargetOnly) -> Result<JobList, ToolError> {
-    let kind = call.fleet_kind(a.target)?;
+async fn list_jobs(
+    call: &Call<'_>,
+    target: Option<crate::fleet::FleetKind>,
+) -> Result<JobList, ToolError> {
+    let kind = call.fleet_kind(target)?;
     call.policy.adopt_jobs().await;
     Ok(JobList {
         jobs: call

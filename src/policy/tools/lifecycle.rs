@@ -15,19 +15,14 @@ use crate::process::made::MachineSlot;
 
 pub(super) async fn list_machines(
     call: &Call<'_>,
-    a: args::TargetOnly,
+    a: args::ListArgs,
 ) -> Result<results::MachineList, ToolError> {
     let fleet = call.fleet(a.target).await?;
-    let machines = call.cancellable(fleet.list()).await?;
+    let machines = match &a.name {
+        Some(name) => vec![call.cancellable(fleet.get(name)).await?],
+        None => call.cancellable(fleet.list()).await?,
+    };
     Ok(results::MachineList { machines })
-}
-
-pub(super) async fn get_machine(
-    call: &Call<'_>,
-    a: args::MachineArgs,
-) -> Result<Machine, ToolError> {
-    let fleet = call.fleet(a.target).await?;
-    call.cancellable(fleet.get(&a.name)).await
 }
 
 fn egress(
@@ -578,7 +573,7 @@ pub(super) async fn start_machine(
         Err(mut e) if e.is(ErrorKind::Timeout) => {
             e.message.push_str(&format!(
                 "\nThe start may still be under way: the service queues starts and can take \
-                 minutes, and {} may come up after this call gave up. get-machine shows its \
+                 minutes, and {} may come up after this call gave up. list-machines with its name shows its \
                  state; start-machine again waits for it.",
                 a.name
             ));
@@ -732,7 +727,7 @@ pub(super) async fn branch_machine(
         Err(mut e) if fleet.capabilities().branches_queue && gave_up_waiting(&e) => {
             e.message.push_str(&format!(
                 "\nThe branch may still be made: the service queues branches of a source and can \
-                 take minutes, so {child} may come up after this call gave up. get-machine \
+                 take minutes, so {child} may come up after this call gave up. list-machines \
                  {child} shows whether it exists; delete-machine removes it{}.",
                 if ephemeral {
                     format!(", and it is deleted {}", call.ephemeral_end())

@@ -109,14 +109,9 @@ macro_rules! run_table {
 
 run_table! {
     ListMachines {
-        args: args::TargetOnly,
+        args: args::ListArgs,
         result: results::MachineList,
         run: lifecycle::list_machines,
-    }
-    GetMachine {
-        args: args::MachineArgs,
-        result: crate::fleet::Machine,
-        run: lifecycle::get_machine,
     }
     CreateMachine {
         args: args::CreateArgs,
@@ -145,18 +140,13 @@ run_table! {
     }
     JobOutput {
         args: args::JobOutputArgs,
-        result: results::JobReport,
+        result: results::JobOutputAnswer,
         run: jobs::job_output,
     }
     CancelJob {
         args: args::JobArgs,
         result: results::JobSummary,
         run: jobs::cancel_job,
-    }
-    ListJobs {
-        args: args::TargetOnly,
-        result: results::JobList,
-        run: jobs::list_jobs,
     }
     RunOnce {
         args: args::RunOnceArgs,
@@ -492,7 +482,7 @@ mod parse_tests {
         let bad_env = expect(grammar::env("env", &env));
         let cases = [
             (Tool::CreateMachine, json!({"name": "a--b"}), &bad_name),
-            (Tool::GetMachine, json!({"name": "a b"}), &bad_ref),
+            (Tool::ListMachines, json!({"name": "a b"}), &bad_ref),
             (
                 Tool::RunCommand,
                 json!({"name": "a b", "command": "true"}),

@@ -54,6 +54,7 @@ replies_without_a_page!(
     JobReport,
     JobSummary,
     JobList,
+    JobOutputAnswer,
     RunOnce,
     FileWritten,
     Branched,
@@ -322,6 +323,14 @@ pub struct JobReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "RunCost")]
     pub usage: Option<RunCost>,
+}
+
+/// job-output's answer: one job's report, or without a job the list.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum JobOutputAnswer {
+    Report(JobReport),
+    List(JobList),
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

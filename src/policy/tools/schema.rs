@@ -289,7 +289,9 @@ pub fn definition(
 
 /// An argument that several tools share word for word (run-once's image, cpus, command...) is
 /// described once, at its first tool, and the others point there: the model reads the whole
-/// catalog at once, and a repeated description is only repeated cost. Short ones stay.
+/// catalog at once, and a repeated description is only repeated cost. A short one ("Machine
+/// name.", "Virtual CPUs.") is not repeated at all: a pointer would be as long, and the
+/// argument's name with its first mention says it.
 pub fn refer_to_first_mention(tools: &mut [rmcp::model::Tool]) {
     const WORTH_REFERRING: usize = 40;
     let mut first: Vec<(String, String, String)> = Vec::new();
@@ -300,18 +302,26 @@ pub fn refer_to_first_mention(tools: &mut [rmcp::model::Tool]) {
             continue;
         };
         for (arg, schema) in props.iter_mut() {
-            let Some(Value::String(text)) = schema.get("description") else {
+            let Some(Value::String(text)) = schema.get("description").cloned() else {
                 continue;
             };
-            if text.len() < WORTH_REFERRING {
-                continue;
-            }
+            let text = &text;
             let Some((_, _, owner)) = first.iter().find(|(a, t, _)| a == arg && t == text) else {
                 first.push((arg.clone(), text.clone(), name.clone()));
                 continue;
             };
             if let Some(schema) = schema.as_object_mut() {
-                schema.insert("description".into(), Value::String(format!("See {owner}.")));
+                if text.len() < WORTH_REFERRING {
+                    schema.remove("description");
+                    continue;
+                }
+                // The key is the same thing in every tool, and its name says it: its first
+                // description is all the model needs, seven "See" pointers were 350 bytes.
+                if arg == crate::policy::idempotency::KEY_ARGUMENT {
+                    schema.remove("description");
+                } else {
+                    schema.insert("description".into(), Value::String(format!("See {owner}.")));
+                }
             }
         }
     }
@@ -439,8 +449,8 @@ fn fit_to_fleets(schema: &mut Value, mode: Mode) {
     }
 }
 
-/// The machine record and the job record are spelled out once each (get-machine's result,
-/// job-output's); elsewhere a result names where to find them rather than repeating them: six
+/// The machine record and the job record are spelled out once each (list-machines' items,
+/// job-output's report); elsewhere a result names where to find them rather than repeating them: six
 /// copies of the machine record were a tenth of the catalog.
 fn refer_to_records(tool: Tool, output: &mut Value) {
     use std::sync::OnceLock;
@@ -448,11 +458,17 @@ fn refer_to_records(tool: Tool, output: &mut Value) {
     static JOB: OnceLock<Value> = OnceLock::new();
     let machine = MACHINE.get_or_init(|| Value::Object(self::output::<crate::fleet::Machine>()));
     let job = JOB.get_or_init(|| Value::Object(self::output::<super::results::JobSummary>()));
-    if tool != Tool::GetMachine {
-        replace_copies(output, machine, "get-machine's record.");
+    if tool != Tool::ListMachines {
+        replace_copies(output, machine, "list-machines' record.");
     }
-    if tool != Tool::JobOutput {
-        replace_copies(output, job, "job-output's record, without output.");
+    replace_copies(output, job, "job-output's record, without output.");
+    // run-once answers what run-command does for a finished command (no overflow: its machine
+    // is gone), with the machine it used: its fields were a second copy of run-command's.
+    if tool == Tool::RunOnce {
+        *output = serde_json::json!({
+            "type": "object",
+            "description": "run-command's answer (no overflow), with machine (deleted) and pool.",
+        });
     }
 }
 
@@ -597,12 +613,12 @@ mod tests {
         let all = serde_json::to_string(&tools).unwrap();
         assert!(!all.contains("$defs") && !all.contains("$ref"));
         assert!(!all.contains("uint"));
-        let get = tools.iter().find(|t| t.name == "get-machine").unwrap();
-        let url = &get.output_schema.as_ref().unwrap()["properties"]["url"]["anyOf"];
+        let pull = tools.iter().find(|t| t.name == "pull-image").unwrap();
+        let digest = &pull.output_schema.as_ref().unwrap()["properties"]["digest"]["anyOf"];
         assert_eq!(
-            url,
+            digest,
             &serde_json::json!([{"type": "string"}, {"type": "null"}]),
-            "url is null locally"
+            "a digest may be unknown"
         );
         let outputs =
             serde_json::to_string(&tools.iter().map(|t| &t.output_schema).collect::<Vec<_>>())
@@ -659,19 +675,21 @@ mod tests {
             let tool = local.iter().find(|t| t.name == name).unwrap();
             serde_json::to_value(tool.output_schema.as_ref().unwrap()).unwrap()
         };
-        assert!(schema_of("get-machine")["properties"]["cpus"].is_object());
+        let listed = schema_of("list-machines")["properties"]["machines"]["description"].clone();
+        assert!(listed.as_str().unwrap().contains("cpus"), "{listed}");
         let created = schema_of("create-machine");
         assert!(created["properties"]["machine"].get("properties").is_none());
         assert!(
             created["properties"]["machine"]["description"]
                 .as_str()
                 .unwrap()
-                .contains("get-machine")
+                .contains("list-machines")
         );
         assert!(schema_of("cancel-job").get("properties").is_none());
-        assert!(schema_of("job-output")["properties"]["state"].is_object());
+        let job_output = schema_of("job-output");
+        assert!(job_output["anyOf"][0]["properties"]["state"].is_object());
         assert!(
-            schema_of("list-jobs")["properties"]["jobs"]["items"]["description"]
+            job_output["anyOf"][1]["properties"]["jobs"]["items"]["description"]
                 .as_str()
                 .unwrap()
                 .contains("job-output")

@@ -78,25 +78,18 @@ tool_list! {
     ListMachines => "list-machines" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "List this fleet's machines: one to reuse, or what still runs before creating \
-             another{cloud: (each costs money while it exists)}. For one machine, get-machine.",
-    }
-    GetMachine => "get-machine" {
-        hints: READ_ONLY,
-        changes_machines: false,
-        description: "Report one machine's state (running, stopped...), size, egress and \
-             image{cloud:, and its url (ingress of its first published port)}: whether it exists \
-             (else NOT_FOUND), runs, or a start took.",
+        description: "List machines with state, size, egress, image{cloud: and url}: one to \
+             reuse, or what runs before making another. With name: just that one, read now \
+             (NOT_FOUND if gone).",
     }
     CreateMachine => "create-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Create a microVM and boot it until it runs commands (start: false leaves it \
-             stopped). Egress is blocked unless network, allowHosts or allowCidrs grant it. \
-             Unnamed or mcp-...: ephemeral, gone at session end or unused a while; other names \
-             stay until delete-machine.{local: Unnamed, it may come from a warm pool. }{cloud: \
-             Costs money while it exists. }Over the operator's limits: LIMIT_REACHED. One \
-             command only: run-once.",
+        description: "Create a microVM and boot it until it runs commands. Egress is blocked \
+             unless network, allowHosts or allowCidrs grant it. Unnamed or mcp-...: ephemeral \
+             (gone at session end); other names stay until delete-machine.{cloud: Costs money \
+             while it exists.} Over the operator's limits: LIMIT_REACHED. One command only: \
+             run-once.",
     }
     StartMachine => "start-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
@@ -115,24 +108,24 @@ tool_list! {
     DeleteMachine => "delete-machine" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
-        description: "Delete a machine, running or not, with its disk and jobs. Irreversible. \
+        description: "Delete a machine, running or not, with its disk and jobs: irreversible. \
              {local:A branch source with children is refused: delete them first. }To keep the \
-             disk, stop-machine.{cloud: usageMicros: what it cost, in millionths of a dollar.}",
+             disk: stop-machine.{cloud: usageMicros: what it cost, in millionths of a dollar.}",
     }
     RunCommand => "run-command" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Run a command in a machine and wait for it: stdout, stderr, exitCode (non-zero \
-             is a result, not an error). Each call is a new process (pass workdir, env). Long \
-             output keeps head and tail, the whole saved in the machine (overflow). Work that \
-             may outlast the call: background: true, then job-output.",
+        description: "Run a command in a machine and wait: stdout, stderr, exitCode (non-zero \
+             is a result, not an error). Each call is a new process. Long output keeps head and \
+             tail, the whole saved in the machine (overflow). Longer than the call: background: \
+             true, then job-output.",
     }
     JobOutput => "job-output" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "Read a background job: state (running, exited, timedOut, cancelled, or lost \
-             with its machine), exitCode and usage once ended, output after your cursor; pass \
-             the returned one next (more: true: call again now).",
+        description: "Read a background job: state (running, exited, timedOut, cancelled, lost), \
+             exitCode and usage once ended, output after your cursor (pass the returned one \
+             next; more: true: call again now). No job: the jobs, newest first.",
     }
     CancelJob => "cancel-job" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
@@ -140,32 +133,26 @@ tool_list! {
         description: "Kill a background job and every process it started (cancelled, exit 137); \
              an ended one is left as is. Its output stays readable; the machine runs on.",
     }
-    ListJobs => "list-jobs" {
-        hints: READ_ONLY,
-        changes_machines: false,
-        description: "List this server's background jobs, newest first: running ones and the last \
-             100 ended. To find a lost job id.",
-    }
     RunOnce => "run-once" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Run one command in a fresh machine{local: (or warm from a pool)} deleted \
-             afterwards, whatever happens; the result is run-command's without overflow. For later calls on \
-             it, background: true{local: or network ask}, use create-machine and run-command.",
+        description: "Run one command in a fresh machine deleted afterwards, whatever happens; \
+             answers as run-command (no overflow). To keep the machine (background, network \
+             ask): create-machine, then run-command.",
     }
     ReadFile => "read-file" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: false,
-        description: "Read a file from a machine a page at a time: the page is the second content \
-             block; size, offset, bytes, eof place it (go on from offset + bytes until eof). A \
-             whole PNG, JPEG, GIF or WebP read without encoding comes as an image you see. \
-             Also reads overflow and job outputFiles.",
+        description: "Read a file from a machine a page at a time (the second content block); \
+             size, offset, bytes, eof place it: go on from offset + bytes until eof. A whole \
+             PNG, JPEG, GIF or WebP without encoding comes as an image you see. Also reads \
+             overflow and job outputFiles.",
     }
     WriteFile => "write-file" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
-        description: "Write a whole file into a machine, creating parent directories, replacing any \
-             old one; the next command sees it. Prefer it to echo in run-command.",
+        description: "Write a whole file into a machine (parent directories made, an old one \
+             replaced); the next command sees it. Better than echo in run-command.",
     }
     BranchMachine => "branch-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
@@ -177,51 +164,47 @@ tool_list! {
     WorkspaceChanges => "workspace-changes" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "Show what a machine changed in its /workspace since it got it (create-machine \
-             workspace, or its branch source's): files added, modified, deleted with sizes, and \
-             a page of the unified diff (binary files named). Reads the files back; changes \
-             nothing. Branch children are compared with one base. Then keep-changes.",
+        description: "What a machine changed in /workspace since it got it (create-machine \
+             workspace, or its branch source's): files added, modified, deleted, sizes, and a \
+             page of the unified diff (binary files named). Changes nothing. Then keep-changes.",
     }
     KeepChanges => "keep-changes" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
         changes_machines: true,
-        description: "Give the user a machine's /workspace changes: one commit on a new branch of \
-             their repository (smol/<name> unless given; their checkout, index and other \
-             branches untouched), or a patch file outside git. Answers the branch and the \
-             commands to review and merge it. deleteSiblings also deletes its source's other \
-             children.",
+        description: "Give the user a machine's /workspace changes: a commit on a new branch of \
+             their repository (smol/<name> unless given; nothing else of it touched), or a \
+             patch outside git. Answers the branch and how to review and merge it. \
+             deleteSiblings: its source's other children go.",
     }
     MachineLogs => "machine-logs" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "Read a machine's log: the last lines, or what arrived since a previous cursor. \
-             {local:By default its workload's output, kept across restarts; source engine: boot \
-             and agent log. }{cloud:On cloud it is the control plane's event log: what \
-             happened to the machine. }Not command output (run-command, job-output).",
+        description: "Read a machine's log: the last lines, or what came since a cursor. \
+             {local:Its workload's output, kept across restarts (source engine: boot and agent \
+             log). }{cloud:On cloud: the control plane's event log of the machine. }Not command \
+             output (run-command, job-output).",
     }
     PublishPort => "publish-port" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
         description: "Open a service in a machine to the user: publish its guest TCP port, wait \
              until something listens, answer the url (HTTP, WebSocket). It stays until the \
-             machine is deleted (get-machine lists it).{local: Only this host reaches it unless \
-             the operator allows more.}",
+             machine is deleted.{local: Only this host reaches it unless the operator allows \
+             more.}",
     }
     Terminal => "terminal" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Drive an interactive program (shell, vi, a prompt) in a machine: each call \
-             types input and keys, waits for output to settle and answers what was printed \
-             since the last read. The first call opens it (its id is in the answer); it ends \
-             on exit, close, or with its machine or session. No typing: run-command.",
+             types input and keys, waits for output to settle, and answers what was printed \
+             since the last read. The first call opens it (id in the answer); it ends on exit, \
+             close, or with its machine or session.",
     }
     PullImage => "pull-image" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
-        description: "{local:Pull an OCI image into a running machine's own store (not \
-             shared); a large pull takes minutes. Rarely needed: create-machine and run-once pull \
-             their own.}{cloud: Refused on cloud: the control plane pulls each machine's \
-             image at create.}",
+        description: "Pull an OCI image into a running machine's own store; minutes for a large \
+             one. Rarely needed: create-machine and run-once pull theirs.",
     }
 }
 
