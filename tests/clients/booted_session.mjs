@@ -317,12 +317,12 @@ await step("publish", async (r) => {
   }
   r.body = body;
   expect(r, body === SERVICE_BODY, "the url did not answer the guest's service");
-  const record = await ok("get-machine", { name: machine });
+  const record = (await ok("list-machines", { name: machine })).machines[0];
   r.ports = record.ports;
   expect(
     r,
     (record.ports ?? []).some((p) => p.guest === SERVICE_PORT && p.host === published.hostPort),
-    "get-machine does not list the published port",
+    "list-machines does not list the published port",
   );
 });
 

@@ -316,12 +316,12 @@ class Session:
                 await asyncio.sleep(1)
         r["body"] = body
         self.expect(r, body == SERVICE_BODY, "the url did not answer the guest's service")
-        record = await self.ok("get-machine", {"name": machine})
+        record = (await self.ok("list-machines", {"name": machine}))["machines"][0]
         r["ports"] = record.get("ports")
         self.expect(
             r,
             {"guest": SERVICE_PORT, "host": published.get("hostPort")} in (record.get("ports") or []),
-            "get-machine does not list the published port",
+            "list-machines does not list the published port",
         )
 
     # 7c

@@ -204,7 +204,7 @@ async fn a_session_that_chooses_local_loses_target_once_asked() {
         .await;
     assert!(!failed, "no target needed now: {text}");
     let (failed, text) = s
-        .call("get-machine", json!({"name": "mcp-a", "target": "local"}))
+        .call("list-machines", json!({"name": "mcp-a", "target": "local"}))
         .await;
     assert!(!failed, "the session's own fleet is accepted: {text}");
     let (failed, text) = s.call("list-machines", json!({"target": "cloud"})).await;

@@ -66,10 +66,10 @@ async fn python_client_lists_the_tools_and_drives_the_real_serve_control_plane()
             // A named machine is left for inspection when its start fails.
             {"tool": "create-machine", "args": {"image": "alpine", "name": "e2e-kept", "cpus": 1, "memoryMb": 256}},
             {"tool": "list-machines"},
-            {"tool": "get-machine", "args": {"name": "e2e-kept"}},
+            {"tool": "list-machines", "args": {"name": "e2e-kept"}},
             {"tool": "stop-machine", "args": {"name": "e2e-kept"}},
             {"tool": "delete-machine", "args": {"name": "e2e-kept"}},
-            {"tool": "get-machine", "args": {"name": "e2e-kept"}},
+            {"tool": "list-machines", "args": {"name": "e2e-kept"}},
             {"tool": "list-machines"}
         ]),
     )
@@ -114,8 +114,8 @@ async fn python_client_lists_the_tools_and_drives_the_real_serve_control_plane()
         .filter_map(|m| m["name"].as_str())
         .collect();
     assert!(names.contains(&"e2e-kept"), "{names:?}");
-    assert_eq!(calls[5]["structured"]["name"], "e2e-kept");
-    assert_eq!(calls[5]["structured"]["image"], "alpine");
+    assert_eq!(calls[5]["structured"]["machines"][0]["name"], "e2e-kept");
+    assert_eq!(calls[5]["structured"]["machines"][0]["image"], "alpine");
     assert_eq!(calls[6]["isError"], false, "{}", calls[6]["text"]);
     assert_eq!(calls[7]["structured"]["deleted"], "e2e-kept");
     assert!(calls[8]["text"].as_str().unwrap().starts_with("NOT_FOUND"));

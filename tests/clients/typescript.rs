@@ -14,14 +14,14 @@ async fn ts_plan(plan: Value) -> Value {
 fn worked_flow() -> Value {
     json!([
         {"tool": "create-machine", "args": {"image": "alpine", "name": "mcp-ts"}},
-        {"tool": "get-machine", "args": {"name": "mcp-ts"}},
+        {"tool": "list-machines", "args": {"name": "mcp-ts"}},
         {"tool": "run-command", "args": {"name": "mcp-ts", "command": "exit 5"}},
         {"tool": "write-file", "args": {"name": "mcp-ts", "path": "/a.txt", "content": "hello"}},
         {"tool": "read-file", "args": {"name": "mcp-ts", "path": "/a.txt", "offset": 1, "length": 3}},
         {"tool": "pull-image", "args": {"name": "mcp-ts", "image": "alpine:3.20"}},
         {"tool": "stop-machine", "args": {"name": "mcp-ts"}},
         {"tool": "delete-machine", "args": {"name": "mcp-ts"}},
-        {"tool": "get-machine", "args": {"name": "mcp-ts"}}
+        {"tool": "list-machines", "args": {"name": "mcp-ts"}}
     ])
 }
 
@@ -37,7 +37,7 @@ fn check_worked_flow(report: &Value) {
         assert_eq!(call["isError"], false, "call {i}: {}", call["text"]);
     }
     assert_eq!(
-        c[1]["structured"]["url"],
+        c[1]["structured"]["machines"][0]["url"],
         Value::Null,
         "nullable fields validate as null"
     );

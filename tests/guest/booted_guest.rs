@@ -487,15 +487,17 @@ async fn a_stopped_machine_reports_its_boot_and_starts_without_waiting() {
         started["machine"]["state"], "starting",
         "answered before the boot: {started}"
     );
-    let got = call_with_progress(&client, "get-machine", json!({"name": name}))
+    let got = call_with_progress(&client, "list-machines", json!({"name": name}))
         .await
-        .unwrap();
+        .unwrap()["machines"][0]
+        .clone();
     assert_ne!(got["state"], "stopped", "{got}");
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let m = call_with_progress(&client, "get-machine", json!({"name": name}))
+        let m = call_with_progress(&client, "list-machines", json!({"name": name}))
             .await
-            .unwrap();
+            .unwrap()["machines"][0]
+            .clone();
         if m["state"] == "running" {
             break;
         }
@@ -771,7 +773,7 @@ async fn open_websocket(port: u16) -> Result<String, String> {
 
 /// publish-port on the real guest: a WebSocket service started in the machine is found
 /// listening, opened from this host through the URL the tool answers (the handshake, a frame
-/// each way), listed by get-machine, and gone with the machine. Plain HTTP through a published
+/// each way), listed by list-machines, and gone with the machine. Plain HTTP through a published
 /// port is each client session's `publish` step.
 #[tokio::test]
 async fn a_published_port_carries_a_websocket_from_this_host() {
@@ -840,7 +842,7 @@ async fn a_published_port_carries_a_websocket_from_this_host() {
         .map(|(b, m)| b ^ m)
         .collect();
     assert_eq!(unmasked, b"ping");
-    let record = h.ok("get-machine", json!({"name": name})).await;
+    let record = h.ok("list-machines", json!({"name": name})).await["machines"][0].clone();
     assert_eq!(record["ports"], json!([{"guest": 8001, "host": port}]));
     h.ok("delete-machine", json!({"name": name})).await;
     let after = open_websocket(port).await;
@@ -1643,7 +1645,7 @@ async fn the_user_widens_an_ask_machine_live_on_the_real_guest() {
         "{named}"
     );
     assert_eq!(questions.lock().unwrap().len(), 2, "asked about the name");
-    let machine = call("get-machine", json!({"name": name})).await;
+    let machine = call("list-machines", json!({"name": name})).await["machines"][0].clone();
     assert_eq!(machine["network"], "allow(10.0.2.2/32)", "{machine}");
     let cleanup = protocol.process().cleanup_session("booted-ask").await;
     assert!(cleanup.failed.is_empty(), "{cleanup:?}");

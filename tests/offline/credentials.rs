@@ -676,8 +676,9 @@ async fn a_machine_holding_a_value_the_server_no_longer_has_shows_nothing() {
         );
     }
     let described = next
-        .tool(10, "get-machine", json!({"name": "rotated"}))
-        .await;
+        .tool(10, "list-machines", json!({"name": "rotated"}))
+        .await["machines"][0]
+        .clone();
     assert_eq!(described["name"], "rotated", "{described}");
     next.tool(11, "stop-machine", json!({"name": "rotated"}))
         .await;

@@ -448,7 +448,7 @@ const TEMPLATES: &[&str] = &[
     r#"{"jsonrpc":"2.0","id":ID,"method":"tools/list","params":{}}"#,
     r#"{"jsonrpc":"2.0","id":"s-ID","method":"tools/list"}"#,
     r#"{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"list-machines","arguments":{}}}"#,
-    r#"{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"get-machine","arguments":{"name":"fz"}}}"#,
+    r#"{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"list-machines","arguments":{"name":"fz"}}}"#,
     r#"{"jsonrpc":"2.0","id":ID,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"fz","version":"0"}}}"#,
     r#"{"jsonrpc":"2.0","id":ID,"method":"resources/list"}"#,
     r#"{"jsonrpc":"2.0","id":ID,"result":{}}"#,

@@ -286,7 +286,7 @@ async fn cancel_job_kills_the_command_and_its_children(cloud: bool) {
     assert_eq!(after["state"], "cancelled");
     let again = h.ok("cancel-job", json!({"job": job})).await;
     assert_eq!(again["state"], "cancelled");
-    let listed = h.ok("list-jobs", json!({})).await;
+    let listed = h.ok("job-output", json!({})).await;
     assert_eq!(listed["jobs"][0]["job"], job);
     assert_eq!(listed["jobs"][0]["state"], "cancelled");
 }
@@ -342,7 +342,7 @@ async fn a_job_ends_with_its_machine(cloud: bool) {
         assert_eq!(report["exitCode"], Value::Null);
     }
     // The stopped machine was not started again by the watcher or the read.
-    let halted = h.ok("get-machine", json!({"name": "halted"})).await;
+    let halted = h.ok("list-machines", json!({"name": "halted"})).await["machines"][0].clone();
     assert_eq!(halted["state"], "stopped", "{halted}");
 }
 
@@ -380,7 +380,7 @@ async fn no_more_than_max_running_jobs_run_even_when_started_at_once() {
         }
     }
     assert_eq!(
-        h.ok("list-jobs", json!({})).await["jobs"]
+        h.ok("job-output", json!({})).await["jobs"]
             .as_array()
             .unwrap()
             .len(),
@@ -435,7 +435,7 @@ async fn bad_job_arguments_are_refused_naming_the_argument() {
         .await;
     assert!(err.starts_with("NOT_FOUND"), "{err}");
     assert!(
-        h.ok("list-jobs", json!({})).await["jobs"]
+        h.ok("job-output", json!({})).await["jobs"]
             .as_array()
             .unwrap()
             .is_empty()
@@ -455,7 +455,7 @@ async fn bad_job_arguments_are_refused_naming_the_argument() {
     for tool in ["job-output", "cancel-job"] {
         let err = h.err(tool, json!({"job": "job-0000"})).await;
         assert!(
-            err.starts_with("NOT_FOUND") && err.contains("list-jobs"),
+            err.starts_with("NOT_FOUND") && err.contains("job-output without a job"),
             "{err}"
         );
     }

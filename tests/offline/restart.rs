@@ -118,7 +118,7 @@ async fn a_job_started_by_one_process_is_read_to_its_end_and_another_cancelled_b
 
     let mut next = StdioServer::spawn(env(runtime.path(), &fake)).await;
     assert_ne!(next.child.id().unwrap(), first_pid);
-    let listed = next.tool(10, "list-jobs", json!({})).await;
+    let listed = next.tool(10, "job-output", json!({})).await;
     assert_eq!(job_in(&listed, &finite)["state"], "running", "{listed}");
     assert_eq!(job_in(&listed, &endless)["state"], "running", "{listed}");
 
@@ -177,7 +177,7 @@ async fn a_job_started_by_one_process_is_read_to_its_end_and_another_cancelled_b
         .unwrap()
         .unwrap();
     let mut third = StdioServer::spawn(env(runtime.path(), &fake)).await;
-    let listed = third.tool(20, "list-jobs", json!({})).await;
+    let listed = third.tool(20, "job-output", json!({})).await;
     assert_eq!(listed["jobs"], json!([]), "{listed}");
 }
 
@@ -198,7 +198,7 @@ async fn a_job_whose_machine_went_meanwhile_is_lost_with_why_and_a_live_process_
 
     // While the first process lives, another one leaves its job alone.
     let mut other = StdioServer::spawn(env(runtime.path(), &fake)).await;
-    let listed = other.tool(10, "list-jobs", json!({})).await;
+    let listed = other.tool(10, "job-output", json!({})).await;
     assert_eq!(listed["jobs"], json!([]), "{listed}");
 
     // The first process is killed outright (no clean-up of any kind), and the machine is
@@ -216,7 +216,7 @@ async fn a_job_whose_machine_went_meanwhile_is_lost_with_why_and_a_live_process_
     assert!(deleted.status().is_success(), "{deleted:?}");
 
     let mut next = StdioServer::spawn(env(runtime.path(), &fake)).await;
-    let listed = next.tool(20, "list-jobs", json!({})).await;
+    let listed = next.tool(20, "job-output", json!({})).await;
     let found = job_in(&listed, &job);
     assert_eq!(found["state"], "lost", "{listed}");
     assert!(
@@ -227,7 +227,7 @@ async fn a_job_whose_machine_went_meanwhile_is_lost_with_why_and_a_live_process_
         "{listed}"
     );
     // The other process, still alive, never took it over either.
-    let listed = other.tool(11, "list-jobs", json!({})).await;
+    let listed = other.tool(11, "job-output", json!({})).await;
     assert_eq!(listed["jobs"], json!([]), "{listed}");
 }
 

@@ -187,7 +187,7 @@ async fn a_cloud_port_is_published_at_the_machines_ingress() {
         second["url"],
         format!("{}/v1/machines/{id}/connect/9000", cloud.url())
     );
-    let record = h.ok("get-machine", json!({"name": "web"})).await;
+    let record = h.ok("list-machines", json!({"name": "web"})).await["machines"][0].clone();
     assert_eq!(record["ports"].as_array().unwrap().len(), 2, "{record}");
 }
 
@@ -291,7 +291,7 @@ async fn problem_json_errors_reach_the_tool_with_code_and_detail() {
     cloud.with(|st| st.problem_json = true);
     let err = h
         .err(
-            "get-machine",
+            "list-machines",
             json!({"name": "mach-00000000000000000000000000000000"}),
         )
         .await;
@@ -384,7 +384,7 @@ async fn a_crashed_session_s_cloud_machines_are_deleted_at_the_next_start() {
 async fn get_start_and_branch_on_cloud() {
     let (cloud, h) = setup().await;
     let id = cloud.add_machine("src", "stopped");
-    let got = h.ok("get-machine", json!({"name": "src"})).await;
+    let got = h.ok("list-machines", json!({"name": "src"})).await["machines"][0].clone();
     assert_eq!(
         (got["id"].as_str(), got["state"].as_str()),
         (Some(id.as_str()), Some("stopped"))
@@ -465,7 +465,7 @@ async fn a_start_that_outlasts_its_deadline_says_the_machine_may_still_come_up()
         "{err}"
     );
     tokio::time::sleep(ms(1600)).await;
-    let got = h.ok("get-machine", json!({"name": "slow"})).await;
+    let got = h.ok("list-machines", json!({"name": "slow"})).await["machines"][0].clone();
     assert_eq!(got["state"], "started", "it came up after all");
 }
 

@@ -33,7 +33,7 @@ async fn create_run_files_logs_delete() {
     let listed = h.ok("list-machines", json!({})).await;
     assert_eq!(listed["machines"][0]["name"], name.as_str());
     assert_eq!(
-        h.ok("get-machine", json!({"name": name})).await["state"],
+        h.ok("list-machines", json!({"name": name})).await["machines"][0].clone()["state"],
         "running"
     );
 
@@ -106,7 +106,7 @@ async fn create_run_files_logs_delete() {
     assert_eq!(deleted["deleted"], name.as_str());
     assert_eq!(deleted["usageMicros"], serde_json::Value::Null);
     assert!(
-        h.err("get-machine", json!({"name": name}))
+        h.err("list-machines", json!({"name": name}))
             .await
             .starts_with("NOT_FOUND")
     );
@@ -343,7 +343,7 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
             "tail: 0 is out of range",
         ),
         (
-            "get-machine",
+            "delete-machine",
             json!({}),
             "name: required, and missing: Machine name",
         ),
@@ -507,7 +507,7 @@ async fn errors_quote_a_short_prefix_of_a_huge_value() {
     let huge = "é".repeat(1 << 19);
     let cases = [
         ("create-machine", json!({"image": "alpine", "name": huge})),
-        ("get-machine", json!({"name": huge})),
+        ("list-machines", json!({"name": huge})),
         ("read-file", json!({"name": "m", "path": huge})),
         (
             "write-file",
@@ -925,7 +925,7 @@ async fn a_machine_in_every_engine_state_reads_sensibly() {
             .unwrap();
         assert_eq!(m["state"], state);
         assert_eq!(
-            h.ok("get-machine", json!({"name": name})).await["state"],
+            h.ok("list-machines", json!({"name": name})).await["machines"][0].clone()["state"],
             state
         );
         let r = h
@@ -1367,7 +1367,7 @@ async fn a_port_is_published_once_something_listens_and_keeps_the_machines_other
     assert_eq!(published["url"], format!("http://127.0.0.1:{host}"));
     assert_eq!(published["startedMachine"], false);
     assert!(published.get("note").is_none(), "{published}");
-    let record = h.ok("get-machine", json!({"name": "web"})).await;
+    let record = h.ok("list-machines", json!({"name": "web"})).await["machines"][0].clone();
     assert_eq!(record["ports"], json!([{"guest": guest, "host": host}]));
     assert_eq!(
         port_sets(&fake.take_requests()),

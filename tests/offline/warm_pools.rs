@@ -271,7 +271,7 @@ async fn every_tool_refuses_a_pools_source_and_its_ready_machines() {
     let mut refusals = Vec::new();
     for name in [source, ready.as_str()] {
         for (tool, args) in [
-            ("get-machine", json!({"name": name})),
+            ("list-machines", json!({"name": name})),
             ("start-machine", json!({"name": name})),
             ("stop-machine", json!({"name": name})),
             ("delete-machine", json!({"name": name})),
