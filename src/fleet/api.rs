@@ -231,8 +231,15 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// Writes a whole file and answers the bytes written.
     async fn write_file(&self, machine: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64>;
 
-    /// Copies a running branchable machine into a new child.
-    async fn branch(&self, source: &str, child: &str, branchable: bool) -> FleetResult<Machine>;
+    /// Copies a running branchable machine into a new child; `freeze_source` keeps the source
+    /// paused as an unchanging base for later branches (it runs nothing more).
+    async fn branch(
+        &self,
+        source: &str,
+        child: &str,
+        branchable: bool,
+        freeze_source: bool,
+    ) -> FleetResult<Machine>;
 
     /// The last `tail` lines of the machine's log `source`, or what arrived since `cursor`.
     async fn logs(

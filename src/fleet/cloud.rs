@@ -648,12 +648,18 @@ impl FleetApi for CloudFleet {
 
     /// Branches a running branchable machine. Control planes from before the branch vocabulary
     /// only have `/fork` (same body), so a 404 on `/branches` is retried there.
-    async fn branch(&self, source: &str, child: &str, branchable: bool) -> FleetResult<Machine> {
+    async fn branch(
+        &self,
+        source: &str,
+        child: &str,
+        branchable: bool,
+        freeze_source: bool,
+    ) -> FleetResult<Machine> {
         let id = self.resolve(source).await?;
         let ctx = format!("branch machine {source} into {child}");
         let body = types::BranchRequest {
             branchable: branchable.then_some(true),
-            freeze_source: None,
+            freeze_source: freeze_source.then_some(true),
             labels: None,
             name: child.to_owned(),
             ports: Vec::new(),

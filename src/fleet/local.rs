@@ -804,12 +804,18 @@ impl FleetApi for LocalFleet {
         Ok(u64::try_from(answer.size).unwrap_or(len))
     }
 
-    async fn branch(&self, source: &str, child: &str, branchable: bool) -> FleetResult<Machine> {
+    async fn branch(
+        &self,
+        source: &str,
+        child: &str,
+        branchable: bool,
+        freeze_source: bool,
+    ) -> FleetResult<Machine> {
         let ctx = format!("branch machine {source} into {child}");
         let body = types::ForkRequest {
             branchable: branchable.then_some(true),
             env: Vec::new(),
-            freeze_source: None,
+            freeze_source: freeze_source.then_some(true),
             hold: None,
             labels: Default::default(),
             name: child.to_owned(),

@@ -43,13 +43,13 @@ pub fn classify_local(op: smolvm::Operation) -> Use {
             Tool::JobOutput,
             Tool::CancelJob,
             Tool::PublishPort,
-            Tool::WorkspaceChanges,
+            Tool::ReadFile,
             Tool::KeepChanges,
         ]),
         ExecStream => Tools(&[Tool::RunCommand, Tool::RunOnce]),
         // Spoken over the socket by fleet/terminal.rs, not through the generated method.
         ExecInteractive => Tools(&[Tool::Terminal]),
-        DownloadFile => Tools(&[Tool::ReadFile, Tool::WorkspaceChanges, Tool::KeepChanges]),
+        DownloadFile => Tools(&[Tool::ReadFile, Tool::KeepChanges]),
         UploadFile => Tools(&[
             Tool::WriteFile,
             Tool::RunCommand,
@@ -173,11 +173,10 @@ pub fn classify_cloud(op: smolcloud::Operation) -> Use {
             Tool::JobOutput,
             Tool::CancelJob,
             Tool::PublishPort,
-            Tool::WorkspaceChanges,
             Tool::KeepChanges,
         ]),
         MachineExecStream => Tools(&[Tool::RunCommand, Tool::RunOnce]),
-        MachineFileRead => Tools(&[Tool::ReadFile, Tool::WorkspaceChanges, Tool::KeepChanges]),
+        MachineFileRead => Tools(&[Tool::ReadFile, Tool::KeepChanges]),
         MachineFileWrite => Tools(&[
             Tool::WriteFile,
             Tool::RunCommand,

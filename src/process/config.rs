@@ -872,14 +872,21 @@ settings! {
         env: "SMOL_MCP_MOUNT_ALLOW",
         default: "",
         accepts: Accepts::List,
-        why: "host directories a local machine may mount (a mount's source must be one of them or under one, symlinks resolved); empty refuses every mount: a machine that mounts the host's home has left the sandbox",
+        why: "host directories a local machine may mount, and any machine may get a copy of as its workspace (a source must be one of them or under one, symlinks resolved); empty refuses every mount and workspace: a machine that mounts the host's home has left the sandbox",
+    },
+    mount_writable: Vec<String> {
+        key: "mountWritable",
+        env: "SMOL_MCP_MOUNT_WRITABLE",
+        default: "",
+        accepts: Accepts::List,
+        why: "of those, the directories a mount may write to (`readonly: false`); every other mount is read-only",
     },
     workspace_max_bytes: u64 {
         key: "workspaceMaxBytes",
         env: "SMOL_MCP_WORKSPACE_MAX_BYTES",
         default: "268435456",
         accepts: whole(1, 4 * 1024 * 1024 * 1024),
-        why: "the largest workspace (create-machine `workspace`): the files copied in, and the machine's `/workspace` read back for workspace-changes (build outputs there count)",
+        why: "the largest workspace (create-machine `workspace`): the files copied in, and the machine's `/workspace` read back for read-file `changes` and keep-changes (build outputs there count)",
     },
     workspace_dir: PathBuf {
         key: "workspaceDir",
@@ -888,13 +895,6 @@ settings! {
         shown_default: "`$XDG_STATE_HOME/smol-mcp/workspaces`, else `~/.local/state/smol-mcp/workspaces`",
         accepts: Accepts::Text,
         why: "the server's copies of workspaces (what each machine got, what it changed) and the patches of kept ones: on disk, not in the runtime directory's memory",
-    },
-    mount_writable: Vec<String> {
-        key: "mountWritable",
-        env: "SMOL_MCP_MOUNT_WRITABLE",
-        default: "",
-        accepts: Accepts::List,
-        why: "of those, the directories a mount may write to (`readonly: false`); every other mount is read-only",
     },
     http_allowed_hosts: Vec<String> {
         key: "httpAllowedHosts",

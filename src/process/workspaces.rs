@@ -167,10 +167,11 @@ impl Workspaces {
                     .iter()
                     .any(|a| a.workspace.base_git().parent() == Some(seed))
             });
-        if !used && seed.starts_with(self.dir.join("seeds")) {
-            if let Err(e) = std::fs::remove_dir_all(seed) {
-                tracing::warn!(dir = %seed.display(), error = %e, "could not remove an unused workspace seed");
-            }
+        if !used
+            && seed.starts_with(self.dir.join("seeds"))
+            && let Err(e) = std::fs::remove_dir_all(seed)
+        {
+            tracing::warn!(dir = %seed.display(), error = %e, "could not remove an unused workspace seed");
         }
     }
 }

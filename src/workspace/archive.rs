@@ -8,7 +8,7 @@
 //! decompressed further. Through a library rather than the host's `tar`: GNU tar, BSD tar and
 //! busybox differ on exactly these points.
 
-use super::{WorkspaceError, io};
+use super::error::{WorkspaceError, io};
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;

@@ -1,5 +1,14 @@
 //! What a workspace operation refuses or fails with, each saying what to do.
 
+/// An I/O failure as a workspace error, saying what was being done.
+pub(super) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> WorkspaceError {
+    let what = what.into();
+    move |e| WorkspaceError::Io {
+        what,
+        why: e.to_string(),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
     #[error("{dir} is not a directory on this host")]

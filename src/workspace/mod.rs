@@ -20,16 +20,9 @@ mod git;
 
 pub use archive::{Unpacked, pack, unpack};
 pub use error::WorkspaceError;
+use error::io;
 use git::At;
 use std::path::{Path, PathBuf};
-
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> WorkspaceError {
-    let what = what.into();
-    move |e| WorkspaceError::Io {
-        what,
-        why: e.to_string(),
-    }
-}
 
 /// The host directory a workspace is made from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

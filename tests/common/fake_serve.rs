@@ -1127,6 +1127,13 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     } else {
                         "running"
                     };
+                    if rest[0] == "resume" && info["frozen"] == json!(true) {
+                        return api_error(
+                            StatusCode::CONFLICT,
+                            "CONFLICT",
+                            format!("machine '{name}' is frozen as a branch base"),
+                        );
+                    }
                     if rest[0] == "resume" && info["state"] != json!("paused") {
                         return api_error(
                             StatusCode::CONFLICT,
@@ -1350,6 +1357,13 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         );
                     }
                     let child = json_body["name"].as_str().unwrap_or("child").to_owned();
+                    if st.machines.contains_key(&child) {
+                        return api_error(
+                            StatusCode::CONFLICT,
+                            "CONFLICT",
+                            format!("machine '{child}' already exists"),
+                        );
+                    }
                     if let Some(root) = &st.guest_root {
                         let (from, to) = (root.join(&name), root.join(&child));
                         std::fs::create_dir_all(&from).unwrap();
@@ -1363,6 +1377,15 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     }
                     let mut info = machine_info(&child, "running");
                     info["parentMachine"] = json!(name);
+                    // `freezeSource`: the source is kept paused as the base of later branches
+                    // and runs nothing more (1.32.2 spec, ForkRequest; not yet driven on the
+                    // nested guest).
+                    if json_body["freezeSource"] == json!(true)
+                        && let Some(source) = st.machines.get_mut(&name)
+                    {
+                        source["state"] = json!("paused");
+                        source["frozen"] = json!(true);
+                    }
                     st.machines.insert(child, info.clone());
                     axum::Json(info).into_response()
                 }
@@ -1715,6 +1738,7 @@ pub fn guest_root_argv(disk: &std::path::Path, arg: &str) -> String {
     let _ = std::fs::create_dir_all(disk.join("workspace"));
     arg.replace("/var/tmp", &format!("{}/var/tmp", disk.display()))
         .replace("/workspace", &format!("{}/workspace", disk.display()))
+        .replace("/etc/smol/", &format!("{}/etc/smol/", disk.display()))
 }
 
 async fn guest_exec(

@@ -94,7 +94,10 @@ async fn refusals_carry_the_engine_message() {
     assert_eq!(conflict.kind, ErrorKind::Conflict);
     assert_eq!(conflict.message, "machine 'it-twice' already exists");
 
-    let not_branchable = fleet.branch("it-twice", "child", false).await.unwrap_err();
+    let not_branchable = fleet
+        .branch("it-twice", "child", false, false)
+        .await
+        .unwrap_err();
     assert_eq!(not_branchable.kind, ErrorKind::Conflict);
     assert!(
         not_branchable.message.contains("forkable"),

@@ -237,16 +237,23 @@ async fn files_through_exec_where_the_route_is_missing() {
 async fn branch_and_its_fork_fallback() {
     let (fake, fleet) = fleet().await;
     let src = fake.add_machine("src", "started");
-    let refused = fleet.branch(&src, "child-0", false).await.unwrap_err();
+    let refused = fleet
+        .branch(&src, "child-0", false, false)
+        .await
+        .unwrap_err();
     assert_eq!(refused.kind, ErrorKind::Conflict);
     assert!(refused.message.contains("is not branchable"), "{refused}");
     fake.with(|st| st.machines.get_mut(&src).unwrap()["branchable"] = serde_json::json!(true));
-    let child = fleet.branch(&src, "child-1", true).await.unwrap();
+    let child = fleet.branch(&src, "child-1", true, false).await.unwrap();
     assert_eq!(child.name, "child-1");
     assert!(child.branchable);
     fake.with(|st| st.branches_route_missing = true);
     assert_eq!(
-        fleet.branch(&src, "child-2", false).await.unwrap().name,
+        fleet
+            .branch(&src, "child-2", false, false)
+            .await
+            .unwrap()
+            .name,
         "child-2"
     );
     assert_request_snapshot!("cloud", "cloud_branch", fake.take_requests());
@@ -430,7 +437,7 @@ async fn error_bodies_of_every_shape_keep_their_code_and_message() {
         (ErrorKind::NotFound, Some("not_found"), "machine not found")
     );
     let src = fake.add_machine("src", "started");
-    let err = fleet.branch(&src, "kid", false).await.unwrap_err();
+    let err = fleet.branch(&src, "kid", false, false).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Conflict);
     assert_eq!(err.upstream_code.as_deref(), Some("conflict"));
     assert!(err.message.contains("is not branchable"), "{err}");

@@ -192,7 +192,13 @@ impl FleetApi for TinyFleet {
         Ok(len)
     }
 
-    async fn branch(&self, source: &str, _child: &str, _branchable: bool) -> FleetResult<Machine> {
+    async fn branch(
+        &self,
+        source: &str,
+        _child: &str,
+        _branchable: bool,
+        _freeze_source: bool,
+    ) -> FleetResult<Machine> {
         self.note("branch", source);
         Err(FleetError::new(
             ErrorKind::Unsupported,

@@ -178,7 +178,10 @@ async fn branchable_is_asked_for_at_start_and_branch_names_the_child() {
     fleet.create(&spec).await.unwrap();
     let started = fleet.start("m-src", Some(true)).await.unwrap();
     assert!(started.branchable);
-    let child = fleet.branch("m-src", "m-child", false).await.unwrap();
+    let child = fleet
+        .branch("m-src", "m-child", false, false)
+        .await
+        .unwrap();
     assert_eq!(child.name, "m-child");
     assert_request_snapshot!("local", "local_create_start_branch", fake.take_requests());
 }

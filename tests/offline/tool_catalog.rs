@@ -34,7 +34,6 @@ async fn local_only_catalog() {
             "read-file",
             "write-file",
             "branch-machine",
-            "workspace-changes",
             "keep-changes",
             "machine-logs",
             "publish-port",

@@ -350,7 +350,7 @@ async fn bad_input_names_the_argument_and_sends_nothing() {
         (
             "list-machines",
             json!({"bogus": 1}),
-            "bogus: not an argument of list-machines; it takes no arguments",
+            "bogus: not an argument of list-machines; its arguments are name",
         ),
         (
             "create-machine",

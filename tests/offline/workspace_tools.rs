@@ -92,12 +92,12 @@ async fn a_repository_goes_in_a_command_changes_it_and_the_change_comes_back_as_
         "the archive's parts are removed"
     );
 
-    let unchanged =
-        s.h.call("workspace-changes", json!({"name": "fixer"}))
-            .await;
+    let changes_of = json!({"name": "fixer", "path": "/workspace", "changes": true});
+    let unchanged = s.h.call("read-file", changes_of.clone()).await;
     assert!(!unchanged.is_error, "{}", unchanged.text);
-    assert_eq!(unchanged.structured["files"], json!([]));
-    assert_eq!(unchanged.structured["diffBytes"], 0);
+    assert_eq!(unchanged.structured["changes"]["files"], json!([]));
+    assert_eq!(unchanged.structured["size"], 0);
+    assert_eq!(unchanged.structured["eof"], true);
 
     s.h.ok(
         "run-command",
@@ -107,12 +107,10 @@ async fn a_repository_goes_in_a_command_changes_it_and_the_change_comes_back_as_
              && mkdir -p target && echo junk > target/out"}),
     )
     .await;
-    let changes =
-        s.h.call("workspace-changes", json!({"name": "fixer"}))
-            .await;
+    let changes = s.h.call("read-file", changes_of.clone()).await;
     assert!(!changes.is_error, "{}", changes.text);
     assert_eq!(
-        file_changes(&changes.structured),
+        file_changes(&changes.structured["changes"]),
         vec![
             ("NEW.md".into(), "added".into()),
             ("blob.bin".into(), "added".into()),
@@ -121,7 +119,7 @@ async fn a_repository_goes_in_a_command_changes_it_and_the_change_comes_back_as_
         ],
         "ignored build output is not a change"
     );
-    let blob = changes.structured["files"]
+    let blob = changes.structured["changes"]["files"]
         .as_array()
         .unwrap()
         .iter()
@@ -139,25 +137,27 @@ async fn a_repository_goes_in_a_command_changes_it_and_the_change_comes_back_as_
     );
     assert_eq!(
         diff.len() as u64,
-        changes.structured["diffBytes"].as_u64().unwrap()
+        changes.structured["size"].as_u64().unwrap()
+    );
+    assert_eq!(
+        changes.structured["changes"]["base"],
+        created["workspace"]["base"]
     );
 
     // Paged: small pages put together are the whole diff.
     let mut paged = String::new();
     let mut offset = 0u64;
     loop {
-        let page =
-            s.h.call(
-                "workspace-changes",
-                json!({"name": "fixer", "offset": offset, "length": 100}),
-            )
-            .await;
+        let mut args = changes_of.clone();
+        args["offset"] = json!(offset);
+        args["length"] = json!(100);
+        let page = s.h.call("read-file", args).await;
         assert!(!page.is_error, "{}", page.text);
         paged.push_str(&page.blocks[1]);
-        match page.structured["nextOffset"].as_u64() {
-            Some(next) => offset = next,
-            None => break,
+        if page.structured["eof"] == true {
+            break;
         }
+        offset += page.structured["bytes"].as_u64().unwrap();
     }
     assert_eq!(&paged, diff);
 
@@ -217,56 +217,145 @@ async fn three_children_of_one_base_try_at_once_and_one_is_kept() {
         json!({"name": "base", "branchable": true, "workspace": repo.display().to_string()}),
     )
     .await;
-    for child in ["try-a", "try-b", "try-c"] {
+    s.fake.take_requests();
+    let branched =
         s.h.ok(
             "branch-machine",
-            json!({"name": "base", "childName": child}),
+            json!({"name": "base", "childName": "try", "count": 3, "freezeSource": true,
+                   "env": [{"VARIANT": "a"}, {"VARIANT": "b"}, {"VARIANT": "c d"}]}),
         )
         .await;
-    }
+    assert_eq!(branched["children"], json!(["try-1", "try-2", "try-3"]));
+    let forks: Vec<serde_json::Value> = s
+        .fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/base/branches"))
+        })
+        .map(|r| r["body"].clone())
+        .collect();
+    assert_eq!(forks.len(), 3, "{forks:?}");
+    assert_eq!(
+        forks
+            .iter()
+            .map(|b| b.get("freezeSource").cloned())
+            .collect::<Vec<_>>(),
+        vec![None, None, Some(json!(true))],
+        "the source is frozen with its last child"
+    );
+    let source_state = s.fake.state.lock().unwrap().machines["base"]["state"].clone();
+    assert_eq!(source_state, "paused", "the frozen base runs nothing more");
+
+    // Each child edits differently, by its own variable, and runs a test of its edit: at once.
     let edits = [
-        ("try-a", "echo a > /workspace/README"),
-        ("try-b", "echo b > /workspace/README"),
-        ("try-c", "echo c > /workspace/src/lib.rs"),
+        (
+            "try-1",
+            r#"echo "$VARIANT" > /workspace/README && test "$(cat /workspace/README)" = a"#,
+        ),
+        (
+            "try-2",
+            r#"echo "$VARIANT" > /workspace/README && test "$(cat /workspace/README)" = b"#,
+        ),
+        (
+            "try-3",
+            r#"echo "fn c() {} // $VARIANT" > /workspace/src/lib.rs && grep -q 'c d' /workspace/src/lib.rs"#,
+        ),
     ];
     let runs = edits.iter().map(|(name, edit)| {
         s.h.call(
             "run-command",
-            json!({"name": name, "command": format!("{edit} && cat /workspace/README")}),
+            json!({"name": name, "command": format!(". /etc/smol/branch-env && {edit}")}),
         )
     });
     for (answer, (name, _)) in futures::future::join_all(runs).await.iter().zip(&edits) {
         assert!(!answer.is_error, "{name}: {}", answer.text);
+        assert_eq!(answer.structured["exitCode"], 0, "{name}: {}", answer.text);
     }
     let mut seen = Vec::new();
     for (name, _) in &edits {
-        let changes = s.h.call("workspace-changes", json!({"name": name})).await;
+        let changes =
+            s.h.call(
+                "read-file",
+                json!({"name": name, "path": "/workspace", "changes": true}),
+            )
+            .await;
         assert!(!changes.is_error, "{}", changes.text);
-        seen.push((file_changes(&changes.structured), changes.blocks[1].clone()));
+        seen.push((
+            file_changes(&changes.structured["changes"]),
+            changes.blocks[1].clone(),
+            changes.structured["changes"]["base"].clone(),
+        ));
     }
     assert_eq!(seen[0].0, vec![("README".into(), "modified".into())]);
     assert!(seen[0].1.contains("+a") && !seen[0].1.contains("+b"));
-    assert!(seen[1].1.contains("+b"));
+    assert!(seen[1].1.contains("+b") && !seen[1].1.contains("+a"));
     assert_eq!(seen[2].0, vec![("src/lib.rs".into(), "modified".into())]);
-    // The source is unchanged: the base all three are read against.
-    let source = s.h.ok("workspace-changes", json!({"name": "base"})).await;
-    assert_eq!(source["files"], json!([]));
+    assert!(seen[2].1.contains("+fn c() {} // c d"), "{}", seen[2].1);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    assert!(
+        seen.iter().all(|(_, _, base)| base == head.as_str()),
+        "one base for all three"
+    );
 
     let kept =
         s.h.ok(
             "keep-changes",
-            json!({"name": "try-b", "message": "b wins", "branch": "try/b",
+            json!({"name": "try-2", "message": "b wins", "branch": "try/b",
                    "deleteSiblings": true}),
         )
         .await;
     assert_eq!(kept["branch"], "try/b");
     let mut deleted: Vec<String> = serde_json::from_value(kept["deleted"].clone()).unwrap();
     deleted.sort();
-    assert_eq!(deleted, vec!["try-a".to_owned(), "try-c".to_owned()]);
+    assert_eq!(deleted, vec!["try-1".to_owned(), "try-3".to_owned()]);
     let machines = s.fake.state.lock().unwrap().machines.clone();
-    assert!(!machines.contains_key("try-a") && !machines.contains_key("try-c"));
-    assert!(machines.contains_key("try-b") && machines.contains_key("base"));
+    assert!(!machines.contains_key("try-1") && !machines.contains_key("try-3"));
+    assert!(machines.contains_key("try-2") && machines.contains_key("base"));
     assert_eq!(git(&repo, &["show", "try/b:README"]), "b");
+    let copies = s.tmp.path().join("copies/machines/local");
+    assert!(!copies.join("try-1").exists() && !copies.join("try-3").exists());
+}
+
+#[tokio::test]
+async fn a_fan_out_is_all_or_none_and_bounded() {
+    let s = Setup::new().await;
+    s.h.ok("create-machine", json!({"name": "src", "branchable": true}))
+        .await;
+    let too_many =
+        s.h.err(
+            "branch-machine",
+            json!({"name": "src", "childName": "k", "count": 9}),
+        )
+        .await;
+    assert!(
+        too_many.contains("count: 9 is out of range: give 1 to 8"),
+        "{too_many}"
+    );
+    let uneven =
+        s.h.err(
+            "branch-machine",
+            json!({"name": "src", "childName": "k", "count": 2, "env": [{"A": "1"}]}),
+        )
+        .await;
+    assert!(uneven.contains("env: 1 objects for 2 children"), "{uneven}");
+    // The third name is taken: the two made before it go again.
+    s.h.ok("create-machine", json!({"name": "k-3"})).await;
+    let taken =
+        s.h.err(
+            "branch-machine",
+            json!({"name": "src", "childName": "k", "count": 3}),
+        )
+        .await;
+    assert!(taken.contains("deleted again: k-1, k-2"), "{taken}");
+    let machines = s.fake.state.lock().unwrap().machines.clone();
+    assert!(!machines.contains_key("k-1") && !machines.contains_key("k-2"));
+    assert!(
+        machines.contains_key("k-3"),
+        "the machine that held the name is left"
+    );
 }
 
 #[tokio::test]
@@ -333,8 +422,23 @@ async fn each_refusal_names_what_to_do_and_leaves_the_users_repository_as_it_was
     );
 
     s.h.ok("create-machine", json!({"name": "plain"})).await;
-    let none = s.h.err("workspace-changes", json!({"name": "plain"})).await;
+    let none =
+        s.h.err(
+            "read-file",
+            json!({"name": "plain", "path": "/workspace", "changes": true}),
+        )
+        .await;
     assert!(none.contains("plain has no workspace"), "{none}");
+    let elsewhere =
+        s.h.err(
+            "read-file",
+            json!({"name": "plain", "path": "/etc", "changes": true}),
+        )
+        .await;
+    assert!(
+        elsewhere.contains("changes: only /workspace"),
+        "{elsewhere}"
+    );
 
     s.h.ok(
         "create-machine",

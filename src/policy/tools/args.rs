@@ -449,15 +449,15 @@ pub struct MachineBase {
     /// Memory in MiB.
     #[schemars(range(min = MIN_MEMORY_MB, max = MAX_MEMORY_MB))]
     pub memory_mb: Option<u32>,
-    /// Egress (blocked by default).{local: ask: refused hosts go to the user, whose yes alone widens it.}
+    /// Egress, blocked by default.{local: ask: refused hosts go to the user; only a yes widens it.}
     pub network: Option<Network>,
     /// Host names it may reach (like pypi.org).
     pub allow_hosts: Option<HostNames>,
     /// CIDR ranges it may reach (like 10.0.0.0/8).
     pub allow_cidrs: Option<CidrRanges>,
-    /// {local:Secrets by name (the instructions list them); the machine sees placeholders only.}
+    /// {local:Secrets by name (see the instructions); it sees placeholders only.}
     pub credentials: Option<Vec<String>>,
-    /// Host dir (under mountAllow) copied to /workspace (a git repo: its commit). See workspace-changes.
+    /// Host dir the operator allows, copied to /workspace (git: its commit). See keep-changes.
     pub workspace: Option<AbsolutePath>,
 }
 
@@ -489,11 +489,11 @@ tool_arguments! {
         /// Disk size in GiB.
         #[schemars(range(min = 1, max = MAX_DISK_GB))]
         pub storage_gb: Option<u32>,
-        /// {local:A machine (even deleted) whose user-allowed hosts this one gets too.}
+        /// {local:A machine (even deleted) whose user-allowed hosts it gets too.}
         pub allow_hosts_from: Option<MachineRef>,
-        /// {local:Host dirs (absolute source) at target, at most 16, as the operator allows; read-only unless readonly: false is allowed.}
+        /// {local:Host dirs (absolute source) mounted at target, at most 16, where the operator allows; readonly: false where allowed.}
         pub mounts: Option<Vec<MountArg>>,
-        /// {local:Size in GiB of the writable layer over the image.}
+        /// {local:Writable layer over the image, GiB.}
         #[schemars(range(min = 1, max = MAX_DISK_GB))]
         pub overlay_gb: Option<u32>,
         /// For the workload and every command.
@@ -525,7 +525,7 @@ tool_arguments! {
         pub run: CommandFields,
         /// Return at once with a job id. No stdin; longer default timeout.
         pub background: Option<bool>,
-        /// true: also answer what it cost (slower).
+        /// Also answer what it cost (slower).
         pub usage: Option<bool>,
     }
 }
@@ -552,6 +552,8 @@ tool_arguments! {
         /// Bytes to return. Default: a page.
         #[schemars(range(min = 1))]
         pub length: Option<u64>,
+        /// With path /workspace: the machine's changes there (files, sizes, a unified diff).
+        pub changes: Option<bool>,
     }
 }
 
@@ -578,22 +580,20 @@ tool_arguments! {
         /// Let the child be branched in turn.
         #[serde(default)]
         pub branchable: bool,
-        /// Wait until the child runs commands (default).
+        /// Wait until they run commands (default).
         pub wait: Option<bool>,
+        /// 1 to 8 children, named childName-1...; all or none.
+        #[schemars(range(min = 1, max = MAX_CHILDREN))]
+        pub count: Option<u64>,
+        /// Per child, in order: variables put in /etc/smol/branch-env.
+        pub env: Option<Vec<EnvVars>>,
+        /// Pause the source for good, as their base.
+        pub freeze_source: Option<bool>,
     }
 }
 
-tool_arguments! {
-    pub struct ChangesArgs {
-        /// Machine name{cloud: or mach- id}.
-        pub name: MachineRef,
-        /// Diff byte to start at; past 0 pages the last reading.
-        pub offset: Option<u64>,
-        /// Diff bytes to return. Default: a page.
-        #[schemars(range(min = 1))]
-        pub length: Option<u64>,
-    }
-}
+/// The children one branch-machine call makes at most.
+pub const MAX_CHILDREN: u64 = 8;
 
 tool_arguments! {
     pub struct KeepArgs {
@@ -603,7 +603,7 @@ tool_arguments! {
         pub message: String,
         /// New branch; default smol/<name>.
         pub branch: Option<String>,
-        /// Also delete the other children of its source.
+        /// Also delete its source's other children.
         pub delete_siblings: Option<bool>,
     }
 }
@@ -615,7 +615,7 @@ tool_arguments! {
         /// Lines from the end (without cursor).
         #[schemars(range(min = 1, max = MAX_LOG_TAIL))]
         pub tail: Option<u64>,
-        /// A previous call's cursor: only what arrived since.
+        /// A previous answer's: only what came since.
         pub cursor: Option<String>,
         /// {local:workload (default) or engine (this boot's agent log).}
         pub source: Option<LogSourceArg>,
@@ -624,11 +624,11 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct JobOutputArgs {
-        /// The job id run-command returned. Omitted: the list.
+        /// From run-command; omitted: the list of jobs.
         pub job: Option<String>,
-        /// The last answer's cursor. Omitted: from the start.
+        /// The last answer's; omitted: from the start.
         pub cursor: Option<String>,
-        /// Seconds to wait for the end first; under your call timeout (often 60 s).
+        /// Wait up to this for the end (under your call timeout, often 60 s).
         #[schemars(range(min = 0, max = MAX_JOB_WAIT_SECS))]
         pub wait_secs: Option<u64>,
     }
@@ -685,7 +685,7 @@ tool_arguments! {
         /// Screen height.
         #[schemars(range(min = 2, max = 1000))]
         pub rows: Option<u32>,
-        /// Read from here (default: after the last read).
+        /// Default: after the last read.
         pub cursor: Option<u64>,
         /// Most ms to wait for output (default 2000).
         #[schemars(range(min = 0, max = 60000))]
@@ -757,7 +757,6 @@ names_a_machine!(
     PublishArgs,
     TerminalArgs,
     StopArgs,
-    ChangesArgs,
     KeepArgs
 );
 
@@ -914,7 +913,7 @@ mod tests {
         let catalog = Catalog::of(Mode::Single(FleetKind::Local));
         let refused = parse::<TargetOnly>(
             Tool::ListMachines,
-            Some(&serde_json::Map::new().into()),
+            Some(&serde_json::Map::new()),
             catalog.mode,
             json!({"bogus": 1}),
         )

@@ -39,6 +39,9 @@ pub(super) async fn read_file(
             ),
         ));
     }
+    if a.changes == Some(true) {
+        return super::workspace::read_changes(call, a).await;
+    }
     // Left out, the encoding is utf8, but a whole file read that turns out to be an image
     // comes as an image content block instead: the model sees it, where base64 or mangled
     // text would be noise to it.
@@ -149,6 +152,7 @@ pub(super) async fn read_file(
         bytes: len as u64,
         eof,
         started_machine,
+        changes: None,
     })
 }
 
@@ -233,6 +237,7 @@ async fn read_image(
         bytes: whole as u64,
         eof: true,
         started_machine,
+        changes: None,
     })
 }
 

@@ -134,7 +134,9 @@ pub(super) async fn job_output(
         }
         return list_jobs(call, a.target).await.map(JobOutputAnswer::List);
     };
-    report(call, a, id).await.map(JobOutputAnswer::Report)
+    report(call, a, id)
+        .await
+        .map(|r| JobOutputAnswer::Report(Box::new(r)))
 }
 
 async fn report(

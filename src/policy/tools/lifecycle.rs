@@ -255,7 +255,7 @@ fn allowed_mount(
     readonly: bool,
 ) -> Result<String, ToolError> {
     let arg = format!("mounts[{i}].source");
-    let resolved = allowed_host_dir(
+    let resolved = super::workspace::allowed_host_dir(
         config,
         &arg,
         source,
@@ -296,7 +296,7 @@ async fn with_workspace(
     match prepared.install(call, fleet, machine).await {
         Ok(w) => Ok(w),
         Err(mut e) => {
-            match provisional.abandon().await {
+            match provisional.discard().await {
                 Ok(()) => e
                     .message
                     .push_str(&format!("\n{} was deleted again.", machine.name)),
@@ -308,37 +308,6 @@ async fn with_workspace(
             Err(e)
         }
     }
-}
-
-/// A host directory a machine may be given (a mount's source, a workspace): `source`
-/// resolved (symlinks, `..`) and under one of `mountAllow`; refused otherwise as `arg`, with
-/// `when_off` when the operator allows none.
-pub(super) fn allowed_host_dir(
-    config: &crate::process::config::Config,
-    arg: &str,
-    source: &str,
-    when_off: &str,
-) -> Result<std::path::PathBuf, ToolError> {
-    if config.mount_allow.is_empty() {
-        return Err(ToolError::argument(arg, when_off));
-    }
-    let resolved = std::fs::canonicalize(source).map_err(|e| {
-        ToolError::argument(arg, format!("{source} cannot be resolved on the host: {e}"))
-    })?;
-    let under = config
-        .mount_allow
-        .iter()
-        .any(|dir| std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed)));
-    if !under {
-        return Err(ToolError::argument(
-            arg,
-            format!(
-                "{source} is not in a directory the operator allows mounting (mountAllow: {})",
-                config.mount_allow.join(", ")
-            ),
-        ));
-    }
-    Ok(resolved)
 }
 
 fn create_spec(
@@ -699,17 +668,98 @@ pub(super) async fn delete_machine(
     Ok(deleted)
 }
 
+/// Where a branch child finds the variables given for it: written by the server on both fleets
+/// (the cloud's branch takes no env, and the engine's own file is its format, not ours), as
+/// `KEY='value'` lines a shell sources.
+const FORK_ENV_PATH: &str = "/etc/smol/branch-env";
+
 pub(super) async fn branch_machine(
     call: &Call<'_>,
     a: args::BranchArgs,
 ) -> Result<results::Branched, ToolError> {
+    let count = a.count.unwrap_or(1);
+    args::range("count", count, 1, args::MAX_CHILDREN)?;
+    let envs = a.env.clone().unwrap_or_default();
+    if !envs.is_empty() && envs.len() as u64 != count {
+        return Err(ToolError::argument(
+            "env",
+            format!(
+                "{} objects for {count} children: give one per child, in order (an empty {{}} \
+                 for a child without variables)",
+                envs.len()
+            ),
+        ));
+    }
+    if !envs.is_empty() && a.wait == Some(false) {
+        return Err(ToolError::argument(
+            "wait",
+            "false cannot go with env: the variables are written into each child once it runs \
+             commands. Leave wait out",
+        ));
+    }
+    let names: Vec<String> = if count == 1 {
+        vec![a.child_name.to_string()]
+    } else {
+        (1..=count)
+            .map(|i| format!("{}-{i}", &*a.child_name))
+            .collect()
+    };
     let fleet = call.fleet(a.target).await?;
-    let ephemeral = a.child_name.starts_with(&call.config().machine_prefix);
-    let slot = call.admit_machine(&fleet, &a.child_name).await?;
+    let mut made: Vec<(Machine, Provisional<'_>)> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let freeze = a.freeze_source == Some(true) && i + 1 == names.len();
+        let env = envs.get(i).map(|e| e.clone().into_inner());
+        match branch_one(call, &fleet, &a, name, freeze, env).await {
+            Ok(child) => made.push(child),
+            Err(mut e) => {
+                // All or none: the children this call made before the failure go again.
+                let mut gone = Vec::new();
+                for (machine, provisional) in made {
+                    if provisional.discard().await.is_ok() {
+                        gone.push(machine.name);
+                    }
+                }
+                if !gone.is_empty() {
+                    e.message.push_str(&format!(
+                        "\nThe children made before it were deleted again: {}.",
+                        gone.join(", ")
+                    ));
+                }
+                return Err(e);
+            }
+        }
+    }
+    let ephemeral = names[0].starts_with(&call.config().machine_prefix);
+    let children = if count > 1 { names } else { Vec::new() };
+    let mut machines = made.into_iter().map(|(machine, _)| machine);
+    let Some(machine) = machines.next() else {
+        return Err(ToolError::new(ToolErrorKind::Internal, "no child was made"));
+    };
+    Ok(results::Branched {
+        machine,
+        ready: a.wait.unwrap_or(true),
+        ephemeral,
+        children,
+    })
+}
+
+/// One child of a branch-machine call, made, recorded and (unless the call said not to wait)
+/// ready, with its variables written.
+async fn branch_one<'c>(
+    call: &'c Call<'c>,
+    fleet: &Fleet,
+    a: &args::BranchArgs,
+    child_name: &str,
+    freeze_source: bool,
+    env: Option<std::collections::BTreeMap<String, String>>,
+) -> Result<(Machine, Provisional<'c>), ToolError> {
+    let ephemeral = child_name.starts_with(&call.config().machine_prefix);
+    let slot = call.admit_machine(fleet, child_name).await?;
     let mut provisional =
-        Provisional::begin_child(call, &fleet, &a.child_name, ephemeral, Some(&a.name))?;
-    let waiting_for = format!("waiting for the branch {} of {}", a.child_name, a.name);
-    let branching = Box::pin(call.cancellable(fleet.branch(&a.name, &a.child_name, a.branchable)));
+        Provisional::begin_child(call, fleet, child_name, ephemeral, Some(&a.name))?;
+    let waiting_for = format!("waiting for the branch {child_name} of {}", &*a.name);
+    let branching =
+        Box::pin(call.cancellable(fleet.branch(&a.name, child_name, a.branchable, freeze_source)));
     let child = match call
         .caller
         .progress
@@ -727,14 +777,13 @@ pub(super) async fn branch_machine(
         Err(mut e) if fleet.capabilities().branches_queue && gave_up_waiting(&e) => {
             e.message.push_str(&format!(
                 "\nThe branch may still be made: the service queues branches of a source and can \
-                 take minutes, so {child} may come up after this call gave up. list-machines \
-                 {child} shows whether it exists; delete-machine removes it{}.",
+                 take minutes, so {child_name} may come up after this call gave up. list-machines \
+                 {child_name} shows whether it exists; delete-machine removes it{}.",
                 if ephemeral {
                     format!(", and it is deleted {}", call.ephemeral_end())
                 } else {
                     String::new()
                 },
-                child = a.child_name
             ));
             drop(provisional);
             return Err(e);
@@ -752,13 +801,13 @@ pub(super) async fn branch_machine(
     if let Some(source) = workspaces.of(fleet.kind(), &a.name)
         && let Err(why) = workspaces.attach(
             fleet.kind(),
-            &a.child_name,
+            child_name,
             &child.id,
             Some(&source.name),
             &source.workspace,
         )
     {
-        tracing::warn!(child = %a.child_name, error = %why, "could not record a branch child's workspace");
+        tracing::warn!(child = %child_name, error = %why, "could not record a branch child's workspace");
     }
     if fleet.capabilities().offers(Feature::Credentials) {
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
@@ -766,21 +815,35 @@ pub(super) async fn branch_machine(
         // holds what the source was given too.
         call.process().credentials.branched(&a.name, &child.id);
     }
-    let wait = a.wait.unwrap_or(true);
-    if wait {
-        call.wait_ready(&fleet, &child.id).await.map_err(|mut e| {
-            e.message.push_str(&format!(
-                "\nThe child {} exists; delete-machine removes it.",
-                a.child_name
-            ));
-            e
-        })?;
+    if a.wait.unwrap_or(true) {
+        let ready = async {
+            call.wait_ready(fleet, &child.id).await?;
+            if let Some(env) = env.filter(|e| !e.is_empty()) {
+                let text: String = env
+                    .iter()
+                    .map(|(k, v)| format!("{k}='{}'\n", v.replace('\'', r"'\''")))
+                    .collect();
+                call.cancellable(fleet.write_file(&child.id, FORK_ENV_PATH, text.into_bytes()))
+                    .await?;
+            }
+            Ok::<(), ToolError>(())
+        };
+        if let Err(mut e) = ready.await {
+            if a.count.unwrap_or(1) > 1 {
+                // One of several: the call makes all of them or none.
+                if provisional.discard().await.is_ok() {
+                    e.message
+                        .push_str(&format!("\nThe child {child_name} was deleted again."));
+                }
+            } else {
+                e.message.push_str(&format!(
+                    "\nThe child {child_name} exists; delete-machine removes it."
+                ));
+            }
+            return Err(e);
+        }
     }
-    Ok(results::Branched {
-        machine: child,
-        ready: wait,
-        ephemeral,
-    })
+    Ok((child, provisional))
 }
 
 pub(super) async fn pull_image(

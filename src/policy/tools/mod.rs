@@ -168,11 +168,6 @@ run_table! {
         result: results::Branched,
         run: lifecycle::branch_machine,
     }
-    WorkspaceChanges {
-        args: args::ChangesArgs,
-        result: results::WorkspaceChanges,
-        run: workspace::workspace_changes,
-    }
     KeepChanges {
         args: args::KeepArgs,
         result: results::ChangesKept,

@@ -92,4 +92,13 @@ impl<'c> Provisional<'c> {
             .delete_quietly(&self.fleet, &self.name, &self.id)
             .await
     }
+
+    /// The machine this call made is not what was asked for (its workspace could not be sent
+    /// in, a sibling of a fan-out failed): deleted whatever its name, as a create that never
+    /// happened.
+    pub async fn discard(self) -> Result<(), ToolError> {
+        self.call
+            .delete_quietly(&self.fleet, &self.name, &self.id)
+            .await
+    }
 }

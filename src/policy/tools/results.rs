@@ -66,12 +66,6 @@ replies_without_a_page!(
 
 replies_without_a_page!(ChangesKept);
 
-impl Reply for WorkspaceChanges {
-    fn take_page(&mut self) -> Option<String> {
-        Some(std::mem::take(&mut self.diff))
-    }
-}
-
 impl Reply for FileRead {
     fn take_page(&mut self) -> Option<String> {
         Some(std::mem::take(&mut self.content))
@@ -131,33 +125,23 @@ pub struct WorkspaceIn {
     pub branch: Option<String>,
 }
 
-/// What a machine changed in its workspace.
+/// What a machine changed in its workspace, beside the diff read-file pages.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct WorkspaceChanges {
-    pub machine: String,
+pub struct WorkspaceFiles {
+    /// The commit compared with.
     pub base: String,
-    /// Changed files (the first 200).
+    /// Added, modified or deleted, with sizes (the first 200).
     #[schemars(with = "Vec<serde_json::Value>")]
     pub files: Vec<crate::workspace::ChangedFile>,
     /// Changed files not listed.
     pub more_files: usize,
-    /// A page of the unified diff (binary files named only), sent as the second block.
-    #[serde(skip)]
-    #[schemars(skip)]
-    pub diff: String,
-    pub diff_bytes: u64,
-    /// Where the next page starts; absent at the end.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "u64")]
-    pub next_offset: Option<u64>,
 }
 
 /// Where a machine's changes were kept.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangesKept {
-    pub machine: String,
     /// The new branch of the user's repository, and its commit.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
@@ -329,7 +313,7 @@ pub struct JobReport {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum JobOutputAnswer {
-    Report(JobReport),
+    Report(Box<JobReport>),
     List(JobList),
 }
 
@@ -401,6 +385,10 @@ pub struct FileRead {
     /// This page ends the file.
     pub eof: bool,
     pub started_machine: bool,
+    /// With changes: the changed files; the pages are their diff.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "WorkspaceFiles")]
+    pub changes: Option<WorkspaceFiles>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -450,11 +438,14 @@ pub struct TerminalRead {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Branched {
-    /// The child.
+    /// The (first) child.
     pub machine: Machine,
     pub ready: bool,
     /// The server deletes it when the session ends.
     pub ephemeral: bool,
+    /// Every child's name, with count.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

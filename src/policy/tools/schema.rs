@@ -70,6 +70,21 @@ pub fn output<T: JsonSchema>() -> JsonObject {
     }
 }
 
+/// Removes `additionalProperties: false` wherever it is (an env map's `additionalProperties`
+/// schema stays: it says what the values are).
+fn without_closed_objects(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("additionalProperties") == Some(&Value::Bool(false)) {
+                map.remove("additionalProperties");
+            }
+            map.values_mut().for_each(without_closed_objects);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_closed_objects),
+        _ => {}
+    }
+}
+
 fn trim_output(value: &mut Value) {
     match value {
         Value::Object(map) => {
@@ -265,16 +280,26 @@ pub fn definition(
     annotations.open_world_hint = (!hints.open_world).then_some(false);
     let mut input = apply_mode(input, mode);
     // The server refuses an unknown argument by name whatever the listed schema says
-    // (`args::check_arguments`); the keyword's 29 bytes in every tool's schema bought the model
-    // nothing, and the catalog's bytes are spent on every turn.
+    // (`args::check_arguments`), in a mount or a port as at the top; the keyword's 29 bytes in
+    // every schema bought the model nothing, and the catalog's bytes are spent on every turn.
     input.remove("additionalProperties");
     let mut input = Value::Object(input);
+    without_closed_objects(&mut input);
     fit_to_fleets(&mut input, mode);
     let mut output = Value::Object(output);
     refer_to_records(tool, &mut output);
-    // A result's fleet says nothing where only one is served, as the argument is not offered.
-    if let (Mode::Single(_), Some(Value::Object(props))) = (mode, output.get_mut("properties")) {
-        props.remove("target");
+    // A result's fleet says nothing where only one is served, as the argument is not offered
+    // (in each of a result's forms: job-output's report carried it).
+    if let Mode::Single(_) = mode {
+        let forms: Vec<&mut Value> = match output.get_mut("anyOf") {
+            Some(Value::Array(forms)) => forms.iter_mut().collect(),
+            _ => vec![&mut output],
+        };
+        for form in forms {
+            if let Some(Value::Object(props)) = form.get_mut("properties") {
+                props.remove("target");
+            }
+        }
     }
     fit_to_fleets(&mut output, mode);
     let output = outline(output);
@@ -289,11 +314,9 @@ pub fn definition(
 
 /// An argument that several tools share word for word (run-once's image, cpus, command...) is
 /// described once, at its first tool, and the others point there: the model reads the whole
-/// catalog at once, and a repeated description is only repeated cost. A short one ("Machine
-/// name.", "Virtual CPUs.") is not repeated at all: a pointer would be as long, and the
-/// argument's name with its first mention says it.
+/// catalog at once, and a repeated description is only repeated cost. One shorter than its
+/// pointer stays.
 pub fn refer_to_first_mention(tools: &mut [rmcp::model::Tool]) {
-    const WORTH_REFERRING: usize = 40;
     let mut first: Vec<(String, String, String)> = Vec::new();
     for tool in tools.iter_mut() {
         let name = tool.name.to_string();
@@ -310,18 +333,12 @@ pub fn refer_to_first_mention(tools: &mut [rmcp::model::Tool]) {
                 first.push((arg.clone(), text.clone(), name.clone()));
                 continue;
             };
+            let pointer = format!("See {owner}.");
+            if pointer.len() >= text.len() {
+                continue;
+            }
             if let Some(schema) = schema.as_object_mut() {
-                if text.len() < WORTH_REFERRING {
-                    schema.remove("description");
-                    continue;
-                }
-                // The key is the same thing in every tool, and its name says it: its first
-                // description is all the model needs, seven "See" pointers were 350 bytes.
-                if arg == crate::policy::idempotency::KEY_ARGUMENT {
-                    schema.remove("description");
-                } else {
-                    schema.insert("description".into(), Value::String(format!("See {owner}.")));
-                }
+                schema.insert("description".into(), Value::String(pointer));
             }
         }
     }

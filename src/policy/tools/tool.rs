@@ -78,9 +78,8 @@ tool_list! {
     ListMachines => "list-machines" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "List machines with state, size, egress, image{cloud: and url}: one to \
-             reuse, or what runs before making another. With name: just that one, read now \
-             (NOT_FOUND if gone).",
+        description: "List machines: state, size, egress, image{cloud:, url}. One to reuse, or \
+             what runs before making another; with name, that one now (NOT_FOUND if gone).",
     }
     CreateMachine => "create-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
@@ -95,8 +94,8 @@ tool_list! {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Start a stopped machine and wait until it runs commands: disk kept; memory, \
-             processes and /tmp start empty. To boot ahead or set branchable (other tools start \
-             one anyway).{cloud: A running cloud machine bills for CPU and memory.}",
+             processes and /tmp start empty. To boot ahead or set branchable; other tools start \
+             it anyway.{cloud: A running cloud machine bills for CPU and memory.}",
     }
     StopMachine => "stop-machine" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
@@ -146,7 +145,7 @@ tool_list! {
         description: "Read a file from a machine a page at a time (the second content block); \
              size, offset, bytes, eof place it: go on from offset + bytes until eof. A whole \
              PNG, JPEG, GIF or WebP without encoding comes as an image you see. Also reads \
-             overflow and job outputFiles.",
+             overflow, job outputFiles, and (changes) a workspace's diff.",
     }
     WriteFile => "write-file" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
@@ -157,24 +156,17 @@ tool_list! {
     BranchMachine => "branch-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
         changes_machines: true,
-        description: "Copy a running machine (memory, processes, disk) into a new child that goes on \
-             from there while the source runs on: to try something risky or fan out. The \
-             source must be branchable (at create{local: or start-machine}), else CONFLICT.",
-    }
-    WorkspaceChanges => "workspace-changes" {
-        hints: READ_ONLY,
-        changes_machines: false,
-        description: "What a machine changed in /workspace since it got it (create-machine \
-             workspace, or its branch source's): files added, modified, deleted, sizes, and a \
-             page of the unified diff (binary files named). Changes nothing. Then keep-changes.",
+        description: "Copy a running machine (memory, processes, disk) into children that go on \
+             from there while the source runs on: to try something risky, or several ways at \
+             once. The source must be branchable (at create{local: or start-machine}), else \
+             CONFLICT.",
     }
     KeepChanges => "keep-changes" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
         changes_machines: true,
-        description: "Give the user a machine's /workspace changes: a commit on a new branch of \
-             their repository (smol/<name> unless given; nothing else of it touched), or a \
-             patch outside git. Answers the branch and how to review and merge it. \
-             deleteSiblings: its source's other children go.",
+        description: "Give the user a machine's /workspace changes (see read-file changes): a \
+             commit on a new branch of their repository (smol/<name> unless given; nothing else \
+             touched), or a patch outside git. Answers the branch and how to merge it.",
     }
     MachineLogs => "machine-logs" {
         hints: READ_ONLY,
@@ -187,18 +179,17 @@ tool_list! {
     PublishPort => "publish-port" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
-        description: "Open a service in a machine to the user: publish its guest TCP port, wait \
-             until something listens, answer the url (HTTP, WebSocket). It stays until the \
-             machine is deleted.{local: Only this host reaches it unless the operator allows \
-             more.}",
+        description: "Open a machine's service to the user: publish its guest TCP port, wait until \
+             something listens, answer the url (HTTP, WebSocket); it stays until the machine \
+             goes.{local: Only this host reaches it unless the operator allows more.}",
     }
     Terminal => "terminal" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Drive an interactive program (shell, vi, a prompt) in a machine: each call \
-             types input and keys, waits for output to settle, and answers what was printed \
-             since the last read. The first call opens it (id in the answer); it ends on exit, \
-             close, or with its machine or session.",
+             types input and keys, waits for output to settle, answers what was printed since \
+             the last read. The first call opens it (id in the answer); it ends on exit, close, \
+             its machine or session.",
     }
     PullImage => "pull-image" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },

@@ -244,6 +244,37 @@ async fn fetch(
     Ok(())
 }
 
+/// A host directory a machine may be given (a mount's source, a workspace): `source`
+/// resolved (symlinks, `..`) and under one of `mountAllow`; refused otherwise as `arg`, with
+/// `when_off` when the operator allows none.
+pub(super) fn allowed_host_dir(
+    config: &crate::process::config::Config,
+    arg: &str,
+    source: &str,
+    when_off: &str,
+) -> Result<std::path::PathBuf, ToolError> {
+    if config.mount_allow.is_empty() {
+        return Err(ToolError::argument(arg, when_off));
+    }
+    let resolved = std::fs::canonicalize(source).map_err(|e| {
+        ToolError::argument(arg, format!("{source} cannot be resolved on the host: {e}"))
+    })?;
+    let under = config
+        .mount_allow
+        .iter()
+        .any(|dir| std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed)));
+    if !under {
+        return Err(ToolError::argument(
+            arg,
+            format!(
+                "{source} is not in a directory the operator allows mounting (mountAllow: {})",
+                config.mount_allow.join(", ")
+            ),
+        ));
+    }
+    Ok(resolved)
+}
+
 /// A workspace made ready before its machine exists, so that every refusal (a directory
 /// outside mountAllow, a dirty repository, one too large) comes before anything is created.
 /// Its seed is removed when it is dropped, unless a machine's record names it by then.
@@ -265,7 +296,7 @@ impl Drop for Prepared {
 
 /// Checks `dir` and makes the server's copy of it.
 pub async fn prepare(call: &Call<'_>, dir: &str) -> Result<Prepared, ToolError> {
-    let resolved = super::lifecycle::allowed_host_dir(
+    let resolved = allowed_host_dir(
         call.config(),
         "workspace",
         dir,
@@ -345,24 +376,27 @@ fn no_workspace(name: &str) -> ToolError {
     )
 }
 
-pub(super) async fn workspace_changes(
+/// read-file with `changes`: the machine's `/workspace` read back and compared with its base
+/// (at offset 0; a later page reads the same reading), answered as a file whose content is the
+/// diff, with the changed files beside it.
+pub(super) async fn read_changes(
     call: &Call<'_>,
-    a: super::args::ChangesArgs,
-) -> Result<super::results::WorkspaceChanges, ToolError> {
-    if a.length == Some(0) {
+    a: super::args::ReadFileArgs,
+) -> Result<super::results::FileRead, ToolError> {
+    if a.path.trim_end_matches('/') != GUEST_PATH {
         return Err(ToolError::argument(
-            "length",
-            "give at least 1, or leave it out for a page",
+            "changes",
+            format!(
+                "only {GUEST_PATH}, the machine's workspace, has a base to compare with: give \
+                 path {GUEST_PATH}, or leave changes out to read {}",
+                &*a.path
+            ),
         ));
     }
-    let budget = call.config().max_output_bytes;
-    if let Some(length) = a.length.filter(|&l| l > budget as u64) {
+    if a.encoding == Some(super::args::Encoding::Base64) {
         return Err(ToolError::argument(
-            "length",
-            format!(
-                "{length} is over the {budget} bytes one page may hold: give at most {budget}, \
-                 and read on from nextOffset"
-            ),
+            "encoding",
+            "a diff is text: leave encoding out with changes (binary files are named, not shown)",
         ));
     }
     let fleet = call.fleet(a.target).await?;
@@ -373,8 +407,9 @@ pub(super) async fn workspace_changes(
         .ok_or_else(|| no_workspace(&a.name))?;
     let offset = a.offset.unwrap_or(0);
     let listed = attached.workspace.root.join("changes.json");
-    let changes = if offset == 0 || !listed.exists() {
-        call.ensure_running(&fleet, &a.name).await?;
+    let mut started_machine = false;
+    let (mut files, diff_path, diff_bytes) = if offset == 0 || !listed.exists() {
+        started_machine = call.ensure_running(&fleet, &a.name).await?;
         let max_bytes = call.config().workspace_max_bytes;
         read_back(call, &fleet, &a.name, &attached, max_bytes).await?;
         let ws = attached.workspace.clone();
@@ -395,27 +430,36 @@ pub(super) async fn workspace_changes(
         let bytes = diff.metadata().map_or(0, |m| m.len());
         (files, diff, bytes)
     };
-    let (mut files, diff_path, diff_bytes) = changes;
     if offset > diff_bytes {
         return Err(ToolError::argument(
             "offset",
             format!("{offset} is past the diff's end ({diff_bytes} bytes)"),
         ));
     }
-    let want = a.length.map_or(budget, |l| l as usize);
+    let budget = call.config().max_output_bytes;
+    let want = a
+        .length
+        .map_or(budget, |l| usize::try_from(l).unwrap_or(budget));
     let page = read_page(&diff_path, offset, want)
         .map_err(|e| ToolError::new(ToolErrorKind::Internal, format!("reading the diff: {e}")))?;
     let end = offset + page.len() as u64;
     let more_files = files.len().saturating_sub(FILES_LISTED);
     files.truncate(FILES_LISTED);
-    Ok(super::results::WorkspaceChanges {
-        machine: a.name.to_string(),
-        base: attached.workspace.base.clone(),
-        files,
-        more_files,
-        diff: String::from_utf8_lossy(&page).into_owned(),
-        diff_bytes,
-        next_offset: (end < diff_bytes).then_some(end),
+    Ok(super::results::FileRead {
+        path: GUEST_PATH.to_owned(),
+        content: String::from_utf8_lossy(&page).into_owned(),
+        mime_type: None,
+        encoding: "utf8".into(),
+        size: diff_bytes,
+        offset,
+        bytes: page.len() as u64,
+        eof: end >= diff_bytes,
+        started_machine,
+        changes: Some(super::results::WorkspaceFiles {
+            base: attached.workspace.base.clone(),
+            files,
+            more_files,
+        }),
     })
 }
 
@@ -527,7 +571,6 @@ pub(super) async fn keep_changes(
     let repo = attached.workspace.origin.dir.display().to_string();
     Ok(match kept {
         workspace::Kept::Branch { branch, commit } => super::results::ChangesKept {
-            machine: a.name.to_string(),
             review: format!(
                 "git -C {repo} diff {base}..{branch}, then git -C {repo} merge {branch}",
                 base = short(&attached.workspace.base),
@@ -538,7 +581,6 @@ pub(super) async fn keep_changes(
             deleted,
         },
         workspace::Kept::Patch { path } => super::results::ChangesKept {
-            machine: a.name.to_string(),
             review: format!("cd {repo} && git apply {}", path.display()),
             branch: None,
             commit: None,
