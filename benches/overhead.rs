@@ -259,7 +259,7 @@ async fn run() -> Value {
     }
     let rss_kib = c.peak_rss_kib();
 
-    // list-machines and get-machine (missing) beside the same GET made directly.
+    // list-machines, all and by name (missing), beside the same GETs made directly.
     c.tool("list-machines", json!({})).await; // the first local call finds the serve
     let (mut tool_list, mut raw_list, mut tool_get, mut raw_get) = (vec![], vec![], vec![], vec![]);
     for _ in 0..300 {
@@ -276,7 +276,7 @@ async fn run() -> Value {
         r.bytes().await.unwrap();
         raw_list.push(t.elapsed());
         let t = Instant::now();
-        let r = c.tool("get-machine", json!({"name": "missing"})).await;
+        let r = c.tool("list-machines", json!({"name": "missing"})).await;
         tool_get.push(t.elapsed());
         assert_eq!(r["result"]["isError"], true);
         let t = Instant::now();
@@ -442,7 +442,7 @@ async fn run() -> Value {
         "catalogDescriptionBytes": description_bytes,
         "calls": [
             versus("list-machines", &tool_list, &raw_list),
-            versus("get-machine (missing)", &tool_get, &raw_get),
+            versus("list-machines name (missing)", &tool_get, &raw_get),
             versus("create (no start) + delete", &tool_create, &raw_create),
         ],
         "readFile64MiB": {"rawMiBps": raw_mibs, "toolMiBps": tool_mibs, "ratio": tool_mibs / raw_mibs, "pageBytes": PAGE,

@@ -62,6 +62,9 @@ enum Scheduled {
 pub struct CloudState {
     pub requests: Vec<Value>,
     pub machines: BTreeMap<String, Value>,
+    /// With [`FakeCloud::start_guest_root`]: each machine's disk (by id) as a host directory
+    /// the files route and the guest shell share (see `fake_serve::guest_root_argv`).
+    pub guest_root: Option<std::path::PathBuf>,
     pub files: BTreeMap<(String, String), Vec<u8>>,
     pub events: BTreeMap<String, Vec<Value>>,
     pub exec_hook: Option<CloudExecHook>,
@@ -119,6 +122,8 @@ pub struct FakeCloud {
     front: Option<String>,
     /// Kills the guest shell's processes when the last handle goes.
     _guest_shell: Option<Arc<KillOnDrop>>,
+    /// The machines' disks in guest-root mode, removed with the last handle.
+    _disks: Option<Arc<tempfile::TempDir>>,
 }
 
 struct Responder(Arc<Mutex<CloudState>>);
@@ -148,6 +153,7 @@ impl FakeCloud {
             state,
             front: None,
             _guest_shell: None,
+            _disks: None,
         }
     }
 
@@ -182,6 +188,29 @@ impl FakeCloud {
         fake.state.lock().unwrap().guest_shell = Some(shell.clone());
         fake._guest_shell = Some(Arc::new(KillOnDrop(shell)));
         fake
+    }
+
+    /// The guest shell with a disk per machine (by id), as `FakeServe::start_guest_root`: the
+    /// files route reads and writes `<root>/<id>/<path>`, a command's argv and `cwd` see
+    /// `/workspace`, `/var/tmp` and `/etc/smol/` as that machine's, a branch copies its source's
+    /// disk and a delete removes it.
+    pub async fn start_guest_root() -> FakeCloud {
+        let mut fake = FakeCloud::start_guest_shell().await;
+        let disks = tempfile::tempdir().unwrap();
+        fake.state.lock().unwrap().guest_root = Some(disks.path().to_path_buf());
+        fake._disks = Some(Arc::new(disks));
+        fake
+    }
+
+    /// A machine's disk (with [`FakeCloud::start_guest_root`]).
+    pub fn disk(&self, id: &str) -> std::path::PathBuf {
+        self.state
+            .lock()
+            .unwrap()
+            .guest_root
+            .clone()
+            .unwrap()
+            .join(id)
     }
 
     /// The pids (each leading its process group) of the commands the guest shell still runs
@@ -535,6 +564,23 @@ async fn guest_exec(
         st.boot_for_operation(&id)
     };
     tokio::time::sleep(boot).await;
+    let disk = state
+        .lock()
+        .unwrap()
+        .guest_root
+        .clone()
+        .map(|r| r.join(&id));
+    let (argv, cwd) = match &disk {
+        Some(disk) => (
+            argv.iter()
+                .map(|a| super::fake_serve::guest_root_argv(disk, a))
+                .collect(),
+            body["cwd"]
+                .as_str()
+                .map(|w| super::fake_serve::guest_root_argv(disk, w)),
+        ),
+        None => (argv, body["cwd"].as_str().map(str::to_owned)),
+    };
     let command = GuestCommand {
         argv,
         env: body["env"]
@@ -545,7 +591,7 @@ async fn guest_exec(
                     .collect()
             })
             .unwrap_or_default(),
-        workdir: body["cwd"].as_str().map(str::to_owned),
+        workdir: cwd,
         stdin: body["stdin"].as_str().map(|s| s.as_bytes().to_vec()),
         timeout: body["timeoutSeconds"].as_u64().map(Duration::from_secs),
     };
@@ -851,6 +897,9 @@ fn machine_route(
         ("GET", "") => json_answer(200, rec),
         ("DELETE", "") => {
             st.machines.remove(id);
+            if let Some(root) = &st.guest_root {
+                let _ = std::fs::remove_dir_all(root.join(id));
+            }
             st.end_processes(id);
             st.deleted.push(id.to_owned());
             if query.contains("includeUsage=true") && !st.delete_ignores_include_usage {
@@ -964,6 +1013,17 @@ fn machine_route(
             }
             let child_id = st.new_id();
             let child_name = body["name"].as_str().unwrap_or("child");
+            if let Some(root) = &st.guest_root {
+                let (from, to) = (root.join(id), root.join(&child_id));
+                std::fs::create_dir_all(&from).unwrap();
+                let copied = std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg(&from)
+                    .arg(&to)
+                    .status()
+                    .unwrap();
+                assert!(copied.success(), "copying {id}'s disk");
+            }
             let mut child = record(&child_id, child_name, "started");
             child["branchable"] = body.get("branchable").cloned().unwrap_or(json!(false));
             if st.branch_delay.is_zero() {
@@ -987,13 +1047,25 @@ fn machine_route(
                 .into_owned();
             // A transfer on a stopped machine starts it (facts 3.8) and counts as activity.
             let boot = st.boot_for_operation(id);
-            let answer = match method {
-                "PUT" => {
+            let disk = st.guest_root.as_ref().map(|r| r.join(id).join(&suffix));
+            let answer = match (method, disk) {
+                ("PUT", Some(at)) => {
+                    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                    std::fs::write(&at, &request.body).unwrap();
+                    ResponseTemplate::new(204)
+                }
+                ("GET", Some(at)) => match std::fs::read(&at) {
+                    Ok(bytes) => ResponseTemplate::new(200)
+                        .insert_header("content-type", "application/octet-stream")
+                        .set_body_bytes(bytes),
+                    Err(_) => st.fail(404, &format!("file not found: {suffix}")),
+                },
+                ("PUT", None) => {
                     st.files
                         .insert((id.to_owned(), suffix), request.body.clone());
                     ResponseTemplate::new(204)
                 }
-                "GET" => match st.files.get(&(id.to_owned(), suffix.clone())) {
+                ("GET", None) => match st.files.get(&(id.to_owned(), suffix.clone())) {
                     Some(bytes) => ResponseTemplate::new(200)
                         .insert_header("content-type", "application/octet-stream")
                         .set_body_bytes(bytes.clone()),

@@ -522,3 +522,99 @@ async fn a_plain_directory_comes_back_as_a_patch_the_user_applies() {
         "one\ntwo\n"
     );
 }
+
+/// The same loop on the cloud fleet, against the fake cloud with a disk per machine: what the
+/// server sends for it is pinned (the create, the archive's parts written with the files route,
+/// the guest's tar commands, the archive read back), and the change lands as a branch.
+#[tokio::test]
+async fn on_cloud_the_workspace_goes_by_the_files_route_and_the_bodies_are_pinned() {
+    use crate::common::fake_cloud::{FakeCloud, TOKEN};
+    let tmp = tempfile::tempdir().unwrap();
+    let projects = tmp.path().join("projects");
+    let repo = projects.join("app");
+    repository(&repo);
+    let cloud = FakeCloud::start_guest_root().await;
+    let url = cloud.url();
+    let allow = projects.display().to_string();
+    let store = tmp.path().join("copies").display().to_string();
+    let h = Harness::start(&[
+        ("SMOL_CLOUD_URL", url.as_str()),
+        ("SMOL_CLOUD_TOKEN", TOKEN),
+        ("SMOL_MCP_TARGETS", "cloud"),
+        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+        ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+    ])
+    .await;
+    let created = h
+        .ok(
+            "create-machine",
+            json!({"name": "fixer", "image": "alpine:3.20", "workspace": repo.display().to_string()}),
+        )
+        .await;
+    let id = created["machine"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        std::fs::read_to_string(cloud.disk(&id).join("workspace/README")).unwrap(),
+        "hello\n"
+    );
+    h.ok(
+        "run-command",
+        json!({"name": "fixer", "command": "echo cloud >> /workspace/README"}),
+    )
+    .await;
+    let changes = h
+        .call(
+            "read-file",
+            json!({"name": "fixer", "path": "/workspace", "changes": true}),
+        )
+        .await;
+    assert!(!changes.is_error, "{}", changes.text);
+    assert_eq!(
+        file_changes(&changes.structured["changes"]),
+        vec![("README".into(), "modified".into())]
+    );
+    let kept = h
+        .ok(
+            "keep-changes",
+            json!({"name": "fixer", "message": "from the cloud"}),
+        )
+        .await;
+    assert_eq!(git(&repo, &["show", "smol/fixer:README"]), "hello\ncloud");
+
+    let sent: Vec<serde_json::Value> = cloud
+        .take_requests()
+        .into_iter()
+        .filter(|r| {
+            let path = r["path"].as_str().unwrap_or_default();
+            let readiness = r["body"]["command"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("echo ready-"))
+                || r["body"]["command"][1]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("ready-"));
+            (r["method"] != "GET" || path.contains("/files/"))
+                && !readiness
+                && !path.ends_with("/usage")
+        })
+        .map(|r| {
+            let mut body = match &r["body"] {
+                serde_json::Value::Object(o) if o.contains_key("octets") => {
+                    json!("<archive bytes>")
+                }
+                serde_json::Value::Object(_) => {
+                    serde_json::from_str(&r["body"].to_string().replace(&id, "MACHINE")).unwrap()
+                }
+                other => other.clone(),
+            };
+            if body["env"]["SMOL_MCP_RUN"].is_string() {
+                body["env"]["SMOL_MCP_RUN"] = json!("RUN-MARKER");
+            }
+            json!({
+                "method": r["method"],
+                "path": r["path"].as_str().unwrap().replace(&id, "MACHINE"),
+                "body": body,
+            })
+        })
+        .collect();
+    insta::assert_json_snapshot!("workspace_cloud_requests", sent);
+    assert!(kept["commit"].is_string());
+}
