@@ -425,6 +425,8 @@ impl Process {
     /// At startup: delete what a dead process left, wherever that needs no new serve. Cloud
     /// orphans always; local ones if a serve already answers (otherwise the first local call does it).
     pub async fn sweep_orphans_at_start(self: &Arc<Self>) {
+        self.workspaces
+            .prune_seeds(std::time::Duration::from_secs(3600));
         let cloud_engine = self.engine(FleetKind::Cloud);
         let has_cloud_orphans = self
             .record

@@ -11,6 +11,7 @@
 use crate::fleet::FleetKind;
 use crate::workspace::Workspace;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 const RECORD: &str = "workspace.json";
 
@@ -29,7 +30,12 @@ pub struct Attached {
 #[derive(Debug)]
 pub struct Workspaces {
     dir: PathBuf,
+    /// One reading at a time per machine: a reading replaces the machine's tree and diff whole,
+    /// and a keep stages that tree. Entries go with the machine.
+    busy: std::sync::Mutex<Holds>,
 }
+
+type Holds = std::collections::HashMap<(FleetKind, String), Arc<tokio::sync::Mutex<()>>>;
 
 fn io_text(what: &str, path: &Path, e: std::io::Error) -> String {
     format!("{what} {}: {e}", path.display())
@@ -37,7 +43,23 @@ fn io_text(what: &str, path: &Path, e: std::io::Error) -> String {
 
 impl Workspaces {
     pub fn new(dir: PathBuf) -> Workspaces {
-        Workspaces { dir }
+        Workspaces {
+            dir,
+            busy: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// Waits until no other reading or keep of `name`'s copy is under way, and holds it.
+    pub async fn hold(&self, fleet: FleetKind, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = match self.busy.lock() {
+            Ok(mut busy) => busy.entry((fleet, name.to_owned())).or_default().clone(),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .entry((fleet, name.to_owned()))
+                .or_default()
+                .clone(),
+        };
+        lock.lock_owned().await
     }
 
     pub fn dir(&self) -> &Path {
@@ -137,6 +159,9 @@ impl Workspaces {
         let Some(attached) = self.of(fleet, name_or_id) else {
             return;
         };
+        if let Ok(mut busy) = self.busy.lock() {
+            busy.remove(&(fleet, attached.name.clone()));
+        }
         let dir = self.machine_dir(fleet, &attached.name);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted machine's workspace copy");
@@ -158,6 +183,26 @@ impl Workspaces {
         }
     }
 
+    /// At start-up: removes the seeds no machine names that are older than `older_than` (a
+    /// create that ended with its process before its machine was recorded; a younger one may
+    /// be another process's create under way).
+    pub fn prune_seeds(&self, older_than: std::time::Duration) {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("seeds")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > older_than);
+            if old {
+                self.remove_seed_if_unused(&entry.path());
+            }
+        }
+    }
+
     /// Removes a seed no machine's record names (a create that failed before attaching).
     pub fn remove_seed_if_unused(&self, seed: &Path) {
         let used = [FleetKind::Local, FleetKind::Cloud]
@@ -173,5 +218,33 @@ impl Workspaces {
         {
             tracing::warn!(dir = %seed.display(), error = %e, "could not remove an unused workspace seed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_reading_of_a_machine_at_a_time_and_others_meanwhile() {
+        let tmp = tempfile::tempdir().unwrap();
+        let workspaces = Arc::new(Workspaces::new(tmp.path().to_path_buf()));
+        let first = workspaces.hold(FleetKind::Local, "m").await;
+        // Another machine's reading is not held up.
+        let other = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            workspaces.hold(FleetKind::Local, "n"),
+        )
+        .await;
+        assert!(other.is_ok(), "another machine waits for nothing");
+        let waiting = {
+            let workspaces = workspaces.clone();
+            tokio::spawn(async move { workspaces.hold(FleetKind::Local, "m").await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "the second reading of m waits");
+        drop(first);
+        let second = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await;
+        assert!(second.is_ok(), "and goes on once the first is done");
     }
 }

@@ -1790,3 +1790,173 @@ async fn warm_machines_come_from_the_pool_and_go_back() {
         "the source and clones went with the pool"
     );
 }
+
+/// A git repository of this host's as a machine's workspace on the real guest, through the
+/// guest's own busybox `tar`: the commit in, a change made by a command, the diff seen, the
+/// change kept as a branch and checked out on the host; then three children of one base, each
+/// told apart by its own variable and editing at once, one kept and its siblings deleted.
+#[tokio::test]
+async fn a_workspace_goes_in_and_the_best_of_three_tries_comes_back_as_a_branch() {
+    let _one_at_a_time = serial().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("app");
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "User")
+            .env("GIT_AUTHOR_EMAIL", "user@example.com")
+            .env("GIT_COMMITTER_NAME", "User")
+            .env("GIT_COMMITTER_EMAIL", "user@example.com")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    git(&["init", "--quiet", "--initial-branch", "main"]);
+    std::fs::write(repo.join("src/retry.sh"), "retries=1\n").unwrap();
+    std::fs::write(
+        repo.join("test.sh"),
+        "#!/bin/sh\n. ./src/retry.sh\n[ \"$retries\" -ge 3 ] && echo passed || { echo failed; exit 1; }\n",
+    )
+    .unwrap();
+    git(&["add", "."]);
+    git(&["commit", "--quiet", "-m", "one retry"]);
+    let head = git(&["rev-parse", "HEAD"]);
+    let allow = tmp.path().display().to_string();
+    let store = tmp.path().join("copies").display().to_string();
+    let h = harness(&[
+        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+        ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+    ])
+    .await;
+    let created = create(
+        &h,
+        json!({"cpus": 1, "memoryMb": 256, "branchable": true,
+               "workspace": repo.display().to_string()}),
+    )
+    .await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    assert_eq!(created["workspace"]["base"], head.as_str(), "{created}");
+    let failing = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "cd /workspace && sh test.sh"}),
+        )
+        .await;
+    assert_eq!(failing["stdout"], "failed\n", "the commit is in: {failing}");
+
+    // One try in the machine itself: changed, seen, kept, checked out here.
+    h.ok(
+        "run-command",
+        json!({"name": name, "command": "cd /workspace && echo retries=3 > src/retry.sh && sh test.sh"}),
+    )
+    .await;
+    let changes = h
+        .call(
+            "read-file",
+            json!({"name": name, "path": "/workspace", "changes": true}),
+        )
+        .await;
+    assert!(!changes.is_error, "{}", changes.text);
+    assert_eq!(
+        changes.structured["changes"]["files"],
+        json!([{"path": "src/retry.sh", "change": "modified", "bytes": 10, "binary": false}]),
+        "{}",
+        changes.text
+    );
+    assert!(
+        changes.blocks[1].contains("-retries=1\n+retries=3"),
+        "{}",
+        changes.blocks[1]
+    );
+    let kept = h
+        .ok(
+            "keep-changes",
+            json!({"name": name, "message": "Retry three times", "branch": "try/own"}),
+        )
+        .await;
+    assert_eq!(kept["branch"], "try/own");
+    git(&["worktree", "add", "--quiet", "../checked-out", "try/own"]);
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("checked-out/src/retry.sh")).unwrap(),
+        "retries=3\n"
+    );
+    assert_eq!(
+        git(&["rev-parse", "HEAD"]),
+        head,
+        "the user's checkout did not move"
+    );
+
+    // Three tries at once from the machine as it stands.
+    let base = format!("{name}-try");
+    let branched = h
+        .ok(
+            "branch-machine",
+            json!({"name": name, "childName": base, "count": 3,
+                   "env": [{"N": "2"}, {"N": "5"}, {"N": "9"}]}),
+        )
+        .await;
+    let children: Vec<String> = serde_json::from_value(branched["children"].clone()).unwrap();
+    assert_eq!(children.len(), 3, "{branched}");
+    let runs = children.iter().map(|child| {
+        h.call(
+            "run-command",
+            json!({"name": child, "command":
+                ". /etc/smol/branch-env && cd /workspace && echo retries=$N > src/retry.sh && sh test.sh"}),
+        )
+    });
+    let answers = futures::future::join_all(runs).await;
+    let outputs: Vec<String> = answers
+        .iter()
+        .map(|a| {
+            a.structured["stdout"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(outputs, ["failed\n", "passed\n", "passed\n"], "{answers:?}");
+    for (child, n) in children.iter().zip(["2", "5", "9"]) {
+        let changes = h
+            .call(
+                "read-file",
+                json!({"name": child, "path": "/workspace", "changes": true}),
+            )
+            .await;
+        assert!(!changes.is_error, "{}", changes.text);
+        assert!(
+            changes.blocks[1].contains(&format!("+retries={n}")),
+            "{child}: {}",
+            changes.blocks[1]
+        );
+        assert_eq!(changes.structured["changes"]["base"], head.as_str());
+    }
+    let kept = h
+        .ok(
+            "keep-changes",
+            json!({"name": children[1], "message": "Retry five times",
+                   "deleteSiblings": true}),
+        )
+        .await;
+    let mut deleted: Vec<String> = serde_json::from_value(kept["deleted"].clone()).unwrap();
+    deleted.sort();
+    assert_eq!(deleted, vec![children[0].clone(), children[2].clone()]);
+    let branch = kept["branch"].as_str().unwrap();
+    assert_eq!(
+        git(&["show", &format!("{branch}:src/retry.sh")]),
+        "retries=5"
+    );
+    let left = engine_machines().await;
+    assert!(
+        !left.contains(&children[0]) && !left.contains(&children[2]),
+        "{left:?}"
+    );
+    assert!(left.contains(&children[1]), "{left:?}");
+    for machine in [&children[1], &name] {
+        h.ok("delete-machine", json!({"name": machine})).await;
+    }
+    cleanup(&h).await;
+}

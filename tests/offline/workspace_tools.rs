@@ -160,6 +160,13 @@ async fn a_repository_goes_in_a_command_changes_it_and_the_change_comes_back_as_
         offset += page.structured["bytes"].as_u64().unwrap();
     }
     assert_eq!(&paged, diff);
+    // Readings at once (each replaces the copy whole) all answer the same.
+    let readings =
+        futures::future::join_all((0..6).map(|_| s.h.call("read-file", changes_of.clone()))).await;
+    for reading in &readings {
+        assert!(!reading.is_error, "{}", reading.text);
+        assert_eq!(&reading.blocks[1], diff);
+    }
 
     let kept =
         s.h.ok(
@@ -608,13 +615,90 @@ async fn on_cloud_the_workspace_goes_by_the_files_route_and_the_bodies_are_pinne
             if body["env"]["SMOL_MCP_RUN"].is_string() {
                 body["env"]["SMOL_MCP_RUN"] = json!("RUN-MARKER");
             }
-            json!({
+            let entry = json!({
                 "method": r["method"],
                 "path": r["path"].as_str().unwrap().replace(&id, "MACHINE"),
                 "body": body,
-            })
+            });
+            serde_json::from_str(&without_archive_names(&entry.to_string())).unwrap()
         })
         .collect();
     insta::assert_json_snapshot!("workspace_cloud_requests", sent);
     assert!(kept["commit"].is_string());
+}
+
+/// The bounds an operator sets: a workspace larger than `workspaceMaxBytes` is refused before
+/// any machine exists, and a fan-out that would pass `maxMachinesPerSession` is refused at the
+/// child that would, the children made before it deleted again.
+#[tokio::test]
+async fn a_workspace_past_its_bound_and_a_fan_out_past_the_session_limit_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let projects = tmp.path().join("projects");
+    repository(&projects.join("app"));
+    let fake = FakeServe::start_guest_root().await;
+    let url = fake.url();
+    let allow = projects.display().to_string();
+    let store = tmp.path().join("copies").display().to_string();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+        ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+        ("SMOL_MCP_WORKSPACE_MAX_BYTES", "16"),
+        ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "3"),
+    ])
+    .await;
+    let big = h
+        .err(
+            "create-machine",
+            json!({"workspace": projects.join("app").display().to_string()}),
+        )
+        .await;
+    assert!(
+        big.contains("over the 16 a workspace may (workspaceMaxBytes)"),
+        "{big}"
+    );
+    assert!(
+        fake.state.lock().unwrap().machines.is_empty(),
+        "no machine made"
+    );
+
+    h.ok("create-machine", json!({"name": "src", "branchable": true}))
+        .await;
+    let over = h
+        .err(
+            "branch-machine",
+            json!({"name": "src", "childName": "c", "count": 3}),
+        )
+        .await;
+    assert!(over.starts_with("LIMIT_REACHED"), "{over}");
+    assert!(over.contains("maxMachinesPerSession"), "{over}");
+    assert!(over.contains("deleted again: c-1, c-2"), "{over}");
+    let machines = fake.state.lock().unwrap().machines.clone();
+    assert_eq!(machines.keys().collect::<Vec<_>>(), ["src"], "all or none");
+    // Within the limit the same fan-out is made.
+    let two = h
+        .ok(
+            "branch-machine",
+            json!({"name": "src", "childName": "c", "count": 2}),
+        )
+        .await;
+    assert_eq!(two["children"], json!(["c-1", "c-2"]));
+}
+
+/// A reading's archive in the machine has a name of its own (`smol-workspace-out-<8 hex>.tgz`):
+/// the same name for every reading here, so the pinned requests do not change with it.
+fn without_archive_names(text: &str) -> String {
+    const STEM: &str = "smol-workspace-out-";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(STEM) {
+        out.push_str(&rest[..at + STEM.len()]);
+        rest = &rest[at + STEM.len()..];
+        let hex = rest.chars().take_while(char::is_ascii_hexdigit).count();
+        assert_eq!(hex, 8, "{text}");
+        out.push_str("RANDOM");
+        rest = &rest[hex..];
+    }
+    out.push_str(rest);
+    out
 }

@@ -22,7 +22,9 @@ pub const GUEST_PATH: &str = "/workspace";
 const PART_BYTES: usize = 64 << 20;
 /// On the machine's disk (the cloud's `/tmp` is memory and emptied at a stop).
 const INCOMING: &str = "/var/tmp/smol-workspace-in";
-const OUTGOING: &str = "/var/tmp/smol-workspace-out.tgz";
+/// The archive a reading makes in the machine: a name of its own, as two server processes (or
+/// a reading and a keep) may read one machine at once.
+const OUTGOING: &str = "/var/tmp/smol-workspace-out";
 /// A guest's tar of a large tree under emulation takes seconds a thousand files.
 const GUEST_TAR_SECS: u64 = 900;
 
@@ -144,9 +146,8 @@ pub async fn read_back(
 ) -> Result<Unpacked, ToolError> {
     // The guest's `.git` is the machine's own: never read back (its configuration could name
     // commands, and git on the host reads only the server's repository).
-    let script = format!(
-        "set -e; cd {GUEST_PATH}; rm -f {OUTGOING}; tar -c -z -f {OUTGOING} --exclude=./.git ."
-    );
+    let outgoing = format!("{OUTGOING}-{:08x}.tgz", rand::random::<u32>());
+    let script = format!("set -e; cd {GUEST_PATH}; tar -c -z -f {outgoing} --exclude=./.git .");
     run_internal(
         call,
         fleet,
@@ -157,13 +158,13 @@ pub async fn read_back(
     .await?;
     let root = attached.workspace.root.clone();
     let archive_path = root.join(format!("incoming-{:08x}.tgz", rand::random::<u32>()));
-    let fetched = fetch(call, fleet, machine, &archive_path, max_bytes).await;
+    let fetched = fetch(call, fleet, machine, &outgoing, &archive_path, max_bytes).await;
     // The archive is not left on the machine's disk, whatever happened to the download.
     let _ = run_internal(
         call,
         fleet,
         machine,
-        &format!("rm -f {OUTGOING}"),
+        &format!("rm -f {outgoing}"),
         "tidying up",
     )
     .await;
@@ -206,11 +207,12 @@ async fn fetch(
     call: &Call<'_>,
     fleet: &Fleet,
     machine: &str,
+    from: &str,
     to: &PathBuf,
     max_bytes: u64,
 ) -> Result<(), ToolError> {
     use tokio::io::AsyncWriteExt;
-    let stream = call.cancellable(fleet.read_file(machine, OUTGOING)).await?;
+    let stream = call.cancellable(fleet.read_file(machine, from)).await?;
     if stream.size.is_some_and(|s| s > max_bytes) {
         return Err(refused(
             "name",
@@ -405,6 +407,11 @@ pub(super) async fn read_changes(
         .workspaces
         .of(fleet.kind(), &a.name)
         .ok_or_else(|| no_workspace(&a.name))?;
+    let _reading = call
+        .process()
+        .workspaces
+        .hold(fleet.kind(), &attached.name)
+        .await;
     let offset = a.offset.unwrap_or(0);
     let listed = attached.workspace.root.join("changes.json");
     let mut started_machine = false;
@@ -516,6 +523,7 @@ pub(super) async fn keep_changes(
     } else {
         Vec::new()
     };
+    let reading = workspaces.hold(fleet.kind(), &attached.name).await;
     call.ensure_running(&fleet, &a.name).await?;
     let max_bytes = call.config().workspace_max_bytes;
     read_back(call, &fleet, &a.name, &attached, max_bytes).await?;
@@ -529,6 +537,7 @@ pub(super) async fn keep_changes(
             }
             e => refused("name", e),
         })?;
+    drop(reading);
     let mut deleted = Vec::new();
     for sibling in &siblings {
         // The siblings go only once the kept one's changes are safe in the user's repository.
