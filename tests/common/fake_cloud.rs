@@ -1014,15 +1014,7 @@ fn machine_route(
             let child_id = st.new_id();
             let child_name = body["name"].as_str().unwrap_or("child");
             if let Some(root) = &st.guest_root {
-                let (from, to) = (root.join(id), root.join(&child_id));
-                std::fs::create_dir_all(&from).unwrap();
-                let copied = std::process::Command::new("cp")
-                    .arg("-a")
-                    .arg(&from)
-                    .arg(&to)
-                    .status()
-                    .unwrap();
-                assert!(copied.success(), "copying {id}'s disk");
+                super::fake_serve::copy_disk(root, id, &child_id);
             }
             let mut child = record(&child_id, child_name, "started");
             child["branchable"] = body.get("branchable").cloned().unwrap_or(json!(false));

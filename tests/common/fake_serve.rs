@@ -1365,15 +1365,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         );
                     }
                     if let Some(root) = &st.guest_root {
-                        let (from, to) = (root.join(&name), root.join(&child));
-                        std::fs::create_dir_all(&from).unwrap();
-                        let copied = std::process::Command::new("cp")
-                            .arg("-a")
-                            .arg(&from)
-                            .arg(&to)
-                            .status()
-                            .unwrap();
-                        assert!(copied.success(), "copying {name}'s disk");
+                        copy_disk(root, &name, &child);
                     }
                     let mut info = machine_info(&child, "running");
                     info["parentMachine"] = json!(name);
@@ -1739,6 +1731,19 @@ pub fn guest_root_argv(disk: &std::path::Path, arg: &str) -> String {
     arg.replace("/var/tmp", &format!("{}/var/tmp", disk.display()))
         .replace("/workspace", &format!("{}/workspace", disk.display()))
         .replace("/etc/smol/", &format!("{}/etc/smol/", disk.display()))
+}
+
+/// A branch child's disk in guest-root mode: its source's, copied as it is.
+pub fn copy_disk(root: &std::path::Path, source: &str, child: &str) {
+    let (from, to) = (root.join(source), root.join(child));
+    std::fs::create_dir_all(&from).unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&from)
+        .arg(&to)
+        .status()
+        .unwrap();
+    assert!(copied.success(), "copying {source}'s disk");
 }
 
 async fn guest_exec(

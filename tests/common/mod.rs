@@ -11,6 +11,27 @@ pub mod nested;
 pub mod real_serve;
 pub mod stdio;
 
+/// Runs the host's git in `dir` as a user would (a user's identity for the commits it makes),
+/// and answers its trimmed output; a failure fails the test, with what git said.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "User")
+        .env("GIT_AUTHOR_EMAIL", "user@example.com")
+        .env("GIT_COMMITTER_NAME", "User")
+        .env("GIT_COMMITTER_EMAIL", "user@example.com")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// A whole file from a fleet's stream, and the size its answer declared.
 pub async fn read_all(stream: smol_mcp::fleet::FileStream) -> (Option<u64>, Vec<u8>) {
     use futures::StreamExt;

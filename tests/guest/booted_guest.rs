@@ -1801,20 +1801,7 @@ async fn a_workspace_goes_in_and_the_best_of_three_tries_comes_back_as_a_branch(
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("app");
     std::fs::create_dir_all(repo.join("src")).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "User")
-            .env("GIT_AUTHOR_EMAIL", "user@example.com")
-            .env("GIT_COMMITTER_NAME", "User")
-            .env("GIT_COMMITTER_EMAIL", "user@example.com")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    };
+    let git = |args: &[&str]| crate::common::git(&repo, args);
     git(&["init", "--quiet", "--initial-branch", "main"]);
     std::fs::write(repo.join("src/retry.sh"), "retries=1\n").unwrap();
     std::fs::write(

@@ -6,26 +6,9 @@
 
 use smol_mcp::workspace::{self, Change, Kept, OriginKind, WorkspaceError};
 use std::path::Path;
-use std::process::Command;
 
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "User")
-        .env("GIT_AUTHOR_EMAIL", "user@example.com")
-        .env("GIT_COMMITTER_NAME", "User")
-        .env("GIT_COMMITTER_EMAIL", "user@example.com")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
+pub use crate::common::git;
+use std::process::Command;
 
 /// A repository with two commits on `main`, a second branch, and an ignored build directory.
 pub fn repository(dir: &Path) {

@@ -17,21 +17,33 @@ struct Setup {
     tmp: tempfile::TempDir,
 }
 
+/// A repository at `<tmp>/projects/app`, `projects` allowed, the server's copies in `copies`.
+fn workspace_env(tmp: &tempfile::TempDir) -> (String, String) {
+    let projects = tmp.path().join("projects");
+    repository(&projects.join("app"));
+    (
+        projects.display().to_string(),
+        tmp.path().join("copies").display().to_string(),
+    )
+}
+
 impl Setup {
     async fn new() -> Setup {
+        Setup::with(&[]).await
+    }
+
+    async fn with(extra: &[(&str, &str)]) -> Setup {
         let tmp = tempfile::tempdir().unwrap();
-        let projects = tmp.path().join("projects");
-        repository(&projects.join("app"));
+        let (allow, store) = workspace_env(&tmp);
         let fake = FakeServe::start_guest_root().await;
         let url = fake.url();
-        let allow = projects.display().to_string();
-        let store = tmp.path().join("copies").display().to_string();
-        let h = Harness::start(&[
+        let mut env = vec![
             ("SMOL_LOCAL_URL", url.as_str()),
             ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
             ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
-        ])
-        .await;
+        ];
+        env.extend_from_slice(extra);
+        let h = Harness::start(&env).await;
         Setup { fake, h, tmp }
     }
 
@@ -537,13 +549,10 @@ async fn a_plain_directory_comes_back_as_a_patch_the_user_applies() {
 async fn on_cloud_the_workspace_goes_by_the_files_route_and_the_bodies_are_pinned() {
     use crate::common::fake_cloud::{FakeCloud, TOKEN};
     let tmp = tempfile::tempdir().unwrap();
-    let projects = tmp.path().join("projects");
-    let repo = projects.join("app");
-    repository(&repo);
+    let (allow, store) = workspace_env(&tmp);
+    let repo = tmp.path().join("projects/app");
     let cloud = FakeCloud::start_guest_root().await;
     let url = cloud.url();
-    let allow = projects.display().to_string();
-    let store = tmp.path().join("copies").display().to_string();
     let h = Harness::start(&[
         ("SMOL_CLOUD_URL", url.as_str()),
         ("SMOL_CLOUD_TOKEN", TOKEN),
@@ -632,25 +641,16 @@ async fn on_cloud_the_workspace_goes_by_the_files_route_and_the_bodies_are_pinne
 /// child that would, the children made before it deleted again.
 #[tokio::test]
 async fn a_workspace_past_its_bound_and_a_fan_out_past_the_session_limit_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let projects = tmp.path().join("projects");
-    repository(&projects.join("app"));
-    let fake = FakeServe::start_guest_root().await;
-    let url = fake.url();
-    let allow = projects.display().to_string();
-    let store = tmp.path().join("copies").display().to_string();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
-        ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+    let s = Setup::with(&[
         ("SMOL_MCP_WORKSPACE_MAX_BYTES", "16"),
         ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "3"),
     ])
     .await;
+    let (fake, h) = (&s.fake, &s.h);
     let big = h
         .err(
             "create-machine",
-            json!({"workspace": projects.join("app").display().to_string()}),
+            json!({"workspace": s.repo().display().to_string()}),
         )
         .await;
     assert!(
@@ -701,4 +701,33 @@ fn without_archive_names(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// run-once with a workspace: the command runs in the copy (its workdir `/workspace` unless
+/// given), and the machine and the server's copy are gone afterwards.
+#[tokio::test]
+async fn run_once_runs_in_the_workspace_and_leaves_nothing() {
+    let s = Setup::new().await;
+    let ran =
+        s.h.ok(
+            "run-once",
+            json!({"workspace": s.repo().display().to_string(), "command": "cat README && ls"}),
+        )
+        .await;
+    assert_eq!(ran["exitCode"], 0, "{ran}");
+    assert!(
+        ran["stdout"].as_str().unwrap().starts_with("hello\n"),
+        "{ran}"
+    );
+    assert!(ran["stdout"].as_str().unwrap().contains("src"), "{ran}");
+    assert!(
+        s.fake.state.lock().unwrap().machines.is_empty(),
+        "the machine went"
+    );
+    let seeds = s.tmp.path().join("copies/seeds");
+    assert_eq!(
+        std::fs::read_dir(&seeds).map(|d| d.count()).unwrap_or(0),
+        0,
+        "nor is a copy left"
+    );
 }
