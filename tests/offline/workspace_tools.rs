@@ -458,6 +458,16 @@ async fn each_refusal_names_what_to_do_and_leaves_the_users_repository_as_it_was
         elsewhere.contains("changes: only /workspace"),
         "{elsewhere}"
     );
+    let page_past_budget =
+        s.h.err(
+            "read-file",
+            json!({"name": "plain", "path": "/workspace", "changes": true, "length": 1u64 << 30}),
+        )
+        .await;
+    assert!(
+        page_past_budget.contains("length: 1073741824 is over the"),
+        "a diff's page is bounded as a file's: {page_past_budget}"
+    );
 
     s.h.ok(
         "create-machine",
@@ -499,6 +509,24 @@ async fn each_refusal_names_what_to_do_and_leaves_the_users_repository_as_it_was
             .await;
     assert!(empty.contains("message:"), "{empty}");
     assert_eq!(snapshot(&repo), before, "no refusal touched the repository");
+
+    // Last, as checking out changes the index's stat data: a detached HEAD refused, the
+    // repository as it was while detached.
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    git(&repo, &["checkout", "--quiet", "--detach", &head]);
+    let detached_before = snapshot(&repo);
+    let detached =
+        s.h.err(
+            "create-machine",
+            json!({"workspace": repo.display().to_string()}),
+        )
+        .await;
+    assert!(detached.contains("a detached HEAD"), "{detached}");
+    assert_eq!(
+        snapshot(&repo),
+        detached_before,
+        "the detached repository as it was"
+    );
 }
 
 #[tokio::test]
