@@ -474,9 +474,9 @@ impl FleetApi for LocalFleet {
     /// The engine's start answers only once the guest has booted (about 17 s on the nested real
     /// 1.32.2 guest) and has no field to answer sooner; the machine reads `created` or
     /// `stopped` until then. So the start is sent from a task of its own, and this answers after
-    /// [`BEGIN_START_WATCH`] with the machine `starting` (as get-machine reads it until the
+    /// [`BEGIN_START_WATCH`] with the machine `starting` (as list-machines reads it until the
     /// start ends). A start refused at once (a conflict, a missing machine) is still this call's
-    /// error; one that fails later is logged, and get-machine shows the machine as it is.
+    /// error; one that fails later is logged, and list-machines shows the machine as it is.
     async fn begin_start(&self, name: &str, branchable: Option<bool>) -> FleetResult<Machine> {
         let ctx = format!("start machine {name}");
         let before = self.get(name).await?;

@@ -137,7 +137,7 @@ pub struct JobRecord {
     /// it alone.
     pub engine: String,
     pub machine: String,
-    /// The command as list-jobs shows it.
+    /// The command as job-output's list shows it.
     pub command: String,
     pub base: String,
     pub started_ms: i64,
@@ -148,7 +148,7 @@ pub struct JobRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobEnd {
     pub id: String,
-    /// The word list-jobs shows.
+    /// The word job-output's list shows.
     pub state: &'static str,
     pub exit_code: Option<i32>,
     pub reason: Option<String>,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-/// Ended jobs kept for job-output and list-jobs after their end; older ones are forgotten
+/// Ended jobs kept for job-output (and its list) after their end; older ones are forgotten
 /// (their ledger rows stay).
 const ENDED_KEPT: usize = 100;
 
@@ -590,7 +590,7 @@ impl Jobs {
 
     /// Takes over, once per process, the jobs that processes which have ended left running on
     /// the engines this one serves: each whose machine still runs is watched from here on as
-    /// if started here (job-output, cancel-job and list-jobs work on it, its timeout still
+    /// if started here (job-output, its list and cancel-job work on it, its timeout still
     /// counts from its start); the others end as lost, with why. Answers how many were taken.
     /// A job whose fleet does not answer now is left for a later process.
     pub async fn adopt(&self, process: &Arc<Process>, ledger: &Ledger) -> usize {
@@ -781,7 +781,7 @@ async fn look(job: &Job) -> Result<Seen, FleetError> {
     Ok(Seen::Running)
 }
 
-/// How job `id` ended, now: `state` is the word list-jobs shows.
+/// How job `id` ended, now: `state` is the word job-output's list shows.
 fn job_end(
     id: &str,
     state: &'static str,
