@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, then runs every test. The tests are four
 # binaries by what they need (docs/testing.md): `offline` nothing, `engine` the pinned engine,
-# `clients` the outside MCP clients, `guest` the nested engine whose guests boot.
+# `clients` the outside MCP clients, `guest` the nested engine whose guests boot, `shared` a
+# real PostgreSQL (scripts/postgres.sh, Debian's postgresql).
 #  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for `engine` (and two modules of
 #    `clients`), and the same engine nested in a QEMU TCG machine whose guests boot
 #    (scripts/nested-engine.sh, Debian's qemu-system-x86 and kernel), for `guest`;
@@ -137,6 +138,7 @@ if ! node -e 'const v=(p)=>require("./tests/conformance/node_modules/"+p+"/packa
 fi
 # What runs beside the tests is stopped with them, whichever way they end.
 nested_ours=""
+postgres_ours=""
 pause_ours=""
 user_path_pid=""
 on_exit() {
@@ -155,9 +157,19 @@ on_exit() {
   if [ -n "$pause_ours" ]; then
     pause_engine down >/dev/null 2>&1 || true
   fi
+  if [ -n "$postgres_ours" ]; then
+    scripts/postgres.sh down >/dev/null 2>&1 || true
+  fi
   exit "$status"
 }
 trap on_exit EXIT
+# A real PostgreSQL from Debian's packages for the shared store's tests (`shared`), stopped and
+# removed at the end unless it was already up (a developer's).
+if ! scripts/postgres.sh status; then
+  postgres_ours=1
+  scripts/postgres.sh up
+fi
+eval "export $(scripts/postgres.sh env)"
 # The real engine with guests that boot, nested in QEMU (the `guest` tests use it); one outer
 # VM for the whole run, taken down at the end unless it was already up (a developer's).
 if ! scripts/nested-engine.sh status >/dev/null 2>&1; then

@@ -20,6 +20,13 @@ pub fn start(config: Config) -> Result<Arc<Protocol>, crate::process::StartupErr
     Ok(protocol)
 }
 
+/// Opens the store before the first call is taken: a shared database this server cannot reach
+/// or use, or whose schema is newer than it knows, stops the start with why (a process serving
+/// without it would answer as a server that does not know its siblings' work).
+pub async fn store_ready(protocol: &Protocol) -> Result<(), crate::store::StoreUnavailable> {
+    protocol.policy.store.ready().await
+}
+
 /// Serves until `serving` ends (answering `ended`) or a stop signal comes (answering its name).
 /// SIGHUP too: a closed terminal or a supervisor's reload would otherwise kill the process
 /// before its machines are deleted.

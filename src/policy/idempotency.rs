@@ -105,6 +105,7 @@ impl Described {
         KeyRecord {
             key: key.to_owned(),
             pid,
+            holder: None,
             pid_started: crate::process::ephemeral::process_started(pid),
             tool: self.tool.clone(),
             fingerprint: self.fingerprint.clone(),
@@ -401,10 +402,7 @@ where
                         ),
                     ));
                 }
-                let me = std::process::id();
-                let holder_alive =
-                    crate::process::ephemeral::process_alive_since(first.pid, first.pid_started);
-                if first.pid != me && !holder_alive {
+                if !store.keys().holder_alive(&first).await {
                     return Err(ToolError::new(
                         ToolErrorKind::Fleet(crate::fleet::ErrorKind::Conflict),
                         format!(

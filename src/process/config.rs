@@ -779,6 +779,14 @@ settings! {
         accepts: whole(1, 36_500),
         why: "runs older than this many days leave the run ledger when a process first uses it and after every 256 records",
     },
+    store_url: Secret {
+        key: "storeUrl",
+        env: "SMOL_MCP_STORE_URL",
+        default: "",
+        shown_default: "the SQLite file `runs.sqlite` in the runtime directory",
+        accepts: Accepts::Text,
+        why: "a PostgreSQL database (`postgres://user:password@host/db`, or `host=/run/postgresql dbname=smol`) shared by every server process given it: runs, jobs, tasks, keys, spend marks and egress grants, so that processes behind one load balancer answer as one. Reached and migrated at start-up; a schema newer than this server is refused. No TLS built in: a Unix socket, loopback or a tunnel. Never logged",
+    },
     /// Secrets an agent may name for a machine and never sees.
     credentials: Vec<crate::process::credentials::CredentialBinding> {
         key: "credentials",

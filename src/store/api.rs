@@ -38,6 +38,13 @@ pub trait Store: Send + Sync {
     fn dropped(&self) -> u64;
     /// Waits (a bounded time) until what was queued before is written.
     fn flush(&self) -> futures::future::BoxFuture<'_, ()>;
+    /// Opens the backend now and says whether it can be used: a shared database is reached,
+    /// its schema brought up to date (or found newer than this server knows) before a server
+    /// answers its first call. The SQLite file opens at its first use instead, and answers
+    /// here at once.
+    fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Every command a tool ran: its start, its end and what it cost, read back as `smol://runs`.
@@ -106,6 +113,13 @@ pub trait KeyRepository: Send + Sync {
     /// The call holding `key` in this process failed: a retry with it runs again.
     fn released(&self, key: &str);
     async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable>;
+    /// Whether the process holding `record`'s key is this one or still lives: a holder that
+    /// ended before it answered cut its call off. On one host a pid and its start time tell;
+    /// a store shared by hosts asks whom it has heard from.
+    async fn holder_alive(&self, record: &KeyRecord) -> bool {
+        record.pid == std::process::id()
+            || crate::process::ephemeral::process_alive_since(record.pid, record.pid_started)
+    }
 }
 
 /// How long the store keeps what it keeps, from the settings: these govern runs only; the

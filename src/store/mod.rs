@@ -12,6 +12,7 @@
 
 mod api;
 mod off;
+pub mod postgres;
 mod records;
 pub mod sqlite;
 
@@ -29,14 +30,20 @@ use crate::process::config::Config;
 use crate::process::events::Events;
 use std::sync::Arc;
 
-/// The process's store, by its settings. Nothing is opened yet: a backend opens at first use.
+/// The process's store, by its settings: the database at `storeUrl` when one is named (shared
+/// by every process given it), else the SQLite file in the runtime directory. Nothing is
+/// opened yet: the file opens at first use, the database at [`Store::ready`].
 pub fn open(config: &Config, events: Events) -> Arc<dyn Store> {
+    let retention = RunRetention {
+        max_runs: config.ledger_max_runs,
+        max_days: config.ledger_max_days,
+    };
+    if !config.store_url.is_empty() {
+        return Arc::new(postgres::PgStore::new(&config.store_url, retention, events));
+    }
     Arc::new(sqlite::SqliteStore::new(
         config.runtime_dir.join(sqlite::FILE_NAME),
-        RunRetention {
-            max_runs: config.ledger_max_runs,
-            max_days: config.ledger_max_days,
-        },
+        retention,
         events,
     ))
 }

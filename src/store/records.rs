@@ -202,6 +202,10 @@ pub struct SpendReading {
 pub struct KeyRecord {
     pub key: String,
     pub pid: u32,
+    /// The holding process as a shared store registers it (its instance id), when the store
+    /// is shared by hosts on which `pid` names nothing; `None` in the SQLite file, filled in by
+    /// the store at the claim.
+    pub holder: Option<String>,
     /// When the holding process started (clock ticks after boot): a pid reused by a later
     /// process is not the holder. `None` in a record of an earlier release.
     pub pid_started: Option<u64>,
@@ -224,6 +228,7 @@ impl KeyRecord {
         KeyRecord {
             key: key.into(),
             pid: std::process::id(),
+            holder: None,
             pid_started: crate::process::ephemeral::process_started(std::process::id()),
             tool: "create-machine".into(),
             fingerprint: "f".into(),

@@ -177,6 +177,7 @@ pub async fn stateless_request(
     let name = params["name"]
         .as_str()
         .or(params["taskId"].as_str())
+        .or(params["uri"].as_str())
         .unwrap_or("")
         .to_owned();
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});

@@ -76,6 +76,7 @@ pub(super) fn one(conn: &Connection, key: &str) -> rusqlite::Result<Option<KeyRe
         Ok(KeyRecord {
             key: row.get(0)?,
             pid: row.get(1)?,
+            holder: None,
             pid_started: pid_started.and_then(|t| u64::try_from(t).ok()),
             tool: row.get(2)?,
             fingerprint: row.get(3)?,
@@ -112,6 +113,7 @@ mod tests {
         KeyRecord {
             key: key.to_owned(),
             pid: std::process::id(),
+            holder: None,
             pid_started: None,
             tool: "run-command".to_owned(),
             fingerprint: "f".to_owned(),

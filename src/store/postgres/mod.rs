@@ -1,0 +1,690 @@
+//! The store as a PostgreSQL database several server processes share (`storeUrl`), on one
+//! host or many. Each process registers itself as an *instance* with a heartbeat; every record
+//! a process owns (a run, a job, a task, a key) names its instance, and a process is dead when
+//! its heartbeat is older than [`STALE`] (or, on this very host, when its pid has ended):
+//! a pid names nothing on another host. Times compared between processes are the database's.
+//!
+//! As with the file, a call never waits on the database for a write nothing depends on: writes
+//! go on a bounded queue to one writer task, which commits what is queued in one transaction;
+//! what a limit waits on (a key's claim, a day's spend mark, a dead process's jobs) is one
+//! statement that decides under PostgreSQL's row locks, answered once committed, so two
+//! processes racing for a claim never both win it. Unlike the file, the database is reached
+//! and its schema brought up to date at start-up ([`PgStore::ready`]): a server refuses to
+//! start on a database it cannot use or whose schema is newer than it knows.
+
+mod repositories;
+mod schema;
+mod writes;
+
+use crate::process::config::Secret;
+use crate::process::events::{Events, ServerEvent};
+use crate::store::api::{
+    EgressGrantRepository, JobRepository, KeyRepository, RunRepository, RunRetention,
+    SpendRepository, Store, StoreUnavailable, TaskRepository,
+};
+use schema::NOW_MS;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{OnceCell, mpsc, oneshot};
+use tokio_postgres::Client;
+use writes::{Write, Writer};
+
+/// Writes waiting for the writer; beyond this a write is dropped rather than a call held up.
+const QUEUE: usize = 1024;
+/// The most records one transaction commits.
+const BATCH: usize = 256;
+/// How often a process tells the database it lives.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// A process not heard from for this long is dead: its jobs, keys and runs are anyone's.
+/// Six heartbeats, so that a stalled second or a slow commit does not bury a live process.
+pub const STALE: Duration = Duration::from_secs(30);
+/// How long a read waits for the writes queued before it to be written.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+/// How long connecting may take before the store is reported unusable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Records written between two prunings.
+const PRUNE_EVERY: u64 = 256;
+/// Run ids are microseconds with the instance's slot in their lowest bits, so that processes
+/// sharing the database never make the same id and ids still grow with time; 64 slots is as
+/// many processes as may share one database at once (the slot is the instance's number modulo
+/// this), and the ids stay below 2^53, exact in a JavaScript client.
+const SLOTS: i64 = 64;
+
+/// The database store. It connects at [`PgStore::ready`].
+pub struct PgStore {
+    config: Result<tokio_postgres::Config, String>,
+    /// The database as messages name it: host, port, database and user, never the password.
+    shown: String,
+    retention: RunRetention,
+    events: Events,
+    queue: mpsc::Sender<Write>,
+    receiver: Mutex<Option<mpsc::Receiver<Write>>>,
+    opened: OnceCell<Result<Arc<Opened>, String>>,
+    dropped: AtomicU64,
+    last_id: AtomicI64,
+    announced: AtomicBool,
+}
+
+/// This process as the database knows it, and its read connection.
+struct Opened {
+    instance: String,
+    slot: i64,
+    host: String,
+    reader: Mutex<Option<Arc<Client>>>,
+}
+
+impl PgStore {
+    /// The store at `url` (a `postgres://` URL or key=value connection string); nothing is
+    /// reached until [`PgStore::ready`].
+    pub fn new(url: &Secret, retention: RunRetention, events: Events) -> PgStore {
+        let config = url
+            .expose()
+            .parse::<tokio_postgres::Config>()
+            .map_err(|e| format!("storeUrl is not a PostgreSQL connection URL: {e}"))
+            .and_then(|config| {
+                // No TLS is built in: a password sent in clear to another host is worse than
+                // a refusal. A Unix socket or loopback needs none; across hosts, a tunnel.
+                if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+                    Err(
+                        "storeUrl asks for TLS (sslmode=require), which this build does not \
+                         speak: reach the database over a Unix socket or loopback, or through \
+                         a TLS tunnel on this host"
+                            .to_owned(),
+                    )
+                } else {
+                    Ok(config)
+                }
+            });
+        let shown = config
+            .as_ref()
+            .map_or_else(|_| "storeUrl".to_owned(), shown);
+        let (queue, receiver) = mpsc::channel(QUEUE);
+        PgStore {
+            config,
+            shown,
+            retention,
+            events,
+            queue,
+            receiver: Mutex::new(Some(receiver)),
+            opened: OnceCell::new(),
+            dropped: AtomicU64::new(0),
+            last_id: AtomicI64::new(0),
+            announced: AtomicBool::new(false),
+        }
+    }
+
+    /// The instance id this process writes as, once ready.
+    pub fn instance(&self) -> Option<String> {
+        self.opened().map(|o| o.instance.clone())
+    }
+
+    fn opened(&self) -> Option<&Arc<Opened>> {
+        self.opened.get().and_then(|o| o.as_ref().ok())
+    }
+
+    fn unusable(&self, reason: impl Into<String>) -> StoreUnavailable {
+        StoreUnavailable::Broken {
+            path: self.shown.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Why the store cannot be used now, if it cannot.
+    fn broken(&self) -> Option<StoreUnavailable> {
+        match self.opened.get() {
+            Some(Ok(_)) => None,
+            Some(Err(reason)) => Some(self.unusable(reason.clone())),
+            None => Some(self.unusable("it is not connected yet")),
+        }
+    }
+
+    /// Connects, brings the schema up to date, registers this process and starts its writer
+    /// and heartbeat; once per process, the answer kept.
+    async fn open(&self) -> Result<Arc<Opened>, String> {
+        let config = self.config.clone()?;
+        let mut client = connect(&config).await?;
+        schema::migrate(&mut client)
+            .await
+            .map_err(|e| format!("{e}"))?;
+        let instance = format!("i-{:032x}", rand::random::<u128>());
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_default();
+        let pid = std::process::id();
+        let pid_started =
+            crate::process::ephemeral::process_started(pid).and_then(|t| i64::try_from(t).ok());
+        let slot: i64 = client
+            .query_one(
+                &format!(
+                    "WITH slot AS (SELECT nextval('instance_slots') % {SLOTS} AS n) \
+                     INSERT INTO instances (id, slot, host, pid, pid_started, started_ms, \
+                     heartbeat_ms) SELECT $1, n, $2, $3, $4, {NOW_MS}, {NOW_MS} FROM slot \
+                     RETURNING slot::bigint"
+                ),
+                &[&instance, &host, &i64::from(pid), &pid_started],
+            )
+            .await
+            .map_err(|e| format!("could not register this process: {e}"))?
+            .get(0);
+        let receiver = self
+            .receiver
+            .lock()
+            .map_err(|_| "its queue was poisoned".to_owned())?
+            .take()
+            .ok_or_else(|| "its writer was started before".to_owned())?;
+        let opened = Arc::new(Opened {
+            instance: instance.clone(),
+            slot,
+            host,
+            reader: Mutex::new(None),
+        });
+        let writer = WriterTask {
+            config: config.clone(),
+            client: Some(client),
+            instance: instance.clone(),
+            opened: opened.clone(),
+            retention: self.retention,
+            shown: self.shown.clone(),
+        };
+        tokio::spawn(writer.run(receiver));
+        tokio::spawn(heartbeat(config, instance));
+        tracing::info!(database = %self.shown, slot, "the store is the shared database");
+        Ok(opened)
+    }
+
+    /// Queues `write`, or says why it was not.
+    fn queue(&self, write: Write) -> Result<(), StoreUnavailable> {
+        if let Some(Err(reason)) = self.opened.get() {
+            return Err(self.unusable(reason.clone()));
+        }
+        match self.queue.try_send(write) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if dropped.is_power_of_two() {
+                    tracing::warn!(
+                        dropped,
+                        database = %self.shown,
+                        "the store's writer is behind (a slow or unreachable database?); records dropped so far"
+                    );
+                }
+                Err(StoreUnavailable::QueueFull { queue: QUEUE })
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(self.unusable("its writer has ended")),
+        }
+    }
+
+    fn record(&self, write: Write) {
+        let _ = self.queue(write);
+    }
+
+    /// Queues an ask and waits for its answer, written.
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(writes::Answer<T>) -> Write,
+    ) -> Result<T, StoreUnavailable> {
+        if let Some(broken) = self.broken() {
+            return Err(broken);
+        }
+        let (answer, answered) = oneshot::channel();
+        self.queue(make(answer))?;
+        match answered.await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(reason)) => Err(self.unusable(reason)),
+            Err(_) => Err(self.unusable("its writer has ended")),
+        }
+    }
+
+    async fn flush_queued(&self) {
+        if self.opened().is_none() {
+            return;
+        }
+        let (done, flushed) = oneshot::channel();
+        if self.queue(Write::Flush(done)).is_ok() {
+            let _ = tokio::time::timeout(FLUSH_WAIT, flushed).await;
+        }
+    }
+
+    /// The read connection, connecting (again) when it has none or lost it.
+    async fn reader(&self) -> Result<Arc<Client>, StoreUnavailable> {
+        let opened = match self.opened.get() {
+            Some(Ok(opened)) => opened,
+            _ => return Err(self.broken().unwrap_or_else(|| self.unusable("unknown"))),
+        };
+        let kept = opened.reader.lock().ok().and_then(|r| r.clone());
+        if let Some(client) = kept.filter(|c| !c.is_closed()) {
+            return Ok(client);
+        }
+        let config = self.config.clone().map_err(|e| self.unusable(e))?;
+        let client = Arc::new(connect(&config).await.map_err(|e| self.unusable(e))?);
+        if let Ok(mut reader) = opened.reader.lock() {
+            *reader = Some(client.clone());
+        }
+        Ok(client)
+    }
+
+    /// Runs `read` on the read connection after the writes queued so far are written.
+    async fn read<T>(
+        &self,
+        read: impl AsyncFnOnce(&Client) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<T, StoreUnavailable> {
+        self.flush_queued().await;
+        let client = self.reader().await?;
+        read(&client)
+            .await
+            .map_err(|e| self.unusable(e.to_string()))
+    }
+
+    /// The next run id: this instance's slot in the lowest bits of a microsecond count that
+    /// only grows.
+    fn next_id(&self, slot: i64) -> i64 {
+        let now = chrono::Utc::now().timestamp_micros();
+        let place = |at_least: i64| {
+            let base = at_least - at_least.rem_euclid(SLOTS) + slot;
+            if base < at_least { base + SLOTS } else { base }
+        };
+        let mut last = self.last_id.load(Ordering::Relaxed);
+        loop {
+            let id = place(now.max(last + 1));
+            match self
+                .last_id
+                .compare_exchange(last, id, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return id,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
+    /// Tells the clients, once, that a run goes unrecorded and why.
+    fn announce(&self, why: &StoreUnavailable) {
+        if !self.announced.swap(true, Ordering::Relaxed) {
+            self.events.publish(
+                ServerEvent::warning(
+                    "ledgerUnavailable",
+                    format!(
+                        "the run ledger cannot be used, so runs are not recorded (the tools \
+                         work as before): {why}"
+                    ),
+                )
+                .with("path", self.shown.clone())
+                .with("reason", why.to_string()),
+            );
+        }
+    }
+}
+
+impl Store for PgStore {
+    fn runs(&self) -> &dyn RunRepository {
+        self
+    }
+    fn jobs(&self) -> &dyn JobRepository {
+        self
+    }
+    fn tasks(&self) -> &dyn TaskRepository {
+        self
+    }
+    fn egress_grants(&self) -> &dyn EgressGrantRepository {
+        self
+    }
+    fn spend(&self) -> &dyn SpendRepository {
+        self
+    }
+    fn keys(&self) -> &dyn KeyRepository {
+        self
+    }
+    fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+    fn flush(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(self.flush_queued())
+    }
+    fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
+        Box::pin(async {
+            match self.opened.get_or_init(|| self.open()).await {
+                Ok(_) => Ok(()),
+                Err(reason) => Err(self.unusable(reason.clone())),
+            }
+        })
+    }
+}
+
+/// The database as messages name it, from its parsed connection settings.
+fn shown(config: &tokio_postgres::Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_default();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "postgres://{}@{host}:{port}/{}",
+        config.get_user().unwrap_or(""),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+async fn connect(config: &tokio_postgres::Config) -> Result<Client, String> {
+    let mut config = config.clone();
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("smol-mcp");
+    }
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("could not connect: {e}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "a connection to the store ended");
+        }
+    });
+    Ok(client)
+}
+
+/// Tells the database every [`HEARTBEAT`] that this process lives, on a connection of its own
+/// so that a busy writer never makes it look dead.
+async fn heartbeat(config: tokio_postgres::Config, instance: String) {
+    let mut client: Option<Client> = None;
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    loop {
+        tick.tick().await;
+        if client.as_ref().is_none_or(Client::is_closed) {
+            client = connect(&config).await.ok();
+        }
+        let Some(db) = client.as_ref() else { continue };
+        let beat = db
+            .execute(
+                &format!("UPDATE instances SET heartbeat_ms = {NOW_MS} WHERE id = $1"),
+                &[&instance],
+            )
+            .await;
+        match beat {
+            Ok(1) => {}
+            Ok(_) => tracing::error!(
+                "the store forgot this process (it was not heard from for {} s): others may \
+                 have taken over its jobs",
+                STALE.as_secs()
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not tell the store this process lives"),
+        }
+    }
+}
+
+/// The writer: one connection, the queue read in order.
+struct WriterTask {
+    config: tokio_postgres::Config,
+    client: Option<Client>,
+    instance: String,
+    opened: Arc<Opened>,
+    retention: RunRetention,
+    shown: String,
+}
+
+impl WriterTask {
+    async fn run(mut self, mut receiver: mpsc::Receiver<Write>) {
+        let mut failures: u64 = 0;
+        let mut since_prune: u64 = PRUNE_EVERY;
+        while let Some(first) = receiver.recv().await {
+            let mut records = Vec::new();
+            let mut next = Some(first);
+            // The records queued now go in one transaction; an ask or a flush ends the batch
+            // and is done after it, so it sees everything queued before it.
+            while let Some(write) = next.take() {
+                if !write.is_record() {
+                    next = Some(write);
+                    break;
+                }
+                records.push(write);
+                if records.len() >= BATCH {
+                    break;
+                }
+                next = receiver.try_recv().ok();
+            }
+            if !records.is_empty() {
+                since_prune += records.len() as u64;
+                if let Err(e) = self.write_records(&records).await {
+                    failures += 1;
+                    if failures.is_power_of_two() {
+                        tracing::warn!(error = %e, failures, database = %self.shown, "could not write to the store; records lost");
+                    }
+                }
+            }
+            if let Some(ask) = next {
+                self.answer(ask).await;
+            }
+            if since_prune >= PRUNE_EVERY {
+                since_prune = 0;
+                if let Err(e) = self.prune().await {
+                    tracing::warn!(error = %e, "could not prune the store");
+                }
+            }
+        }
+    }
+
+    async fn client(&mut self) -> Result<&mut Client, String> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            self.client = Some(connect(&self.config).await?);
+        }
+        self.client
+            .as_mut()
+            .ok_or_else(|| "no connection".to_owned())
+    }
+
+    fn who(&self) -> Writer<'_> {
+        Writer {
+            instance: &self.instance,
+            pid: i64::from(std::process::id()),
+        }
+    }
+
+    async fn write_records(&mut self, records: &[Write]) -> Result<(), String> {
+        let instance = self.instance.clone();
+        let client = self.client().await?;
+        let mut transaction = client.transaction().await.map_err(|e| e.to_string())?;
+        let who = Writer {
+            instance: &instance,
+            pid: i64::from(std::process::id()),
+        };
+        let mut first_error = None;
+        for record in records {
+            // A record that fails is lost, the others of its batch kept: a savepoint each.
+            let savepoint = transaction
+                .savepoint("record")
+                .await
+                .map_err(|e| e.to_string());
+            let Ok(savepoint) = savepoint else {
+                return Err("could not open a savepoint".to_owned());
+            };
+            match who.record(&savepoint, record).await {
+                Ok(()) => savepoint.commit().await.map_err(|e| e.to_string())?,
+                Err(e) => {
+                    first_error.get_or_insert(e.to_string());
+                    savepoint.rollback().await.map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        transaction.commit().await.map_err(|e| e.to_string())?;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn answer(&mut self, ask: Write) {
+        match ask {
+            Write::Flush(done) => {
+                let _ = done.send(());
+            }
+            Write::ClaimKey(claim, answer) => {
+                let answered = self
+                    .asked(async |who, db| who.claim_key(db, &claim).await)
+                    .await;
+                let _ = answer.send(answered);
+            }
+            Write::DayMark(reading, answer) => {
+                let answered = self
+                    .asked(async |who, db| who.day_mark(db, &reading).await)
+                    .await;
+                let _ = answer.send(answered);
+            }
+            Write::TakeOver(served, answer) => {
+                let opened = self.opened.clone();
+                let dead = match self.client().await {
+                    Ok(db) => dead_instances(db, &opened).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                };
+                let answered = match dead {
+                    Ok(dead) => {
+                        self.asked(async |who, db| who.take_over(db, &served, &dead).await)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                let _ = answer.send(answered);
+            }
+            record => {
+                let _ = self.write_records(std::slice::from_ref(&record)).await;
+            }
+        }
+    }
+
+    async fn asked<T>(
+        &mut self,
+        ask: impl AsyncFnOnce(&Writer<'_>, &Client) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<T, String> {
+        self.client().await?;
+        let who = self.who();
+        let Some(db) = self.client.as_ref() else {
+            return Err("no connection".to_owned());
+        };
+        ask(&who, db).await.map_err(|e| e.to_string())
+    }
+
+    /// Runs past the settings' bounds, and every other table past its own; runs a dead
+    /// process left open (not a running job's) are marked interrupted; instances dead for a
+    /// day go.
+    async fn prune(&mut self) -> Result<(), String> {
+        let retention = self.retention;
+        let opened = self.opened.clone();
+        let db = self.client().await?;
+        let dead = dead_instances(db, &opened)
+            .await
+            .map_err(|e| e.to_string())?;
+        let day_ms: i64 = 86_400_000;
+        let run_days = i64::try_from(retention.max_days).unwrap_or(i64::MAX / day_ms);
+        let keep_runs = i64::try_from(retention.max_runs).unwrap_or(i64::MAX);
+        let statements: [(
+            String,
+            Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>,
+        ); 10] = [
+            (
+                format!("DELETE FROM runs WHERE started_ms < {NOW_MS} - $1"),
+                vec![Box::new(run_days.saturating_mul(day_ms))],
+            ),
+            (
+                "DELETE FROM runs WHERE id <= \
+                 (SELECT id FROM runs ORDER BY id DESC OFFSET $1 LIMIT 1)"
+                    .to_owned(),
+                vec![Box::new(keep_runs)],
+            ),
+            (
+                format!(
+                    "UPDATE runs SET outcome = 'interrupted', ended_ms = {NOW_MS} \
+                     WHERE outcome = 'running' AND (owner = ANY($1) OR NOT EXISTS \
+                     (SELECT 1 FROM instances WHERE instances.id = runs.owner)) AND id NOT IN \
+                     (SELECT run_id FROM jobs WHERE state = 'running' AND run_id IS NOT NULL)"
+                ),
+                vec![Box::new(dead.clone())],
+            ),
+            (
+                format!("DELETE FROM jobs WHERE started_ms < {NOW_MS} - $1"),
+                vec![Box::new(30 * day_ms)],
+            ),
+            (
+                format!("DELETE FROM egress_grants WHERE granted_ms < {NOW_MS} - $1"),
+                vec![Box::new(365 * day_ms)],
+            ),
+            (
+                "DELETE FROM egress_grants WHERE id <= \
+                 (SELECT id FROM egress_grants ORDER BY id DESC OFFSET $1 LIMIT 1)"
+                    .to_owned(),
+                vec![Box::new(100_000_i64)],
+            ),
+            (
+                format!("DELETE FROM tasks WHERE created_ms + ttl_ms < {NOW_MS} - $1"),
+                vec![Box::new(0_i64)],
+            ),
+            (
+                format!("DELETE FROM idempotency_keys WHERE started_ms < {NOW_MS} - $1"),
+                vec![Box::new(day_ms)],
+            ),
+            (
+                "UPDATE idempotency_keys SET answer = NULL, answer_dropped = true WHERE key IN \
+                 (SELECT key FROM (SELECT key, SUM(octet_length(answer)) \
+                    OVER (ORDER BY started_ms DESC, key) AS newer_bytes \
+                  FROM idempotency_keys WHERE answer IS NOT NULL) newer WHERE newer_bytes > $1)"
+                    .to_owned(),
+                vec![Box::new(crate::store::KEY_ANSWERS_MAX_BYTES)],
+            ),
+            (
+                format!("DELETE FROM instances WHERE heartbeat_ms < {NOW_MS} - $1"),
+                vec![Box::new(day_ms)],
+            ),
+        ];
+        for (statement, values) in &statements {
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
+                .iter()
+                .map(|v| v.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
+                .collect();
+            db.execute(statement.as_str(), &params)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        db.execute(
+            "DELETE FROM idempotency_keys WHERE key NOT IN \
+             (SELECT key FROM idempotency_keys ORDER BY started_ms DESC, key LIMIT $1)",
+            &[&100_000_i64],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// The instances other than this one that are dead: not heard from for [`STALE`], or on this
+/// host with their process gone.
+async fn dead_instances(db: &Client, me: &Opened) -> Result<Vec<String>, tokio_postgres::Error> {
+    let stale_ms = i64::try_from(STALE.as_millis()).unwrap_or(i64::MAX);
+    let rows = db
+        .query(
+            &format!(
+                "SELECT id, host, pid, pid_started, heartbeat_ms < {NOW_MS} - $2 \
+                 FROM instances WHERE id <> $1"
+            ),
+            &[&me.instance, &stale_ms],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .filter(|row| instance_dead(row, me))
+        .map(|row| row.get(0))
+        .collect())
+}
+
+fn instance_dead(row: &tokio_postgres::Row, me: &Opened) -> bool {
+    let host: String = row.get(1);
+    let pid: i64 = row.get(2);
+    let pid_started: Option<i64> = row.get(3);
+    let stale: bool = row.get(4);
+    let gone_here = host == me.host
+        && !crate::process::ephemeral::process_alive_since(
+            u32::try_from(pid).unwrap_or(0),
+            pid_started.and_then(|t| u64::try_from(t).ok()),
+        );
+    stale || gone_here
+}

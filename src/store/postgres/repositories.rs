@@ -1,0 +1,261 @@
+//! The store's traits answered by the database: records queued for the writer, asks answered
+//! by it, reads on the read connection.
+
+use super::PgStore;
+use super::writes::{self, Write};
+use crate::fleet::FleetKind;
+use crate::store::{
+    EgressGrant, EgressGrantRepository, JobEnd, JobRecord, JobRepository, KeyClaim, KeyRecord,
+    KeyRepository, NewRun, RunDetail, RunEnd, RunPage, RunRepository, RunSummary, ServedEngine,
+    SpendReading, SpendRepository, StoreUnavailable, StreamRecord, TaskRecord, TaskRepository,
+};
+use tokio_postgres::Row;
+
+#[async_trait::async_trait]
+impl RunRepository for PgStore {
+    fn begin(&self, run: NewRun) -> Result<i64, StoreUnavailable> {
+        let slot = match self.opened() {
+            Some(opened) => opened.slot,
+            None => {
+                let why = self.broken().unwrap_or_else(|| self.unusable("unknown"));
+                self.announce(&why);
+                return Err(why);
+            }
+        };
+        let id = self.next_id(slot);
+        self.queue(Write::RunStart(id, Box::new(run)))
+            .inspect_err(|why| self.announce(why))?;
+        Ok(id)
+    }
+
+    fn end(&self, end: RunEnd) {
+        self.record(Write::RunEnd(Box::new(end)));
+    }
+
+    fn cost(&self, id: i64, usage_json: String) {
+        self.record(Write::RunCost(id, usage_json));
+    }
+
+    async fn page(&self, before: Option<i64>, limit: usize) -> Result<RunPage, StoreUnavailable> {
+        let fetch = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+        let before = before.unwrap_or(i64::MAX);
+        let mut runs: Vec<RunSummary> = self
+            .read(async |db| {
+                let rows = db
+                    .query(
+                        &format!(
+                            "SELECT {SUMMARY_COLUMNS} FROM runs WHERE id < $1 \
+                             ORDER BY id DESC LIMIT $2"
+                        ),
+                        &[&before, &fetch],
+                    )
+                    .await?;
+                Ok(rows.iter().map(summary).collect())
+            })
+            .await?;
+        let more = runs.len() > limit;
+        runs.truncate(limit);
+        Ok(RunPage { runs, more })
+    }
+
+    async fn get(&self, id: i64) -> Result<Option<RunDetail>, StoreUnavailable> {
+        self.read(async |db| {
+            let row = db
+                .query_opt(
+                    &format!(
+                        "SELECT {SUMMARY_COLUMNS}, workdir, env_names, error, stdout_head, \
+                         stdout_tail, stderr_head, stderr_tail, stdout_dropped, \
+                         stderr_dropped, usage FROM runs WHERE id = $1"
+                    ),
+                    &[&id],
+                )
+                .await?;
+            Ok(row.map(|row| detail(&row)))
+        })
+        .await
+    }
+}
+
+const SUMMARY_COLUMNS: &str = "id, tool, fleet, machine, command_kind, command, started_ms, \
+     ended_ms, outcome, exit_code, timed_out, stdout_bytes, stderr_bytes";
+
+fn summary(row: &Row) -> RunSummary {
+    RunSummary {
+        id: row.get(0),
+        tool: row.get(1),
+        fleet: row.get(2),
+        machine: row.get(3),
+        command_kind: row.get(4),
+        command: row.get(5),
+        started_ms: row.get(6),
+        ended_ms: row.get(7),
+        outcome: row.get(8),
+        exit_code: row.get(9),
+        timed_out: row.get(10),
+        stdout_bytes: row.get(11),
+        stderr_bytes: row.get(12),
+    }
+}
+
+fn detail(row: &Row) -> RunDetail {
+    let summary = summary(row);
+    let stream = |bytes: Option<i64>, head: usize, tail: usize, dropped: usize| {
+        bytes.map(|bytes| StreamRecord {
+            bytes,
+            dropped: row.get::<_, Option<i64>>(dropped).unwrap_or(0),
+            head: row.get::<_, Option<String>>(head).unwrap_or_default(),
+            tail: row.get::<_, Option<String>>(tail).unwrap_or_default(),
+        })
+    };
+    RunDetail {
+        stdout: stream(summary.stdout_bytes, 16, 17, 20),
+        stderr: stream(summary.stderr_bytes, 18, 19, 21),
+        usage: row.get(22),
+        workdir: row.get(13),
+        env_names: row.get(14),
+        error: row.get(15),
+        summary,
+    }
+}
+
+#[async_trait::async_trait]
+impl JobRepository for PgStore {
+    fn started(&self, job: JobRecord) {
+        self.record(Write::JobStarted(Box::new(job)));
+    }
+
+    fn ended(&self, end: JobEnd) {
+        self.record(Write::JobEnded(end));
+    }
+
+    fn let_go(&self, id: &str) {
+        self.record(Write::JobLetGo(id.to_owned()));
+    }
+
+    async fn take_over(&self, served: Vec<ServedEngine>) -> Vec<JobRecord> {
+        self.ask(|answer| Write::TakeOver(served, answer))
+            .await
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl TaskRepository for PgStore {
+    fn created(&self, task: TaskRecord) {
+        self.record(Write::TaskCreated(task));
+    }
+
+    fn ended(&self, id: &str, outcome: &'static str) {
+        self.record(Write::TaskEnded(id.to_owned(), outcome));
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>, StoreUnavailable> {
+        self.read(async |db| {
+            let row = db
+                .query_opt(
+                    "SELECT id, pid, tool, created_ms, ttl_ms, outcome FROM tasks WHERE id = $1",
+                    &[&id],
+                )
+                .await?;
+            Ok(row.map(|row| TaskRecord {
+                id: row.get(0),
+                pid: u32::try_from(row.get::<_, i64>(1)).unwrap_or(0),
+                tool: row.get(2),
+                created_ms: row.get(3),
+                ttl_ms: row.get(4),
+                outcome: row.get(5),
+            }))
+        })
+        .await
+    }
+}
+
+#[async_trait::async_trait]
+impl EgressGrantRepository for PgStore {
+    fn add(&self, grant: EgressGrant) {
+        if !grant.destinations.is_empty() {
+            self.record(Write::Grant(grant));
+        }
+    }
+
+    async fn for_machine(
+        &self,
+        fleet: FleetKind,
+        machine: &str,
+    ) -> Result<Vec<String>, StoreUnavailable> {
+        self.read(async |db| {
+            let rows = db
+                .query(
+                    "SELECT destination FROM egress_grants WHERE machine = $1 AND fleet = $2 \
+                     GROUP BY destination ORDER BY MIN(granted_ms), MIN(id)",
+                    &[&machine, &fleet.as_str()],
+                )
+                .await?;
+            Ok(rows.iter().map(|row| row.get(0)).collect())
+        })
+        .await
+    }
+}
+
+#[async_trait::async_trait]
+impl SpendRepository for PgStore {
+    async fn day_mark(&self, reading: SpendReading) -> Result<i64, StoreUnavailable> {
+        self.ask(|answer| Write::DayMark(reading, answer)).await
+    }
+}
+
+#[async_trait::async_trait]
+impl KeyRepository for PgStore {
+    async fn claim(&self, claim: KeyRecord) -> Result<KeyClaim, StoreUnavailable> {
+        self.ask(|answer| Write::ClaimKey(Box::new(claim), answer))
+            .await
+    }
+
+    fn answered(&self, key: &str, answer: String) {
+        self.record(Write::KeyAnswered(key.to_owned(), answer));
+    }
+
+    fn released(&self, key: &str) {
+        self.record(Write::KeyReleased(key.to_owned()));
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable> {
+        self.read(async |db| writes::key(db, key).await).await
+    }
+
+    /// The holder is this process, or an instance heard from within [`super::STALE`] (on
+    /// this host: whose process still runs). When the database cannot say, the holder is
+    /// taken to live: the caller then waits for an answer (within its own bound) rather than
+    /// telling the client a call was cut off that may still be running.
+    async fn holder_alive(&self, record: &KeyRecord) -> bool {
+        let Some(opened) = self.opened() else {
+            return true;
+        };
+        let Some(holder) = record.holder.as_deref() else {
+            return record.pid == std::process::id()
+                || crate::process::ephemeral::process_alive_since(record.pid, record.pid_started);
+        };
+        if holder == opened.instance {
+            return true;
+        }
+        let Ok(db) = self.reader().await else {
+            return true;
+        };
+        let stale_ms = i64::try_from(super::STALE.as_millis()).unwrap_or(i64::MAX);
+        let row = db
+            .query_opt(
+                &format!(
+                    "SELECT id, host, pid, pid_started, heartbeat_ms < {} - $2 \
+                     FROM instances WHERE id = $1",
+                    super::schema::NOW_MS
+                ),
+                &[&holder, &stale_ms],
+            )
+            .await;
+        match row {
+            Ok(Some(row)) => !super::instance_dead(&row, opened),
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The tests of a server several processes share, against real parts started by the project's
+//! own scripts: PostgreSQL from Debian's packages (scripts/postgres.sh; `SMOL_TEST_PG_URL`).
+//! Each test makes a database of its own. One module an area:
+//!
+//! - store: the PostgreSQL store behind the store's seam: every kind of record, migrations and
+//!   the refusal of a newer schema, and the claims two processes race for, each taken once
+//! - replicas: `smol-mcp-http` processes given one database answer as one
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod database;
+mod replicas;
+mod store;

@@ -1,0 +1,457 @@
+//! The PostgreSQL store: what one process writes another reads, the schema's migrations and
+//! its refusal, and each claim two processes race for won once. A "process" here is a store
+//! of its own (an instance of its own in the database), as a second server process would be;
+//! a dead one is an instance row whose process has ended on this host, or whose heartbeat is
+//! older than the store's bound on another.
+
+use super::database::TestDatabase;
+use smol_mcp::fleet::FleetKind;
+use smol_mcp::process::config::Secret;
+use smol_mcp::process::events::Events;
+use smol_mcp::store::postgres::PgStore;
+use smol_mcp::store::{
+    EgressGrant, JobRecord, KeyClaim, KeyRecord, NewRun, RunCommand, RunEnd, RunOutcome,
+    RunRetention, ServedEngine, SpendReading, Store, StoreUnavailable, StreamRecord, TaskRecord,
+};
+use std::sync::Arc;
+
+fn retention() -> RunRetention {
+    RunRetention {
+        max_runs: 2000,
+        max_days: 30,
+    }
+}
+
+async fn ready_store(db: &TestDatabase) -> Arc<PgStore> {
+    let store = Arc::new(PgStore::new(
+        &Secret::new(db.url.clone()),
+        retention(),
+        Events::default(),
+    ));
+    store.ready().await.expect("the store opens");
+    store
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn key_claim(key: &str) -> KeyRecord {
+    KeyRecord {
+        key: key.into(),
+        pid: std::process::id(),
+        holder: None,
+        pid_started: None,
+        tool: "create-machine".into(),
+        fingerprint: "f".into(),
+        arguments: "{}".into(),
+        started_ms: now_ms(),
+        answer: None,
+        answer_dropped: false,
+    }
+}
+
+fn job(id: &str, engine: &str) -> JobRecord {
+    JobRecord {
+        id: id.into(),
+        run_id: None,
+        fleet: FleetKind::Local,
+        engine: engine.into(),
+        machine: "m".into(),
+        command: "sleep 100".into(),
+        base: "/tmp/j".into(),
+        started_ms: now_ms(),
+        timeout_secs: 600,
+    }
+}
+
+/// An instance row for a process that is not running: on this host with a pid that has
+/// ended, or on another host not heard from for `silent_secs`.
+async fn dead_instance(db: &TestDatabase, id: &str, host: &str, silent_secs: i64) {
+    let mut ended = std::process::Command::new("true").spawn().unwrap();
+    let pid = i64::from(ended.id());
+    ended.wait().unwrap();
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO instances (id, slot, host, pid, pid_started, started_ms, heartbeat_ms) \
+             VALUES ($1, 63, $2, $3, NULL, 0, \
+             (extract(epoch from clock_timestamp()) * 1000)::bigint - $4::bigint * 1000)",
+            &[&id, &host, &pid, &silent_secs],
+        )
+        .await
+        .unwrap();
+}
+
+async fn give_jobs_to(db: &TestDatabase, owner: &str) {
+    db.client()
+        .await
+        .execute("UPDATE jobs SET owner = $1", &[&owner])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn what_one_process_writes_another_reads() {
+    let db = TestDatabase::new().await;
+    let (a, b) = (ready_store(&db).await, ready_store(&db).await);
+    assert_ne!(a.instance(), b.instance());
+
+    let started = now_ms();
+    let run = NewRun {
+        pid: std::process::id(),
+        tool: "run-command",
+        fleet: FleetKind::Local,
+        machine: "box".into(),
+        command: RunCommand::Shell("echo hi".into()),
+        workdir: Some("/w".into()),
+        env_names: vec!["A".into()],
+        started_ms: started,
+    };
+    let first = a.runs().begin(run.clone()).unwrap();
+    let second = b.runs().begin(run.clone()).unwrap();
+    let third = a.runs().begin(run).unwrap();
+    assert!(
+        third > first,
+        "one process's ids grow: {first} then {third}"
+    );
+    assert_ne!(first % 64, second % 64, "two processes' ids never meet");
+    assert!(
+        third < (1 << 53),
+        "ids stay exact in a JavaScript client: {third}"
+    );
+    a.runs().end(RunEnd {
+        id: first,
+        ended_ms: started + 5,
+        outcome: RunOutcome::Exited,
+        exit_code: Some(0),
+        timed_out: Some(false),
+        error: None,
+        stdout: Some(StreamRecord {
+            bytes: 3,
+            dropped: 0,
+            head: "hi\n".into(),
+            tail: String::new(),
+        }),
+        stderr: None,
+    });
+    a.runs().cost(first, "{\"cpuMs\":1}".into());
+    a.flush().await;
+    b.flush().await;
+
+    let page = b.runs().page(None, 10).await.unwrap();
+    assert_eq!(page.runs.len(), 3);
+    assert!(!page.more);
+    let ids: Vec<i64> = page.runs.iter().map(|r| r.id).collect();
+    let mut newest_first = ids.clone();
+    newest_first.sort_by(|x, y| y.cmp(x));
+    assert_eq!(ids, newest_first);
+    let older = b.runs().page(Some(ids[0]), 1).await.unwrap();
+    assert_eq!(older.runs.len(), 1);
+    assert!(older.more);
+    let detail = b.runs().get(first).await.unwrap().unwrap();
+    assert_eq!(detail.summary.outcome, "exited");
+    assert_eq!(detail.summary.exit_code, Some(0));
+    assert_eq!(detail.stdout.unwrap().head, "hi\n");
+    assert_eq!(detail.usage.as_deref(), Some("{\"cpuMs\":1}"));
+    assert_eq!(detail.env_names, "[\"A\"]");
+    assert!(b.runs().get(12345).await.unwrap().is_none());
+
+    a.tasks().created(TaskRecord {
+        id: "t1".into(),
+        pid: 7,
+        tool: "run-command".into(),
+        created_ms: now_ms(),
+        ttl_ms: 60_000,
+        outcome: None,
+    });
+    a.tasks().ended("t1", "completed");
+    a.egress_grants().add(EgressGrant {
+        fleet: FleetKind::Local,
+        engine: "e".into(),
+        machine: "box".into(),
+        destinations: vec!["pypi.org".into(), "github.com".into()],
+        granted_ms: now_ms(),
+    });
+    a.egress_grants().add(EgressGrant {
+        fleet: FleetKind::Local,
+        engine: "e".into(),
+        machine: "box".into(),
+        destinations: vec!["pypi.org".into(), "crates.io".into()],
+        granted_ms: now_ms() + 1,
+    });
+    a.flush().await;
+    let task = b.tasks().get("t1").await.unwrap().unwrap();
+    assert_eq!(task.outcome.as_deref(), Some("completed"));
+    assert_eq!(task.pid, 7);
+    assert_eq!(
+        b.egress_grants()
+            .for_machine(FleetKind::Local, "box")
+            .await
+            .unwrap(),
+        ["pypi.org", "github.com", "crates.io"]
+    );
+    assert!(
+        b.egress_grants()
+            .for_machine(FleetKind::Cloud, "box")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The day's spend mark is the first reading of the day, by either process.
+    let day = |micros| SpendReading {
+        day: "2026-12-05".into(),
+        period_total_micros: micros,
+    };
+    assert_eq!(a.spend().day_mark(day(100)).await.unwrap(), 100);
+    assert_eq!(b.spend().day_mark(day(250)).await.unwrap(), 100);
+    let next = SpendReading {
+        day: "2026-12-06".into(),
+        period_total_micros: 300,
+    };
+    assert_eq!(b.spend().day_mark(next).await.unwrap(), 300);
+
+    // A key answered by one process replays from the other.
+    assert_eq!(
+        a.keys().claim(key_claim("k1")).await.unwrap(),
+        KeyClaim::Claimed
+    );
+    a.keys().answered("k1", "{\"ok\":1}".into());
+    a.flush().await;
+    match b.keys().claim(key_claim("k1")).await.unwrap() {
+        KeyClaim::Taken(held) => {
+            assert_eq!(held.answer.as_deref(), Some("{\"ok\":1}"));
+            assert_eq!(held.holder, a.instance());
+            assert!(b.keys().holder_alive(&held).await, "a is alive");
+        }
+        claimed => panic!("b claimed a key a holds: {claimed:?}"),
+    }
+    // A key released by a failed call is free for the other.
+    assert_eq!(
+        a.keys().claim(key_claim("k2")).await.unwrap(),
+        KeyClaim::Claimed
+    );
+    a.keys().released("k2");
+    a.flush().await;
+    assert_eq!(
+        b.keys().claim(key_claim("k2")).await.unwrap(),
+        KeyClaim::Claimed
+    );
+    // Only its holder answers or releases a key.
+    a.keys().released("k2");
+    a.keys().answered("k2", "\"a's\"".into());
+    a.flush().await;
+    let held = b.keys().get("k2").await.unwrap().unwrap();
+    assert_eq!(held.holder, b.instance());
+    assert_eq!(held.answer, None);
+}
+
+#[tokio::test]
+async fn two_processes_racing_for_keys_and_spend_marks_win_each_once() {
+    let db = TestDatabase::new().await;
+    let stores = [
+        ready_store(&db).await,
+        ready_store(&db).await,
+        ready_store(&db).await,
+    ];
+    let keys: Vec<String> = (0..40).map(|i| format!("race-{i}")).collect();
+    let mut claims = Vec::new();
+    for store in &stores {
+        for key in &keys {
+            let (store, key) = (store.clone(), key.clone());
+            claims.push(tokio::spawn(async move {
+                let claim = store.keys().claim(key_claim(&key)).await.unwrap();
+                (key, store.instance().unwrap(), claim)
+            }));
+        }
+    }
+    let mut winners = std::collections::BTreeMap::<String, Vec<String>>::new();
+    let mut taken = 0;
+    for claim in claims {
+        let (key, instance, claim) = claim.await.unwrap();
+        match claim {
+            KeyClaim::Claimed => winners.entry(key).or_default().push(instance),
+            KeyClaim::Taken(held) => {
+                taken += 1;
+                assert_ne!(held.holder.as_deref(), Some(instance.as_str()));
+            }
+        }
+    }
+    assert_eq!(winners.len(), keys.len(), "every key is claimed");
+    for (key, won) in &winners {
+        assert_eq!(won.len(), 1, "{key} was claimed by {won:?}");
+    }
+    assert_eq!(taken, keys.len() * 2);
+
+    let marks = futures::future::join_all(stores.iter().enumerate().map(|(i, s)| {
+        s.spend().day_mark(SpendReading {
+            day: "2026-12-05".into(),
+            period_total_micros: 1000 + i64::try_from(i).unwrap(),
+        })
+    }))
+    .await;
+    let marks: Vec<i64> = marks.into_iter().map(Result::unwrap).collect();
+    assert!(marks.iter().all(|m| *m == marks[0]), "one mark: {marks:?}");
+}
+
+#[tokio::test]
+async fn a_dead_processs_jobs_are_taken_over_once_and_a_live_ones_never() {
+    let db = TestDatabase::new().await;
+    let writer = ready_store(&db).await;
+    for i in 0..30 {
+        writer
+            .jobs()
+            .started(job(&format!("dead-here-{i}"), "serve-a"));
+    }
+    writer.jobs().started(job("other-engine", "serve-b"));
+    writer.flush().await;
+    // The jobs' owner ended on this host (its pid is gone): dead at once.
+    dead_instance(&db, "i-dead-here", &hostname(), 0).await;
+    give_jobs_to(&db, "i-dead-here").await;
+    // One more of a process elsewhere not heard from for a minute, and one heard from now.
+    dead_instance(&db, "i-silent", "elsewhere", 60).await;
+    dead_instance(&db, "i-live", "elsewhere", 0).await;
+    let client = db.client().await;
+    for (id, owner) in [("silent-1", "i-silent"), ("live-1", "i-live")] {
+        writer.jobs().started(job(id, "serve-a"));
+        writer.flush().await;
+        client
+            .execute("UPDATE jobs SET owner = $2 WHERE id = $1", &[&id, &owner])
+            .await
+            .unwrap();
+    }
+
+    let takers = [
+        ready_store(&db).await,
+        ready_store(&db).await,
+        ready_store(&db).await,
+    ];
+    let served = vec![ServedEngine {
+        fleet: FleetKind::Local,
+        engine: "serve-a".into(),
+    }];
+    let taken =
+        futures::future::join_all(takers.iter().map(|t| t.jobs().take_over(served.clone()))).await;
+    let mut all: Vec<String> = taken.iter().flatten().map(|j| j.id.clone()).collect();
+    all.sort();
+    let mut expected: Vec<String> = (0..30).map(|i| format!("dead-here-{i}")).collect();
+    expected.push("silent-1".into());
+    expected.sort();
+    assert_eq!(
+        all, expected,
+        "each dead job once, none of another engine or a live owner"
+    );
+    // Whoever took a job owns it now: no one takes it again.
+    let again =
+        futures::future::join_all(takers.iter().map(|t| t.jobs().take_over(served.clone()))).await;
+    assert!(again.iter().all(Vec::is_empty), "{again:?}");
+    // A job let go is anyone's again.
+    let holder = takers
+        .iter()
+        .zip(&taken)
+        .find(|(_, t)| !t.is_empty())
+        .unwrap();
+    holder.0.jobs().let_go(&holder.1[0].id);
+    holder.0.flush().await;
+    let other = takers
+        .iter()
+        .find(|t| t.instance() != holder.0.instance())
+        .unwrap();
+    let retaken = other.jobs().take_over(served).await;
+    assert_eq!(retaken.len(), 1);
+    assert_eq!(retaken[0].id, holder.1[0].id);
+}
+
+#[tokio::test]
+async fn a_key_held_by_a_dead_process_is_known_dead() {
+    let db = TestDatabase::new().await;
+    let store = ready_store(&db).await;
+    dead_instance(&db, "i-gone", &hostname(), 0).await;
+    dead_instance(&db, "i-far-live", "elsewhere", 0).await;
+    dead_instance(&db, "i-far-silent", "elsewhere", 60).await;
+    let held_by = |holder: &str| KeyRecord {
+        holder: Some(holder.into()),
+        ..key_claim("k")
+    };
+    assert!(!store.keys().holder_alive(&held_by("i-gone")).await);
+    assert!(store.keys().holder_alive(&held_by("i-far-live")).await);
+    assert!(!store.keys().holder_alive(&held_by("i-far-silent")).await);
+    assert!(!store.keys().holder_alive(&held_by("i-never-was")).await);
+    let me = store.instance().unwrap();
+    assert!(store.keys().holder_alive(&held_by(&me)).await);
+}
+
+#[tokio::test]
+async fn processes_starting_together_migrate_once_and_a_newer_schema_is_refused() {
+    let db = TestDatabase::new().await;
+    let stores: Vec<PgStore> = (0..4)
+        .map(|_| PgStore::new(&Secret::new(db.url.clone()), retention(), Events::default()))
+        .collect();
+    let opened = futures::future::join_all(stores.iter().map(|s| s.ready())).await;
+    assert!(opened.iter().all(Result::is_ok), "{opened:?}");
+    let client = db.client().await;
+    let versions: Vec<i32> = client
+        .query("SELECT version FROM smol_mcp_schema ORDER BY version", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, [1]);
+
+    client
+        .execute(
+            "INSERT INTO smol_mcp_schema (version, applied_ms) VALUES (99, 0)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let newer = PgStore::new(&Secret::new(db.url.clone()), retention(), Events::default());
+    let refused = newer.ready().await.unwrap_err();
+    let StoreUnavailable::Broken { reason, .. } = &refused else {
+        panic!("{refused:?}");
+    };
+    assert!(
+        reason.contains("version 99, newer than this server knows (up to 1)"),
+        "{reason}"
+    );
+    // A store that could not open refuses what a limit asks, rather than letting it through.
+    assert!(newer.keys().claim(key_claim("k")).await.is_err());
+}
+
+#[tokio::test]
+async fn an_unreachable_or_wrong_database_is_refused_without_its_password() {
+    let wrong_password =
+        super::database::server_url().replacen("smol:", "smol:not-the-password-7f3a", 1);
+    let cases = [
+        (
+            "postgres://smol:hunter2-secret@127.0.0.1:1/db".to_owned(),
+            "could not connect",
+        ),
+        (wrong_password, "could not connect"),
+        (
+            "postgres://smol:x@/db?sslmode=require&host=/tmp".to_owned(),
+            "sslmode=require",
+        ),
+        (
+            "not a url at all =".to_owned(),
+            "storeUrl is not a PostgreSQL connection URL",
+        ),
+    ];
+    for (url, expected) in cases {
+        let store = PgStore::new(&Secret::new(url.clone()), retention(), Events::default());
+        let refused = store.ready().await.unwrap_err().to_string();
+        assert!(refused.contains(expected), "{url}: {refused}");
+        for secret in ["hunter2-secret", "not-the-password-7f3a"] {
+            assert!(
+                !refused.contains(secret),
+                "the password is shown: {refused}"
+            );
+        }
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().unwrap().into_string().unwrap()
+}
