@@ -10,21 +10,29 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 
-/// The protocol stack for `config`, with a dead predecessor's orphans swept in the background,
-/// and the reaper of expired leases and kept machines running until the clean-up at exit.
-pub fn start(config: Config) -> Result<Arc<Protocol>, crate::process::StartupError> {
+/// Why a server does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Stack(#[from] crate::process::StartupError),
+    /// A shared database this server cannot reach or use, or whose schema is newer than it
+    /// knows: a process serving without it would answer as a server that does not know its
+    /// siblings' work.
+    #[error("the store (storeUrl): {0}")]
+    Store(#[from] crate::store::StoreUnavailable),
+}
+
+/// The protocol stack for `config`, its store opened, with a dead predecessor's orphans swept
+/// in the background and the reaper of expired leases and kept machines running until the
+/// clean-up at exit. The store opens first: with a shared one the sweep reads its record.
+pub async fn start(config: Config) -> Result<Arc<Protocol>, StartError> {
     let protocol = Protocol::start(config)?;
+    protocol.policy.store.ready().await?;
     let process = protocol.process().clone();
     tokio::spawn(async move { process.sweep_orphans_at_start().await });
     tokio::spawn(protocol.process().clone().reap());
+    tokio::spawn(protocol.policy.clone().watch_siblings());
     Ok(protocol)
-}
-
-/// Opens the store before the first call is taken: a shared database this server cannot reach
-/// or use, or whose schema is newer than it knows, stops the start with why (a process serving
-/// without it would answer as a server that does not know its siblings' work).
-pub async fn store_ready(protocol: &Protocol) -> Result<(), crate::store::StoreUnavailable> {
-    protocol.policy.store.ready().await
 }
 
 /// Serves until `serving` ends (answering `ended`) or a stop signal comes (answering its name).

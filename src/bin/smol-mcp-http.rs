@@ -80,10 +80,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let path = config.http_path.clone();
-    let protocol = serve::start(config.clone()).context("startup")?;
-    serve::store_ready(&protocol)
-        .await
-        .context("the store (storeUrl)")?;
+    let protocol = serve::start(config.clone()).await.context("startup")?;
     let shutdown = CancellationToken::new();
     tracing::info!("listening for MCP over HTTP on http://{address}{path}");
     let server = tokio::spawn(smol_mcp::protocol::http::serve(

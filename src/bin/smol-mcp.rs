@@ -56,10 +56,7 @@ async fn doctor(quick: bool) -> anyhow::Result<ExitCode> {
 
 async fn run() -> anyhow::Result<ExitCode> {
     let config = Config::load().context("configuration")?;
-    let protocol = serve::start(config).context("startup")?;
-    serve::store_ready(&protocol)
-        .await
-        .context("the store (storeUrl)")?;
+    let protocol = serve::start(config).await.context("startup")?;
     let session = format!("stdio-{}-{:08x}", std::process::id(), rand::random::<u32>());
     let server = SmolMcp::new(protocol.clone(), session.clone());
     // Not rmcp's stdio transport directly: it drops malformed lines without an answer.

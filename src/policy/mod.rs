@@ -49,10 +49,20 @@ pub struct Policy {
     pub terminals: terminals::Terminals,
 }
 
+/// How often a process sharing its store looks for what a dead sibling left: as often as the
+/// store hears from each process.
+const SIBLING_WATCH: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Policy {
     pub fn new(process: Arc<Process>) -> Policy {
+        let store = crate::store::open(&process.config, process.events.clone());
+        Policy::with_store(process, store)
+    }
+
+    /// A policy over `process` keeping what outlives a call in `store`.
+    pub fn with_store(process: Arc<Process>, store: Arc<dyn crate::store::Store>) -> Policy {
         let config = &process.config;
-        let ledger = ledger::Ledger::open(config, process.events.clone());
+        let ledger = ledger::Ledger::new(store, config.ledger_max_runs > 0);
         ledger.redacting(process.credentials.clone());
         Policy {
             store: ledger.store().clone(),
@@ -73,8 +83,38 @@ impl Policy {
     }
 
     /// A process and its policy, from the settings.
+    /// With a store other server processes share (`storeUrl`): every few seconds, what a
+    /// sibling that died left is taken over, as a process started after it would at its start:
+    /// its leased machines a sessionless client may still name (adopted), its orphans (swept,
+    /// each claimed once), its running jobs (watched from here, job-output and cancel-job
+    /// answered here). Ends with this process's clean-up.
+    pub async fn watch_siblings(self: Arc<Self>) {
+        if self.store.machine_record().is_none() {
+            return;
+        }
+        let mut tick = tokio::time::interval(SIBLING_WATCH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.process.stopping() => return,
+                _ = tick.tick() => {}
+            }
+            let adopted = self.process.leases.adopt();
+            self.process.sweep_orphans().await;
+            let jobs = self.jobs.take_over(&self.process, &self.ledger).await;
+            if !adopted.is_empty() || jobs > 0 {
+                tracing::info!(machines = ?adopted, jobs, "took over what a server process that ended left");
+            }
+        }
+    }
+
+    /// A shared store keeps the machine record too, so that every process sharing it sees
+    /// (and sweeps) the machines of any that died.
     pub fn start(config: Config) -> Result<Arc<Policy>, StartupError> {
-        Ok(Arc::new(Policy::new(Arc::new(Process::new(config)?))))
+        let events = crate::process::events::Events::default();
+        let store = crate::store::open(&config, events.clone());
+        let process = Process::with_record(config, events, store.machine_record())?;
+        Ok(Arc::new(Policy::with_store(Arc::new(process), store)))
     }
 
     /// At the exit of a single-session process: the ledger written out, the session's

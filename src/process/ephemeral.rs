@@ -30,6 +30,10 @@ pub struct Entry {
     /// What the fleet calls it (the `mach-` id on cloud); the name until create answers.
     pub id: String,
     pub owner_pid: u32,
+    /// The owning process as a shared store registers it (its instance id), where the record
+    /// is shared by hosts on which `owner_pid` names nothing. Absent in the file's record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub session: String,
     /// The machine a branch child was made from. The local engine refuses to delete a machine
     /// that is the fork base of live clones (409, smolvm src/api/handlers/machines.rs
@@ -79,10 +83,10 @@ impl Lease {
 impl Entry {
     /// Whether the process that owned the machine is gone and nobody may still use it: a dead
     /// owner's leased machine stays until its lease runs out, for the next server to adopt.
-    fn orphaned(&self, now: u64) -> bool {
+    fn orphaned(&self, now: u64, owner_alive: impl Fn(&Entry) -> bool) -> bool {
         match self.kept_until {
             Some(until) => now >= until,
-            None => !process_alive(self.owner_pid) && self.lease.is_none_or(|l| l.expired(now)),
+            None => !owner_alive(self) && self.lease.is_none_or(|l| l.expired(now)),
         }
     }
 
@@ -102,6 +106,10 @@ pub fn now_secs() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
+
+/// The session of a machine a sweep has claimed for deletion: it belongs to no session any
+/// more, only to the process that claimed it (and to the next, should that one end first).
+pub const CLAIMED: &str = "(claimed for deletion)";
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct RecordFile {
@@ -227,39 +235,37 @@ pub fn children_first(mut pending: Vec<Entry>) -> Vec<Entry> {
     ordered
 }
 
+/// Where the record is kept: the runtime directory's file (the server processes of one user
+/// on one host), or a database the server processes of several hosts share. Every change is
+/// made under a lock all the processes sharing it respect, so that a claim (an orphan to sweep,
+/// a leased machine to adopt, a kept one to take back) is made by one process.
+pub trait RecordBook: Send + Sync {
+    /// Runs `change` on every entry under that lock, writing what it changed.
+    fn update(&self, change: &mut dyn FnMut(&mut Vec<Entry>)) -> Result<(), RecordError>;
+    fn entries(&self) -> Result<Vec<Entry>, RecordError>;
+    /// This process as the book names owners beside its pid (`Entry::owner`), if it does.
+    fn me(&self) -> Option<String> {
+        None
+    }
+    /// Whether the process owning `entry` still runs.
+    fn owner_alive(&self, entry: &Entry) -> bool {
+        process_alive(entry.owner_pid)
+    }
+}
+
+/// The record as a file in the runtime directory, shared by the processes of one user there.
 #[derive(Debug, Clone)]
-pub struct Record {
+struct FileBook {
     path: PathBuf,
     lock_path: PathBuf,
 }
 
-impl Record {
-    pub fn new(runtime_dir: &Path) -> Record {
-        Record {
-            path: runtime_dir.join("ephemeral.json"),
-            lock_path: runtime_dir.join("ephemeral.lock"),
-        }
-    }
-
+impl FileBook {
     fn io(&self, why: impl std::fmt::Display) -> RecordError {
         RecordError::Io {
             path: self.path.display().to_string(),
             why: why.to_string(),
         }
-    }
-
-    /// Runs `change` on the record under an exclusive lock (several processes share the file).
-    fn update<R>(&self, change: impl FnOnce(&mut Vec<Entry>) -> R) -> Result<R, RecordError> {
-        let lock = shared_file::lock_exclusive(&self.lock_path).map_err(|e| self.io(e))?;
-        let mut entries = self.read_unlocked()?;
-        let before = entries.clone();
-        let result = change(&mut entries);
-        // Most deletes are of machines that were never recorded: skip the write (and its fsync).
-        if entries != before {
-            self.write_unlocked(&entries)?;
-        }
-        drop(lock);
-        Ok(result)
     }
 
     fn read_unlocked(&self) -> Result<Vec<Entry>, RecordError> {
@@ -283,13 +289,88 @@ impl Record {
         .map_err(|e| self.io(e))?;
         shared_file::replace(&self.path, text.as_bytes()).map_err(|e| self.io(e))
     }
+}
 
-    pub fn entries(&self) -> Result<Vec<Entry>, RecordError> {
+impl RecordBook for FileBook {
+    fn update(&self, change: &mut dyn FnMut(&mut Vec<Entry>)) -> Result<(), RecordError> {
+        let lock = shared_file::lock_exclusive(&self.lock_path).map_err(|e| self.io(e))?;
+        let mut entries = self.read_unlocked()?;
+        let before = entries.clone();
+        change(&mut entries);
+        // Most deletes are of machines that were never recorded: skip the write (and its fsync).
+        if entries != before {
+            self.write_unlocked(&entries)?;
+        }
+        drop(lock);
+        Ok(())
+    }
+
+    fn entries(&self) -> Result<Vec<Entry>, RecordError> {
         let _lock = shared_file::lock_shared(&self.lock_path).map_err(|e| self.io(e))?;
         self.read_unlocked()
     }
+}
+
+#[derive(Clone)]
+pub struct Record {
+    book: std::sync::Arc<dyn RecordBook>,
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Record").finish_non_exhaustive()
+    }
+}
+
+impl Record {
+    /// The record in `runtime_dir`'s file.
+    pub fn new(runtime_dir: &Path) -> Record {
+        Record {
+            book: std::sync::Arc::new(FileBook {
+                path: runtime_dir.join("ephemeral.json"),
+                lock_path: runtime_dir.join("ephemeral.lock"),
+            }),
+        }
+    }
+
+    /// The record kept in `book` (a shared store's).
+    pub fn in_book(book: std::sync::Arc<dyn RecordBook>) -> Record {
+        Record { book }
+    }
+
+    /// Runs `change` on the record under the book's lock (several processes share it).
+    fn update<R>(&self, change: impl FnOnce(&mut Vec<Entry>) -> R) -> Result<R, RecordError> {
+        let mut change = Some(change);
+        let mut result = None;
+        self.book.update(&mut |entries| {
+            if let Some(change) = change.take() {
+                result = Some(change(entries));
+            }
+        })?;
+        result.ok_or_else(|| RecordError::Io {
+            path: "the machine record".into(),
+            why: "its book never ran the change".into(),
+        })
+    }
+
+    /// Marks `entry` as this process's when its pid says so (the book's name for it beside).
+    fn stamp(&self, entry: &mut Entry) {
+        if entry.owner_pid == std::process::id() {
+            entry.owner = self.book.me();
+        }
+    }
+
+    fn orphaned_now(&self, now: u64) -> impl Fn(&Entry) -> bool + '_ {
+        move |e: &Entry| e.orphaned(now, |e| self.book.owner_alive(e))
+    }
+
+    pub fn entries(&self) -> Result<Vec<Entry>, RecordError> {
+        self.book.entries()
+    }
 
     pub fn add(&self, entry: Entry) -> Result<(), RecordError> {
+        let mut entry = entry;
+        self.stamp(&mut entry);
         self.update(|entries| {
             entries.retain(|e| !(e.fleet == entry.fleet && e.name == entry.name));
             entries.push(entry);
@@ -298,6 +379,8 @@ impl Record {
 
     /// Adds an entry unless one of that name is recorded already; answers whether one was.
     pub fn add_new(&self, entry: Entry) -> Result<bool, RecordError> {
+        let mut entry = entry;
+        self.stamp(&mut entry);
         self.update(|entries| {
             let known = entries
                 .iter()
@@ -312,6 +395,9 @@ impl Record {
     /// Once create has answered: the machine's id, and the session that made it as its owner.
     /// The parent recorded before the create stays.
     pub fn set_created(&self, created: &Entry) -> Result<(), RecordError> {
+        let mut created = created.clone();
+        self.stamp(&mut created);
+        let created = &created;
         self.update(|entries| {
             for e in entries
                 .iter_mut()
@@ -332,33 +418,82 @@ impl Record {
     }
 
     /// Entries of this session, and entries whose process has died (leased ones once their
-    /// lease has run out), of machines made on `engine`.
+    /// lease has run out), of machines made on `engine`; the orphans are claimed for this
+    /// process to delete ([`Record::claim_orphans`]).
     pub fn owned_or_orphaned(
         &self,
         session: &str,
         fleet: FleetKind,
         engine: &str,
     ) -> Result<Vec<Entry>, RecordError> {
-        let now = now_secs();
-        Ok(self
+        let mut entries: Vec<Entry> = self
             .entries()?
             .into_iter()
             .filter(|e| {
                 e.fleet == fleet
                     && e.made_on(engine)
-                    && ((e.session == session && e.kept_until.is_none()) || e.orphaned(now))
+                    && e.session == session
+                    && e.kept_until.is_none()
             })
-            .collect())
+            .collect();
+        entries.extend(self.claim_orphans(fleet, engine)?);
+        Ok(entries)
     }
 
-    /// Machines made on `engine` whose process has died.
-    pub fn orphaned(&self, fleet: FleetKind, engine: &str) -> Result<Vec<Entry>, RecordError> {
+    /// Claims the machines made on `engine` whose process has died (or whose kept time has
+    /// passed) for this process to delete: in one change under the book's lock each becomes
+    /// this process's, so that of two processes sweeping at once each machine is deleted by
+    /// one. A machine whose delete then fails stays this process's, and is orphaned again if
+    /// it ends.
+    pub fn claim_orphans(&self, fleet: FleetKind, engine: &str) -> Result<Vec<Entry>, RecordError> {
         let now = now_secs();
+        let me = self.book.me();
+        let orphaned = self.orphaned_now(now);
+        self.update(|entries| {
+            let mut claimed = Vec::new();
+            for e in entries
+                .iter_mut()
+                .filter(|e| e.fleet == fleet && e.made_on(engine))
+            {
+                // Claimed by this process before (a delete that failed, or a sweep of this
+                // process under way): this process's to delete still. Claimed by another live
+                // one: its own. Otherwise an orphan is claimed now.
+                let claimed_before = e.session == CLAIMED;
+                if claimed_before && self.is_mine(e) {
+                    claimed.push(e.clone());
+                    continue;
+                }
+                if !orphaned(e) || (claimed_before && self.book.owner_alive(e)) {
+                    continue;
+                }
+                e.owner_pid = std::process::id();
+                e.owner.clone_from(&me);
+                e.session = CLAIMED.to_owned();
+                e.lease = None;
+                claimed.push(e.clone());
+            }
+            claimed
+        })
+    }
+
+    /// Machines made on `engine` whose process has died (read only: a sweep claims them).
+    pub fn orphaned(&self, fleet: FleetKind, engine: &str) -> Result<Vec<Entry>, RecordError> {
+        let orphaned = self.orphaned_now(now_secs());
         Ok(self
             .entries()?
             .into_iter()
-            .filter(|e| e.fleet == fleet && e.made_on(engine) && e.orphaned(now))
+            .filter(|e| e.fleet == fleet && e.made_on(engine) && orphaned(e))
             .collect())
+    }
+
+    /// This process as the record's book names owners beside its pid, if it does.
+    pub fn me(&self) -> Option<String> {
+        self.book.me()
+    }
+
+    /// Whether `entry` is this process's.
+    pub fn is_mine(&self, entry: &Entry) -> bool {
+        entry.owner_pid == std::process::id() && entry.owner == self.book.me()
     }
 
     /// Orphans made on another engine than `engine`: left recorded for a start on theirs.
@@ -367,11 +502,11 @@ impl Record {
         fleet: FleetKind,
         engine: &str,
     ) -> Result<Vec<Entry>, RecordError> {
-        let now = now_secs();
+        let orphaned = self.orphaned_now(now_secs());
         Ok(self
             .entries()?
             .into_iter()
-            .filter(|e| e.fleet == fleet && !e.made_on(engine) && e.orphaned(now))
+            .filter(|e| e.fleet == fleet && !e.made_on(engine) && orphaned(e))
             .collect())
     }
 
@@ -398,14 +533,16 @@ impl Record {
         session: &str,
         now: u64,
     ) -> Result<Vec<Entry>, RecordError> {
+        let me = self.book.me();
         self.update(|entries| {
             let mut adopted = Vec::new();
             for e in entries.iter_mut().filter(|e| {
                 e.kept_until.is_none()
                     && e.lease.is_some_and(|l| !l.expired(now))
-                    && !process_alive(e.owner_pid)
+                    && !self.book.owner_alive(e)
             }) {
                 e.owner_pid = owner;
+                e.owner.clone_from(&me);
                 e.session = session.to_owned();
                 adopted.push(e.clone());
             }
@@ -448,6 +585,7 @@ impl Record {
         lease: Option<Lease>,
         now: u64,
     ) -> Result<Vec<Entry>, RecordError> {
+        let me = self.book.me();
         self.update(|entries| {
             let mut taken = Vec::new();
             for e in entries
@@ -456,6 +594,7 @@ impl Record {
             {
                 e.kept_until = None;
                 e.owner_pid = owner;
+                e.owner.clone_from(&me);
                 e.session = session.to_owned();
                 e.lease = lease;
                 taken.push(e.clone());
@@ -484,7 +623,10 @@ impl Record {
             .entries()?
             .into_iter()
             .filter(|e| {
-                e.fleet == fleet && e.owner_pid == owner && e.lease.is_some_and(|l| l.expired(now))
+                e.fleet == fleet
+                    && e.owner_pid == owner
+                    && e.owner == self.book.me()
+                    && e.lease.is_some_and(|l| l.expired(now))
             })
             .collect())
     }
@@ -500,6 +642,7 @@ mod tests {
             name: name.into(),
             id: name.into(),
             owner_pid: pid,
+            owner: None,
             session: session.into(),
             parent: None,
             recorded_at: 0,
@@ -549,7 +692,16 @@ mod tests {
             .map(|e| e.name)
             .collect();
         assert_eq!(found, ["mine", "orphan"]);
-        assert_eq!(record.orphaned(FleetKind::Local, "e").unwrap().len(), 1);
+        // The sweep that found the orphan claimed it: it is this process's now, no orphan,
+        // and found again by this process's next sweep (should its delete have failed).
+        assert!(record.orphaned(FleetKind::Local, "e").unwrap().is_empty());
+        let again: Vec<String> = record
+            .claim_orphans(FleetKind::Local, "e")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(again, ["orphan"]);
         assert!(record.orphaned(FleetKind::Cloud, "e").unwrap().is_empty());
         assert!(
             record.add_new(entry("mine", dead, "s7")).unwrap(),

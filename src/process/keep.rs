@@ -114,6 +114,7 @@ mod tests {
             name: "mcp-a".into(),
             id: "mcp-a".into(),
             owner_pid: 1,
+            owner: None,
             session: "s".into(),
             parent: None,
             recorded_at,

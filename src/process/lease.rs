@@ -63,10 +63,15 @@ pub struct Leases {
 
 impl Leases {
     pub fn new(record: Record, secs: u64) -> Leases {
+        // In a shared record the pid alone could be another host's process's too.
+        let session = match record.me() {
+            Some(instance) => format!("leased-{instance}"),
+            None => format!("leased-{}", std::process::id()),
+        };
         Leases {
             record,
             in_use: InUse::default(),
-            session: format!("leased-{}", std::process::id()),
+            session,
             secs,
         }
     }
@@ -179,7 +184,6 @@ impl Leases {
     /// The fleets where this process holds a leased machine, which the clean-up at exit must
     /// reach: an adopted lease may be on a fleet no call of this process has used.
     pub fn fleets_held(&self) -> Vec<FleetKind> {
-        let me = std::process::id();
         let Ok(entries) = self.record.entries() else {
             return Vec::new();
         };
@@ -188,7 +192,7 @@ impl Leases {
             .filter(|kind| {
                 entries
                     .iter()
-                    .any(|e| e.fleet == *kind && e.owner_pid == me && e.lease.is_some())
+                    .any(|e| e.fleet == *kind && self.record.is_mine(e) && e.lease.is_some())
             })
             .collect()
     }

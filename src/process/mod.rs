@@ -84,8 +84,21 @@ pub fn resolve_mode(config: &Config) -> Mode {
 
 impl Process {
     pub fn new(config: Config) -> Result<Process, StartupError> {
+        Process::with_record(config, Events::default(), None)
+    }
+
+    /// A process whose events are `events` and whose machine record is kept in `book` (a
+    /// shared store's), else in the runtime directory's file.
+    pub fn with_record(
+        config: Config,
+        events: Events,
+        book: Option<Arc<dyn ephemeral::RecordBook>>,
+    ) -> Result<Process, StartupError> {
         ensure_runtime_dir(&config.runtime_dir)?;
-        let record = Record::new(&config.runtime_dir);
+        let record = match book {
+            Some(book) => Record::in_book(book),
+            None => Record::new(&config.runtime_dir),
+        };
         let credentials = Arc::new(credentials::Supplier::new(
             config.credentials.clone(),
             &config.runtime_dir,
@@ -110,7 +123,7 @@ impl Process {
             config: Arc::new(config),
             local: tokio::sync::Mutex::new(None),
             cloud: std::sync::OnceLock::new(),
-            events: Events::default(),
+            events,
             local_engine: std::sync::OnceLock::new(),
             given: std::sync::OnceLock::new(),
         })
@@ -290,6 +303,7 @@ impl Process {
             name: name.to_owned(),
             id: name.to_owned(),
             owner_pid: std::process::id(),
+            owner: None,
             session: session.to_owned(),
             parent: parent.map(str::to_owned),
             recorded_at: ephemeral::now_secs(),
@@ -404,6 +418,7 @@ impl Process {
             name: name.to_owned(),
             id: id.to_owned(),
             owner_pid: std::process::id(),
+            owner: None,
             session: session.to_owned(),
             parent: None,
             recorded_at: ephemeral::now_secs(),
@@ -427,6 +442,17 @@ impl Process {
     pub async fn sweep_orphans_at_start(self: &Arc<Self>) {
         self.workspaces
             .prune_seeds(std::time::Duration::from_secs(3600));
+        self.sweep_orphans().await;
+    }
+
+    /// Whether this process's clean-up has begun (its exit): a watch of its siblings stops.
+    pub fn stopping(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.reaping.cancelled()
+    }
+
+    /// Deletes what dead processes left (each machine claimed first, so that processes
+    /// sweeping at once delete it once), wherever that needs no new serve.
+    pub async fn sweep_orphans(self: &Arc<Self>) {
         let cloud_engine = self.engine(FleetKind::Cloud);
         let has_cloud_orphans = self
             .record
@@ -601,13 +627,12 @@ impl Process {
     pub async fn shutdown_process(&self) -> Cleanup {
         self.reaping.cancel();
         self.reach_leased_fleets().await;
-        let me = std::process::id();
         let sessions: std::collections::BTreeSet<String> = self
             .record
             .entries()
             .map(|e| {
                 e.into_iter()
-                    .filter(|e| e.owner_pid == me)
+                    .filter(|e| self.record.is_mine(e))
                     .map(|e| e.session)
                     .collect()
             })

@@ -163,7 +163,7 @@ pub async fn sweep(record: &Record, fleet: &Fleet, engine: &str, session: Option
     }
     let entries = match session {
         Some(s) => record.owned_or_orphaned(s, kind, engine),
-        None => record.orphaned(kind, engine),
+        None => record.claim_orphans(kind, engine),
     };
     let entries = match entries {
         Ok(entries) => entries,
@@ -235,6 +235,7 @@ mod tests {
             name: name.into(),
             id: name.into(),
             owner_pid: 1,
+            owner: None,
             session: "s".into(),
             parent: parent.map(Into::into),
             recorded_at: 0,

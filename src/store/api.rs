@@ -45,6 +45,11 @@ pub trait Store: Send + Sync {
     fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
         Box::pin(async { Ok(()) })
     }
+    /// Where the record of ephemeral machines and their leases is kept when the store keeps
+    /// it (a shared database); `None`: the runtime directory's file.
+    fn machine_record(&self) -> Option<std::sync::Arc<dyn crate::process::ephemeral::RecordBook>> {
+        None
+    }
 }
 
 /// Every command a tool ran: its start, its end and what it cost, read back as `smol://runs`.

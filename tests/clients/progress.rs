@@ -299,6 +299,7 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
             name: "smol-orphan".into(),
             id: "smol-orphan".into(),
             owner_pid: DEAD_PID,
+            owner: None,
             session: "gone".into(),
             parent: None,
             recorded_at: 0,

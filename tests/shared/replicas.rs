@@ -138,3 +138,167 @@ async fn a_server_refuses_to_start_on_a_newer_schema() {
         "the password is in the log: {stderr}"
     );
 }
+
+/// Waits for `what`, polling `done` until `limit`.
+async fn until<T>(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = done().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn stop(server: &HttpServer) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+}
+
+/// A process killed outright (no clean-up of any kind) with a sessionless client's machine
+/// and a running job: a sibling takes both over within its watch (the machine's lease
+/// adopted, the job watched from there and read to its end), and when the siblings stop,
+/// every machine is gone from the engine.
+#[tokio::test]
+async fn a_killed_process_s_machine_and_job_move_to_a_sibling_and_nothing_leaks() {
+    let db = TestDatabase::new().await;
+    let fake = FakeServe::start_guest_shell().await;
+    let (rt_a, rt_b, rt_c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let url = fake.url();
+    let vars = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_STORE_URL", db.url.as_str()),
+        ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
+    ];
+    let mut a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
+    let mut b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
+    let mut c = HttpServer::spawn(rt_c.path(), TOKEN, &vars).await;
+
+    let made = call(&a, "create-machine", json!({"image": "alpine"})).await;
+    assert_eq!(made["isError"], false, "{made}");
+    let machine = made["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let started = call(
+        &a,
+        "run-command",
+        json!({"name": machine, "background": true,
+               "command": "for i in 1 2 3 4 5 6 7 8; do echo \"line $i\"; sleep 0.5; done; exit 3"}),
+    )
+    .await;
+    assert_eq!(started["isError"], false, "{started}");
+    let job = started["structuredContent"]["job"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    a.child.start_kill().unwrap();
+    a.child.wait().await.unwrap();
+
+    // One of the siblings takes the job over; whichever it is answers for it to its end.
+    let (owner, first) = until(
+        "a sibling to take the job over",
+        Duration::from_secs(30),
+        async || {
+            for (name, server) in [("b", &b), ("c", &c)] {
+                let report = call(server, "job-output", json!({"job": job, "cursor": "0:0"})).await;
+                if report["isError"] == false {
+                    return Some((name, report));
+                }
+            }
+            None
+        },
+    )
+    .await;
+    let server = if owner == "b" { &b } else { &c };
+    let mut stdout = first["structuredContent"]["stdout"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut cursor = first["structuredContent"]["cursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut last = first["structuredContent"].clone();
+    while last["state"] == "running" || last["more"] == true {
+        let report = call(
+            server,
+            "job-output",
+            json!({"job": job, "cursor": cursor, "waitSecs": 2}),
+        )
+        .await;
+        assert_eq!(report["isError"], false, "{report}");
+        last = report["structuredContent"].clone();
+        stdout.push_str(last["stdout"].as_str().unwrap());
+        cursor = last["cursor"].as_str().unwrap().to_owned();
+    }
+    assert_eq!(
+        stdout,
+        (1..=8).map(|i| format!("line {i}\n")).collect::<String>()
+    );
+    assert_eq!(last["exitCode"], 3, "{last}");
+
+    // The machine is a sessionless client's, whose lease has not run out: a sibling adopts it
+    // within its watch, as a process started after the dead one would at its start.
+    let siblings = [b.child.id().unwrap(), c.child.id().unwrap()];
+    let client = db.client().await;
+    until(
+        "a sibling to adopt the machine",
+        Duration::from_secs(20),
+        async || {
+            let text: String = client
+                .query_one("SELECT entries FROM machine_record", &[])
+                .await
+                .unwrap()
+                .get(0);
+            let entries: Value = serde_json::from_str(&text).unwrap();
+            let entry = entries
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == machine.as_str())?;
+            let owner = u32::try_from(entry["ownerPid"].as_u64()?).ok()?;
+            siblings.contains(&owner).then_some(())
+        },
+    )
+    .await;
+
+    // The sessionless client's machine still answers, through either sibling.
+    let ran = call(
+        &b,
+        "run-command",
+        json!({"name": machine, "command": "echo still-here"}),
+    )
+    .await;
+    assert_eq!(ran["structuredContent"]["stdout"], "still-here\n", "{ran}");
+    assert_eq!(fake.state.lock().unwrap().machines.len(), 1);
+
+    // The siblings stop as a supervisor stops them: whichever adopted the machine deletes it.
+    stop(&b);
+    stop(&c);
+    for server in [&mut b, &mut c] {
+        let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
+            .await
+            .expect("a sibling did not stop")
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+    let left: Vec<String> = fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "machines leaked: {left:?}");
+}

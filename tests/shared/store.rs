@@ -398,7 +398,9 @@ async fn processes_starting_together_migrate_once_and_a_newer_schema_is_refused(
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, [1]);
+    let all: Vec<i32> =
+        (1..=i32::try_from(smol_mcp::store::postgres::SCHEMA_VERSION).unwrap()).collect();
+    assert_eq!(versions, all, "each migration once");
 
     client
         .execute(
@@ -413,7 +415,10 @@ async fn processes_starting_together_migrate_once_and_a_newer_schema_is_refused(
         panic!("{refused:?}");
     };
     assert!(
-        reason.contains("version 99, newer than this server knows (up to 1)"),
+        reason.contains(&format!(
+            "version 99, newer than this server knows (up to {})",
+            smol_mcp::store::postgres::SCHEMA_VERSION
+        )),
         "{reason}"
     );
     // A store that could not open refuses what a limit asks, rather than letting it through.
@@ -454,4 +459,87 @@ async fn an_unreachable_or_wrong_database_is_refused_without_its_password() {
 
 fn hostname() -> String {
     nix::unistd::gethostname().unwrap().into_string().unwrap()
+}
+
+fn machine(name: &str, owner: Option<&str>) -> smol_mcp::process::ephemeral::Entry {
+    smol_mcp::process::ephemeral::Entry {
+        fleet: FleetKind::Local,
+        name: name.into(),
+        id: name.into(),
+        owner_pid: 4_194_303,
+        owner: owner.map(str::to_owned),
+        session: "s".into(),
+        parent: None,
+        recorded_at: 0,
+        lease: None,
+        engine: Some("serve-a".into()),
+        kept_until: None,
+    }
+}
+
+#[tokio::test]
+async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_once() {
+    use smol_mcp::process::ephemeral::Record;
+    let db = TestDatabase::new().await;
+    let stores = [
+        ready_store(&db).await,
+        ready_store(&db).await,
+        ready_store(&db).await,
+    ];
+    let records: Vec<Record> = stores
+        .iter()
+        .map(|s| Record::in_book(s.machine_record().unwrap()))
+        .collect();
+    dead_instance(&db, "i-dead-owner", &hostname(), 0).await;
+    dead_instance(&db, "i-live-owner", "elsewhere", 0).await;
+    for i in 0..20 {
+        records[0]
+            .add(machine(&format!("mcp-dead-{i}"), Some("i-dead-owner")))
+            .unwrap();
+    }
+    records[0]
+        .add(machine("mcp-live", Some("i-live-owner")))
+        .unwrap();
+    // Written by one, read by another.
+    assert_eq!(records[2].entries().unwrap().len(), 21);
+    assert_eq!(
+        records[1]
+            .orphaned(FleetKind::Local, "serve-a")
+            .unwrap()
+            .len(),
+        20,
+        "the live owner's machine is no orphan"
+    );
+    // Three processes sweeping at once: each orphan is claimed by one, on the blocking
+    // threads a sweep's callers would be on.
+    let claims: Vec<_> = records
+        .iter()
+        .cloned()
+        .map(|r| {
+            tokio::task::spawn_blocking(move || {
+                r.claim_orphans(FleetKind::Local, "serve-a").unwrap()
+            })
+        })
+        .collect();
+    let mut claimed = Vec::new();
+    for (claim, store) in claims.into_iter().zip(&stores) {
+        for entry in claim.await.unwrap() {
+            assert_eq!(entry.owner, store.instance(), "claimed as the claimer's");
+            claimed.push(entry.name);
+        }
+    }
+    claimed.sort();
+    let mut expected: Vec<String> = (0..20).map(|i| format!("mcp-dead-{i}")).collect();
+    expected.sort();
+    assert_eq!(claimed, expected, "each orphan claimed once");
+    assert!(
+        records[0]
+            .orphaned(FleetKind::Local, "serve-a")
+            .unwrap()
+            .is_empty(),
+        "claimed machines belong to live processes now"
+    );
+    // A machine removed by one is gone for all.
+    records[1].remove(FleetKind::Local, "mcp-live").unwrap();
+    assert_eq!(records[2].entries().unwrap().len(), 20);
 }

@@ -602,7 +602,10 @@ impl Jobs {
             .await
     }
 
-    async fn take_over(&self, process: &Arc<Process>, ledger: &Ledger) -> usize {
+    /// Takes over now what [`Jobs::adopt`] took at the first use: the jobs of processes that
+    /// have ended since (a sibling sharing the store). A job this process owns already is not
+    /// taken again (the store hands out only a dead owner's).
+    pub(crate) async fn take_over(&self, process: &Arc<Process>, ledger: &Ledger) -> usize {
         let served: Vec<ServedEngine> = FleetKind::ALL
             .into_iter()
             .filter(|kind| process.serves(*kind))

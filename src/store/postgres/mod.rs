@@ -12,6 +12,9 @@
 //! and its schema brought up to date at start-up ([`PgStore::ready`]): a server refuses to
 //! start on a database it cannot use or whose schema is newer than it knows.
 
+mod connection;
+mod instances;
+mod machines;
 mod repositories;
 mod schema;
 mod writes;
@@ -22,6 +25,9 @@ use crate::store::api::{
     EgressGrantRepository, JobRepository, KeyRepository, RunRepository, RunRetention,
     SpendRepository, Store, StoreUnavailable, TaskRepository,
 };
+use connection::{connect, shown};
+pub use instances::STALE;
+use instances::{InstanceRow, Me, heartbeat};
 use schema::NOW_MS;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,15 +40,8 @@ use writes::{Write, Writer};
 const QUEUE: usize = 1024;
 /// The most records one transaction commits.
 const BATCH: usize = 256;
-/// How often a process tells the database it lives.
-const HEARTBEAT: Duration = Duration::from_secs(5);
-/// A process not heard from for this long is dead: its jobs, keys and runs are anyone's.
-/// Six heartbeats, so that a stalled second or a slow commit does not bury a live process.
-pub const STALE: Duration = Duration::from_secs(30);
 /// How long a read waits for the writes queued before it to be written.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
-/// How long connecting may take before the store is reported unusable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records written between two prunings.
 const PRUNE_EVERY: u64 = 256;
 /// Run ids are microseconds with the instance's slot in their lowest bits, so that processes
@@ -50,6 +49,9 @@ const PRUNE_EVERY: u64 = 256;
 /// many processes as may share one database at once (the slot is the instance's number modulo
 /// this), and the ids stay below 2^53, exact in a JavaScript client.
 const SLOTS: i64 = 64;
+
+/// The schema version this server brings a database to (and the newest it runs on).
+pub const SCHEMA_VERSION: usize = schema::MIGRATIONS.len();
 
 /// The database store. It connects at [`PgStore::ready`].
 pub struct PgStore {
@@ -64,13 +66,18 @@ pub struct PgStore {
     dropped: AtomicU64,
     last_id: AtomicI64,
     announced: AtomicBool,
+    /// This process as the database knows it: its instance id (random, never reused) and
+    /// its host's name (liveness by pid is only asked of instances on this host).
+    me: Me,
+    /// The machine record's book, once asked for.
+    machines: std::sync::OnceLock<Arc<machines::MachineBook>>,
 }
 
-/// This process as the database knows it, and its read connection.
+/// This process's registration and its read connection, once ready.
 struct Opened {
     instance: String,
     slot: i64,
-    host: String,
+    me: Me,
     reader: Mutex<Option<Arc<Client>>>,
 }
 
@@ -111,6 +118,14 @@ impl PgStore {
             dropped: AtomicU64::new(0),
             last_id: AtomicI64::new(0),
             announced: AtomicBool::new(false),
+            me: Me {
+                instance: format!("i-{:032x}", rand::random::<u128>()),
+                host: nix::unistd::gethostname()
+                    .ok()
+                    .and_then(|h| h.into_string().ok())
+                    .unwrap_or_default(),
+            },
+            machines: std::sync::OnceLock::new(),
         }
     }
 
@@ -147,11 +162,8 @@ impl PgStore {
         schema::migrate(&mut client)
             .await
             .map_err(|e| format!("{e}"))?;
-        let instance = format!("i-{:032x}", rand::random::<u128>());
-        let host = nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_default();
+        let instance = self.me.instance.clone();
+        let host = self.me.host.clone();
         let pid = std::process::id();
         let pid_started =
             crate::process::ephemeral::process_started(pid).and_then(|t| i64::try_from(t).ok());
@@ -177,7 +189,7 @@ impl PgStore {
         let opened = Arc::new(Opened {
             instance: instance.clone(),
             slot,
-            host,
+            me: self.me.clone(),
             reader: Mutex::new(None),
         });
         let writer = WriterTask {
@@ -341,6 +353,13 @@ impl Store for PgStore {
     fn flush(&self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(self.flush_queued())
     }
+    fn machine_record(&self) -> Option<Arc<dyn crate::process::ephemeral::RecordBook>> {
+        let config = self.config.clone().ok()?;
+        let book = self
+            .machines
+            .get_or_init(|| Arc::new(machines::MachineBook::new(config, self.me.clone())));
+        Some(book.clone())
+    }
     fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
         Box::pin(async {
             match self.opened.get_or_init(|| self.open()).await {
@@ -348,73 +367,6 @@ impl Store for PgStore {
                 Err(reason) => Err(self.unusable(reason.clone())),
             }
         })
-    }
-}
-
-/// The database as messages name it, from its parsed connection settings.
-fn shown(config: &tokio_postgres::Config) -> String {
-    let host = config
-        .get_hosts()
-        .first()
-        .map(|h| match h {
-            tokio_postgres::config::Host::Tcp(name) => name.clone(),
-            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        })
-        .unwrap_or_default();
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    format!(
-        "postgres://{}@{host}:{port}/{}",
-        config.get_user().unwrap_or(""),
-        config.get_dbname().unwrap_or("")
-    )
-}
-
-async fn connect(config: &tokio_postgres::Config) -> Result<Client, String> {
-    let mut config = config.clone();
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
-    }
-    if config.get_application_name().is_none() {
-        config.application_name("smol-mcp");
-    }
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| format!("could not connect: {e}"))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "a connection to the store ended");
-        }
-    });
-    Ok(client)
-}
-
-/// Tells the database every [`HEARTBEAT`] that this process lives, on a connection of its own
-/// so that a busy writer never makes it look dead.
-async fn heartbeat(config: tokio_postgres::Config, instance: String) {
-    let mut client: Option<Client> = None;
-    let mut tick = tokio::time::interval(HEARTBEAT);
-    loop {
-        tick.tick().await;
-        if client.as_ref().is_none_or(Client::is_closed) {
-            client = connect(&config).await.ok();
-        }
-        let Some(db) = client.as_ref() else { continue };
-        let beat = db
-            .execute(
-                &format!("UPDATE instances SET heartbeat_ms = {NOW_MS} WHERE id = $1"),
-                &[&instance],
-            )
-            .await;
-        match beat {
-            Ok(1) => {}
-            Ok(_) => tracing::error!(
-                "the store forgot this process (it was not heard from for {} s): others may \
-                 have taken over its jobs",
-                STALE.as_secs()
-            ),
-            Err(e) => tracing::warn!(error = %e, "could not tell the store this process lives"),
-        }
     }
 }
 
@@ -677,14 +629,5 @@ async fn dead_instances(db: &Client, me: &Opened) -> Result<Vec<String>, tokio_p
 }
 
 fn instance_dead(row: &tokio_postgres::Row, me: &Opened) -> bool {
-    let host: String = row.get(1);
-    let pid: i64 = row.get(2);
-    let pid_started: Option<i64> = row.get(3);
-    let stale: bool = row.get(4);
-    let gone_here = host == me.host
-        && !crate::process::ephemeral::process_alive_since(
-            u32::try_from(pid).unwrap_or(0),
-            pid_started.and_then(|t| u64::try_from(t).ok()),
-        );
-    stale || gone_here
+    InstanceRow::of(row).dead(&me.me)
 }

@@ -109,6 +109,16 @@ pub(super) const MIGRATIONS: &[&str] = &[
         answer_dropped BOOLEAN NOT NULL DEFAULT false
     );
     ",
+    // 2: the record of ephemeral machines and their leases (process::ephemeral), one document
+    // as the runtime directory's file keeps it: every change reads and writes it whole under
+    // its row's lock, as the file is under its lock, so that a claim is made once.
+    "
+    CREATE TABLE machine_record (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        entries TEXT NOT NULL
+    );
+    INSERT INTO machine_record (id, entries) VALUES (1, '[]');
+    ",
 ];
 
 /// Why the database cannot be used as this server's store.
