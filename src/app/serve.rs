@@ -28,6 +28,14 @@ pub enum StartError {
 pub async fn start(config: Config) -> Result<Arc<Protocol>, StartError> {
     let protocol = Protocol::start(config)?;
     protocol.policy.store.ready().await?;
+    // Every process sharing the store seals requestStates alike, before any is sealed.
+    if let Some(key) = protocol.policy.store.sealing_key()
+        && !crate::protocol::server::sealed::use_key(key)
+    {
+        tracing::warn!(
+            "requestStates were sealed before the shared key was read: answers given through another process will be refused"
+        );
+    }
     let process = protocol.process().clone();
     tokio::spawn(async move { process.sweep_orphans_at_start().await });
     tokio::spawn(protocol.process().clone().reap());

@@ -335,6 +335,8 @@ pub struct Supplier {
     redactor: Mutex<Arc<Redactor>>,
     /// salt and fingerprint of each value seen, as computed once (they are slow on purpose).
     prints: Mutex<Vec<(String, Secret, String)>>,
+    /// The record kept in a document shared by hosts (the store's) instead of the file.
+    shared: Option<Arc<dyn shared_file::SharedDocument>>,
 }
 
 impl Supplier {
@@ -348,6 +350,7 @@ impl Supplier {
             seen: Mutex::new(Vec::new()),
             redactor: Mutex::new(Arc::new(Redactor::default())),
             prints: Mutex::new(Vec::new()),
+            shared: None,
         };
         // Every value is known before anything is answered: output can carry one from the
         // start (a machine a previous process made and supplied is still running), so a file's
@@ -365,6 +368,13 @@ impl Supplier {
             }
         }
         supplier
+    }
+
+    /// Keeps the record of which machines were set up how in `document` (a store several
+    /// hosts' processes share) rather than in the runtime directory's file.
+    pub fn shared_in(mut self, document: Arc<dyn shared_file::SharedDocument>) -> Supplier {
+        self.shared = Some(document);
+        self
     }
 
     /// The engine whose machines this supplier keeps (the first one set stays).
@@ -457,6 +467,19 @@ impl Supplier {
     /// `f` of the file as it is now: read again only when another process (or this one) has
     /// replaced it since the last read, which one `stat` tells.
     fn read_bound<T>(&self, f: impl FnOnce(&BoundFile) -> T) -> Option<T> {
+        if let Some(shared) = &self.shared {
+            // Read each time: another host's process may have changed it, which no stat tells.
+            let file = match shared.read() {
+                Ok(text) => text
+                    .and_then(|t| serde_json::from_str::<BoundFile>(&t).ok())
+                    .unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read the record of which machines have credential bindings");
+                    return None;
+                }
+            };
+            return Some(f(&file));
+        }
         let mut cached = self.bound.lock().ok()?;
         let now = FileVersion::of(&self.path);
         match cached.as_ref() {
@@ -480,6 +503,25 @@ impl Supplier {
     /// `f` on the file read afresh under the lock, written back (before the lock is let go)
     /// when it changed it. Without the lock, None: the change is not made, and said.
     fn change_bound<T>(&self, f: impl FnOnce(&mut BoundFile) -> T) -> Option<T> {
+        if let Some(shared) = &self.shared {
+            let mut f = Some(f);
+            let mut answer = None;
+            let changed = shared.update(&mut |text| {
+                let mut file = text
+                    .and_then(|t| serde_json::from_str::<BoundFile>(t).ok())
+                    .unwrap_or_default();
+                let before = file.clone();
+                answer = f.take().map(|f| f(&mut file));
+                (file != before)
+                    .then(|| serde_json::to_string(&file).ok())
+                    .flatten()
+            });
+            if let Err(e) = changed {
+                tracing::warn!(error = %e, "could not record which machines have credential bindings");
+                return None;
+            }
+            return answer;
+        }
         let mut cached = self.bound.lock().ok()?;
         let lock = match shared_file::lock_exclusive(&self.lock_path) {
             Ok(lock) => lock,

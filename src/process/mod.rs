@@ -82,6 +82,15 @@ pub fn resolve_mode(config: &Config) -> Mode {
     }
 }
 
+/// What a process keeps where every process sharing a store (on any host) sees it, rather
+/// than in its runtime directory's files.
+pub struct Shared {
+    /// The record of ephemeral machines and their leases.
+    pub machines: Arc<dyn ephemeral::RecordBook>,
+    /// Which machines were made with which credential bindings and egress asks.
+    pub machine_setups: Arc<dyn shared_file::SharedDocument>,
+}
+
 impl Process {
     pub fn new(config: Config) -> Result<Process, StartupError> {
         Process::with_record(config, Events::default(), None)
@@ -92,17 +101,19 @@ impl Process {
     pub fn with_record(
         config: Config,
         events: Events,
-        book: Option<Arc<dyn ephemeral::RecordBook>>,
+        shared: Option<Shared>,
     ) -> Result<Process, StartupError> {
         ensure_runtime_dir(&config.runtime_dir)?;
-        let record = match book {
-            Some(book) => Record::in_book(book),
+        let mut credentials =
+            credentials::Supplier::new(config.credentials.clone(), &config.runtime_dir);
+        let record = match shared {
+            Some(shared) => {
+                credentials = credentials.shared_in(shared.machine_setups);
+                Record::in_book(shared.machines)
+            }
             None => Record::new(&config.runtime_dir),
         };
-        let credentials = Arc::new(credentials::Supplier::new(
-            config.credentials.clone(),
-            &config.runtime_dir,
-        ));
+        let credentials = Arc::new(credentials);
         let pool_defaults = pools::PoolDefaults {
             cpus: config.cpus,
             memory_mb: config.memory_mb,

@@ -44,3 +44,13 @@ pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all()?;
     std::fs::rename(&tmp, path)
 }
+
+/// A document every server process sharing it reads and changes, each change made under a
+/// lock they all respect on the document read afresh: a file here, or a row of a database the
+/// processes of several hosts share (the store's, `storeUrl`).
+pub trait SharedDocument: Send + Sync + std::fmt::Debug {
+    /// The document's text, `None` when there is none yet.
+    fn read(&self) -> Result<Option<String>, String>;
+    /// Runs `change` on the text under the lock; its answer, when `Some`, replaces it.
+    fn update(&self, change: &mut dyn FnMut(Option<&str>) -> Option<String>) -> Result<(), String>;
+}

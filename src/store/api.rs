@@ -45,6 +45,27 @@ pub trait Store: Send + Sync {
     fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
         Box::pin(async { Ok(()) })
     }
+    /// The key every process sharing the store seals MCP `requestState` with, so that an
+    /// input-required answer given through one completes through another; `None` (one
+    /// process): a key random to the process, since a question outlives no process.
+    fn sealing_key(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Where sealed states are taken once among the processes sharing the store; `None`: in
+    /// the process.
+    fn request_states(&self) -> Option<&dyn RequestStateRepository> {
+        None
+    }
+    /// The document `name` the processes sharing the store share, when it keeps such (a
+    /// shared database): what the processes of one host share as a file of the runtime
+    /// directory. `None`: that file.
+    fn shared_document(
+        &self,
+        name: &'static str,
+    ) -> Option<std::sync::Arc<dyn crate::process::shared_file::SharedDocument>> {
+        let _ = name;
+        None
+    }
     /// Where the record of ephemeral machines and their leases is kept when the store keeps
     /// it (a shared database); `None`: the runtime directory's file.
     fn machine_record(&self) -> Option<std::sync::Arc<dyn crate::process::ephemeral::RecordBook>> {
@@ -135,4 +156,13 @@ pub struct RunRetention {
     pub max_runs: u64,
     /// Runs older than this many days go (`ledgerMaxDays`).
     pub max_days: u64,
+}
+
+/// Sealed `requestState`s already answered, among the processes sharing the store: a state is
+/// taken once, so a replayed answer (a "yes" after a "no") is refused by every process.
+#[async_trait::async_trait]
+pub trait RequestStateRepository: Send + Sync {
+    /// Takes `nonce` (hex) for good: true the first time any process takes it. Nonces go after
+    /// `lifetime_ms` (a state older than that no longer opens).
+    async fn take(&self, nonce: &str, lifetime_ms: i64) -> Result<bool, StoreUnavailable>;
 }

@@ -17,8 +17,9 @@ mod records;
 pub mod sqlite;
 
 pub use api::{
-    EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository, RunRepository,
-    RunRetention, SpendRepository, Store, StoreUnavailable, TaskRepository,
+    EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository,
+    RequestStateRepository, RunRepository, RunRetention, SpendRepository, Store, StoreUnavailable,
+    TaskRepository,
 };
 pub use off::NoStore;
 pub use records::{

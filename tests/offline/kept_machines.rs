@@ -4,8 +4,8 @@
 
 use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::Harness;
-use smol_mcp::process::ephemeral::CLAIMED;
 use serde_json::{Value, json};
+use smol_mcp::process::ephemeral::CLAIMED;
 
 fn record(h: &Harness) -> Vec<Value> {
     let text = std::fs::read_to_string(h.record_path()).unwrap_or_else(|_| "{}".into());
@@ -139,8 +139,15 @@ async fn a_kept_machine_goes_when_its_time_is_up_and_can_no_longer_be_taken() {
     // Not taken back: its kept time stays and it joins no session. (The sweep this first
     // local call starts may have claimed it for deletion meanwhile, which marks it so.)
     let after = entry(&later, &a).unwrap();
-    assert_eq!(after["keptUntil"], before["keptUntil"], "not taken once expired");
-    assert_ne!(after["session"], later.session.as_str(), "not taken once expired");
+    assert_eq!(
+        after["keptUntil"], before["keptUntil"],
+        "not taken once expired"
+    );
+    assert_ne!(
+        after["session"],
+        later.session.as_str(),
+        "not taken once expired"
+    );
     assert!(
         after["session"] == before["session"] || after["session"] == CLAIMED,
         "{after}"

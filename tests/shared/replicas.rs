@@ -256,7 +256,10 @@ async fn a_killed_process_s_machine_and_job_move_to_a_sibling_and_nothing_leaks(
         Duration::from_secs(20),
         async || {
             let text: String = client
-                .query_one("SELECT entries FROM machine_record", &[])
+                .query_one(
+                    "SELECT body FROM documents WHERE name = 'ephemeral-machines'",
+                    &[],
+                )
                 .await
                 .unwrap()
                 .get(0);
@@ -301,4 +304,119 @@ async fn a_killed_process_s_machine_and_job_move_to_a_sibling_and_nothing_leaks(
         .cloned()
         .collect();
     assert!(left.is_empty(), "machines leaked: {left:?}");
+}
+
+/// An input-required answer (the network ask) given through another process than the one
+/// that asked applies there once: every process seals with the key they share in the store,
+/// and takes a state once among them all. A replayed state with another answer, and a
+/// tampered one, are refused by a third, and nothing is widened by either.
+#[tokio::test]
+async fn an_input_required_answer_completes_through_another_process_once() {
+    let db = TestDatabase::new().await;
+    let fake = FakeServe::start_guest_shell().await;
+    let (rt_a, rt_b, rt_c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let url = fake.url();
+    let vars = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_STORE_URL", db.url.as_str()),
+    ];
+    let a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
+    let b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
+    let c = HttpServer::spawn(rt_c.path(), TOKEN, &vars).await;
+    let asking = |server, params| async move {
+        stateless_request(
+            server,
+            TOKEN,
+            "tools/call",
+            json!({"elicitation": {"form": {}}}),
+            params,
+        )
+        .await
+    };
+    let created = asking(
+        &a,
+        json!({"name": "create-machine", "arguments": {"name": "asks", "network": "ask"}}),
+    )
+    .await;
+    assert_eq!(created["result"]["isError"], false, "{created}");
+    fake.deny_on_exec("asks", "resolve", "pypi.org");
+    fake.deny_on_exec("asks", "resolve", "evil.example");
+    let egress_posts = || {
+        fake.take_requests()
+            .into_iter()
+            .filter(|r| r["path"].as_str().unwrap().ends_with("/egress"))
+            .collect::<Vec<Value>>()
+    };
+
+    let run = json!({"name": "run-command", "arguments": {"name": "asks", "command": "exit 7"}});
+    let asked = asking(&a, run.clone()).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"].as_str().unwrap().to_owned();
+    assert!(
+        egress_posts().is_empty(),
+        "nothing widened before the answer"
+    );
+
+    fake.state.lock().unwrap().denials_on_exec.clear();
+    let mut retry = run.clone();
+    retry["inputResponses"] =
+        json!({"egress": {"action": "accept", "content": {"allow0": true, "allow1": false}}});
+    retry["requestState"] = json!(state);
+    let answered = asking(&b, retry.clone()).await;
+    let content = &answered["result"]["structuredContent"];
+    assert_eq!(content["exitCode"], 7, "answered through b: {answered}");
+    assert_eq!(
+        content["egressAnswer"],
+        json!({"allowed": ["pypi.org"], "declined": ["evil.example"]}),
+        "{answered}"
+    );
+    let posts = egress_posts();
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(posts[0]["body"], json!({"allowHosts": ["pypi.org"]}));
+
+    // The same state with a yes to both, through c: taken already, by b.
+    let mut yes_after_no = retry.clone();
+    yes_after_no["inputResponses"] =
+        json!({"egress": {"action": "accept", "content": {"allow0": true, "allow1": true}}});
+    let refused = asking(&c, yes_after_no).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("used already"),
+        "{refused}"
+    );
+    // A state with one character changed, through c: it does not open.
+    fake.deny_on_exec("asks", "resolve", "other.example");
+    let fresh = asking(&a, run.clone()).await;
+    let fresh_state = fresh["result"]["requestState"].as_str().unwrap().to_owned();
+    let mut tampered_state: Vec<char> = fresh_state.chars().collect();
+    let middle = tampered_state.len() / 2;
+    tampered_state[middle] = if tampered_state[middle] == 'A' {
+        'B'
+    } else {
+        'A'
+    };
+    let mut tampered = retry;
+    tampered["requestState"] = json!(tampered_state.into_iter().collect::<String>());
+    tampered["inputResponses"] =
+        json!({"egress": {"action": "accept", "content": {"allow0": true, "allow1": true}}});
+    let refused = asking(&c, tampered).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("requestState is not the one"),
+        "{refused}"
+    );
+    assert!(
+        egress_posts().is_empty(),
+        "nothing widened by a replay or a forgery"
+    );
 }

@@ -173,7 +173,10 @@ pub fn question_of(
 
 /// The answer a call made again carries to its earlier question, if any: only with the state
 /// sealed for this very call (the spec has requestState attacker-controlled).
-pub fn prior_answer(request: &CallToolRequestParams) -> Result<Option<PriorAnswer>, ErrorData> {
+pub async fn prior_answer(
+    request: &CallToolRequestParams,
+    store: &std::sync::Arc<dyn crate::store::Store>,
+) -> Result<Option<PriorAnswer>, ErrorData> {
     let Some(response) = request
         .input_responses
         .as_ref()
@@ -198,22 +201,28 @@ pub fn prior_answer(request: &CallToolRequestParams) -> Result<Option<PriorAnswe
         return Ok(None);
     };
     // Once: the answer it carries has been applied (or refused) by the call that took it.
-    super::sealed::take(nonce, ANSWER_WITHIN).map_err(|why| {
-        ErrorData::invalid_params(
-            match why {
-                super::sealed::NotTaken::Again => {
-                    "requestState was used already: its answer was applied once. Make the \
-                     call again without inputResponses to be asked again"
-                }
-                super::sealed::NotTaken::Full => {
-                    "too many answers came back in the last 10 minutes for this server to \
-                     remember them all: make the call again without inputResponses to be \
-                     asked again"
-                }
-            },
-            None,
-        )
-    })?;
+    super::sealed::take_once(store, nonce, ANSWER_WITHIN)
+        .await
+        .map_err(|why| {
+            ErrorData::invalid_params(
+                match why {
+                    super::sealed::NotTaken::Again => "requestState was used already: its \
+                         answer was applied once. Make the call again without inputResponses \
+                         to be asked again"
+                        .to_owned(),
+                    super::sealed::NotTaken::Full => "too many answers came back in the last \
+                         10 minutes for this server to remember them all: make the call again \
+                         without inputResponses to be asked again"
+                        .to_owned(),
+                    super::sealed::NotTaken::Unknown(why) => format!(
+                        "whether this requestState's answer was applied already could not be \
+                         known ({why}), so it is not applied: make the call again without \
+                         inputResponses to be asked again"
+                    ),
+                },
+                None,
+            )
+        })?;
     let answer = serde_json::from_value::<ElicitResult>(response.clone())
         .ok()
         .and_then(|result| answer_of(&result, &destinations))

@@ -327,7 +327,7 @@ impl ServerHandler for SmolMcp {
             let stateless = is_stateless(&context);
             // A 2026-07-28 call made again with the user's answer to its input-required result.
             let prior_answer = if stateless {
-                consent::prior_answer(&request)?
+                consent::prior_answer(&request, &self.protocol.policy.store).await?
             } else {
                 None
             };

@@ -1,9 +1,11 @@
 //! The `requestState` this server hands a 2026-07-28 client with an input-required result
 //! (MRTR): sealed with a key random per process (a question outlives no process: a restarted
-//! server simply asks again), and bound to the call it was asked for, so that an answer given
-//! for one call cannot be replayed into another. Each state carries a nonce and is taken once:
-//! replayed after its answer was applied, a state with another answer (a "yes" after a "no")
-//! would have widened the machine again.
+//! server simply asks again), or, with a store several processes share, the key they all read
+//! from it, so that the answer may come back through any of them; and bound to the call it was
+//! asked for, so that an answer given for one call cannot be replayed into another. Each state
+//! carries a nonce and is taken once (in the shared store when there is one): replayed after
+//! its answer was applied, a state with another answer (a "yes" after a "no") would have
+//! widened the machine again.
 
 use rmcp::model::RequestStateCodec;
 use std::collections::HashMap;
@@ -14,9 +16,16 @@ use std::time::{Duration, Instant};
 /// ages out, and the call is asked again instead.
 const TAKEN_MAX: usize = 4096;
 
+static CODEC: OnceLock<RequestStateCodec> = OnceLock::new();
+
 pub fn codec() -> &'static RequestStateCodec {
-    static CODEC: OnceLock<RequestStateCodec> = OnceLock::new();
     CODEC.get_or_init(|| RequestStateCodec::new_unchecked(rand::random::<[u8; 32]>().to_vec()))
+}
+
+/// Seals and opens with `key` from now on (the shared store's, at start-up, before any state
+/// is sealed). Answers false when a key is in use already: the first one stays.
+pub fn use_key(key: Vec<u8>) -> bool {
+    CODEC.set(RequestStateCodec::new_unchecked(key)).is_ok()
 }
 
 /// What a sealed state is bound to: the tool and the arguments it was called with.
@@ -36,6 +45,28 @@ pub enum NotTaken {
     Again,
     /// `TAKEN_MAX` states were taken within their lifetime.
     Full,
+    /// The shared store could not say whether another process took it: refused, since
+    /// applying it might be its second time.
+    Unknown(String),
+}
+
+/// Takes `nonce` for good, among every process sharing `store` when it keeps states, else in
+/// this process.
+pub async fn take_once(
+    store: &std::sync::Arc<dyn crate::store::Store>,
+    nonce: [u8; 16],
+    lifetime: Duration,
+) -> Result<(), NotTaken> {
+    let Some(states) = store.request_states() else {
+        return take(nonce, lifetime);
+    };
+    let hex: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+    let lifetime_ms = i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
+    match states.take(&hex, lifetime_ms).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(NotTaken::Again),
+        Err(e) => Err(NotTaken::Unknown(e.to_string())),
+    }
 }
 
 /// Takes `nonce` for good (states live `lifetime`; a nonce older than that cannot come back

@@ -13,6 +13,7 @@
 //! start on a database it cannot use or whose schema is newer than it knows.
 
 mod connection;
+mod documents;
 mod instances;
 mod machines;
 mod repositories;
@@ -69,14 +70,16 @@ pub struct PgStore {
     /// This process as the database knows it: its instance id (random, never reused) and
     /// its host's name (liveness by pid is only asked of instances on this host).
     me: Me,
-    /// The machine record's book, once asked for.
-    machines: std::sync::OnceLock<Arc<machines::MachineBook>>,
+    /// The documents' thread, started when first asked for.
+    documents: std::sync::OnceLock<Arc<documents::Documents>>,
 }
 
 /// This process's registration and its read connection, once ready.
 struct Opened {
     instance: String,
     slot: i64,
+    /// The key every process seals MCP requestStates with (see [`Store::sealing_key`]).
+    sealing_key: Vec<u8>,
     me: Me,
     reader: Mutex<Option<Arc<Client>>>,
 }
@@ -125,8 +128,17 @@ impl PgStore {
                     .and_then(|h| h.into_string().ok())
                     .unwrap_or_default(),
             },
-            machines: std::sync::OnceLock::new(),
+            documents: std::sync::OnceLock::new(),
         }
+    }
+
+    fn documents(&self) -> Option<Arc<documents::Documents>> {
+        let config = self.config.clone().ok()?;
+        Some(
+            self.documents
+                .get_or_init(|| Arc::new(documents::Documents::new(config)))
+                .clone(),
+        )
     }
 
     /// The instance id this process writes as, once ready.
@@ -180,6 +192,24 @@ impl PgStore {
             .await
             .map_err(|e| format!("could not register this process: {e}"))?
             .get(0);
+        // The first process to start writes the key; every later one reads that one.
+        let offered: Vec<u8> = rand::random::<[u8; 32]>().to_vec();
+        client
+            .execute(
+                "INSERT INTO server_secrets (name, value) VALUES ('request_state_key', $1) \
+                 ON CONFLICT (name) DO NOTHING",
+                &[&offered],
+            )
+            .await
+            .map_err(|e| format!("could not agree on the requestState key: {e}"))?;
+        let sealing_key: Vec<u8> = client
+            .query_one(
+                "SELECT value FROM server_secrets WHERE name = 'request_state_key'",
+                &[],
+            )
+            .await
+            .map_err(|e| format!("could not read the requestState key: {e}"))?
+            .get(0);
         let receiver = self
             .receiver
             .lock()
@@ -189,6 +219,7 @@ impl PgStore {
         let opened = Arc::new(Opened {
             instance: instance.clone(),
             slot,
+            sealing_key,
             me: self.me.clone(),
             reader: Mutex::new(None),
         });
@@ -353,12 +384,25 @@ impl Store for PgStore {
     fn flush(&self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(self.flush_queued())
     }
+    fn sealing_key(&self) -> Option<Vec<u8>> {
+        self.opened().map(|o| o.sealing_key.clone())
+    }
+    fn request_states(&self) -> Option<&dyn crate::store::RequestStateRepository> {
+        Some(self)
+    }
     fn machine_record(&self) -> Option<Arc<dyn crate::process::ephemeral::RecordBook>> {
-        let config = self.config.clone().ok()?;
-        let book = self
-            .machines
-            .get_or_init(|| Arc::new(machines::MachineBook::new(config, self.me.clone())));
-        Some(book.clone())
+        let documents = self.documents()?;
+        Some(Arc::new(machines::MachineBook::new(
+            documents,
+            self.me.clone(),
+        )))
+    }
+    fn shared_document(
+        &self,
+        name: &'static str,
+    ) -> Option<Arc<dyn crate::process::shared_file::SharedDocument>> {
+        let documents = self.documents()?;
+        Some(Arc::new(documents::DocumentBook { documents, name }))
     }
     fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
         Box::pin(async {

@@ -259,3 +259,28 @@ impl KeyRepository for PgStore {
         }
     }
 }
+
+#[async_trait::async_trait]
+impl crate::store::RequestStateRepository for PgStore {
+    async fn take(&self, nonce: &str, lifetime_ms: i64) -> Result<bool, StoreUnavailable> {
+        let db = self.reader().await?;
+        let now = super::schema::NOW_MS;
+        db.execute(
+            &format!("DELETE FROM taken_states WHERE taken_ms < {now} - $1"),
+            &[&lifetime_ms],
+        )
+        .await
+        .map_err(|e| self.unusable(e.to_string()))?;
+        let taken = db
+            .execute(
+                &format!(
+                    "INSERT INTO taken_states (nonce, taken_ms) VALUES ($1, {now}) \
+                     ON CONFLICT (nonce) DO NOTHING"
+                ),
+                &[&nonce],
+            )
+            .await
+            .map_err(|e| self.unusable(e.to_string()))?;
+        Ok(taken == 1)
+    }
+}

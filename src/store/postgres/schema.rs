@@ -109,15 +109,29 @@ pub(super) const MIGRATIONS: &[&str] = &[
         answer_dropped BOOLEAN NOT NULL DEFAULT false
     );
     ",
-    // 2: the record of ephemeral machines and their leases (process::ephemeral), one document
-    // as the runtime directory's file keeps it: every change reads and writes it whole under
-    // its row's lock, as the file is under its lock, so that a claim is made once.
+    // 2: the documents the processes share as the processes of one host share files of the
+    // runtime directory: the record of ephemeral machines and their leases (process::ephemeral)
+    // and which machines were made with which credential bindings and egress asks
+    // (process::credentials). Each is read and written whole under its row's lock, as a file
+    // is under its lock, so that a claim is made once.
     "
-    CREATE TABLE machine_record (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        entries TEXT NOT NULL
+    CREATE TABLE documents (
+        name TEXT PRIMARY KEY,
+        body TEXT NOT NULL
     );
-    INSERT INTO machine_record (id, entries) VALUES (1, '[]');
+    ",
+    // 3: what every process must agree on to answer for another: the key MCP requestStates
+    // are sealed with (written by the first process that starts, random), and the states
+    // already answered (each taken once by any process).
+    "
+    CREATE TABLE server_secrets (
+        name TEXT PRIMARY KEY,
+        value BYTEA NOT NULL
+    );
+    CREATE TABLE taken_states (
+        nonce TEXT PRIMARY KEY,
+        taken_ms BIGINT NOT NULL
+    );
     ",
 ];
 
