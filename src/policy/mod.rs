@@ -89,7 +89,7 @@ impl Policy {
     /// each claimed once), its running jobs (watched from here, job-output and cancel-job
     /// answered here). Ends with this process's clean-up.
     pub async fn watch_siblings(self: Arc<Self>) {
-        if self.store.machine_record().is_none() {
+        if !self.store.is_shared() {
             return;
         }
         let mut tick = tokio::time::interval(SIBLING_WATCH);

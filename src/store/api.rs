@@ -2,7 +2,7 @@
 
 use super::records::{
     EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, NewRun, RunDetail, RunEnd, RunPage,
-    ServedEngine, SpendReading, TaskRecord,
+    ServedEngine, SpendReading, StoredJob, TaskRecord,
 };
 use crate::fleet::FleetKind;
 
@@ -44,6 +44,11 @@ pub trait Store: Send + Sync {
     /// here at once.
     fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
         Box::pin(async { Ok(()) })
+    }
+    /// Whether server processes on other hosts share this store (a database), and so answer as
+    /// one server: what one started, another may read and end.
+    fn is_shared(&self) -> bool {
+        false
     }
     /// The key every process sharing the store seals MCP `requestState` with, so that an
     /// input-required answer given through one completes through another; `None` (one
@@ -97,6 +102,11 @@ pub trait JobRepository: Send + Sync {
     /// Takes over the running jobs of processes that have ended, on the engines this process
     /// serves; none when the store cannot say.
     async fn take_over(&self, served: Vec<ServedEngine>) -> Vec<JobRecord>;
+    /// Job `id` as its watcher (any process sharing the store) last wrote it.
+    async fn get(&self, id: &str) -> Result<Option<StoredJob>, StoreUnavailable>;
+    /// The jobs of the last day that another process than this one started or watches,
+    /// newest first, at most `limit`.
+    async fn others(&self, limit: usize) -> Result<Vec<StoredJob>, StoreUnavailable>;
 }
 
 /// MCP tasks, so that a process after this one can say what became of one.

@@ -24,7 +24,8 @@ pub use api::{
 pub use off::NoStore;
 pub use records::{
     EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, NewRun, RunCommand, RunDetail, RunEnd,
-    RunOutcome, RunPage, RunSummary, ServedEngine, SpendReading, StreamRecord, TaskRecord,
+    RunOutcome, RunPage, RunSummary, ServedEngine, SpendReading, StoredJob, StreamRecord,
+    TaskRecord,
 };
 
 use crate::process::config::Config;

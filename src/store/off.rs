@@ -8,7 +8,7 @@ use super::api::{
 };
 use super::records::{
     EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, NewRun, RunDetail, RunEnd, RunPage,
-    ServedEngine, SpendReading, TaskRecord,
+    ServedEngine, SpendReading, StoredJob, TaskRecord,
 };
 use crate::fleet::FleetKind;
 
@@ -64,6 +64,12 @@ impl JobRepository for NoStore {
     fn let_go(&self, _: &str) {}
     async fn take_over(&self, _: Vec<ServedEngine>) -> Vec<JobRecord> {
         Vec::new()
+    }
+    async fn get(&self, _: &str) -> Result<Option<StoredJob>, StoreUnavailable> {
+        Err(StoreUnavailable::Off)
+    }
+    async fn others(&self, _: usize) -> Result<Vec<StoredJob>, StoreUnavailable> {
+        Err(StoreUnavailable::Off)
     }
 }
 

@@ -144,6 +144,17 @@ pub struct JobRecord {
     pub timeout_secs: u64,
 }
 
+/// A job as the store keeps it, for a process other than its watcher: what it is, and how it
+/// stands as its watcher last wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredJob {
+    pub record: JobRecord,
+    /// `running`, or the word its end was written with.
+    pub state: String,
+    pub exit_code: Option<i32>,
+    pub reason: Option<String>,
+}
+
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobEnd {

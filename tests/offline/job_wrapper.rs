@@ -80,7 +80,8 @@ fn a_job_writes_its_streams_and_then_its_status() {
         guest::Probed {
             stdout_bytes: Some(12),
             stderr_bytes: Some(5),
-            exit_code: Some(3)
+            exit_code: Some(3),
+            killed: None,
         }
     );
     let whole = run(&guest::read(&base, 0, 0, 1000));
@@ -198,4 +199,26 @@ fn the_marker_kill_ends_the_command_and_its_children_before_a_status() {
         "killed before it could write a status"
     );
     assert_eq!(after.stdout_bytes, Some(0));
+}
+
+/// A job killed with why (cancel-job through any server process sharing the store) writes no
+/// status; the probe reads the killer's word instead, so the process watching it ends it so.
+#[test]
+fn a_job_killed_with_why_is_probed_as_killed_for_that_reason() {
+    let base = base("kill-why");
+    let marker = format!("m-kill-why-{}", std::process::id());
+    detach(
+        &guest::wrapper(&base, &Command::Shell("echo started; sleep 60; echo never".into())),
+        &marker,
+    );
+    let running = probe_until(&base, |p| p.stdout_bytes == Some(8));
+    assert_eq!(running.killed, None);
+    let kill = run(&guest::kill_job(&base, &marker, "cancelled"));
+    assert_eq!(kill.exit_code, 0, "{kill:?}");
+    let killed = probe_until(&base, |p| p.killed.is_some());
+    assert_eq!(killed.killed.as_deref(), Some("cancelled"));
+    assert_eq!(killed.exit_code, None, "no status of its own");
+    std::thread::sleep(Duration::from_millis(300));
+    let after = guest::Probed::parse(&run(&guest::probe(&base))).unwrap();
+    assert_eq!(after.stdout_bytes, Some(8), "its output stopped: {after:?}");
 }

@@ -420,3 +420,121 @@ async fn an_input_required_answer_completes_through_another_process_once() {
         "nothing widened by a replay or a forgery"
     );
 }
+
+/// Jobs started through one live process: one read to its end through a second (waiting for
+/// it there), another cancelled through a third, which the first, watching it, records as
+/// cancelled; the list through any shows both.
+#[tokio::test]
+async fn a_job_started_through_one_process_is_read_and_cancelled_through_others() {
+    let db = TestDatabase::new().await;
+    let fake = FakeServe::start_guest_shell().await;
+    let (rt_a, rt_b, rt_c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let url = fake.url();
+    let vars = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_STORE_URL", db.url.as_str()),
+        ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
+    ];
+    let a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
+    let b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
+    let c = HttpServer::spawn(rt_c.path(), TOKEN, &vars).await;
+    let made = call(
+        &a,
+        "create-machine",
+        json!({"name": "jobs-box", "image": "alpine"}),
+    )
+    .await;
+    assert_eq!(made["isError"], false, "{made}");
+    let start = |command: &str| json!({"name": "jobs-box", "background": true, "command": command});
+    let finite = call(
+        &a,
+        "run-command",
+        start("for i in 1 2 3 4 5; do echo \"line $i\"; sleep 0.4; done; echo bye >&2; exit 4"),
+    )
+    .await;
+    let finite = finite["structuredContent"]["job"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let endless = call(&a, "run-command", start("while true; do sleep 1; done")).await;
+    let endless = endless["structuredContent"]["job"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Read to its end through b, waiting there for it.
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let mut cursor = "0:0".to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let report = call(
+            &b,
+            "job-output",
+            json!({"job": finite, "cursor": cursor, "waitSecs": 2}),
+        )
+        .await;
+        assert_eq!(report["isError"], false, "{report}");
+        let report = report["structuredContent"].clone();
+        stdout.push_str(report["stdout"].as_str().unwrap());
+        stderr.push_str(report["stderr"].as_str().unwrap());
+        cursor = report["cursor"].as_str().unwrap().to_owned();
+        if report["state"] != "running" && report["more"] == false {
+            break report;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ended: {report}"
+        );
+    };
+    assert_eq!(stdout, "line 1\nline 2\nline 3\nline 4\nline 5\n");
+    assert_eq!(stderr, "bye\n");
+    assert_eq!(last["state"], "exited", "{last}");
+    assert_eq!(last["exitCode"], 4, "{last}");
+
+    // Cancelled through c: its command goes from the machine, and a, which watches it,
+    // records it cancelled (the store says so through any process).
+    assert!(!fake.guest_processes("jobs-box").is_empty());
+    let cancelled = call(&c, "cancel-job", json!({"job": endless})).await;
+    assert_eq!(cancelled["isError"], false, "{cancelled}");
+    assert_eq!(
+        cancelled["structuredContent"]["state"], "cancelled",
+        "{cancelled}"
+    );
+    until(
+        "the cancelled job's command to go",
+        Duration::from_secs(10),
+        async || fake.guest_processes("jobs-box").is_empty().then_some(()),
+    )
+    .await;
+    let seen_by_a = until(
+        "a to record the cancel",
+        Duration::from_secs(10),
+        async || {
+            let report = call(&a, "job-output", json!({"job": endless})).await;
+            (report["structuredContent"]["state"] != "running").then_some(report)
+        },
+    )
+    .await;
+    assert_eq!(
+        seen_by_a["structuredContent"]["state"], "cancelled",
+        "{seen_by_a}"
+    );
+
+    let listed = call(&c, "job-output", json!({})).await;
+    let jobs = listed["structuredContent"]["jobs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let state_of = |id: &str| {
+        jobs.iter()
+            .find(|j| j["job"] == id)
+            .map(|j| j["state"].clone())
+            .unwrap_or_else(|| panic!("{id} not listed: {listed}"))
+    };
+    assert_eq!(state_of(&finite), "exited");
+    assert_eq!(state_of(&endless), "cancelled");
+}

@@ -36,7 +36,9 @@ pub fn probe(base: &str) -> Command {
     // The status is read before the sizes: it is written once the streams are closed, so sizes
     // read after it are final. Read after them, a job ending in between was reported ended
     // with its last bytes not yet counted, and a reader took the output as complete.
-    let script = r#"e=$(cat "$0.exit" 2>/dev/null); for s in stdout stderr; do if [ -f "$0.$s" ]; then wc -c <"$0.$s"; else echo -; fi; done; [ -n "$e" ] && echo "$e"; true"#;
+    // A job killed (by cancel-job or its timeout, from whichever server process) writes no
+    // status: the killer's word in `<base>.killed` stands for it.
+    let script = r#"e=$(cat "$0.exit" 2>/dev/null); k=$(cat "$0.killed" 2>/dev/null); for s in stdout stderr; do if [ -f "$0.$s" ]; then wc -c <"$0.$s"; else echo -; fi; done; if [ -n "$e" ]; then echo "$e"; elif [ -n "$k" ]; then echo "killed:$k"; fi; true"#;
     Command::Argv(vec![
         "sh".into(),
         "-c".into(),
@@ -46,12 +48,14 @@ pub fn probe(base: &str) -> Command {
 }
 
 /// What a probe found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probed {
     /// `None` while the stream's file does not exist (yet, or any more).
     pub stdout_bytes: Option<u64>,
     pub stderr_bytes: Option<u64>,
     pub exit_code: Option<i32>,
+    /// Killed without a status: the word the killer wrote (`cancelled`, `timedOut`).
+    pub killed: Option<String>,
 }
 
 impl Probed {
@@ -69,14 +73,18 @@ impl Probed {
         };
         let stdout_bytes = size(lines.next())?;
         let stderr_bytes = size(lines.next())?;
-        let exit_code = match lines.next() {
-            None | Some("") => None,
-            Some(code) => Some(code.parse().ok()?),
+        let (exit_code, killed) = match lines.next() {
+            None | Some("") => (None, None),
+            Some(line) => match line.strip_prefix("killed:") {
+                Some(word) => (None, Some(word.to_owned())),
+                None => (Some(line.parse().ok()?), None),
+            },
         };
         Some(Probed {
             stdout_bytes,
             stderr_bytes,
             exit_code,
+            killed,
         })
     }
 }
@@ -128,6 +136,25 @@ pub fn kill_marked(marker: &str) -> Command {
     Command::Argv(vec!["sh".into(), "-c".into(), marked_script(&script)])
 }
 
+/// Kills a job as [`kill_marked`] does, its `why` (`cancelled`, `timedOut`) written to
+/// `<base>.killed` first: the job's status is never written then, and whichever server process
+/// watches the job (another than the killer's, when processes share a store) reads why there.
+pub fn kill_job(base: &str, marker: &str, why: &str) -> Command {
+    let script = format!(
+        "echo \"$1\" >\"$0.killed\"; \
+         for e in $(grep -l '{RUN_MARKER}={marker}' /proc/[0-9]*/environ 2>/dev/null); do \
+           p=${{e#/proc/}}; kill -9 \"${{p%/environ}}\" 2>/dev/null; \
+         done; true"
+    );
+    Command::Argv(vec![
+        "sh".into(),
+        "-c".into(),
+        marked_script(&script),
+        base.into(),
+        why.into(),
+    ])
+}
+
 /// Shared with the terminals' reads (`crate::policy::terminals`).
 pub use crate::policy::output::complete_utf8_len;
 
@@ -152,7 +179,8 @@ mod tests {
             Some(Probed {
                 stdout_bytes: Some(12),
                 stderr_bytes: Some(0),
-                exit_code: Some(3)
+                exit_code: Some(3),
+                killed: None,
             })
         );
         assert_eq!(
@@ -160,7 +188,17 @@ mod tests {
             Some(Probed {
                 stdout_bytes: None,
                 stderr_bytes: None,
-                exit_code: None
+                exit_code: None,
+                killed: None,
+            })
+        );
+        assert_eq!(
+            Probed::parse(&out("5\n0\nkilled:cancelled\n", 0)),
+            Some(Probed {
+                stdout_bytes: Some(5),
+                stderr_bytes: Some(0),
+                exit_code: None,
+                killed: Some("cancelled".into()),
             })
         );
         assert_eq!(Probed::parse(&out("12\n", 0)), None);

@@ -15,7 +15,7 @@ use crate::policy::error::{ToolError, ToolErrorKind};
 use crate::policy::ledger::{Ledger, Run, RunStart, stream_from_parts};
 use crate::process::Process;
 use crate::process::redaction::{Ending, Redactor};
-use crate::store::{JobEnd, JobRecord, ServedEngine};
+use crate::store::{JobEnd, JobRecord, ServedEngine, StoredJob};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -126,6 +126,9 @@ pub struct Job {
     /// The machine's consumption once the job ended, read once, by whichever asks first (its
     /// first ended report or its ledger record).
     consumption_after: tokio::sync::OnceCell<Option<crate::fleet::Consumption>>,
+    /// Watched by this process. A job another live process watches (one sharing the store)
+    /// is only looked at from here when asked about: its end is that process's to record.
+    watched: bool,
 }
 
 impl std::fmt::Debug for SessionHoldRef {
@@ -226,6 +229,55 @@ impl Job {
             slot: Mutex::new(slots.try_acquire_owned().ok()),
             consumption_before: None,
             consumption_after: tokio::sync::OnceCell::new(),
+            watched: true,
+        }
+    }
+
+    /// A job another process watches, as the store has it: read from its machine and looked
+    /// at from here, never watched, ended in the store or the ledger from here.
+    fn viewed(stored: &StoredJob, fleet: Fleet) -> Job {
+        let mut job = Job::taken_over(&stored.record, fleet, Arc::new(Semaphore::new(0)));
+        job.watched = false;
+        let phase = match stored.state.as_str() {
+            "running" => Phase::Running,
+            "exited" => Phase::Exited(stored.exit_code.unwrap_or(0)),
+            "timedOut" => Phase::TimedOut,
+            "cancelled" => Phase::Cancelled,
+            _ => Phase::Lost(
+                stored
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "the process that watched it recorded it lost".to_owned()),
+            ),
+        };
+        if phase != Phase::Running {
+            job.end(phase);
+        }
+        job
+    }
+
+    /// Whether another process watches this job (see [`Job::viewed`]).
+    pub fn is_view(&self) -> bool {
+        !self.watched
+    }
+
+    /// Looks at a viewed job now: its files' sizes, and its end once its status (or why it was
+    /// killed) is in the machine, or its machine has gone.
+    pub async fn look_now(&self) {
+        if self.watched || self.state().phase != Phase::Running {
+            return;
+        }
+        if let Ok(Seen::Ended(phase)) = look(self).await {
+            self.end(phase);
+        }
+    }
+
+    /// Waits until a viewed job has ended, looking every `every`, or `limit` has passed.
+    pub async fn wait_end_looking(&self, limit: Duration, every: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.state().phase == Phase::Running && Instant::now() < deadline {
+            tokio::time::sleep(every.min(deadline.saturating_duration_since(Instant::now()))).await;
+            self.look_now().await;
         }
     }
 
@@ -352,8 +404,9 @@ impl Job {
         if self.state().phase != Phase::Running {
             return Ok(false);
         }
-        // The job's id is the marker in its environment.
-        let mut kill = ExecSpec::new(guest::kill_marked(&self.id));
+        // The job's id is the marker in its environment; why it was killed goes beside its
+        // files, for whichever process watches it.
+        let mut kill = ExecSpec::new(guest::kill_job(&self.base, &self.id, phase.word()));
         kill.timeout_secs = Some(60);
         kill.start_if_stopped = false;
         let out = self.fleet.exec(&self.machine, &kill).await?;
@@ -570,6 +623,7 @@ impl Jobs {
             slot: Mutex::new(Some(permit)),
             consumption_before: start.consumption_before,
             consumption_after: tokio::sync::OnceCell::new(),
+            watched: true,
         });
         ledger.store().jobs().started(JobRecord {
             id: job.id.clone(),
@@ -586,6 +640,49 @@ impl Jobs {
         process.hold(std::slice::from_ref(&job.machine));
         tokio::spawn(watch_job(process.clone(), ledger.clone(), job.clone(), run));
         Ok(job)
+    }
+
+    /// Job `id` as another process sharing the store has it (started there, or watched there
+    /// now), looked at now when it runs; `None` when the store has no such job.
+    pub async fn of_another(
+        &self,
+        process: &Arc<Process>,
+        ledger: &Ledger,
+        id: &str,
+    ) -> Result<Option<Arc<Job>>, ToolError> {
+        // Server processes of one host that do not share a database serve separate clients:
+        // each answers for its own jobs only.
+        if !ledger.store().is_shared() {
+            return Ok(None);
+        }
+        let Ok(Some(stored)) = ledger.store().jobs().get(id).await else {
+            return Ok(None);
+        };
+        let fleet = process.fleet(stored.record.fleet).await?;
+        let job = Arc::new(Job::viewed(&stored, fleet));
+        job.look_now().await;
+        Ok(Some(job))
+    }
+
+    /// The jobs other processes sharing the store started or watch (the last day's), as the
+    /// store has them: listed beside this process's own, not looked at.
+    pub async fn of_others(&self, process: &Arc<Process>, ledger: &Ledger) -> Vec<Arc<Job>> {
+        if !ledger.store().is_shared() {
+            return Vec::new();
+        }
+        let Ok(stored) = ledger.store().jobs().others(ENDED_KEPT).await else {
+            return Vec::new();
+        };
+        let mut jobs = Vec::new();
+        for stored in stored {
+            if self.get(&stored.record.id).is_some() {
+                continue;
+            }
+            if let Ok(fleet) = process.fleet(stored.record.fleet).await {
+                jobs.push(Arc::new(Job::viewed(&stored, fleet)));
+            }
+        }
+        jobs
     }
 
     /// Takes over, once per process, the jobs that processes which have ended left running on
@@ -773,6 +870,12 @@ async fn look(job: &Job) -> Result<Seen, FleetError> {
     });
     if let Some(code) = seen.exit_code {
         return Ok(Seen::Ended(Phase::Exited(code)));
+    }
+    // Killed by another process sharing the store (cancel-job through it): ended as it says.
+    match seen.killed.as_deref() {
+        Some("timedOut") => return Ok(Seen::Ended(Phase::TimedOut)),
+        Some(_) => return Ok(Seen::Ended(Phase::Cancelled)),
+        None => {}
     }
     if seen.stdout_bytes.is_none() && job.started_at.elapsed() > FILES_GRACE {
         return Ok(Seen::Ended(Phase::Lost(format!(

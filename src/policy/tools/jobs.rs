@@ -105,7 +105,17 @@ fn summary(job: &Job) -> JobSummary {
 async fn find(call: &Call<'_>, target: Option<FleetKind>, id: &str) -> Result<Arc<Job>, ToolError> {
     let kind = call.fleet_kind(target)?;
     call.policy.adopt_jobs().await;
-    match call.policy.jobs.get(id) {
+    let found = match call.policy.jobs.get(id) {
+        Some(job) => Some(job),
+        // Another process sharing the store watches it (it was started through that one).
+        None => {
+            call.policy
+                .jobs
+                .of_another(&call.policy.process, &call.policy.ledger, id)
+                .await?
+        }
+    };
+    match found {
         Some(job) if job.kind() == kind => Ok(job),
         _ => Err(ToolError::new(
             ToolErrorKind::Fleet(ErrorKind::NotFound),
@@ -177,9 +187,17 @@ async fn report(
         let limit = Duration::from_secs(wait);
         let waiting_for = format!("waiting for job {} to end", job.id);
         call.cancellable(async {
+            let every = Duration::from_millis(call.config().job_poll_millis);
+            let ended = async {
+                if job.is_view() {
+                    job.wait_end_looking(limit, every).await;
+                } else {
+                    job.wait_end(limit).await;
+                }
+            };
             call.caller
                 .progress
-                .during(&waiting_for, Some(limit), Box::pin(job.wait_end(limit)))
+                .during(&waiting_for, Some(limit), Box::pin(ended))
                 .await;
             Ok::<_, ToolError>(())
         })
@@ -243,8 +261,20 @@ pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobS
     job.cancel().await?;
     // The watcher writes the end (the ledger's row, the job store): answered after it, a read
     // of smol://runs that follows the answer finds the run ended. Bounded: a store that does
-    // not answer does not hold the answer up for long.
-    job.wait_recorded(RECORD_WAIT).await;
+    // not answer does not hold the answer up for long. A job another process watches is ended
+    // by that one, at its next look, which finds why it was killed beside its files.
+    if job.is_view() {
+        let deadline = std::time::Instant::now() + RECORD_WAIT;
+        while std::time::Instant::now() < deadline {
+            let stored = call.policy.store.jobs().get(&job.id).await;
+            if !matches!(&stored, Ok(Some(s)) if s.state == "running") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    } else {
+        job.wait_recorded(RECORD_WAIT).await;
+    }
     Ok(summary(&job))
 }
 
@@ -254,11 +284,16 @@ async fn list_jobs(
 ) -> Result<JobList, ToolError> {
     let kind = call.fleet_kind(target)?;
     call.policy.adopt_jobs().await;
-    Ok(JobList {
-        jobs: call
-            .policy
+    let mut jobs = call.policy.jobs.list();
+    // Those other processes sharing the store watch, as the store has them.
+    jobs.extend(
+        call.policy
             .jobs
-            .list()
+            .of_others(&call.policy.process, &call.policy.ledger)
+            .await,
+    );
+    Ok(JobList {
+        jobs: jobs
             .iter()
             .filter(|job| job.kind() == kind)
             .map(|job| summary(job))

@@ -384,6 +384,9 @@ impl Store for PgStore {
     fn flush(&self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(self.flush_queued())
     }
+    fn is_shared(&self) -> bool {
+        true
+    }
     fn sealing_key(&self) -> Option<Vec<u8>> {
         self.opened().map(|o| o.sealing_key.clone())
     }

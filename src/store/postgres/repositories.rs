@@ -137,6 +137,62 @@ impl JobRepository for PgStore {
             .await
             .unwrap_or_default()
     }
+
+    async fn get(&self, id: &str) -> Result<Option<crate::store::StoredJob>, StoreUnavailable> {
+        self.read(async |db| {
+            let row = db
+                .query_opt(
+                    &format!("SELECT {STORED_JOB_COLUMNS} FROM jobs WHERE id = $1"),
+                    &[&id],
+                )
+                .await?;
+            Ok(row.map(|row| stored_job(&row)))
+        })
+        .await
+    }
+
+    async fn others(&self, limit: usize) -> Result<Vec<crate::store::StoredJob>, StoreUnavailable> {
+        let me = self.me.instance.clone();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(async |db| {
+            let rows = db
+                .query(
+                    &format!(
+                        "SELECT {STORED_JOB_COLUMNS} FROM jobs WHERE owner <> $1 \
+                         AND started_ms > {} - 86400000 ORDER BY started_ms DESC LIMIT $2",
+                        super::schema::NOW_MS
+                    ),
+                    &[&me, &limit],
+                )
+                .await?;
+            Ok(rows.iter().map(stored_job).collect())
+        })
+        .await
+    }
+}
+
+const STORED_JOB_COLUMNS: &str = "id, run_id, fleet, engine, machine, command, base, started_ms, \
+     timeout_secs, state, exit_code, reason";
+
+fn stored_job(row: &Row) -> crate::store::StoredJob {
+    let fleet: String = row.get(2);
+    let timeout: i64 = row.get(8);
+    crate::store::StoredJob {
+        record: JobRecord {
+            id: row.get(0),
+            run_id: row.get(1),
+            fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
+            engine: row.get(3),
+            machine: row.get(4),
+            command: row.get(5),
+            base: row.get(6),
+            started_ms: row.get(7),
+            timeout_secs: u64::try_from(timeout).unwrap_or(0),
+        },
+        state: row.get(9),
+        exit_code: row.get(10),
+        reason: row.get(11),
+    }
 }
 
 #[async_trait::async_trait]

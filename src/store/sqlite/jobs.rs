@@ -3,7 +3,8 @@
 
 use super::schema::days_ms;
 use crate::fleet::FleetKind;
-use crate::store::{JobEnd, JobRecord, ServedEngine};
+use crate::store::{JobEnd, JobRecord, ServedEngine, StoredJob};
+use rusqlite::OptionalExtension;
 use rusqlite::{Connection, params};
 
 /// A job's row goes this many days after its start, ended or not: the longest a job may run
@@ -115,4 +116,55 @@ pub(super) fn take_over(
         }
     }
     Ok(claimed)
+}
+
+const STORED_COLUMNS: &str = "id, run_id, fleet, engine, machine, command, base, started_ms, \
+     timeout_secs, state, exit_code, reason";
+
+fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredJob> {
+    let fleet: String = row.get(2)?;
+    let timeout: i64 = row.get(8)?;
+    Ok(StoredJob {
+        record: JobRecord {
+            id: row.get(0)?,
+            run_id: row.get(1)?,
+            fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
+            engine: row.get(3)?,
+            machine: row.get(4)?,
+            command: row.get(5)?,
+            base: row.get(6)?,
+            started_ms: row.get(7)?,
+            timeout_secs: u64::try_from(timeout).unwrap_or(0),
+        },
+        state: row.get(9)?,
+        exit_code: row.get(10)?,
+        reason: row.get(11)?,
+    })
+}
+
+pub(super) fn one(conn: &Connection, id: &str) -> rusqlite::Result<Option<StoredJob>> {
+    conn.prepare_cached(&format!("SELECT {STORED_COLUMNS} FROM jobs WHERE id = ?1"))?
+        .query_row([id], stored)
+        .optional()
+}
+
+/// The jobs of the last day another process than this one started or watches.
+pub(super) fn others(
+    conn: &Connection,
+    now_ms: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<StoredJob>> {
+    conn.prepare_cached(&format!(
+        "SELECT {STORED_COLUMNS} FROM jobs WHERE pid <> ?1 AND started_ms > ?2 \
+         ORDER BY started_ms DESC LIMIT ?3"
+    ))?
+    .query_map(
+        params![
+            std::process::id(),
+            now_ms.saturating_sub(days_ms(1)),
+            i64::try_from(limit).unwrap_or(i64::MAX)
+        ],
+        stored,
+    )?
+    .collect()
 }

@@ -66,6 +66,16 @@ impl JobRepository for SqliteStore {
         .await
         .unwrap_or_default()
     }
+
+    async fn get(&self, id: &str) -> Result<Option<crate::store::StoredJob>, StoreUnavailable> {
+        let id = id.to_owned();
+        self.read(move |conn| jobs::one(conn, &id)).await
+    }
+
+    async fn others(&self, limit: usize) -> Result<Vec<crate::store::StoredJob>, StoreUnavailable> {
+        self.read(move |conn| jobs::others(conn, now_ms(), limit))
+            .await
+    }
 }
 
 #[async_trait::async_trait]
