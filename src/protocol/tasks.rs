@@ -32,9 +32,12 @@ const TTL_MARGIN: Duration = Duration::from_secs(600);
 /// is what it holds). Another owner's task reads as unknown.
 pub struct Tasks {
     manager: TaskManager,
-    /// Where each task is recorded, so that a process after this one can say it is gone.
+    /// Where each task is recorded, so that a process after this one can say it is gone, and
+    /// (a store several processes share) so that any of them answers for it.
     store: Arc<dyn Store>,
-    owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+    /// The copy of this process's tasks into a shared store, started with the first task.
+    mirror: std::sync::OnceLock<()>,
     /// One permit per call that may become a task (`maxTasks`), taken when the call begins
     /// (so that the bound is exact) and given back when it ends, as a task or not.
     slots: Arc<tokio::sync::Semaphore>,
@@ -47,6 +50,7 @@ impl Tasks {
             manager: TaskManager::default(),
             store,
             owners: Default::default(),
+            mirror: std::sync::OnceLock::new(),
             slots: Arc::new(tokio::sync::Semaphore::new(max)),
             max,
         }
@@ -205,11 +209,27 @@ impl Tasks {
         self.store.tasks().created(TaskRecord {
             id: task.task_id.clone(),
             pid: std::process::id(),
+            holder: None,
+            client: owner.to_owned(),
             tool: tool.name().to_owned(),
             created_ms: chrono::Utc::now().timestamp_millis(),
             ttl_ms: i64::try_from(bound.as_millis()).unwrap_or(i64::MAX),
             outcome: None,
+            detail: self
+                .manager
+                .get_task(&task.task_id)
+                .ok()
+                .and_then(|d| serde_json::to_string(&d).ok()),
         });
+        if self.store.is_shared() {
+            self.mirror.get_or_init(|| {
+                tokio::spawn(mirror(
+                    self.manager.clone(),
+                    self.store.clone(),
+                    self.owners.clone(),
+                ));
+            });
+        }
         if let Ok(mut owners) = self.owners.lock() {
             // Tasks rmcp has let go of (past their TTL) are forgotten here too.
             owners.retain(|id, _| self.manager.get_task(id).is_ok());
@@ -247,30 +267,118 @@ impl Tasks {
         self.owned(task_id, owner)?;
         match self.manager.get_task(task_id) {
             Ok(task) => Ok(rmcp::model::GetTaskResult::new(task)),
-            Err(unknown) => match self.store.tasks().get(task_id).await {
-                Ok(Some(record)) if record.pid != std::process::id() => {
-                    gone_task(&record).ok_or(unknown)
+            Err(unknown) => match self.of_another(task_id, owner).await {
+                Some(record) => {
+                    // Another process sharing the store runs it (or ran it): as it last
+                    // answered, while it lives or once the task has ended there.
+                    let answered = record
+                        .detail
+                        .as_deref()
+                        .and_then(|d| serde_json::from_str::<rmcp::model::DetailedTask>(d).ok());
+                    let alive = self.store.tasks().holder_alive(&record).await;
+                    match answered {
+                        Some(detail) if alive || detail.task.status.is_terminal() => {
+                            Ok(rmcp::model::GetTaskResult::new(detail))
+                        }
+                        _ if alive => Err(unknown),
+                        _ => gone_task(&record).ok_or(unknown),
+                    }
+                }
+                None => Err(unknown),
+            },
+        }
+    }
+
+    /// A task this process does not hold, as the store has it: made by another process (one
+    /// that shares the store, or one that has ended) for the same client.
+    async fn of_another(&self, task_id: &str, owner: &str) -> Option<TaskRecord> {
+        let record = self.store.tasks().get(task_id).await.ok().flatten()?;
+        let mine = record.pid == std::process::id() && record.holder.is_none();
+        // The file keeps no client: a task there was only ever answered by its own process.
+        let theirs = !record.client.is_empty() && record.client != owner;
+        (!mine && !theirs).then_some(record)
+    }
+
+    pub async fn cancel(&self, task_id: &str, owner: &str) -> Result<(), ErrorData> {
+        self.owned(task_id, owner)?;
+        match self.manager.cancel_task(task_id) {
+            Ok(()) => Ok(()),
+            Err(unknown) => match self.of_another(task_id, owner).await {
+                // The process running it cancels it at its next look (within a second).
+                Some(record) if self.store.is_shared() => {
+                    self.store.tasks().cancel_asked(&record.id);
+                    Ok(())
                 }
                 _ => Err(unknown),
             },
         }
     }
 
-    pub fn cancel(&self, task_id: &str, owner: &str) -> Result<(), ErrorData> {
-        self.owned(task_id, owner)?;
-        self.manager.cancel_task(task_id)
-    }
-
     /// No task of this server asks for input, so this only checks the task exists (the spec
     /// has unknown `inputResponses` keys ignored).
-    pub fn update(
+    pub async fn update(
         &self,
         task_id: &str,
         owner: &str,
         responses: impl IntoIterator<Item = (String, serde_json::Value)>,
     ) -> Result<(), ErrorData> {
         self.owned(task_id, owner)?;
-        self.manager.update_task(task_id, responses)
+        match self.manager.update_task(task_id, responses) {
+            Ok(()) => Ok(()),
+            Err(unknown) => match self.of_another(task_id, owner).await {
+                Some(_) if self.store.is_shared() => Ok(()),
+                _ => Err(unknown),
+            },
+        }
+    }
+}
+
+/// How often this process copies its tasks into a shared store and looks for cancellations
+/// asked through another process.
+const MIRROR_EVERY: Duration = Duration::from_secs(1);
+
+/// Copies each task of this process into the shared store as `tasks/get` answers it here,
+/// whenever that changed (a status message, its end with its result), until it has ended and
+/// that is written; and cancels a running one that another process was asked to cancel.
+async fn mirror(
+    manager: TaskManager,
+    store: Arc<dyn Store>,
+    owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+) {
+    let mut written: std::collections::HashMap<String, String> = Default::default();
+    loop {
+        tokio::time::sleep(MIRROR_EVERY).await;
+        let ids: Vec<String> = owners
+            .lock()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        written.retain(|id, _| ids.contains(id));
+        for id in ids {
+            let Ok(detail) = manager.get_task(&id) else {
+                continue;
+            };
+            let terminal = detail.task.status.is_terminal();
+            // A terminal answer written is the last: nothing changes after it.
+            if written.get(&id).is_some_and(|w| w.ends_with('!')) {
+                continue;
+            }
+            if !terminal && store.tasks().cancel_wanted(&id).await {
+                let _ = manager.cancel_task(&id);
+                continue;
+            }
+            let Ok(text) = serde_json::to_string(&detail) else {
+                continue;
+            };
+            let marked = if terminal {
+                format!("{text}!")
+            } else {
+                text.clone()
+            };
+            if written.get(&id) != Some(&marked) {
+                store.tasks().answered_as(&id, text);
+                written.insert(id, marked);
+            }
+        }
     }
 }
 

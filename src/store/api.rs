@@ -115,6 +115,23 @@ pub trait TaskRepository: Send + Sync {
     fn created(&self, task: TaskRecord);
     fn ended(&self, id: &str, outcome: &'static str);
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>, StoreUnavailable>;
+    /// The task as `tasks/get` answers it now in its process (see [`TaskRecord::detail`]).
+    fn answered_as(&self, id: &str, detail: String) {
+        let _ = (id, detail);
+    }
+    /// tasks/cancel reached another process than the one running the task: it is asked to.
+    fn cancel_asked(&self, id: &str) {
+        let _ = id;
+    }
+    /// Whether another process asked for the task's cancellation.
+    async fn cancel_wanted(&self, id: &str) -> bool {
+        let _ = id;
+        false
+    }
+    /// Whether the process running `task` is this one or still lives.
+    async fn holder_alive(&self, task: &TaskRecord) -> bool {
+        task.pid == std::process::id() || crate::process::ephemeral::process_alive(task.pid)
+    }
 }
 
 /// What the user allowed a machine to reach, for a later machine's list.

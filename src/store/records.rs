@@ -180,11 +180,21 @@ pub struct ServedEngine {
 pub struct TaskRecord {
     pub id: String,
     pub pid: u32,
+    /// The process running it as a shared store registers it (its instance id); `None` in the
+    /// SQLite file, and filled in by the store.
+    pub holder: Option<String>,
+    /// Who may see it: the session that made it, or all sessionless requests (the protocol's
+    /// owner of the task); another client is told it does not exist.
+    pub client: String,
     pub tool: String,
     pub created_ms: i64,
     pub ttl_ms: i64,
     /// How it ended in its process (`completed`, `failed`, `cancelled`), if it did.
     pub outcome: Option<String>,
+    /// The task as `tasks/get` last answered it in its process (MCP's DetailedTask, JSON),
+    /// written while a store several processes share keeps tasks: another process answers
+    /// with it, the result of a completed one included.
+    pub detail: Option<String>,
 }
 
 /// Destinations the user allowed a machine to reach.

@@ -208,7 +208,10 @@ fn a_job_killed_with_why_is_probed_as_killed_for_that_reason() {
     let base = base("kill-why");
     let marker = format!("m-kill-why-{}", std::process::id());
     detach(
-        &guest::wrapper(&base, &Command::Shell("echo started; sleep 60; echo never".into())),
+        &guest::wrapper(
+            &base,
+            &Command::Shell("echo started; sleep 60; echo never".into()),
+        ),
         &marker,
     );
     let running = probe_until(&base, |p| p.stdout_bytes == Some(8));

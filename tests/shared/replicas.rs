@@ -538,3 +538,100 @@ async fn a_job_started_through_one_process_is_read_and_cancelled_through_others(
     assert_eq!(state_of(&finite), "exited");
     assert_eq!(state_of(&endless), "cancelled");
 }
+
+/// A 2026-07-28 request declaring the tasks extension.
+async fn task_request(server: &HttpServer, method: &str, params: Value) -> Value {
+    stateless_request(
+        server,
+        TOKEN,
+        method,
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+        params,
+    )
+    .await
+}
+
+/// A task created through one process is polled through others to its result (each answers
+/// from the store as the process running it last answered), and another is cancelled through
+/// a second process: the one running it cancels it, its command killed.
+#[tokio::test]
+async fn a_task_created_on_one_process_is_polled_and_cancelled_through_others() {
+    let db = TestDatabase::new().await;
+    let fake = FakeServe::start_guest_shell().await;
+    fake.add_machine("m", "running");
+    let (rt_a, rt_b, rt_c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let url = fake.url();
+    let vars = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_STORE_URL", db.url.as_str()),
+        ("SMOL_MCP_TASK_AFTER_MILLIS", "300"),
+    ];
+    let a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
+    let b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
+    let c = HttpServer::spawn(rt_c.path(), TOKEN, &vars).await;
+    let task_of = |answer: &Value| {
+        answer["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not a task: {answer}"))
+            .to_owned()
+    };
+    let finite = task_of(
+        &task_request(
+            &a,
+            "tools/call",
+            json!({"name": "run-command", "arguments": {"name": "m", "command": "sleep 2; echo done-on-a"}}),
+        )
+        .await,
+    );
+    // Working as seen through b, then completed with its result as seen through c.
+    let working = until("b to see the task", Duration::from_secs(10), async || {
+        let polled = task_request(&b, "tasks/get", json!({"taskId": finite})).await;
+        (polled["result"]["status"] == "working").then_some(polled)
+    })
+    .await;
+    assert_eq!(working["result"]["taskId"], finite.as_str(), "{working}");
+    let completed = until(
+        "c to see the task's result",
+        Duration::from_secs(20),
+        async || {
+            let polled = task_request(&c, "tasks/get", json!({"taskId": finite})).await;
+            (polled["result"]["status"] == "completed").then_some(polled)
+        },
+    )
+    .await;
+    assert_eq!(
+        completed["result"]["result"]["structuredContent"]["stdout"], "done-on-a\n",
+        "{completed}"
+    );
+
+    // Cancelled through b: a, running it, cancels it and its command goes from the machine.
+    let endless = task_of(
+        &task_request(
+            &a,
+            "tools/call",
+            json!({"name": "run-command", "arguments": {"name": "m", "command": "sleep 300"}}),
+        )
+        .await,
+    );
+    let cancelled = task_request(&b, "tasks/cancel", json!({"taskId": endless})).await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    let seen = until("the cancel to take", Duration::from_secs(20), async || {
+        let polled = task_request(&c, "tasks/get", json!({"taskId": endless})).await;
+        (polled["result"]["status"] == "cancelled").then_some(polled)
+    })
+    .await;
+    assert_eq!(seen["result"]["taskId"], endless.as_str());
+    until(
+        "the cancelled command to go",
+        Duration::from_secs(10),
+        async || fake.guest_processes("m").is_empty().then_some(()),
+    )
+    .await;
+    // An id no process made is unknown through any.
+    let unknown = task_request(&b, "tasks/get", json!({"taskId": "no-such-task"})).await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+}

@@ -160,6 +160,9 @@ async fn what_one_process_writes_another_reads() {
     a.tasks().created(TaskRecord {
         id: "t1".into(),
         pid: 7,
+        holder: None,
+        client: "session-1".into(),
+        detail: Some("{\"task\":1}".into()),
         tool: "run-command".into(),
         created_ms: now_ms(),
         ttl_ms: 60_000,
@@ -184,6 +187,27 @@ async fn what_one_process_writes_another_reads() {
     let task = b.tasks().get("t1").await.unwrap().unwrap();
     assert_eq!(task.outcome.as_deref(), Some("completed"));
     assert_eq!(task.pid, 7);
+    assert_eq!(task.client, "session-1");
+    assert_eq!(task.holder, a.instance(), "run by a");
+    assert!(b.tasks().holder_alive(&task).await);
+    a.tasks().answered_as("t1", "{\"task\":2}".into());
+    b.tasks().cancel_asked("t1");
+    a.flush().await;
+    b.flush().await;
+    assert_eq!(
+        b.tasks()
+            .get("t1")
+            .await
+            .unwrap()
+            .unwrap()
+            .detail
+            .as_deref(),
+        Some("{\"task\":2}")
+    );
+    assert!(
+        a.tasks().cancel_wanted("t1").await,
+        "b asked a to cancel it"
+    );
     assert_eq!(
         b.egress_grants()
             .for_machine(FleetKind::Local, "box")

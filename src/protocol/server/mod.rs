@@ -385,6 +385,7 @@ impl ServerHandler for SmolMcp {
         self.protocol
             .tasks
             .cancel(&request.task_id, self.task_owner(&context))
+            .await
     }
 
     async fn update_task(
@@ -392,11 +393,14 @@ impl ServerHandler for SmolMcp {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.protocol.tasks.update(
-            &request.task_id,
-            self.task_owner(&context),
-            request.input_responses,
-        )
+        self.protocol
+            .tasks
+            .update(
+                &request.task_id,
+                self.task_owner(&context),
+                request.input_responses,
+            )
+            .await
     }
 }
 

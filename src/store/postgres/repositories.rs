@@ -11,6 +11,38 @@ use crate::store::{
 };
 use tokio_postgres::Row;
 
+impl PgStore {
+    /// Whether instance `id` is this process or still lives. When the database cannot say,
+    /// it is taken to live: nothing of it is taken or called lost on a guess.
+    async fn instance_alive(&self, id: &str) -> bool {
+        let Some(opened) = self.opened() else {
+            return true;
+        };
+        if id == opened.instance {
+            return true;
+        }
+        let Ok(db) = self.reader().await else {
+            return true;
+        };
+        let stale_ms = i64::try_from(super::STALE.as_millis()).unwrap_or(i64::MAX);
+        let row = db
+            .query_opt(
+                &format!(
+                    "SELECT id, host, pid, pid_started, heartbeat_ms < {} - $2 \
+                     FROM instances WHERE id = $1",
+                    super::schema::NOW_MS
+                ),
+                &[&id, &stale_ms],
+            )
+            .await;
+        match row {
+            Ok(Some(row)) => !super::instance_dead(&row, opened),
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl RunRepository for PgStore {
     fn begin(&self, run: NewRun) -> Result<i64, StoreUnavailable> {
@@ -209,7 +241,8 @@ impl TaskRepository for PgStore {
         self.read(async |db| {
             let row = db
                 .query_opt(
-                    "SELECT id, pid, tool, created_ms, ttl_ms, outcome FROM tasks WHERE id = $1",
+                    "SELECT id, pid, tool, created_ms, ttl_ms, outcome, owner, client, detail \
+                     FROM tasks WHERE id = $1",
                     &[&id],
                 )
                 .await?;
@@ -220,9 +253,38 @@ impl TaskRepository for PgStore {
                 created_ms: row.get(3),
                 ttl_ms: row.get(4),
                 outcome: row.get(5),
+                holder: Some(row.get(6)),
+                client: row.get(7),
+                detail: row.get(8),
             }))
         })
         .await
+    }
+
+    fn answered_as(&self, id: &str, detail: String) {
+        self.record(Write::TaskAnswered(id.to_owned(), detail));
+    }
+
+    fn cancel_asked(&self, id: &str) {
+        self.record(Write::TaskCancelAsked(id.to_owned()));
+    }
+
+    async fn cancel_wanted(&self, id: &str) -> bool {
+        let Ok(db) = self.reader().await else {
+            return false;
+        };
+        db.query_opt("SELECT cancel_asked FROM tasks WHERE id = $1", &[&id])
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|row| row.get::<_, bool>(0))
+    }
+
+    async fn holder_alive(&self, task: &TaskRecord) -> bool {
+        let Some(holder) = task.holder.as_deref() else {
+            return crate::process::ephemeral::process_alive(task.pid);
+        };
+        self.instance_alive(holder).await
     }
 }
 
@@ -294,25 +356,7 @@ impl KeyRepository for PgStore {
         if holder == opened.instance {
             return true;
         }
-        let Ok(db) = self.reader().await else {
-            return true;
-        };
-        let stale_ms = i64::try_from(super::STALE.as_millis()).unwrap_or(i64::MAX);
-        let row = db
-            .query_opt(
-                &format!(
-                    "SELECT id, host, pid, pid_started, heartbeat_ms < {} - $2 \
-                     FROM instances WHERE id = $1",
-                    super::schema::NOW_MS
-                ),
-                &[&holder, &stale_ms],
-            )
-            .await;
-        match row {
-            Ok(Some(row)) => !super::instance_dead(&row, opened),
-            Ok(None) => false,
-            Err(_) => true,
-        }
+        self.instance_alive(holder).await
     }
 }
 

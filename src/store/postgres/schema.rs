@@ -133,6 +133,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
         taken_ms BIGINT NOT NULL
     );
     ",
+    // 4: a task answered by any process: who may see it, how it stands (its result once
+    // completed), and whether another process was asked to cancel it.
+    "
+    ALTER TABLE tasks ADD COLUMN client TEXT NOT NULL DEFAULT '';
+    ALTER TABLE tasks ADD COLUMN detail TEXT;
+    ALTER TABLE tasks ADD COLUMN cancel_asked BOOLEAN NOT NULL DEFAULT false;
+    ",
 ];
 
 /// Why the database cannot be used as this server's store.

@@ -24,6 +24,8 @@ pub(super) enum Write {
     JobLetGo(String),
     TaskCreated(TaskRecord),
     TaskEnded(String, &'static str),
+    TaskAnswered(String, String),
+    TaskCancelAsked(String),
     Grant(EgressGrant),
     KeyAnswered(String, String),
     KeyReleased(String),
@@ -161,9 +163,9 @@ impl Writer<'_> {
             }
             Write::TaskCreated(task) => {
                 db.execute(
-                    "INSERT INTO tasks (id, owner, pid, tool, created_ms, ttl_ms, outcome) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET \
-                     outcome = EXCLUDED.outcome",
+                    "INSERT INTO tasks (id, owner, pid, tool, created_ms, ttl_ms, outcome, \
+                     client, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                     ON CONFLICT (id) DO UPDATE SET outcome = EXCLUDED.outcome",
                     &[
                         &task.id,
                         &self.instance,
@@ -172,9 +174,19 @@ impl Writer<'_> {
                         &task.created_ms,
                         &task.ttl_ms,
                         &task.outcome,
+                        &task.client,
+                        &task.detail,
                     ],
                 )
                 .await?;
+            }
+            Write::TaskAnswered(id, detail) => {
+                db.execute("UPDATE tasks SET detail = $2 WHERE id = $1", &[id, detail])
+                    .await?;
+            }
+            Write::TaskCancelAsked(id) => {
+                db.execute("UPDATE tasks SET cancel_asked = true WHERE id = $1", &[id])
+                    .await?;
             }
             Write::TaskEnded(id, outcome) => {
                 db.execute(

@@ -39,6 +39,9 @@ pub(super) fn one(conn: &Connection, id: &str) -> rusqlite::Result<Option<TaskRe
         Ok(TaskRecord {
             id: row.get(0)?,
             pid: row.get(1)?,
+            holder: None,
+            client: String::new(),
+            detail: None,
             tool: row.get(2)?,
             created_ms: row.get(3)?,
             ttl_ms: row.get(4)?,
