@@ -2,7 +2,7 @@
 # The test command: installs what the tests need, then runs every test. The tests are four
 # binaries by what they need (docs/testing.md): `offline` nothing, `engine` the pinned engine,
 # `clients` the outside MCP clients, `guest` the nested engine whose guests boot, `shared` a
-# real PostgreSQL (scripts/postgres.sh, Debian's postgresql).
+# real PostgreSQL (scripts/postgres.sh, Debian's postgresql) and HAProxy (scripts/balancer.sh).
 #  - the pinned smolvm engine (scripts/fetch-smolvm.sh), for `engine` (and two modules of
 #    `clients`), and the same engine nested in a QEMU TCG machine whose guests boot
 #    (scripts/nested-engine.sh, Debian's qemu-system-x86 and kernel), for `guest`;
@@ -170,6 +170,9 @@ if ! scripts/postgres.sh status; then
   scripts/postgres.sh up
 fi
 eval "export $(scripts/postgres.sh env)"
+# HAProxy from Debian's packages for the balancer's tests (`shared`), which start and stop it
+# themselves (scripts/balancer.sh) in front of the processes each starts.
+scripts/balancer.sh install
 # The real engine with guests that boot, nested in QEMU (the `guest` tests use it); one outer
 # VM for the whole run, taken down at the end unless it was already up (a developer's).
 if ! scripts/nested-engine.sh status >/dev/null 2>&1; then

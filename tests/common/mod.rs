@@ -2,6 +2,7 @@
 
 pub mod asker;
 pub mod clients;
+pub mod conformance;
 pub mod fake_cloud;
 pub mod fake_serve;
 pub mod fake_stream;

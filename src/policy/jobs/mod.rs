@@ -636,6 +636,9 @@ impl Jobs {
             started_ms: millis_since_epoch(job.started),
             timeout_secs: job.timeout.as_secs(),
         });
+        // Written before the start is answered: a process killed right after must leave a
+        // record its siblings (or its successor) can take the job over from.
+        ledger.store().flush().await;
         self.remember(job.clone());
         process.hold(std::slice::from_ref(&job.machine));
         tokio::spawn(watch_job(process.clone(), ledger.clone(), job.clone(), run));

@@ -148,7 +148,8 @@ fn serve(config: tokio_postgres::Config, requests: Receiver<Request>) {
                     let text = db
                         .query_opt("SELECT body FROM documents WHERE name = $1", &[&name])
                         .await
-                        .map(|row| row.map(|r| r.get(0)))
+                        // A row made for a first change that wrote nothing holds ''.
+                        .map(|row| row.map(|r| r.get::<_, String>(0)).filter(|b| !b.is_empty()))
                         .map_err(|e| e.to_string());
                     let _ = answer.send(text);
                 }
