@@ -1,0 +1,279 @@
+//! Calls per second of one `smol-mcp-http` process against three behind HAProxy, in one run
+//! and under the same load: C concurrent clients, each making M sessionless (2026-07-28)
+//! list-machines calls on its own keep-alive connection, against the fake serve, every process
+//! on one PostgreSQL store. Three shapes: one process reached directly, one behind the
+//! balancer (the balancer's own cost), three behind it. Prints a table and the ratio three to
+//! one; writes target/bench/balanced.json.
+//!
+//! Run with `scripts/bench-balanced.sh` (starts the project's PostgreSQL, installs HAProxy);
+//! `LOAD_CLIENTS` (default 24) and `LOAD_CALLS` (default 150) shape it. Not a test: it fails
+//! only when a reply is lost. Every process, the balancer and the clients share this host's
+//! cores: three processes can only outrun one where there are cores for them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/fake_serve.rs"]
+#[allow(dead_code)]
+mod fake_serve;
+#[path = "../tests/common/fake_stream.rs"]
+#[allow(dead_code)]
+mod fake_stream;
+#[path = "../tests/common/guest_shell.rs"]
+#[allow(dead_code)]
+mod guest_shell;
+#[path = "../tests/common/real_serve.rs"]
+#[allow(dead_code)]
+mod real_serve;
+
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
+const TOKEN: &str = "balanced-token";
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn database() -> String {
+    let server = std::env::var("SMOL_TEST_PG_URL")
+        .expect("SMOL_TEST_PG_URL: run through scripts/bench-balanced.sh");
+    let name = format!("smolbench_{:016x}", rand::random::<u64>());
+    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
+    format!("{base}/{name}")
+}
+
+async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u16) {
+    let port = real_serve::free_port();
+    let child = Command::new(SERVER)
+        .env_clear()
+        .envs([
+            ("PATH", std::env::var("PATH").unwrap_or_default()),
+            ("HOME", runtime.display().to_string()),
+            ("XDG_CONFIG_HOME", runtime.join("config").display().to_string()),
+            ("SMOL_MCP_RUNTIME_DIR", runtime.join("rt").display().to_string()),
+            ("SMOL_LOCAL_URL", local_url.to_owned()),
+            ("SMOL_MCP_STORE_URL", store.to_owned()),
+            ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
+            ("SMOL_MCP_HTTP_PORT", port.to_string()),
+            ("SMOL_MCP_LOG", "error".to_owned()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < Duration::from_secs(15), "not listening");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (child, port)
+}
+
+fn balancer(dir: &Path, args: &[String]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/balancer.sh");
+    let out = std::process::Command::new(script)
+        .args(args)
+        .env("SMOL_BALANCER_DIR", dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn answer(text: &str) -> Value {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        return v;
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("id").is_some())
+        .unwrap_or(Value::Null)
+}
+
+/// One sessionless list-machines call; whether it was answered with a listing.
+async fn list_machines(http: &reqwest::Client, url: &str, id: usize) -> bool {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "list-machines", "arguments": {},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+        }}});
+    let Ok(response) = http
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "list-machines")
+        .json(&body)
+        .send()
+        .await
+    else {
+        return false;
+    };
+    let text = response.text().await.unwrap_or_default();
+    answer(&text)["result"]["structuredContent"]["machines"].is_array()
+}
+
+async fn load(name: &str, url: &str, clients: usize, calls: usize) -> Value {
+    let mut connections = Vec::new();
+    for _ in 0..clients {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .build()
+            .unwrap();
+        // Warm: the connection made and the process's first answer given before the clock.
+        list_machines(&http, url, 0).await;
+        connections.push(http);
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(clients + 1));
+    let mut tasks = Vec::new();
+    for http in connections {
+        let (barrier, url) = (barrier.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut times = Vec::with_capacity(calls);
+            let mut lost = 0usize;
+            for i in 0..calls {
+                let t = Instant::now();
+                if list_machines(&http, &url, i + 1).await {
+                    times.push(t.elapsed());
+                } else {
+                    lost += 1;
+                }
+            }
+            (times, lost)
+        }));
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let (mut times, mut lost) = (Vec::new(), 0);
+    for t in tasks {
+        let (t, l) = t.await.unwrap();
+        times.extend(t);
+        lost += l;
+    }
+    let wall = started.elapsed();
+    times.sort();
+    let at = |p: f64| {
+        times
+            .get(((times.len().max(1) - 1) as f64 * p).round() as usize)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+    };
+    json!({
+        "shape": name,
+        "answered": times.len(),
+        "lost": lost,
+        "callsPerSec": times.len() as f64 / wall.as_secs_f64(),
+        "p50Ms": at(0.5),
+        "p99Ms": at(0.99),
+    })
+}
+
+async fn run() -> Value {
+    let clients = env_number("LOAD_CLIENTS", 24);
+    let calls = env_number("LOAD_CALLS", 150);
+    let fake = fake_serve::FakeServe::start().await;
+    for i in 0..10 {
+        fake.add_machine(&format!("m{i}"), "running");
+    }
+    let mut runs = Vec::new();
+
+    let store = database().await;
+    let rt = tempfile::tempdir().unwrap();
+    let (one, one_port) = start_server(rt.path(), &fake.url(), &store).await;
+    runs.push(load("1 process, direct", &format!("http://127.0.0.1:{one_port}/mcp"), clients, calls).await);
+    let lb_dir = tempfile::tempdir().unwrap();
+    let lb_port = real_serve::free_port();
+    balancer(lb_dir.path(), &["up".into(), lb_port.to_string(), one_port.to_string()]);
+    let through = format!("http://127.0.0.1:{lb_port}/mcp");
+    runs.push(load("1 process, behind HAProxy", &through, clients, calls).await);
+    balancer(lb_dir.path(), &["down".into()]);
+    drop(one);
+
+    let store = database().await;
+    let mut children = Vec::new();
+    let mut ports = Vec::new();
+    let mut dirs = Vec::new();
+    for _ in 0..3 {
+        let rt = tempfile::tempdir().unwrap();
+        let (child, port) = start_server(rt.path(), &fake.url(), &store).await;
+        children.push(child);
+        ports.push(port.to_string());
+        dirs.push(rt);
+    }
+    let mut args = vec!["up".to_owned(), lb_port.to_string()];
+    args.extend(ports);
+    balancer(lb_dir.path(), &args);
+    runs.push(load("3 processes, behind HAProxy", &through, clients, calls).await);
+    balancer(lb_dir.path(), &["down".into()]);
+    drop(children);
+
+    json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "clients": clients,
+        "callsPerClient": calls,
+        "runs": runs,
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(run());
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "smol-mcp-http behind HAProxy ({} cores, {} clients x {} sessionless list-machines calls, fake serve, PostgreSQL store)",
+        report["cores"], report["clients"], report["callsPerClient"]
+    );
+    println!();
+    println!("| shape | calls/s | p50 / p99 ms | lost |");
+    println!("|---|---|---|---|");
+    let runs = report["runs"].as_array().unwrap();
+    for r in runs {
+        println!(
+            "| {} | {:.0} | {:.2} / {:.2} | {} |",
+            r["shape"].as_str().unwrap_or(""),
+            f(&r["callsPerSec"]),
+            f(&r["p50Ms"]),
+            f(&r["p99Ms"]),
+            r["lost"]
+        );
+    }
+    let ratio = f(&runs[2]["callsPerSec"]) / f(&runs[0]["callsPerSec"]);
+    println!("\nthree processes behind the balancer / one process direct: {ratio:.2}x");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("balanced.json"),
+        serde_json::to_string_pretty(&report).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        runs.iter().all(|r| r["lost"] == 0),
+        "a reply was lost: {report}"
+    );
+}
