@@ -12,6 +12,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../tests/common/balancer.rs"]
+mod balancer_script;
 #[path = "../tests/common/fake_serve.rs"]
 #[allow(dead_code)]
 mod fake_serve;
@@ -65,8 +67,14 @@ async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u
         .envs([
             ("PATH", std::env::var("PATH").unwrap_or_default()),
             ("HOME", runtime.display().to_string()),
-            ("XDG_CONFIG_HOME", runtime.join("config").display().to_string()),
-            ("SMOL_MCP_RUNTIME_DIR", runtime.join("rt").display().to_string()),
+            (
+                "XDG_CONFIG_HOME",
+                runtime.join("config").display().to_string(),
+            ),
+            (
+                "SMOL_MCP_RUNTIME_DIR",
+                runtime.join("rt").display().to_string(),
+            ),
             ("SMOL_LOCAL_URL", local_url.to_owned()),
             ("SMOL_MCP_STORE_URL", store.to_owned()),
             ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
@@ -89,16 +97,6 @@ async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u
     (child, port)
 }
 
-fn balancer(dir: &Path, args: &[String]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/balancer.sh");
-    let out = std::process::Command::new(script)
-        .args(args)
-        .env("SMOL_BALANCER_DIR", dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
-
 fn answer(text: &str) -> Value {
     if let Ok(v) = serde_json::from_str::<Value>(text) {
         return v;
@@ -113,12 +111,12 @@ fn answer(text: &str) -> Value {
 /// One sessionless list-machines call; whether it was answered with a listing.
 async fn list_machines(http: &reqwest::Client, url: &str, id: usize) -> bool {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "list-machines", "arguments": {},
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
-        }}});
+    "name": "list-machines", "arguments": {},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+    }}});
     let Ok(response) = http
         .post(url)
         .bearer_auth(TOKEN)
@@ -203,13 +201,24 @@ async fn run() -> Value {
     let store = database().await;
     let rt = tempfile::tempdir().unwrap();
     let (one, one_port) = start_server(rt.path(), &fake.url(), &store).await;
-    runs.push(load("1 process, direct", &format!("http://127.0.0.1:{one_port}/mcp"), clients, calls).await);
+    runs.push(
+        load(
+            "1 process, direct",
+            &format!("http://127.0.0.1:{one_port}/mcp"),
+            clients,
+            calls,
+        )
+        .await,
+    );
     let lb_dir = tempfile::tempdir().unwrap();
     let lb_port = real_serve::free_port();
-    balancer(lb_dir.path(), &["up".into(), lb_port.to_string(), one_port.to_string()]);
+    balancer_script::run(
+        lb_dir.path(),
+        &["up".into(), lb_port.to_string(), one_port.to_string()],
+    );
     let through = format!("http://127.0.0.1:{lb_port}/mcp");
     runs.push(load("1 process, behind HAProxy", &through, clients, calls).await);
-    balancer(lb_dir.path(), &["down".into()]);
+    balancer_script::run(lb_dir.path(), &["down".into()]);
     drop(one);
 
     let store = database().await;
@@ -225,9 +234,9 @@ async fn run() -> Value {
     }
     let mut args = vec!["up".to_owned(), lb_port.to_string()];
     args.extend(ports);
-    balancer(lb_dir.path(), &args);
+    balancer_script::run(lb_dir.path(), &args);
     runs.push(load("3 processes, behind HAProxy", &through, clients, calls).await);
-    balancer(lb_dir.path(), &["down".into()]);
+    balancer_script::run(lb_dir.path(), &["down".into()]);
     drop(children);
 
     json!({

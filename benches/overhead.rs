@@ -430,7 +430,8 @@ async fn run() -> Value {
     c.close().await;
 
     let ledger = ledger_cost(&fake).await;
-    let builds = builds_side_by_side(&real_env).await;
+    let mut builds = builds_side_by_side(&real_env).await;
+    job_starts_side_by_side(&mut builds).await;
 
     json!({
         "machine": machine_info(),
@@ -523,6 +524,38 @@ async fn builds_side_by_side(env: &[(String, String)]) -> Value {
     Value::Array(rows)
 }
 
+/// A background job's start (run-command `background: true` answered with its id), 30 of
+/// them per build in turn, on the fake serve's guest shell: the job's record is written before
+/// the answer since 2026-12-05 (a process killed right after must leave it).
+async fn job_starts_side_by_side(builds: &mut Value) {
+    let fake = fake_serve::FakeServe::start_guest_shell().await;
+    fake.add_machine("jobs", "running");
+    let rows = builds.as_array_mut().unwrap();
+    let mut starts: Vec<Vec<Duration>> = vec![Vec::new(); rows.len()];
+    for _round in 0..3 {
+        for (i, row) in rows.iter().enumerate() {
+            let binary = row["binary"].as_str().unwrap().to_owned();
+            let rt = tempfile::tempdir().unwrap();
+            let (mut c, _) = Client::spawn_binary(&binary, &base_env(rt.path(), &fake.url())).await;
+            for _ in 0..10 {
+                let t = Instant::now();
+                let r = c
+                    .tool(
+                        "run-command",
+                        json!({"name": "jobs", "command": "true", "background": true}),
+                    )
+                    .await;
+                starts[i].push(t.elapsed());
+                assert_eq!(r["result"]["isError"], false, "{r}");
+            }
+            c.close().await;
+        }
+    }
+    for (i, row) in rows.iter_mut().enumerate() {
+        row["jobStartMs"] = json!(stats(&starts[i]));
+    }
+}
+
 fn print_builds(builds: &Value) {
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let rows = builds.as_array().unwrap();
@@ -571,6 +604,13 @@ fn print_builds(builds: &Value) {
         let c = &r["listMachinesMs"];
         format!("{:.3} / {:.3}", f(&c["p50_ms"]), f(&c["p95_ms"]))
     });
+    line(
+        "background job start p50 / p95 (ms, fake guest shell)",
+        &|r| {
+            let c = &r["jobStartMs"];
+            format!("{:.3} / {:.3}", f(&c["p50_ms"]), f(&c["p95_ms"]))
+        },
+    );
 }
 
 /// What the run ledger costs a call: run-command on the fake serve through two stdio servers

@@ -1,9 +1,10 @@
 //! What the server keeps beyond a call: runs, background jobs, MCP tasks, egress grants, the
 //! cloud spend's day marks and idempotency keys. [`Store`] is the seam: a repository per kind
-//! of record, each a trait, so that another backend (a database shared by several server
-//! processes) is one more implementation here and nothing above changes. [`open`] picks the
-//! backend for a process; today that is [`sqlite`], a file in the runtime directory written
-//! by one thread off the calls' path.
+//! of record, each a trait, so that nothing above names a backend. [`open`] picks it for a
+//! process: [`sqlite`], a file in the runtime directory written by one thread off the calls'
+//! path, or with `storeUrl` [`postgres`], a database server processes on any host share,
+//! which also keeps what those processes must agree on to answer as one server (the machine
+//! record, the requestState key, the tasks as they stand).
 //!
 //! Writes that nothing waits on (a run's start and end, a job's, a task's, a grant) never hold
 //! a call up: a backend queues them and may drop them when behind, counting what it dropped.

@@ -1,6 +1,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod asker;
+pub mod balancer;
 pub mod clients;
 pub mod conformance;
 pub mod fake_cloud;

@@ -10,7 +10,6 @@ use crate::common::conformance;
 use crate::common::fake_serve::FakeServe;
 use crate::common::real_serve::free_port;
 use serde_json::{Value, json};
-use std::path::Path;
 
 const TOKEN: &str = "balancer-token";
 
@@ -46,7 +45,7 @@ impl Cluster {
         let balancer_dir = tempfile::tempdir().unwrap();
         let mut args = vec!["up".to_owned(), port.to_string()];
         args.extend(servers.iter().map(|s| s.port.to_string()));
-        balancer(balancer_dir.path(), &args);
+        crate::common::balancer::run(balancer_dir.path(), &args);
         Cluster {
             db,
             fake,
@@ -80,22 +79,8 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        balancer(self.balancer_dir.path(), &["down".to_owned()]);
+        crate::common::balancer::run(self.balancer_dir.path(), &["down".to_owned()]);
     }
-}
-
-fn balancer(dir: &Path, args: &[String]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/balancer.sh");
-    let out = std::process::Command::new(script)
-        .args(args)
-        .env("SMOL_BALANCER_DIR", dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "scripts/balancer.sh {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn plan(cluster: &Cluster, mode: &str, machine: &str) -> Value {

@@ -12,6 +12,37 @@ use std::time::Duration;
 
 const TOKEN: &str = "replicas-token";
 
+/// `N` `smol-mcp-http` processes, each with a runtime directory of its own, on one new
+/// database and one fake serve (its guest shell), with `extra` settings.
+async fn replicas<const N: usize>(
+    extra: &[(&str, &str)],
+) -> (
+    TestDatabase,
+    FakeServe,
+    Vec<tempfile::TempDir>,
+    [HttpServer; N],
+) {
+    let db = TestDatabase::new().await;
+    let fake = FakeServe::start_guest_shell().await;
+    let url = fake.url();
+    let mut vars = vec![
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_STORE_URL", db.url.as_str()),
+    ];
+    vars.extend_from_slice(extra);
+    let mut dirs = Vec::new();
+    let mut servers = Vec::new();
+    for _ in 0..N {
+        let rt = tempfile::tempdir().unwrap();
+        servers.push(HttpServer::spawn(rt.path(), TOKEN, &vars).await);
+        dirs.push(rt);
+    }
+    let servers: [HttpServer; N] = servers
+        .try_into()
+        .unwrap_or_else(|_| panic!("{N} processes"));
+    (db, fake, dirs, servers)
+}
+
 fn creates(fake: &FakeServe) -> usize {
     fake.take_requests()
         .iter()
@@ -33,16 +64,7 @@ async fn call(server: &HttpServer, tool: &str, args: Value) -> Value {
 
 #[tokio::test]
 async fn a_key_answered_through_one_process_replays_through_another() {
-    let db = TestDatabase::new().await;
-    let fake = FakeServe::start_guest_shell().await;
-    let (rt_a, rt_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let store = [
-        ("SMOL_LOCAL_URL", fake.url()),
-        ("SMOL_MCP_STORE_URL", db.url.clone()),
-    ];
-    let vars: Vec<(&str, &str)> = store.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
-    let b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
+    let (_db, fake, _dirs, [a, b]) = replicas(&[]).await;
 
     let create = json!({"name": "shared-box", "image": "alpine", "idempotencyKey": "make-1"});
     let first = call(&a, "create-machine", create.clone()).await;
@@ -165,22 +187,8 @@ fn stop(server: &HttpServer) {
 /// every machine is gone from the engine.
 #[tokio::test]
 async fn a_killed_process_s_machine_and_job_move_to_a_sibling_and_nothing_leaks() {
-    let db = TestDatabase::new().await;
-    let fake = FakeServe::start_guest_shell().await;
-    let (rt_a, rt_b, rt_c) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let url = fake.url();
-    let vars = [
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_STORE_URL", db.url.as_str()),
-        ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
-    ];
-    let mut a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
-    let mut b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
-    let mut c = HttpServer::spawn(rt_c.path(), TOKEN, &vars).await;
+    let (db, fake, _dirs, [mut a, mut b, mut c]) =
+        replicas(&[("SMOL_MCP_JOB_POLL_MILLIS", "100")]).await;
 
     let made = call(&a, "create-machine", json!({"image": "alpine"})).await;
     assert_eq!(made["isError"], false, "{made}");
@@ -312,21 +320,7 @@ async fn a_killed_process_s_machine_and_job_move_to_a_sibling_and_nothing_leaks(
 /// tampered one, are refused by a third, and nothing is widened by either.
 #[tokio::test]
 async fn an_input_required_answer_completes_through_another_process_once() {
-    let db = TestDatabase::new().await;
-    let fake = FakeServe::start_guest_shell().await;
-    let (rt_a, rt_b, rt_c) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let url = fake.url();
-    let vars = [
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_STORE_URL", db.url.as_str()),
-    ];
-    let a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
-    let b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
-    let c = HttpServer::spawn(rt_c.path(), TOKEN, &vars).await;
+    let (_db, fake, _dirs, [a, b, c]) = replicas(&[]).await;
     let asking = |server, params| async move {
         stateless_request(
             server,
@@ -426,22 +420,7 @@ async fn an_input_required_answer_completes_through_another_process_once() {
 /// cancelled; the list through any shows both.
 #[tokio::test]
 async fn a_job_started_through_one_process_is_read_and_cancelled_through_others() {
-    let db = TestDatabase::new().await;
-    let fake = FakeServe::start_guest_shell().await;
-    let (rt_a, rt_b, rt_c) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let url = fake.url();
-    let vars = [
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_STORE_URL", db.url.as_str()),
-        ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
-    ];
-    let a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
-    let b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
-    let c = HttpServer::spawn(rt_c.path(), TOKEN, &vars).await;
+    let (_db, fake, _dirs, [a, b, c]) = replicas(&[("SMOL_MCP_JOB_POLL_MILLIS", "100")]).await;
     let made = call(
         &a,
         "create-machine",
@@ -556,23 +535,8 @@ async fn task_request(server: &HttpServer, method: &str, params: Value) -> Value
 /// a second process: the one running it cancels it, its command killed.
 #[tokio::test]
 async fn a_task_created_on_one_process_is_polled_and_cancelled_through_others() {
-    let db = TestDatabase::new().await;
-    let fake = FakeServe::start_guest_shell().await;
+    let (_db, fake, _dirs, [a, b, c]) = replicas(&[("SMOL_MCP_TASK_AFTER_MILLIS", "300")]).await;
     fake.add_machine("m", "running");
-    let (rt_a, rt_b, rt_c) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
-    let url = fake.url();
-    let vars = [
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_STORE_URL", db.url.as_str()),
-        ("SMOL_MCP_TASK_AFTER_MILLIS", "300"),
-    ];
-    let a = HttpServer::spawn(rt_a.path(), TOKEN, &vars).await;
-    let b = HttpServer::spawn(rt_b.path(), TOKEN, &vars).await;
-    let c = HttpServer::spawn(rt_c.path(), TOKEN, &vars).await;
     let task_of = |answer: &Value| {
         answer["result"]["taskId"]
             .as_str()

@@ -207,20 +207,8 @@ const STORED_JOB_COLUMNS: &str = "id, run_id, fleet, engine, machine, command, b
      timeout_secs, state, exit_code, reason";
 
 fn stored_job(row: &Row) -> crate::store::StoredJob {
-    let fleet: String = row.get(2);
-    let timeout: i64 = row.get(8);
     crate::store::StoredJob {
-        record: JobRecord {
-            id: row.get(0),
-            run_id: row.get(1),
-            fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
-            engine: row.get(3),
-            machine: row.get(4),
-            command: row.get(5),
-            base: row.get(6),
-            started_ms: row.get(7),
-            timeout_secs: u64::try_from(timeout).unwrap_or(0),
-        },
+        record: writes::job(row),
         state: row.get(9),
         exit_code: row.get(10),
         reason: row.get(11),

@@ -342,7 +342,9 @@ impl Writer<'_> {
     }
 }
 
-fn job(row: &Row) -> JobRecord {
+/// A job as the columns `id, run_id, fleet, engine, machine, command, base, started_ms,
+/// timeout_secs` give it, in that order.
+pub(super) fn job(row: &Row) -> JobRecord {
     let fleet: String = row.get(2);
     let timeout: i64 = row.get(8);
     JobRecord {
