@@ -125,7 +125,9 @@ async fn create_with_ports_mounts_and_disks() {
 
 /// A machine's published ports go out whole, as the engine's `PUT .../ports` replaces them;
 /// a host port something else holds is the engine's 409 PORT_IN_USE, which the fleet names so
-/// that the caller may try another.
+/// that the caller may try another. The fake binds the host ports for real: they are below the
+/// kernel's ephemeral range (32768 up), where any test's outgoing connection could hold one
+/// (47802 was, once, in CI).
 #[tokio::test]
 async fn ports_are_sent_as_the_whole_set_and_a_held_host_port_is_recognised() {
     let (fake, fleet) = fleet().await;
@@ -134,17 +136,17 @@ async fn ports_are_sent_as_the_whole_set_and_a_held_host_port_is_recognised() {
     let both = [
         PortMapping {
             guest: 8000,
-            host: Some(47_801),
+            host: Some(29_801),
         },
         PortMapping {
             guest: 9000,
-            host: Some(47_802),
+            host: Some(29_802),
         },
     ];
     let machine = fleet.set_ports("m1", &both).await.unwrap();
     assert_eq!(machine.ports.len(), 2);
     let address = fleet.port_address(&machine, 9000).unwrap();
-    assert_eq!(address.url, "http://127.0.0.1:47802");
+    assert_eq!(address.url, "http://127.0.0.1:29802");
     assert_eq!(address.needs, None);
     assert_eq!(fleet.port_address(&machine, 7000), None, "not published");
     let held = fleet
@@ -152,7 +154,7 @@ async fn ports_are_sent_as_the_whole_set_and_a_held_host_port_is_recognised() {
             "m2",
             &[PortMapping {
                 guest: 80,
-                host: Some(47_801),
+                host: Some(29_801),
             }],
         )
         .await
@@ -165,7 +167,7 @@ async fn ports_are_sent_as_the_whole_set_and_a_held_host_port_is_recognised() {
         .with_publish_host("[::1]");
     assert_eq!(
         v6.port_address(&machine, 8000).unwrap().url,
-        "http://[::1]:47801"
+        "http://[::1]:29801"
     );
     assert_request_snapshot!("local", "local_set_ports", fake.take_requests());
 }
