@@ -7,7 +7,8 @@
 #    `clients`), and the same engine nested in a QEMU TCG machine whose guests boot
 #    (scripts/nested-engine.sh, Debian's qemu-system-x86 and kernel), for `guest`;
 #  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for `clients`;
-#  - the pinned TypeScript SDK and Inspector CLI (tests/clients/package.json), with npm;
+#  - the pinned TypeScript SDK, Inspector CLI and OpenID provider (oidc-provider, for the
+#    sign-in tests) (tests/clients/package.json), with npm;
 #  - the pinned official MCP conformance suite and the Node 22 it runs on (tests/conformance/
 #    package.json), with npm, for tests/clients/conformance.rs.
 #  - Debian's own python3, python3-venv and pipx (apt-get), for scripts/check-user-path.sh and
@@ -122,9 +123,11 @@ if ! .venv/bin/python -c 'import mcp' 2>/dev/null \
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
 fi
-# The pinned TypeScript SDK and Inspector CLI (tests/clients/package-lock.json), for the same.
+# The pinned TypeScript SDK and Inspector CLI (tests/clients/package-lock.json), for the same,
+# and the OpenID provider the sign-in tests start (oidc-provider).
 if ! node -e 'const v=(p)=>require("./tests/clients/node_modules/"+p+"/package.json").version;
-    process.exit(v("@modelcontextprotocol/sdk")==="1.32.2" && v("@modelcontextprotocol/inspector")==="2.12.0" ? 0 : 1)' 2>/dev/null; then
+    process.exit(v("@modelcontextprotocol/sdk")==="1.32.2" && v("@modelcontextprotocol/inspector")==="2.12.0"
+      && v("oidc-provider")==="9.13.3" ? 0 : 1)' 2>/dev/null; then
   # `npm ci`, which installs the lock as it is and never rewrites it (`npm install` may, leaving
   # the tree dirty); it refuses a lock that has fallen out of step with package.json.
   (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)

@@ -1,10 +1,11 @@
 //! `smol-mcp-http`: the MCP server over Streamable HTTP, one session per client, behind the
-//! bearer token `SMOL_MCP_AUTH_TOKEN` (it refuses to start without one: these tools create and
-//! run virtual machines, so an open listener would be a remote shell).
+//! bearer token `SMOL_MCP_AUTH_TOKEN` or OAuth sign-in with the issuer `SMOL_MCP_AUTH_ISSUER`
+//! (it refuses to start with neither: these tools create and run virtual machines, so an open
+//! listener would be a remote shell).
 //!
 //!     smol-mcp-http [--host H] [--port P] [--path /p]   (`--help` lists the settings)
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use smol_mcp::app::serve;
 use smol_mcp::process::config::Config;
 use std::process::ExitCode;
@@ -63,12 +64,7 @@ impl Args {
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut config = Config::load().context("configuration")?;
     args.apply(&mut config);
-    if config.auth_token.is_empty() {
-        bail!(
-            "the HTTP transport requires SMOL_MCP_AUTH_TOKEN: these tools create and run virtual \
-             machines, so an unauthenticated listener is a remote shell"
-        );
-    }
+    let access = smol_mcp::protocol::http::Access::from_config(&config)?;
     let listener = tokio::net::TcpListener::bind((config.http_host.as_str(), config.http_port))
         .await
         .with_context(|| format!("binding {}:{}", config.http_host, config.http_port))?;
@@ -81,11 +77,13 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let path = config.http_path.clone();
     let protocol = serve::start(config.clone()).await.context("startup")?;
+    access.warm().await;
     let shutdown = CancellationToken::new();
     tracing::info!("listening for MCP over HTTP on http://{address}{path}");
     let server = tokio::spawn(smol_mcp::protocol::http::serve(
         listener,
         &config,
+        access,
         protocol.clone(),
         shutdown.clone(),
     ));

@@ -93,7 +93,7 @@ impl LocalEndpoint {
 
 /// reqwest is built without a crypto provider of its own (see Cargo.toml: ring instead of
 /// aws-lc-rs); every client it builds needs the process's default one installed first.
-fn install_tls_provider() {
+pub fn install_tls_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // Err only when a provider is already installed, which is as good.

@@ -22,6 +22,7 @@ pub mod progress;
 pub mod reads;
 pub mod terminals;
 pub mod tools;
+pub mod user;
 
 use crate::process::config::Config;
 use crate::process::{Cleanup, Process, StartupError};

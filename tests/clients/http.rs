@@ -100,7 +100,19 @@ async fn refuses_to_start_without_a_token() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    insta::assert_snapshot!(String::from_utf8_lossy(&out.stderr), @"smol-mcp-http: the HTTP transport requires SMOL_MCP_AUTH_TOKEN: these tools create and run virtual machines, so an unauthenticated listener is a remote shell");
+    insta::assert_snapshot!(String::from_utf8_lossy(&out.stderr), @"smol-mcp-http: the HTTP transport requires SMOL_MCP_AUTH_TOKEN or SMOL_MCP_AUTH_ISSUER: these tools create and run virtual machines, so an unauthenticated listener is a remote shell");
+    // A sign-in setting that cannot work is refused at start, naming it, not at the first user.
+    let out = Command::new(HTTP_SERVER)
+        .env_clear()
+        .envs(server_env(
+            rt.path(),
+            &[("SMOL_MCP_AUTH_ISSUER", "http://id.example")],
+        ))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    insta::assert_snapshot!(String::from_utf8_lossy(&out.stderr), @r#"smol-mcp-http: authIssuer: "http://id.example": an https URL without query or fragment (http only on loopback)"#);
 }
 
 #[tokio::test]

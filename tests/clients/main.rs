@@ -11,6 +11,7 @@
 //! - lifecycles: session and 2026-07-28 lifecycles, leases, the fleet question (Python, TS)
 //! - progress: progress notifications and log messages (in process, Python, TS)
 //! - resources: resources and log following under the TypeScript SDK and the Python client
+//! - signin: OAuth sign-in on `smol-mcp-http` against a real OpenID provider (TS SDK, Inspector)
 //! - stdio: `smol-mcp` as a process under the Python client, on the real serve and fakes
 //! - streaming: a running command's output as progress notifications (in process, TS)
 //! - tasks: MCP tasks on 2026-07-28, raw JSON-RPC and the Python client
@@ -29,6 +30,7 @@ mod jobs;
 mod lifecycles;
 mod progress;
 mod resources;
+mod signin;
 mod stdio;
 mod streaming;
 mod tasks;

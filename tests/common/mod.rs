@@ -10,6 +10,7 @@ pub mod fake_stream;
 pub mod guest_shell;
 pub mod mcp;
 pub mod nested;
+pub mod oidc;
 pub mod real_serve;
 pub mod stdio;
 

@@ -6,9 +6,12 @@
 //! connections and header time; the idle rule and the bound for sessions (`sessions`) are this
 //! server's, not rmcp's.
 
+mod jwt;
 mod listener;
 mod sessions;
+mod signin;
 
+use crate::policy::user::User;
 use crate::process::config::Config;
 use crate::protocol::Protocol;
 use crate::protocol::server::SmolMcp;
@@ -37,8 +40,133 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 /// by DELETE or by going idle, neither of which a retry within the second would likely see.
 const SESSION_RETRY_AFTER_SECS: u32 = 5;
 
+/// How a request proves who it is for: the static token (one user, the operator), an access
+/// token of the operator's issuer (each user their own), or either.
+pub struct Access {
+    token: Option<Arc<str>>,
+    sign_in: Option<signin::SignIn>,
+}
+
+pub use signin::SettingError;
+
+impl Access {
+    /// The access the settings ask for; refused when there is none (these tools create and run
+    /// virtual machines: an open listener would be a remote shell) or a sign-in setting is
+    /// wrong.
+    pub fn from_config(config: &Config) -> Result<Access, AccessError> {
+        let sign_in = signin::SignIn::from_config(config)?;
+        let token = (!config.auth_token.is_empty()).then(|| Arc::from(config.auth_token.expose()));
+        if token.is_none() && sign_in.is_none() {
+            return Err(AccessError::None);
+        }
+        Ok(Access { token, sign_in })
+    }
+
+    /// With sign-in, the first fetch of the issuer's keys (logged, never fatal).
+    pub async fn warm(&self) {
+        if let Some(sign_in) = &self.sign_in {
+            sign_in.warm().await;
+        }
+    }
+
+    /// The user a request is for, or the answer refusing it.
+    async fn user_of(&self, headers: &HeaderMap) -> Result<User, Response> {
+        let presented = presented_token(headers);
+        if let Some(token) = &self.token
+            && same_secret(presented.as_bytes(), token.as_bytes())
+        {
+            return Ok(User::operator());
+        }
+        let Some(sign_in) = &self.sign_in else {
+            return Err(json_rpc_error(
+                StatusCode::UNAUTHORIZED,
+                -32001,
+                "unauthorized: send the bearer token in authorization or x-smol-mcp-token",
+            ));
+        };
+        let refusal = if presented.is_empty() {
+            signin::Refusal::Missing
+        } else {
+            match sign_in.check(presented).await {
+                Ok(user) => return Ok(user),
+                Err(refusal) => refusal,
+            }
+        };
+        let (status, message) = match &refusal {
+            signin::Refusal::Missing => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized: sign in; the protected resource metadata names the issuer"
+                    .to_owned(),
+            ),
+            signin::Refusal::Invalid(e) => {
+                tracing::info!(reason = %e, "refused an access token");
+                (StatusCode::UNAUTHORIZED, format!("unauthorized: {e}"))
+            }
+            signin::Refusal::Scope(missing) => (
+                StatusCode::FORBIDDEN,
+                format!(
+                    "forbidden: the access token lacks the scope {}",
+                    missing.join(" ")
+                ),
+            ),
+            signin::Refusal::Unavailable(e) => {
+                tracing::warn!(error = %e, "cannot check an access token: the issuer's keys are not to be had");
+                let mut response = json_rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    -32000,
+                    "the issuer's signing keys cannot be fetched just now; retry shortly",
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from(10u32));
+                return Err(response);
+            }
+        };
+        let mut response = json_rpc_error(status, -32001, &message);
+        if let Ok(value) = header::HeaderValue::from_str(&sign_in.challenge(&refusal)) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
+        Err(response)
+    }
+
+    /// The protected resource metadata, when `path` is one of its addresses and sign-in is on.
+    /// Public, and readable from a browser page (an in-browser client discovers it).
+    fn metadata_at(&self, path: &str) -> Option<Response> {
+        let sign_in = self.sign_in.as_ref()?;
+        if !sign_in.metadata_paths.iter().any(|p| p == path) {
+            return None;
+        }
+        Some(
+            (
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+                    (header::CACHE_CONTROL, "max-age=300"),
+                ],
+                sign_in.metadata().to_string(),
+            )
+                .into_response(),
+        )
+    }
+}
+
+/// Why the HTTP server cannot start with the settings given.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error(
+        "the HTTP transport requires SMOL_MCP_AUTH_TOKEN or SMOL_MCP_AUTH_ISSUER: these tools \
+         create and run virtual machines, so an unauthenticated listener is a remote shell"
+    )]
+    None,
+    #[error(transparent)]
+    SignIn(#[from] SettingError),
+}
+
 struct Guard {
-    token: Arc<str>,
+    access: Access,
     path: Arc<str>,
     hosts: Vec<Authority>,
     origins: Vec<Origin>,
@@ -388,16 +516,15 @@ fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Response {
-    if !same_secret(
-        presented_token(request.headers()).as_bytes(),
-        g.token.as_bytes(),
-    ) {
-        return json_rpc_error(
-            StatusCode::UNAUTHORIZED,
-            -32001,
-            "unauthorized: send the bearer token in authorization or x-smol-mcp-token",
-        );
+    if request.method() == Method::GET
+        && let Some(metadata) = g.access.metadata_at(request.uri().path())
+    {
+        return metadata;
     }
+    let user = match g.access.user_of(request.headers()).await {
+        Ok(user) => user,
+        Err(refused) => return refused,
+    };
     if request.uri().path() != &*g.path {
         return json_rpc_error(
             StatusCode::NOT_FOUND,
@@ -415,7 +542,8 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
     if let Some(refused) = origin_refusal(request.headers(), &g.origins) {
         return refused;
     }
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    parts.extensions.insert(user);
     let body = match read_body(body, g.body_timeout).await {
         Ok(body) => body,
         Err(e) => return body_refusal(e, g.body_timeout),
@@ -482,6 +610,18 @@ async fn route(
     next: Next,
 ) -> Response {
     let session = header_text(request.headers(), SESSION_HEADER).map(str::to_owned);
+    let user = request
+        .extensions()
+        .get::<User>()
+        .cloned()
+        .unwrap_or_default();
+    if let Some(id) = &session
+        && !g.sessions.belongs_to(id, &user)
+    {
+        // As for a session that does not exist: a session id is not a credential.
+        tracing::warn!(%user, session = %id, "refused a request on another user's session");
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
     match (request.method().clone(), session) {
         (Method::DELETE, session) => delete(g, session, request, next).await,
         (Method::POST, None) if initialize => {
@@ -495,7 +635,7 @@ async fn route(
             let response = next.run(request).await;
             // An initialize answer carries the new session's id: from now on it is tracked.
             if let Some(id) = header_text(response.headers(), SESSION_HEADER) {
-                opening.opened(id);
+                opening.opened(id, user);
             }
             response
         }
@@ -563,7 +703,12 @@ struct App {
     manager: Arc<LocalSessionManager>,
 }
 
-fn app(config: &Config, protocol: Arc<Protocol>, shutdown: &CancellationToken) -> App {
+fn app(
+    config: &Config,
+    access: Access,
+    protocol: Arc<Protocol>,
+    shutdown: &CancellationToken,
+) -> App {
     let mut manager = LocalSessionManager::default();
     // rmcp's keep_alive counts only session events, not a tool call still running, so it
     // would close a session under a long call; `sessions::reap` applies the idle rule instead.
@@ -601,7 +746,7 @@ fn app(config: &Config, protocol: Arc<Protocol>, shutdown: &CancellationToken) -
     );
     let sessions = Arc::new(Sessions::default());
     let guard_state = Arc::new(Guard {
-        token: Arc::from(config.auth_token.expose()),
+        access,
         path: Arc::from(config.http_path.as_str()),
         hosts: parsed_hosts,
         origins: allowed_origins(config),
@@ -627,10 +772,11 @@ fn app(config: &Config, protocol: Arc<Protocol>, shutdown: &CancellationToken) -
 pub fn serve(
     listener: TcpListener,
     config: &Config,
+    access: Access,
     protocol: Arc<Protocol>,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let app = app(config, protocol.clone(), &shutdown);
+    let app = app(config, access, protocol.clone(), &shutdown);
     let idle = Duration::from_secs(config.http_session_idle_secs);
     let limits = listener::Limits {
         max_connections: config.http_max_connections,

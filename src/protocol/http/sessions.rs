@@ -14,9 +14,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::policy::user::User;
+
 struct Activity {
     in_flight: usize,
     last: Instant,
+    /// Who opened it: only they may use it (with sign-in, a session id is no credential).
+    user: User,
 }
 
 /// The sessions the server opened, by `mcp-session-id`, with what they are doing.
@@ -36,8 +40,8 @@ pub(crate) struct Opening {
 
 impl Opening {
     /// The initialize's answer carried the new session's id: from now on it is tracked.
-    pub(crate) fn opened(self, id: &str) {
-        self.sessions.opened(id);
+    pub(crate) fn opened(self, id: &str, user: User) {
+        self.sessions.opened(id, user);
     }
 }
 
@@ -95,14 +99,21 @@ impl Sessions {
     }
 
     /// A session rmcp has just opened (its initialize answer carried the id).
-    fn opened(&self, id: &str) {
+    fn opened(&self, id: &str, user: User) {
         self.lock().insert(
             Arc::from(id),
             Activity {
                 in_flight: 0,
                 last: Instant::now(),
+                user,
             },
         );
+    }
+
+    /// Whether `user` may use session `id`: it opened it, or the id is not one this server
+    /// tracks (rmcp answers those 404 itself).
+    pub(crate) fn belongs_to(&self, id: &str, user: &User) -> bool {
+        self.lock().get(id).is_none_or(|a| a.user == *user)
     }
 
     /// A request of a session arrives. Only ids this server opened are tracked, so a client
@@ -195,11 +206,11 @@ mod tests {
         let first = sessions.reserve(2).unwrap();
         let second = sessions.reserve(2).unwrap();
         assert!(sessions.reserve(2).is_none(), "two opening fill the bound");
-        first.opened("a");
+        first.opened("a", User::operator());
         drop(second);
         let third = sessions.reserve(2).unwrap();
         assert!(sessions.reserve(2).is_none(), "one open, one opening");
-        third.opened("b");
+        third.opened("b", User::operator());
         assert!(sessions.reserve(2).is_none());
         sessions.forget("a");
         assert!(sessions.reserve(2).is_some());
@@ -208,8 +219,14 @@ mod tests {
     #[test]
     fn a_session_is_idle_only_with_nothing_in_flight() {
         let sessions = Arc::new(Sessions::default());
-        sessions.reserve(9).unwrap().opened("a");
-        sessions.reserve(9).unwrap().opened("b");
+        sessions.reserve(9).unwrap().opened("a", User::operator());
+        sessions
+            .reserve(9)
+            .unwrap()
+            .opened("b", User::signed_in("bob"));
+        assert!(sessions.belongs_to("b", &User::signed_in("bob")));
+        assert!(!sessions.belongs_to("b", &User::operator()));
+        assert!(!sessions.belongs_to("a", &User::signed_in("bob")));
         let call = sessions.enter("a");
         assert!(call.is_some());
         assert!(

@@ -1,0 +1,542 @@
+//! OAuth 2.1 sign-in: the HTTP server as a resource server (the MCP authorization spec). It
+//! publishes its protected resource metadata (RFC 9728) naming the operator's issuer, answers
+//! a request without a usable access token 401 with `WWW-Authenticate` pointing there, and
+//! takes a token only when the issuer signed it for this server (RFC 8707 audience), unexpired
+//! and with the scopes required. The token is never passed on: the engine and the cloud see
+//! this server's own credentials, never a client's.
+//!
+//! The issuer's keys are found from its metadata (RFC 8414, then OpenID discovery), fetched
+//! once at start and kept; a token signed by a key not in the set makes one fetch again (a key
+//! rotation), at most every [`REFETCH_AFTER`], so that tokens with made-up key ids cannot make
+//! the server hammer the issuer.
+
+use super::jwt::{self, Expected, KeySet, TokenError};
+use crate::policy::user::User;
+use crate::process::config::Config;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+/// The shortest time between two fetches of the issuer's keys.
+const REFETCH_AFTER: Duration = Duration::from_secs(10);
+/// Keys older than this are fetched again before use, so that a key the issuer withdrew
+/// stops working within the hour.
+const KEYS_KEPT: Duration = Duration::from_secs(3600);
+/// The largest metadata or key set document read from the issuer.
+const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A sign-in setting that cannot work, named with what would.
+#[derive(Debug, thiserror::Error)]
+#[error("{setting}: {problem}")]
+pub struct SettingError {
+    setting: &'static str,
+    problem: String,
+}
+
+fn setting_error(setting: &'static str, problem: impl Into<String>) -> SettingError {
+    SettingError {
+        setting,
+        problem: problem.into(),
+    }
+}
+
+/// Why a request is not let in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// No token at all: the client is told where to sign in.
+    Missing,
+    Invalid(TokenError),
+    /// Signed in, without these scopes.
+    Scope(Vec<String>),
+    /// The issuer's keys cannot be had just now; the token may be good.
+    Unavailable(String),
+}
+
+struct KeyCache {
+    keys: Arc<KeySet>,
+    fetched: Option<Instant>,
+    last_attempt: Option<Instant>,
+    jwks_url: Option<String>,
+}
+
+pub(crate) struct SignIn {
+    expected: Expected,
+    scopes: Vec<String>,
+    metadata: serde_json::Value,
+    /// Where clients find the metadata: the path under `/.well-known/oauth-protected-resource`
+    /// that RFC 9728 derives from the resource, then the bare one older clients ask for.
+    pub(crate) metadata_paths: [String; 2],
+    metadata_url: String,
+    jwks_url: Option<String>,
+    client: reqwest::Client,
+    keys: RwLock<Arc<KeySet>>,
+    cache: tokio::sync::Mutex<KeyCache>,
+}
+
+fn is_loopback_host(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn secure_url(setting: &'static str, text: &str) -> Result<reqwest::Url, SettingError> {
+    let url = reqwest::Url::parse(text).map_err(|e| {
+        setting_error(
+            setting,
+            format!("{text:?} is not a URL ({e}); give https://host/..."),
+        )
+    })?;
+    let ok = url.scheme() == "https" || (url.scheme() == "http" && is_loopback_host(&url));
+    if !ok || url.query().is_some() || url.fragment().is_some() {
+        return Err(setting_error(
+            setting,
+            format!("{text:?}: an https URL without query or fragment (http only on loopback)"),
+        ));
+    }
+    Ok(url)
+}
+
+impl SignIn {
+    /// Sign-in as the settings ask for it, or `None` when `authIssuer` is empty.
+    pub(crate) fn from_config(config: &Config) -> Result<Option<SignIn>, SettingError> {
+        if config.auth_issuer.is_empty() {
+            return Ok(None);
+        }
+        secure_url("authIssuer", &config.auth_issuer)?;
+        let resource = if config.auth_resource.is_empty() {
+            let host = if config.http_host.contains(':') {
+                format!("[{}]", config.http_host.trim_matches(['[', ']']))
+            } else {
+                config.http_host.clone()
+            };
+            format!("http://{host}:{}{}", config.http_port, config.http_path)
+        } else {
+            config.auth_resource.clone()
+        };
+        let resource_url = reqwest::Url::parse(&resource).map_err(|e| {
+            setting_error(
+                "authResource",
+                format!(
+                    "{resource:?} is not a URL ({e}); give the URL clients dial, https://host/mcp"
+                ),
+            )
+        })?;
+        if resource_url.fragment().is_some() || !matches!(resource_url.scheme(), "http" | "https") {
+            return Err(setting_error(
+                "authResource",
+                format!("{resource:?}: an http(s) URL without a fragment"),
+            ));
+        }
+        let jwks_url = if config.auth_jwks_url.is_empty() {
+            None
+        } else {
+            Some(secure_url("authJwksUrl", &config.auth_jwks_url)?.to_string())
+        };
+        let resource_path = resource_url.path().trim_end_matches('/');
+        let well_known = "/.well-known/oauth-protected-resource";
+        let metadata_paths = [
+            format!("{well_known}{resource_path}"),
+            well_known.to_owned(),
+        ];
+        let mut metadata_url = resource_url.clone();
+        metadata_url.set_path(&metadata_paths[0]);
+        metadata_url.set_query(None);
+        let mut metadata = serde_json::json!({
+            "resource": resource,
+            "authorization_servers": [config.auth_issuer],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "smol-mcp",
+        });
+        if !config.auth_scopes.is_empty() {
+            metadata["scopes_supported"] = serde_json::json!(config.auth_scopes);
+        }
+        crate::fleet::transport::install_tls_provider();
+        let client = reqwest::Client::builder()
+            .timeout(FETCH_TIMEOUT)
+            .user_agent(concat!("smol-mcp/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| setting_error("authIssuer", format!("an HTTP client for it: {e}")))?;
+        Ok(Some(SignIn {
+            expected: Expected {
+                issuer: config.auth_issuer.clone(),
+                audience: resource,
+                user_claim: config.auth_user_claim.clone(),
+            },
+            scopes: config.auth_scopes.clone(),
+            metadata,
+            metadata_paths,
+            metadata_url: metadata_url.to_string(),
+            jwks_url,
+            client,
+            keys: RwLock::new(Arc::new(KeySet::default())),
+            cache: tokio::sync::Mutex::new(KeyCache {
+                keys: Arc::new(KeySet::default()),
+                fetched: None,
+                last_attempt: None,
+                jwks_url: None,
+            }),
+        }))
+    }
+
+    pub(crate) fn metadata(&self) -> &serde_json::Value {
+        &self.metadata
+    }
+
+    /// The first fetch of the issuer's keys, at start-up: a mistake in the settings shows in
+    /// the log before the first user tries. Not fatal: the issuer may be down for a moment,
+    /// and the next token fetches again.
+    pub(crate) async fn warm(&self) {
+        match self.refresh(true).await {
+            Ok(count) => tracing::info!(
+                issuer = %self.expected.issuer,
+                keys = count,
+                "sign-in: the issuer's keys fetched"
+            ),
+            Err(e) => tracing::error!(
+                issuer = %self.expected.issuer,
+                error = %e,
+                "sign-in: the issuer's keys could not be fetched; tokens are refused 503 until they can"
+            ),
+        }
+    }
+
+    /// The user an access token signs in, or why not.
+    pub(crate) async fn check(&self, token: &str) -> Result<User, Refusal> {
+        let kid = jwt::key_id(token).map_err(Refusal::Invalid)?;
+        let keys = self.current_keys();
+        let stale = self
+            .cache
+            .try_lock()
+            .ok()
+            .and_then(|c| c.fetched)
+            .is_some_and(|t| t.elapsed() > KEYS_KEPT);
+        let keys = if keys.len() == 0 || !keys.has(kid.as_deref()) || stale {
+            match self.refresh(false).await {
+                Ok(_) => self.current_keys(),
+                Err(e) if keys.len() == 0 => return Err(Refusal::Unavailable(e)),
+                Err(_) => keys,
+            }
+        } else {
+            keys
+        };
+        let now = chrono::Utc::now().timestamp();
+        let verified = jwt::verify(token, &keys, &self.expected, now).map_err(Refusal::Invalid)?;
+        let missing: Vec<String> = self
+            .scopes
+            .iter()
+            .filter(|s| !verified.scopes.contains(s))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(Refusal::Scope(missing));
+        }
+        Ok(User::signed_in(&verified.user))
+    }
+
+    fn current_keys(&self) -> Arc<KeySet> {
+        self.keys
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Fetches the key set again unless another request just did (or, `forced`, regardless).
+    async fn refresh(&self, forced: bool) -> Result<usize, String> {
+        let mut cache = self.cache.lock().await;
+        if !forced
+            && cache
+                .last_attempt
+                .is_some_and(|t| t.elapsed() < REFETCH_AFTER)
+        {
+            return if cache.keys.len() > 0 {
+                Ok(cache.keys.len())
+            } else {
+                Err("the issuer's keys could not be fetched a moment ago".to_owned())
+            };
+        }
+        cache.last_attempt = Some(Instant::now());
+        let url = match self.jwks_url.clone().or_else(|| cache.jwks_url.clone()) {
+            Some(url) => url,
+            None => {
+                let url = self.discover_jwks_url().await?;
+                cache.jwks_url = Some(url.clone());
+                url
+            }
+        };
+        let document = self.get_bounded(&url).await?;
+        let keys = Arc::new(KeySet::parse(&document).map_err(|e| format!("{url}: {e}"))?);
+        cache.keys = keys.clone();
+        cache.fetched = Some(Instant::now());
+        *self.keys.write().unwrap_or_else(PoisonError::into_inner) = keys.clone();
+        Ok(keys.len())
+    }
+
+    /// The issuer's `jwks_uri`, from its RFC 8414 metadata (the well-known path inserted
+    /// before the issuer's own path), else its OpenID configuration (appended to it). Metadata
+    /// naming another issuer is refused (RFC 8414 section 3.3).
+    async fn discover_jwks_url(&self) -> Result<String, String> {
+        let issuer = self.expected.issuer.trim_end_matches('/');
+        let parsed = reqwest::Url::parse(issuer).map_err(|e| e.to_string())?;
+        let path = parsed.path().trim_end_matches('/');
+        let mut oauth = parsed.clone();
+        oauth.set_path(&format!("/.well-known/oauth-authorization-server{path}"));
+        let openid = format!("{issuer}/.well-known/openid-configuration");
+        let mut problems = Vec::new();
+        for url in [oauth.to_string(), openid] {
+            let document = match self.get_bounded(&url).await {
+                Ok(d) => d,
+                Err(e) => {
+                    problems.push(e);
+                    continue;
+                }
+            };
+            #[derive(serde::Deserialize)]
+            struct Metadata {
+                issuer: String,
+                jwks_uri: Option<String>,
+            }
+            match serde_json::from_slice::<Metadata>(&document) {
+                Ok(m) if m.issuer.trim_end_matches('/') != issuer => {
+                    problems.push(format!("{url} names another issuer"));
+                }
+                Ok(Metadata {
+                    jwks_uri: Some(jwks),
+                    ..
+                }) => return Ok(jwks),
+                Ok(_) => problems.push(format!("{url} has no jwks_uri")),
+                Err(e) => problems.push(format!("{url}: not metadata ({e})")),
+            }
+        }
+        Err(format!(
+            "no usable issuer metadata ({}); set authJwksUrl",
+            problems.join("; ")
+        ))
+    }
+
+    async fn get_bounded(&self, url: &str) -> Result<Vec<u8>, String> {
+        let mut response = self
+            .client
+            .get(url)
+            .header("accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("{url}: HTTP {}", response.status().as_u16()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+            if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+                return Err(format!("{url}: longer than {MAX_DOCUMENT_BYTES} bytes"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// The `WWW-Authenticate` value for a refusal (RFC 6750 section 3, RFC 9728 section 5.1).
+    pub(crate) fn challenge(&self, refusal: &Refusal) -> String {
+        let quoted = |s: &str| s.replace(['"', '\\'], "'");
+        let mut parts = Vec::new();
+        match refusal {
+            Refusal::Missing | Refusal::Unavailable(_) => {}
+            Refusal::Invalid(e) => {
+                parts.push("error=\"invalid_token\"".to_owned());
+                parts.push(format!("error_description=\"{}\"", quoted(&e.to_string())));
+            }
+            Refusal::Scope(missing) => {
+                parts.push("error=\"insufficient_scope\"".to_owned());
+                parts.push(format!(
+                    "error_description=\"the access token lacks the scope {}\"",
+                    quoted(&missing.join(" "))
+                ));
+            }
+        }
+        if !self.scopes.is_empty() {
+            parts.push(format!("scope=\"{}\"", quoted(&self.scopes.join(" "))));
+        }
+        parts.push(format!(
+            "resource_metadata=\"{}\"",
+            quoted(&self.metadata_url)
+        ));
+        format!("Bearer {}", parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::http::jwt::tests::TestIssuer;
+    use std::collections::BTreeMap;
+
+    fn config(pairs: &[(&str, &str)]) -> Config {
+        let env: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_sources(&env, std::path::Path::new("/nonexistent")).unwrap()
+    }
+
+    #[test]
+    fn the_metadata_names_the_issuer_and_the_resource() {
+        let c = config(&[
+            ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+            ("SMOL_MCP_AUTH_SCOPES", "machines"),
+            ("SMOL_MCP_HTTP_PORT", "9000"),
+        ]);
+        let s = SignIn::from_config(&c).unwrap().unwrap();
+        assert_eq!(s.metadata()["resource"], "http://127.0.0.1:9000/mcp");
+        assert_eq!(
+            s.metadata()["authorization_servers"][0],
+            "https://id.example"
+        );
+        assert_eq!(s.metadata()["scopes_supported"][0], "machines");
+        assert_eq!(
+            s.metadata_url,
+            "http://127.0.0.1:9000/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(
+            s.challenge(&Refusal::Missing),
+            "Bearer scope=\"machines\", resource_metadata=\"http://127.0.0.1:9000/.well-known/oauth-protected-resource/mcp\""
+        );
+        assert!(
+            s.challenge(&Refusal::Scope(vec!["machines".into()]))
+                .starts_with("Bearer error=\"insufficient_scope\"")
+        );
+        let behind = config(&[
+            ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+            ("SMOL_MCP_AUTH_RESOURCE", "https://smol.example/team/mcp"),
+        ]);
+        let s = SignIn::from_config(&behind).unwrap().unwrap();
+        assert_eq!(
+            s.metadata_paths,
+            [
+                "/.well-known/oauth-protected-resource/team/mcp".to_owned(),
+                "/.well-known/oauth-protected-resource".to_owned()
+            ]
+        );
+        assert!(SignIn::from_config(&config(&[])).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_issuer_must_be_https_or_loopback() {
+        for bad in [
+            "http://id.example",
+            "ftp://id.example",
+            "id.example",
+            "https://id.example/?x=1",
+        ] {
+            let e = SignIn::from_config(&config(&[("SMOL_MCP_AUTH_ISSUER", bad)]))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.starts_with("authIssuer: "), "{e}");
+        }
+        assert!(
+            SignIn::from_config(&config(&[(
+                "SMOL_MCP_AUTH_ISSUER",
+                "http://127.0.0.1:4000"
+            )]))
+            .is_ok()
+        );
+        let e = SignIn::from_config(&config(&[
+            ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+            ("SMOL_MCP_AUTH_JWKS_URL", "http://keys.example/jwks"),
+        ]))
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.starts_with("authJwksUrl: "), "{e}");
+    }
+
+    /// A key set served by a local listener: the first token fetches it, a token of an unknown
+    /// key fetches again only after the pause, and the scopes are checked.
+    #[tokio::test]
+    async fn keys_are_fetched_once_and_again_for_a_new_key() {
+        let first = TestIssuer::new("k1");
+        let served = Arc::new(std::sync::Mutex::new(first.jwks()));
+        let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let issuer = format!("http://127.0.0.1:{port}");
+        let router = {
+            let served = served.clone();
+            let fetches = fetches.clone();
+            let metadata =
+                serde_json::json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")});
+            axum::Router::new()
+                .route(
+                    "/.well-known/openid-configuration",
+                    axum::routing::get(move || {
+                        let m = metadata.clone();
+                        async move { axum::Json(m) }
+                    }),
+                )
+                .route(
+                    "/jwks",
+                    axum::routing::get(move || {
+                        fetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let keys = served.lock().unwrap().clone();
+                        async move { axum::Json(keys) }
+                    }),
+                )
+        };
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let c = config(&[
+            ("SMOL_MCP_AUTH_ISSUER", &issuer),
+            ("SMOL_MCP_AUTH_SCOPES", "machines"),
+        ]);
+        let s = SignIn::from_config(&c).unwrap().unwrap();
+        let claims = |scope: &str| {
+            serde_json::json!({
+                "iss": issuer, "aud": "http://127.0.0.1:8080/mcp", "sub": "alice",
+                "exp": chrono::Utc::now().timestamp() + 300, "scope": scope,
+            })
+        };
+        assert_eq!(
+            s.check(&first.sign(&claims("machines"))).await,
+            Ok(User::signed_in("alice"))
+        );
+        assert_eq!(
+            s.check(&first.sign(&claims("openid"))).await,
+            Err(Refusal::Scope(vec!["machines".into()]))
+        );
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The issuer rotates to a second key: the first token of it fetches again, but only
+        // once the pause has passed.
+        let second = TestIssuer::new("k2");
+        *served.lock().unwrap() = second.jwks();
+        assert_eq!(
+            s.check(&second.sign(&claims("machines"))).await,
+            Err(Refusal::Invalid(TokenError::UnknownKey))
+        );
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+        s.cache.lock().await.last_attempt = Some(Instant::now() - REFETCH_AFTER);
+        assert_eq!(
+            s.check(&second.sign(&claims("machines"))).await,
+            Ok(User::signed_in("alice"))
+        );
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(
+            s.check("not a token").await,
+            Err(Refusal::Invalid(TokenError::Malformed))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_issuer_that_cannot_be_reached_makes_503_not_401() {
+        let c = config(&[("SMOL_MCP_AUTH_ISSUER", "http://127.0.0.1:9")]);
+        let s = SignIn::from_config(&c).unwrap().unwrap();
+        let token = TestIssuer::new("k1").sign(&serde_json::json!({"sub": "a"}));
+        assert!(matches!(
+            s.check(&token).await,
+            Err(Refusal::Unavailable(_))
+        ));
+    }
+}

@@ -1,0 +1,229 @@
+//! OAuth 2.1 sign-in on `smol-mcp-http` against a real OpenID provider (oidc-provider, started
+//! by the test): the protected resource metadata, 401 with `WWW-Authenticate`, tokens refused
+//! for another audience, without the scope, forged or garbled; the static token kept beside
+//! sign-in; and two clients no one here wrote signing in by themselves, the TypeScript SDK's
+//! OAuth client and the Inspector CLI.
+
+use crate::common::clients::{HttpServer, clients_dir, run_node};
+use crate::common::fake_serve::FakeServe;
+use crate::common::oidc::{Issuer, OTHER_SCOPE, SCOPE};
+use crate::common::real_serve::free_port;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt as _;
+
+async fn signed_in_server(
+    issuer: &Issuer,
+    fake: &FakeServe,
+    token: &str,
+) -> (HttpServer, tempfile::TempDir) {
+    let rt = tempfile::tempdir().unwrap();
+    let server = HttpServer::spawn(
+        rt.path(),
+        token,
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
+            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
+        ],
+    )
+    .await;
+    (server, rt)
+}
+
+async fn post(url: &str, bearer: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            }}}),
+        );
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    request.send().await.unwrap()
+}
+
+fn challenge(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn tokens_of_the_issuer_sign_in_and_others_are_refused() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start().await;
+    let (server, _rt) = signed_in_server(&issuer, &fake, "static-token").await;
+    let base = format!("http://127.0.0.1:{}", server.port);
+
+    // The metadata, where RFC 9728 puts it for /mcp and at the bare well-known path.
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let metadata: Value = reqwest::get(format!("{base}{path}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(metadata["resource"], server.url, "{path}");
+        assert_eq!(metadata["authorization_servers"], json!([issuer.url]));
+        assert_eq!(metadata["scopes_supported"], json!([SCOPE]));
+    }
+
+    // No token: 401 naming the metadata.
+    let response = post(&server.url, None).await;
+    assert_eq!(response.status(), 401);
+    let expected_metadata =
+        format!("resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\"");
+    assert!(
+        challenge(&response).contains(&expected_metadata),
+        "{}",
+        challenge(&response)
+    );
+
+    // A good token: in.
+    let good = issuer.token("alice", &server.url, SCOPE).await;
+    let response = post(&server.url, Some(&good)).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.text().await.unwrap().contains("list-machines"));
+
+    // A token the same issuer made for another server: refused as not meant for this one.
+    let elsewhere = format!("http://127.0.0.1:{}/mcp", free_port());
+    let stray = issuer.token("alice", &elsewhere, SCOPE).await;
+    let response = post(&server.url, Some(&stray)).await;
+    assert_eq!(response.status(), 401);
+    let header = challenge(&response);
+    assert!(
+        header.contains("error=\"invalid_token\"") && header.contains("aud"),
+        "{header}"
+    );
+
+    // Without the scope the server requires: 403 insufficient_scope.
+    let narrow = issuer.token("alice", &server.url, OTHER_SCOPE).await;
+    let response = post(&server.url, Some(&narrow)).await;
+    assert_eq!(response.status(), 403);
+    assert!(challenge(&response).contains("error=\"insufficient_scope\""));
+
+    // Its payload changed (another subject) under the issuer's signature: refused.
+    let mut pieces: Vec<String> = good.split('.').map(str::to_owned).collect();
+    use base64::Engine as _;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut claims: Value = serde_json::from_slice(&engine.decode(&pieces[1]).unwrap()).unwrap();
+    claims["sub"] = "mallory".into();
+    pieces[1] = engine.encode(claims.to_string());
+    let response = post(&server.url, Some(&pieces.join("."))).await;
+    assert_eq!(response.status(), 401);
+    assert!(challenge(&response).contains("signature"));
+    for garbage in ["x", "a.b.c", &"y".repeat(20_000)] {
+        assert_eq!(post(&server.url, Some(garbage)).await.status(), 401);
+    }
+
+    // The static token still works beside sign-in (a one-person setup, an operator's script).
+    assert_eq!(post(&server.url, Some("static-token")).await.status(), 200);
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_signs_in_by_itself() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start().await;
+    let (server, _rt) = signed_in_server(&issuer, &fake, "").await;
+    let report = run_node(
+        "ts_signin.mjs",
+        &json!({"url": server.url, "user": "erin", "calls": [{"name": "list-machines"}]}),
+    )
+    .await;
+    assert!(
+        report["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "run-command"),
+        "{report}"
+    );
+    assert_eq!(report["subject"], "erin");
+    assert_eq!(report["audience"], server.url);
+    assert_eq!(report["results"][0]["isError"], false, "{report}");
+}
+
+#[tokio::test]
+async fn the_inspector_cli_signs_in_by_itself() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start().await;
+    let (server, rt) = signed_in_server(&issuer, &fake, "").await;
+    let dir = clients_dir();
+    let callback = format!("http://127.0.0.1:{}/oauth/callback", free_port());
+    // The Inspector opens a browser for the sign-in: here a no-op `xdg-open`, and the test's
+    // browser follows the URL it prints instead.
+    let bin = rt.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("xdg-open"), "#!/bin/sh\nexit 0\n").unwrap();
+    let mut permissions = std::fs::metadata(bin.join("xdg-open"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(bin.join("xdg-open"), permissions).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let mut inspector = tokio::process::Command::new(dir.join("node_modules/.bin/mcp-inspector"))
+        .arg("--cli")
+        .args(["--server-url", &server.url, "--transport", "http"])
+        .args(["--method", "tools/call", "--tool-name", "list-machines"])
+        .args(["--callback-url", &callback])
+        .env("HOME", rt.path())
+        .env("PATH", path)
+        .env("MCP_AUTO_OPEN_ENABLED", "true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(inspector.stderr.take().unwrap()).lines();
+    let prompt = "Please navigate to: ";
+    let url = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if let Some(at) = line.find(prompt) {
+                return line[at + prompt.len()..].trim().to_owned();
+            }
+        }
+        panic!("the Inspector exited without asking for a sign-in");
+    })
+    .await
+    .expect("the Inspector did not ask for a sign-in within 60 s");
+    assert!(url.starts_with(&issuer.url), "{url}");
+    assert!(
+        url.contains("resource="),
+        "the Inspector asks for this server's audience: {url}"
+    );
+    let delivered = tokio::process::Command::new("node")
+        .arg(dir.join("oauth_deliver.mjs"))
+        .args([&url, "frank", &callback])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        delivered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&delivered.stderr)
+    );
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    let out = tokio::time::timeout(Duration::from_secs(60), inspector.wait_with_output())
+        .await
+        .expect("the Inspector did not finish after the sign-in")
+        .unwrap();
+    assert!(out.status.success());
+    let called: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        called["structuredContent"]["machines"].is_array(),
+        "{called}"
+    );
+}
