@@ -35,9 +35,9 @@ impl User {
 impl fmt::Display for User {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_operator() {
-            f.write_str("the operator")
+            f.write_str("(the operator)")
         } else {
-            write!(f, "user {}", self.0)
+            f.write_str(&self.0)
         }
     }
 }

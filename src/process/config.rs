@@ -645,6 +645,13 @@ settings! {
         accepts: whole(0, 10_000),
         why: "machines one session's calls made that still exist (create-machine, run-once, branch-machine); one more is refused before anything is sent. 0: no limit",
     },
+    max_machines_per_user: usize {
+        key: "maxMachinesPerUser",
+        env: "SMOL_MCP_MAX_MACHINES_PER_USER",
+        default: "0",
+        accepts: whole(0, 100_000),
+        why: "with sign-in (authIssuer), the machines one user holds on a fleet, counted across every process sharing the store; one more is refused before anything is sent. 0: no limit",
+    },
     max_machines: usize {
         key: "maxMachines",
         env: "SMOL_MCP_MAX_MACHINES",
@@ -658,6 +665,13 @@ settings! {
         default: "0",
         accepts: whole(0, 1_000_000_000_000),
         why: "what the cloud machines a session made may cost (millionths of a dollar, as the cloud's usage reports it) before its next create or command there is refused. 0: no ceiling",
+    },
+    cloud_spend_per_user_micros: u64 {
+        key: "cloudSpendPerUserMicros",
+        env: "SMOL_MCP_CLOUD_SPEND_PER_USER_MICROS",
+        default: "0",
+        accepts: whole(0, 1_000_000_000_000),
+        why: "with sign-in, what one user's cloud machines may cost in a UTC day (those that exist, since made; those deleted that day) before their next create or command there is refused. 0: no ceiling",
     },
     cloud_spend_per_day_micros: u64 {
         key: "cloudSpendPerDayMicros",

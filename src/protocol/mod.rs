@@ -56,6 +56,18 @@ impl Protocol {
     }
 }
 
+/// The user a request is for: the one the HTTP guard signed in (`crate::protocol::http`), else
+/// (stdio, or the static token) the operator.
+pub fn user_of(
+    context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+) -> crate::policy::user::User {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::policy::user::User>().cloned())
+        .unwrap_or_else(crate::policy::user::User::operator)
+}
+
 /// Whether this request follows the 2026-07-28 lifecycle: it says so in its own `_meta`. Asked
 /// per request, since one stdio process can see both kinds.
 pub fn is_stateless(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> bool {

@@ -10,6 +10,7 @@
 use crate::fleet::FleetKind;
 use crate::policy::error::quote;
 use crate::policy::tools::{self, Tool, ToolError, ToolErrorKind};
+use crate::policy::user::User;
 use crate::process::Mode;
 use crate::process::targets;
 use crate::protocol::{Protocol, follow};
@@ -308,6 +309,7 @@ fn tool_args(mode: Mode, kind: FleetKind, name: &str) -> serde_json::Map<String,
 pub async fn read(
     protocol: &Arc<Protocol>,
     session: &str,
+    user: &User,
     ct: CancellationToken,
     uri: &str,
 ) -> Result<Vec<ResourceContents>, ErrorData> {
@@ -330,7 +332,7 @@ pub async fn read(
             let args = tool_args(protocol.mode(), kind, &name);
             let answer = tools::call(
                 &protocol.policy,
-                caller(protocol.mode(), session, ct),
+                caller(protocol.mode(), session, user, ct),
                 Tool::MachineLogs,
                 Value::Object(args),
             )
@@ -351,13 +353,13 @@ pub async fn read(
             ])
         }
         ResourceUri::File { kind, name, path } => {
-            read_file(protocol, session, ct, uri, kind, &name, &path).await
+            read_file(protocol, session, user, ct, uri, kind, &name, &path).await
         }
         ResourceUri::Runs { before, limit } => {
             let crate::store::RunPage { runs, more } = protocol
                 .policy
                 .ledger
-                .page(before, limit)
+                .page(before, limit, user)
                 .await
                 .map_err(ledger_error)?;
             let next = match runs.last() {
@@ -374,7 +376,13 @@ pub async fn read(
             json_contents(&page, uri)
         }
         ResourceUri::Run { id } => {
-            match protocol.policy.ledger.run(id).await.map_err(ledger_error)? {
+            match protocol
+                .policy
+                .ledger
+                .run(id, user)
+                .await
+                .map_err(ledger_error)?
+            {
                 Some(run) => json_contents(&run_detail_json(&run), uri),
                 None => Err(ErrorData::resource_not_found(
                     format!(
@@ -470,15 +478,17 @@ fn json_contents(value: &Value, uri: &str) -> Result<Vec<ResourceContents>, Erro
 
 /// A resource read runs its tool in the process's scope: its URI names the fleet. It makes no
 /// machine and reports no progress.
-fn caller(mode: Mode, session: &str, ct: CancellationToken) -> tools::Caller {
-    tools::Caller::new(session, tools::Scope::Process(mode), ct)
+fn caller(mode: Mode, session: &str, user: &User, ct: CancellationToken) -> tools::Caller {
+    tools::Caller::new(session, tools::Scope::Process(mode), ct).for_user(user.clone())
 }
 
 /// The first `maxOutputBytes` of a file, read through read-file (one page in memory, whatever
 /// the file's size), as text when they are UTF-8 and as a blob otherwise.
+#[allow(clippy::too_many_arguments)]
 async fn read_file(
     protocol: &Arc<Protocol>,
     session: &str,
+    user: &User,
     ct: CancellationToken,
     uri: &str,
     kind: FleetKind,
@@ -492,7 +502,7 @@ async fn read_file(
     args.insert("length".into(), json!(limit));
     let answer = tools::call(
         &protocol.policy,
-        caller(protocol.mode(), session, ct),
+        caller(protocol.mode(), session, user, ct),
         Tool::ReadFile,
         Value::Object(args),
     )
@@ -622,6 +632,7 @@ impl SessionSubscriptions {
         protocol: &Arc<Protocol>,
         uri: &str,
         peer: rmcp::Peer<rmcp::RoleServer>,
+        user: &User,
     ) -> Result<(), ErrorData> {
         let (kind, name) = followable(uri, protocol.mode())?;
         let held = match self.following.lock() {
@@ -641,7 +652,7 @@ impl SessionSubscriptions {
                 None,
             ));
         }
-        machine_exists(protocol, kind, &name, uri).await?;
+        machine_exists(protocol, kind, &name, uri, user).await?;
         let f = protocol
             .follow
             .follow(
@@ -669,15 +680,30 @@ impl SessionSubscriptions {
 /// Refuses to follow a machine the fleet says does not exist: a poller for a name that never
 /// appears would cost the engine a request a second for nothing. A fleet that cannot answer
 /// now is not a refusal; the poller tries again as it would for a log not there yet.
+/// That the machine of a log to follow exists and is the user's (another user's answers as
+/// one that does not exist).
 async fn machine_exists(
     protocol: &Arc<Protocol>,
     kind: FleetKind,
     name: &str,
     uri: &str,
+    user: &User,
 ) -> Result<(), ErrorData> {
-    let found = match protocol.process().fleet(kind).await {
-        Ok(fleet) => fleet.get(name).await.map(|_| ()),
-        Err(e) => Err(e),
+    let theirs = tools::user_sees(&protocol.policy, user, kind, name)
+        .await
+        .map_err(tool_error)?;
+    let found = if !theirs {
+        tracing::warn!(%user, machine = %name, "refused to follow the log of a machine this user does not hold");
+        Err(crate::fleet::FleetError::new(
+            crate::fleet::ErrorKind::NotFound,
+            name,
+            "not this user's",
+        ))
+    } else {
+        match protocol.process().fleet(kind).await {
+            Ok(fleet) => fleet.get(name).await.map(|_| ()),
+            Err(e) => Err(e),
+        }
     };
     match found {
         Err(e) if e.kind == crate::fleet::ErrorKind::NotFound => {
@@ -721,6 +747,7 @@ pub fn followable(uri: &str, mode: Mode) -> Result<(FleetKind, String), ErrorDat
 pub async fn listen(
     protocol: &Arc<Protocol>,
     context: rmcp::service::SubscriptionContext,
+    user: &User,
 ) -> Result<(), ErrorData> {
     let uris = context
         .accepted()
@@ -741,7 +768,7 @@ pub async fn listen(
     let mut following = Vec::new();
     for uri in uris {
         if let Ok((kind, name)) = followable(&uri, protocol.mode()) {
-            machine_exists(protocol, kind, &name, &uri).await?;
+            machine_exists(protocol, kind, &name, &uri, user).await?;
             following.push(
                 protocol
                     .follow

@@ -34,6 +34,7 @@ pub trait Store: Send + Sync {
     fn egress_grants(&self) -> &dyn EgressGrantRepository;
     fn spend(&self) -> &dyn SpendRepository;
     fn keys(&self) -> &dyn KeyRepository;
+    fn owners(&self) -> &dyn OwnerRepository;
     /// Records dropped so far because the writer was behind.
     fn dropped(&self) -> u64;
     /// Waits (a bounded time) until what was queued before is written.
@@ -88,8 +89,15 @@ pub trait RunRepository: Send + Sync {
     /// What run `id` cost its machine (a JSON object), measured after it ended.
     fn cost(&self, id: i64, usage_json: String);
     /// Up to `limit` runs older than `before` (all when `None`), newest first.
-    async fn page(&self, before: Option<i64>, limit: usize) -> Result<RunPage, StoreUnavailable>;
-    async fn get(&self, id: i64) -> Result<Option<RunDetail>, StoreUnavailable>;
+    /// `user`'s runs only (the empty id: the operator's).
+    async fn page(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+        user: &str,
+    ) -> Result<RunPage, StoreUnavailable>;
+    /// Run `id` if it is `user`'s.
+    async fn get(&self, id: i64, user: &str) -> Result<Option<RunDetail>, StoreUnavailable>;
 }
 
 /// Background jobs while they run, so that a later process can take them over.
@@ -173,6 +181,38 @@ pub trait KeyRepository: Send + Sync {
         record.pid == std::process::id()
             || crate::process::ephemeral::process_alive_since(record.pid, record.pid_started)
     }
+}
+
+/// Which signed-in user holds which machine (each fleet's names are one namespace), and what a
+/// user's deleted cloud machines cost by UTC day. A machine no row names is the operator's.
+#[async_trait::async_trait]
+pub trait OwnerRepository: Send + Sync {
+    /// Holds `name` for `user` unless another user holds it; answers who holds it now (`user`
+    /// when the claim took, or was already theirs). One statement decides, so two users
+    /// racing for a name never both get it.
+    async fn claim(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+        user: &str,
+    ) -> Result<String, StoreUnavailable>;
+    async fn holder(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+    ) -> Result<Option<String>, StoreUnavailable>;
+    /// Every held machine of `fleet`: (name, user).
+    async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable>;
+    /// `user` no longer holds `name` (deleted, or its create failed).
+    async fn release(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+        user: &str,
+    ) -> Result<(), StoreUnavailable>;
+    /// Adds what a deleted machine of `user`'s cost to `day`'s total.
+    async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable>;
+    async fn settled(&self, user: &str, day: &str) -> Result<i64, StoreUnavailable>;
 }
 
 /// How long the store keeps what it keeps, from the settings: these govern runs only; the

@@ -18,7 +18,7 @@ mod records;
 pub mod sqlite;
 
 pub use api::{
-    EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository,
+    EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository, OwnerRepository,
     RequestStateRepository, RunRepository, RunRetention, SpendRepository, Store, StoreUnavailable,
     TaskRepository,
 };

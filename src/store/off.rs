@@ -34,6 +34,9 @@ impl Store for NoStore {
     fn keys(&self) -> &dyn KeyRepository {
         self
     }
+    fn owners(&self) -> &dyn crate::store::OwnerRepository {
+        self
+    }
     fn dropped(&self) -> u64 {
         0
     }
@@ -49,10 +52,10 @@ impl RunRepository for NoStore {
     }
     fn end(&self, _: RunEnd) {}
     fn cost(&self, _: i64, _: String) {}
-    async fn page(&self, _: Option<i64>, _: usize) -> Result<RunPage, StoreUnavailable> {
+    async fn page(&self, _: Option<i64>, _: usize, _: &str) -> Result<RunPage, StoreUnavailable> {
         Err(StoreUnavailable::Off)
     }
-    async fn get(&self, _: i64) -> Result<Option<RunDetail>, StoreUnavailable> {
+    async fn get(&self, _: i64, _: &str) -> Result<Option<RunDetail>, StoreUnavailable> {
         Err(StoreUnavailable::Off)
     }
 }
@@ -105,6 +108,30 @@ impl KeyRepository for NoStore {
     fn answered(&self, _: &str, _: String) {}
     fn released(&self, _: &str) {}
     async fn get(&self, _: &str) -> Result<Option<KeyRecord>, StoreUnavailable> {
+        Err(StoreUnavailable::Off)
+    }
+}
+
+/// Without a store no user can hold a machine: sign-in needs one (the operator's machines need
+/// none, and reading who holds one answers the operator).
+#[async_trait::async_trait]
+impl crate::store::OwnerRepository for NoStore {
+    async fn claim(&self, _: FleetKind, _: &str, _: &str) -> Result<String, StoreUnavailable> {
+        Err(StoreUnavailable::Off)
+    }
+    async fn holder(&self, _: FleetKind, _: &str) -> Result<Option<String>, StoreUnavailable> {
+        Ok(None)
+    }
+    async fn held(&self, _: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable> {
+        Ok(Vec::new())
+    }
+    async fn release(&self, _: FleetKind, _: &str, _: &str) -> Result<(), StoreUnavailable> {
+        Ok(())
+    }
+    async fn settle(&self, _: &str, _: &str, _: i64) -> Result<(), StoreUnavailable> {
+        Err(StoreUnavailable::Off)
+    }
+    async fn settled(&self, _: &str, _: &str) -> Result<i64, StoreUnavailable> {
         Err(StoreUnavailable::Off)
     }
 }

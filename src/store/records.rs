@@ -18,6 +18,8 @@ pub struct StreamRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRun {
     pub pid: u32,
+    /// Who ran it (`crate::policy::user::User`'s id; empty: the operator).
+    pub user: String,
     pub tool: &'static str,
     pub fleet: FleetKind,
     pub machine: String,
@@ -129,6 +131,8 @@ pub struct RunPage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRecord {
     pub id: String,
+    /// Who started it (empty: the operator).
+    pub user: String,
     /// Its run's record, when the run was recorded.
     pub run_id: Option<i64>,
     pub fleet: FleetKind,

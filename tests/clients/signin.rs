@@ -227,3 +227,327 @@ async fn the_inspector_cli_signs_in_by_itself() {
         "{called}"
     );
 }
+
+/// One stateless tool call as `token`'s user: the JSON-RPC answer.
+async fn call_as(server: &HttpServer, token: &str, tool: &str, arguments: Value) -> Value {
+    crate::common::clients::stateless_request(
+        server,
+        token,
+        "tools/call",
+        json!({}),
+        json!({"name": tool, "arguments": arguments}),
+    )
+    .await
+}
+
+fn error_text(answer: &Value) -> String {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Two users signed in through the real provider, on one server: each sees and acts only on
+/// the machines, runs, jobs and keys they made; the other's machine answers as one that does
+/// not exist (its name as taken), and nothing of the other's is touched; each user's limit is
+/// their own.
+#[tokio::test]
+async fn each_user_sees_and_acts_on_their_own_only() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start_guest_shell().await;
+    let rt = tempfile::tempdir().unwrap();
+    let server = HttpServer::spawn(
+        rt.path(),
+        "operator-token",
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
+            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
+            ("SMOL_MCP_MAX_MACHINES_PER_USER", "2"),
+        ],
+    )
+    .await;
+    let alice = issuer.token("alice", &server.url, SCOPE).await;
+    let bob = issuer.token("bob", &server.url, SCOPE).await;
+
+    // Alice makes a machine, runs a command (a run), starts a job, with a key.
+    let made = call_as(
+        &server,
+        &alice,
+        "create-machine",
+        json!({"name": "alice-box"}),
+    )
+    .await;
+    assert_eq!(made["result"]["isError"], false, "{made}");
+    let ran = call_as(
+        &server,
+        &alice,
+        "run-command",
+        json!({"name": "alice-box", "command": "echo mine", "idempotencyKey": "k-1"}),
+    )
+    .await;
+    assert_eq!(
+        ran["result"]["structuredContent"]["stdout"], "mine\n",
+        "{ran}"
+    );
+    let runs_of = |token: String| {
+        let server = &server;
+        async move {
+            let read = crate::common::clients::stateless_request(
+                server,
+                &token,
+                "resources/read",
+                json!({}),
+                json!({"uri": "smol://runs"}),
+            )
+            .await;
+            let page: Value = serde_json::from_str(
+                read["result"]["contents"][0]["text"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{read}")),
+            )
+            .unwrap();
+            page["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().parse::<i64>().unwrap())
+                .collect::<Vec<i64>>()
+        }
+    };
+    let run_id = runs_of(alice.clone()).await[0];
+    let job = call_as(
+        &server,
+        &alice,
+        "run-command",
+        json!({"name": "alice-box", "command": "sleep 30", "background": true}),
+    )
+    .await;
+    let job_id = job["result"]["structuredContent"]["job"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Bob: the machine is not in his list, and every tool naming it answers not found.
+    let listed = call_as(&server, &bob, "list-machines", json!({})).await;
+    assert_eq!(
+        listed["result"]["structuredContent"]["machines"],
+        json!([]),
+        "{listed}"
+    );
+    for (tool, args) in [
+        ("list-machines", json!({"name": "alice-box"})),
+        (
+            "run-command",
+            json!({"name": "alice-box", "command": "echo theirs"}),
+        ),
+        (
+            "read-file",
+            json!({"name": "alice-box", "path": "/etc/hostname"}),
+        ),
+        (
+            "write-file",
+            json!({"name": "alice-box", "path": "/tmp/x", "content": "x"}),
+        ),
+        ("stop-machine", json!({"name": "alice-box"})),
+        ("delete-machine", json!({"name": "alice-box"})),
+        (
+            "branch-machine",
+            json!({"name": "alice-box", "childName": "bobs-copy"}),
+        ),
+    ] {
+        let text = error_text(&call_as(&server, &bob, tool, args).await);
+        assert!(
+            text.starts_with("NOT_FOUND") && text.contains("alice-box"),
+            "{tool}: {text}"
+        );
+    }
+    assert!(
+        fake.state
+            .lock()
+            .unwrap()
+            .machines
+            .contains_key("alice-box"),
+        "bob deleted nothing"
+    );
+    let taken = error_text(
+        &call_as(
+            &server,
+            &bob,
+            "create-machine",
+            json!({"name": "alice-box"}),
+        )
+        .await,
+    );
+    assert!(taken.contains("taken"), "{taken}");
+    // Her job, her run and her key are not his either.
+    let text = error_text(&call_as(&server, &bob, "job-output", json!({"job": job_id})).await);
+    assert!(text.starts_with("NOT_FOUND"), "{text}");
+    let text = error_text(&call_as(&server, &bob, "cancel-job", json!({"job": job_id})).await);
+    assert!(text.starts_with("NOT_FOUND"), "{text}");
+    let jobs = call_as(&server, &bob, "job-output", json!({})).await;
+    assert_eq!(
+        jobs["result"]["structuredContent"]["jobs"],
+        json!([]),
+        "{jobs}"
+    );
+    assert_eq!(runs_of(bob.clone()).await, Vec::<i64>::new());
+    let run = crate::common::clients::stateless_request(
+        &server,
+        &bob,
+        "resources/read",
+        json!({}),
+        json!({"uri": format!("smol://runs/{run_id}")}),
+    )
+    .await;
+    assert!(run["error"].is_object(), "{run}");
+    // The same key from bob on his own machine is his own call, not a replay of hers.
+    let made = call_as(&server, &bob, "create-machine", json!({"name": "bob-box"})).await;
+    assert_eq!(made["result"]["isError"], false, "{made}");
+    let his = call_as(
+        &server,
+        &bob,
+        "run-command",
+        json!({"name": "bob-box", "command": "echo his", "idempotencyKey": "k-1"}),
+    )
+    .await;
+    assert_eq!(
+        his["result"]["structuredContent"]["stdout"], "his\n",
+        "{his}"
+    );
+
+    // Alice still has all of hers, and sees only hers.
+    let listed = call_as(&server, &alice, "list-machines", json!({})).await;
+    let names: Vec<&str> = listed["result"]["structuredContent"]["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alice-box"], "{listed}");
+    let report = call_as(&server, &alice, "job-output", json!({"job": job_id})).await;
+    assert_eq!(
+        report["result"]["structuredContent"]["state"], "running",
+        "{report}"
+    );
+    let replay = call_as(
+        &server,
+        &alice,
+        "run-command",
+        json!({"name": "alice-box", "command": "echo mine", "idempotencyKey": "k-1"}),
+    )
+    .await;
+    assert_eq!(
+        replay["result"]["structuredContent"]["stdout"], "mine\n",
+        "{replay}"
+    );
+    // Replayed, not run again: her runs are still the command and the job.
+    assert_eq!(runs_of(alice.clone()).await.len(), 2);
+    // The operator (the static token) does not see signed-in users' machines either.
+    let listed = call_as(&server, "operator-token", "list-machines", json!({})).await;
+    assert_eq!(
+        listed["result"]["structuredContent"]["machines"],
+        json!([]),
+        "{listed}"
+    );
+
+    // Her limit is hers: a second machine passes, a third does not; bob's one is not counted.
+    let second = call_as(
+        &server,
+        &alice,
+        "create-machine",
+        json!({"name": "alice-two"}),
+    )
+    .await;
+    assert_eq!(second["result"]["isError"], false, "{second}");
+    let third = error_text(
+        &call_as(
+            &server,
+            &alice,
+            "create-machine",
+            json!({"name": "alice-three"}),
+        )
+        .await,
+    );
+    assert!(
+        third.starts_with("LIMIT_REACHED") && third.contains("maxMachinesPerUser"),
+        "{third}"
+    );
+    assert!(
+        !fake
+            .state
+            .lock()
+            .unwrap()
+            .machines
+            .contains_key("alice-three")
+    );
+    // The refused name is not left held: bob may take it.
+    let bobs = call_as(
+        &server,
+        &bob,
+        "create-machine",
+        json!({"name": "alice-three"}),
+    )
+    .await;
+    assert_eq!(bobs["result"]["isError"], false, "{bobs}");
+    // Deleted, her name is free again (for bob, at his own limit of two until he deletes one).
+    let his_gone = call_as(&server, &bob, "delete-machine", json!({"name": "bob-box"})).await;
+    assert_eq!(his_gone["result"]["isError"], false, "{his_gone}");
+    let gone = call_as(
+        &server,
+        &alice,
+        "delete-machine",
+        json!({"name": "alice-two"}),
+    )
+    .await;
+    assert_eq!(gone["result"]["isError"], false, "{gone}");
+    let reused = call_as(
+        &server,
+        &bob,
+        "create-machine",
+        json!({"name": "alice-two"}),
+    )
+    .await;
+    assert_eq!(reused["result"]["isError"], false, "{reused}");
+}
+
+/// A session a user opened is that user's: another signed-in user's request on its id is
+/// answered as for a session that does not exist.
+#[tokio::test]
+async fn a_session_is_its_users_alone() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start().await;
+    let (server, _rt) = signed_in_server(&issuer, &fake, "").await;
+    let alice = issuer.token("alice", &server.url, SCOPE).await;
+    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    let http = reqwest::Client::new();
+    let open = http
+        .post(&server.url)
+        .bearer_auth(&alice)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(open.status(), 200);
+    let session = open.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let list = |token: &str| {
+        http.post(&server.url)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            .send()
+    };
+    assert_eq!(list(&bob).await.unwrap().status(), 404);
+    assert_eq!(list(&alice).await.unwrap().status(), 200);
+}

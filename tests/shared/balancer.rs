@@ -26,6 +26,17 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start(processes: usize, token: &str, extra: &[(&str, &str)]) -> Cluster {
+        Cluster::start_at(free_port(), processes, token, extra).await
+    }
+
+    /// The same with the balancer on `port`, known before the processes start (their
+    /// `authResource` is the balancer's URL).
+    pub async fn start_at(
+        port: u16,
+        processes: usize,
+        token: &str,
+        extra: &[(&str, &str)],
+    ) -> Cluster {
         let db = TestDatabase::new().await;
         let fake = FakeServe::start_guest_shell().await;
         let url = fake.url();
@@ -41,7 +52,6 @@ impl Cluster {
             servers.push(HttpServer::spawn(rt.path(), token, &vars).await);
             runtime_dirs.push(rt);
         }
-        let port = free_port();
         let balancer_dir = tempfile::tempdir().unwrap();
         let mut args = vec!["up".to_owned(), port.to_string()];
         args.extend(servers.iter().map(|s| s.port.to_string()));

@@ -8,6 +8,8 @@
 //! - replicas: `smol-mcp-http` processes given one database answer as one
 //! - balancer: three of them behind HAProxy (scripts/balancer.sh), with the official Python
 //!   client and the official conformance suite
+//! - users: two users signed in through a real OpenID provider (oidc-provider, started by the
+//!   test) to three processes behind the balancer: each sees and acts on their own only
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -18,3 +20,4 @@ mod balancer;
 mod database;
 mod replicas;
 mod store;
+mod users;

@@ -54,6 +54,7 @@ fn key_claim(key: &str) -> KeyRecord {
 fn job(id: &str, engine: &str) -> JobRecord {
     JobRecord {
         id: id.into(),
+        user: String::new(),
         run_id: None,
         fleet: FleetKind::Local,
         engine: engine.into(),
@@ -100,6 +101,7 @@ async fn what_one_process_writes_another_reads() {
     let started = now_ms();
     let run = NewRun {
         pid: std::process::id(),
+        user: String::new(),
         tool: "run-command",
         fleet: FleetKind::Local,
         machine: "box".into(),
@@ -109,7 +111,13 @@ async fn what_one_process_writes_another_reads() {
         started_ms: started,
     };
     let first = a.runs().begin(run.clone()).unwrap();
-    let second = b.runs().begin(run.clone()).unwrap();
+    let second = b
+        .runs()
+        .begin(NewRun {
+            user: "alice".into(),
+            ..run.clone()
+        })
+        .unwrap();
     let third = a.runs().begin(run).unwrap();
     assert!(
         third > first,
@@ -139,23 +147,30 @@ async fn what_one_process_writes_another_reads() {
     a.flush().await;
     b.flush().await;
 
-    let page = b.runs().page(None, 10).await.unwrap();
-    assert_eq!(page.runs.len(), 3);
+    // Each user's runs are their own: alice's one, the operator's two.
+    let theirs = b.runs().page(None, 10, "alice").await.unwrap();
+    assert_eq!(
+        theirs.runs.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [second]
+    );
+    assert!(b.runs().get(first, "alice").await.unwrap().is_none());
+    let page = b.runs().page(None, 10, "").await.unwrap();
+    assert_eq!(page.runs.len(), 2);
     assert!(!page.more);
     let ids: Vec<i64> = page.runs.iter().map(|r| r.id).collect();
     let mut newest_first = ids.clone();
     newest_first.sort_by(|x, y| y.cmp(x));
     assert_eq!(ids, newest_first);
-    let older = b.runs().page(Some(ids[0]), 1).await.unwrap();
+    let older = b.runs().page(Some(ids[0]), 1, "").await.unwrap();
     assert_eq!(older.runs.len(), 1);
-    assert!(older.more);
-    let detail = b.runs().get(first).await.unwrap().unwrap();
+    assert!(!older.more);
+    let detail = b.runs().get(first, "").await.unwrap().unwrap();
     assert_eq!(detail.summary.outcome, "exited");
     assert_eq!(detail.summary.exit_code, Some(0));
     assert_eq!(detail.stdout.unwrap().head, "hi\n");
     assert_eq!(detail.usage.as_deref(), Some("{\"cpuMs\":1}"));
     assert_eq!(detail.env_names, "[\"A\"]");
-    assert!(b.runs().get(12345).await.unwrap().is_none());
+    assert!(b.runs().get(12345, "").await.unwrap().is_none());
 
     a.tasks().created(TaskRecord {
         id: "t1".into(),
@@ -317,6 +332,137 @@ async fn two_processes_racing_for_keys_and_spend_marks_win_each_once() {
     .await;
     let marks: Vec<i64> = marks.into_iter().map(Result::unwrap).collect();
     assert!(marks.iter().all(|m| *m == marks[0]), "one mark: {marks:?}");
+}
+
+/// Three processes, each for another user, claim the same 30 machine names at once: each name
+/// is held by exactly one user, and every claim answers that user; a release by a user who
+/// does not hold a name leaves it held, the holder's frees it; a user's deleted machines' cost
+/// adds up by day.
+#[tokio::test]
+async fn users_racing_for_machine_names_each_get_a_name_once() {
+    let db = TestDatabase::new().await;
+    let stores = [
+        ready_store(&db).await,
+        ready_store(&db).await,
+        ready_store(&db).await,
+    ];
+    let names: Vec<String> = (0..30).map(|i| format!("box-{i}")).collect();
+    let mut claims = Vec::new();
+    for (i, store) in stores.iter().enumerate() {
+        for name in &names {
+            let (store, name, user) = (store.clone(), name.clone(), format!("user-{i}"));
+            claims.push(tokio::spawn(async move {
+                let holder = store
+                    .owners()
+                    .claim(FleetKind::Local, &name, &user)
+                    .await
+                    .unwrap();
+                (name, user, holder)
+            }));
+        }
+    }
+    let mut holders =
+        std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+    let mut won = std::collections::BTreeMap::<String, usize>::new();
+    for claim in claims {
+        let (name, user, holder) = claim.await.unwrap();
+        holders
+            .entry(name.clone())
+            .or_default()
+            .insert(holder.clone());
+        if holder == user {
+            *won.entry(name).or_default() += 1;
+        }
+    }
+    for name in &names {
+        assert_eq!(
+            holders[name].len(),
+            1,
+            "{name} answered {:?}",
+            holders[name]
+        );
+        assert_eq!(
+            won.get(name),
+            Some(&1),
+            "{name} was won {:?} times",
+            won.get(name)
+        );
+    }
+    let held = stores[0].owners().held(FleetKind::Local).await.unwrap();
+    assert_eq!(held.len(), names.len());
+    assert!(
+        stores[0]
+            .owners()
+            .held(FleetKind::Cloud)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let (name, holder) = held[0].clone();
+    let stranger = if holder == "user-0" {
+        "user-1"
+    } else {
+        "user-0"
+    };
+    stores[1]
+        .owners()
+        .release(FleetKind::Local, &name, stranger)
+        .await
+        .unwrap();
+    assert_eq!(
+        stores[2]
+            .owners()
+            .holder(FleetKind::Local, &name)
+            .await
+            .unwrap(),
+        Some(holder.clone())
+    );
+    stores[1]
+        .owners()
+        .release(FleetKind::Local, &name, &holder)
+        .await
+        .unwrap();
+    assert_eq!(
+        stores[2]
+            .owners()
+            .holder(FleetKind::Local, &name)
+            .await
+            .unwrap(),
+        None
+    );
+
+    for (i, store) in stores.iter().enumerate() {
+        store
+            .owners()
+            .settle("user-0", "2026-12-05", 100 + i64::try_from(i).unwrap())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        stores[0]
+            .owners()
+            .settled("user-0", "2026-12-05")
+            .await
+            .unwrap(),
+        303
+    );
+    assert_eq!(
+        stores[0]
+            .owners()
+            .settled("user-0", "2026-12-06")
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        stores[0]
+            .owners()
+            .settled("user-1", "2026-12-05")
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 #[tokio::test]

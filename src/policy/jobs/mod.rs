@@ -95,6 +95,8 @@ pub struct State {
 /// One background job.
 pub struct Job {
     pub id: String,
+    /// Who started it: only they see it (`crate::policy::user::User`'s id).
+    pub user: String,
     pub fleet: Fleet,
     pub machine: String,
     /// The command as given (argv joined by spaces, or the shell text), for listing.
@@ -208,6 +210,7 @@ impl Job {
         let now = Instant::now();
         Job {
             id: record.id.clone(),
+            user: record.user.clone(),
             fleet,
             machine: record.machine.clone(),
             command: record.command.clone(),
@@ -440,6 +443,8 @@ pub struct Jobs {
 
 /// What a job is started with.
 pub struct Start<'a> {
+    /// Who starts it.
+    pub user: &'a crate::policy::user::User,
     pub fleet: Fleet,
     pub machine: &'a str,
     pub spec: ExecSpec,
@@ -565,12 +570,8 @@ impl Jobs {
         let mut spec = start.spec;
         // The row is begun before the marker joins the environment: the marker is the
         // server's own, not a variable the agent set, so it is no name in `envNames`.
-        let run = ledger.begin(RunStart::new(
-            "job",
-            start.fleet.kind(),
-            start.machine,
-            &spec,
-        ));
+        let run = ledger
+            .begin(RunStart::new("job", start.fleet.kind(), start.machine, &spec).by(start.user));
         spec.env.insert(guest::RUN_MARKER.to_owned(), id.clone());
         let command = match &spec.command {
             crate::fleet::Command::Argv(argv) => argv.join(" "),
@@ -603,6 +604,7 @@ impl Jobs {
         let job = Arc::new(Job {
             run_id: run.id(),
             id,
+            user: start.user.id().to_owned(),
             fleet: start.fleet,
             machine: start.machine.to_owned(),
             command,
@@ -627,6 +629,7 @@ impl Jobs {
         });
         ledger.store().jobs().started(JobRecord {
             id: job.id.clone(),
+            user: job.user.clone(),
             run_id: job.run_id,
             fleet: job.kind(),
             engine: process.engine(job.kind()),

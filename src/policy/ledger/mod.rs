@@ -99,6 +99,8 @@ pub struct RunStart {
     /// Names and values: the names are recorded, the values only looked for (and replaced by
     /// their names) in what is kept of the output. Nothing of them is written.
     pub env: BTreeMap<String, String>,
+    /// Who ran it: only they see its record.
+    pub user: String,
 }
 
 impl RunStart {
@@ -110,7 +112,14 @@ impl RunStart {
             command: spec.command.clone(),
             workdir: spec.workdir.clone(),
             env: spec.env.clone(),
+            user: String::new(),
         }
+    }
+
+    /// Run for `user` (the operator's otherwise).
+    pub fn by(mut self, user: &crate::policy::user::User) -> RunStart {
+        self.user = user.id().to_owned();
+        self
     }
 }
 
@@ -209,6 +218,7 @@ impl Ledger {
         };
         let begun = self.store.runs().begin(NewRun {
             pid: std::process::id(),
+            user: start.user,
             tool: start.tool,
             fleet: start.fleet,
             machine: start.machine,
@@ -245,14 +255,25 @@ impl Ledger {
 
     /// A page of runs, newest first: those before `before` (all when `None`), and whether older
     /// ones remain.
-    pub async fn page(&self, before: Option<i64>, limit: usize) -> Result<RunPage, LedgerError> {
+    /// `user`'s runs only.
+    pub async fn page(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+        user: &crate::policy::user::User,
+    ) -> Result<RunPage, LedgerError> {
         self.runs_kept()?;
-        Ok(self.store.runs().page(before, limit).await?)
+        Ok(self.store.runs().page(before, limit, user.id()).await?)
     }
 
-    pub async fn run(&self, id: i64) -> Result<Option<RunDetail>, LedgerError> {
+    /// Run `id`, if it is `user`'s.
+    pub async fn run(
+        &self,
+        id: i64,
+        user: &crate::policy::user::User,
+    ) -> Result<Option<RunDetail>, LedgerError> {
         self.runs_kept()?;
-        Ok(self.store.runs().get(id).await?)
+        Ok(self.store.runs().get(id, user.id()).await?)
     }
 
     fn runs_kept(&self) -> Result<(), LedgerError> {
@@ -552,6 +573,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            user: String::new(),
         }
     }
 
@@ -568,7 +590,11 @@ mod tests {
     }
 
     async fn kept(ledger: &Ledger, run: Option<i64>) -> RunDetail {
-        ledger.run(run.unwrap()).await.unwrap().unwrap()
+        ledger
+            .run(run.unwrap(), &crate::policy::user::User::operator())
+            .await
+            .unwrap()
+            .unwrap()
     }
 
     /// `ledgerMaxRuns` 0 keeps no runs, and only runs: the spend marks and keys are kept.
@@ -588,7 +614,13 @@ mod tests {
         let keys = ledger.store().keys();
         assert_eq!(keys.claim(claim.clone()).await, Ok(KeyClaim::Claimed));
         assert!(matches!(keys.claim(claim).await, Ok(KeyClaim::Taken(_))));
-        assert_eq!(ledger.page(None, 10).await.err(), Some(LedgerError::Off));
+        assert_eq!(
+            ledger
+                .page(None, 10, &crate::policy::user::User::operator())
+                .await
+                .err(),
+            Some(LedgerError::Off)
+        );
     }
 
     #[tokio::test]

@@ -26,6 +26,8 @@ const CLEANUP_DEADLINE: Duration = Duration::from_secs(120);
 /// waits are reported.
 pub struct Caller {
     pub owner: String,
+    /// The user the call is made for: the machines, runs and jobs it may see are theirs.
+    pub user: crate::policy::user::User,
     pub scope: Scope,
     pub ct: CancellationToken,
     pub progress: Progress,
@@ -46,6 +48,7 @@ impl Caller {
     pub fn new(owner: impl Into<String>, scope: Scope, ct: CancellationToken) -> Caller {
         Caller {
             owner: owner.into(),
+            user: crate::policy::user::User::operator(),
             scope,
             ct,
             progress: Progress::none(),
@@ -54,6 +57,11 @@ impl Caller {
             prior_answer: None,
             stop: CancellationToken::new(),
         }
+    }
+
+    pub fn for_user(mut self, user: crate::policy::user::User) -> Caller {
+        self.user = user;
+        self
     }
 
     pub fn with_stop(mut self, stop: CancellationToken) -> Caller {
@@ -92,6 +100,8 @@ pub struct Call<'a> {
     reached: OnceLock<Fleet>,
     /// The machine names this call uses, which the lease reaper must leave alone until it ends.
     held: std::sync::Mutex<Vec<String>>,
+    /// The names this call claimed for its user (`owners`), let go if it fails.
+    claims: std::sync::Mutex<Vec<(FleetKind, String)>>,
 }
 
 /// Which fleets a call may name: those of the process, or the one its session chose when
@@ -164,7 +174,25 @@ impl<'a> Call<'a> {
             used: OnceLock::new(),
             reached: OnceLock::new(),
             held: std::sync::Mutex::new(Vec::new()),
+            claims: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    pub(super) fn claimed(&self, kind: FleetKind, name: &str) {
+        if let Ok(mut claims) = self.claims.lock() {
+            claims.push((kind, name.to_owned()));
+        }
+    }
+
+    pub(super) fn claims_now(&self) -> Vec<(FleetKind, String)> {
+        self.claims.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    pub(super) fn take_claims(&self) -> Vec<(FleetKind, String)> {
+        self.claims
+            .lock()
+            .map(|mut c| std::mem::take(&mut *c))
+            .unwrap_or_default()
     }
 
     /// Who owns the machines this call makes: its session, or the process's lease holder.
@@ -407,6 +435,10 @@ impl<'a> Call<'a> {
         {
             Ok(lease) => {
                 slot.fill(&lease.machine);
+                // The pool's machine becomes this user's (its clone's name is the engine's).
+                if let Err(e) = self.claim_name(fleet.kind(), &lease.machine).await {
+                    tracing::warn!(machine = %lease.machine, error = %e.message, "a leased machine's name could not be held for its user");
+                }
                 Some((pool.name, lease))
             }
             Err(e) => {
@@ -429,6 +461,10 @@ impl<'a> Call<'a> {
         let config = self.config();
         let (per_session, in_all) = (config.max_machines_per_session, config.max_machines);
         let kind = fleet.kind();
+        // Before the counts: a name another user holds is refused, and this user's limit
+        // counts the name once it is theirs.
+        self.claim_name(kind, name).await?;
+        self.admit_for_user(fleet).await?;
         let made = &self.process().made;
         let slot = {
             let _turn = self
@@ -500,6 +536,7 @@ impl<'a> Call<'a> {
             config.cloud_spend_per_session_micros,
             config.cloud_spend_per_day_micros,
         );
+        self.admit_user_spend(fleet).await?;
         if !fleet.capabilities().metered || (per_session == 0 && per_day == 0) {
             return Ok(());
         }
@@ -749,6 +786,7 @@ impl<'a> Call<'a> {
             Ok(Ok(deleted)) => {
                 self.process().forget(kind, name);
                 self.process().made.deleted(kind, id, deleted.usage_micros);
+                self.released(kind, name, deleted.usage_micros).await;
                 Ok(())
             }
             Ok(Err(e)) if e.kind == ErrorKind::NotFound => {

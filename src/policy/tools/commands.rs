@@ -212,12 +212,9 @@ async fn run_foreground(
     // seldom needs. A command is otherwise the one exec request.
     let before = (a.usage == Some(true)).then(|| consumption_beside(&fleet, &a.name));
     let began = Instant::now();
-    let run = call.policy.ledger.begin(RunStart::new(
-        Tool::RunCommand.name(),
-        fleet.kind(),
-        &a.name,
-        &spec,
-    ));
+    let run = call.policy.ledger.begin(
+        RunStart::new(Tool::RunCommand.name(), fleet.kind(), &a.name, &spec).by(&call.caller.user),
+    );
     let run_id = run.id();
     // Neither engine can cancel an exec: dropping the request leaves the command running in the
     // guest. Every command carries a marker in its environment (children inherit it), so that a
@@ -379,12 +376,9 @@ pub(super) async fn run_once(
         // Its machine is made and deleted around it: one reading more costs it little.
         let before = Some(consumption_beside(&fleet, machine.id()));
         let began = Instant::now();
-        let run = call.policy.ledger.begin(RunStart::new(
-            Tool::RunOnce.name(),
-            fleet.kind(),
-            &name,
-            &exec,
-        ));
+        let run = call.policy.ledger.begin(
+            RunStart::new(Tool::RunOnce.name(), fleet.kind(), &name, &exec).by(&call.caller.user),
+        );
         let run_id = run.id();
         let output = match call
             .cancellable(super::streamed::exec(call, &fleet, machine.id(), &exec))

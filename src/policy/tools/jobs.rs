@@ -26,6 +26,7 @@ pub(super) async fn start(
     let started_machine = paused || machine.phase().boots_on_use();
     let timeout_secs = spec.timeout_secs.unwrap_or(call.config().max_job_secs);
     let start = Start {
+        user: &call.caller.user,
         fleet,
         machine: &a.name,
         spec,
@@ -116,17 +117,22 @@ async fn find(call: &Call<'_>, target: Option<FleetKind>, id: &str) -> Result<Ar
         }
     };
     match found {
-        Some(job) if job.kind() == kind => Ok(job),
-        _ => Err(ToolError::new(
-            ToolErrorKind::Fleet(ErrorKind::NotFound),
-            format!(
-                "job: no job {} on the {} fleet of this server (job-output without a job lists them; an \
+        Some(job) if job.kind() == kind && job.user == call.caller.user.id() => Ok(job),
+        found => {
+            if found.is_some_and(|job| job.user != call.caller.user.id()) {
+                tracing::warn!(user = %call.caller.user, job = %id, "refused a call on another user's job");
+            }
+            Err(ToolError::new(
+                ToolErrorKind::Fleet(ErrorKind::NotFound),
+                format!(
+                    "job: no job {} on the {} fleet of this server (job-output without a job lists them; an \
                  ended job is forgotten once 100 newer ones have ended, or when the server \
                  restarts)",
-                crate::policy::error::quote(id),
-                kind.as_str()
-            ),
-        )),
+                    crate::policy::error::quote(id),
+                    kind.as_str()
+                ),
+            ))
+        }
     }
 }
 
@@ -295,7 +301,7 @@ async fn list_jobs(
     Ok(JobList {
         jobs: jobs
             .iter()
-            .filter(|job| job.kind() == kind)
+            .filter(|job| job.kind() == kind && job.user == call.caller.user.id())
             .map(|job| summary(job))
             .collect(),
     })

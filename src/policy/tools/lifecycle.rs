@@ -20,7 +20,10 @@ pub(super) async fn list_machines(
     let fleet = call.fleet(a.target).await?;
     let machines = match &a.name {
         Some(name) => vec![call.cancellable(fleet.get(name)).await?],
-        None => call.cancellable(fleet.list()).await?,
+        None => {
+            call.only_theirs(fleet.kind(), call.cancellable(fleet.list()).await?)
+                .await?
+        }
     };
     Ok(results::MachineList { machines })
 }
@@ -649,6 +652,8 @@ pub(super) async fn delete_machine(
 ) -> Result<Deleted, ToolError> {
     let fleet = call.fleet(a.target).await?;
     let deleted = call.cancellable(fleet.delete(&a.name)).await?;
+    call.released(fleet.kind(), &a.name, deleted.usage_micros)
+        .await;
     let made = &call.process().made;
     made.deleted(fleet.kind(), &a.name, deleted.usage_micros);
     if deleted.deleted != *a.name {

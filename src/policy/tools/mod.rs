@@ -19,6 +19,8 @@ pub mod grammar;
 mod jobs;
 mod lifecycle;
 mod logs;
+mod owners;
+pub use owners::user_sees;
 mod ports;
 mod provisional;
 pub mod results;
@@ -323,6 +325,13 @@ pub async fn call_prepared(
     let (Some(key), Some(described), true) = (key, described, parsed.is_ok()) else {
         return Box::pin(call_now(policy, caller, tool, parsed)).await;
     };
+    // Each user's keys are their own: the same key from another user is another call, and
+    // never replays this one's answer.
+    let key = if caller.user.is_operator() {
+        key
+    } else {
+        format!("{key} (user {})", caller.user.id())
+    };
     let caller_ct = caller.ct.clone();
     let consent = caller.consent.clone();
     let detached_policy = policy.clone();
@@ -399,6 +408,7 @@ async fn call_now(
             // Boxed: it may reach the fleet, whose start's future is large.
             let target = parsed.call_args().target();
             let kept = Box::pin(async {
+                call.refuse_others(tool, target, [name, child]).await?;
                 call.refuse_kept(target, [name, child]).await?;
                 call.refuse_unknown_values(tool, target, [name, child])
                     .await
@@ -414,6 +424,9 @@ async fn call_now(
         Err(refused) => Err(refused),
     };
     let result = call.after(result).await;
+    if result.is_err() {
+        call.release_claims().await;
+    }
     without_secrets(&policy.process.credentials, result)
 }
 

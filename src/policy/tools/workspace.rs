@@ -542,7 +542,9 @@ pub(super) async fn keep_changes(
     for sibling in &siblings {
         // The siblings go only once the kept one's changes are safe in the user's repository.
         match call.cancellable(fleet.delete(&sibling.id)).await {
-            Ok(_) => {
+            Ok(gone) => {
+                call.released(fleet.kind(), &sibling.name, gone.usage_micros)
+                    .await;
                 workspaces.forget(fleet.kind(), &sibling.name);
                 call.process()
                     .made

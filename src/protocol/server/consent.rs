@@ -153,6 +153,7 @@ pub fn deferred_for(context: &RequestContext<RoleServer>) -> Option<Arc<Deferred
 pub fn question_of(
     deferred: &Deferred,
     request: &CallToolRequestParams,
+    user: &crate::policy::user::User,
 ) -> Option<CallToolResponse> {
     let (machine, destinations) = deferred.question.lock().ok()?.take()?;
     let params = egress_form(&machine, &destinations)?;
@@ -161,7 +162,7 @@ pub fn question_of(
     let state = super::sealed::codec().seal_with(
         &payload,
         &SealOptions::new()
-            .associated_data(&super::sealed::bound_to(&request.name, &args))
+            .associated_data(&super::sealed::bound_to(user, &request.name, &args))
             .ttl(ANSWER_WITHIN),
     );
     let question = InputRequest::Elicitation(ElicitRequest::new(params));
@@ -176,6 +177,7 @@ pub fn question_of(
 pub async fn prior_answer(
     request: &CallToolRequestParams,
     store: &std::sync::Arc<dyn crate::store::Store>,
+    user: &crate::policy::user::User,
 ) -> Result<Option<PriorAnswer>, ErrorData> {
     let Some(response) = request
         .input_responses
@@ -187,7 +189,7 @@ pub async fn prior_answer(
     let args: JsonObject = request.arguments.clone().unwrap_or_default();
     let sealed = request.request_state.as_deref().unwrap_or_default();
     let payload = super::sealed::codec()
-        .open_with(sealed, &super::sealed::bound_to(&request.name, &args))
+        .open_with(sealed, &super::sealed::bound_to(user, &request.name, &args))
         .map_err(|_| {
             ErrorData::invalid_params(
                 "requestState is not the one this server issued for this call: make the call \

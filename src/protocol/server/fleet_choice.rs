@@ -178,7 +178,7 @@ fn ask_by_input_required(
     if args.contains_key("target") || !can_elicit {
         return Ok(Settled::Run(Scope::Process(Mode::Both), args));
     }
-    let binding = super::sealed::bound_to(&request.name, &args);
+    let binding = super::sealed::bound_to(&crate::protocol::user_of(context), &request.name, &args);
     if let Some(response) = request
         .input_responses
         .as_ref()

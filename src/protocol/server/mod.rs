@@ -10,7 +10,7 @@ pub mod sealed;
 pub mod stdio;
 
 use crate::policy::tools::{self, Catalog, Tool};
-use crate::protocol::{Protocol, answer, is_stateless, tasks};
+use crate::protocol::{Protocol, answer, is_stateless, tasks, user_of};
 #[allow(deprecated)]
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
@@ -206,9 +206,11 @@ impl ServerHandler for SmolMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        let user = user_of(&context);
         let contents = crate::protocol::resources::read(
             &self.protocol,
             &self.session,
+            &user,
             context.ct,
             &request.uri,
         )
@@ -232,8 +234,9 @@ impl ServerHandler for SmolMcp {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        let user = user_of(&context);
         self.subscriptions
-            .subscribe(&self.protocol, &request.uri, context.peer)
+            .subscribe(&self.protocol, &request.uri, context.peer, &user)
             .await
     }
 
@@ -258,7 +261,8 @@ impl ServerHandler for SmolMcp {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        crate::protocol::resources::listen(&self.protocol, context).await
+        let user = user_of(context.request_context());
+        crate::protocol::resources::listen(&self.protocol, context, &user).await
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
@@ -317,7 +321,7 @@ impl ServerHandler for SmolMcp {
                 let call = self.detached_call(tool, scope, owner.to_owned(), args, &context);
                 let after =
                     std::time::Duration::from_millis(self.protocol.config().task_after_millis);
-                let task_owner = self.task_owner(&context).to_owned();
+                let task_owner = self.task_owner(&context);
                 return Ok(self
                     .protocol
                     .tasks
@@ -327,7 +331,8 @@ impl ServerHandler for SmolMcp {
             let stateless = is_stateless(&context);
             // A 2026-07-28 call made again with the user's answer to its input-required result.
             let prior_answer = if stateless {
-                consent::prior_answer(&request, &self.protocol.policy.store).await?
+                consent::prior_answer(&request, &self.protocol.policy.store, &user_of(&context))
+                    .await?
             } else {
                 None
             };
@@ -337,6 +342,7 @@ impl ServerHandler for SmolMcp {
                 None => consent::of_request(&context),
             };
             let caller = tools::Caller::new(owner, scope, context.ct.clone())
+                .for_user(user_of(&context))
                 .with_progress(notify::progress_of(&context, None))
                 .with_session_hold(session_hold(&context))
                 .with_consent(asker, prior_answer);
@@ -356,7 +362,7 @@ impl ServerHandler for SmolMcp {
             };
             if let Some(question) = deferred
                 .as_deref()
-                .and_then(|d| consent::question_of(d, &request))
+                .and_then(|d| consent::question_of(d, &request, &user_of(&context)))
             {
                 return Ok(question);
             }
@@ -373,7 +379,7 @@ impl ServerHandler for SmolMcp {
     ) -> Result<GetTaskResult, ErrorData> {
         self.protocol
             .tasks
-            .get(&request.task_id, self.task_owner(&context))
+            .get(&request.task_id, &self.task_owner(&context))
             .await
     }
 
@@ -384,7 +390,7 @@ impl ServerHandler for SmolMcp {
     ) -> Result<(), ErrorData> {
         self.protocol
             .tasks
-            .cancel(&request.task_id, self.task_owner(&context))
+            .cancel(&request.task_id, &self.task_owner(&context))
             .await
     }
 
@@ -397,7 +403,7 @@ impl ServerHandler for SmolMcp {
             .tasks
             .update(
                 &request.task_id,
-                self.task_owner(&context),
+                &self.task_owner(&context),
                 request.input_responses,
             )
             .await
@@ -405,12 +411,17 @@ impl ServerHandler for SmolMcp {
 }
 
 impl SmolMcp {
-    /// Who a task of this request belongs to: its session, or every sessionless request.
-    fn task_owner<'s>(&'s self, context: &RequestContext<RoleServer>) -> &'s str {
-        if is_stateless(context) {
-            tasks::STATELESS
+    /// Who a task of this request belongs to: its session (which only its user may use), or
+    /// the sessionless requests of its user.
+    fn task_owner(&self, context: &RequestContext<RoleServer>) -> String {
+        if !is_stateless(context) {
+            return self.session.to_string();
+        }
+        let user = user_of(context);
+        if user.is_operator() {
+            tasks::STATELESS.to_owned()
         } else {
-            &self.session
+            format!("{} of user {}", tasks::STATELESS, user.id())
         }
     }
 
@@ -440,6 +451,7 @@ impl SmolMcp {
         let request = is_stateless(context).then(|| context.clone());
         let answered = activity.clone();
         let caller = tools::Caller::new(owner, scope, call_ct)
+            .for_user(user_of(context))
             .with_progress(progress)
             .with_session_hold(session_hold(context))
             .with_consent(consent::of_request(context), None)

@@ -28,9 +28,15 @@ pub fn use_key(key: Vec<u8>) -> bool {
     CODEC.set(RequestStateCodec::new_unchecked(key)).is_ok()
 }
 
-/// What a sealed state is bound to: the tool and the arguments it was called with.
-pub fn bound_to(tool: &str, args: &rmcp::model::JsonObject) -> Vec<u8> {
-    serde_json::to_vec(&(tool, args)).unwrap_or_default()
+/// What a sealed state is bound to: the user it was issued to (the spec: bound to its
+/// principal), the tool and the arguments it was called with. Another user echoing it, or the
+/// same user another call, opens nothing.
+pub fn bound_to(
+    user: &crate::policy::user::User,
+    tool: &str,
+    args: &rmcp::model::JsonObject,
+) -> Vec<u8> {
+    serde_json::to_vec(&(user.id(), tool, args)).unwrap_or_default()
 }
 
 /// A fresh nonce for a state about to be sealed.

@@ -378,6 +378,9 @@ impl Store for PgStore {
     fn keys(&self) -> &dyn KeyRepository {
         self
     }
+    fn owners(&self) -> &dyn crate::store::OwnerRepository {
+        self
+    }
     fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }

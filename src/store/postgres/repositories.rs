@@ -2,6 +2,7 @@
 //! by it, reads on the read connection.
 
 use super::PgStore;
+use super::schema::NOW_MS;
 use super::writes::{self, Write};
 use crate::fleet::FleetKind;
 use crate::store::{
@@ -68,7 +69,12 @@ impl RunRepository for PgStore {
         self.record(Write::RunCost(id, usage_json));
     }
 
-    async fn page(&self, before: Option<i64>, limit: usize) -> Result<RunPage, StoreUnavailable> {
+    async fn page(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+        user: &str,
+    ) -> Result<RunPage, StoreUnavailable> {
         let fetch = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
         let before = before.unwrap_or(i64::MAX);
         let mut runs: Vec<RunSummary> = self
@@ -76,10 +82,10 @@ impl RunRepository for PgStore {
                 let rows = db
                     .query(
                         &format!(
-                            "SELECT {SUMMARY_COLUMNS} FROM runs WHERE id < $1 \
+                            "SELECT {SUMMARY_COLUMNS} FROM runs WHERE id < $1 AND user_id = $3 \
                              ORDER BY id DESC LIMIT $2"
                         ),
-                        &[&before, &fetch],
+                        &[&before, &fetch, &user],
                     )
                     .await?;
                 Ok(rows.iter().map(summary).collect())
@@ -90,16 +96,16 @@ impl RunRepository for PgStore {
         Ok(RunPage { runs, more })
     }
 
-    async fn get(&self, id: i64) -> Result<Option<RunDetail>, StoreUnavailable> {
+    async fn get(&self, id: i64, user: &str) -> Result<Option<RunDetail>, StoreUnavailable> {
         self.read(async |db| {
             let row = db
                 .query_opt(
                     &format!(
                         "SELECT {SUMMARY_COLUMNS}, workdir, env_names, error, stdout_head, \
                          stdout_tail, stderr_head, stderr_tail, stdout_dropped, \
-                         stderr_dropped, usage FROM runs WHERE id = $1"
+                         stderr_dropped, usage FROM runs WHERE id = $1 AND user_id = $2"
                     ),
-                    &[&id],
+                    &[&id, &user],
                 )
                 .await?;
             Ok(row.map(|row| detail(&row)))
@@ -204,11 +210,11 @@ impl JobRepository for PgStore {
 }
 
 const STORED_JOB_COLUMNS: &str = "id, run_id, fleet, engine, machine, command, base, started_ms, \
-     timeout_secs, state, exit_code, reason";
+     timeout_secs, state, exit_code, reason, user_id";
 
 fn stored_job(row: &Row) -> crate::store::StoredJob {
     crate::store::StoredJob {
-        record: writes::job(row),
+        record: writes::job(row, 12),
         state: row.get(9),
         exit_code: row.get(10),
         reason: row.get(11),
@@ -370,5 +376,120 @@ impl crate::store::RequestStateRepository for PgStore {
             .await
             .map_err(|e| self.unusable(e.to_string()))?;
         Ok(taken == 1)
+    }
+}
+
+/// Each statement alone decides (the reader's connection commits each), so the claim of a name
+/// two processes make at once is one row's insert, the other's conflict.
+#[async_trait::async_trait]
+impl crate::store::OwnerRepository for PgStore {
+    async fn claim(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+        user: &str,
+    ) -> Result<String, StoreUnavailable> {
+        self.read(async |db| {
+            let row = db
+                .query_opt(
+                    &format!(
+                        "WITH claimed AS (INSERT INTO machine_owners (fleet, name, user_id, made_ms) \
+                         VALUES ($1, $2, $3, {NOW_MS}) ON CONFLICT (fleet, name) DO NOTHING \
+                         RETURNING user_id) \
+                         SELECT user_id FROM claimed UNION ALL \
+                         SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2 \
+                         LIMIT 1"
+                    ),
+                    &[&fleet.as_str(), &name, &user],
+                )
+                .await?;
+            if let Some(row) = row {
+                return Ok(row.get(0));
+            }
+            // The conflicting row was committed by another process after this statement's
+            // snapshot: a statement of its own sees it.
+            let row = db
+                .query_one(
+                    "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2",
+                    &[&fleet.as_str(), &name],
+                )
+                .await?;
+            Ok(row.get(0))
+        })
+        .await
+    }
+
+    async fn holder(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+    ) -> Result<Option<String>, StoreUnavailable> {
+        self.read(async |db| {
+            let row = db
+                .query_opt(
+                    "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2",
+                    &[&fleet.as_str(), &name],
+                )
+                .await?;
+            Ok(row.map(|row| row.get(0)))
+        })
+        .await
+    }
+
+    async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable> {
+        self.read(async |db| {
+            let rows = db
+                .query(
+                    "SELECT name, user_id FROM machine_owners WHERE fleet = $1",
+                    &[&fleet.as_str()],
+                )
+                .await?;
+            Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+        user: &str,
+    ) -> Result<(), StoreUnavailable> {
+        self.read(async |db| {
+            db.execute(
+                "DELETE FROM machine_owners WHERE fleet = $1 AND name = $2 AND user_id = $3",
+                &[&fleet.as_str(), &name, &user],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable> {
+        self.read(async |db| {
+            db.execute(
+                "INSERT INTO user_spend (user_id, day, settled_micros) VALUES ($1, $2, $3) \
+                 ON CONFLICT (user_id, day) DO UPDATE \
+                 SET settled_micros = user_spend.settled_micros + EXCLUDED.settled_micros",
+                &[&user, &day, &micros],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn settled(&self, user: &str, day: &str) -> Result<i64, StoreUnavailable> {
+        self.read(async |db| {
+            let row = db
+                .query_opt(
+                    "SELECT settled_micros FROM user_spend WHERE user_id = $1 AND day = $2",
+                    &[&user, &day],
+                )
+                .await?;
+            Ok(row.map_or(0, |row| row.get(0)))
+        })
+        .await
     }
 }

@@ -140,6 +140,28 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE tasks ADD COLUMN detail TEXT;
     ALTER TABLE tasks ADD COLUMN cancel_asked BOOLEAN NOT NULL DEFAULT false;
     ",
+    // 5: each user's own (OAuth sign-in): runs and jobs carry who made them (what was there
+    // is the operator's, the empty id), machines whose maker was signed in are held by that
+    // user, and what a user's deleted cloud machines cost is kept by day.
+    "
+    ALTER TABLE runs ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+    CREATE INDEX runs_user ON runs (user_id, id);
+    CREATE TABLE machine_owners (
+        fleet TEXT NOT NULL,
+        name TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        made_ms BIGINT NOT NULL,
+        PRIMARY KEY (fleet, name)
+    );
+    CREATE INDEX machine_owners_user ON machine_owners (user_id);
+    CREATE TABLE user_spend (
+        user_id TEXT NOT NULL,
+        day TEXT NOT NULL,
+        settled_micros BIGINT NOT NULL,
+        PRIMARY KEY (user_id, day)
+    );
+    ",
 ];
 
 /// Why the database cannot be used as this server's store.

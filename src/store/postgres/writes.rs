@@ -66,8 +66,8 @@ impl Writer<'_> {
                 let env_names = serde_json::Value::from(run.env_names.clone()).to_string();
                 db.execute(
                     "INSERT INTO runs (id, owner, pid, tool, fleet, machine, command_kind, \
-                     command, workdir, env_names, started_ms, outcome) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running') \
+                     command, workdir, env_names, started_ms, outcome, user_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running', $12) \
                      ON CONFLICT (id) DO NOTHING",
                     &[
                         id,
@@ -81,6 +81,7 @@ impl Writer<'_> {
                         &run.workdir,
                         &env_names,
                         &run.started_ms,
+                        &run.user,
                     ],
                 )
                 .await?;
@@ -119,8 +120,8 @@ impl Writer<'_> {
                 let timeout = i64::try_from(job.timeout_secs).unwrap_or(i64::MAX);
                 db.execute(
                     "INSERT INTO jobs (id, run_id, owner, pid, fleet, engine, machine, command, \
-                     base, started_ms, timeout_secs, state) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running') \
+                     base, started_ms, timeout_secs, state, user_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running', $12) \
                      ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, pid = EXCLUDED.pid, \
                      state = 'running'",
                     &[
@@ -135,6 +136,7 @@ impl Writer<'_> {
                         &job.base,
                         &job.started_ms,
                         &timeout,
+                        &job.user,
                     ],
                 )
                 .await?;
@@ -323,11 +325,11 @@ impl Writer<'_> {
                     (SELECT 1 FROM instances WHERE instances.id = jobs.owner)) \
                  AND fleet || E'\\n' || engine = ANY($4) \
                  RETURNING id, run_id, fleet, engine, machine, command, base, started_ms, \
-                 timeout_secs",
+                 timeout_secs, user_id",
                 &[&self.instance, &self.pid, &dead, &engines],
             )
             .await?;
-        let jobs: Vec<JobRecord> = rows.iter().map(job).collect();
+        let jobs: Vec<JobRecord> = rows.iter().map(|row| job(row, 9)).collect();
         let runs: Vec<i64> = jobs.iter().filter_map(|j| j.run_id).collect();
         if !runs.is_empty() {
             db.execute(
@@ -343,12 +345,13 @@ impl Writer<'_> {
 }
 
 /// A job as the columns `id, run_id, fleet, engine, machine, command, base, started_ms,
-/// timeout_secs` give it, in that order.
-pub(super) fn job(row: &Row) -> JobRecord {
+/// timeout_secs`, then (at `user_at`) `user_id` give it.
+pub(super) fn job(row: &Row, user_at: usize) -> JobRecord {
     let fleet: String = row.get(2);
     let timeout: i64 = row.get(8);
     JobRecord {
         id: row.get(0),
+        user: row.get(user_at),
         run_id: row.get(1),
         // Written by `as_str`; a word no fleet has cannot be in this database.
         fleet: crate::fleet::FleetKind::parse(&fleet).unwrap_or(crate::fleet::FleetKind::Local),

@@ -22,7 +22,8 @@ pub(super) fn prune(conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
 pub(super) fn insert(conn: &Connection, job: &JobRecord) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT OR REPLACE INTO jobs (id, run_id, pid, fleet, engine, machine, command, base, \
-         started_ms, timeout_secs, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running')",
+         started_ms, timeout_secs, state, user_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11)",
     )?
     .execute(params![
         job.id,
@@ -35,6 +36,7 @@ pub(super) fn insert(conn: &Connection, job: &JobRecord) -> rusqlite::Result<()>
         job.base,
         job.started_ms,
         i64::try_from(job.timeout_secs).unwrap_or(i64::MAX),
+        job.user,
     ])?;
     Ok(())
 }
@@ -73,7 +75,7 @@ pub(super) fn take_over(
     let candidates: Vec<(JobRecord, i64)> = conn
         .prepare_cached(
             "SELECT id, run_id, pid, fleet, engine, machine, command, base, started_ms, \
-             timeout_secs FROM jobs WHERE state = 'running' ORDER BY started_ms",
+             timeout_secs, user_id FROM jobs WHERE state = 'running' ORDER BY started_ms",
         )?
         .query_map([], |row| {
             let fleet: String = row.get(3)?;
@@ -81,6 +83,7 @@ pub(super) fn take_over(
             Ok((
                 JobRecord {
                     id: row.get(0)?,
+                    user: row.get(10)?,
                     run_id: row.get(1)?,
                     // Written by `as_str`; a word no fleet has is an old local row.
                     fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
@@ -119,7 +122,7 @@ pub(super) fn take_over(
 }
 
 const STORED_COLUMNS: &str = "id, run_id, fleet, engine, machine, command, base, started_ms, \
-     timeout_secs, state, exit_code, reason";
+     timeout_secs, state, exit_code, reason, user_id";
 
 fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredJob> {
     let fleet: String = row.get(2)?;
@@ -127,6 +130,7 @@ fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredJob> {
     Ok(StoredJob {
         record: JobRecord {
             id: row.get(0)?,
+            user: row.get(12)?,
             run_id: row.get(1)?,
             fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
             engine: row.get(3)?,

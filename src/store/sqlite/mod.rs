@@ -10,6 +10,7 @@
 mod grants;
 mod jobs;
 mod keys;
+mod owners;
 mod queue;
 mod repositories;
 mod runs;
@@ -222,6 +223,9 @@ impl Store for SqliteStore {
     fn keys(&self) -> &dyn KeyRepository {
         self
     }
+    fn owners(&self) -> &dyn crate::store::OwnerRepository {
+        self
+    }
     fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
@@ -258,6 +262,7 @@ mod tests {
 
     fn run() -> NewRun {
         NewRun {
+            user: String::new(),
             pid: std::process::id(),
             tool: "run-command",
             fleet: FleetKind::Local,
@@ -385,7 +390,12 @@ mod tests {
             1
         );
         assert_eq!(
-            store.runs().get(id).await.unwrap().map(|r| r.summary.id),
+            store
+                .runs()
+                .get(id, "")
+                .await
+                .unwrap()
+                .map(|r| r.summary.id),
             None
         );
         assert_eq!(

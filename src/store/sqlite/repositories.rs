@@ -3,7 +3,7 @@
 
 use super::queue::Write;
 use super::schema::now_ms;
-use super::{SqliteStore, grants, jobs, keys, runs, spend, tasks};
+use super::{SqliteStore, grants, jobs, keys, owners, runs, spend, tasks};
 use crate::fleet::FleetKind;
 use crate::store::{
     EgressGrant, EgressGrantRepository, JobEnd, JobRecord, JobRepository, KeyClaim, KeyRecord,
@@ -34,12 +34,20 @@ impl RunRepository for SqliteStore {
         }));
     }
 
-    async fn page(&self, before: Option<i64>, limit: usize) -> Result<RunPage, StoreUnavailable> {
-        self.read(move |conn| runs::page(conn, before, limit)).await
+    async fn page(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+        user: &str,
+    ) -> Result<RunPage, StoreUnavailable> {
+        let user = user.to_owned();
+        self.read(move |conn| runs::page(conn, before, limit, &user))
+            .await
     }
 
-    async fn get(&self, id: i64) -> Result<Option<RunDetail>, StoreUnavailable> {
-        self.read(move |conn| runs::one(conn, id)).await
+    async fn get(&self, id: i64, user: &str) -> Result<Option<RunDetail>, StoreUnavailable> {
+        let user = user.to_owned();
+        self.read(move |conn| runs::one(conn, id, &user)).await
     }
 }
 
@@ -148,5 +156,60 @@ impl KeyRepository for SqliteStore {
     async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable> {
         let key = key.to_owned();
         self.read(move |conn| keys::one(conn, &key)).await
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::store::OwnerRepository for SqliteStore {
+    async fn claim(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+        user: &str,
+    ) -> Result<String, StoreUnavailable> {
+        let (name, user) = (name.to_owned(), user.to_owned());
+        self.ask(true, move |conn| {
+            owners::claim(conn, fleet, &name, &user, now_ms())
+        })
+        .await
+    }
+
+    async fn holder(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+    ) -> Result<Option<String>, StoreUnavailable> {
+        let name = name.to_owned();
+        self.read(move |conn| owners::holder(conn, fleet, &name))
+            .await
+    }
+
+    async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable> {
+        self.read(move |conn| owners::held(conn, fleet)).await
+    }
+
+    async fn release(
+        &self,
+        fleet: FleetKind,
+        name: &str,
+        user: &str,
+    ) -> Result<(), StoreUnavailable> {
+        let (name, user) = (name.to_owned(), user.to_owned());
+        self.ask(false, move |conn| {
+            owners::release(conn, fleet, &name, &user)
+        })
+        .await
+    }
+
+    async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable> {
+        let (user, day) = (user.to_owned(), day.to_owned());
+        self.ask(false, move |conn| owners::settle(conn, &user, &day, micros))
+            .await
+    }
+
+    async fn settled(&self, user: &str, day: &str) -> Result<i64, StoreUnavailable> {
+        let (user, day) = (user.to_owned(), day.to_owned());
+        self.read(move |conn| owners::settled(conn, &user, &day))
+            .await
     }
 }

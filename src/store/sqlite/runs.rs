@@ -48,7 +48,8 @@ pub(super) fn prune(
 pub(super) fn insert(conn: &Connection, id: i64, run: &NewRun) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO runs (id, pid, tool, fleet, machine, command_kind, command, workdir, \
-         env_names, started_ms, outcome) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running')",
+         env_names, started_ms, outcome, user_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11)",
     )?
     .execute(params![
         id,
@@ -61,6 +62,7 @@ pub(super) fn insert(conn: &Connection, id: i64, run: &NewRun) -> rusqlite::Resu
         run.workdir,
         Value::from(run.env_names.clone()).to_string(),
         run.started_ms,
+        run.user,
     ])?;
     Ok(())
 }
@@ -123,25 +125,28 @@ pub(super) fn page(
     conn: &Connection,
     before: Option<i64>,
     limit: usize,
+    user: &str,
 ) -> rusqlite::Result<RunPage> {
     let fetch = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
     let mut runs: Vec<RunSummary> = conn
         .prepare_cached(&format!(
-            "SELECT {SUMMARY_COLUMNS} FROM runs WHERE id < ?1 ORDER BY id DESC LIMIT ?2"
+            "SELECT {SUMMARY_COLUMNS} FROM runs WHERE id < ?1 AND user_id = ?3 \
+             ORDER BY id DESC LIMIT ?2"
         ))?
-        .query_map(params![before.unwrap_or(i64::MAX), fetch], summary)?
+        .query_map(params![before.unwrap_or(i64::MAX), fetch, user], summary)?
         .collect::<rusqlite::Result<_>>()?;
     let more = runs.len() > limit;
     runs.truncate(limit);
     Ok(RunPage { runs, more })
 }
 
-pub(super) fn one(conn: &Connection, id: i64) -> rusqlite::Result<Option<RunDetail>> {
+pub(super) fn one(conn: &Connection, id: i64, user: &str) -> rusqlite::Result<Option<RunDetail>> {
     conn.prepare_cached(&format!(
         "SELECT {SUMMARY_COLUMNS}, workdir, env_names, error, stdout_head, stdout_tail, \
-         stderr_head, stderr_tail, stdout_dropped, stderr_dropped, usage FROM runs WHERE id = ?1"
+         stderr_head, stderr_tail, stdout_dropped, stderr_dropped, usage FROM runs \
+         WHERE id = ?1 AND user_id = ?2"
     ))?
-    .query_row([id], |row| {
+    .query_row(params![id, user], |row| {
         let stream = |bytes: Option<i64>,
                       head: Option<String>,
                       tail: Option<String>,

@@ -74,6 +74,19 @@ CREATE TABLE IF NOT EXISTS spend_days (
     day TEXT PRIMARY KEY,
     period_total_micros INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS machine_owners (
+    fleet TEXT NOT NULL,
+    name TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    made_ms INTEGER NOT NULL,
+    PRIMARY KEY (fleet, name)
+);
+CREATE TABLE IF NOT EXISTS user_spend (
+    user_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    settled_micros INTEGER NOT NULL,
+    PRIMARY KEY (user_id, day)
+);
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     key TEXT PRIMARY KEY,
     pid INTEGER NOT NULL,
@@ -118,6 +131,9 @@ fn open_wal(path: &Path) -> rusqlite::Result<Result<Connection, String>> {
     )?;
     // Or before a key's holder was known by its start time as well as its pid.
     add_column_once(&conn, "idempotency_keys", "pid_started", "INTEGER")?;
+    // Or before records were each user's (OAuth sign-in): what was there is the operator's.
+    add_column_once(&conn, "runs", "user_id", "TEXT NOT NULL DEFAULT ''")?;
+    add_column_once(&conn, "jobs", "user_id", "TEXT NOT NULL DEFAULT ''")?;
     Ok(Ok(conn))
 }
 

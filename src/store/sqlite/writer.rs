@@ -4,7 +4,7 @@
 //! its own statement.
 
 use super::queue::Write;
-use super::{grants, jobs, keys, runs, schema, tasks};
+use super::{grants, jobs, keys, owners, runs, schema, tasks};
 use crate::process::events::{Events, ServerEvent};
 use crate::store::{RunRetention, StoreUnavailable};
 use rusqlite::Connection;
@@ -192,6 +192,7 @@ pub(super) fn prune_tables(
     jobs::prune(conn, now_ms)?;
     grants::prune(conn, now_ms)?;
     tasks::prune(conn, now_ms)?;
+    owners::prune(conn, &chrono::Utc::now().format("%Y-%m-%d").to_string())?;
     keys::prune(
         conn,
         now_ms,

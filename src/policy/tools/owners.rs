@@ -1,0 +1,306 @@
+//! Each signed-in user's own machines. With OAuth sign-in (`authIssuer`) a machine a user made
+//! is held by that user in the store (`crate::store::OwnerRepository`), and every tool call
+//! naming a machine is checked against it before anything is sent: another user's machine
+//! answers as a machine that does not exist would, and the attempt is logged. A machine no user
+//! holds is the operator's (stdio, the static token), which is what every machine made before
+//! sign-in is. Without sign-in nothing is checked and nothing is written: one user, no cost.
+//!
+//! Names are one namespace per fleet (the engine's): a name another user holds is refused as
+//! taken, without saying whose.
+
+use super::Tool;
+use super::call::Call;
+use crate::fleet::{ErrorKind, Fleet, FleetKind, Machine};
+use crate::policy::Policy;
+use crate::policy::error::{ToolError, ToolErrorKind, quote};
+use crate::policy::user::User;
+use crate::store::StoreUnavailable;
+
+fn store_error(e: StoreUnavailable) -> ToolError {
+    ToolError::new(
+        ToolErrorKind::StoreUnavailable,
+        format!("which user holds the machine cannot be read: {e}"),
+    )
+}
+
+/// The answer to a name this user may not see: the words of a machine that does not exist.
+pub(super) fn not_found(argument: &str, name: &str, kind: FleetKind) -> ToolError {
+    ToolError::new(
+        ToolErrorKind::Fleet(ErrorKind::NotFound),
+        format!(
+            "{argument}: no machine {} on the {} fleet (list-machines gives the names)",
+            quote(name),
+            kind.as_str()
+        ),
+    )
+}
+
+/// Whether `user` may see machine `name`: they hold it, or (the operator) no user does; with
+/// sign-in off, every machine.
+pub async fn user_sees(
+    policy: &Policy,
+    user: &User,
+    kind: FleetKind,
+    name: &str,
+) -> Result<bool, ToolError> {
+    if policy.process.config.auth_issuer.is_empty() {
+        return Ok(true);
+    }
+    let holder = policy
+        .store
+        .owners()
+        .holder(kind, name)
+        .await
+        .map_err(store_error)?;
+    Ok(holder.as_deref().unwrap_or("") == user.id())
+}
+
+impl Call<'_> {
+    /// Whether this server keeps its users apart (sign-in is on).
+    pub fn users_apart(&self) -> bool {
+        !self.config().auth_issuer.is_empty()
+    }
+
+    pub async fn sees(&self, kind: FleetKind, name: &str) -> Result<bool, ToolError> {
+        user_sees(self.policy, &self.caller.user, kind, name).await
+    }
+
+    /// Refuses a call naming a machine of another user's, before the tool sends anything: a
+    /// new name another holds is taken; any other is not found. A new name is claimed for this
+    /// user when the tool makes it ([`Call::claim_name`]), not here.
+    pub(super) async fn refuse_others(
+        &self,
+        tool: Tool,
+        target: Option<FleetKind>,
+        names: [Option<&str>; 2],
+    ) -> Result<(), ToolError> {
+        if !self.users_apart() {
+            return Ok(());
+        }
+        let Ok(kind) = self.fleet_kind(target) else {
+            return Ok(());
+        };
+        for (argument, name) in ["name", "childName"].into_iter().zip(names) {
+            let Some(name) = name else { continue };
+            let made_here = matches!(
+                (tool, argument),
+                (Tool::CreateMachine, "name") | (Tool::BranchMachine, "childName")
+            );
+            if made_here || self.sees(kind, name).await? {
+                continue;
+            }
+            tracing::warn!(
+                user = %self.caller.user,
+                tool = tool.name(),
+                machine = %name,
+                "refused a call on a machine this user does not hold"
+            );
+            return Err(not_found(argument, name, kind));
+        }
+        Ok(())
+    }
+
+    /// Holds `name` for this call's user before it is made (a signed-in user only: the
+    /// operator's machines are the unheld ones). Refused when another holds it; the hold is
+    /// let go if the call fails ([`Call::release_claims`]).
+    pub async fn claim_name(&self, kind: FleetKind, name: &str) -> Result<(), ToolError> {
+        if !self.users_apart() {
+            return Ok(());
+        }
+        let owners = self.policy.store.owners();
+        let user = self.caller.user.id();
+        if user.is_empty() {
+            // The operator holds by not holding: a name some user holds is still taken.
+            return match owners.holder(kind, name).await.map_err(store_error)? {
+                Some(_) => Err(taken(name)),
+                None => Ok(()),
+            };
+        }
+        let before = owners.holder(kind, name).await.map_err(store_error)?;
+        if before.as_deref() == Some(user) {
+            return Ok(());
+        }
+        let holder = owners.claim(kind, name, user).await.map_err(store_error)?;
+        if holder != user {
+            tracing::warn!(user = %self.caller.user, machine = %name, "refused a name another user holds");
+            return Err(taken(name));
+        }
+        self.claimed(kind, name);
+        Ok(())
+    }
+
+    /// Lets go of the names this call claimed: it failed, and what it claimed them for was not
+    /// made (or was deleted by its own clean-up).
+    pub(super) async fn release_claims(&self) {
+        for (kind, name) in self.take_claims() {
+            if let Err(e) = self
+                .policy
+                .store
+                .owners()
+                .release(kind, &name, self.caller.user.id())
+                .await
+            {
+                tracing::warn!(machine = %name, error = %e, "could not let go of a machine's name");
+            }
+        }
+    }
+
+    /// After a delete: the name is free again, and on a metered fleet what the machine cost is
+    /// added to its user's day.
+    pub async fn released(&self, kind: FleetKind, name: &str, cost_micros: Option<i64>) {
+        if !self.users_apart() || self.caller.user.is_operator() {
+            return;
+        }
+        let owners = self.policy.store.owners();
+        let user = self.caller.user.id();
+        if let Err(e) = owners.release(kind, name, user).await {
+            tracing::warn!(machine = %name, error = %e, "could not let go of a deleted machine's name");
+        }
+        if let Some(cost) = cost_micros.filter(|c| *c > 0)
+            && let Err(e) = owners.settle(user, &today(), cost).await
+        {
+            tracing::warn!(machine = %name, error = %e, "could not record what a deleted machine cost its user");
+        }
+    }
+
+    /// The machines of a listing this call's user may see.
+    pub async fn only_theirs(
+        &self,
+        kind: FleetKind,
+        machines: Vec<Machine>,
+    ) -> Result<Vec<Machine>, ToolError> {
+        if !self.users_apart() {
+            return Ok(machines);
+        }
+        let held: std::collections::HashMap<String, String> = self
+            .policy
+            .store
+            .owners()
+            .held(kind)
+            .await
+            .map_err(store_error)?
+            .into_iter()
+            .collect();
+        let user = self.caller.user.id();
+        Ok(machines
+            .into_iter()
+            .filter(|m| held.get(&m.name).map_or("", String::as_str) == user)
+            .collect())
+    }
+
+    /// Before a machine is made for a signed-in user: their limit, `maxMachinesPerUser`,
+    /// counted after this name was claimed so that creates racing through several processes
+    /// cannot all pass one count (their spend is [`Call::admit_user_spend`]'s).
+    pub(super) async fn admit_for_user(&self, fleet: &Fleet) -> Result<(), ToolError> {
+        let config = self.config();
+        if !self.users_apart() || self.caller.user.is_operator() {
+            return Ok(());
+        }
+        let limit = config.max_machines_per_user;
+        if limit > 0 {
+            let kind = fleet.kind();
+            let held = self
+                .policy
+                .store
+                .owners()
+                .held(kind)
+                .await
+                .map_err(store_error)?;
+            let user = self.caller.user.id();
+            let mut theirs: Vec<&String> = held
+                .iter()
+                .filter(|(_, holder)| holder == user)
+                .map(|(name, _)| name)
+                .collect();
+            if theirs.len() > limit {
+                // Names held for machines deleted behind the server's back do not count.
+                let existing = self.cancellable(fleet.list()).await?;
+                let claimed_now = self.claims_now();
+                theirs.retain(|name| {
+                    claimed_now.iter().any(|(_, n)| n == *name)
+                        || existing.iter().any(|m| &m.name == *name)
+                });
+            }
+            if theirs.len() > limit {
+                return Err(ToolError::new(
+                    ToolErrorKind::LimitReached,
+                    format!(
+                        "your machines on the {} fleet (existing or being made): {}; this server \
+                         allows {limit} a user (maxMachinesPerUser): delete one (delete-machine) \
+                         or reuse one (run-command) first",
+                        kind.as_str(),
+                        theirs.len() - 1
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a create or a command on a metered fleet: what the signed-in user's machines
+    /// cost today (those that exist, by the cloud's usage figures, and those deleted this UTC
+    /// day), against `cloudSpendPerUserMicros`.
+    pub async fn admit_user_spend(&self, fleet: &Fleet) -> Result<(), ToolError> {
+        let limit = self.config().cloud_spend_per_user_micros;
+        if limit == 0
+            || !fleet.capabilities().metered
+            || !self.users_apart()
+            || self.caller.user.is_operator()
+        {
+            return Ok(());
+        }
+        let user = self.caller.user.id();
+        let owners = self.policy.store.owners();
+        let held = owners.held(fleet.kind()).await.map_err(store_error)?;
+        let existing = self.cancellable(fleet.list()).await?;
+        let theirs: Vec<&Machine> = existing
+            .iter()
+            .filter(|m| held.iter().any(|(n, u)| *n == m.name && u == user))
+            .collect();
+        let costs =
+            futures::future::join_all(theirs.iter().map(|m| fleet.consumption(&m.id))).await;
+        let mut spent = owners.settled(user, &today()).await.map_err(store_error)?;
+        for (machine, cost) in theirs.iter().zip(costs) {
+            match cost {
+                Ok(cost) => spent = spent.saturating_add(cost.cost_micros.unwrap_or(0)),
+                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(ToolError::new(
+                        ToolErrorKind::Fleet(e.kind),
+                        format!(
+                            "cloudSpendPerUserMicros: the cost of machine {} could not be read, \
+                             so the ceiling cannot be checked: {}",
+                            machine.name, e.message
+                        ),
+                    ));
+                }
+            }
+        }
+        if u64::try_from(spent).unwrap_or(0) >= limit {
+            return Err(ToolError::new(
+                ToolErrorKind::LimitReached,
+                format!(
+                    "your cloud machines have cost {spent} millionths of a dollar today (those \
+                     that exist since made, those deleted today) and this server allows {limit} a \
+                     user a day (cloudSpendPerUserMicros): nothing more is made or run on cloud for \
+                     you today"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn taken(name: &str) -> ToolError {
+    ToolError::argument(
+        "name",
+        format!(
+            "{} is taken on this fleet: choose another name, or leave name out for a temporary machine",
+            quote(name)
+        ),
+    )
+}
+
+fn today() -> String {
+    chrono::Utc::now().format("%Y-%m-%d").to_string()
+}

@@ -1,0 +1,242 @@
+//! Two users signed in through a real OpenID provider (oidc-provider, started by the test) to
+//! three `smol-mcp-http` processes sharing one database behind HAProxy: whichever process a
+//! request lands on (round-robin), each user sees and acts on their own machines, jobs and runs
+//! only; the other's answer as if they did not exist; a `requestState` issued to one user does
+//! not open for the other.
+
+use super::balancer::Cluster;
+use crate::common::oidc::{Issuer, SCOPE};
+use crate::common::real_serve::free_port;
+use serde_json::{Value, json};
+
+/// One 2026-07-28 request through the balancer as `token`'s user: the JSON-RPC answer.
+async fn request(
+    url: &str,
+    token: &str,
+    method: &str,
+    capabilities: Value,
+    params: Value,
+) -> Value {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "two-users", "version": "0"},
+    });
+    let name = params["name"]
+        .as_str()
+        .or(params["uri"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let text = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("id").is_some())
+            .unwrap_or_else(|| panic!("no answer in {text:?}"))
+    })
+}
+
+async fn call(url: &str, token: &str, tool: &str, arguments: Value) -> Value {
+    request(
+        url,
+        token,
+        "tools/call",
+        json!({}),
+        json!({"name": tool, "arguments": arguments}),
+    )
+    .await
+}
+
+fn refused_as_missing(answer: &Value, name: &str) {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("NOT_FOUND") && text.contains(name),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_users_through_the_balancer_each_keep_to_their_own() {
+    let issuer = Issuer::start().await;
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let cluster = Cluster::start_at(
+        port,
+        3,
+        "",
+        &[
+            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
+            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
+            ("SMOL_MCP_AUTH_RESOURCE", &resource),
+        ],
+    )
+    .await;
+    let url = cluster.url();
+    assert_eq!(url, resource);
+    let alice = issuer.token("alice", &resource, SCOPE).await;
+    let bob = issuer.token("bob", &resource, SCOPE).await;
+
+    // Alice, through whichever processes the balancer picks: a machine, a run, a job.
+    let made = call(&url, &alice, "create-machine", json!({"name": "alice-box"})).await;
+    assert_eq!(made["result"]["isError"], false, "{made}");
+    let ran = call(
+        &url,
+        &alice,
+        "run-command",
+        json!({"name": "alice-box", "command": "echo alice-ran"}),
+    )
+    .await;
+    assert_eq!(
+        ran["result"]["structuredContent"]["stdout"], "alice-ran\n",
+        "{ran}"
+    );
+    let job = call(
+        &url,
+        &alice,
+        "run-command",
+        json!({"name": "alice-box", "command": "sleep 60", "background": true}),
+    )
+    .await;
+    let job_id = job["result"]["structuredContent"]["job"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Three of each of bob's attempts, so that each process answers one: all as not found.
+    for _ in 0..3 {
+        let listed = call(&url, &bob, "list-machines", json!({})).await;
+        assert_eq!(
+            listed["result"]["structuredContent"]["machines"],
+            json!([]),
+            "{listed}"
+        );
+        refused_as_missing(
+            &call(
+                &url,
+                &bob,
+                "run-command",
+                json!({"name": "alice-box", "command": "echo bob"}),
+            )
+            .await,
+            "alice-box",
+        );
+        refused_as_missing(
+            &call(&url, &bob, "delete-machine", json!({"name": "alice-box"})).await,
+            "alice-box",
+        );
+        refused_as_missing(
+            &call(&url, &bob, "cancel-job", json!({"job": job_id})).await,
+            &job_id,
+        );
+        let jobs = call(&url, &bob, "job-output", json!({})).await;
+        assert_eq!(
+            jobs["result"]["structuredContent"]["jobs"],
+            json!([]),
+            "{jobs}"
+        );
+        let runs = request(
+            &url,
+            &bob,
+            "resources/read",
+            json!({}),
+            json!({"uri": "smol://runs"}),
+        )
+        .await;
+        let text = runs["result"]["contents"][0]["text"].as_str().unwrap();
+        assert!(!text.contains("alice-ran"), "bob sees alice's run: {text}");
+    }
+    assert!(
+        cluster
+            .fake
+            .state
+            .lock()
+            .unwrap()
+            .machines
+            .contains_key("alice-box")
+    );
+
+    // Alice meanwhile, on every process: her machine, her job running, her run.
+    for _ in 0..3 {
+        let listed = call(&url, &alice, "list-machines", json!({})).await;
+        assert_eq!(
+            listed["result"]["structuredContent"]["machines"][0]["name"], "alice-box",
+            "{listed}"
+        );
+        let report = call(&url, &alice, "job-output", json!({"job": job_id})).await;
+        assert_eq!(
+            report["result"]["structuredContent"]["state"], "running",
+            "{report}"
+        );
+        let runs = request(
+            &url,
+            &alice,
+            "resources/read",
+            json!({}),
+            json!({"uri": "smol://runs"}),
+        )
+        .await;
+        assert!(
+            runs["result"]["contents"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("alice-ran")
+        );
+    }
+
+    // A requestState the server sealed for alice's call does not open for bob, who echoes it
+    // with the same tool and arguments.
+    let asking = json!({"elicitation": {"form": {}}});
+    let made = request(
+        &url,
+        &alice,
+        "tools/call",
+        asking.clone(),
+        json!({"name": "create-machine", "arguments": {"name": "alice-asks", "network": "ask"}}),
+    )
+    .await;
+    assert_eq!(made["result"]["isError"], false, "{made}");
+    cluster
+        .fake
+        .deny_on_exec("alice-asks", "resolve", "pypi.org");
+    let run =
+        json!({"name": "run-command", "arguments": {"name": "alice-asks", "command": "exit 7"}});
+    let asked = request(&url, &alice, "tools/call", asking.clone(), run.clone()).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let mut echoed = run;
+    echoed["requestState"] = asked["result"]["requestState"].clone();
+    echoed["inputResponses"] = json!({"egress": {"action": "accept", "content": {"allow0": true}}});
+    let refused = request(&url, &bob, "tools/call", asking, echoed).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("requestState is not the one"),
+        "{refused}"
+    );
+
+    // Her own clean-up, through the balancer; nothing of hers was touched by bob.
+    call(&url, &alice, "cancel-job", json!({"job": job_id})).await;
+    for name in ["alice-box", "alice-asks"] {
+        let gone = call(&url, &alice, "delete-machine", json!({"name": name})).await;
+        assert_eq!(gone["result"]["isError"], false, "{gone}");
+    }
+    assert!(cluster.fake.state.lock().unwrap().machines.is_empty());
+}
