@@ -196,14 +196,24 @@ pub trait OwnerRepository: Send + Sync {
         name: &str,
         user: &str,
     ) -> Result<String, StoreUnavailable>;
+    /// `user`'s machine `name` answers to `id` as well (a cloud machine's own id).
+    async fn alias(
+        &self,
+        fleet: FleetKind,
+        id: &str,
+        name: &str,
+        user: &str,
+    ) -> Result<(), StoreUnavailable>;
+    /// Who holds the machine `name` (its name, or on cloud its id) names.
     async fn holder(
         &self,
         fleet: FleetKind,
         name: &str,
     ) -> Result<Option<String>, StoreUnavailable>;
-    /// Every held machine of `fleet`: (name, user).
+    /// Every held machine of `fleet` by its name: (name, user).
     async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable>;
-    /// `user` no longer holds `name` (deleted, or its create failed).
+    /// `user` no longer holds the machine `name` (its name or its id) names: deleted, or its
+    /// create failed.
     async fn release(
         &self,
         fleet: FleetKind,

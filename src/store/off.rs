@@ -119,6 +119,9 @@ impl crate::store::OwnerRepository for NoStore {
     async fn claim(&self, _: FleetKind, _: &str, _: &str) -> Result<String, StoreUnavailable> {
         Err(StoreUnavailable::Off)
     }
+    async fn alias(&self, _: FleetKind, _: &str, _: &str, _: &str) -> Result<(), StoreUnavailable> {
+        Err(StoreUnavailable::Off)
+    }
     async fn holder(&self, _: FleetKind, _: &str) -> Result<Option<String>, StoreUnavailable> {
         Ok(None)
     }

@@ -551,3 +551,169 @@ async fn a_session_is_its_users_alone() {
     assert_eq!(list(&bob).await.unwrap().status(), 404);
     assert_eq!(list(&alice).await.unwrap().status(), 200);
 }
+
+/// On the cloud (faked, as it answers usage: 1812 micros a live machine, 1810 settled at its
+/// delete), each user's spend is their own: past `cloudSpendPerUserMicros` a user's next
+/// create or command is refused, another user's are not; a deleted machine's cost still counts
+/// that day. A machine named by its cloud id is the user's as by its name.
+#[tokio::test]
+async fn each_users_cloud_spend_is_their_own() {
+    use crate::common::fake_cloud::{FakeCloud, TOKEN as CLOUD_TOKEN};
+    let issuer = Issuer::start().await;
+    let cloud = FakeCloud::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let server = HttpServer::spawn(
+        rt.path(),
+        "",
+        &[
+            ("SMOL_CLOUD_URL", &cloud.url()),
+            ("SMOL_CLOUD_TOKEN", CLOUD_TOKEN),
+            ("SMOL_MCP_TARGETS", "cloud"),
+            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
+            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
+            ("SMOL_MCP_CLOUD_SPEND_PER_USER_MICROS", "3000"),
+        ],
+    )
+    .await;
+    let alice = issuer.token("alice", &server.url, SCOPE).await;
+    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    async fn make(server: &HttpServer, token: &str, name: &str) -> Value {
+        call_as(
+            server,
+            token,
+            "create-machine",
+            json!({"name": name, "image": "alpine"}),
+        )
+        .await
+    }
+    let first = make(&server, &alice, "alice-a").await;
+    let id = first["result"]["structuredContent"]["machine"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    assert_ne!(id, "alice-a", "the cloud names it by an id of its own");
+    let ran = call_as(
+        &server,
+        &alice,
+        "run-command",
+        json!({"name": id, "command": "true"}),
+    )
+    .await;
+    assert_eq!(ran["result"]["isError"], false, "by its id, hers: {ran}");
+    let text = error_text(
+        &call_as(
+            &server,
+            &bob,
+            "run-command",
+            json!({"name": id, "command": "true"}),
+        )
+        .await,
+    );
+    assert!(
+        text.starts_with("NOT_FOUND"),
+        "by its id, not bob's: {text}"
+    );
+    let his = make(&server, &bob, "bob-a").await;
+    assert_eq!(his["result"]["isError"], false, "{his}");
+    let second = make(&server, &alice, "alice-b").await;
+    assert_eq!(
+        second["result"]["isError"], false,
+        "1812 spent, under 3000: {second}"
+    );
+
+    // Two live machines, 3624: her next command is refused; bob's is not.
+    let refused = error_text(
+        &call_as(
+            &server,
+            &alice,
+            "run-command",
+            json!({"name": "alice-a", "command": "true"}),
+        )
+        .await,
+    );
+    assert!(
+        refused.starts_with("LIMIT_REACHED") && refused.contains("cloudSpendPerUserMicros"),
+        "{refused}"
+    );
+    let bobs = call_as(
+        &server,
+        &bob,
+        "run-command",
+        json!({"name": "bob-a", "command": "true"}),
+    )
+    .await;
+    assert_eq!(bobs["result"]["isError"], false, "{bobs}");
+
+    // Her deletes are let through, and what they cost stays on her day.
+    for name in ["alice-b", "alice-a"] {
+        let gone = call_as(&server, &alice, "delete-machine", json!({"name": name})).await;
+        assert_eq!(gone["result"]["isError"], false, "{gone}");
+    }
+    let again = error_text(&make(&server, &alice, "alice-c").await);
+    assert!(
+        again.starts_with("LIMIT_REACHED"),
+        "3620 settled today: {again}"
+    );
+    assert!(
+        !cloud.with(|s| s.machines.values().any(|m| m["name"] == "alice-c")),
+        "nothing made past her ceiling"
+    );
+}
+
+/// A sessionless task is its user's: another user's tasks/get and tasks/cancel of its id
+/// answer as for a task that does not exist, and leave it running; its user polls it to its end.
+#[tokio::test]
+async fn a_task_is_its_users_alone() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let server = HttpServer::spawn(
+        rt.path(),
+        "",
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
+            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
+            ("SMOL_MCP_TASK_AFTER_MILLIS", "0"),
+        ],
+    )
+    .await;
+    let alice = issuer.token("alice", &server.url, SCOPE).await;
+    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    let made = call_as(&server, &alice, "create-machine", json!({"name": "tasked"})).await;
+    assert_eq!(made["result"]["isError"], false, "{made}");
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let ask = |token: &str, method: &str, params: Value| {
+        let (server, token, method, tasks) =
+            (&server, token.to_owned(), method.to_owned(), tasks.clone());
+        async move {
+            crate::common::clients::stateless_request(server, &token, &method, tasks, params).await
+        }
+    };
+    let created = ask(
+        &alice,
+        "tools/call",
+        json!({"name": "run-command", "arguments": {"name": "tasked", "command": "sleep 1; echo done"}}),
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    for method in ["tasks/get", "tasks/cancel"] {
+        let refused = ask(&bob, method, json!({"taskId": task_id})).await;
+        assert_eq!(refused["error"]["code"], -32602, "{method}: {refused}");
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let got = ask(&alice, "tasks/get", json!({"taskId": task_id})).await;
+        let status = got["result"]["status"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{got}"))
+            .to_owned();
+        if status != "working" {
+            assert_eq!(status, "completed", "not cancelled by bob: {got}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{got}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -432,6 +432,45 @@ async fn users_racing_for_machine_names_each_get_a_name_once() {
         None
     );
 
+    // A cloud machine answers to its id too: held with its name, freed with it by either.
+    stores[0]
+        .owners()
+        .claim(FleetKind::Cloud, "web", "user-2")
+        .await
+        .unwrap();
+    stores[0]
+        .owners()
+        .alias(FleetKind::Cloud, "mach-1", "web", "user-2")
+        .await
+        .unwrap();
+    assert_eq!(
+        stores[1]
+            .owners()
+            .holder(FleetKind::Cloud, "mach-1")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("user-2")
+    );
+    assert_eq!(
+        stores[1].owners().held(FleetKind::Cloud).await.unwrap(),
+        [("web".to_owned(), "user-2".to_owned())],
+        "a machine is listed once, by its name"
+    );
+    stores[1]
+        .owners()
+        .release(FleetKind::Cloud, "mach-1", "user-2")
+        .await
+        .unwrap();
+    assert_eq!(
+        stores[2]
+            .owners()
+            .holder(FleetKind::Cloud, "web")
+            .await
+            .unwrap(),
+        None
+    );
+
     for (i, store) in stores.iter().enumerate() {
         store
             .owners()

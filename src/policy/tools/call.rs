@@ -147,7 +147,7 @@ fn spend_unknown(kind: ToolErrorKind, setting: &str, why: String) -> ToolError {
 }
 
 /// Micros as dollars, the way a person reads them ($0.0418 for 41,800).
-fn dollars(micros: i64) -> String {
+pub(super) fn dollars(micros: i64) -> String {
     format!("${:.4} ({micros} micros)", micros as f64 / 1_000_000.0)
 }
 
@@ -413,6 +413,7 @@ impl<'a> Call<'a> {
             )
             .await?;
         slot.fill(&machine.id);
+        self.also_by_id(fleet, &machine).await;
         Ok(machine)
     }
 

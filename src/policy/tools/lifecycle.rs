@@ -771,7 +771,10 @@ async fn branch_one<'c>(
         .during(&waiting_for, None, branching)
         .await
     {
-        Ok(c) => c,
+        Ok(c) => {
+            call.also_by_id(fleet, &c).await;
+            c
+        }
         Err(e) if e.is(ErrorKind::Conflict) => {
             provisional.refused();
             return Err(e);

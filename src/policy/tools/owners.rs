@@ -129,6 +129,29 @@ impl Call<'_> {
         Ok(())
     }
 
+    /// A machine just made for a signed-in user on a fleet whose machines answer to an id of
+    /// their own as well (the cloud's): the id is held with the name, so that a call naming
+    /// either finds it theirs, and a delete by either frees both.
+    pub async fn also_by_id(&self, fleet: &Fleet, machine: &Machine) {
+        if !self.users_apart()
+            || self.caller.user.is_operator()
+            || !fleet.capabilities().ids_apart_from_names
+            || machine.id == machine.name
+        {
+            return;
+        }
+        let user = self.caller.user.id();
+        if let Err(e) = self
+            .policy
+            .store
+            .owners()
+            .alias(fleet.kind(), &machine.id, &machine.name, user)
+            .await
+        {
+            tracing::warn!(machine = %machine.name, error = %e, "a machine's id could not be held for its user");
+        }
+    }
+
     /// Lets go of the names this call claimed: it failed, and what it claimed them for was not
     /// made (or was deleted by its own clean-up).
     pub(super) async fn release_claims(&self) {
@@ -280,10 +303,12 @@ impl Call<'_> {
             return Err(ToolError::new(
                 ToolErrorKind::LimitReached,
                 format!(
-                    "your cloud machines have cost {spent} millionths of a dollar today (those \
-                     that exist since made, those deleted today) and this server allows {limit} a \
-                     user a day (cloudSpendPerUserMicros): nothing more is made or run on cloud for \
-                     you today"
+                    "your cloud machines have cost {} today (those that exist, since made; those \
+                     deleted today) and this server allows {} a user a day \
+                     (cloudSpendPerUserMicros): nothing more is made or run on cloud for you \
+                     until tomorrow (UTC)",
+                    super::call::dollars(spent),
+                    super::call::dollars(i64::try_from(limit).unwrap_or(i64::MAX))
                 ),
             ));
         }

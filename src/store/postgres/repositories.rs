@@ -393,8 +393,9 @@ impl crate::store::OwnerRepository for PgStore {
             let row = db
                 .query_opt(
                     &format!(
-                        "WITH claimed AS (INSERT INTO machine_owners (fleet, name, user_id, made_ms) \
-                         VALUES ($1, $2, $3, {NOW_MS}) ON CONFLICT (fleet, name) DO NOTHING \
+                        "WITH claimed AS (INSERT INTO machine_owners \
+                         (fleet, name, machine, user_id, made_ms) \
+                         VALUES ($1, $2, $2, $3, {NOW_MS}) ON CONFLICT (fleet, name) DO NOTHING \
                          RETURNING user_id) \
                          SELECT user_id FROM claimed UNION ALL \
                          SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2 \
@@ -415,6 +416,27 @@ impl crate::store::OwnerRepository for PgStore {
                 )
                 .await?;
             Ok(row.get(0))
+        })
+        .await
+    }
+
+    async fn alias(
+        &self,
+        fleet: FleetKind,
+        id: &str,
+        name: &str,
+        user: &str,
+    ) -> Result<(), StoreUnavailable> {
+        self.read(async |db| {
+            db.execute(
+                &format!(
+                    "INSERT INTO machine_owners (fleet, name, machine, user_id, made_ms) \
+                     VALUES ($1, $2, $3, $4, {NOW_MS}) ON CONFLICT (fleet, name) DO NOTHING"
+                ),
+                &[&fleet.as_str(), &id, &name, &user],
+            )
+            .await?;
+            Ok(())
         })
         .await
     }
@@ -440,7 +462,7 @@ impl crate::store::OwnerRepository for PgStore {
         self.read(async |db| {
             let rows = db
                 .query(
-                    "SELECT name, user_id FROM machine_owners WHERE fleet = $1",
+                    "SELECT name, user_id FROM machine_owners WHERE fleet = $1 AND name = machine",
                     &[&fleet.as_str()],
                 )
                 .await?;
@@ -457,7 +479,9 @@ impl crate::store::OwnerRepository for PgStore {
     ) -> Result<(), StoreUnavailable> {
         self.read(async |db| {
             db.execute(
-                "DELETE FROM machine_owners WHERE fleet = $1 AND name = $2 AND user_id = $3",
+                "DELETE FROM machine_owners WHERE fleet = $1 AND user_id = $3 AND machine IN \
+                 (SELECT machine FROM machine_owners \
+                  WHERE fleet = $1 AND name = $2 AND user_id = $3)",
                 &[&fleet.as_str(), &name, &user],
             )
             .await?;

@@ -142,7 +142,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ",
     // 5: each user's own (OAuth sign-in): runs and jobs carry who made them (what was there
     // is the operator's, the empty id), machines whose maker was signed in are held by that
-    // user, and what a user's deleted cloud machines cost is kept by day.
+    // user (a row for each word a tool may name it by: its name, and on cloud its id, each
+    // naming the machine), and what a user's deleted cloud machines cost is kept by day.
     "
     ALTER TABLE runs ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
@@ -150,6 +151,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE TABLE machine_owners (
         fleet TEXT NOT NULL,
         name TEXT NOT NULL,
+        machine TEXT NOT NULL,
         user_id TEXT NOT NULL,
         made_ms BIGINT NOT NULL,
         PRIMARY KEY (fleet, name)

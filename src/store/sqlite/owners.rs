@@ -14,11 +14,27 @@ pub(super) fn claim(
     now_ms: i64,
 ) -> rusqlite::Result<String> {
     conn.prepare_cached(
-        "INSERT OR IGNORE INTO machine_owners (fleet, name, user_id, made_ms) \
-         VALUES (?1, ?2, ?3, ?4)",
+        "INSERT OR IGNORE INTO machine_owners (fleet, name, machine, user_id, made_ms) \
+         VALUES (?1, ?2, ?2, ?3, ?4)",
     )?
     .execute(params![fleet.as_str(), name, user, now_ms])?;
     Ok(holder(conn, fleet, name)?.unwrap_or_else(|| user.to_owned()))
+}
+
+pub(super) fn alias(
+    conn: &Connection,
+    fleet: FleetKind,
+    id: &str,
+    name: &str,
+    user: &str,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO machine_owners (fleet, name, machine, user_id, made_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![fleet.as_str(), id, name, user, now_ms])?;
+    Ok(())
 }
 
 pub(super) fn holder(
@@ -32,9 +48,11 @@ pub(super) fn holder(
 }
 
 pub(super) fn held(conn: &Connection, fleet: FleetKind) -> rusqlite::Result<Vec<(String, String)>> {
-    conn.prepare_cached("SELECT name, user_id FROM machine_owners WHERE fleet = ?1")?
-        .query_map([fleet.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect()
+    conn.prepare_cached(
+        "SELECT name, user_id FROM machine_owners WHERE fleet = ?1 AND name = machine",
+    )?
+    .query_map([fleet.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?
+    .collect()
 }
 
 pub(super) fn release(
@@ -44,7 +62,8 @@ pub(super) fn release(
     user: &str,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "DELETE FROM machine_owners WHERE fleet = ?1 AND name = ?2 AND user_id = ?3",
+        "DELETE FROM machine_owners WHERE fleet = ?1 AND user_id = ?3 AND machine IN \
+         (SELECT machine FROM machine_owners WHERE fleet = ?1 AND name = ?2 AND user_id = ?3)",
     )?
     .execute(params![fleet.as_str(), name, user])?;
     Ok(())

@@ -174,6 +174,20 @@ impl crate::store::OwnerRepository for SqliteStore {
         .await
     }
 
+    async fn alias(
+        &self,
+        fleet: FleetKind,
+        id: &str,
+        name: &str,
+        user: &str,
+    ) -> Result<(), StoreUnavailable> {
+        let (id, name, user) = (id.to_owned(), name.to_owned(), user.to_owned());
+        self.ask(true, move |conn| {
+            owners::alias(conn, fleet, &id, &name, &user, now_ms())
+        })
+        .await
+    }
+
     async fn holder(
         &self,
         fleet: FleetKind,

@@ -77,6 +77,7 @@ CREATE TABLE IF NOT EXISTS spend_days (
 CREATE TABLE IF NOT EXISTS machine_owners (
     fleet TEXT NOT NULL,
     name TEXT NOT NULL,
+    machine TEXT NOT NULL,
     user_id TEXT NOT NULL,
     made_ms INTEGER NOT NULL,
     PRIMARY KEY (fleet, name)
