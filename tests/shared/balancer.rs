@@ -10,6 +10,7 @@ use crate::common::conformance;
 use crate::common::fake_serve::FakeServe;
 use crate::common::real_serve::free_port;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 const TOKEN: &str = "balancer-token";
 
@@ -18,7 +19,7 @@ const TOKEN: &str = "balancer-token";
 pub struct Cluster {
     pub db: TestDatabase,
     pub fake: FakeServe,
-    _servers: Vec<HttpServer>,
+    pub servers: Vec<HttpServer>,
     pub port: u16,
     balancer_dir: tempfile::TempDir,
     _runtime_dirs: Vec<tempfile::TempDir>,
@@ -59,7 +60,7 @@ impl Cluster {
         Cluster {
             db,
             fake,
-            _servers: servers,
+            servers,
             port,
             balancer_dir,
             _runtime_dirs: runtime_dirs,
@@ -168,4 +169,167 @@ async fn the_conformance_suite_passes_through_the_balancer_on_the_session_lifecy
 #[tokio::test(flavor = "multi_thread")]
 async fn the_conformance_suite_passes_through_the_balancer_on_the_stateless_lifecycle() {
     conformance_through_the_balancer("2026-07-28", conformance::MUST_PASS_2026_07_28).await;
+}
+
+/// One 2026-07-28 tools/call through the balancer; `None` when the request itself failed (the
+/// process answering it was killed under it).
+async fn sessionless_call(url: &str, tool: &str, arguments: Value) -> Option<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+    "name": tool, "arguments": arguments, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "killed-mid-call", "version": "0"},
+    }}});
+    let response = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let text = response.text().await.ok()?;
+    let answer: Value = serde_json::from_str(&text).ok().or_else(|| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("id").is_some())
+    })?;
+    Some(answer["result"].clone())
+}
+
+/// One of three processes behind the balancer killed outright while calls are in flight on
+/// every process (commands in a machine, creates of new machines, a job running): the calls on
+/// the others answer, the one on the killed process fails at the client (nothing answers it
+/// wrongly), the job and the sessionless machines go on through the survivors, and once the
+/// survivors stop no machine is left on the engine.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_killed_with_calls_in_flight_leaves_nothing_behind() {
+    let mut cluster = Cluster::start(3, TOKEN, &[("SMOL_MCP_JOB_POLL_MILLIS", "100")]).await;
+    let url = cluster.url();
+    let made = sessionless_call(&url, "create-machine", json!({"image": "alpine"}))
+        .await
+        .unwrap();
+    let machine = made["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_owned();
+    let started = sessionless_call(
+        &url,
+        "run-command",
+        json!({"name": machine, "background": true,
+               "command": "for i in 1 2 3 4 5 6; do echo \"line $i\"; sleep 0.5; done"}),
+    )
+    .await
+    .unwrap();
+    let job = started["structuredContent"]["job"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+
+    // Six calls at once, two a process by round-robin: three commands of two seconds and three
+    // creates the engine takes two seconds to answer.
+    cluster.fake.state.lock().unwrap().create_delay = Some(Duration::from_secs(2));
+    let mut in_flight = Vec::new();
+    for i in 0..3 {
+        let (command_url, machine) = (url.clone(), machine.clone());
+        in_flight.push(tokio::spawn(async move {
+            sessionless_call(
+                &command_url,
+                "run-command",
+                json!({"name": machine, "command": format!("sleep 2; echo call-{i}")}),
+            )
+            .await
+        }));
+        let url = url.clone();
+        in_flight.push(tokio::spawn(async move {
+            sessionless_call(&url, "create-machine", json!({"image": "alpine"})).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let killed = &mut cluster.servers[0];
+    killed.child.start_kill().unwrap();
+    killed.child.wait().await.unwrap();
+
+    let mut answered = 0;
+    let mut failed = 0;
+    for call in in_flight {
+        match call.await.unwrap() {
+            Some(result) => {
+                assert_eq!(
+                    result["isError"], false,
+                    "an answer is a right one: {result}"
+                );
+                answered += 1;
+            }
+            None => failed += 1,
+        }
+    }
+    assert!(failed >= 1, "the killed process had calls in flight");
+    assert!(answered >= 3, "the survivors answered theirs: {answered}");
+    cluster.fake.state.lock().unwrap().create_delay = None;
+
+    // The job is read to its end through the survivors (taken over if its watcher died).
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        if let Some(report) = sessionless_call(&url, "job-output", json!({"job": job})).await
+            && report["isError"] == false
+            && report["structuredContent"]["state"] == "exited"
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job was not seen to its end"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // The sessionless machine still answers through the survivors.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(ran) = sessionless_call(
+            &url,
+            "run-command",
+            json!({"name": machine, "command": "echo still-here"}),
+        )
+        .await
+            && ran["structuredContent"]["stdout"] == "still-here\n"
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the machine stopped answering"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // The survivors stop as a supervisor stops them, after their watch has seen the dead
+    // process (its machines adopted, its orphans swept): nothing is left on the engine.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for server in &mut cluster.servers[1..] {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
+            .await
+            .expect("a survivor did not stop")
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+    let left: Vec<String> = cluster
+        .fake
+        .state
+        .lock()
+        .unwrap()
+        .machines
+        .keys()
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "machines leaked: {left:?}");
 }
