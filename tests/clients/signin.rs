@@ -17,17 +17,23 @@ async fn signed_in_server(
     fake: &FakeServe,
     token: &str,
 ) -> (HttpServer, tempfile::TempDir) {
+    signed_in(issuer, token, &[("SMOL_LOCAL_URL", &fake.url())]).await
+}
+
+/// `smol-mcp-http` signing users in with `issuer`, requiring [`SCOPE`], with the static
+/// `token` (empty: none) and `extra` settings.
+async fn signed_in(
+    issuer: &Issuer,
+    token: &str,
+    extra: &[(&str, &str)],
+) -> (HttpServer, tempfile::TempDir) {
     let rt = tempfile::tempdir().unwrap();
-    let server = HttpServer::spawn(
-        rt.path(),
-        token,
-        &[
-            ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
-            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
-        ],
-    )
-    .await;
+    let mut vars = vec![
+        ("SMOL_MCP_AUTH_ISSUER", issuer.url.as_str()),
+        ("SMOL_MCP_AUTH_SCOPES", SCOPE),
+    ];
+    vars.extend_from_slice(extra);
+    let server = HttpServer::spawn(rt.path(), token, &vars).await;
     (server, rt)
 }
 
@@ -256,14 +262,11 @@ fn error_text(answer: &Value) -> String {
 async fn each_user_sees_and_acts_on_their_own_only() {
     let issuer = Issuer::start().await;
     let fake = FakeServe::start_guest_shell().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = HttpServer::spawn(
-        rt.path(),
+    let (server, _rt) = signed_in(
+        &issuer,
         "operator-token",
         &[
             ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
-            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
             ("SMOL_MCP_MAX_MACHINES_PER_USER", "2"),
         ],
     )
@@ -561,16 +564,13 @@ async fn each_users_cloud_spend_is_their_own() {
     use crate::common::fake_cloud::{FakeCloud, TOKEN as CLOUD_TOKEN};
     let issuer = Issuer::start().await;
     let cloud = FakeCloud::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = HttpServer::spawn(
-        rt.path(),
+    let (server, _rt) = signed_in(
+        &issuer,
         "",
         &[
             ("SMOL_CLOUD_URL", &cloud.url()),
             ("SMOL_CLOUD_TOKEN", CLOUD_TOKEN),
             ("SMOL_MCP_TARGETS", "cloud"),
-            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
-            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
             ("SMOL_MCP_CLOUD_SPEND_PER_USER_MICROS", "3000"),
         ],
     )
@@ -666,14 +666,11 @@ async fn each_users_cloud_spend_is_their_own() {
 async fn a_task_is_its_users_alone() {
     let issuer = Issuer::start().await;
     let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = HttpServer::spawn(
-        rt.path(),
+    let (server, _rt) = signed_in(
+        &issuer,
         "",
         &[
             ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_AUTH_ISSUER", &issuer.url),
-            ("SMOL_MCP_AUTH_SCOPES", SCOPE),
             ("SMOL_MCP_TASK_AFTER_MILLIS", "0"),
         ],
     )

@@ -157,12 +157,37 @@ impl HttpServer {
     }
 }
 
+impl HttpServer {
+    /// Stops the server as a supervisor does (SIGTERM) and waits for its clean exit.
+    pub async fn terminate(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the server did not stop within 30 s of SIGTERM")
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
 /// One 2026-07-28 request to `server` over HTTP, raw (id 1): `_meta` names the version, the
 /// client's `capabilities` and a client name; the answer is the JSON-RPC message with id 1,
 /// from a JSON body or an SSE stream.
 #[allow(dead_code)]
 pub async fn stateless_request(
     server: &HttpServer,
+    token: &str,
+    method: &str,
+    capabilities: serde_json::Value,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    stateless_request_to(&server.url, token, method, capabilities, params).await
+}
+
+/// The same to the MCP endpoint at `url` (a balancer's, say).
+#[allow(dead_code)]
+pub async fn stateless_request_to(
+    url: &str,
     token: &str,
     method: &str,
     capabilities: serde_json::Value,
@@ -182,7 +207,7 @@ pub async fn stateless_request(
         .to_owned();
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let text = reqwest::Client::new()
-        .post(&server.url)
+        .post(url)
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")

@@ -314,13 +314,7 @@ async fn a_process_killed_with_calls_in_flight_leaves_nothing_behind() {
     // process (its machines adopted, its orphans swept): nothing is left on the engine.
     tokio::time::sleep(Duration::from_secs(6)).await;
     for server in &mut cluster.servers[1..] {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id().unwrap()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
-            .await
-            .expect("a survivor did not stop")
-            .unwrap();
-        assert!(status.success(), "{status}");
+        server.terminate().await;
     }
     let left: Vec<String> = cluster
         .fake

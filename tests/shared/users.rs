@@ -5,55 +5,13 @@
 //! not open for the other.
 
 use super::balancer::Cluster;
+use crate::common::clients::stateless_request_to;
 use crate::common::oidc::{Issuer, SCOPE};
 use crate::common::real_serve::free_port;
 use serde_json::{Value, json};
 
-/// One 2026-07-28 request through the balancer as `token`'s user: the JSON-RPC answer.
-async fn request(
-    url: &str,
-    token: &str,
-    method: &str,
-    capabilities: Value,
-    params: Value,
-) -> Value {
-    let mut params = params;
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-        "io.modelcontextprotocol/clientInfo": {"name": "two-users", "version": "0"},
-    });
-    let name = params["name"]
-        .as_str()
-        .or(params["uri"].as_str())
-        .unwrap_or("")
-        .to_owned();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let text = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method)
-        .header("mcp-name", name)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|v| v.get("id").is_some())
-            .unwrap_or_else(|| panic!("no answer in {text:?}"))
-    })
-}
-
 async fn call(url: &str, token: &str, tool: &str, arguments: Value) -> Value {
-    request(
+    stateless_request_to(
         url,
         token,
         "tools/call",
@@ -151,7 +109,7 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
             json!([]),
             "{jobs}"
         );
-        let runs = request(
+        let runs = stateless_request_to(
             &url,
             &bob,
             "resources/read",
@@ -184,7 +142,7 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
             report["result"]["structuredContent"]["state"], "running",
             "{report}"
         );
-        let runs = request(
+        let runs = stateless_request_to(
             &url,
             &alice,
             "resources/read",
@@ -203,7 +161,7 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
     // A requestState the server sealed for alice's call does not open for bob, who echoes it
     // with the same tool and arguments.
     let asking = json!({"elicitation": {"form": {}}});
-    let made = request(
+    let made = stateless_request_to(
         &url,
         &alice,
         "tools/call",
@@ -217,12 +175,12 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
         .deny_on_exec("alice-asks", "resolve", "pypi.org");
     let run =
         json!({"name": "run-command", "arguments": {"name": "alice-asks", "command": "exit 7"}});
-    let asked = request(&url, &alice, "tools/call", asking.clone(), run.clone()).await;
+    let asked = stateless_request_to(&url, &alice, "tools/call", asking.clone(), run.clone()).await;
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
     let mut echoed = run;
     echoed["requestState"] = asked["result"]["requestState"].clone();
     echoed["inputResponses"] = json!({"egress": {"action": "accept", "content": {"allow0": true}}});
-    let refused = request(&url, &bob, "tools/call", asking, echoed).await;
+    let refused = stateless_request_to(&url, &bob, "tools/call", asking, echoed).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     assert!(
         refused["error"]["message"]
