@@ -155,7 +155,7 @@ fn serve(config: tokio_postgres::Config, requests: Receiver<Request>) {
                 }
                 Request::Instances(answer) => {
                     let rows = db
-                        .query(&instances_query(), &[&stale_ms()])
+                        .query(&instances_query(""), &[&stale_ms()])
                         .await
                         .map(|rows| rows.iter().map(InstanceRow::of).collect())
                         .map_err(|e| e.to_string());

@@ -52,9 +52,12 @@ impl InstanceRow {
     }
 }
 
-/// The statement liveness reads every instance with (`$1`: [`STALE`] in milliseconds).
-pub(super) fn instances_query() -> String {
-    format!("SELECT id, host, pid, pid_started, heartbeat_ms < {NOW_MS} - $1 FROM instances")
+/// The one statement liveness reads instances with, as [`InstanceRow::of`] takes them (`$1`:
+/// [`stale_ms`]; `filter`, a `WHERE` clause or nothing, numbers its own parameters from `$2`).
+pub(super) fn instances_query(filter: &str) -> String {
+    format!(
+        "SELECT id, host, pid, pid_started, heartbeat_ms < {NOW_MS} - $1 FROM instances {filter}"
+    )
 }
 
 pub(super) fn stale_ms() -> i64 {

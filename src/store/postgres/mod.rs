@@ -661,14 +661,10 @@ impl WriterTask {
 /// The instances other than this one that are dead: not heard from for [`STALE`], or on this
 /// host with their process gone.
 async fn dead_instances(db: &Client, me: &Opened) -> Result<Vec<String>, tokio_postgres::Error> {
-    let stale_ms = i64::try_from(STALE.as_millis()).unwrap_or(i64::MAX);
     let rows = db
         .query(
-            &format!(
-                "SELECT id, host, pid, pid_started, heartbeat_ms < {NOW_MS} - $2 \
-                 FROM instances WHERE id <> $1"
-            ),
-            &[&me.instance, &stale_ms],
+            &instances::instances_query("WHERE id <> $2"),
+            &[&instances::stale_ms(), &me.instance],
         )
         .await?;
     Ok(rows

@@ -25,15 +25,10 @@ impl PgStore {
         let Ok(db) = self.reader().await else {
             return true;
         };
-        let stale_ms = i64::try_from(super::STALE.as_millis()).unwrap_or(i64::MAX);
         let row = db
             .query_opt(
-                &format!(
-                    "SELECT id, host, pid, pid_started, heartbeat_ms < {} - $2 \
-                     FROM instances WHERE id = $1",
-                    super::schema::NOW_MS
-                ),
-                &[&id, &stale_ms],
+                &super::instances::instances_query("WHERE id = $2"),
+                &[&super::instances::stale_ms(), &id],
             )
             .await;
         match row {
