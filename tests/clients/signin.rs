@@ -553,6 +553,64 @@ async fn a_session_is_its_users_alone() {
     };
     assert_eq!(list(&bob).await.unwrap().status(), 404);
     assert_eq!(list(&alice).await.unwrap().status(), 200);
+
+    // In a session of his own, bob can neither follow nor read the log or files of alice's
+    // machine: the resource answers as for a machine that does not exist.
+    let made = call_as(
+        &server,
+        &alice,
+        "create-machine",
+        json!({"name": "alice-logs"}),
+    )
+    .await;
+    assert_eq!(made["result"]["isError"], false, "{made}");
+    let open = http
+        .post(&server.url)
+        .bearer_auth(&bob)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let his = open.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for (method, uri) in [
+        (
+            "resources/subscribe",
+            "smol://machine/local/alice-logs/logs",
+        ),
+        ("resources/read", "smol://machine/local/alice-logs/logs"),
+        (
+            "resources/read",
+            "smol://machine/local/alice-logs/file/etc/hostname",
+        ),
+    ] {
+        let text = http
+            .post(&server.url)
+            .bearer_auth(&bob)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &his)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": {"uri": uri}}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            text.contains("\"error\"")
+                && text.contains("alice-logs")
+                && !text.contains("\"contents\""),
+            "{method} {uri}: {text}"
+        );
+    }
 }
 
 /// On the cloud (faked, as it answers usage: 1812 micros a live machine, 1810 settled at its

@@ -1,0 +1,333 @@
+//! What OAuth sign-in costs a call: one `smol-mcp-http` process, the same load twice in one
+//! run, first with the static token (the operator: nothing checked, nothing read), then as a
+//! signed-in user (each request's access token verified, ES256, and each call naming a machine
+//! checked against who holds it in the store). C concurrent clients each make M sessionless
+//! calls on their own keep-alive connection, against the fake serve: list-machines (the listing
+//! narrowed to the user's) and run-command `true` in a machine of the caller's. Prints a table
+//! and the ratios; writes target/bench/signin.json.
+//!
+//! Run with `cargo bench --bench signin`; `LOAD_CLIENTS` (default 8) and `LOAD_CALLS` (default
+//! 200) shape it. The issuer is the bench's own (its metadata and key set on loopback, tokens
+//! signed with a key made by ring): what is measured is the server's side. Not a test: it fails
+//! only when a reply is lost or refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/common/fake_serve.rs"]
+#[allow(dead_code)]
+mod fake_serve;
+#[path = "../tests/common/fake_stream.rs"]
+#[allow(dead_code)]
+mod fake_stream;
+#[path = "../tests/common/guest_shell.rs"]
+#[allow(dead_code)]
+mod guest_shell;
+#[path = "../tests/common/real_serve.rs"]
+#[allow(dead_code)]
+mod real_serve;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::process::Command;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
+const STATIC_TOKEN: &str = "signin-bench-token";
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The bench's issuer: its metadata and key set served on loopback, its tokens signed here.
+struct Issuer {
+    url: String,
+    key: EcdsaKeyPair,
+}
+
+impl Issuer {
+    async fn start() -> Issuer {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        let point = key.public_key().as_ref().to_vec();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let metadata = json!({"issuer": url, "jwks_uri": format!("{url}/jwks")});
+        let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "bench", "alg": "ES256",
+            "x": URL_SAFE_NO_PAD.encode(&point[1..33]), "y": URL_SAFE_NO_PAD.encode(&point[33..65])}]});
+        let router = axum::Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                axum::routing::get(move || {
+                    let m = metadata.clone();
+                    async move { axum::Json(m) }
+                }),
+            )
+            .route(
+                "/jwks",
+                axum::routing::get(move || {
+                    let k = jwks.clone();
+                    async move { axum::Json(k) }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Issuer { url, key }
+    }
+
+    fn token(&self, user: &str, audience: &str) -> String {
+        let header = json!({"alg": "ES256", "kid": "bench", "typ": "at+jwt"});
+        let claims = json!({"iss": self.url, "aud": audience, "sub": user, "scope": "machines",
+            "exp": chrono::Utc::now().timestamp() + 3600});
+        let signed = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let sig = self
+            .key
+            .sign(&SystemRandom::new(), signed.as_bytes())
+            .unwrap();
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
+    }
+}
+
+fn answer(text: &str) -> Value {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        return v;
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("id").is_some())
+        .unwrap_or(Value::Null)
+}
+
+/// One sessionless tool call; its result, or `None` when it was not answered.
+async fn call(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    tool: &str,
+    arguments: Value,
+) -> Option<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+    "name": tool, "arguments": arguments, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+    }}});
+    let response = http
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    let result = answer(&response.text().await.ok()?)["result"].clone();
+    (result["isError"] == false).then_some(result)
+}
+
+async fn load(
+    shape: &str,
+    url: &str,
+    token: &str,
+    tool: &str,
+    arguments: Value,
+    clients: usize,
+    calls: usize,
+) -> Value {
+    let barrier = Arc::new(tokio::sync::Barrier::new(clients + 1));
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .build()
+            .unwrap();
+        assert!(
+            call(&http, url, token, tool, arguments.clone())
+                .await
+                .is_some(),
+            "{shape}: the warm-up call was refused"
+        );
+        let (barrier, url, token, tool, arguments) = (
+            barrier.clone(),
+            url.to_owned(),
+            token.to_owned(),
+            tool.to_owned(),
+            arguments.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut times = Vec::with_capacity(calls);
+            for _ in 0..calls {
+                let t = Instant::now();
+                assert!(
+                    call(&http, &url, &token, &tool, arguments.clone())
+                        .await
+                        .is_some(),
+                    "a call was lost or refused"
+                );
+                times.push(t.elapsed());
+            }
+            times
+        }));
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let mut times = Vec::new();
+    for t in tasks {
+        times.extend(t.await.unwrap());
+    }
+    let wall = started.elapsed();
+    times.sort();
+    let at = |p: f64| {
+        times
+            .get(((times.len().max(1) - 1) as f64 * p).round() as usize)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+    };
+    json!({
+        "shape": shape,
+        "callsPerSec": times.len() as f64 / wall.as_secs_f64(),
+        "p50Ms": at(0.5),
+        "p99Ms": at(0.99),
+    })
+}
+
+async fn run() -> Value {
+    let clients = env_number("LOAD_CLIENTS", 8);
+    let calls = env_number("LOAD_CALLS", 200);
+    let fake = fake_serve::FakeServe::start().await;
+    for i in 0..10 {
+        fake.add_machine(&format!("m{i}"), "running");
+    }
+    let issuer = Issuer::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let port = real_serve::free_port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let _server = Command::new(SERVER)
+        .env_clear()
+        .envs([
+            ("PATH", std::env::var("PATH").unwrap_or_default()),
+            ("HOME", rt.path().display().to_string()),
+            (
+                "XDG_CONFIG_HOME",
+                rt.path().join("config").display().to_string(),
+            ),
+            (
+                "SMOL_MCP_RUNTIME_DIR",
+                rt.path().join("rt").display().to_string(),
+            ),
+            ("SMOL_LOCAL_URL", fake.url()),
+            ("SMOL_MCP_AUTH_TOKEN", STATIC_TOKEN.to_owned()),
+            ("SMOL_MCP_AUTH_ISSUER", issuer.url.clone()),
+            ("SMOL_MCP_AUTH_SCOPES", "machines".to_owned()),
+            ("SMOL_MCP_HTTP_PORT", port.to_string()),
+            ("SMOL_MCP_LOG", "error".to_owned()),
+        ])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < Duration::from_secs(15), "not listening");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let user_token = issuer.token("bench-user", &url);
+    let http = reqwest::Client::new();
+    for (token, name) in [
+        (STATIC_TOKEN, "operator-box"),
+        (user_token.as_str(), "user-box"),
+    ] {
+        call(&http, &url, token, "create-machine", json!({"name": name}))
+            .await
+            .expect("the bench's machine");
+    }
+    let mut runs = Vec::new();
+    for (tool, who, token, arguments) in [
+        ("list-machines", "static token", STATIC_TOKEN, json!({})),
+        ("list-machines", "signed in", user_token.as_str(), json!({})),
+        (
+            "run-command",
+            "static token",
+            STATIC_TOKEN,
+            json!({"name": "operator-box", "command": "true"}),
+        ),
+        (
+            "run-command",
+            "signed in",
+            user_token.as_str(),
+            json!({"name": "user-box", "command": "true"}),
+        ),
+    ] {
+        let shape = format!("{tool}, {who}");
+        runs.push(load(&shape, &url, token, tool, arguments, clients, calls).await);
+    }
+    json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "clients": clients,
+        "callsPerClient": calls,
+        "runs": runs,
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(run());
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "smol-mcp-http, static token against sign-in ({} cores, {} clients x {} sessionless calls, fake serve, SQLite store)",
+        report["cores"], report["clients"], report["callsPerClient"]
+    );
+    println!(
+        "{:<32} {:>10} {:>9} {:>9}",
+        "shape", "calls/s", "p50 ms", "p99 ms"
+    );
+    let runs = report["runs"].as_array().unwrap();
+    for r in runs {
+        println!(
+            "{:<32} {:>10.0} {:>9.2} {:>9.2}",
+            r["shape"].as_str().unwrap(),
+            f(&r["callsPerSec"]),
+            f(&r["p50Ms"]),
+            f(&r["p99Ms"])
+        );
+    }
+    for pair in runs.chunks(2) {
+        println!(
+            "{}: signed in {:.2}x the static token's calls per second",
+            pair[0]["shape"]
+                .as_str()
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap(),
+            f(&pair[1]["callsPerSec"]) / f(&pair[0]["callsPerSec"])
+        );
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("signin.json"),
+        serde_json::to_string_pretty(&report).unwrap(),
+    )
+    .unwrap();
+}
