@@ -40,6 +40,7 @@ pub async fn start(config: Config) -> Result<Arc<Protocol>, StartError> {
     tokio::spawn(async move { process.sweep_orphans_at_start().await });
     tokio::spawn(protocol.process().clone().reap());
     tokio::spawn(protocol.policy.clone().watch_siblings());
+    tokio::spawn(protocol.policy.clone().forget_gone_owners());
     Ok(protocol)
 }
 

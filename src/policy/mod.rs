@@ -54,6 +54,13 @@ pub struct Policy {
 /// store hears from each process.
 const SIBLING_WATCH: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How often a server with sign-in forgets who held the machines gone from their fleet
+/// (deleted by a session's end, a lease's, an orphan sweep, or behind the server's back): the
+/// holdings stay bounded by the machines that exist.
+const OWNERS_PRUNE: std::time::Duration = std::time::Duration::from_secs(600);
+/// A machine first held this recently may be a create still under way: never forgotten yet.
+const HELD_AT_LEAST_MS: i64 = 3_600_000;
+
 impl Policy {
     pub fn new(process: Arc<Process>) -> Policy {
         let store = crate::store::open(&process.config, process.events.clone());
@@ -112,6 +119,55 @@ impl Policy {
                 tracing::info!(machines = ?adopted, jobs, "took over what a server process that ended left");
             }
         }
+    }
+
+    /// With sign-in, every [`OWNERS_PRUNE`]: who held the machines that are gone is forgotten.
+    pub async fn forget_gone_owners(self: Arc<Self>) {
+        if self.process.config.auth_issuer.is_empty() {
+            return;
+        }
+        let mut tick = tokio::time::interval(OWNERS_PRUNE);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.process.stopping() => return,
+                _ = tick.tick() => {}
+            }
+            let forgotten = self
+                .forget_gone_owners_once(chrono::Utc::now().timestamp_millis())
+                .await;
+            if forgotten > 0 {
+                tracing::info!(forgotten, "forgot who held machines that are gone");
+            }
+        }
+    }
+
+    /// Forgets who held each machine of an answering fleet that its listing no longer shows
+    /// (by name or id) and that was first held over an hour before `now_ms`. Answers how many.
+    pub async fn forget_gone_owners_once(&self, now_ms: i64) -> usize {
+        let mut forgotten = 0;
+        for fleet in self.process.answering_fleets().await {
+            let Ok(machines) = fleet.list().await else {
+                continue;
+            };
+            let present: std::collections::HashSet<&str> = machines
+                .iter()
+                .flat_map(|m| [m.name.as_str(), m.id.as_str()])
+                .collect();
+            let owners = self.store.owners();
+            let Ok(held) = owners.held_since(fleet.kind()).await else {
+                continue;
+            };
+            for (machine, since) in held {
+                if present.contains(machine.as_str()) || now_ms - since < HELD_AT_LEAST_MS {
+                    continue;
+                }
+                if owners.forget(fleet.kind(), &machine).await.is_ok() {
+                    forgotten += 1;
+                }
+            }
+        }
+        forgotten
     }
 
     /// A shared store keeps the machine record too, so that every process sharing it sees

@@ -463,6 +463,23 @@ impl Process {
 
     /// Deletes what dead processes left (each machine claimed first, so that processes
     /// sweeping at once delete it once), wherever that needs no new serve.
+    /// The fleets that answer now without this process starting anything: the cloud when it
+    /// is configured, the local engine only when a serve is up. For work in the background,
+    /// which must never be the reason an engine starts.
+    pub async fn answering_fleets(&self) -> Vec<Fleet> {
+        let mut fleets = Vec::new();
+        if let Some(Ok(cloud)) = self.cloud() {
+            fleets.push(cloud as Fleet);
+        }
+        if let Ok(fleet) =
+            local_serve::local_endpoint(&self.config).and_then(crate::fleet::LocalFleet::new)
+            && fleet.health().await.is_ok()
+        {
+            fleets.push(Arc::new(fleet) as Fleet);
+        }
+        fleets
+    }
+
     pub async fn sweep_orphans(self: &Arc<Self>) {
         let cloud_engine = self.engine(FleetKind::Cloud);
         let has_cloud_orphans = self

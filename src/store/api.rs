@@ -220,6 +220,11 @@ pub trait OwnerRepository: Send + Sync {
         name: &str,
         user: &str,
     ) -> Result<(), StoreUnavailable>;
+    /// Every held machine of `fleet` with when it was first held (milliseconds), whoever holds
+    /// it: for [`OwnerRepository::forget`] to find the ones deleted behind the holder's back.
+    async fn held_since(&self, fleet: FleetKind) -> Result<Vec<(String, i64)>, StoreUnavailable>;
+    /// No one holds `machine` any more (it is gone from its fleet), under any of its words.
+    async fn forget(&self, fleet: FleetKind, machine: &str) -> Result<(), StoreUnavailable>;
     /// Adds what a deleted machine of `user`'s cost to `day`'s total.
     async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable>;
     async fn settled(&self, user: &str, day: &str) -> Result<i64, StoreUnavailable>;

@@ -131,6 +131,12 @@ impl crate::store::OwnerRepository for NoStore {
     async fn release(&self, _: FleetKind, _: &str, _: &str) -> Result<(), StoreUnavailable> {
         Ok(())
     }
+    async fn held_since(&self, _: FleetKind) -> Result<Vec<(String, i64)>, StoreUnavailable> {
+        Ok(Vec::new())
+    }
+    async fn forget(&self, _: FleetKind, _: &str) -> Result<(), StoreUnavailable> {
+        Ok(())
+    }
     async fn settle(&self, _: &str, _: &str, _: i64) -> Result<(), StoreUnavailable> {
         Err(StoreUnavailable::Off)
     }

@@ -20,6 +20,7 @@
 //! - ledger: the run ledger's rows, redaction, restart, pruning, breakage and smol://runs
 //! - local_requests: every request the local fleet sends, pinned (request snapshots)
 //! - overrides: every spec override holds, and a stale one stops the build's pipeline
+//! - owners: with sign-in, who held a machine gone from its fleet is forgotten
 //! - packaging: the Python package pins the engine the scripts pin and carries the two servers
 //! - resources: resources, completions, log following, `smol-mcp doctor`
 //! - restart: jobs and tasks outlive the server process that started them
@@ -65,6 +66,7 @@ mod layering;
 mod ledger;
 mod local_requests;
 mod overrides;
+mod owners;
 mod packaging;
 mod resources;
 mod restart;

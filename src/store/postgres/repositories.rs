@@ -485,6 +485,32 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
+    async fn held_since(&self, fleet: FleetKind) -> Result<Vec<(String, i64)>, StoreUnavailable> {
+        self.read(async |db| {
+            let rows = db
+                .query(
+                    "SELECT machine, MIN(made_ms) FROM machine_owners WHERE fleet = $1 \
+                     GROUP BY machine",
+                    &[&fleet.as_str()],
+                )
+                .await?;
+            Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+        })
+        .await
+    }
+
+    async fn forget(&self, fleet: FleetKind, machine: &str) -> Result<(), StoreUnavailable> {
+        self.read(async |db| {
+            db.execute(
+                "DELETE FROM machine_owners WHERE fleet = $1 AND machine = $2",
+                &[&fleet.as_str(), &machine],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable> {
         self.read(async |db| {
             db.execute(

@@ -69,6 +69,23 @@ pub(super) fn release(
     Ok(())
 }
 
+pub(super) fn held_since(
+    conn: &Connection,
+    fleet: FleetKind,
+) -> rusqlite::Result<Vec<(String, i64)>> {
+    conn.prepare_cached(
+        "SELECT machine, MIN(made_ms) FROM machine_owners WHERE fleet = ?1 GROUP BY machine",
+    )?
+    .query_map([fleet.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?
+    .collect()
+}
+
+pub(super) fn forget(conn: &Connection, fleet: FleetKind, machine: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM machine_owners WHERE fleet = ?1 AND machine = ?2")?
+        .execute(params![fleet.as_str(), machine])?;
+    Ok(())
+}
+
 pub(super) fn settle(
     conn: &Connection,
     user: &str,

@@ -215,6 +215,16 @@ impl crate::store::OwnerRepository for SqliteStore {
         .await
     }
 
+    async fn held_since(&self, fleet: FleetKind) -> Result<Vec<(String, i64)>, StoreUnavailable> {
+        self.read(move |conn| owners::held_since(conn, fleet)).await
+    }
+
+    async fn forget(&self, fleet: FleetKind, machine: &str) -> Result<(), StoreUnavailable> {
+        let machine = machine.to_owned();
+        self.ask(false, move |conn| owners::forget(conn, fleet, &machine))
+            .await
+    }
+
     async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable> {
         let (user, day) = (user.to_owned(), day.to_owned());
         self.ask(false, move |conn| owners::settle(conn, &user, &day, micros))
