@@ -248,6 +248,7 @@ impl Tasks {
             .map(|owners| owners.get(task_id).is_some_and(|o| o != owner))
             .unwrap_or(true);
         if theirs {
+            tracing::warn!(task = %task_id, asked_by = %owner, "refused a request on another owner's task");
             return Err(ErrorData::invalid_params(
                 format!("Task not found: {task_id}"),
                 None,
@@ -296,6 +297,9 @@ impl Tasks {
         let mine = record.pid == std::process::id() && record.holder.is_none();
         // The file keeps no client: a task there was only ever answered by its own process.
         let theirs = !record.client.is_empty() && record.client != owner;
+        if theirs {
+            tracing::warn!(task = %task_id, asked_by = %owner, "refused a request on another owner's task");
+        }
         (!mine && !theirs).then_some(record)
     }
 
