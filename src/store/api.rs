@@ -148,10 +148,12 @@ pub trait EgressGrantRepository: Send + Sync {
     fn add(&self, grant: EgressGrant);
     /// Everything the user allowed `machine` on `fleet`, by any process, oldest first, each
     /// once.
+    /// What `user` allowed `machine`.
     async fn for_machine(
         &self,
         fleet: FleetKind,
         machine: &str,
+        user: &str,
     ) -> Result<Vec<String>, StoreUnavailable>;
 }
 

@@ -88,7 +88,12 @@ impl TaskRepository for NoStore {
 #[async_trait::async_trait]
 impl EgressGrantRepository for NoStore {
     fn add(&self, _: EgressGrant) {}
-    async fn for_machine(&self, _: FleetKind, _: &str) -> Result<Vec<String>, StoreUnavailable> {
+    async fn for_machine(
+        &self,
+        _: FleetKind,
+        _: &str,
+        _: &str,
+    ) -> Result<Vec<String>, StoreUnavailable> {
         Err(StoreUnavailable::Off)
     }
 }

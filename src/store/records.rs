@@ -204,6 +204,8 @@ pub struct TaskRecord {
 /// Destinations the user allowed a machine to reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressGrant {
+    /// Who allowed it: only they may carry it to a later machine (`allowHostsFrom`).
+    pub user: String,
     pub fleet: FleetKind,
     pub engine: String,
     pub machine: String,

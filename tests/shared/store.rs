@@ -185,6 +185,7 @@ async fn what_one_process_writes_another_reads() {
     });
     a.tasks().ended("t1", "completed");
     a.egress_grants().add(EgressGrant {
+        user: String::new(),
         fleet: FleetKind::Local,
         engine: "e".into(),
         machine: "box".into(),
@@ -192,6 +193,7 @@ async fn what_one_process_writes_another_reads() {
         granted_ms: now_ms(),
     });
     a.egress_grants().add(EgressGrant {
+        user: String::new(),
         fleet: FleetKind::Local,
         engine: "e".into(),
         machine: "box".into(),
@@ -225,14 +227,14 @@ async fn what_one_process_writes_another_reads() {
     );
     assert_eq!(
         b.egress_grants()
-            .for_machine(FleetKind::Local, "box")
+            .for_machine(FleetKind::Local, "box", "")
             .await
             .unwrap(),
         ["pypi.org", "github.com", "crates.io"]
     );
     assert!(
         b.egress_grants()
-            .for_machine(FleetKind::Cloud, "box")
+            .for_machine(FleetKind::Cloud, "box", "")
             .await
             .unwrap()
             .is_empty()

@@ -177,10 +177,11 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
         json!({"name": "run-command", "arguments": {"name": "alice-asks", "command": "exit 7"}});
     let asked = stateless_request_to(&url, &alice, "tools/call", asking.clone(), run.clone()).await;
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
-    let mut echoed = run;
+    let mut echoed = run.clone();
     echoed["requestState"] = asked["result"]["requestState"].clone();
     echoed["inputResponses"] = json!({"egress": {"action": "accept", "content": {"allow0": true}}});
-    let refused = stateless_request_to(&url, &bob, "tools/call", asking, echoed).await;
+    let refused =
+        stateless_request_to(&url, &bob, "tools/call", asking.clone(), echoed.clone()).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
     assert!(
         refused["error"]["message"]
@@ -190,9 +191,51 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
         "{refused}"
     );
 
+    // Alice answers her own question (through whichever process): pypi.org is hers to carry
+    // to a later machine, not bob's.
+    cluster.fake.state.lock().unwrap().denials_on_exec.clear();
+    let answered = stateless_request_to(&url, &alice, "tools/call", asking, echoed).await;
+    assert_eq!(
+        answered["result"]["structuredContent"]["exitCode"], 7,
+        "{answered}"
+    );
+    let theirs = call(
+        &url,
+        &bob,
+        "create-machine",
+        json!({"name": "bob-learns", "allowHostsFrom": "alice-asks"}),
+    )
+    .await;
+    assert_eq!(theirs["result"]["isError"], true, "{theirs}");
+    assert!(
+        theirs["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("allowed"),
+        "{theirs}"
+    );
+    assert!(
+        !cluster
+            .fake
+            .state
+            .lock()
+            .unwrap()
+            .machines
+            .contains_key("bob-learns")
+    );
+    let hers = call(
+        &url,
+        &alice,
+        "create-machine",
+        json!({"name": "alice-learns", "allowHostsFrom": "alice-asks"}),
+    )
+    .await;
+    assert_eq!(hers["result"]["isError"], false, "{hers}");
+    assert!(hers.to_string().contains("pypi.org"), "{hers}");
+
     // Her own clean-up, through the balancer; nothing of hers was touched by bob.
     call(&url, &alice, "cancel-job", json!({"job": job_id})).await;
-    for name in ["alice-box", "alice-asks"] {
+    for name in ["alice-box", "alice-asks", "alice-learns"] {
         let gone = call(&url, &alice, "delete-machine", json!({"name": name})).await;
         assert_eq!(gone["result"]["isError"], false, "{gone}");
     }

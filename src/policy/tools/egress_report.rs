@@ -343,6 +343,7 @@ async fn apply(
                 .store
                 .egress_grants()
                 .add(crate::store::EgressGrant {
+                    user: call.caller.user.id().to_owned(),
                     fleet: fleet.kind(),
                     engine: call.process().engine(fleet.kind()),
                     machine: machine.to_owned(),

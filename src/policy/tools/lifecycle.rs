@@ -76,7 +76,7 @@ async fn learned_egress(
         .policy
         .store
         .egress_grants()
-        .for_machine(kind, earlier)
+        .for_machine(kind, earlier, call.caller.user.id())
         .await
         .map_err(|e| ToolError::argument("allowHostsFrom", format!("the store cannot say: {e}")))?;
     if learned.is_empty() {

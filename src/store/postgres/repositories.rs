@@ -289,13 +289,14 @@ impl EgressGrantRepository for PgStore {
         &self,
         fleet: FleetKind,
         machine: &str,
+        user: &str,
     ) -> Result<Vec<String>, StoreUnavailable> {
         self.read(async |db| {
             let rows = db
                 .query(
                     "SELECT destination FROM egress_grants WHERE machine = $1 AND fleet = $2 \
-                     GROUP BY destination ORDER BY MIN(granted_ms), MIN(id)",
-                    &[&machine, &fleet.as_str()],
+                     AND user_id = $3 GROUP BY destination ORDER BY MIN(granted_ms), MIN(id)",
+                    &[&machine, &fleet.as_str(), &user],
                 )
                 .await?;
             Ok(rows.iter().map(|row| row.get(0)).collect())

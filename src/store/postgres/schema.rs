@@ -147,6 +147,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE runs ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+    ALTER TABLE egress_grants ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
     CREATE INDEX runs_user ON runs (user_id, id);
     CREATE TABLE machine_owners (
         fleet TEXT NOT NULL,

@@ -201,13 +201,14 @@ impl Writer<'_> {
                 for destination in &grant.destinations {
                     db.execute(
                         "INSERT INTO egress_grants (machine, fleet, engine, destination, \
-                         granted_ms) VALUES ($1, $2, $3, $4, $5)",
+                         granted_ms, user_id) VALUES ($1, $2, $3, $4, $5, $6)",
                         &[
                             &grant.machine,
                             &grant.fleet.as_str(),
                             &grant.engine,
                             destination,
                             &grant.granted_ms,
+                            &grant.user,
                         ],
                     )
                     .await?;

@@ -26,8 +26,8 @@ pub(super) fn prune(conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
 
 pub(super) fn insert(conn: &Connection, grant: &EgressGrant) -> rusqlite::Result<()> {
     let mut insert = conn.prepare_cached(
-        "INSERT INTO egress_grants (machine, fleet, engine, destination, granted_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO egress_grants (machine, fleet, engine, destination, granted_ms, user_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for destination in &grant.destinations {
         insert.execute(params![
@@ -35,7 +35,8 @@ pub(super) fn insert(conn: &Connection, grant: &EgressGrant) -> rusqlite::Result
             grant.fleet.as_str(),
             grant.engine,
             destination,
-            grant.granted_ms
+            grant.granted_ms,
+            grant.user
         ])?;
     }
     Ok(())
@@ -45,11 +46,12 @@ pub(super) fn for_machine(
     conn: &Connection,
     fleet: FleetKind,
     machine: &str,
+    user: &str,
 ) -> rusqlite::Result<Vec<String>> {
     conn.prepare_cached(
         "SELECT destination FROM egress_grants WHERE machine = ?1 AND fleet = ?2 \
-         GROUP BY destination ORDER BY MIN(granted_ms)",
+         AND user_id = ?3 GROUP BY destination ORDER BY MIN(granted_ms)",
     )?
-    .query_map(params![machine, fleet.as_str()], |row| row.get(0))?
+    .query_map(params![machine, fleet.as_str(), user], |row| row.get(0))?
     .collect()
 }

@@ -373,6 +373,7 @@ mod tests {
         );
         let two_days_ago = now_ms() - 2 * 86_400_000;
         store.egress_grants().add(crate::store::EgressGrant {
+            user: String::new(),
             fleet: FleetKind::Local,
             engine: "serve".into(),
             machine: "box".into(),
@@ -401,7 +402,7 @@ mod tests {
         assert_eq!(
             store
                 .egress_grants()
-                .for_machine(FleetKind::Local, "box")
+                .for_machine(FleetKind::Local, "box", "")
                 .await
                 .unwrap(),
             ["example.com"]

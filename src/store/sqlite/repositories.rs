@@ -119,9 +119,10 @@ impl EgressGrantRepository for SqliteStore {
         &self,
         fleet: FleetKind,
         machine: &str,
+        user: &str,
     ) -> Result<Vec<String>, StoreUnavailable> {
-        let machine = machine.to_owned();
-        self.read(move |conn| grants::for_machine(conn, fleet, &machine))
+        let (machine, user) = (machine.to_owned(), user.to_owned());
+        self.read(move |conn| grants::for_machine(conn, fleet, &machine, &user))
             .await
     }
 }

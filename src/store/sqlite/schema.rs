@@ -135,6 +135,12 @@ fn open_wal(path: &Path) -> rusqlite::Result<Result<Connection, String>> {
     // Or before records were each user's (OAuth sign-in): what was there is the operator's.
     add_column_once(&conn, "runs", "user_id", "TEXT NOT NULL DEFAULT ''")?;
     add_column_once(&conn, "jobs", "user_id", "TEXT NOT NULL DEFAULT ''")?;
+    add_column_once(
+        &conn,
+        "egress_grants",
+        "user_id",
+        "TEXT NOT NULL DEFAULT ''",
+    )?;
     Ok(Ok(conn))
 }
 
