@@ -982,7 +982,7 @@ settings! {
         default: "",
         shown_default: "`http://httpHost:httpPort` and httpPath",
         accepts: Accepts::Text,
-        why: "this server's URL as clients dial it (behind a balancer, the balancer's): the audience an access token must name (RFC 8707) and the `resource` of the protected resource metadata",
+        why: "this server's URL as clients dial it (behind a balancer, the balancer's): the audience an access token must name (RFC 8707) and the `resource` of the protected resource metadata; required with sign-in off loopback",
     },
     auth_scopes: Vec<String> {
         key: "authScopes",

@@ -202,7 +202,10 @@ fn check_claims(
     expected: &Expected,
     now: i64,
 ) -> Result<Verified, TokenError> {
-    if claims.get("iss").and_then(|v| v.as_str()) != Some(expected.issuer.as_str()) {
+    // An issuer is a URL: the operator's `https://id.example/` and a token's
+    // `https://id.example` name the same one.
+    let issued_by = claims.get("iss").and_then(|v| v.as_str());
+    if !issued_by.is_some_and(|iss| same_resource(iss, &expected.issuer)) {
         return Err(TokenError::Issuer);
     }
     let names_us = |v: &serde_json::Value| {
@@ -440,6 +443,11 @@ pub(crate) mod tests {
             with("iss", "https://evil.example".into()),
             Err(TokenError::Issuer)
         );
+        assert_eq!(
+            with("iss", "https://id.example.evil".into()),
+            Err(TokenError::Issuer)
+        );
+        assert!(with("iss", "https://id.example/".into()).is_ok());
         assert_eq!(
             with("aud", "https://other.example/mcp".into()),
             Err(TokenError::Audience("https://smol.example/mcp".into()))

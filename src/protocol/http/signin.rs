@@ -108,6 +108,20 @@ impl SignIn {
             return Ok(None);
         }
         secure_url("authIssuer", &config.auth_issuer)?;
+        let loopback_listener = matches!(
+            config.http_host.trim_matches(['[', ']']),
+            "127.0.0.1" | "localhost" | "::1"
+        );
+        if config.auth_resource.is_empty() && !loopback_listener {
+            return Err(setting_error(
+                "authResource",
+                format!(
+                    "required when the listener is not on loopback (httpHost {}): give the URL \
+                     clients dial, https://host/mcp, which tokens must name as their audience",
+                    config.http_host
+                ),
+            ));
+        }
         let resource = if config.auth_resource.is_empty() {
             let host = if config.http_host.contains(':') {
                 format!("[{}]", config.http_host.trim_matches(['[', ']']))
@@ -422,6 +436,26 @@ mod tests {
             ]
         );
         assert!(SignIn::from_config(&config(&[])).unwrap().is_none());
+    }
+
+    #[test]
+    fn off_loopback_the_resource_must_be_given() {
+        let e = SignIn::from_config(&config(&[
+            ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+            ("SMOL_MCP_HTTP_HOST", "0.0.0.0"),
+        ]))
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.starts_with("authResource: required"), "{e}");
+        assert!(
+            SignIn::from_config(&config(&[
+                ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+                ("SMOL_MCP_HTTP_HOST", "0.0.0.0"),
+                ("SMOL_MCP_AUTH_RESOURCE", "https://smol.example/mcp"),
+            ]))
+            .is_ok()
+        );
     }
 
     #[test]
