@@ -11,7 +11,8 @@
 //! - lifecycles: session and 2026-07-28 lifecycles, leases, the fleet question (Python, TS)
 //! - progress: progress notifications and log messages (in process, Python, TS)
 //! - resources: resources and log following under the TypeScript SDK and the Python client
-//! - signin: OAuth sign-in on `smol-mcp-http` against a real OpenID provider (TS SDK, Inspector)
+//! - signin: OAuth sign-in on `smol-mcp-http` against a real OpenID provider (TS SDK, Inspector,
+//!   Python), and each signed-in user's own machines, runs, jobs, keys, tasks and spend
 //! - stdio: `smol-mcp` as a process under the Python client, on the real serve and fakes
 //! - streaming: a running command's output as progress notifications (in process, TS)
 //! - tasks: MCP tasks on 2026-07-28, raw JSON-RPC and the Python client

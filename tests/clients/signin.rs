@@ -772,3 +772,48 @@ async fn a_task_is_its_users_alone() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The official Python client signs in by itself on both lifecycles (a 2025-11-25 session, and
+/// 2026-07-28 requests), each as a user of their own: what one makes the other cannot see.
+#[tokio::test]
+async fn the_python_client_signs_in_by_itself_on_both_lifecycles() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start().await;
+    let (server, _rt) = signed_in_server(&issuer, &fake, "").await;
+    let alice = crate::common::clients::run_python(
+        "signin_py.py",
+        &json!({"url": server.url, "user": "alice", "mode": "legacy", "calls": [
+            {"tool": "create-machine", "args": {"name": "py-alice"}},
+            {"tool": "list-machines", "args": {}},
+        ]}),
+    )
+    .await;
+    assert_eq!(alice["subject"], "alice", "{alice}");
+    assert_eq!(alice["calls"][0]["isError"], false, "{alice}");
+    assert_eq!(
+        alice["calls"][1]["structured"]["machines"][0]["name"], "py-alice",
+        "{alice}"
+    );
+    let bob = crate::common::clients::run_python(
+        "signin_py.py",
+        &json!({"url": server.url, "user": "bob", "mode": "auto", "calls": [
+            {"tool": "list-machines", "args": {}},
+            {"tool": "run-command", "args": {"name": "py-alice", "command": "true"}},
+        ]}),
+    )
+    .await;
+    assert_eq!(bob["subject"], "bob", "{bob}");
+    assert_eq!(
+        bob["calls"][0]["structured"]["machines"],
+        json!([]),
+        "{bob}"
+    );
+    assert_eq!(bob["calls"][1]["isError"], true, "{bob}");
+    assert!(
+        bob["calls"][1]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("NOT_FOUND"),
+        "{bob}"
+    );
+}
