@@ -12,6 +12,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 #[path = "../tests/common/balancer.rs"]
 mod balancer_script;
 #[path = "../tests/common/fake_serve.rs"]
@@ -27,6 +29,7 @@ mod guest_shell;
 #[allow(dead_code)]
 mod real_serve;
 
+use common::{answer, env_number};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Stdio;
@@ -36,13 +39,6 @@ use tokio::process::{Child, Command};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "balanced-token";
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 async fn database() -> String {
     let server = std::env::var("SMOL_TEST_PG_URL")
@@ -95,17 +91,6 @@ async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     (child, port)
-}
-
-fn answer(text: &str) -> Value {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return v;
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
-        .unwrap_or(Value::Null)
 }
 
 /// One sessionless list-machines call; whether it was answered with a listing.

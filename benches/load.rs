@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 #[path = "../tests/common/fake_serve.rs"]
 #[allow(dead_code)]
 mod fake_serve;
@@ -23,6 +25,7 @@ mod guest_shell;
 #[allow(dead_code)]
 mod real_serve;
 
+use common::{answer, env_number};
 use serde_json::{Value, json};
 use smol_mcp::fleet::FleetApi as _;
 use smol_mcp::fleet::transport::LocalEndpoint;
@@ -39,13 +42,6 @@ fn server_binary() -> String {
     std::env::var("SMOL_MCP_BENCH_BINARY").unwrap_or_else(|_| SERVER.to_owned())
 }
 const TOKEN: &str = "load-token";
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 struct Server {
     child: Child,
@@ -109,17 +105,6 @@ struct Session {
     http: reqwest::Client,
     url: String,
     id: String,
-}
-
-fn answer(text: &str) -> Value {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return v;
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
-        .unwrap_or(Value::Null)
 }
 
 impl Session {

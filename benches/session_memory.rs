@@ -13,6 +13,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 #[path = "../tests/common/fake_serve.rs"]
 #[allow(dead_code)]
 mod fake_serve;
@@ -23,6 +25,7 @@ mod fake_stream;
 #[allow(dead_code)]
 mod guest_shell;
 
+use common::env_number;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -31,13 +34,6 @@ use tokio::process::{Child, Command};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "session-memory-token";
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

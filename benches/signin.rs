@@ -13,6 +13,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 #[path = "../tests/common/fake_serve.rs"]
 #[allow(dead_code)]
 mod fake_serve;
@@ -28,6 +30,7 @@ mod real_serve;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use common::{answer, env_number};
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 use serde_json::{Value, json};
@@ -37,13 +40,6 @@ use tokio::process::Command;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const STATIC_TOKEN: &str = "signin-bench-token";
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The bench's issuer: its metadata and key set served on loopback, its tokens signed here.
 struct Issuer {
@@ -97,17 +93,6 @@ impl Issuer {
             .unwrap();
         format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
     }
-}
-
-fn answer(text: &str) -> Value {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return v;
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
-        .unwrap_or(Value::Null)
 }
 
 /// One sessionless tool call; its result, or `None` when it was not answered.

@@ -14,6 +14,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 #[path = "../tests/common/fake_serve.rs"]
 #[allow(dead_code)]
 mod fake_serve;
@@ -24,6 +26,7 @@ mod fake_stream;
 #[allow(dead_code)]
 mod guest_shell;
 
+use common::{answer, env_number};
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -35,13 +38,6 @@ use tokio_util::sync::CancellationToken;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "slow-clients-token";
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -85,17 +81,6 @@ async fn start(runtime: &std::path::Path, local_url: &str) -> (Child, u16) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     (child, port)
-}
-
-fn answer(text: &str) -> Value {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return v;
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
-        .unwrap_or(Value::Null)
 }
 
 fn post(http: &reqwest::Client, url: &str, session: &str, body: Value) -> reqwest::RequestBuilder {
