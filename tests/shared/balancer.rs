@@ -38,21 +38,8 @@ impl Cluster {
         token: &str,
         extra: &[(&str, &str)],
     ) -> Cluster {
-        let db = TestDatabase::new().await;
-        let fake = FakeServe::start_guest_shell().await;
-        let url = fake.url();
-        let mut vars = vec![
-            ("SMOL_LOCAL_URL", url.as_str()),
-            ("SMOL_MCP_STORE_URL", db.url.as_str()),
-        ];
-        vars.extend_from_slice(extra);
-        let mut servers = Vec::new();
-        let mut runtime_dirs = Vec::new();
-        for _ in 0..processes {
-            let rt = tempfile::tempdir().unwrap();
-            servers.push(HttpServer::spawn(rt.path(), token, &vars).await);
-            runtime_dirs.push(rt);
-        }
+        let (db, fake, runtime_dirs, servers) =
+            super::replicas::processes(processes, token, extra).await;
         let balancer_dir = tempfile::tempdir().unwrap();
         let mut args = vec!["up".to_owned(), port.to_string()];
         args.extend(servers.iter().map(|s| s.port.to_string()));

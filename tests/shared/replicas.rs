@@ -12,15 +12,17 @@ use std::time::Duration;
 
 const TOKEN: &str = "replicas-token";
 
-/// `N` `smol-mcp-http` processes, each with a runtime directory of its own, on one new
-/// database and one fake serve (its guest shell), with `extra` settings.
-async fn replicas<const N: usize>(
+/// `count` `smol-mcp-http` processes with the static `token`, each with a runtime directory of
+/// its own, on one new database and one fake serve (its guest shell), with `extra` settings.
+pub async fn processes(
+    count: usize,
+    token: &str,
     extra: &[(&str, &str)],
 ) -> (
     TestDatabase,
     FakeServe,
     Vec<tempfile::TempDir>,
-    [HttpServer; N],
+    Vec<HttpServer>,
 ) {
     let db = TestDatabase::new().await;
     let fake = FakeServe::start_guest_shell().await;
@@ -32,11 +34,24 @@ async fn replicas<const N: usize>(
     vars.extend_from_slice(extra);
     let mut dirs = Vec::new();
     let mut servers = Vec::new();
-    for _ in 0..N {
+    for _ in 0..count {
         let rt = tempfile::tempdir().unwrap();
-        servers.push(HttpServer::spawn(rt.path(), TOKEN, &vars).await);
+        servers.push(HttpServer::spawn(rt.path(), token, &vars).await);
         dirs.push(rt);
     }
+    (db, fake, dirs, servers)
+}
+
+/// [`processes`] with this module's token, as an array of `N`.
+async fn replicas<const N: usize>(
+    extra: &[(&str, &str)],
+) -> (
+    TestDatabase,
+    FakeServe,
+    Vec<tempfile::TempDir>,
+    [HttpServer; N],
+) {
+    let (db, fake, dirs, servers) = processes(N, TOKEN, extra).await;
     let servers: [HttpServer; N] = servers
         .try_into()
         .unwrap_or_else(|_| panic!("{N} processes"));
