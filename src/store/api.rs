@@ -1,8 +1,8 @@
 //! The seam: what any backend of the store answers, one repository trait per kind of record.
 
 use super::records::{
-    EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, NewRun, RunDetail, RunEnd, RunPage,
-    ServedEngine, SpendReading, StoredJob, TaskRecord,
+    EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun, RunDetail, RunEnd,
+    RunPage, ServedEngine, SpendReading, StoredJob, TaskRecord,
 };
 use crate::fleet::FleetKind;
 
@@ -189,15 +189,14 @@ pub trait KeyRepository: Send + Sync {
 /// user's deleted cloud machines cost by UTC day. A machine no row names is the operator's.
 #[async_trait::async_trait]
 pub trait OwnerRepository: Send + Sync {
-    /// Holds `name` for `user` unless another user holds it; answers who holds it now (`user`
-    /// when the claim took, or was already theirs). One statement decides, so two users
-    /// racing for a name never both get it.
+    /// Holds `name` for `user` unless someone holds it; answers whether this claim took it
+    /// or who held it. One statement decides, so two users racing for a name never both get it.
     async fn claim(
         &self,
         fleet: FleetKind,
         name: &str,
         user: &str,
-    ) -> Result<String, StoreUnavailable>;
+    ) -> Result<MachineClaim, StoreUnavailable>;
     /// `user`'s machine `name` answers to `id` as well (a cloud machine's own id).
     async fn alias(
         &self,

@@ -121,7 +121,12 @@ impl KeyRepository for NoStore {
 /// none, and reading who holds one answers the operator).
 #[async_trait::async_trait]
 impl crate::store::OwnerRepository for NoStore {
-    async fn claim(&self, _: FleetKind, _: &str, _: &str) -> Result<String, StoreUnavailable> {
+    async fn claim(
+        &self,
+        _: FleetKind,
+        _: &str,
+        _: &str,
+    ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
         Err(StoreUnavailable::Off)
     }
     async fn alias(&self, _: FleetKind, _: &str, _: &str, _: &str) -> Result<(), StoreUnavailable> {

@@ -267,6 +267,15 @@ impl KeyRecord {
     }
 }
 
+/// What a claim of a machine's name found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachineClaim {
+    /// No one held it: it is now the claiming user's.
+    Claimed,
+    /// Someone held it already (the claiming user, or another): who.
+    Held(String),
+}
+
 /// What a claim of an idempotency key found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyClaim {

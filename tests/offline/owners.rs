@@ -7,6 +7,7 @@ use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::config;
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::protocol::Protocol;
+use smol_mcp::store::MachineClaim;
 
 #[tokio::test]
 async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
@@ -27,7 +28,7 @@ async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
     for name in ["live-box", "gone-box"] {
         assert_eq!(
             owners.claim(FleetKind::Local, name, "alice").await.unwrap(),
-            "alice"
+            MachineClaim::Claimed
         );
     }
     let now = chrono::Utc::now().timestamp_millis();

@@ -10,8 +10,9 @@ use smol_mcp::process::config::Secret;
 use smol_mcp::process::events::Events;
 use smol_mcp::store::postgres::PgStore;
 use smol_mcp::store::{
-    EgressGrant, JobRecord, KeyClaim, KeyRecord, NewRun, RunCommand, RunEnd, RunOutcome,
-    RunRetention, ServedEngine, SpendReading, Store, StoreUnavailable, StreamRecord, TaskRecord,
+    EgressGrant, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun, RunCommand, RunEnd,
+    RunOutcome, RunRetention, ServedEngine, SpendReading, Store, StoreUnavailable, StreamRecord,
+    TaskRecord,
 };
 use std::sync::Arc;
 
@@ -367,14 +368,21 @@ async fn users_racing_for_machine_names_each_get_a_name_once() {
         std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
     let mut won = std::collections::BTreeMap::<String, usize>::new();
     for claim in claims {
-        let (name, user, holder) = claim.await.unwrap();
-        holders
-            .entry(name.clone())
-            .or_default()
-            .insert(holder.clone());
-        if holder == user {
-            *won.entry(name).or_default() += 1;
-        }
+        let (name, user, claim) = claim.await.unwrap();
+        let holder = match claim {
+            MachineClaim::Claimed => {
+                *won.entry(name.clone()).or_default() += 1;
+                user
+            }
+            MachineClaim::Held(holder) => {
+                assert_ne!(
+                    holder, user,
+                    "{name}: held by its own claimer before it claimed"
+                );
+                holder
+            }
+        };
+        holders.entry(name).or_default().insert(holder);
     }
     for name in &names {
         assert_eq!(
@@ -435,11 +443,23 @@ async fn users_racing_for_machine_names_each_get_a_name_once() {
     );
 
     // A cloud machine answers to its id too: held with its name, freed with it by either.
-    stores[0]
-        .owners()
-        .claim(FleetKind::Cloud, "web", "user-2")
-        .await
-        .unwrap();
+    assert_eq!(
+        stores[0]
+            .owners()
+            .claim(FleetKind::Cloud, "web", "user-2")
+            .await
+            .unwrap(),
+        MachineClaim::Claimed
+    );
+    assert_eq!(
+        stores[1]
+            .owners()
+            .claim(FleetKind::Cloud, "web", "user-2")
+            .await
+            .unwrap(),
+        MachineClaim::Held("user-2".into()),
+        "claimed again by its holder: held, not claimed anew"
+    );
     stores[0]
         .owners()
         .alias(FleetKind::Cloud, "mach-1", "web", "user-2")

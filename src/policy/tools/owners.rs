@@ -14,7 +14,7 @@ use crate::fleet::{ErrorKind, Fleet, FleetKind, Machine};
 use crate::policy::Policy;
 use crate::policy::error::{ToolError, ToolErrorKind, quote};
 use crate::policy::user::User;
-use crate::store::StoreUnavailable;
+use crate::store::{MachineClaim, StoreUnavailable};
 
 fn store_error(e: StoreUnavailable) -> ToolError {
     ToolError::new(
@@ -116,17 +116,17 @@ impl Call<'_> {
                 None => Ok(()),
             };
         }
-        let before = owners.holder(kind, name).await.map_err(store_error)?;
-        if before.as_deref() == Some(user) {
-            return Ok(());
+        match owners.claim(kind, name, user).await.map_err(store_error)? {
+            MachineClaim::Claimed => {
+                self.claimed(kind, name);
+                Ok(())
+            }
+            MachineClaim::Held(holder) if holder == user => Ok(()),
+            MachineClaim::Held(_) => {
+                tracing::warn!(user = %self.caller.user, machine = %name, "refused a name another user holds");
+                Err(taken(name))
+            }
         }
-        let holder = owners.claim(kind, name, user).await.map_err(store_error)?;
-        if holder != user {
-            tracing::warn!(user = %self.caller.user, machine = %name, "refused a name another user holds");
-            return Err(taken(name));
-        }
-        self.claimed(kind, name);
-        Ok(())
     }
 
     /// A machine just made for a signed-in user on a fleet whose machines answer to an id of

@@ -384,8 +384,11 @@ impl crate::store::OwnerRepository for PgStore {
         fleet: FleetKind,
         name: &str,
         user: &str,
-    ) -> Result<String, StoreUnavailable> {
+    ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
+        use crate::store::MachineClaim;
         self.read(async |db| {
+            // The inserted row (`true`) is invisible to the second SELECT, whose snapshot is
+            // the statement's: at most one row comes back.
             let row = db
                 .query_opt(
                     &format!(
@@ -393,15 +396,19 @@ impl crate::store::OwnerRepository for PgStore {
                          (fleet, name, machine, user_id, made_ms) \
                          VALUES ($1, $2, $2, $3, {NOW_MS}) ON CONFLICT (fleet, name) DO NOTHING \
                          RETURNING user_id) \
-                         SELECT user_id FROM claimed UNION ALL \
-                         SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2 \
+                         SELECT user_id, true FROM claimed UNION ALL \
+                         SELECT user_id, false FROM machine_owners WHERE fleet = $1 AND name = $2 \
                          LIMIT 1"
                     ),
                     &[&fleet.as_str(), &name, &user],
                 )
                 .await?;
             if let Some(row) = row {
-                return Ok(row.get(0));
+                return Ok(if row.get(1) {
+                    MachineClaim::Claimed
+                } else {
+                    MachineClaim::Held(row.get(0))
+                });
             }
             // The conflicting row was committed by another process after this statement's
             // snapshot: a statement of its own sees it.
@@ -411,7 +418,7 @@ impl crate::store::OwnerRepository for PgStore {
                     &[&fleet.as_str(), &name],
                 )
                 .await?;
-            Ok(row.get(0))
+            Ok(MachineClaim::Held(row.get(0)))
         })
         .await
     }

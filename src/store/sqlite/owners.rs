@@ -2,23 +2,29 @@
 //! what each user's deleted cloud machines cost by day.
 
 use crate::fleet::FleetKind;
+use crate::store::MachineClaim;
 use rusqlite::{Connection, OptionalExtension, params};
 
-/// Holds `name` for `user` unless another holds it, in the writer's transaction; answers the
-/// holder.
+/// Holds `name` for `user` unless someone holds it, in the writer's transaction.
 pub(super) fn claim(
     conn: &Connection,
     fleet: FleetKind,
     name: &str,
     user: &str,
     now_ms: i64,
-) -> rusqlite::Result<String> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO machine_owners (fleet, name, machine, user_id, made_ms) \
-         VALUES (?1, ?2, ?2, ?3, ?4)",
-    )?
-    .execute(params![fleet.as_str(), name, user, now_ms])?;
-    Ok(holder(conn, fleet, name)?.unwrap_or_else(|| user.to_owned()))
+) -> rusqlite::Result<MachineClaim> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO machine_owners (fleet, name, machine, user_id, made_ms) \
+             VALUES (?1, ?2, ?2, ?3, ?4)",
+        )?
+        .execute(params![fleet.as_str(), name, user, now_ms])?;
+    if inserted == 1 {
+        return Ok(MachineClaim::Claimed);
+    }
+    Ok(MachineClaim::Held(
+        holder(conn, fleet, name)?.unwrap_or_else(|| user.to_owned()),
+    ))
 }
 
 pub(super) fn alias(

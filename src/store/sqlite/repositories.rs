@@ -167,7 +167,7 @@ impl crate::store::OwnerRepository for SqliteStore {
         fleet: FleetKind,
         name: &str,
         user: &str,
-    ) -> Result<String, StoreUnavailable> {
+    ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
         let (name, user) = (name.to_owned(), user.to_owned());
         self.ask(true, move |conn| {
             owners::claim(conn, fleet, &name, &user, now_ms())
