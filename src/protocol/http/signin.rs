@@ -52,9 +52,17 @@ pub(crate) enum Refusal {
     Unavailable(String),
 }
 
-struct KeyCache {
+/// The issuer's keys as every request reads them, and when they were fetched.
+#[derive(Default)]
+struct Loaded {
     keys: Arc<KeySet>,
     fetched: Option<Instant>,
+}
+
+/// What only the fetch itself needs (one fetch at a time): when it last tried, and the
+/// `jwks_uri` discovery found.
+#[derive(Default)]
+struct Fetching {
     last_attempt: Option<Instant>,
     jwks_url: Option<String>,
 }
@@ -69,8 +77,8 @@ pub(crate) struct SignIn {
     metadata_url: String,
     jwks_url: Option<String>,
     client: reqwest::Client,
-    keys: RwLock<Arc<KeySet>>,
-    cache: tokio::sync::Mutex<KeyCache>,
+    loaded: RwLock<Loaded>,
+    fetching: tokio::sync::Mutex<Fetching>,
 }
 
 fn is_loopback_host(url: &reqwest::Url) -> bool {
@@ -188,13 +196,8 @@ impl SignIn {
             metadata_url: metadata_url.to_string(),
             jwks_url,
             client,
-            keys: RwLock::new(Arc::new(KeySet::default())),
-            cache: tokio::sync::Mutex::new(KeyCache {
-                keys: Arc::new(KeySet::default()),
-                fetched: None,
-                last_attempt: None,
-                jwks_url: None,
-            }),
+            loaded: RwLock::default(),
+            fetching: tokio::sync::Mutex::default(),
         }))
     }
 
@@ -223,16 +226,11 @@ impl SignIn {
     /// The user an access token signs in, or why not.
     pub(crate) async fn check(&self, token: &str) -> Result<User, Refusal> {
         let kid = jwt::key_id(token).map_err(Refusal::Invalid)?;
-        let keys = self.current_keys();
-        let stale = self
-            .cache
-            .try_lock()
-            .ok()
-            .and_then(|c| c.fetched)
-            .is_some_and(|t| t.elapsed() > KEYS_KEPT);
+        let (keys, fetched) = self.current_keys();
+        let stale = fetched.is_some_and(|t| t.elapsed() > KEYS_KEPT);
         let keys = if keys.len() == 0 || !keys.has(kid.as_deref()) || stale {
             match self.refresh(false).await {
-                Ok(_) => self.current_keys(),
+                Ok(_) => self.current_keys().0,
                 Err(e) if keys.len() == 0 => return Err(Refusal::Unavailable(e)),
                 Err(_) => keys,
             }
@@ -253,42 +251,43 @@ impl SignIn {
         Ok(User::signed_in(&verified.user))
     }
 
-    fn current_keys(&self) -> Arc<KeySet> {
-        self.keys
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    fn current_keys(&self) -> (Arc<KeySet>, Option<Instant>) {
+        let loaded = self.loaded.read().unwrap_or_else(PoisonError::into_inner);
+        (loaded.keys.clone(), loaded.fetched)
     }
 
     /// Fetches the key set again unless another request just did (or, `forced`, regardless).
     async fn refresh(&self, forced: bool) -> Result<usize, String> {
-        let mut cache = self.cache.lock().await;
+        let mut fetching = self.fetching.lock().await;
         if !forced
-            && cache
+            && fetching
                 .last_attempt
                 .is_some_and(|t| t.elapsed() < REFETCH_AFTER)
         {
-            return if cache.keys.len() > 0 {
-                Ok(cache.keys.len())
+            let held = self.current_keys().0.len();
+            return if held > 0 {
+                Ok(held)
             } else {
                 Err("the issuer's keys could not be fetched a moment ago".to_owned())
             };
         }
-        cache.last_attempt = Some(Instant::now());
-        let url = match self.jwks_url.clone().or_else(|| cache.jwks_url.clone()) {
+        fetching.last_attempt = Some(Instant::now());
+        let url = match self.jwks_url.clone().or_else(|| fetching.jwks_url.clone()) {
             Some(url) => url,
             None => {
                 let url = self.discover_jwks_url().await?;
-                cache.jwks_url = Some(url.clone());
+                fetching.jwks_url = Some(url.clone());
                 url
             }
         };
         let document = self.get_bounded(&url).await?;
-        let keys = Arc::new(KeySet::parse(&document).map_err(|e| format!("{url}: {e}"))?);
-        cache.keys = keys.clone();
-        cache.fetched = Some(Instant::now());
-        *self.keys.write().unwrap_or_else(PoisonError::into_inner) = keys.clone();
-        Ok(keys.len())
+        let keys = KeySet::parse(&document).map_err(|e| format!("{url}: {e}"))?;
+        let count = keys.len();
+        *self.loaded.write().unwrap_or_else(PoisonError::into_inner) = Loaded {
+            keys: Arc::new(keys),
+            fetched: Some(Instant::now()),
+        };
+        Ok(count)
     }
 
     /// The issuer's `jwks_uri`, from its RFC 8414 metadata (the well-known path inserted
@@ -551,7 +550,7 @@ mod tests {
             Err(Refusal::Invalid(TokenError::UnknownKey))
         );
         assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
-        s.cache.lock().await.last_attempt = Some(Instant::now() - REFETCH_AFTER);
+        s.fetching.lock().await.last_attempt = Some(Instant::now() - REFETCH_AFTER);
         assert_eq!(
             s.check(&second.sign(&claims("machines"))).await,
             Ok(User::signed_in("alice"))
