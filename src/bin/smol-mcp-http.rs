@@ -77,7 +77,6 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let path = config.http_path.clone();
     let protocol = serve::start(config.clone()).await.context("startup")?;
-    access.warm().await;
     let shutdown = CancellationToken::new();
     tracing::info!("listening for MCP over HTTP on http://{address}{path}");
     let server = tokio::spawn(smol_mcp::protocol::http::serve(

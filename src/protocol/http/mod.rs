@@ -62,8 +62,9 @@ impl Access {
         Ok(Access { token, sign_in })
     }
 
-    /// With sign-in, the first fetch of the issuer's keys (logged, never fatal).
-    pub async fn warm(&self) {
+    /// With sign-in, the first fetch of the issuer's keys (logged, never fatal), beside the
+    /// listener rather than before it: an issuer slow to answer does not hold up the start.
+    async fn warm(&self) {
         if let Some(sign_in) = &self.sign_in {
             sign_in.warm().await;
         }
@@ -701,6 +702,7 @@ struct App {
     router: axum::Router,
     sessions: Arc<Sessions>,
     manager: Arc<LocalSessionManager>,
+    guard: Arc<Guard>,
 }
 
 fn app(
@@ -758,11 +760,15 @@ fn app(
     let router = axum::Router::new()
         .route_service(&config.http_path, service)
         .fallback(|| async { StatusCode::NOT_FOUND })
-        .layer(axum::middleware::from_fn_with_state(guard_state, guard));
+        .layer(axum::middleware::from_fn_with_state(
+            guard_state.clone(),
+            guard,
+        ));
     App {
         router,
         sessions,
         manager,
+        guard: guard_state,
     }
 }
 
@@ -786,6 +792,8 @@ pub fn serve(
     // sessionless client may still use.
     protocol.process().adopt_leased_machines();
     async move {
+        let guard = app.guard;
+        tokio::spawn(async move { guard.access.warm().await });
         tokio::spawn(sessions::reap(
             app.sessions,
             app.manager,
