@@ -59,7 +59,9 @@ const SIBLING_WATCH: std::time::Duration = std::time::Duration::from_secs(5);
 /// holdings stay bounded by the machines that exist.
 const OWNERS_PRUNE: std::time::Duration = std::time::Duration::from_secs(600);
 /// A machine first held this recently may be a create still under way: never forgotten yet.
-const HELD_AT_LEAST_MS: i64 = 3_600_000;
+/// A claim older than this and still in the making is one a process left when it died (or
+/// could not let go of): it no longer counts against its user's limit, and the sweep forgets it.
+pub(crate) const HELD_AT_LEAST_MS: i64 = 3_600_000;
 
 impl Policy {
     pub fn new(process: Arc<Process>) -> Policy {
@@ -158,11 +160,14 @@ impl Policy {
             let Ok(held) = owners.held_since(fleet.kind()).await else {
                 continue;
             };
-            for (machine, since) in held {
-                if present.contains(machine.as_str()) || now_ms - since < HELD_AT_LEAST_MS {
+            for holding in held {
+                let fresh = now_ms - holding.since_ms < HELD_AT_LEAST_MS;
+                // A claim never made is forgotten even if a machine has its name: that machine
+                // is not the claimer's (a create that lost the race for the name).
+                if fresh || (holding.made && present.contains(holding.machine.as_str())) {
                     continue;
                 }
-                if owners.forget(fleet.kind(), &machine).await.is_ok() {
+                if owners.forget(fleet.kind(), &holding.machine).await.is_ok() {
                     forgotten += 1;
                 }
             }

@@ -555,10 +555,11 @@ async fn read_file(
 }
 
 /// completion/complete for the template arguments: `target` from the served fleets, `name`
-/// from the machines on the fleet already chosen (or on each served fleet when none is).
+/// from the user's machines on the fleet already chosen (or on each served fleet when none is).
 pub async fn complete(
     protocol: &Arc<Protocol>,
     request: &CompleteRequestParams,
+    user: &User,
 ) -> Result<CompleteResult, ErrorData> {
     let Reference::Resource(template) = &request.r#ref else {
         return Ok(CompleteResult::default());
@@ -593,9 +594,13 @@ pub async fn complete(
             let mut names = Vec::new();
             for kind in kinds {
                 // A fleet that cannot be reached has no names to offer; completion is a hint.
+                // Under sign-in, only the user's own: a name is the first step to a machine.
                 if let Ok(fleet) = protocol.process().fleet(kind).await
                     && let Ok(machines) = fleet.list().await
                 {
+                    let machines = tools::users_machines(&protocol.policy, user, kind, machines)
+                        .await
+                        .map_err(tool_error)?;
                     names.extend(
                         machines
                             .into_iter()

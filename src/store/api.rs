@@ -1,8 +1,8 @@
 //! The seam: what any backend of the store answers, one repository trait per kind of record.
 
 use super::records::{
-    EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun, RunDetail, RunEnd,
-    RunPage, ServedEngine, SpendReading, StoredJob, TaskRecord,
+    EgressGrant, Holding, JobEnd, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun, RunDetail,
+    RunEnd, RunPage, ServedEngine, SpendReading, StoredJob, TaskRecord,
 };
 use crate::fleet::FleetKind;
 
@@ -187,16 +187,27 @@ pub trait KeyRepository: Send + Sync {
 
 /// Which signed-in user holds which machine (each fleet's names are one namespace), and what a
 /// user's deleted cloud machines cost by UTC day. A machine no row names is the operator's.
+///
+/// A name is claimed before its machine is made and held as *made* once the fleet has made it:
+/// a claim in the making takes the name from other users' creates but gives no one the
+/// machine, so a create racing for a name that exists (the operator's, say) never opens that
+/// machine to the claimer's other calls while the fleet answers "already exists".
 #[async_trait::async_trait]
 pub trait OwnerRepository: Send + Sync {
-    /// Holds `name` for `user` unless someone holds it; answers whether this claim took it
-    /// or who held it. One statement decides, so two users racing for a name never both get it.
+    /// Claims `name` for `user`, in the making, unless someone holds it; answers whether this
+    /// claim took it (with all the user held on the fleet then: names made, and those in the
+    /// making claimed since `pending_after_ms`) or who held it. One user's claims are taken
+    /// one at a time among all processes, and two users racing for a name never both get it.
     async fn claim(
         &self,
         fleet: FleetKind,
         name: &str,
         user: &str,
+        pending_after_ms: i64,
     ) -> Result<MachineClaim, StoreUnavailable>;
+    /// The fleet made `name` for `user`: held as made from now on (the claim is taken over if
+    /// it was let go meanwhile, the fleet having made it for this user all the same).
+    async fn made(&self, fleet: FleetKind, name: &str, user: &str) -> Result<(), StoreUnavailable>;
     /// `user`'s machine `name` answers to `id` as well (a cloud machine's own id).
     async fn alias(
         &self,
@@ -205,13 +216,14 @@ pub trait OwnerRepository: Send + Sync {
         name: &str,
         user: &str,
     ) -> Result<(), StoreUnavailable>;
-    /// Who holds the machine `name` (its name, or on cloud its id) names.
+    /// Who holds the machine `name` (its name, or on cloud its id) names, once made: a name
+    /// in the making is held by no one yet.
     async fn holder(
         &self,
         fleet: FleetKind,
         name: &str,
     ) -> Result<Option<String>, StoreUnavailable>;
-    /// Every held machine of `fleet` by its name: (name, user).
+    /// Every machine of `fleet` made for a user, by its name: (name, user).
     async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable>;
     /// `user` no longer holds the machine `name` (its name or its id) names: deleted, or its
     /// create failed.
@@ -221,9 +233,10 @@ pub trait OwnerRepository: Send + Sync {
         name: &str,
         user: &str,
     ) -> Result<(), StoreUnavailable>;
-    /// Every held machine of `fleet` with when it was first held (milliseconds), whoever holds
-    /// it: for [`OwnerRepository::forget`] to find the ones deleted behind the holder's back.
-    async fn held_since(&self, fleet: FleetKind) -> Result<Vec<(String, i64)>, StoreUnavailable>;
+    /// Every held machine of `fleet` (made or in the making) with when it was first held,
+    /// whoever holds it: for [`OwnerRepository::forget`] to find the ones deleted behind the
+    /// holder's back, and claims a process that died left in the making.
+    async fn held_since(&self, fleet: FleetKind) -> Result<Vec<Holding>, StoreUnavailable>;
     /// No one holds `machine` any more (it is gone from its fleet), under any of its words.
     async fn forget(&self, fleet: FleetKind, machine: &str) -> Result<(), StoreUnavailable>;
     /// Adds what a deleted machine of `user`'s cost to `day`'s total.

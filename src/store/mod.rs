@@ -24,9 +24,9 @@ pub use api::{
 };
 pub use off::NoStore;
 pub use records::{
-    EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun, RunCommand,
-    RunDetail, RunEnd, RunOutcome, RunPage, RunSummary, ServedEngine, SpendReading, StoredJob,
-    StreamRecord, TaskRecord,
+    EgressGrant, HeldName, Holding, JobEnd, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun,
+    RunCommand, RunDetail, RunEnd, RunOutcome, RunPage, RunSummary, ServedEngine, SpendReading,
+    StoredJob, StreamRecord, TaskRecord,
 };
 
 use crate::process::config::Config;

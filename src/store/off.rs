@@ -126,7 +126,11 @@ impl crate::store::OwnerRepository for NoStore {
         _: FleetKind,
         _: &str,
         _: &str,
+        _: i64,
     ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
+        Err(StoreUnavailable::Off)
+    }
+    async fn made(&self, _: FleetKind, _: &str, _: &str) -> Result<(), StoreUnavailable> {
         Err(StoreUnavailable::Off)
     }
     async fn alias(&self, _: FleetKind, _: &str, _: &str, _: &str) -> Result<(), StoreUnavailable> {
@@ -141,7 +145,10 @@ impl crate::store::OwnerRepository for NoStore {
     async fn release(&self, _: FleetKind, _: &str, _: &str) -> Result<(), StoreUnavailable> {
         Ok(())
     }
-    async fn held_since(&self, _: FleetKind) -> Result<Vec<(String, i64)>, StoreUnavailable> {
+    async fn held_since(
+        &self,
+        _: FleetKind,
+    ) -> Result<Vec<crate::store::Holding>, StoreUnavailable> {
         Ok(Vec::new())
     }
     async fn forget(&self, _: FleetKind, _: &str) -> Result<(), StoreUnavailable> {

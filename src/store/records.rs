@@ -270,10 +270,29 @@ impl KeyRecord {
 /// What a claim of a machine's name found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MachineClaim {
-    /// No one held it: it is now the claiming user's.
-    Claimed,
-    /// Someone held it already (the claiming user, or another): who.
+    /// No one held it: it is now the claiming user's, in the making, which no call sees until
+    /// the machine is made ([`crate::store::OwnerRepository::made`]). With it, every name the
+    /// user held on the fleet at that moment, this one included: the claims of one user are
+    /// taken one at a time, so each sees all those before it (what a per-user limit counts).
+    Claimed { theirs: Vec<HeldName> },
+    /// Someone held it already (the claiming user, or another; made or in the making): who.
     Held(String),
+}
+
+/// A name a user holds: a machine made for them, or one being made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldName {
+    pub name: String,
+    pub made: bool,
+}
+
+/// A held machine as the sweep of gone machines reads it: when it was first held, and whether
+/// it was ever made (a claim left in the making by a process that died mid-create).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    pub machine: String,
+    pub since_ms: i64,
+    pub made: bool,
 }
 
 /// What a claim of an idempotency key found.

@@ -1,7 +1,11 @@
-//! With sign-in, who holds each machine is forgotten once the machine is gone from its fleet
-//! (a session's end, a lease's, an orphan sweep or a delete behind the server's back took it),
-//! so that the holdings stay bounded by the machines that exist; a name held within the hour
-//! (a create still under way) is kept. In process, against the fake serve and the SQLite store.
+//! Each signed-in user's own machines, in process against the fake serve and the SQLite store:
+//! every machine-naming tool reaches only its holder's machine (a table a new tool cannot skip),
+//! a create racing for another's name gives the racer nothing while its claim is in the store,
+//! one user's creates at once stop at their limit, completion offers only their names; and who
+//! holds each machine is forgotten once the machine is gone from its fleet (a session's end, a
+//! lease's, an orphan sweep or a delete behind the server's back took it), so that the holdings
+//! stay bounded by the machines that exist; a name held within the hour (a create still under
+//! way) is kept, and a claim never made is forgotten after it even if a machine has its name.
 
 use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::config;
@@ -26,18 +30,40 @@ async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
     let policy = &protocol.policy;
     let owners = policy.store.owners();
     for name in ["live-box", "gone-box"] {
-        assert_eq!(
-            owners.claim(FleetKind::Local, name, "alice").await.unwrap(),
-            MachineClaim::Claimed
-        );
+        assert!(matches!(
+            owners
+                .claim(FleetKind::Local, name, "alice", 0)
+                .await
+                .unwrap(),
+            MachineClaim::Claimed { .. }
+        ));
+        owners.made(FleetKind::Local, name, "alice").await.unwrap();
     }
+    // A claim left in the making (its process died, or could not let it go) on the name of a
+    // machine that exists: that machine is not the claimer's.
+    fake.add_machine("raced-box", "running");
+    assert!(matches!(
+        owners
+            .claim(FleetKind::Local, "raced-box", "bob", 0)
+            .await
+            .unwrap(),
+        MachineClaim::Claimed { .. }
+    ));
     let now = chrono::Utc::now().timestamp_millis();
     assert_eq!(
         policy.forget_gone_owners_once(now).await,
         0,
         "held within the hour: perhaps a create under way"
     );
-    assert_eq!(policy.forget_gone_owners_once(now + 2 * 3_600_000).await, 1);
+    assert_eq!(policy.forget_gone_owners_once(now + 2 * 3_600_000).await, 2);
+    assert!(
+        owners
+            .held_since(FleetKind::Local)
+            .await
+            .unwrap()
+            .iter()
+            .all(|h| h.machine != "raced-box")
+    );
     assert_eq!(
         owners.holder(FleetKind::Local, "gone-box").await.unwrap(),
         None
@@ -50,4 +76,428 @@ async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
             .as_deref(),
         Some("alice")
     );
+}
+
+use serde_json::{Value, json};
+use smol_mcp::policy::Policy;
+use smol_mcp::policy::tools::{self, Caller, Scope, Tool};
+use smol_mcp::policy::user::User;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// A tool call in process as `user` ("" for the operator): its structured answer, or its
+/// error's text.
+async fn call_as(
+    policy: &Arc<Policy>,
+    user: &str,
+    tool: Tool,
+    args: Value,
+) -> Result<Value, String> {
+    let who = if user.is_empty() {
+        User::operator()
+    } else {
+        User::signed_in(user)
+    };
+    let caller = Caller::new(
+        format!("session-of-{user}"),
+        Scope::Process(policy.process.mode),
+        CancellationToken::new(),
+    )
+    .for_user(who);
+    tools::call(policy, caller, tool, args)
+        .await
+        .map(|answer| answer.structured)
+        .map_err(|e| e.to_string())
+}
+
+/// Every tool of the table with arguments naming machine `name`, or `None` for a tool whose
+/// arguments name no machine. A tool added to the table and not here fails the test: a new
+/// tool cannot skip the ownership check's test.
+fn naming(tool: Tool, name: &str) -> Option<Value> {
+    Some(match tool {
+        Tool::ListMachines => json!({"name": name}),
+        Tool::CreateMachine => json!({"name": name}),
+        Tool::StartMachine => json!({"name": name}),
+        Tool::StopMachine => json!({"name": name}),
+        Tool::DeleteMachine => json!({"name": name}),
+        Tool::RunCommand => json!({"name": name, "command": "echo reached"}),
+        Tool::ReadFile => json!({"name": name, "path": "/etc/hostname"}),
+        Tool::WriteFile => json!({"name": name, "path": "/tmp/reached", "content": "x"}),
+        Tool::BranchMachine => json!({"name": name, "childName": format!("{name}-child")}),
+        Tool::KeepChanges => json!({"name": name, "message": "kept"}),
+        Tool::MachineLogs => json!({"name": name}),
+        Tool::PublishPort => json!({"name": name, "port": 8080}),
+        Tool::Terminal => json!({"name": name, "command": ["sh"]}),
+        Tool::PullImage => json!({"name": name, "image": "alpine:3.19"}),
+        Tool::JobOutput | Tool::CancelJob | Tool::RunOnce => return None,
+    })
+}
+
+/// The engine's requests that touched machine `name` (its own path, not the create of a name).
+fn touching(requests: &[Value], name: &str) -> Vec<String> {
+    let own = format!("/api/v1/machines/{name}");
+    requests
+        .iter()
+        .filter_map(|r| {
+            let path = r["path"].as_str()?;
+            (path == own || path.starts_with(&format!("{own}/")))
+                .then(|| format!("{} {path}", r["method"].as_str().unwrap_or("")))
+        })
+        .collect()
+}
+
+async fn signed_in_server(
+    fake: &FakeServe,
+    runtime: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> Arc<Protocol> {
+    let url = fake.url();
+    let mut env = vec![
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+    ];
+    env.extend_from_slice(extra);
+    Protocol::start(config(&env, &runtime.join("rt"))).unwrap()
+}
+
+fn refused_as_missing(answer: &Result<Value, String>, tool: Tool, name: &str) {
+    let text = answer
+        .as_ref()
+        .err()
+        .unwrap_or_else(|| panic!("{} on {name} was let through: {answer:?}", tool.name()));
+    // A create of a name in use is refused as taken (a user's) or by the engine (the
+    // operator's, which the store does not hold): either says only that the name is in use.
+    let refused = if tool == Tool::CreateMachine {
+        text.contains("is taken on this fleet") || text.contains("already exists")
+    } else {
+        text.starts_with("NOT_FOUND")
+    };
+    assert!(
+        refused && text.contains(name),
+        "{} on {name}: {text}",
+        tool.name()
+    );
+}
+
+/// Every machine-naming tool of the table, as the holder, another user and the operator: only
+/// the holder reaches a user's machine, only the operator reaches the operator's, and the
+/// engine hears nothing of a refused call.
+#[tokio::test]
+async fn every_machine_naming_tool_reaches_only_its_holders_machine() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("op-box", "running");
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
+    let policy = &protocol.policy;
+    call_as(
+        policy,
+        "alice",
+        Tool::CreateMachine,
+        json!({"name": "alice-box"}),
+    )
+    .await
+    .unwrap();
+    fake.take_requests();
+    let mut named = 0;
+    for tool in Tool::ALL.iter().copied() {
+        for (user, name) in [("bob", "alice-box"), ("bob", "op-box"), ("", "alice-box")] {
+            let Some(args) = naming(tool, name) else {
+                continue;
+            };
+            named += 1;
+            let answer = call_as(policy, user, tool, args).await;
+            refused_as_missing(&answer, tool, name);
+        }
+        let Some(args) = naming(tool, "alice-box") else {
+            continue;
+        };
+        // The holder is not refused as if the machine did not exist (the tool may still
+        // fail for its own reasons against the fake).
+        if tool != Tool::CreateMachine && tool != Tool::DeleteMachine {
+            let answer = call_as(policy, "alice", tool, args).await;
+            if let Err(text) = &answer {
+                assert!(
+                    !text.contains("no machine \"alice-box\""),
+                    "{}: {text}",
+                    tool.name()
+                );
+            }
+        }
+    }
+    assert!(named >= 14 * 3, "the table named machines in {named} calls");
+    let requests = fake.take_requests();
+    // Only alice's own calls reached her machine; none reached the operator's.
+    assert_eq!(touching(&requests, "op-box"), Vec::<String>::new());
+    let operator_after = call_as(
+        policy,
+        "",
+        Tool::RunCommand,
+        naming(Tool::RunCommand, "op-box").unwrap(),
+    )
+    .await;
+    assert!(operator_after.is_ok(), "{operator_after:?}");
+}
+
+/// The finding of the fifth hardening round: a signed-in user sends create-machine with the
+/// name of the operator's machine and, while the engine takes its time to answer "already
+/// exists", fires every machine-naming tool at that name. The claim of the name is in the
+/// store all that while (read in the loop), and gives the racer nothing: every call answers
+/// NOT_FOUND and the engine sees no request on the operator's machine but the operator's.
+#[tokio::test]
+async fn a_create_racing_for_the_operators_machine_gives_the_racer_nothing() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("op-box", "running");
+    fake.add_machine("op-other", "running");
+    fake.state.lock().unwrap().create_delay = Some(std::time::Duration::from_millis(1500));
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
+    let policy = protocol.policy.clone();
+    for target in ["op-box", "op-other"] {
+        let racer = {
+            let policy = policy.clone();
+            tokio::spawn(async move {
+                call_as(&policy, "bob", Tool::CreateMachine, json!({"name": target})).await
+            })
+        };
+        let mut while_claimed = 0;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !racer.is_finished() && tokio::time::Instant::now() < deadline {
+            let claimed = policy
+                .store
+                .owners()
+                .held_since(FleetKind::Local)
+                .await
+                .unwrap()
+                .iter()
+                .any(|h| h.machine == target && !h.made);
+            for tool in Tool::ALL
+                .iter()
+                .copied()
+                .filter(|t| *t != Tool::CreateMachine)
+            {
+                let Some(args) = naming(tool, target) else {
+                    continue;
+                };
+                let answer = call_as(&policy, "bob", tool, args).await;
+                refused_as_missing(&answer, tool, target);
+            }
+            if claimed {
+                while_claimed += 1;
+            }
+        }
+        let created = racer.await.unwrap();
+        let text = created.unwrap_err();
+        assert!(text.contains("already exists"), "{text}");
+        assert!(
+            while_claimed > 0,
+            "no round of calls ran while bob's claim of {target} was in the store"
+        );
+        assert_eq!(
+            policy
+                .store
+                .owners()
+                .holder(FleetKind::Local, target)
+                .await
+                .unwrap(),
+            None
+        );
+    }
+    let requests = fake.take_requests();
+    assert_eq!(
+        touching(&requests, "op-box"),
+        Vec::<String>::new(),
+        "bob reached the operator's machine"
+    );
+    assert_eq!(touching(&requests, "op-other"), Vec::<String>::new());
+    // The operator's machines are still theirs, and still there.
+    let ran = call_as(
+        &policy,
+        "",
+        Tool::RunCommand,
+        naming(Tool::RunCommand, "op-box").unwrap(),
+    )
+    .await;
+    assert!(ran.is_ok(), "{ran:?}");
+    let listed = call_as(&policy, "", Tool::ListMachines, json!({}))
+        .await
+        .unwrap();
+    assert_eq!(listed["machines"].as_array().unwrap().len(), 2, "{listed}");
+}
+
+/// `maxMachinesPerUser` 2 and ten creates at once by one user: two are made, eight refused
+/// before anything is sent, whichever finishes first; another user is not counted with them.
+#[tokio::test]
+async fn ten_creates_at_once_by_one_user_make_only_their_limit() {
+    let fake = FakeServe::start().await;
+    fake.state.lock().unwrap().create_delay = Some(std::time::Duration::from_millis(300));
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = signed_in_server(
+        &fake,
+        runtime.path(),
+        &[("SMOL_MCP_MAX_MACHINES_PER_USER", "2")],
+    )
+    .await;
+    let policy = protocol.policy.clone();
+    let calls = (0..10).map(|i| {
+        let policy = policy.clone();
+        async move {
+            call_as(
+                &policy,
+                "carol",
+                Tool::CreateMachine,
+                json!({"name": format!("carol-{i}")}),
+            )
+            .await
+        }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let made = answers.iter().filter(|a| a.is_ok()).count();
+    assert_eq!(made, 2, "{answers:?}");
+    for refusal in answers.iter().filter_map(|a| a.as_ref().err()) {
+        // The count in the words is every claim in the store at that moment, racing
+        // refusals not yet let go among them.
+        assert!(
+            refusal.starts_with(
+                "LIMIT_REACHED: your machines on the local fleet (existing or being made): "
+            ) && refusal.contains("this server allows 2 a user (maxMachinesPerUser)"),
+            "{refusal}"
+        );
+    }
+    let creates = fake
+        .take_requests()
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == "/api/v1/machines")
+        .count();
+    assert_eq!(creates, 2, "a refused create sent nothing");
+    // Another user's creates are their own count.
+    call_as(
+        &policy,
+        "dave",
+        Tool::CreateMachine,
+        json!({"name": "dave-0"}),
+    )
+    .await
+    .unwrap();
+    // And a refused create let its claim go: a third name after a delete is made.
+    let first = answers.iter().position(|a| a.is_ok()).unwrap();
+    call_as(
+        &policy,
+        "carol",
+        Tool::DeleteMachine,
+        json!({"name": format!("carol-{first}")}),
+    )
+    .await
+    .unwrap();
+    call_as(
+        &policy,
+        "carol",
+        Tool::CreateMachine,
+        json!({"name": "carol-again"}),
+    )
+    .await
+    .unwrap();
+}
+
+/// One user's claims are taken one at a time: of ten at once, each sees all those before it,
+/// so the names they answer with count 1 to 10, each once.
+#[tokio::test]
+async fn one_users_claims_each_see_every_claim_before_them() {
+    let fake = FakeServe::start().await;
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
+    let store = protocol.policy.store.clone();
+    let claims = (0..10).map(|i| {
+        let store = store.clone();
+        async move {
+            store
+                .owners()
+                .claim(FleetKind::Local, &format!("n-{i}"), "erin", 0)
+                .await
+                .unwrap()
+        }
+    });
+    let mut counts: Vec<usize> = futures::future::join_all(claims)
+        .await
+        .into_iter()
+        .map(|claim| match claim {
+            MachineClaim::Claimed { theirs } => theirs.len(),
+            MachineClaim::Held(who) => panic!("held by {who}"),
+        })
+        .collect();
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=10).collect::<Vec<_>>());
+    // None is anyone's machine until made.
+    assert_eq!(
+        store
+            .owners()
+            .holder(FleetKind::Local, "n-3")
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        store
+            .owners()
+            .held(FleetKind::Local)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store
+        .owners()
+        .made(FleetKind::Local, "n-3", "erin")
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .owners()
+            .holder(FleetKind::Local, "n-3")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("erin")
+    );
+}
+
+/// completion/complete offers a signed-in user only their own machines' names.
+#[tokio::test]
+async fn completion_offers_only_the_users_own_machines() {
+    let fake = FakeServe::start().await;
+    fake.add_machine("op-box", "running");
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
+    call_as(
+        &protocol.policy,
+        "alice",
+        Tool::CreateMachine,
+        json!({"name": "alice-box"}),
+    )
+    .await
+    .unwrap();
+    call_as(
+        &protocol.policy,
+        "bob",
+        Tool::CreateMachine,
+        json!({"name": "bob-box"}),
+    )
+    .await
+    .unwrap();
+    let offered = |user: User| {
+        let protocol = protocol.clone();
+        async move {
+            let request: rmcp::model::CompleteRequestParams = serde_json::from_value(json!({
+                "ref": {"type": "ref/resource", "uri": smol_mcp::protocol::resources::LOGS_TEMPLATE},
+                "argument": {"name": "name", "value": ""}
+            }))
+            .unwrap();
+            smol_mcp::protocol::resources::complete(&protocol, &request, &user)
+                .await
+                .unwrap()
+                .completion
+                .values
+        }
+    };
+    assert_eq!(offered(User::signed_in("bob")).await, ["bob-box"]);
+    assert_eq!(offered(User::signed_in("alice")).await, ["alice-box"]);
+    assert_eq!(offered(User::operator()).await, ["op-box"]);
 }

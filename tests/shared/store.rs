@@ -357,9 +357,16 @@ async fn users_racing_for_machine_names_each_get_a_name_once() {
             claims.push(tokio::spawn(async move {
                 let holder = store
                     .owners()
-                    .claim(FleetKind::Local, &name, &user)
+                    .claim(FleetKind::Local, &name, &user, 0)
                     .await
                     .unwrap();
+                if matches!(holder, MachineClaim::Claimed { .. }) {
+                    store
+                        .owners()
+                        .made(FleetKind::Local, &name, &user)
+                        .await
+                        .unwrap();
+                }
                 (name, user, holder)
             }));
         }
@@ -370,7 +377,7 @@ async fn users_racing_for_machine_names_each_get_a_name_once() {
     for claim in claims {
         let (name, user, claim) = claim.await.unwrap();
         let holder = match claim {
-            MachineClaim::Claimed => {
+            MachineClaim::Claimed { .. } => {
                 *won.entry(name.clone()).or_default() += 1;
                 user
             }
@@ -446,20 +453,39 @@ async fn users_racing_for_machine_names_each_get_a_name_once() {
     assert_eq!(
         stores[0]
             .owners()
-            .claim(FleetKind::Cloud, "web", "user-2")
+            .claim(FleetKind::Cloud, "web", "user-2", 0)
             .await
             .unwrap(),
-        MachineClaim::Claimed
+        MachineClaim::Claimed {
+            theirs: vec![smol_mcp::store::HeldName {
+                name: "web".into(),
+                made: false
+            }]
+        }
     );
     assert_eq!(
         stores[1]
             .owners()
-            .claim(FleetKind::Cloud, "web", "user-2")
+            .holder(FleetKind::Cloud, "web")
+            .await
+            .unwrap(),
+        None,
+        "in the making: no one's machine yet"
+    );
+    assert_eq!(
+        stores[1]
+            .owners()
+            .claim(FleetKind::Cloud, "web", "user-2", 0)
             .await
             .unwrap(),
         MachineClaim::Held("user-2".into()),
         "claimed again by its holder: held, not claimed anew"
     );
+    stores[2]
+        .owners()
+        .made(FleetKind::Cloud, "web", "user-2")
+        .await
+        .unwrap();
     stores[0]
         .owners()
         .alias(FleetKind::Cloud, "mach-1", "web", "user-2")
@@ -524,6 +550,88 @@ async fn users_racing_for_machine_names_each_get_a_name_once() {
             .unwrap(),
         0
     );
+}
+
+/// One user's claims through three processes at once are taken one at a time: each answers
+/// with every name the user held before it (so `maxMachinesPerUser` counts them all), the
+/// counts 1 to 12 each once; none is the user's machine until made, and a claim older than
+/// the cut-off that was never made is not counted.
+#[tokio::test]
+async fn one_users_claims_through_three_processes_each_see_all_before_them() {
+    let db = TestDatabase::new().await;
+    let stores = [
+        ready_store(&db).await,
+        ready_store(&db).await,
+        ready_store(&db).await,
+    ];
+    let mut claims = Vec::new();
+    for i in 0..12 {
+        let store = stores[i % 3].clone();
+        claims.push(tokio::spawn(async move {
+            store
+                .owners()
+                .claim(FleetKind::Local, &format!("u-{i}"), "erin", 0)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut counts = Vec::new();
+    for claim in claims {
+        match claim.await.unwrap() {
+            MachineClaim::Claimed { theirs } => counts.push(theirs.len()),
+            MachineClaim::Held(who) => panic!("held by {who}"),
+        }
+    }
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=12).collect::<Vec<_>>());
+    assert!(
+        stores[1]
+            .owners()
+            .held(FleetKind::Local)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        stores[2]
+            .owners()
+            .holder(FleetKind::Local, "u-0")
+            .await
+            .unwrap(),
+        None
+    );
+    stores[0]
+        .owners()
+        .made(FleetKind::Local, "u-0", "erin")
+        .await
+        .unwrap();
+    // Claims in the making from before the cut-off (now + 1 h: all of them) are not counted;
+    // the made one is, and the new claim itself.
+    let later = now_ms() + 3_600_000;
+    match stores[1]
+        .owners()
+        .claim(FleetKind::Local, "u-new", "erin", later)
+        .await
+        .unwrap()
+    {
+        MachineClaim::Claimed { mut theirs } => {
+            theirs.sort_by(|a, b| a.name.cmp(&b.name));
+            assert_eq!(
+                theirs,
+                [
+                    smol_mcp::store::HeldName {
+                        name: "u-0".into(),
+                        made: true
+                    },
+                    smol_mcp::store::HeldName {
+                        name: "u-new".into(),
+                        made: false
+                    }
+                ]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]

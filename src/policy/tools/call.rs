@@ -184,8 +184,14 @@ impl<'a> Call<'a> {
         }
     }
 
-    pub(super) fn claims_now(&self) -> Vec<(FleetKind, String)> {
-        self.claims.lock().map(|c| c.clone()).unwrap_or_default()
+    /// `name` is no longer this call's claim to let go (made, or let go already): whether it
+    /// was.
+    pub(super) fn unclaimed(&self, kind: FleetKind, name: &str) -> bool {
+        self.claims.lock().is_ok_and(|mut claims| {
+            let before = claims.len();
+            claims.retain(|(k, n)| !(*k == kind && n == name));
+            claims.len() != before
+        })
     }
 
     pub(super) fn take_claims(&self) -> Vec<(FleetKind, String)> {
@@ -413,7 +419,11 @@ impl<'a> Call<'a> {
             )
             .await?;
         slot.fill(&machine.id);
-        self.also_by_id(fleet, &machine).await;
+        if let Err(e) = self.hold_made(fleet, &machine.name, &machine.id).await {
+            // Made, but held by no one: gone again rather than left the operator's.
+            let _ = self.delete_quietly(fleet, &machine.name, &machine.id).await;
+            return Err(e);
+        }
         Ok(machine)
     }
 
@@ -436,10 +446,16 @@ impl<'a> Call<'a> {
         {
             Ok(lease) => {
                 slot.fill(&lease.machine);
-                // The pool's machine becomes this user's (its clone's name is the engine's).
-                if let Err(e) = self.claim_name(fleet.kind(), &lease.machine).await {
-                    tracing::warn!(machine = %lease.machine, error = %e.message, "a leased machine's name could not be held for its user");
+                // The pool's machine becomes this user's (its clone's name is the engine's),
+                // and the name claimed for a cold create is not needed.
+                if let Err(e) = self.hold_made(fleet, &lease.machine, &lease.machine).await {
+                    tracing::warn!(machine = %lease.machine, error = %e.message, "a leased machine could not be held for its user; making one cold");
+                    let _ = self
+                        .delete_quietly(fleet, &lease.machine, &lease.machine)
+                        .await;
+                    return None;
                 }
+                self.release_claim(fleet.kind(), &spec.name).await;
                 Some((pool.name, lease))
             }
             Err(e) => {
@@ -464,8 +480,7 @@ impl<'a> Call<'a> {
         let kind = fleet.kind();
         // Before the counts: a name another user holds is refused, and this user's limit
         // counts the name once it is theirs.
-        self.claim_name(kind, name).await?;
-        self.admit_for_user(fleet).await?;
+        self.claim_name(fleet, name).await?;
         let made = &self.process().made;
         let slot = {
             let _turn = self

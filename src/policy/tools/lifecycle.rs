@@ -772,7 +772,12 @@ async fn branch_one<'c>(
         .await
     {
         Ok(c) => {
-            call.also_by_id(fleet, &c).await;
+            if let Err(e) = call.hold_made(fleet, &c.name, &c.id).await {
+                // Made, but held by no one: gone again rather than left the operator's.
+                provisional.created(&c.id);
+                let _ = provisional.discard().await;
+                return Err(e);
+            }
             c
         }
         Err(e) if e.is(ErrorKind::Conflict) => {

@@ -20,7 +20,7 @@ mod jobs;
 mod lifecycle;
 mod logs;
 mod owners;
-pub use owners::user_sees;
+pub use owners::{user_sees, users_machines};
 mod ports;
 mod provisional;
 pub mod results;

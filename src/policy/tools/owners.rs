@@ -14,7 +14,7 @@ use crate::fleet::{ErrorKind, Fleet, FleetKind, Machine};
 use crate::policy::Policy;
 use crate::policy::error::{ToolError, ToolErrorKind, quote};
 use crate::policy::user::User;
-use crate::store::{MachineClaim, StoreUnavailable};
+use crate::store::{HeldName, MachineClaim, StoreUnavailable};
 
 fn store_error(e: StoreUnavailable) -> ToolError {
     ToolError::new(
@@ -53,6 +53,32 @@ pub async fn user_sees(
         .await
         .map_err(store_error)?;
     Ok(holder.as_deref().unwrap_or("") == user.id())
+}
+
+/// The machines of a listing `user` may see: those made for them, or (the operator) those
+/// made for no user; with sign-in off, all. A listing, a completion and a resource show no
+/// other.
+pub async fn users_machines(
+    policy: &Policy,
+    user: &User,
+    kind: FleetKind,
+    machines: Vec<Machine>,
+) -> Result<Vec<Machine>, ToolError> {
+    if policy.process.config.auth_issuer.is_empty() {
+        return Ok(machines);
+    }
+    let held: std::collections::HashMap<String, String> = policy
+        .store
+        .owners()
+        .held(kind)
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .collect();
+    Ok(machines
+        .into_iter()
+        .filter(|m| held.get(&m.name).map_or("", String::as_str) == user.id())
+        .collect())
 }
 
 impl Call<'_> {
@@ -100,26 +126,36 @@ impl Call<'_> {
         Ok(())
     }
 
-    /// Holds `name` for this call's user before it is made (a signed-in user only: the
-    /// operator's machines are the unheld ones). Refused when another holds it; the hold is
-    /// let go if the call fails ([`Call::release_claims`]).
-    pub async fn claim_name(&self, kind: FleetKind, name: &str) -> Result<(), ToolError> {
+    /// Claims `name` for this call's user before it is made (a signed-in user only: the
+    /// operator's machines are the unheld ones), and counts it against their limit
+    /// (`maxMachinesPerUser`) with every other name they hold or are making, in any process.
+    /// Refused when another holds it, or past the limit. A claim in the making gives no call
+    /// the machine until [`Call::hold_made`], and is let go if the call fails
+    /// ([`Call::release_claims`]).
+    pub async fn claim_name(&self, fleet: &Fleet, name: &str) -> Result<(), ToolError> {
         if !self.users_apart() {
             return Ok(());
         }
+        let kind = fleet.kind();
         let owners = self.policy.store.owners();
         let user = self.caller.user.id();
         if user.is_empty() {
-            // The operator holds by not holding: a name some user holds is still taken.
+            // The operator holds by not holding: a name a user's machine has is taken. One
+            // being made is raced for at the fleet, which answers the loser "already exists".
             return match owners.holder(kind, name).await.map_err(store_error)? {
                 Some(_) => Err(taken(name)),
                 None => Ok(()),
             };
         }
-        match owners.claim(kind, name, user).await.map_err(store_error)? {
-            MachineClaim::Claimed => {
+        let pending_after = chrono::Utc::now().timestamp_millis() - crate::policy::HELD_AT_LEAST_MS;
+        match owners
+            .claim(kind, name, user, pending_after)
+            .await
+            .map_err(store_error)?
+        {
+            MachineClaim::Claimed { theirs } => {
                 self.claimed(kind, name);
-                Ok(())
+                self.within_user_limit(fleet, &theirs).await
             }
             MachineClaim::Held(holder) if holder == user => Ok(()),
             MachineClaim::Held(_) => {
@@ -129,26 +165,40 @@ impl Call<'_> {
         }
     }
 
-    /// A machine just made for a signed-in user on a fleet whose machines answer to an id of
-    /// their own as well (the cloud's): the id is held with the name, so that a call naming
-    /// either finds it theirs, and a delete by either frees both.
-    pub async fn also_by_id(&self, fleet: &Fleet, machine: &Machine) {
-        if !self.users_apart()
-            || self.caller.user.is_operator()
-            || !fleet.capabilities().ids_apart_from_names
-            || machine.id == machine.name
-        {
+    /// The fleet made `machine` for this call: a signed-in user holds it from now on (on a
+    /// fleet whose machines answer to an id of their own as well, by either word), and it is
+    /// no longer this call's to let go if the call fails later. An error means the machine is
+    /// no one's: the caller deletes it.
+    pub async fn hold_made(&self, fleet: &Fleet, name: &str, id: &str) -> Result<(), ToolError> {
+        if !self.users_apart() || self.caller.user.is_operator() {
+            return Ok(());
+        }
+        let (kind, user) = (fleet.kind(), self.caller.user.id());
+        let owners = self.policy.store.owners();
+        owners.made(kind, name, user).await.map_err(store_error)?;
+        self.unclaimed(kind, name);
+        if fleet.capabilities().ids_apart_from_names && id != name {
+            owners
+                .alias(kind, id, name, user)
+                .await
+                .map_err(store_error)?;
+        }
+        Ok(())
+    }
+
+    /// Lets go of one name this call claimed and will not make (a warm machine came instead).
+    pub(super) async fn release_claim(&self, kind: FleetKind, name: &str) {
+        if !self.unclaimed(kind, name) {
             return;
         }
-        let user = self.caller.user.id();
         if let Err(e) = self
             .policy
             .store
             .owners()
-            .alias(fleet.kind(), &machine.id, &machine.name, user)
+            .release(kind, name, self.caller.user.id())
             .await
         {
-            tracing::warn!(machine = %machine.name, error = %e, "a machine's id could not be held for its user");
+            tracing::warn!(machine = %name, error = %e, "could not let go of a machine's name");
         }
     }
 
@@ -192,72 +242,35 @@ impl Call<'_> {
         kind: FleetKind,
         machines: Vec<Machine>,
     ) -> Result<Vec<Machine>, ToolError> {
-        if !self.users_apart() {
-            return Ok(machines);
-        }
-        let held: std::collections::HashMap<String, String> = self
-            .policy
-            .store
-            .owners()
-            .held(kind)
-            .await
-            .map_err(store_error)?
-            .into_iter()
-            .collect();
-        let user = self.caller.user.id();
-        Ok(machines
-            .into_iter()
-            .filter(|m| held.get(&m.name).map_or("", String::as_str) == user)
-            .collect())
+        users_machines(self.policy, &self.caller.user, kind, machines).await
     }
 
-    /// Before a machine is made for a signed-in user: their limit, `maxMachinesPerUser`,
-    /// counted after this name was claimed so that creates racing through several processes
-    /// cannot all pass one count (their spend is [`Call::admit_user_spend`]'s).
-    pub(super) async fn admit_for_user(&self, fleet: &Fleet) -> Result<(), ToolError> {
-        let config = self.config();
-        if !self.users_apart() || self.caller.user.is_operator() {
+    /// A signed-in user's limit (`maxMachinesPerUser`), over `theirs`: every name they held
+    /// when this call's claim was taken, the claim included, made or being made by any call
+    /// in any process. Names held for machines deleted behind the server's back do not count.
+    async fn within_user_limit(&self, fleet: &Fleet, theirs: &[HeldName]) -> Result<(), ToolError> {
+        let limit = self.config().max_machines_per_user;
+        if limit == 0 || theirs.len() <= limit {
             return Ok(());
         }
-        let limit = config.max_machines_per_user;
-        if limit > 0 {
-            let kind = fleet.kind();
-            let held = self
-                .policy
-                .store
-                .owners()
-                .held(kind)
-                .await
-                .map_err(store_error)?;
-            let user = self.caller.user.id();
-            let mut theirs: Vec<&String> = held
-                .iter()
-                .filter(|(_, holder)| holder == user)
-                .map(|(name, _)| name)
-                .collect();
-            if theirs.len() > limit {
-                // Names held for machines deleted behind the server's back do not count.
-                let existing = self.cancellable(fleet.list()).await?;
-                let claimed_now = self.claims_now();
-                theirs.retain(|name| {
-                    claimed_now.iter().any(|(_, n)| n == *name)
-                        || existing.iter().any(|m| &m.name == *name)
-                });
-            }
-            if theirs.len() > limit {
-                return Err(ToolError::new(
-                    ToolErrorKind::LimitReached,
-                    format!(
-                        "your machines on the {} fleet (existing or being made): {}; this server \
-                         allows {limit} a user (maxMachinesPerUser): delete one (delete-machine) \
-                         or reuse one (run-command) first",
-                        kind.as_str(),
-                        theirs.len() - 1
-                    ),
-                ));
-            }
+        let existing = self.cancellable(fleet.list()).await?;
+        let counted = theirs
+            .iter()
+            .filter(|held| !held.made || existing.iter().any(|m| m.name == held.name))
+            .count();
+        if counted <= limit {
+            return Ok(());
         }
-        Ok(())
+        Err(ToolError::new(
+            ToolErrorKind::LimitReached,
+            format!(
+                "your machines on the {} fleet (existing or being made): {}; this server \
+                 allows {limit} a user (maxMachinesPerUser): delete one (delete-machine) \
+                 or reuse one (run-command) first",
+                fleet.kind().as_str(),
+                counted - 1
+            ),
+        ))
     }
 
     /// Before a create or a command on a metered fleet: what the signed-in user's machines

@@ -221,9 +221,10 @@ impl ServerHandler for SmolMcp {
     async fn complete(
         &self,
         request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        crate::protocol::resources::complete(&self.protocol, &request).await
+        let user = user_of(&context);
+        crate::protocol::resources::complete(&self.protocol, &request, &user).await
     }
 
     // resources/subscribe is the session lifecycle's way to follow a log; 2026-07-28 clients

@@ -82,6 +82,9 @@ struct Opened {
     sealing_key: Vec<u8>,
     me: Me,
     reader: Mutex<Option<Arc<Client>>>,
+    /// A connection of its own for the claims one user's creates take one at a time: each is a
+    /// transaction under an advisory lock, which the shared read connection cannot hold.
+    claimer: tokio::sync::Mutex<Option<Client>>,
 }
 
 impl PgStore {
@@ -222,6 +225,7 @@ impl PgStore {
             sealing_key,
             me: self.me.clone(),
             reader: Mutex::new(None),
+            claimer: tokio::sync::Mutex::new(None),
         });
         let writer = WriterTask {
             config: config.clone(),
@@ -306,6 +310,35 @@ impl PgStore {
             *reader = Some(client.clone());
         }
         Ok(client)
+    }
+
+    /// Runs `claim` in a transaction on the claims' connection (connecting again when it was
+    /// lost), after the writes queued so far are written; committed when it answers.
+    async fn in_claim_transaction<T>(
+        &self,
+        claim: impl AsyncFnOnce(&tokio_postgres::Transaction<'_>) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<T, StoreUnavailable> {
+        self.flush_queued().await;
+        let opened = match self.opened.get() {
+            Some(Ok(opened)) => opened.clone(),
+            _ => return Err(self.broken().unwrap_or_else(|| self.unusable("unknown"))),
+        };
+        let mut kept = opened.claimer.lock().await;
+        if kept.as_ref().is_none_or(Client::is_closed) {
+            let config = self.config.clone().map_err(|e| self.unusable(e))?;
+            *kept = Some(connect(&config).await.map_err(|e| self.unusable(e))?);
+        }
+        let Some(client) = kept.as_mut() else {
+            return Err(self.unusable("no connection for claims"));
+        };
+        let answered = async {
+            let transaction = client.transaction().await?;
+            let answer = claim(&transaction).await?;
+            transaction.commit().await?;
+            Ok::<T, tokio_postgres::Error>(answer)
+        }
+        .await;
+        answered.map_err(|e| self.unusable(e.to_string()))
     }
 
     /// Runs `read` on the read connection after the writes queued so far are written.

@@ -375,8 +375,12 @@ impl crate::store::RequestStateRepository for PgStore {
     }
 }
 
-/// Each statement alone decides (the reader's connection commits each), so the claim of a name
-/// two processes make at once is one row's insert, the other's conflict.
+/// The advisory lock class of one user's claims on one fleet (the key's second half is a hash
+/// of the two): apart from the migrations' lock.
+const CLAIM_LOCK_CLASS: i32 = 0x736d_6f6c;
+
+/// A claim is one transaction under its user's lock (so a per-user limit counts every claim
+/// made before it, in any process); the other statements each decide alone.
 #[async_trait::async_trait]
 impl crate::store::OwnerRepository for PgStore {
     async fn claim(
@@ -384,41 +388,72 @@ impl crate::store::OwnerRepository for PgStore {
         fleet: FleetKind,
         name: &str,
         user: &str,
+        pending_after_ms: i64,
     ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
-        use crate::store::MachineClaim;
-        self.read(async |db| {
-            // The inserted row (`true`) is invisible to the second SELECT, whose snapshot is
-            // the statement's: at most one row comes back.
-            let row = db
+        use crate::store::{HeldName, MachineClaim};
+        self.in_claim_transaction(async |db| {
+            // One user's claims one at a time, in every process: the names read below are
+            // then all the user held, none committed unseen between the insert and the read.
+            db.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                &[&CLAIM_LOCK_CLASS, &format!("{}/{user}", fleet.as_str())],
+            )
+            .await?;
+            let claimed = db
                 .query_opt(
                     &format!(
-                        "WITH claimed AS (INSERT INTO machine_owners \
-                         (fleet, name, machine, user_id, made_ms) \
-                         VALUES ($1, $2, $2, $3, {NOW_MS}) ON CONFLICT (fleet, name) DO NOTHING \
-                         RETURNING user_id) \
-                         SELECT user_id, true FROM claimed UNION ALL \
-                         SELECT user_id, false FROM machine_owners WHERE fleet = $1 AND name = $2 \
-                         LIMIT 1"
+                        "INSERT INTO machine_owners \
+                         (fleet, name, machine, user_id, made_ms, made) \
+                         VALUES ($1, $2, $2, $3, {NOW_MS}, false) \
+                         ON CONFLICT (fleet, name) DO NOTHING RETURNING user_id"
                     ),
                     &[&fleet.as_str(), &name, &user],
                 )
                 .await?;
-            if let Some(row) = row {
-                return Ok(if row.get(1) {
-                    MachineClaim::Claimed
-                } else {
-                    MachineClaim::Held(row.get(0))
-                });
+            if claimed.is_none() {
+                let holder = db
+                    .query_opt(
+                        "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2",
+                        &[&fleet.as_str(), &name],
+                    )
+                    .await?;
+                return Ok(MachineClaim::Held(
+                    holder.map_or_else(|| user.to_owned(), |row| row.get(0)),
+                ));
             }
-            // The conflicting row was committed by another process after this statement's
-            // snapshot: a statement of its own sees it.
-            let row = db
-                .query_one(
-                    "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2",
-                    &[&fleet.as_str(), &name],
+            let theirs = db
+                .query(
+                    "SELECT name, made FROM machine_owners WHERE fleet = $1 AND user_id = $2 \
+                     AND name = machine AND (made OR made_ms >= $3 OR name = $4)",
+                    &[&fleet.as_str(), &user, &pending_after_ms, &name],
                 )
                 .await?;
-            Ok(MachineClaim::Held(row.get(0)))
+            Ok(MachineClaim::Claimed {
+                theirs: theirs
+                    .iter()
+                    .map(|row| HeldName {
+                        name: row.get(0),
+                        made: row.get(1),
+                    })
+                    .collect(),
+            })
+        })
+        .await
+    }
+
+    async fn made(&self, fleet: FleetKind, name: &str, user: &str) -> Result<(), StoreUnavailable> {
+        self.read(async |db| {
+            db.execute(
+                &format!(
+                    "INSERT INTO machine_owners (fleet, name, machine, user_id, made_ms, made) \
+                     VALUES ($1, $2, $2, $3, {NOW_MS}, true) ON CONFLICT (fleet, name) \
+                     DO UPDATE SET user_id = EXCLUDED.user_id, machine = EXCLUDED.machine, \
+                     made = true"
+                ),
+                &[&fleet.as_str(), &name, &user],
+            )
+            .await?;
+            Ok(())
         })
         .await
     }
@@ -452,7 +487,7 @@ impl crate::store::OwnerRepository for PgStore {
         self.read(async |db| {
             let row = db
                 .query_opt(
-                    "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2",
+                    "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2 AND made",
                     &[&fleet.as_str(), &name],
                 )
                 .await?;
@@ -465,7 +500,8 @@ impl crate::store::OwnerRepository for PgStore {
         self.read(async |db| {
             let rows = db
                 .query(
-                    "SELECT name, user_id FROM machine_owners WHERE fleet = $1 AND name = machine",
+                    "SELECT name, user_id FROM machine_owners \
+                     WHERE fleet = $1 AND name = machine AND made",
                     &[&fleet.as_str()],
                 )
                 .await?;
@@ -493,16 +529,26 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn held_since(&self, fleet: FleetKind) -> Result<Vec<(String, i64)>, StoreUnavailable> {
+    async fn held_since(
+        &self,
+        fleet: FleetKind,
+    ) -> Result<Vec<crate::store::Holding>, StoreUnavailable> {
         self.read(async |db| {
             let rows = db
                 .query(
-                    "SELECT machine, MIN(made_ms) FROM machine_owners WHERE fleet = $1 \
-                     GROUP BY machine",
+                    "SELECT machine, MIN(made_ms), bool_or(made) FROM machine_owners \
+                     WHERE fleet = $1 GROUP BY machine",
                     &[&fleet.as_str()],
                 )
                 .await?;
-            Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+            Ok(rows
+                .iter()
+                .map(|row| crate::store::Holding {
+                    machine: row.get(0),
+                    since_ms: row.get(1),
+                    made: row.get(2),
+                })
+                .collect())
         })
         .await
     }

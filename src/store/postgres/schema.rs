@@ -165,6 +165,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (user_id, day)
     );
     ",
+    // 6: a machine's name is claimed before the machine is made and held as made once it
+    // is: a claim in the making gives no call the machine (what was held before was made).
+    "
+    ALTER TABLE machine_owners ADD COLUMN made BOOLEAN NOT NULL DEFAULT true;
+    ",
 ];
 
 /// Why the database cannot be used as this server's store.

@@ -2,29 +2,69 @@
 //! what each user's deleted cloud machines cost by day.
 
 use crate::fleet::FleetKind;
-use crate::store::MachineClaim;
+use crate::store::{HeldName, Holding, MachineClaim};
 use rusqlite::{Connection, OptionalExtension, params};
 
-/// Holds `name` for `user` unless someone holds it, in the writer's transaction.
+/// Claims `name` for `user`, in the making, unless someone holds it; in the writer's
+/// transaction, so the user's names read after the insert are all there were (one writer at a
+/// time, in this process and any other on the file).
 pub(super) fn claim(
     conn: &Connection,
     fleet: FleetKind,
     name: &str,
     user: &str,
     now_ms: i64,
+    pending_after_ms: i64,
 ) -> rusqlite::Result<MachineClaim> {
     let inserted = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO machine_owners (fleet, name, machine, user_id, made_ms) \
-             VALUES (?1, ?2, ?2, ?3, ?4)",
+            "INSERT OR IGNORE INTO machine_owners (fleet, name, machine, user_id, made_ms, made) \
+             VALUES (?1, ?2, ?2, ?3, ?4, 0)",
         )?
         .execute(params![fleet.as_str(), name, user, now_ms])?;
-    if inserted == 1 {
-        return Ok(MachineClaim::Claimed);
+    if inserted == 0 {
+        let holder: Option<String> = conn
+            .prepare_cached("SELECT user_id FROM machine_owners WHERE fleet = ?1 AND name = ?2")?
+            .query_row(params![fleet.as_str(), name], |row| row.get(0))
+            .optional()?;
+        return Ok(MachineClaim::Held(
+            holder.unwrap_or_else(|| user.to_owned()),
+        ));
     }
-    Ok(MachineClaim::Held(
-        holder(conn, fleet, name)?.unwrap_or_else(|| user.to_owned()),
-    ))
+    let theirs = conn
+        .prepare_cached(
+            "SELECT name, made FROM machine_owners WHERE fleet = ?1 AND user_id = ?2 \
+             AND name = machine AND (made = 1 OR made_ms >= ?3 OR name = ?4)",
+        )?
+        .query_map(
+            params![fleet.as_str(), user, pending_after_ms, name],
+            |row| {
+                Ok(HeldName {
+                    name: row.get(0)?,
+                    made: row.get(1)?,
+                })
+            },
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(MachineClaim::Claimed { theirs })
+}
+
+/// The machine `name` was made for `user`: held as made (taken over if the claim was let go
+/// meanwhile by a racing create of the same user's that failed).
+pub(super) fn made(
+    conn: &Connection,
+    fleet: FleetKind,
+    name: &str,
+    user: &str,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO machine_owners (fleet, name, machine, user_id, made_ms, made) \
+         VALUES (?1, ?2, ?2, ?3, ?4, 1) ON CONFLICT (fleet, name) \
+         DO UPDATE SET user_id = excluded.user_id, machine = excluded.machine, made = 1",
+    )?
+    .execute(params![fleet.as_str(), name, user, now_ms])?;
+    Ok(())
 }
 
 pub(super) fn alias(
@@ -48,14 +88,17 @@ pub(super) fn holder(
     fleet: FleetKind,
     name: &str,
 ) -> rusqlite::Result<Option<String>> {
-    conn.prepare_cached("SELECT user_id FROM machine_owners WHERE fleet = ?1 AND name = ?2")?
-        .query_row(params![fleet.as_str(), name], |row| row.get(0))
-        .optional()
+    conn.prepare_cached(
+        "SELECT user_id FROM machine_owners WHERE fleet = ?1 AND name = ?2 AND made = 1",
+    )?
+    .query_row(params![fleet.as_str(), name], |row| row.get(0))
+    .optional()
 }
 
 pub(super) fn held(conn: &Connection, fleet: FleetKind) -> rusqlite::Result<Vec<(String, String)>> {
     conn.prepare_cached(
-        "SELECT name, user_id FROM machine_owners WHERE fleet = ?1 AND name = machine",
+        "SELECT name, user_id FROM machine_owners WHERE fleet = ?1 AND name = machine \
+         AND made = 1",
     )?
     .query_map([fleet.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?
     .collect()
@@ -75,14 +118,18 @@ pub(super) fn release(
     Ok(())
 }
 
-pub(super) fn held_since(
-    conn: &Connection,
-    fleet: FleetKind,
-) -> rusqlite::Result<Vec<(String, i64)>> {
+pub(super) fn held_since(conn: &Connection, fleet: FleetKind) -> rusqlite::Result<Vec<Holding>> {
     conn.prepare_cached(
-        "SELECT machine, MIN(made_ms) FROM machine_owners WHERE fleet = ?1 GROUP BY machine",
+        "SELECT machine, MIN(made_ms), MAX(made) FROM machine_owners WHERE fleet = ?1 \
+         GROUP BY machine",
     )?
-    .query_map([fleet.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?
+    .query_map([fleet.as_str()], |row| {
+        Ok(Holding {
+            machine: row.get(0)?,
+            since_ms: row.get(1)?,
+            made: row.get(2)?,
+        })
+    })?
     .collect()
 }
 

@@ -167,10 +167,19 @@ impl crate::store::OwnerRepository for SqliteStore {
         fleet: FleetKind,
         name: &str,
         user: &str,
+        pending_after_ms: i64,
     ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
         let (name, user) = (name.to_owned(), user.to_owned());
         self.ask(true, move |conn| {
-            owners::claim(conn, fleet, &name, &user, now_ms())
+            owners::claim(conn, fleet, &name, &user, now_ms(), pending_after_ms)
+        })
+        .await
+    }
+
+    async fn made(&self, fleet: FleetKind, name: &str, user: &str) -> Result<(), StoreUnavailable> {
+        let (name, user) = (name.to_owned(), user.to_owned());
+        self.ask(true, move |conn| {
+            owners::made(conn, fleet, &name, &user, now_ms())
         })
         .await
     }
@@ -216,7 +225,10 @@ impl crate::store::OwnerRepository for SqliteStore {
         .await
     }
 
-    async fn held_since(&self, fleet: FleetKind) -> Result<Vec<(String, i64)>, StoreUnavailable> {
+    async fn held_since(
+        &self,
+        fleet: FleetKind,
+    ) -> Result<Vec<crate::store::Holding>, StoreUnavailable> {
         self.read(move |conn| owners::held_since(conn, fleet)).await
     }
 

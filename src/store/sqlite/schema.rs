@@ -80,6 +80,7 @@ CREATE TABLE IF NOT EXISTS machine_owners (
     machine TEXT NOT NULL,
     user_id TEXT NOT NULL,
     made_ms INTEGER NOT NULL,
+    made INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (fleet, name)
 );
 CREATE TABLE IF NOT EXISTS user_spend (
@@ -140,6 +141,14 @@ fn open_wal(path: &Path) -> rusqlite::Result<Result<Connection, String>> {
         "egress_grants",
         "user_id",
         "TEXT NOT NULL DEFAULT ''",
+    )?;
+    // Or before a claimed name was held only once its machine was made: what was held then
+    // was made.
+    add_column_once(
+        &conn,
+        "machine_owners",
+        "made",
+        "INTEGER NOT NULL DEFAULT 1",
     )?;
     Ok(Ok(conn))
 }
