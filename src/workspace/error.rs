@@ -39,6 +39,14 @@ pub enum WorkspaceError {
     BranchExists { branch: String, repo: String },
     #[error("{branch} is not a valid branch name ({why})")]
     BadBranchName { branch: String, why: String },
+    #[error("the commit message {why}")]
+    BadMessage { why: String },
+    #[error(
+        "{dir} keeps its git repository outside it (a .git file or symlink naming another \
+         directory, or a worktree of another repository): give the directory that holds the \
+         repository's .git directory itself"
+    )]
+    GitDirOutside { dir: String },
     #[error("the machine has not changed its workspace: nothing to keep")]
     NoChanges,
     #[error(

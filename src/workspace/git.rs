@@ -17,6 +17,10 @@ pub struct At<'a> {
     pub work_tree: Option<&'a Path>,
     /// An index file of the server's own (`GIT_INDEX_FILE`), so the repository's is untouched.
     pub index: Option<&'a Path>,
+    /// An object directory of the server's own that the objects written go to
+    /// (`GIT_OBJECT_DIRECTORY`), the repository's own still read beside it: what one operation
+    /// writes is removed with that directory, and never accumulates in the repository.
+    pub objects: Option<&'a Path>,
     /// A repository of the server's own: the user's global and system configuration are not
     /// read (an `init.defaultBranch`, a `diff.external`, an alias cannot change what it does).
     pub ours: bool,
@@ -38,7 +42,11 @@ fn command(at: &At<'_>, args: &[&str]) -> Command {
             cmd.env(var, value);
         }
     }
-    cmd.env("LC_ALL", "C").env("GIT_TERMINAL_PROMPT", "0");
+    // A partial clone fetches a missing object from its promisor remote, a transport the
+    // repository configures (`remote.<name>.uploadpack`, `core.sshCommand`): never.
+    cmd.env("LC_ALL", "C")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_NO_LAZY_FETCH", "1");
     if at.ours {
         cmd.env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null");
@@ -49,8 +57,22 @@ fn command(at: &At<'_>, args: &[&str]) -> Command {
     if let Some(index) = at.index {
         cmd.env("GIT_INDEX_FILE", index);
     }
-    // Whatever the repository's configuration says, nothing it names is run: no hook (a
-    // reference-transaction hook fires on update-ref), no fsmonitor, no pager.
+    if let Some(objects) = at.objects {
+        cmd.env("GIT_OBJECT_DIRECTORY", objects);
+        if let Some(git_dir) = at.git_dir {
+            cmd.env(
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                quoted(&git_dir.join("objects")),
+            );
+        }
+    }
+    // Whatever the repository's configuration says, nothing it names is run. The commands run
+    // in a user's repository itself are plumbing (rev-parse, symbolic-ref, show-ref,
+    // unpack-objects, update-ref) that runs no filter, textconv or external diff; what they
+    // could still run is turned off here: a hook (a reference-transaction hook fires on
+    // update-ref), an fsmonitor (any index refresh), a pager, a credential helper, a signing
+    // program, an automatic gc or maintenance. The content-reading commands run with a git
+    // directory of the server's instead (shadow.rs), where no driver is defined.
     cmd.args([
         "-c",
         "core.hooksPath=/dev/null",
@@ -58,8 +80,25 @@ fn command(at: &At<'_>, args: &[&str]) -> Command {
         "core.fsmonitor=false",
         "-c",
         "core.pager=cat",
+        "-c",
+        "credential.helper=",
+        "-c",
+        "commit.gpgSign=false",
+        "-c",
+        "tag.gpgSign=false",
+        "-c",
+        "log.showSignature=false",
+        "-c",
+        "gc.auto=0",
+        "-c",
+        "maintenance.auto=false",
         "--no-pager",
     ]);
+    if !at.ours {
+        // No transport at all (ssh's `core.sshCommand`, a remote's `uploadpack`): only the
+        // server's own repositories clone, from a shadow of the user's.
+        cmd.args(["-c", "protocol.allow=never"]);
+    }
     if let Some(dir) = at.dir {
         cmd.arg("-C").arg(dir);
     }
@@ -71,6 +110,24 @@ fn command(at: &At<'_>, args: &[&str]) -> Command {
     }
     cmd.args(args);
     cmd
+}
+
+/// A path as one entry of a `:`-separated alternates list: C-quoted when it holds a `:` (or
+/// starts with the quote itself), as git reads a quoted entry whole.
+fn quoted(path: &Path) -> std::ffi::OsString {
+    let text = path.display().to_string();
+    if !text.contains(':') && !text.starts_with('"') {
+        return path.as_os_str().to_owned();
+    }
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out.into()
 }
 
 /// The git program: `$SMOL_MCP_GIT` for tests that need another, else `git` on `PATH`.

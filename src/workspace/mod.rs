@@ -8,7 +8,10 @@
 //! on (`tree/`) is the machine's to write, `.git` included, so no git command here runs with it
 //! as a repository: each names the server's own (`base.git`, `--git-dir`), whose configuration
 //! the server wrote, and git never reads a `.git` inside a work tree as configuration. So a
-//! guest's `.git/config` (a hook, an fsmonitor, an external diff) never runs on the host.
+//! guest's `.git/config` (a hook, an fsmonitor, an external diff) never runs on the host. The
+//! user's repository is as much the machine's to write (a writable mount of it), so what reads
+//! its content does so through a git directory of the server's (shadow.rs), and a repository
+//! whose git directory is outside the directory given is refused.
 //!
 //! Git through its CLI rather than a library: the host's git is the one the user's repository
 //! is made with (its object format, its extensions), a plumbing command line is a stable
@@ -17,6 +20,7 @@
 mod archive;
 mod error;
 mod git;
+mod shadow;
 
 pub use archive::{Unpacked, pack, unpack};
 pub use error::WorkspaceError;
@@ -54,31 +58,41 @@ pub fn inspect(dir: &Path) -> Result<Origin, WorkspaceError> {
         return Err(WorkspaceError::NotADirectory { dir: shown });
     }
     git::run(&At::default(), &["--version"])?;
-    let at = At {
-        dir: Some(&dir),
-        ..At::default()
-    };
-    let Ok(top) = git::line(&at, &["rev-parse", "--show-toplevel"]) else {
+    let Some(repo) = locate_inside(&dir, &shown)? else {
         return Ok(Origin {
             dir,
             kind: OriginKind::Plain,
         });
     };
-    let top = std::fs::canonicalize(&top).map_err(io(format!("resolving {top}")))?;
-    if top != dir {
-        return Err(WorkspaceError::NotRepositoryRoot {
-            dir: shown,
-            root: top.display().to_string(),
-        });
-    }
+    let at = At {
+        dir: Some(&dir),
+        ..At::default()
+    };
     let head = git::line(&at, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
         .map_err(|_| WorkspaceError::Unborn { dir: shown.clone() })?;
     let branch = git::line(&at, &["symbolic-ref", "--quiet", "--short", "HEAD"])
         .map_err(|_| WorkspaceError::Detached { dir: shown.clone() })?;
+    // Through a shadow git directory (shadow.rs): status reads every file's content, through
+    // whatever filter the repository's configuration defines. Submodules are not looked into
+    // (each has a configuration of its own); the copy is of the commit, which records only
+    // their commit ids.
+    let shadow = shadow::Shadow::new(&std::env::temp_dir(), &repo, &head)?;
     let status = git::run(
-        &at,
-        &["status", "--porcelain=v1", "-z", "--untracked-files=all"],
+        &At {
+            dir: Some(&dir),
+            git_dir: Some(shadow.dir()),
+            work_tree: Some(&dir),
+            ..At::default()
+        },
+        &[
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--ignore-submodules=all",
+        ],
     )?;
+    drop(shadow);
     let dirty: Vec<String> = status
         .split(|b| *b == 0)
         .filter(|entry| entry.len() > 3)
@@ -100,6 +114,34 @@ pub fn inspect(dir: &Path) -> Result<Origin, WorkspaceError> {
         dir,
         kind: OriginKind::Git { head, branch },
     })
+}
+
+/// The repository `dir` (canonical) is in, refused unless `dir` is its root and its git
+/// directory is inside `dir`: a `.git` file or symlink, or a worktree, can name a repository
+/// anywhere on the host, outside what the operator allowed, and a refusal then names nothing
+/// of it. `None` for a directory in no repository.
+fn locate_inside(dir: &Path, shown: &str) -> Result<Option<shadow::Located>, WorkspaceError> {
+    let Some(repo) = shadow::locate(dir)? else {
+        return Ok(None);
+    };
+    let inside = |root: &Path| repo.git_dir.starts_with(root) && repo.common_dir.starts_with(root);
+    if repo.top != dir {
+        if dir.starts_with(&repo.top) && inside(&repo.top) {
+            return Err(WorkspaceError::NotRepositoryRoot {
+                dir: shown.to_owned(),
+                root: repo.top.display().to_string(),
+            });
+        }
+        return Err(WorkspaceError::GitDirOutside {
+            dir: shown.to_owned(),
+        });
+    }
+    if !inside(dir) {
+        return Err(WorkspaceError::GitDirOutside {
+            dir: shown.to_owned(),
+        });
+    }
+    Ok(Some(repo))
 }
 
 /// A workspace's copy and the server's record of where it started, in a directory of the
@@ -141,12 +183,14 @@ impl Workspace {
         }
     }
 
-    /// The server's repository, the copy as its work tree, and an index file of its own.
-    fn at<'a>(&'a self, index: &'a Path) -> At<'a> {
+    /// The server's repository, the copy as its work tree, and an index file and an object
+    /// directory of one operation's own.
+    fn at<'a>(&'a self, scratch: &'a Scratch) -> At<'a> {
         At {
             git_dir: Some(&self.base_git),
             work_tree: Some(&self.tree),
-            index: Some(index),
+            index: Some(&scratch.index),
+            objects: Some(&scratch.objects),
             ours: true,
             ..At::default()
         }
@@ -160,14 +204,44 @@ impl Workspace {
         }
     }
 
-    /// Stages the whole copy, as it is now, into a fresh index of the server's, and answers
-    /// the tree it makes. Paths named `.git` are never staged (git's own rule).
-    fn stage(&self, index: &Path) -> Result<String, WorkspaceError> {
-        let _ = std::fs::remove_file(index);
-        let at = self.at(index);
+    /// Stages the whole copy, as it is now, into the scratch's fresh index (its blobs into the
+    /// scratch's objects), and answers the tree it makes. Paths named `.git` are never staged
+    /// (git's own rule).
+    fn stage(&self, scratch: &Scratch) -> Result<String, WorkspaceError> {
+        let at = self.at(scratch);
         git::run(&at, &["read-tree", &self.base])?;
         git::run(&at, &["add", "--all", "."])?;
         git::line(&at, &["write-tree"])
+    }
+}
+
+/// What one operation on a copy writes beside it: an index, and an object directory for the
+/// blobs, trees and commit it makes. The server's repository holds only the base: a reading
+/// stages the whole copy, and its objects written there would stay, each reading's large
+/// file adding to the last's. Removed when dropped, so the objects a reading made go with it,
+/// and a keep's go once they are in the user's repository.
+struct Scratch {
+    index: PathBuf,
+    objects: PathBuf,
+}
+
+impl Scratch {
+    /// Names unique to one operation: two at once on one copy share nothing.
+    fn new(root: &Path, what: &str) -> Result<Scratch, WorkspaceError> {
+        let scratch = Scratch {
+            index: scratch_path(root, &format!("{what}.index")),
+            objects: scratch_path(root, &format!("{what}.objects")),
+        };
+        std::fs::create_dir_all(&scratch.objects)
+            .map_err(io(format!("creating {}", scratch.objects.display())))?;
+        Ok(scratch)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.index);
+        let _ = std::fs::remove_dir_all(&self.objects);
     }
 }
 
@@ -222,12 +296,18 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
     let shown = origin.dir.display().to_string();
     std::fs::create_dir_all(&tree).map_err(io(format!("creating {}", tree.display())))?;
     let base = match &origin.kind {
-        OriginKind::Git { branch, .. } => {
-            let user = At {
-                dir: Some(&origin.dir),
-                ..At::default()
-            };
-            let bytes: u64 = file_sizes(&user, "HEAD")?
+        OriginKind::Git { head, branch } => {
+            // Located again: the repository may have changed since it was inspected.
+            let shown_dir = origin.dir.display().to_string();
+            let repo = locate_inside(&origin.dir, &shown_dir)?.ok_or_else(|| {
+                WorkspaceError::NotADirectory {
+                    dir: shown_dir.clone(),
+                }
+            })?;
+            // The commit inspected, read and copied through a shadow (shadow.rs): the clone's
+            // upload-pack runs in a repository of the server's, not in the user's.
+            let shadow = shadow::Shadow::new(root, &repo, head)?;
+            let bytes: u64 = file_sizes(&shadow.at_bare(), head)?
                 .iter()
                 .map(|(_, size)| size)
                 .sum();
@@ -238,9 +318,13 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
                     limit: max_bytes,
                 });
             }
+            git::run(
+                &shadow.at_bare(),
+                &["update-ref", &format!("refs/heads/{branch}"), head],
+            )?;
             // The branch's tip, one commit deep: the same objects as the user's, copied
             // (never hard-linked or shared through alternates, which name host paths).
-            let url = format!("file://{}", origin.dir.display());
+            let url = format!("file://{}", shadow.dir().display());
             let base_git_text = base_git.display().to_string();
             git::run(
                 &At {
@@ -249,6 +333,7 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
                 },
                 &[
                     "clone",
+                    "--quiet",
                     "--bare",
                     "--no-local",
                     "--depth",
@@ -261,11 +346,15 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
                     &base_git_text,
                 ],
             )?;
+            drop(shadow);
             let ours = At {
                 git_dir: Some(&base_git),
                 ours: true,
                 ..At::default()
             };
+            // The remote names the shadow, gone now (and a host path, which the machine's copy
+            // of this repository would show).
+            let _ = git::run(&ours, &["config", "--remove-section", "remote.origin"]);
             git::line(&ours, &["rev-parse", "--verify", "HEAD^{commit}"])?
         }
         OriginKind::Plain => {
@@ -320,10 +409,12 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
     };
     if matches!(origin.kind, OriginKind::Git { .. }) {
         // The files, from the server's repository into the copy.
-        let index = root.join("seed.index");
-        let at = workspace.at(&index);
-        git::run(&at, &["read-tree", "--reset", "-u", &workspace.base])?;
-        let _ = std::fs::remove_file(&index);
+        let scratch = Scratch::new(root, "seed")?;
+        git::run(
+            &workspace.at(&scratch),
+            &["read-tree", "--reset", "-u", &workspace.base],
+        )?;
+        drop(scratch);
         // A repository of the machine's own, at the same commit, so that git status and git
         // diff work in the guest. What the guest does to it is never read here.
         let guest_git = workspace.tree.join(".git");
@@ -392,15 +483,15 @@ pub struct Changes {
 
 /// A scratch file of the copy's root, unique to one operation: two at once on one copy do not
 /// share an index.
-fn scratch(root: &Path, what: &str) -> PathBuf {
+fn scratch_path(root: &Path, what: &str) -> PathBuf {
     root.join(format!("{what}-{:08x}", rand::random::<u32>()))
 }
 
 /// Compares the copy as it is now with its base.
 pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
-    let index = scratch(&workspace.root, "changes.index");
-    workspace.stage(&index)?;
-    let at = workspace.at(&index);
+    let scratch = Scratch::new(&workspace.root, "changes")?;
+    workspace.stage(&scratch)?;
+    let at = workspace.at(&scratch);
     let base = workspace.base.as_str();
     let statuses = git::run(
         &at,
@@ -457,7 +548,7 @@ pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
             files[i].bytes = by_path.get(&files[i].path).copied().unwrap_or(0);
         }
     }
-    let written = scratch(&workspace.root, "changes.diff");
+    let written = scratch_path(&workspace.root, "changes.diff");
     let output = format!("--output={}", written.display());
     let diffed = git::run(
         &at,
@@ -472,7 +563,7 @@ pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
             base,
         ],
     );
-    let _ = std::fs::remove_file(&index);
+    drop(scratch);
     diffed?;
     let diff = workspace.root.join("changes.diff");
     std::fs::rename(&written, &diff).map_err(io(format!("writing {}", diff.display())))?;
@@ -493,6 +584,78 @@ pub enum Kept {
     Patch { path: PathBuf },
 }
 
+/// The longest branch name kept, in bytes. In the files ref store each `/`-separated part of
+/// `refs/heads/<branch>.lock` is a file name (255 bytes at most on common file systems), and a
+/// name git cannot lock fails only once the commit's objects are written: a bound well under
+/// that refuses it first.
+pub const MAX_BRANCH_BYTES: usize = 200;
+
+/// What a refused branch name is told.
+const BRANCH_RULE: &str = "letters, digits and / - _ . work, up to 200 bytes; not HEAD or @, \
+                           not starting with refs/ or -, without .. or @{";
+
+/// Refuses a branch name git would read as something other than a new branch of its own
+/// (`@` and `HEAD` are the checked-out commit, `refs/heads/main` is `main` itself), or could not
+/// store. Checked without git, so a tool refuses it before reading anything back;
+/// [`keep`] also asks the repository (a tag or a commit id of that name, a branch in the way).
+pub fn check_branch(branch: &str) -> Result<(), WorkspaceError> {
+    let why = if branch.is_empty() {
+        Some("it is empty".to_owned())
+    } else if branch.len() > MAX_BRANCH_BYTES {
+        Some(format!("it is {} bytes long", branch.len()))
+    } else if branch == "@" || branch.eq_ignore_ascii_case("HEAD") {
+        Some("git reads it as the commit checked out".to_owned())
+    } else if branch.ends_with("HEAD")
+        && branch.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+    {
+        Some("git reads it as one of its own references (FETCH_HEAD, ORIG_HEAD)".to_owned())
+    } else if branch.starts_with("refs/") {
+        Some("git reads it as a full reference name, not a branch's".to_owned())
+    } else if branch.starts_with('-') {
+        Some("git reads it as an option".to_owned())
+    } else if branch.contains("..") || branch.contains("@{") {
+        Some("git reads it as a range or a reflog entry".to_owned())
+    } else if branch.contains('\\') || branch.chars().any(char::is_control) {
+        Some("it holds a backslash or a control character".to_owned())
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(bad_branch(branch, &why)),
+        None => Ok(()),
+    }
+}
+
+fn bad_branch(branch: &str, why: &str) -> WorkspaceError {
+    // Shown escaped and cut short: the name is the caller's, and is echoed in an answer.
+    let mut shown: String = branch.escape_debug().take(80).collect();
+    if shown.len() < branch.escape_debug().count() {
+        shown.push('…');
+    }
+    WorkspaceError::BadBranchName {
+        branch: shown,
+        why: format!("{why}: {BRANCH_RULE}"),
+    }
+}
+
+/// Refuses a commit message git cannot carry or a terminal would act on: a NUL ends an
+/// argument, other control characters (an escape sequence) would run in the user's
+/// `git log`. Line breaks and tabs are kept.
+pub fn check_message(message: &str) -> Result<(), WorkspaceError> {
+    match message
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+    {
+        Some(c) => Err(WorkspaceError::BadMessage {
+            why: format!(
+                "holds the control character U+{:04X}: give text (line breaks and tabs are kept)",
+                u32::from(c)
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Keeps the copy's changes: as a commit on a new branch `branch` of the user's repository
 /// (never touching its working tree, index, `HEAD` or another ref), or for a plain directory
 /// as a patch at `patch`. Refused, with nothing written, when there is nothing to keep or the
@@ -503,12 +666,15 @@ pub fn keep(
     message: &str,
     patch: &Path,
 ) -> Result<Kept, WorkspaceError> {
-    let index = scratch(&workspace.root, "keep.index");
-    let tree = workspace.stage(&index)?;
-    let at = workspace.at(&index);
+    check_message(message)?;
+    if matches!(workspace.origin.kind, OriginKind::Git { .. }) {
+        check_branch(branch)?;
+    }
+    let scratch = Scratch::new(&workspace.root, "keep")?;
+    let tree = workspace.stage(&scratch)?;
+    let at = workspace.at(&scratch);
     let base_tree = git::line(&at, &["rev-parse", &format!("{}^{{tree}}", workspace.base)])?;
     if tree == base_tree {
-        let _ = std::fs::remove_file(&index);
         return Err(WorkspaceError::NoChanges);
     }
     let kept = match workspace.origin.kind {
@@ -536,7 +702,7 @@ pub fn keep(
             }
         }
     };
-    let _ = std::fs::remove_file(&index);
+    drop(scratch);
     Ok(kept)
 }
 
@@ -548,22 +714,56 @@ fn keep_as_branch(
     message: &str,
 ) -> Result<Kept, WorkspaceError> {
     let repo = workspace.origin.dir.display().to_string();
+    check_branch(branch)?;
+    // Located again, and named explicitly from here on: what was inspected may since have
+    // become a `.git` file naming a repository outside the directory.
+    let located = locate_inside(&workspace.origin.dir, &repo)?
+        .ok_or_else(|| WorkspaceError::NotADirectory { dir: repo.clone() })?;
     let user = At {
         dir: Some(&workspace.origin.dir),
+        git_dir: Some(&located.git_dir),
         ..At::default()
     };
-    if branch.starts_with('-') || !git::succeeds(&user, &["check-ref-format", "--branch", branch]) {
-        return Err(WorkspaceError::BadBranchName {
-            branch: branch.to_owned(),
-            why: "git check-ref-format refuses it: letters, digits and / - _ . work".into(),
-        });
-    }
     let reference = format!("refs/heads/{branch}");
+    // Git's own rules, by the server's repository: nothing of the user's is read for them.
+    if !git::succeeds(&workspace.bare(), &["check-ref-format", &reference]) {
+        return Err(bad_branch(branch, "git check-ref-format refuses it"));
+    }
     if git::succeeds(&user, &["show-ref", "--verify", "--quiet", &reference]) {
         return Err(WorkspaceError::BranchExists {
             branch: branch.to_owned(),
             repo,
         });
+    }
+    // A name that already means something to git here (a tag, a commit id or its prefix, a
+    // pseudo-ref) would be read as that, not as the new branch, in the review the answer
+    // gives.
+    if git::succeeds(&user, &["rev-parse", "--verify", "--quiet", branch]) {
+        return Err(bad_branch(
+            branch,
+            "git already reads it as a tag, a commit or another reference of the repository",
+        ));
+    }
+    // The ref's creation rehearsed and abandoned before any object is written: a branch in the
+    // way (`main` for `main/x`) or a name the ref store cannot hold is refused here rather
+    // than after the commit's objects are in the repository.
+    let rehearsal = format!(
+        "start\ncreate {reference} {base}\nprepare\nabort\n",
+        base = workspace.base
+    );
+    if let Err(e) = git::run_with(
+        &user,
+        &["update-ref", "--stdin"],
+        Some(rehearsal.as_bytes()),
+    ) {
+        let said = match e {
+            WorkspaceError::Git { said, .. } => said,
+            other => return Err(other),
+        };
+        return Err(bad_branch(
+            branch,
+            &format!("the repository cannot hold it ({said})"),
+        ));
     }
     let commit = git::line(
         at,
@@ -572,8 +772,9 @@ fn keep_as_branch(
     // The new objects, packed in the server's repository and unpacked in the user's: no fetch,
     // so no FETCH_HEAD, no remote, and no shallow boundary carried over.
     let wanted = format!("{commit}\n^{}\n", workspace.base);
+    // The commit and the copy's objects are in the operation's scratch objects (`at`).
     let pack = git::run_with(
-        &workspace.bare(),
+        at,
         &["pack-objects", "--revs", "--stdout", "--quiet"],
         Some(wanted.as_bytes()),
     )?;

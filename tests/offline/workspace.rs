@@ -349,3 +349,509 @@ fn a_plain_directory_s_changes_come_back_as_a_patch_the_user_applies() {
     );
     assert!(!dir.join("gone.txt").exists());
 }
+
+/// An executable file of `body`.
+fn executable(path: &Path, body: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, body).unwrap();
+    Command::new("chmod").arg("755").arg(path).status().unwrap();
+}
+
+/// What ran of the planted commands: the markers they left, by name.
+fn markers(marks: &Path) -> Vec<String> {
+    let mut ran: Vec<String> = std::fs::read_dir(marks)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    ran.sort();
+    ran
+}
+
+/// Every object file of a repository, by path: what a refused keep must not add to.
+pub fn object_files(repo: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![repo.join(".git/objects")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The hooks git runs, each planted in the repository's hooks and in a `core.hooksPath`.
+const HOOKS: &[&str] = &[
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "post-index-change",
+    "fsmonitor-watchman",
+];
+
+#[test]
+fn nothing_a_users_repository_configures_runs_on_the_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("project");
+    repository(&repo);
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let bin = tmp.path().join("bin");
+    // Each planted command leaves a marker named for what it was planted as, then does what
+    // its caller expects (a filter passes its input through), so that nothing fails for
+    // another reason than the command not running.
+    let passes = |name: &str| {
+        let path = bin.join(name);
+        executable(
+            &path,
+            &format!("#!/bin/sh\ntouch {}/{name}\ncat\n", marks.display()),
+        );
+        path.display().to_string()
+    };
+    let exits = |name: &str| {
+        let path = bin.join(name);
+        executable(
+            &path,
+            &format!("#!/bin/sh\ntouch {}/{name}\nexit 0\n", marks.display()),
+        );
+        path.display().to_string()
+    };
+
+    // A submodule whose own configuration names a filter its attributes use.
+    let sub_source = tmp.path().join("sub-source");
+    std::fs::create_dir_all(&sub_source).unwrap();
+    git(
+        &sub_source,
+        &["init", "--quiet", "--initial-branch", "main"],
+    );
+    std::fs::write(sub_source.join("s.txt"), "sub\n").unwrap();
+    std::fs::write(sub_source.join(".gitattributes"), "* filter=subevil\n").unwrap();
+    git(&sub_source, &["add", "."]);
+    git(&sub_source, &["commit", "--quiet", "-m", "sub"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "--quiet",
+            "add",
+            &sub_source.display().to_string(),
+            "sub",
+        ],
+    );
+    // Files whose attributes name every kind of driver, committed before any is defined.
+    for name in ["a.txt", "b.txt", "c.txt", "d.txt"] {
+        std::fs::write(repo.join(name), "x\n").unwrap();
+    }
+    std::fs::write(
+        repo.join(".gitattributes"),
+        "a.txt filter=cleaner\nb.txt filter=proc\nc.txt filter=included\n\
+         d.txt filter=conditional\n* diff=conv merge=merger\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "--quiet", "-m", "drivers"]);
+    std::fs::create_dir_all(repo.join(".git/info")).unwrap();
+    std::fs::write(
+        repo.join(".git/info/attributes"),
+        "README filter=infoattr\n",
+    )
+    .unwrap();
+
+    let hooks_path = tmp.path().join("hooks");
+    for hook in HOOKS {
+        executable(
+            &repo.join(".git/hooks").join(hook),
+            &format!("#!/bin/sh\ntouch {}/hook-{hook}\nexit 0\n", marks.display()),
+        );
+        executable(
+            &hooks_path.join(hook),
+            &format!(
+                "#!/bin/sh\ntouch {}/hookspath-{hook}\nexit 0\n",
+                marks.display()
+            ),
+        );
+    }
+    let included = tmp.path().join("included.config");
+    std::fs::write(
+        &included,
+        format!(
+            "[filter \"included\"]\n\tclean = {}\n\tsmudge = {}\n\trequired = true\n",
+            passes("included-clean"),
+            passes("included-smudge")
+        ),
+    )
+    .unwrap();
+    let conditional = tmp.path().join("conditional.config");
+    std::fs::write(
+        &conditional,
+        format!(
+            "[filter \"conditional\"]\n\tclean = {}\n\trequired = true\n[core]\n\tfsmonitor = {}\n",
+            passes("conditional-clean"),
+            exits("conditional-fsmonitor")
+        ),
+    )
+    .unwrap();
+    let mut config = std::fs::read_to_string(repo.join(".git/config")).unwrap();
+    config.push_str(&format!(
+        "[filter \"cleaner\"]\n\tclean = {}\n\tsmudge = {}\n\trequired = true\n\
+         [filter \"infoattr\"]\n\tclean = {}\n\trequired = true\n\
+         [filter \"proc\"]\n\tprocess = {}\n\trequired = true\n\
+         [diff \"conv\"]\n\ttextconv = {}\n\
+         [merge \"merger\"]\n\tdriver = {}\n\
+         [diff]\n\texternal = {}\n\
+         [core]\n\tfsmonitor = {}\n\tpager = {}\n\tsshCommand = {}\n\taskPass = {}\n\
+         \teditor = {}\n\thooksPath = {}\n\talternateRefsCommand = {}\n\
+         [sequence]\n\teditor = {}\n\
+         [pager]\n\tstatus = {}\n\tlog = {}\n\
+         [credential]\n\thelper = !{}\n\
+         [commit]\n\tgpgSign = true\n[tag]\n\tgpgSign = true\n\
+         [gpg]\n\tprogram = {}\n[log]\n\tshowSignature = true\n\
+         [status]\n\tsubmoduleSummary = true\n\
+         [remote \"origin\"]\n\turl = ssh://example.invalid/x\n\tuploadpack = {}\n\
+         [uploadpack]\n\tpackObjectsHook = {}\n\
+         [include]\n\tpath = {}\n\
+         [includeIf \"gitdir:{}/\"]\n\tpath = {}\n",
+        passes("clean"),
+        passes("smudge"),
+        passes("infoattr-clean"),
+        exits("process"),
+        passes("textconv"),
+        exits("merge-driver"),
+        exits("diff-external"),
+        exits("fsmonitor"),
+        passes("pager"),
+        exits("ssh"),
+        exits("askpass"),
+        exits("editor"),
+        hooks_path.display(),
+        exits("alternate-refs"),
+        exits("sequence-editor"),
+        passes("pager-status"),
+        passes("pager-log"),
+        exits("credential"),
+        exits("gpg"),
+        exits("uploadpack"),
+        exits("pack-objects-hook"),
+        included.display(),
+        repo.join(".git").display(),
+        conditional.display(),
+    ));
+    std::fs::write(repo.join(".git/config"), config).unwrap();
+    // The submodule's own configuration, which a status recursing into it reads.
+    let sub_config = repo.join(".git/modules/sub/config");
+    let mut text = std::fs::read_to_string(&sub_config).unwrap();
+    text.push_str(&format!(
+        "[filter \"subevil\"]\n\tclean = {}\n\trequired = true\n[core]\n\tfsmonitor = {}\n",
+        passes("sub-clean"),
+        exits("sub-fsmonitor")
+    ));
+    std::fs::write(&sub_config, text).unwrap();
+    // Stat data that no longer matches the index, so that git reads the files' content (through
+    // any filter) to know whether they changed.
+    for path in ["a.txt", "b.txt", "c.txt", "d.txt", "README", "sub/s.txt"] {
+        Command::new("touch")
+            .args(["-d", "2030-01-01 00:00:00"])
+            .arg(repo.join(path))
+            .status()
+            .unwrap();
+    }
+
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let origin = workspace::inspect(&repo)
+        .unwrap_or_else(|e| panic!("{e}; planted commands that ran: {:?}", markers(&marks)));
+    assert_eq!(
+        origin.kind,
+        OriginKind::Git {
+            head: head.clone(),
+            branch: "main".into()
+        },
+        "the repository is clean and on main"
+    );
+    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20).unwrap();
+    assert_eq!(ws.base, head);
+    assert_eq!(
+        std::fs::read_to_string(ws.tree().join("a.txt")).unwrap(),
+        "x\n"
+    );
+    std::fs::write(ws.tree().join("a.txt"), "y\n").unwrap();
+    let changes = workspace::changes(&ws).unwrap();
+    assert_eq!(
+        changes
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect::<Vec<_>>(),
+        ["a.txt"]
+    );
+    let kept = workspace::keep(&ws, "smol/planted", "kept", &tmp.path().join("p")).unwrap();
+    let Kept::Branch { commit, .. } = kept else {
+        panic!("a repository's changes are a branch")
+    };
+    assert_eq!(
+        git(&repo, &["rev-parse", "refs/heads/smol/planted"]),
+        commit
+    );
+    assert_eq!(
+        markers(&marks),
+        Vec::<String>::new(),
+        "planted commands ran"
+    );
+
+    // The plants are live: the user's own git runs them (and fails on the failing process
+    // filter, which is required).
+    Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["status", "--porcelain"])
+        .output()
+        .unwrap();
+    assert!(
+        markers(&marks).contains(&"clean".to_owned()),
+        "{:?}",
+        markers(&marks)
+    );
+}
+
+#[test]
+fn a_sha256_repository_is_copied_and_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("project");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(
+        &repo,
+        &[
+            "init",
+            "--quiet",
+            "--object-format=sha256",
+            "--initial-branch",
+            "main",
+        ],
+    );
+    std::fs::write(repo.join("README"), "hello\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "--quiet", "-m", "first"]);
+    let origin = workspace::inspect(&repo).unwrap();
+    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20).unwrap();
+    assert_eq!(ws.base.len(), 64);
+    std::fs::write(ws.tree().join("README"), "changed\n").unwrap();
+    let kept = workspace::keep(&ws, "smol/sha", "m", &tmp.path().join("p")).unwrap();
+    assert!(matches!(kept, Kept::Branch { .. }), "{kept:?}");
+    assert_eq!(git(&repo, &["fsck", "--no-progress"]), "");
+}
+
+#[test]
+fn a_branch_name_git_reads_as_something_else_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("project");
+    repository(&repo);
+    git(&repo, &["tag", "v1"]);
+    let ws = workspace::seed(
+        &workspace::inspect(&repo).unwrap(),
+        &tmp.path().join("ws"),
+        1 << 20,
+    )
+    .unwrap();
+    std::fs::write(ws.tree().join("README"), "changed\n").unwrap();
+    let before = (snapshot(&repo), object_files(&repo));
+    let long = "a".repeat(300);
+    let short_hex = git(&repo, &["rev-parse", "--short=8", "HEAD"]);
+    for branch in [
+        "@",
+        "HEAD",
+        "head",
+        "refs/heads/main",
+        "refs/x",
+        "-x",
+        "a..b",
+        "a@{1}",
+        "a\\b",
+        "a\u{7}b",
+        "a\nb",
+        "",
+        long.as_str(),
+        "main/x",
+        "v1",
+        "ORIG_HEAD",
+        "FETCH_HEAD",
+        short_hex.as_str(),
+        "a b",
+        "a/",
+        "a.lock",
+    ] {
+        let err = workspace::keep(&ws, branch, "m", &tmp.path().join("p")).unwrap_err();
+        assert!(
+            matches!(err, WorkspaceError::BadBranchName { .. }),
+            "{branch:?}: {err}"
+        );
+        assert!(
+            err.to_string().contains("letters, digits"),
+            "{branch:?}: says what is accepted: {err}"
+        );
+        assert_eq!(
+            (snapshot(&repo), object_files(&repo)),
+            before,
+            "{branch:?}: nothing written"
+        );
+    }
+    for message in ["a\0b", "a\u{1b}[31mred"] {
+        let err = workspace::keep(&ws, "smol/ok", message, &tmp.path().join("p")).unwrap_err();
+        assert!(
+            matches!(err, WorkspaceError::BadMessage { .. }),
+            "{message:?}: {err}"
+        );
+        assert_eq!((snapshot(&repo), object_files(&repo)), before);
+    }
+    // A name of 200 bytes, and a message with lines and tabs, are kept.
+    let longest = format!("smol/{}", "b".repeat(195));
+    let kept = workspace::keep(&ws, &longest, "title\n\n\tbody", &tmp.path().join("p")).unwrap();
+    assert!(matches!(kept, Kept::Branch { .. }), "{kept:?}");
+}
+
+#[test]
+fn a_git_directory_outside_the_directory_given_is_refused_naming_nothing_of_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let elsewhere = tmp.path().join("elsewhere-secret");
+    repository(&elsewhere);
+    std::fs::write(elsewhere.join("secret-plans.txt"), "x\n").unwrap();
+    let allowed = tmp.path().join("allowed");
+    // A `.git` file naming the outside repository's git directory.
+    let linked = allowed.join("linked");
+    std::fs::create_dir_all(&linked).unwrap();
+    std::fs::write(
+        linked.join(".git"),
+        format!("gitdir: {}\n", elsewhere.join(".git").display()),
+    )
+    .unwrap();
+    // A `.git` symlink to it.
+    let symlinked = allowed.join("symlinked");
+    std::fs::create_dir_all(&symlinked).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join(".git"), symlinked.join(".git")).unwrap();
+    // A linked worktree of the outside repository.
+    let worktree = allowed.join("worktree");
+    git(
+        &elsewhere,
+        &[
+            "worktree",
+            "add",
+            "--quiet",
+            "-b",
+            "wt",
+            &worktree.display().to_string(),
+        ],
+    );
+    for dir in [&linked, &symlinked, &worktree] {
+        let err = workspace::inspect(dir).unwrap_err();
+        assert!(
+            matches!(err, WorkspaceError::GitDirOutside { .. }),
+            "{}: {err}",
+            dir.display()
+        );
+        let text = err.to_string();
+        assert!(
+            !text.contains("elsewhere") && !text.contains("secret"),
+            "names the outside repository: {text}"
+        );
+        assert!(text.contains(&dir.display().to_string()), "{text}");
+    }
+    // The repository's own root is still a workspace.
+    std::fs::remove_file(elsewhere.join("secret-plans.txt")).unwrap();
+    workspace::inspect(&elsewhere).unwrap();
+}
+
+/// The bytes of the files under `dir`.
+fn disk_use(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = path.symlink_metadata().unwrap();
+            if meta.is_dir() {
+                pending.push(path);
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// `len` bytes no compressor shrinks, different for each `seed`.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+#[test]
+fn readings_of_a_copy_leave_the_disk_use_of_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("project");
+    repository(&repo);
+    let ws = workspace::seed(
+        &workspace::inspect(&repo).unwrap(),
+        &tmp.path().join("ws"),
+        64 << 20,
+    )
+    .unwrap();
+    let big = 8 << 20;
+    let mut after_first = 0;
+    for reading in 0..6u64 {
+        // What a machine leaves between readings: the large file rewritten, or as it was.
+        if reading != 3 {
+            std::fs::write(ws.tree().join("big.bin"), noise(reading, big)).unwrap();
+        }
+        let changes = workspace::changes(&ws).unwrap();
+        assert!(changes.files.iter().any(|f| f.path == "big.bin"));
+        let used = disk_use(&ws.root);
+        if reading == 0 {
+            after_first = used;
+        }
+        assert!(
+            used <= after_first + (1 << 20),
+            "reading {reading}: {used} bytes, after the first {after_first}"
+        );
+    }
+    // What the readings reclaimed is not what a keep needs.
+    let kept = workspace::keep(&ws, "smol/big", "big", &tmp.path().join("p")).unwrap();
+    let Kept::Branch { commit, .. } = kept else {
+        panic!("a repository's changes are a branch")
+    };
+    assert_eq!(
+        git(&repo, &["cat-file", "-s", &format!("{commit}:big.bin")]),
+        big.to_string()
+    );
+    assert!(disk_use(&ws.root) <= after_first + (1 << 20));
+}

@@ -7,7 +7,7 @@
 
 use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::Harness;
-use crate::workspace::{git, repository, snapshot, without_ref};
+use crate::workspace::{git, object_files, repository, snapshot, without_ref};
 use serde_json::json;
 use std::path::Path;
 
@@ -758,4 +758,57 @@ async fn run_once_runs_in_the_workspace_and_leaves_nothing() {
         0,
         "nor is a copy left"
     );
+}
+
+#[tokio::test]
+async fn keep_changes_refuses_a_branch_or_message_git_would_misread_before_writing_anything() {
+    let s = Setup::new().await;
+    let repo = s.repo();
+    s.h.ok(
+        "create-machine",
+        json!({"name": "w", "workspace": repo.display().to_string()}),
+    )
+    .await;
+    s.h.ok(
+        "run-command",
+        json!({"name": "w", "command": "echo x >> /workspace/README"}),
+    )
+    .await;
+    let before = (snapshot(&repo), object_files(&repo));
+    let long = "a".repeat(300);
+    for branch in ["@", "HEAD", "refs/heads/main", long.as_str(), "main/x"] {
+        let bad =
+            s.h.err(
+                "keep-changes",
+                json!({"name": "w", "message": "m", "branch": branch}),
+            )
+            .await;
+        assert!(
+            bad.contains("branch: ") && bad.contains("not a valid branch name"),
+            "{branch}: {bad}"
+        );
+        assert_eq!(
+            (snapshot(&repo), object_files(&repo)),
+            before,
+            "{branch}: nothing written"
+        );
+    }
+    let nul =
+        s.h.err(
+            "keep-changes",
+            json!({"name": "w", "message": "a\u{0}b", "branch": "smol/ok"}),
+        )
+        .await;
+    assert!(
+        nul.contains("message: ") && nul.contains("U+0000"),
+        "an argument's refusal, not the server's failure: {nul}"
+    );
+    assert_eq!((snapshot(&repo), object_files(&repo)), before);
+    let kept =
+        s.h.ok(
+            "keep-changes",
+            json!({"name": "w", "message": "m", "branch": "smol/ok"}),
+        )
+        .await;
+    assert_eq!(kept["branch"], "smol/ok");
 }
