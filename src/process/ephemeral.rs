@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// What separates a lease session's process part from its user (`leased-<instance> of user
+/// alice`, `crate::process::lease`): a machine adopted by another process keeps its user.
+pub const LEASE_USER_MARK: &str = " of user ";
+
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error("{0}")]
@@ -543,7 +547,11 @@ impl Record {
             }) {
                 e.owner_pid = owner;
                 e.owner.clone_from(&me);
-                e.session = session.to_owned();
+                // The user's part of a lease session stays: the machine is still theirs.
+                e.session = match e.session.find(LEASE_USER_MARK) {
+                    Some(at) => format!("{session}{}", &e.session[at..]),
+                    None => session.to_owned(),
+                };
                 adopted.push(e.clone());
             }
             adopted

@@ -46,6 +46,14 @@ impl ServerEvent {
         self
     }
 
+    /// The machine the event is about (its `fleet` and `machine` fields), if it is about one:
+    /// with sign-in, only the user who holds it hears of it.
+    pub fn machine(&self) -> Option<(&str, &str)> {
+        let fleet = self.fields.get("fleet")?.as_str()?;
+        let machine = self.fields.get("machine")?.as_str()?;
+        Some((fleet, machine))
+    }
+
     /// The `data` of the log message: the message and the event's word first, then its fields.
     pub fn data(&self) -> Value {
         let mut data = Map::new();

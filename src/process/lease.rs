@@ -5,7 +5,7 @@
 //! one unused for `machineLeaseSecs`, never while a call on it is in flight.
 
 use crate::fleet::FleetKind;
-use crate::process::ephemeral::{Entry, Lease, Record, now_secs};
+use crate::process::ephemeral::{Entry, LEASE_USER_MARK as USER_MARK, Lease, Record, now_secs};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -80,10 +80,28 @@ impl Leases {
         &self.session
     }
 
-    /// The lease of a machine recorded for `session`: one when it is this process's lease
-    /// session, none otherwise.
+    /// The lease session of `user`'s machines (an id; the operator's is empty): the process's
+    /// own for the operator, one of the user's beside it for a signed-in user, so that one
+    /// user's leased machines and terminals never count in another's per-session limits.
+    pub fn session_of(&self, user: &str) -> String {
+        if user.is_empty() {
+            self.session.clone()
+        } else {
+            format!("{}{USER_MARK}{user}", self.session)
+        }
+    }
+
+    /// Whether `session` is one of this process's lease sessions (any user's).
+    pub fn is_lease_session(&self, session: &str) -> bool {
+        session
+            .strip_prefix(self.session.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(USER_MARK))
+    }
+
+    /// The lease of a machine recorded for `session`: one when it is one of this process's
+    /// lease sessions, none otherwise.
     pub fn lease_for(&self, session: &str) -> Option<Lease> {
-        (session == self.session).then(|| {
+        self.is_lease_session(session).then(|| {
             self.in_use.start_leasing(self.secs);
             Lease {
                 last_used: now_secs(),

@@ -329,6 +329,16 @@ impl Process {
         self.leases.session()
     }
 
+    /// The lease session of `user`'s machines (an id; the operator's is empty).
+    pub fn lease_session_of(&self, user: &str) -> String {
+        self.leases.session_of(user)
+    }
+
+    /// Whether `session` is one of this process's lease sessions, whoever's.
+    pub fn is_lease_session(&self, session: &str) -> bool {
+        self.leases.is_lease_session(session)
+    }
+
     /// A tool call begins to use `names`: their leases are renewed, and the reaper leaves them
     /// alone until `release`.
     pub fn hold(&self, names: &[String]) {
@@ -579,14 +589,15 @@ impl Process {
         }
         let now = ephemeral::now_secs();
         // A read first: most calls name a machine nobody kept, and need no write lock.
-        let is_kept = self.record.entries().is_ok_and(|entries| {
+        let kept_on = self.record.entries().ok().and_then(|entries| {
             entries
                 .iter()
-                .any(|e| (e.name == name || e.id == name) && e.kept_at(now))
+                .find(|e| (e.name == name || e.id == name) && e.kept_at(now))
+                .map(|e| e.fleet)
         });
-        if !is_kept {
+        let Some(fleet) = kept_on else {
             return false;
-        }
+        };
         let lease = self.leases.lease_for(session);
         match self
             .record
@@ -599,6 +610,7 @@ impl Process {
                         "keptMachineTaken",
                         format!("{name}, kept from an earlier session, now belongs to this one"),
                     )
+                    .with("fleet", fleet.as_str())
                     .with("machine", name.to_owned()),
                 );
                 true

@@ -24,22 +24,22 @@ impl Cleanup {
 }
 
 /// What a sweep of machines left by a process that ended did, for the clients to see: those
-/// machines were someone's, and their going is news.
+/// machines were someone's, and their going is news. An event a machine: with sign-in, each
+/// is told only to the sessions of the user who held it (`machine` and `fleet` say which).
 pub fn publish_orphan_sweep(events: &Events, kind: FleetKind, cleanup: &Cleanup) {
-    if !cleanup.deleted.is_empty() {
+    for name in &cleanup.deleted {
         events.publish(
             ServerEvent::info(
                 "orphansDeleted",
                 format!(
-                    "deleted {} machine(s) on the {} fleet that a server process which ended had \
-                     left: {}",
-                    cleanup.deleted.len(),
+                    "deleted machine {name} on the {} fleet, which a server process that ended \
+                     had left",
                     kind.as_str(),
-                    cleanup.deleted.join(", ")
                 ),
             )
             .with("fleet", kind.as_str())
-            .with("machines", cleanup.deleted.clone()),
+            .with("machine", name.clone())
+            .with("machines", vec![name.clone()]),
         );
     }
     for (name, why) in &cleanup.failed {

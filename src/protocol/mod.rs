@@ -61,8 +61,12 @@ impl Protocol {
 pub fn user_of(
     context: &rmcp::service::RequestContext<rmcp::RoleServer>,
 ) -> crate::policy::user::User {
-    context
-        .extensions
+    user_in(&context.extensions)
+}
+
+/// The same, from a message's extensions (a notification's as well as a request's).
+pub fn user_in(extensions: &rmcp::model::Extensions) -> crate::policy::user::User {
+    extensions
         .get::<axum::http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<crate::policy::user::User>().cloned())
         .unwrap_or_else(crate::policy::user::User::operator)

@@ -817,3 +817,38 @@ async fn the_python_client_signs_in_by_itself_on_both_lifecycles() {
         "{bob}"
     );
 }
+
+/// Sessionless requests lease their machines under their own user's lease session: with
+/// `maxMachinesPerSession` 1, alice's temporary machine does not count against bob's, and
+/// bob's refusal (his second) counts only his own.
+#[tokio::test]
+async fn each_users_sessionless_machines_are_their_own_lease_session() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start().await;
+    let (server, _rt) = signed_in(
+        &issuer,
+        "",
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1"),
+        ],
+    )
+    .await;
+    let alice = issuer.token("alice", &server.url, SCOPE).await;
+    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    let temporary = json!({"start": false});
+    let made = call_as(&server, &alice, "create-machine", temporary.clone()).await;
+    assert_eq!(made["result"]["isError"], false, "{made}");
+    let made = call_as(&server, &bob, "create-machine", temporary.clone()).await;
+    assert_eq!(
+        made["result"]["isError"], false,
+        "alice's counted for bob: {made}"
+    );
+    let refused = error_text(&call_as(&server, &bob, "create-machine", temporary).await);
+    assert!(
+        refused.starts_with(
+            "LIMIT_REACHED: this session's machines (still existing or being made): 1;"
+        ),
+        "{refused}"
+    );
+}

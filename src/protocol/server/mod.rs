@@ -156,8 +156,13 @@ impl ServerHandler for SmolMcp {
 
     /// A session (2025-11-25 and before) hears the server's events from its `initialized` on.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.log
-            .forward(self.protocol.process().events.subscribe(), context.peer);
+        let user = crate::protocol::user_in(&context.extensions);
+        let audience = notify::Audience::new(self.protocol.policy.clone(), user);
+        self.log.forward(
+            self.protocol.process().events.subscribe(),
+            context.peer,
+            audience,
+        );
     }
 
     #[allow(deprecated)] // rmcp marks logging deprecated; both spec versions served have it.
@@ -308,8 +313,14 @@ impl ServerHandler for SmolMcp {
                 fleet_choice::Settled::Run(scope, args) => (scope, args),
                 fleet_choice::Settled::Answer(answer) => return Ok(answer),
             };
+            // A client without a session leases its machines under its user's lease session.
+            let leased;
             let owner = if self.leases_stateless_machines && is_stateless(&context) {
-                self.protocol.process().lease_session()
+                leased = self
+                    .protocol
+                    .process()
+                    .lease_session_of(user_of(&context).id());
+                leased.as_str()
             } else {
                 if let Some(end) = &self._end {
                     end.called.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -356,6 +367,7 @@ impl ServerHandler for SmolMcp {
                     self.protocol.process().events.subscribe(),
                     &context,
                     call,
+                    &notify::Audience::new(self.protocol.policy.clone(), user_of(&context)),
                 )
                 .await
             } else {
@@ -467,6 +479,7 @@ impl SmolMcp {
                         context,
                         call,
                         Some(&answered),
+                        &notify::Audience::new(policy.clone(), user_of(context)),
                     )
                     .await
                 }

@@ -29,6 +29,33 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+/// Who hears the process's events on one session or request: with sign-in, an event about a
+/// machine reaches only the user who holds it (the operator: one no user holds); every other
+/// event reaches everyone.
+#[derive(Clone)]
+pub struct Audience {
+    policy: Arc<crate::policy::Policy>,
+    user: crate::policy::user::User,
+}
+
+impl Audience {
+    pub fn new(policy: Arc<crate::policy::Policy>, user: crate::policy::user::User) -> Audience {
+        Audience { policy, user }
+    }
+
+    async fn hears(&self, event: &ServerEvent) -> bool {
+        let Some((fleet, machine)) = event.machine() else {
+            return true;
+        };
+        let Some(kind) = crate::fleet::FleetKind::parse(fleet) else {
+            return false;
+        };
+        crate::policy::tools::user_sees(&self.policy, &self.user, kind, machine)
+            .await
+            .unwrap_or(false)
+    }
+}
+
 /// The logger name of the server's own messages.
 pub const LOGGER: &str = "smol-mcp";
 
@@ -144,15 +171,21 @@ impl SessionLog {
         }
     }
 
-    /// Forwards every event from now on to the session's client, until the session ends.
-    pub fn forward(&self, events: broadcast::Receiver<ServerEvent>, peer: Peer<RoleServer>) {
+    /// Forwards every event from now on that `audience` hears to the session's client, until
+    /// the session ends.
+    pub fn forward(
+        &self,
+        events: broadcast::Receiver<ServerEvent>,
+        peer: Peer<RoleServer>,
+        audience: Audience,
+    ) {
         let (level, stop) = (self.level.clone(), self.stop.clone());
         let threshold = move || level.lock().map(|l| *l).unwrap_or(LoggingLevel::Info);
         tokio::spawn(async move {
             let send = |event: ServerEvent| {
-                let peer = peer.clone();
+                let (peer, audience) = (peer.clone(), audience.clone());
                 let level = threshold();
-                async move { send_event(&peer, &event, level).await }
+                async move { send_event(&peer, &event, level, Some(&audience)).await }
             };
             tokio::select! {
                 () = forward_events_until(events, send, None, std::future::pending()) => {}
@@ -168,8 +201,9 @@ pub async fn with_request_events<F: Future>(
     events: broadcast::Receiver<ServerEvent>,
     context: &RequestContext<RoleServer>,
     work: F,
+    audience: &Audience,
 ) -> F::Output {
-    with_request_events_until_answered(events, context, work, None).await
+    with_request_events_until_answered(events, context, work, None, audience).await
 }
 
 /// The same, ending when `answered`'s request has been answered before `work` is done (a
@@ -180,13 +214,14 @@ pub async fn with_request_events_until_answered<F: Future>(
     context: &RequestContext<RoleServer>,
     work: F,
     answered: Option<&Activity>,
+    audience: &Audience,
 ) -> F::Output {
     let Some(level) = context.meta.log_level() else {
         return work.await;
     };
     let send = |event: ServerEvent| {
         let peer = context.peer.clone();
-        async move { send_event(&peer, &event, level).await }
+        async move { send_event(&peer, &event, level, Some(audience)).await }
     };
     alongside(events, work, send, answered).await
 }
@@ -279,9 +314,19 @@ where
 }
 
 /// Sends `event` if it is at `threshold` or above; answers false once the transport is closed.
-async fn send_event(peer: &Peer<RoleServer>, event: &ServerEvent, threshold: LoggingLevel) -> bool {
+async fn send_event(
+    peer: &Peer<RoleServer>,
+    event: &ServerEvent,
+    threshold: LoggingLevel,
+    audience: Option<&Audience>,
+) -> bool {
     let level = logging_level(event.level);
     if rank(level) < rank(threshold) {
+        return true;
+    }
+    if let Some(audience) = audience
+        && !audience.hears(event).await
+    {
         return true;
     }
     let mut param = LoggingMessageNotificationParam::new(level, event.data());
