@@ -501,3 +501,100 @@ async fn completion_offers_only_the_users_own_machines() {
     assert_eq!(offered(User::signed_in("alice")).await, ["alice-box"]);
     assert_eq!(offered(User::operator()).await, ["op-box"]);
 }
+
+/// With sign-in, host directories are each user's: a `mountAllow` entry naming `{user}` is
+/// the signed-in user's own directory, and the entries without it are the operator's alone;
+/// a mount (or a workspace) of another user's directory is refused before anything is sent.
+#[tokio::test]
+async fn host_directories_are_each_users_own_under_sign_in() {
+    let fake = FakeServe::start().await;
+    let runtime = tempfile::tempdir().unwrap();
+    let homes = tempfile::tempdir().unwrap();
+    let root = homes.path().canonicalize().unwrap();
+    for dir in ["users/alice", "users/bob", "shared"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    let per_user = format!("{}/users/{{user}}", root.display());
+    let shared = format!("{}/shared", root.display());
+    let allow = format!("{per_user},{shared}");
+    let protocol = signed_in_server(
+        &fake,
+        runtime.path(),
+        &[
+            ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+            ("SMOL_MCP_MOUNT_WRITABLE", per_user.as_str()),
+        ],
+    )
+    .await;
+    let policy = &protocol.policy;
+    let mount = |source: &std::path::Path, readonly: bool| json!({"mounts": [{"source": source.display().to_string(), "target": "/data", "readonly": readonly}]});
+    let alice_dir = root.join("users/alice");
+    let bob_dir = root.join("users/bob");
+    call_as(
+        policy,
+        "alice",
+        Tool::CreateMachine,
+        mount(&alice_dir, false),
+    )
+    .await
+    .unwrap();
+    call_as(policy, "bob", Tool::CreateMachine, mount(&bob_dir, true))
+        .await
+        .unwrap();
+    fake.take_requests();
+    for (user, dir, readonly) in [
+        ("bob", &alice_dir, true),
+        ("bob", &alice_dir.join("."), true),
+        ("bob", &bob_dir.join("../alice"), true),
+        ("bob", &root.join("shared"), true),
+        ("", &alice_dir, true),
+    ] {
+        let text = call_as(policy, user, Tool::CreateMachine, mount(dir, readonly))
+            .await
+            .unwrap_err();
+        assert!(
+            text.starts_with("INVALID_ARGUMENT: mounts[0].source:")
+                && text.contains("not in a directory the operator allows mounting"),
+            "{user:?} {}: {text}",
+            dir.display()
+        );
+        assert!(!text.contains("users/alice,"), "{text}");
+    }
+    // The workspace is held to the same directories.
+    let text = call_as(
+        policy,
+        "bob",
+        Tool::CreateMachine,
+        json!({"workspace": alice_dir.display().to_string()}),
+    )
+    .await
+    .unwrap_err();
+    assert!(text.starts_with("INVALID_ARGUMENT: workspace:"), "{text}");
+    // The operator's own entry stays theirs.
+    call_as(
+        policy,
+        "",
+        Tool::CreateMachine,
+        mount(&root.join("shared"), true),
+    )
+    .await
+    .unwrap();
+    let creates: Vec<Value> = fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == "/api/v1/machines")
+        .collect();
+    assert_eq!(
+        creates.len(),
+        1,
+        "a refused create sent nothing: {creates:?}"
+    );
+    // An id that cannot be one directory's name reaches none.
+    let text = call_as(policy, "../bob", Tool::CreateMachine, mount(&bob_dir, true))
+        .await
+        .unwrap_err();
+    assert!(
+        text.contains("your user id cannot name a directory"),
+        "{text}"
+    );
+}

@@ -3,8 +3,9 @@
 //! be accepted. Unknown arguments are refused, not dropped.
 
 use super::grammar::{
-    AbsolutePath, CidrRanges, EnvVars, HostNames, ImageRef, MachineName, MachineRef,
+    AbsolutePath, CidrRanges, EnvVars, GrantsOf, HostNames, ImageRef, MachineName,
 };
+use super::owners::MachineRef;
 use super::tool::Tool;
 use crate::fleet::FleetKind;
 use crate::policy::error::{ToolError, quote};
@@ -490,7 +491,7 @@ tool_arguments! {
         #[schemars(range(min = 1, max = MAX_DISK_GB))]
         pub storage_gb: Option<u32>,
         /// {local:A machine (even deleted) whose user-allowed hosts it gets too.}
-        pub allow_hosts_from: Option<MachineRef>,
+        pub allow_hosts_from: Option<GrantsOf>,
         /// {local:Host dirs (absolute source) mounted at target, at most 16, where the operator allows; readonly: false where allowed.}
         pub mounts: Option<Vec<MountArg>>,
         /// {local:Writable layer over the image, GiB.}
@@ -716,9 +717,17 @@ pub trait Targeted {
     fn target(&self) -> Option<FleetKind>;
 }
 
+/// A machine a call's arguments name: one to act on, which the ownership check opens before
+/// the tool runs, or the new name of one the tool makes (claimed when it is made).
+#[derive(Debug, Clone, Copy)]
+pub enum Named<'a> {
+    Existing(&'a MachineRef),
+    New(&'a str),
+}
+
 pub trait CallArgs: Targeted {
     /// The machines the call names: `name`, and `childName` for a branch.
-    fn machines(&self) -> [Option<&str>; 2] {
+    fn machines(&self) -> [Option<Named<'_>>; 2] {
         [None, None]
     }
 
@@ -729,8 +738,8 @@ pub trait CallArgs: Targeted {
 
 impl CallArgs for TargetOnly {}
 impl CallArgs for ListArgs {
-    fn machines(&self) -> [Option<&str>; 2] {
-        [self.name.as_deref(), None]
+    fn machines(&self) -> [Option<Named<'_>>; 2] {
+        [self.name.as_ref().map(Named::Existing), None]
     }
 }
 impl CallArgs for JobOutputArgs {}
@@ -740,8 +749,8 @@ impl CallArgs for JobArgs {}
 macro_rules! names_a_machine {
     ($($args:ty),+) => {$(
         impl CallArgs for $args {
-            fn machines(&self) -> [Option<&str>; 2] {
-                [Some(&*self.name), None]
+            fn machines(&self) -> [Option<Named<'_>>; 2] {
+                [Some(Named::Existing(&self.name)), None]
             }
         }
     )+};
@@ -761,14 +770,14 @@ names_a_machine!(
 );
 
 impl CallArgs for CreateArgs {
-    fn machines(&self) -> [Option<&str>; 2] {
-        [self.name.as_deref(), None]
+    fn machines(&self) -> [Option<Named<'_>>; 2] {
+        [self.name.as_deref().map(Named::New), None]
     }
 }
 
 impl CallArgs for RunCommandArgs {
-    fn machines(&self) -> [Option<&str>; 2] {
-        [Some(&*self.name), None]
+    fn machines(&self) -> [Option<Named<'_>>; 2] {
+        [Some(Named::Existing(&self.name)), None]
     }
 
     fn timeout_secs(&self) -> Option<u64> {
@@ -783,8 +792,11 @@ impl CallArgs for RunOnceArgs {
 }
 
 impl CallArgs for BranchArgs {
-    fn machines(&self) -> [Option<&str>; 2] {
-        [Some(&*self.name), Some(&*self.child_name)]
+    fn machines(&self) -> [Option<Named<'_>>; 2] {
+        [
+            Some(Named::Existing(&self.name)),
+            Some(Named::New(&self.child_name)),
+        ]
     }
 }
 

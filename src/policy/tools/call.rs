@@ -102,6 +102,8 @@ pub struct Call<'a> {
     held: std::sync::Mutex<Vec<String>>,
     /// The names this call claimed for its user (`owners`), let go if it fails.
     claims: std::sync::Mutex<Vec<(FleetKind, String)>>,
+    /// The machines the ownership check passed for this call, which its handler may act on.
+    owned: super::owners::owned::KeptOwned,
 }
 
 /// Which fleets a call may name: those of the process, or the one its session chose when
@@ -175,7 +177,13 @@ impl<'a> Call<'a> {
             reached: OnceLock::new(),
             held: std::sync::Mutex::new(Vec::new()),
             claims: std::sync::Mutex::new(Vec::new()),
+            owned: Default::default(),
         }
+    }
+
+    /// The machines the ownership check passed for this call.
+    pub(super) fn owned(&self) -> &super::owners::owned::KeptOwned {
+        &self.owned
     }
 
     pub(super) fn claimed(&self, kind: FleetKind, name: &str) {
@@ -214,7 +222,7 @@ impl<'a> Call<'a> {
     /// When an ephemeral machine this call makes goes: with the session, or, for a sessionless
     /// (2026-07-28) HTTP request, when its lease runs out.
     pub fn ephemeral_end(&self) -> String {
-        if self.session() == self.process().lease_session() {
+        if self.process().is_lease_session(self.session()) {
             format!(
                 "once no call has used it for {} s (the lease of a client without a session)",
                 self.config().machine_lease_secs

@@ -170,6 +170,7 @@ async fn run_foreground(
     call: &Call<'_>,
     a: args::RunCommandArgs,
 ) -> Result<results::CommandRun, ToolError> {
+    let named = call.machine(&a.name)?;
     let mut spec = exec_spec(&a.run, TimeoutRule::foreground(call.config()))?;
     let fleet = call.fleet(a.target).await?;
     call.admit_spend(&fleet).await?;
@@ -178,42 +179,42 @@ async fn run_foreground(
     // egress; whether it runs is left to the exec, sent without autoStart: a machine that is
     // not running is refused at once, then started with its boot reported, then sent the
     // command again. Unseen (or on the cloud), the machine is asked for first as before.
-    let (network, mut started_machine) = match fleet.known_network(&a.name) {
+    let (network, mut started_machine) = match fleet.known_network(&named) {
         Some(network) => {
             spec.start_if_stopped = false;
             (network, false)
         }
         None => {
-            let machine = call.cancellable(fleet.get(&a.name)).await?;
+            let machine = call.cancellable(fleet.get(&named)).await?;
             let paused = machine.phase() == Phase::Paused;
             if paused {
-                call.resume_reported(&fleet, &a.name).await?;
+                call.resume_reported(&fleet, &named).await?;
             }
             let boots = paused || machine.phase().boots_on_use();
             if boots && !paused && fleet.capabilities().exec_boots_silently {
                 // The fleet's exec would boot the machine itself, saying nothing for as long as
                 // that takes: started first, the boot is reported as progress like any other
                 // start's.
-                call.start_reported(&fleet, &a.name, None, None).await?;
+                call.start_reported(&fleet, &named, None, None).await?;
             }
             (machine.network, boots)
         }
     };
-    let prior = super::egress_report::apply_prior(call, &fleet, &a.name).await;
+    let prior = super::egress_report::apply_prior(call, &fleet, &named).await;
     let watch = match network
         .egress()
         .and_then(|egress| EgressWatch::begin(fleet.capabilities(), egress))
     {
-        Some(watch) => Some(watch.with_baseline(&fleet, &a.name).await),
+        Some(watch) => Some(watch.with_baseline(&fleet, &named).await),
         None => None,
     };
     // The run's cost only when asked: its two readings made every command wait one more
     // round trip to the engine (+100 ms a command on the nested engine), for a figure a model
     // seldom needs. A command is otherwise the one exec request.
-    let before = (a.usage == Some(true)).then(|| consumption_beside(&fleet, &a.name));
+    let before = (a.usage == Some(true)).then(|| consumption_beside(&fleet, &named));
     let began = Instant::now();
     let run = call.policy.ledger.begin(
-        RunStart::new(Tool::RunCommand.name(), fleet.kind(), &a.name, &spec).by(&call.caller.user),
+        RunStart::new(Tool::RunCommand.name(), fleet.kind(), &named, &spec).by(&call.caller.user),
     );
     let run_id = run.id();
     // Neither engine can cancel an exec: dropping the request leaves the command running in the
@@ -224,13 +225,13 @@ async fn run_foreground(
         .insert(guest::RUN_MARKER.to_owned(), marker.clone());
     let attempt = call
         .cancellable(async {
-            match super::streamed::exec(call, &fleet, &a.name, &spec).await {
+            match super::streamed::exec(call, &fleet, &named, &spec).await {
                 Err(e) if !spec.start_if_stopped && fleet.is_not_running(&e) => {
                     // Refused as not running: stopped (booted, its boot reported) or paused
                     // (the fleet's start resumes it, the same processes going on).
-                    call.start_reported(&fleet, &a.name, None, None).await?;
+                    call.start_reported(&fleet, &named, None, None).await?;
                     let sent_again = Instant::now();
-                    let output = super::streamed::exec(call, &fleet, &a.name, &spec).await?;
+                    let output = super::streamed::exec(call, &fleet, &named, &spec).await?;
                     Ok::<_, ToolError>((output, Some(sent_again)))
                 }
                 other => Ok((other?, None)),
@@ -240,7 +241,7 @@ async fn run_foreground(
     let output = match attempt {
         Err(e) if e.kind == crate::policy::error::ToolErrorKind::Cancelled => {
             run.failed(&e);
-            kill_marked(fleet.clone(), a.name.to_string(), marker);
+            kill_marked(fleet.clone(), named.to_string(), marker);
             return Err(e);
         }
         Err(e) => {
@@ -256,12 +257,12 @@ async fn run_foreground(
     let (output, sent) = output;
     let timed_out = output.timed_out(sent.elapsed(), spec.timeout_secs);
     run.exited(&output, timed_out);
-    let usage = run_cost(call, &fleet, &a.name, before, run_id).await;
+    let usage = run_cost(call, &fleet, &named, before, run_id).await;
     let failed = output.exit_code != 0 || timed_out;
-    let blocked_egress = refused_during(watch, call, &fleet, &a.name, failed).await;
+    let blocked_egress = refused_during(watch, call, &fleet, &named, failed).await;
     let egress_answer = match &blocked_egress {
-        Some(refused) if call.process().credentials.asks_egress(&a.name) => {
-            Some(super::egress_report::ask_the_user(call, &fleet, &a.name, refused).await)
+        Some(refused) if call.process().credentials.asks_egress(&named) => {
+            Some(super::egress_report::ask_the_user(call, &fleet, &named, refused).await)
         }
         _ => prior,
     };
@@ -282,7 +283,7 @@ async fn run_foreground(
             }
             let path = format!("/tmp/smol-mcp-{stamp}.{stream}");
             match call
-                .cancellable(fleet.write_file(&a.name, &path, bytes.clone()))
+                .cancellable(fleet.write_file(&named, &path, bytes.clone()))
                 .await
             {
                 Ok(_) => {

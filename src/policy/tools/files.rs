@@ -21,6 +21,7 @@ pub(super) async fn read_file(
     call: &Call<'_>,
     a: args::ReadFileArgs,
 ) -> Result<results::FileRead, ToolError> {
+    let named = call.machine(&a.name)?;
     if a.length == Some(0) {
         return Err(ToolError::argument(
             "length",
@@ -53,7 +54,7 @@ pub(super) async fn read_file(
         Encoding::Base64 => budget / 4 * 3,
     };
     let fleet = call.fleet(a.target).await?;
-    let started_machine = call.ensure_running(&fleet, &a.name).await?;
+    let started_machine = call.ensure_running(&fleet, &named).await?;
     let want = a
         .length
         .map_or(page_max, |l| usize::try_from(l).unwrap_or(page_max));
@@ -63,10 +64,10 @@ pub(super) async fn read_file(
     // end moved past it): the page is read with a value's length less one on each side.
     let redactor = call.process().credentials.redactor();
     let reach = redactor.longest().saturating_sub(1);
-    let (shared, behind) = match call.policy.reads.take(kind, &a.name, &a.path, offset) {
+    let (shared, behind) = match call.policy.reads.take(kind, &named, &a.path, offset) {
         Some(parked) => parked,
         None => {
-            let stream = call.cancellable(fleet.read_file(&a.name, &a.path)).await?;
+            let stream = call.cancellable(fleet.read_file(&named, &a.path)).await?;
             let mut reader = FileReader::new(stream);
             let before = offset.saturating_sub(reach as u64);
             call.cancellable(reader.skip_to(before)).await?;
@@ -122,7 +123,7 @@ pub(super) async fn read_file(
         drop(reader);
         call.policy.reads.park(ParkedRead {
             kind,
-            machine: a.name.to_string(),
+            machine: named.to_string(),
             path: a.path.to_string(),
             offset: start + len as u64,
             reader: shared.clone(),
@@ -245,6 +246,7 @@ pub(super) async fn write_file(
     call: &Call<'_>,
     a: args::WriteFileArgs,
 ) -> Result<results::FileWritten, ToolError> {
+    let named = call.machine(&a.name)?;
     let bytes = match a.encoding {
         Encoding::Utf8 => a.content.into_bytes(),
         Encoding::Base64 => base64::engine::general_purpose::STANDARD
@@ -257,12 +259,12 @@ pub(super) async fn write_file(
     }
     // A file written before the workload's container is up lands under a mount that then
     // hides it; a command that has run means the container is up.
-    let started_machine = call.ensure_running(&fleet, &a.name).await?;
+    let started_machine = call.ensure_running(&fleet, &named).await?;
     if !started_machine {
-        call.wait_ready(&fleet, &a.name).await?;
+        call.wait_ready(&fleet, &named).await?;
     }
     let size = call
-        .cancellable(fleet.write_file(&a.name, &a.path, bytes))
+        .cancellable(fleet.write_file(&named, &a.path, bytes))
         .await?;
     Ok(results::FileWritten {
         path: a.path.into(),

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 const MARK: char = '\u{1}';
 
 /// A grammar check's refusal as serde's error, carrying its argument and words.
-fn refusal<E: serde::de::Error>(arg: &str, refused: ToolError) -> E {
+pub(super) fn refusal<E: serde::de::Error>(arg: &str, refused: ToolError) -> E {
     let words = refused
         .message
         .strip_prefix(arg)
@@ -92,8 +92,10 @@ grammar! {
 }
 
 grammar! {
-    /// A machine that exists: its name, or on the cloud its `mach-` id.
-    MachineRef(String), deref str, arg "name", check machine_ref,
+    /// A machine whose egress grants a new machine carries (`allowHostsFrom`): its name, or on
+    /// the cloud its `mach-` id. It may be gone; its grants are its user's own (the machine a
+    /// call acts on is `owners::MachineRef`, which only the ownership check opens).
+    GrantsOf(String), deref str, arg "name", check machine_ref,
     schema {"type": "string"}
 }
 
@@ -144,7 +146,7 @@ macro_rules! text {
     )+};
 }
 
-text!(MachineName, MachineRef, ImageRef, AbsolutePath);
+text!(MachineName, GrantsOf, ImageRef, AbsolutePath);
 
 /// A new machine's name as the schema states it: a letter or digit, then letters, digits and
 /// underscores, each dash followed by one of them (so none at the end and no two in a row).

@@ -17,18 +17,19 @@ pub(super) async fn start(
     a: &args::RunCommandArgs,
     spec: crate::fleet::ExecSpec,
 ) -> Result<JobStarted, ToolError> {
+    let named = call.machine(&a.name)?;
     let fleet = call.fleet(a.target).await?;
-    let machine = call.cancellable(fleet.get(&a.name)).await?;
+    let machine = call.cancellable(fleet.get(&named)).await?;
     let paused = machine.phase() == crate::fleet::Phase::Paused;
     if paused {
-        call.resume_reported(&fleet, &a.name).await?;
+        call.resume_reported(&fleet, &named).await?;
     }
     let started_machine = paused || machine.phase().boots_on_use();
     let timeout_secs = spec.timeout_secs.unwrap_or(call.config().max_job_secs);
     let start = Start {
         user: &call.caller.user,
         fleet,
-        machine: &a.name,
+        machine: &named,
         spec,
         timeout: Duration::from_secs(timeout_secs),
         session: call.caller.session_hold.clone(),

@@ -19,7 +19,7 @@ pub(super) async fn list_machines(
 ) -> Result<results::MachineList, ToolError> {
     let fleet = call.fleet(a.target).await?;
     let machines = match &a.name {
-        Some(name) => vec![call.cancellable(fleet.get(name)).await?],
+        Some(name) => vec![call.cancellable(fleet.get(&call.machine(name)?)).await?],
         None => {
             call.only_theirs(fleet.kind(), call.cancellable(fleet.list()).await?)
                 .await?
@@ -249,37 +249,39 @@ fn require_image(capabilities: &Capabilities, spec: &CreateSpec) -> Result<(), T
     }
 }
 
-/// A mount's host directory, resolved (symlinks, `..`), if the operator's `mountAllow` holds it,
-/// and, for a writable mount, `mountWritable` too; refused otherwise, naming the setting.
+/// A mount's host directory, resolved (symlinks, `..`), if the operator's `mountAllow` holds it
+/// for this call's user, and, for a writable mount, `mountWritable` too; refused otherwise,
+/// naming the setting.
 fn allowed_mount(
-    config: &crate::process::config::Config,
+    call: &Call<'_>,
     i: usize,
     source: &str,
     readonly: bool,
 ) -> Result<String, ToolError> {
     let arg = format!("mounts[{i}].source");
     let resolved = super::workspace::allowed_host_dir(
-        config,
+        call,
         &arg,
         source,
         "mounts are off on this server: the operator has allowed no host directory \
          (mountAllow). Copy files in with write-file instead",
     )?;
+    let writable = super::workspace::host_dirs_for(call, &call.config().mount_writable);
     let under = |dirs: &[String]| {
         dirs.iter().any(|dir| {
             std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed))
         })
     };
-    if !readonly && !under(&config.mount_writable) {
+    if !readonly && !under(&writable) {
         return Err(ToolError::argument(
             &format!("mounts[{i}].readonly"),
             format!(
                 "false is not allowed for {source}: the operator allows writable mounts only \
                  under mountWritable ({}); leave readonly out for a read-only mount",
-                if config.mount_writable.is_empty() {
+                if writable.is_empty() {
                     "none".to_owned()
                 } else {
-                    config.mount_writable.join(", ")
+                    writable.join(", ")
                 }
             ),
         ));
@@ -340,7 +342,7 @@ fn create_spec(
             .capabilities(kind)
             .offers(Feature::HostMounts)
         {
-            allowed_mount(call.config(), i, &m.source, readonly)?
+            allowed_mount(call, i, &m.source, readonly)?
         } else {
             m.source.to_string()
         };
@@ -531,13 +533,14 @@ pub(super) async fn start_machine(
     call: &Call<'_>,
     a: args::StartArgs,
 ) -> Result<results::Started, ToolError> {
+    let named = call.machine(&a.name)?;
     let fleet = call.fleet(a.target).await?;
     let wait = a.wait.unwrap_or(true);
     let started = if wait {
-        call.start_reported(&fleet, &a.name, a.branchable, None)
+        call.start_reported(&fleet, &named, a.branchable, None)
             .await
     } else {
-        call.cancellable(fleet.begin_start(&a.name, a.branchable))
+        call.cancellable(fleet.begin_start(&named, a.branchable))
             .await
     };
     let machine = match started {
@@ -547,7 +550,7 @@ pub(super) async fn start_machine(
                 "\nThe start may still be under way: the service queues starts and can take \
                  minutes, and {} may come up after this call gave up. list-machines with its name shows its \
                  state; start-machine again waits for it.",
-                a.name
+                named
             ));
             return Err(e);
         }
@@ -566,17 +569,18 @@ pub(super) async fn stop_machine(
     call: &Call<'_>,
     a: args::StopArgs,
 ) -> Result<results::Stopped, ToolError> {
+    let named = call.machine(&a.name)?;
     let fleet = call.fleet(a.target).await?;
     if a.pause {
-        return pause_machine(call, &fleet, &a.name).await;
+        return pause_machine(call, &fleet, &named).await;
     }
     // Its jobs end first: a watcher's look sent after the stop would start a cloud machine
     // again (the cloud's exec always does).
     call.policy
         .jobs
-        .machine_stopping(fleet.kind(), &a.name)
+        .machine_stopping(fleet.kind(), &named)
         .await;
-    let machine = call.cancellable(fleet.stop(&a.name)).await?;
+    let machine = call.cancellable(fleet.stop(&named)).await?;
     Ok(results::Stopped { machine })
 }
 
@@ -650,25 +654,25 @@ pub(super) async fn delete_machine(
     call: &Call<'_>,
     a: args::MachineArgs,
 ) -> Result<Deleted, ToolError> {
+    let named = call.machine(&a.name)?;
     let fleet = call.fleet(a.target).await?;
-    let deleted = call.cancellable(fleet.delete(&a.name)).await?;
-    call.released(fleet.kind(), &a.name, deleted.usage_micros)
+    let deleted = call.cancellable(fleet.delete(&named)).await?;
+    call.released(fleet.kind(), &named, deleted.usage_micros)
         .await;
     let made = &call.process().made;
-    made.deleted(fleet.kind(), &a.name, deleted.usage_micros);
-    if deleted.deleted != *a.name {
+    made.deleted(fleet.kind(), &named, deleted.usage_micros);
+    if deleted.deleted != *named {
         made.deleted(fleet.kind(), &deleted.deleted, deleted.usage_micros);
     }
     if fleet.capabilities().offers(Feature::Credentials) {
-        call.process().credentials.forget_machine(&a.name);
+        call.process().credentials.forget_machine(&named);
     }
-    call.policy.terminals.close_machine(fleet.kind(), &a.name);
-    call.process().workspaces.forget(fleet.kind(), &a.name);
+    call.policy.terminals.close_machine(fleet.kind(), &named);
+    call.process().workspaces.forget(fleet.kind(), &named);
     // Only prefixed names are ever recorded (a cloud id may stand for one).
-    if a.name.starts_with(&call.config().machine_prefix)
-        || fleet.capabilities().ids_apart_from_names
+    if named.starts_with(&call.config().machine_prefix) || fleet.capabilities().ids_apart_from_names
     {
-        call.process().forget(fleet.kind(), &a.name);
+        call.process().forget(fleet.kind(), &named);
     }
     Ok(deleted)
 }
@@ -758,13 +762,14 @@ async fn branch_one<'c>(
     freeze_source: bool,
     env: Option<std::collections::BTreeMap<String, String>>,
 ) -> Result<(Machine, Provisional<'c>), ToolError> {
+    let named = call.machine(&a.name)?;
     let ephemeral = child_name.starts_with(&call.config().machine_prefix);
     let slot = call.admit_machine(fleet, child_name).await?;
     let mut provisional =
-        Provisional::begin_child(call, fleet, child_name, ephemeral, Some(&a.name))?;
-    let waiting_for = format!("waiting for the branch {child_name} of {}", &*a.name);
+        Provisional::begin_child(call, fleet, child_name, ephemeral, Some(&named))?;
+    let waiting_for = format!("waiting for the branch {child_name} of {}", &named);
     let branching =
-        Box::pin(call.cancellable(fleet.branch(&a.name, child_name, a.branchable, freeze_source)));
+        Box::pin(call.cancellable(fleet.branch(&named, child_name, a.branchable, freeze_source)));
     let child = match call
         .caller
         .progress
@@ -811,7 +816,7 @@ async fn branch_one<'c>(
     // The child has its source's /workspace as it stood: its changes are read against the same
     // base as every other child's.
     let workspaces = &call.process().workspaces;
-    if let Some(source) = workspaces.of(fleet.kind(), &a.name)
+    if let Some(source) = workspaces.of(fleet.kind(), &named)
         && let Err(why) = workspaces.attach(
             fleet.kind(),
             child_name,
@@ -826,7 +831,7 @@ async fn branch_one<'c>(
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
         // values under the child's own name), so its next boots get the source's values; it
         // holds what the source was given too.
-        call.process().credentials.branched(&a.name, &child.id);
+        call.process().credentials.branched(&named, &child.id);
     }
     if a.wait.unwrap_or(true) {
         let ready = async {
@@ -863,11 +868,12 @@ pub(super) async fn pull_image(
     call: &Call<'_>,
     a: args::PullArgs,
 ) -> Result<crate::fleet::PulledImage, ToolError> {
+    let named = call.machine(&a.name)?;
     if let Some(why) = call.capabilities(a.target)?.lacks(Feature::ImagePull) {
         return Err(FleetError::new(ErrorKind::Unsupported, "pull-image", why).into());
     }
     let fleet = call.fleet(a.target).await?;
-    call.pull_reported(&fleet, &a.name, &a.image).await
+    call.pull_reported(&fleet, &named, &a.image).await
 }
 
 #[cfg(test)]

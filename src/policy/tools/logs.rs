@@ -10,6 +10,7 @@ pub(super) async fn machine_logs(
     call: &Call<'_>,
     a: args::LogsArgs,
 ) -> Result<results::Logs, ToolError> {
+    let named = call.machine(&a.name)?;
     let tail = a.tail.unwrap_or(call.config().logs_tail as u64);
     args::range("tail", tail, 1, args::MAX_LOG_TAIL)?;
     let fleet = call.fleet(a.target).await?;
@@ -21,7 +22,7 @@ pub(super) async fn machine_logs(
         (Some(args::LogSourceArg::Engine), None) => LogSource::Engine,
     };
     let page = call
-        .cancellable(fleet.logs(&a.name, tail as usize, a.cursor.as_deref(), source))
+        .cancellable(fleet.logs(&named, tail as usize, a.cursor.as_deref(), source))
         .await?;
     // Keep the newest lines that fit the budget.
     let budget = call.config().max_output_bytes;

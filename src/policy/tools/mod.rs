@@ -394,26 +394,33 @@ async fn call_now(
     let call = Call::new(policy, caller);
     let result = match parsed {
         Ok(parsed) => {
-            // Every machine the call names: its lease is renewed and the reaper waits for the
-            // call.
-            let [name, child] = parsed.call_args().machines();
-            for held in [name, child].into_iter().flatten() {
-                call.hold(held);
-            }
-            // Before the handler checks the name: one past any machine name's length is not
-            // written into every event of the call.
-            if let Some(name) = name.filter(|name| name.len() <= grammar::MAX_NAME_LEN) {
-                tracing::Span::current().record("machine", name);
-            }
-            // Boxed: it may reach the fleet, whose start's future is large.
             let target = parsed.call_args().target();
-            let kept = Box::pin(async {
-                call.refuse_others(tool, target, [name, child]).await?;
+            let named = parsed.call_args().machines();
+            // Boxed: it may reach the fleet, whose start's future is large.
+            let checked = Box::pin(async {
+                // The machine to act on passes the ownership check first, or the call ends
+                // here: its lease is not renewed and nothing is sent about it.
+                let mut names: [Option<String>; 2] = [None, None];
+                for (slot, named) in names.iter_mut().zip(named) {
+                    *slot = match named {
+                        Some(args::Named::Existing(machine)) => {
+                            Some(call.check_owner(tool, target, machine).await?.to_string())
+                        }
+                        Some(args::Named::New(name)) => Some(name.to_owned()),
+                        None => None,
+                    };
+                }
+                let [name, child] = [names[0].as_deref(), names[1].as_deref()];
+                // Every machine the call names: its lease is renewed and the reaper waits for
+                // the call.
+                for held in [name, child].into_iter().flatten() {
+                    call.hold(held);
+                }
                 call.refuse_kept(target, [name, child]).await?;
                 call.refuse_unknown_values(tool, target, [name, child])
                     .await
             });
-            match kept.await {
+            match checked.await {
                 // On the heap (`run` boxes it): the largest handler's future would otherwise be
                 // the size of every call's and sit on the stack of whoever polls the call (a
                 // debug build's HTTP server overflowed its stack on a job tool).

@@ -8,19 +8,53 @@
 //! Names are one namespace per fleet (the engine's): a name another user holds is refused as
 //! taken, without saying whose.
 
+pub(super) mod owned;
+pub use owned::Owned;
+
 use super::Tool;
 use super::call::Call;
+use super::grammar;
 use crate::fleet::{ErrorKind, Fleet, FleetKind, Machine};
 use crate::policy::Policy;
 use crate::policy::error::{ToolError, ToolErrorKind, quote};
 use crate::policy::user::User;
 use crate::store::{HeldName, MachineClaim, StoreUnavailable};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer};
+use std::borrow::Cow;
 
 fn store_error(e: StoreUnavailable) -> ToolError {
     ToolError::new(
         ToolErrorKind::StoreUnavailable,
         format!("which user holds the machine cannot be read: {e}"),
     )
+}
+
+/// A machine a call's arguments name to act on, which should exist (its name, or on the cloud
+/// its `mach-` id), as the client gave it. No handler can read it (its words are private to
+/// this module): the ownership check ([`Call::check_owner`], which the dispatch runs before
+/// any handler) turns it into an [`Owned`], and [`Call::machine`] hands a handler only that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineRef(String);
+
+impl<'de> Deserialize<'de> for MachineRef {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        grammar::machine_ref("name", &name).map_err(|refused| grammar::refusal("name", refused))?;
+        Ok(MachineRef(name))
+    }
+}
+
+impl JsonSchema for MachineRef {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        Cow::Borrowed("MachineRef")
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "string"})
+    }
 }
 
 /// The answer to a name this user may not see: the words of a machine that does not exist.
@@ -91,39 +125,58 @@ impl Call<'_> {
         user_sees(self.policy, &self.caller.user, kind, name).await
     }
 
-    /// Refuses a call naming a machine of another user's, before the tool sends anything: a
-    /// new name another holds is taken; any other is not found. A new name is claimed for this
-    /// user when the tool makes it ([`Call::claim_name`]), not here.
-    pub(super) async fn refuse_others(
+    /// The ownership check of the machine a call names to act on, before the tool sends
+    /// anything: another user's machine (or, for the operator, a user's) answers as one that
+    /// does not exist, and the attempt is logged. What passes is kept by the call for its
+    /// handler ([`Call::machine`]). A new name is claimed when the tool makes it
+    /// ([`Call::claim_name`]), not here.
+    pub(super) async fn check_owner(
         &self,
         tool: Tool,
         target: Option<FleetKind>,
-        names: [Option<&str>; 2],
-    ) -> Result<(), ToolError> {
-        if !self.users_apart() {
-            return Ok(());
+        named: &MachineRef,
+    ) -> Result<Owned, ToolError> {
+        let name = named.0.as_str();
+        // Before the check: a refused call's span names what it tried (the grammar allows no
+        // character that could break a log line).
+        if name.len() <= grammar::MAX_NAME_LEN {
+            tracing::Span::current().record("machine", name);
         }
-        let Ok(kind) = self.fleet_kind(target) else {
-            return Ok(());
+        // A target this server does not serve is refused by the tool itself, in its words,
+        // before it could reach any machine.
+        let checked = match self.fleet_kind(target) {
+            Ok(kind) if self.users_apart() => Some(kind),
+            _ => None,
         };
-        for (argument, name) in ["name", "childName"].into_iter().zip(names) {
-            let Some(name) = name else { continue };
-            let made_here = matches!(
-                (tool, argument),
-                (Tool::CreateMachine, "name") | (Tool::BranchMachine, "childName")
-            );
-            if made_here || self.sees(kind, name).await? {
-                continue;
-            }
+        if let Some(kind) = checked
+            && !self.sees(kind, name).await?
+        {
             tracing::warn!(
                 user = %self.caller.user,
                 tool = tool.name(),
                 machine = %name,
                 "refused a call on a machine this user does not hold"
             );
-            return Err(not_found(argument, name, kind));
+            return Err(not_found("name", name, kind));
         }
-        Ok(())
+        let owned = Owned::passed(name);
+        self.owned().keep(owned.clone());
+        Ok(owned)
+    }
+
+    /// The machine `named`, for the handler: the ownership check passed it for this call.
+    /// Anything else is the server's own mistake (a tool whose machine the dispatch did not
+    /// check), refused rather than acted on.
+    pub fn machine(&self, named: &MachineRef) -> Result<Owned, ToolError> {
+        self.owned().named(&named.0).ok_or_else(|| {
+            ToolError::new(
+                ToolErrorKind::Internal,
+                format!(
+                    "machine {} was not checked for this user before the tool ran",
+                    quote(&named.0)
+                ),
+            )
+        })
     }
 
     /// Claims `name` for this call's user before it is made (a signed-in user only: the

@@ -35,6 +35,7 @@ pub(super) async fn publish_port(
     call: &Call<'_>,
     a: args::PublishArgs,
 ) -> Result<PortPublished, ToolError> {
+    let named = call.machine(&a.name)?;
     let guest = args::port("port", a.port)?;
     let asked_host = a.host_port.map(|h| args::port("hostPort", h)).transpose()?;
     let wait = Duration::from_secs(u64::from(a.wait_secs.unwrap_or(DEFAULT_WAIT_SECS)));
@@ -63,11 +64,11 @@ pub(super) async fn publish_port(
         }
         _ => {}
     }
-    let started_machine = call.ensure_running(&fleet, &a.name).await?;
+    let started_machine = call.ensure_running(&fleet, &named).await?;
 
     let machine = {
         let _one_change_at_a_time = PORT_CHANGES.lock().await;
-        let current = call.cancellable(fleet.get(&a.name)).await?;
+        let current = call.cancellable(fleet.get(&named)).await?;
         let already = current.ports.iter().find(|p| p.guest == guest);
         match already {
             // Publishing what is published answers it again: the call is idempotent.
@@ -85,23 +86,23 @@ pub(super) async fn publish_port(
             .during(
                 &format!(
                     "waiting for something to listen on port {guest} in {}",
-                    a.name
+                    named
                 ),
                 Some(wait),
-                Box::pin(wait_for_listener(call, &fleet, &a.name, guest, wait)),
+                Box::pin(wait_for_listener(call, &fleet, &named, guest, wait)),
             )
             .await?
     };
     // The cloud names its ingress only once something accepts there (facts 3.13).
     let machine = if placement == HostPorts::Fleet && listener == Listener::Reachable {
-        call.cancellable(fleet.get(&a.name)).await?
+        call.cancellable(fleet.get(&named)).await?
     } else {
         machine
     };
     let Some(address) = fleet.port_address(&machine, guest) else {
         return Err(FleetError::new(
             ErrorKind::BadResponse,
-            format!("publish port {guest} of {}", a.name),
+            format!("publish port {guest} of {}", named),
             "the fleet answered a record without the port it had just published",
         )
         .into());

@@ -22,6 +22,7 @@ pub(super) async fn terminal(
     call: &Call<'_>,
     a: args::TerminalArgs,
 ) -> Result<TerminalRead, ToolError> {
+    let named = call.machine(&a.name)?;
     let size = |arg: &str, value: Option<u32>| -> Result<Option<u16>, ToolError> {
         value
             .map(|v| u16::try_from(v).map_err(|_| ToolError::argument(arg, "at most 1000")))
@@ -60,14 +61,14 @@ pub(super) async fn terminal(
                 .policy
                 .terminals
                 .get(id)
-                .filter(|t| t.fleet == kind && t.machine == *a.name);
+                .filter(|t| t.fleet == kind && t.machine == *named);
             found.ok_or_else(|| {
                 ToolError::new(
                     ToolErrorKind::Fleet(ErrorKind::NotFound),
                     format!(
                         "terminal: {id} is no open terminal of {} (it ended over 10 minutes \
                          ago, or was never opened there): leave terminal out to open one",
-                        a.name
+                        named
                     ),
                 )
             })?
@@ -82,7 +83,7 @@ pub(super) async fn terminal(
             if let Some(why) = fleet.capabilities().lacks(Feature::Terminal) {
                 return Err(FleetError::new(ErrorKind::Unsupported, "terminal", why).into());
             }
-            match call.policy.terminals.refusal(call.session(), kind, &a.name) {
+            match call.policy.terminals.refusal(call.session(), kind, &named) {
                 Some(Refusal::SessionFull) => {
                     return Err(ToolError::new(
                         ToolErrorKind::LimitReached,
@@ -99,14 +100,14 @@ pub(super) async fn terminal(
                         format!(
                             "terminal: {} has {} terminals open, the most one machine may: \
                              close one (close: true) first",
-                            a.name,
+                            named,
                             terminals::MAX_PER_MACHINE
                         ),
                     ));
                 }
                 None => {}
             }
-            started_machine = call.ensure_running(&fleet, &a.name).await?;
+            started_machine = call.ensure_running(&fleet, &named).await?;
             let argv = match &a.command {
                 None => vec!["sh".to_owned()],
                 Some(command) => match args::command("command", command)? {
@@ -119,12 +120,10 @@ pub(super) async fn terminal(
                 cols: cols.unwrap_or(DEFAULT_COLS),
                 rows: rows.unwrap_or(DEFAULT_ROWS),
             };
-            let link = call
-                .cancellable(fleet.open_terminal(&a.name, &spec))
-                .await?;
+            let link = call.cancellable(fleet.open_terminal(&named, &spec)).await?;
             call.policy
                 .terminals
-                .add(kind, &a.name, call.session(), link)
+                .add(kind, &named, call.session(), link)
         }
     };
 

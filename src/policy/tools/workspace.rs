@@ -246,31 +246,94 @@ async fn fetch(
     Ok(())
 }
 
+/// The placeholder a `mountAllow` or `mountWritable` entry names a signed-in user's own
+/// directory by: `/srv/work/{user}` is alice's `/srv/work/alice`.
+pub const USER_PLACEHOLDER: &str = "{user}";
+
+/// The directories of `entries` (`mountAllow` or `mountWritable`) this call's user may reach,
+/// as written. Under sign-in, a signed-in user reaches only the entries naming
+/// [`USER_PLACEHOLDER`], with their id in its place (an id that is not one plain path segment
+/// names none), and the operator only the entries without it; without sign-in, the one user
+/// is the operator.
+pub(super) fn host_dirs_for(call: &Call<'_>, entries: &[String]) -> Vec<String> {
+    let user = &call.caller.user;
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let per_user = entry.contains(USER_PLACEHOLDER);
+            match (user.is_operator(), per_user) {
+                (true, false) => Some(entry.clone()),
+                (false, true) if call.users_apart() && plain_segment(user.id()) => {
+                    Some(entry.replace(USER_PLACEHOLDER, user.id()))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// A user id that can stand for one directory's name: no separator, no `.` or `..`, no
+/// character a shell or a path would read as something else.
+fn plain_segment(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@' | '+'))
+}
+
 /// A host directory a machine may be given (a mount's source, a workspace): `source`
-/// resolved (symlinks, `..`) and under one of `mountAllow`; refused otherwise as `arg`, with
-/// `when_off` when the operator allows none.
+/// resolved (symlinks, `..`) and under one of the `mountAllow` directories this call's user
+/// may reach ([`host_dirs_for`]); refused otherwise as `arg`, with `when_off` when the
+/// operator allows none.
 pub(super) fn allowed_host_dir(
-    config: &crate::process::config::Config,
+    call: &Call<'_>,
     arg: &str,
     source: &str,
     when_off: &str,
 ) -> Result<std::path::PathBuf, ToolError> {
+    let config = call.config();
     if config.mount_allow.is_empty() {
         return Err(ToolError::argument(arg, when_off));
+    }
+    let theirs = host_dirs_for(call, &config.mount_allow);
+    if theirs.is_empty() {
+        return Err(ToolError::argument(
+            arg,
+            if call.caller.user.is_operator() {
+                "the operator's mountAllow names only signed-in users' own directories (entries \
+                 with {user}): copy files in with write-file instead"
+                    .to_owned()
+            } else if plain_segment(call.caller.user.id()) {
+                "no host directory is allowed to you: the operator's mountAllow names none for \
+                 signed-in users (an entry with {user} would). Copy files in with write-file \
+                 instead"
+                    .to_owned()
+            } else {
+                "your user id cannot name a directory of yours (mountAllow's {user} takes \
+                 letters, digits and . _ - @ +): copy files in with write-file instead"
+                    .to_owned()
+            },
+        ));
     }
     let resolved = std::fs::canonicalize(source).map_err(|e| {
         ToolError::argument(arg, format!("{source} cannot be resolved on the host: {e}"))
     })?;
-    let under = config
-        .mount_allow
+    let under = theirs
         .iter()
         .any(|dir| std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed)));
     if !under {
         return Err(ToolError::argument(
             arg,
             format!(
-                "{source} is not in a directory the operator allows mounting (mountAllow: {})",
-                config.mount_allow.join(", ")
+                "{source} is not in a directory the operator allows mounting (mountAllow{}: {})",
+                if call.caller.user.is_operator() {
+                    ""
+                } else {
+                    ", as it applies to you"
+                },
+                theirs.join(", ")
             ),
         ));
     }
@@ -299,7 +362,7 @@ impl Drop for Prepared {
 /// Checks `dir` and makes the server's copy of it.
 pub async fn prepare(call: &Call<'_>, dir: &str) -> Result<Prepared, ToolError> {
     let resolved = allowed_host_dir(
-        call.config(),
+        call,
         "workspace",
         dir,
         "workspaces are off on this server: the operator has allowed no host directory \
@@ -385,6 +448,7 @@ pub(super) async fn read_changes(
     call: &Call<'_>,
     a: super::args::ReadFileArgs,
 ) -> Result<super::results::FileRead, ToolError> {
+    let named = call.machine(&a.name)?;
     if a.path.trim_end_matches('/') != GUEST_PATH {
         return Err(ToolError::argument(
             "changes",
@@ -405,8 +469,8 @@ pub(super) async fn read_changes(
     let attached = call
         .process()
         .workspaces
-        .of(fleet.kind(), &a.name)
-        .ok_or_else(|| no_workspace(&a.name))?;
+        .of(fleet.kind(), &named)
+        .ok_or_else(|| no_workspace(&named))?;
     let _reading = call
         .process()
         .workspaces
@@ -416,9 +480,9 @@ pub(super) async fn read_changes(
     let listed = attached.workspace.root.join("changes.json");
     let mut started_machine = false;
     let (mut files, diff_path, diff_bytes) = if offset == 0 || !listed.exists() {
-        started_machine = call.ensure_running(&fleet, &a.name).await?;
+        started_machine = call.ensure_running(&fleet, &named).await?;
         let max_bytes = call.config().workspace_max_bytes;
-        read_back(call, &fleet, &a.name, &attached, max_bytes).await?;
+        read_back(call, &fleet, &named, &attached, max_bytes).await?;
         let ws = attached.workspace.clone();
         let changes = blocking(move || workspace::changes(&ws))
             .await
@@ -491,6 +555,7 @@ pub(super) async fn keep_changes(
     call: &Call<'_>,
     a: super::args::KeepArgs,
 ) -> Result<super::results::ChangesKept, ToolError> {
+    let named = call.machine(&a.name)?;
     let message = a.message.trim().to_owned();
     if message.is_empty() || message.len() > MAX_MESSAGE_BYTES {
         return Err(ToolError::argument(
@@ -498,15 +563,23 @@ pub(super) async fn keep_changes(
             format!("give the commit's message: 1 to {MAX_MESSAGE_BYTES} bytes"),
         ));
     }
+    workspace::check_message(&message).map_err(|e| refused("message", e))?;
     let fleet = call.fleet(a.target).await?;
     let workspaces = call.process().workspaces.clone();
     let attached = workspaces
-        .of(fleet.kind(), &a.name)
-        .ok_or_else(|| no_workspace(&a.name))?;
+        .of(fleet.kind(), &named)
+        .ok_or_else(|| no_workspace(&named))?;
     let branch = a
         .branch
         .clone()
         .unwrap_or_else(|| format!("smol/{}", attached.name));
+    // Refused before the machine's workspace is read back; `keep` asks the repository too.
+    if matches!(
+        attached.workspace.origin.kind,
+        workspace::OriginKind::Git { .. }
+    ) {
+        workspace::check_branch(&branch).map_err(|e| refused("branch", e))?;
+    }
     let siblings = if a.delete_siblings.unwrap_or(false) {
         let siblings = workspaces.siblings(fleet.kind(), &attached);
         if siblings.is_empty() {
@@ -515,7 +588,7 @@ pub(super) async fn keep_changes(
                 format!(
                     "{} has no siblings to delete: it was not branched from a machine with other \
                      children on the same workspace. Leave deleteSiblings out",
-                    a.name
+                    named
                 ),
             ));
         }
@@ -524,9 +597,9 @@ pub(super) async fn keep_changes(
         Vec::new()
     };
     let reading = workspaces.hold(fleet.kind(), &attached.name).await;
-    call.ensure_running(&fleet, &a.name).await?;
+    call.ensure_running(&fleet, &named).await?;
     let max_bytes = call.config().workspace_max_bytes;
-    read_back(call, &fleet, &a.name, &attached, max_bytes).await?;
+    read_back(call, &fleet, &named, &attached, max_bytes).await?;
     let patch = workspaces.patch_path(&attached.name);
     let ws = attached.workspace.clone();
     let kept = blocking(move || workspace::keep(&ws, &branch, &message, &patch))
@@ -535,6 +608,7 @@ pub(super) async fn keep_changes(
             WorkspaceError::BranchExists { .. } | WorkspaceError::BadBranchName { .. } => {
                 refused("branch", e)
             }
+            WorkspaceError::BadMessage { .. } => refused("message", e),
             e => refused("name", e),
         })?;
     drop(reading);
