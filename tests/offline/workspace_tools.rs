@@ -812,3 +812,51 @@ async fn keep_changes_refuses_a_branch_or_message_git_would_misread_before_writi
         .await;
     assert_eq!(kept["branch"], "smol/ok");
 }
+
+/// keep-changes writes into the user's repository only while it is still a directory the
+/// operator allows: a server started again with another `mountAllow` refuses to keep a
+/// machine's changes into a repository outside it, and writes nothing there.
+#[tokio::test]
+async fn keep_changes_writes_only_where_mount_allow_still_allows() {
+    let s = Setup::new().await;
+    let repo = s.repo();
+    s.h.ok(
+        "create-machine",
+        json!({"name": "kept-out", "workspace": repo.display().to_string()}),
+    )
+    .await;
+    s.h.ok(
+        "run-command",
+        json!({"name": "kept-out", "command": "cd /workspace && echo more >> README"}),
+    )
+    .await;
+    let before = snapshot(&repo);
+    let elsewhere = s.tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let url = s.fake.url();
+    let store = s.tmp.path().join("copies").display().to_string();
+    let allow = elsewhere.display().to_string();
+    let next =
+        s.h.next_process(&[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+            ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+        ])
+        .await;
+    let text = next
+        .err(
+            "keep-changes",
+            json!({"name": "kept-out", "message": "more", "branch": "smol/out"}),
+        )
+        .await;
+    assert!(
+        text.starts_with("INVALID_ARGUMENT: name:")
+            && text.contains("not in a directory the operator allows mounting"),
+        "{text}"
+    );
+    assert_eq!(
+        snapshot(&repo),
+        before,
+        "nothing written into the repository"
+    );
+}

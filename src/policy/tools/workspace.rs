@@ -597,6 +597,22 @@ pub(super) async fn keep_changes(
         Vec::new()
     };
     let reading = workspaces.hold(fleet.kind(), &attached.name).await;
+    if matches!(
+        attached.workspace.origin.kind,
+        workspace::OriginKind::Git { .. }
+    ) {
+        // The branch is written into the user's repository: it must still be a directory this
+        // user may reach under the settings in force now (a machine kept across a restart
+        // with another mountAllow, or another user's entry).
+        let origin = attached.workspace.origin.dir.display().to_string();
+        allowed_host_dir(
+            call,
+            "name",
+            &origin,
+            "keeping changes is off on this server now: the operator allows no host directory \
+             (mountAllow). Read them with read-file changes instead",
+        )?;
+    }
     call.ensure_running(&fleet, &named).await?;
     let max_bytes = call.config().workspace_max_bytes;
     read_back(call, &fleet, &named, &attached, max_bytes).await?;
