@@ -598,3 +598,42 @@ async fn host_directories_are_each_users_own_under_sign_in() {
         "{text}"
     );
 }
+
+/// With sign-in, an event about a machine (an orphan deleted, a kept machine taken back) is
+/// heard only by the user who holds it (the operator: one no user holds); an event about no
+/// machine, by everyone.
+#[tokio::test]
+async fn a_machines_events_reach_only_its_holder() {
+    use smol_mcp::process::events::ServerEvent;
+    use smol_mcp::protocol::server::notify::Audience;
+    let fake = FakeServe::start().await;
+    fake.add_machine("op-box", "running");
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
+    call_as(
+        &protocol.policy,
+        "alice",
+        Tool::CreateMachine,
+        json!({"name": "alice-box"}),
+    )
+    .await
+    .unwrap();
+    let about = |machine: &str| {
+        ServerEvent::info("orphansDeleted", format!("deleted machine {machine}"))
+            .with("fleet", "local")
+            .with("machine", machine.to_owned())
+    };
+    let general = ServerEvent::info("localServe", "started a serve");
+    let hears = |user: User, event: ServerEvent| {
+        let audience = Audience::new(protocol.policy.clone(), user);
+        async move { audience.hears(&event).await }
+    };
+    assert!(hears(User::signed_in("alice"), about("alice-box")).await);
+    assert!(!hears(User::signed_in("bob"), about("alice-box")).await);
+    assert!(!hears(User::operator(), about("alice-box")).await);
+    assert!(hears(User::operator(), about("op-box")).await);
+    assert!(!hears(User::signed_in("bob"), about("op-box")).await);
+    for user in [User::operator(), User::signed_in("bob")] {
+        assert!(hears(user, general.clone()).await);
+    }
+}

@@ -43,7 +43,7 @@ impl Audience {
         Audience { policy, user }
     }
 
-    async fn hears(&self, event: &ServerEvent) -> bool {
+    pub async fn hears(&self, event: &ServerEvent) -> bool {
         let Some((fleet, machine)) = event.machine() else {
             return true;
         };
