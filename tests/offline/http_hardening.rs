@@ -766,3 +766,33 @@ async fn bad_params_of_a_served_method_answer_invalid_params_with_the_id() {
         "the session goes on: {listed}"
     );
 }
+
+/// A body that is not JSON is answered as JSON-RPC says: 400 with the parse error -32700, in
+/// JSON, on both lifecycles (rmcp alone answered 415 with a line of text).
+#[tokio::test]
+async fn a_body_that_is_not_json_is_a_parse_error() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let server = spawn(rt.path(), &fake, &[]).await;
+    let http = reqwest::Client::new();
+    for (body, version) in [
+        ("{\"jsonrpc\":\"2.0\",", "2026-07-28"),
+        ("garbage", "2025-11-25"),
+        ("\u{1}\u{0}", "2026-07-28"),
+    ] {
+        let reply = http
+            .post(&server.url)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", version)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 400, "{body:?}");
+        let answer: Value = reply.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], -32700, "{answer}");
+        assert_eq!(answer["id"], Value::Null);
+    }
+}

@@ -549,6 +549,17 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
         Ok(body) => body,
         Err(e) => return body_refusal(e, g.body_timeout),
     };
+    // A body that is not JSON at all is JSON-RPC's parse error, 400 (rmcp answers 415 with a
+    // line of text, which a client reads as a content type it got wrong).
+    if parts.method == Method::POST
+        && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body)
+    {
+        return json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            -32700,
+            &format!("Parse error: the request body is not JSON ({e})"),
+        );
+    }
     // From here the connection serves a request: no new connection may take its slot.
     let serving = parts
         .extensions
