@@ -725,10 +725,9 @@ settings! {
     publish_ports: Option<PortRange> {
         key: "publishPorts",
         env: "SMOL_MCP_PUBLISH_PORTS",
-        default: "",
-        shown_default: "any free port",
+        default: "61000-65535",
         accepts: Accepts::PortRange,
-        why: "the host ports publish-port may use on the local engine, chosen or asked for (a firewall's opening, say); a port outside it is refused",
+        why: "the host ports publish-port may use on the local engine, chosen or asked for (a firewall's opening, say); a port outside it is refused. The default lies above Linux's ephemeral ports (32768-60999), so that no agent can take a port a service of the host's own would listen on; empty allows any port",
     },
     ready_timeout_secs: u64 {
         key: "readyTimeoutSecs",
@@ -894,14 +893,14 @@ settings! {
         env: "SMOL_MCP_MOUNT_ALLOW",
         default: "",
         accepts: Accepts::List,
-        why: "host directories a local machine may mount, and any machine may get a copy of as its workspace (a source must be one of them or under one, symlinks resolved); empty refuses every mount and workspace: a machine that mounts the host's home has left the sandbox",
+        why: "host directories a local machine may mount, and any machine may get a copy of as its workspace (a source must be one of them or under one, symlinks resolved); empty refuses every mount and workspace: a machine that mounts the host's home has left the sandbox. With sign-in, an entry naming {user} (like /srv/work/{user}) is each signed-in user's own, with their id in its place, and the entries without it are the operator's alone",
     },
     mount_writable: Vec<String> {
         key: "mountWritable",
         env: "SMOL_MCP_MOUNT_WRITABLE",
         default: "",
         accepts: Accepts::List,
-        why: "of those, the directories a mount may write to (`readonly: false`); every other mount is read-only",
+        why: "of those, the directories a mount may write to (`readonly: false`); every other mount is read-only. {user} as in mountAllow",
     },
     workspace_max_bytes: u64 {
         key: "workspaceMaxBytes",

@@ -1783,3 +1783,37 @@ async fn a_paused_machine_is_resumed_by_the_next_call_and_says_so() {
         ]
     );
 }
+
+/// With publishPorts left unset, the host ports are the default range above Linux's ephemeral
+/// ports: a well-known port (a database's, a web server's) is refused when asked for, and a
+/// chosen one lies in the range.
+#[tokio::test]
+async fn without_publish_ports_the_host_ports_stay_above_the_ephemeral_range() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    fake.add_machine("svc", "running");
+    for asked in [22, 80, 5432, 40000] {
+        let err = h
+            .err(
+                "publish-port",
+                json!({"name": "svc", "port": 80, "hostPort": asked}),
+            )
+            .await;
+        assert!(
+            err.starts_with(&format!(
+                "INVALID_ARGUMENT: hostPort: {asked} is outside the host ports this server may \
+                 publish (61000-65535, the operator's publishPorts)"
+            )),
+            "{err}"
+        );
+    }
+    let placed = h
+        .ok(
+            "publish-port",
+            json!({"name": "svc", "port": 80, "waitSecs": 0}),
+        )
+        .await;
+    let port = placed["hostPort"].as_u64().unwrap();
+    assert!((61000..=65535).contains(&port), "{placed}");
+}
