@@ -634,6 +634,86 @@ async fn one_users_claims_through_three_processes_each_see_all_before_them() {
     }
 }
 
+/// Each process takes the lowest run-id slot no live process holds (a dead one's is free
+/// again), so that no two live processes make the same id; and a run's end is written only by
+/// the process that owns the run, never onto another's row of the same id.
+#[tokio::test]
+async fn live_processes_hold_distinct_slots_and_only_a_runs_owner_ends_it() {
+    let db = TestDatabase::new().await;
+    let first = ready_store(&db).await;
+    // Slot 2 was held by a process not heard from for a minute (dead), slot 1 is held by one
+    // alive elsewhere.
+    let client = db.client().await;
+    for (id, slot, silent_secs) in [("i-gone", 2, 60_i64), ("i-alive", 1, 0)] {
+        client
+            .execute(
+                "INSERT INTO instances (id, slot, host, pid, pid_started, started_ms, \
+                 heartbeat_ms) VALUES ($1, $2, 'elsewhere', 1, NULL, 0, \
+                 (extract(epoch from clock_timestamp()) * 1000)::bigint - $3::bigint * 1000)",
+                &[&id, &slot, &silent_secs],
+            )
+            .await
+            .unwrap();
+    }
+    let mut stores = futures::future::join_all((0..4).map(|_| ready_store(&db))).await;
+    stores.insert(0, first);
+    let mut slots: Vec<i32> = Vec::new();
+    for store in &stores {
+        let row = client
+            .query_one(
+                "SELECT slot FROM instances WHERE id = $1",
+                &[&store.instance()],
+            )
+            .await
+            .unwrap();
+        slots.push(row.get(0));
+    }
+    slots.sort_unstable();
+    assert_eq!(
+        slots,
+        [0, 2, 3, 4, 5],
+        "the lowest slots no live process holds, each once (a dead one's again)"
+    );
+
+    let run = NewRun {
+        pid: std::process::id(),
+        user: String::new(),
+        tool: "run-command",
+        fleet: FleetKind::Local,
+        machine: "box".into(),
+        command: RunCommand::Shell("echo hi".into()),
+        workdir: None,
+        env_names: Vec::new(),
+        started_ms: now_ms(),
+    };
+    let (a, b) = (&stores[0], &stores[1]);
+    let id = a.runs().begin(run).unwrap();
+    a.flush().await;
+    let end = |outcome| RunEnd {
+        id,
+        ended_ms: now_ms(),
+        outcome,
+        exit_code: Some(9),
+        timed_out: Some(false),
+        error: None,
+        stdout: None,
+        stderr: None,
+    };
+    b.runs().end(end(RunOutcome::Exited));
+    b.runs().cost(id, "{\"cpuMs\":99}".into());
+    b.flush().await;
+    let detail = a.runs().get(id, "").await.unwrap().unwrap();
+    assert_eq!(
+        detail.summary.outcome, "running",
+        "another process ended a's run"
+    );
+    assert_eq!(detail.usage, None);
+    a.runs().end(end(RunOutcome::Exited));
+    a.flush().await;
+    let detail = b.runs().get(id, "").await.unwrap().unwrap();
+    assert_eq!(detail.summary.outcome, "exited");
+}
+
 #[tokio::test]
 async fn a_dead_processs_jobs_are_taken_over_once_and_a_live_ones_never() {
     let db = TestDatabase::new().await;

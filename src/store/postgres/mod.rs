@@ -47,8 +47,8 @@ const FLUSH_WAIT: Duration = Duration::from_secs(2);
 const PRUNE_EVERY: u64 = 256;
 /// Run ids are microseconds with the instance's slot in their lowest bits, so that processes
 /// sharing the database never make the same id and ids still grow with time; 64 slots is as
-/// many processes as may share one database at once (the slot is the instance's number modulo
-/// this), and the ids stay below 2^53, exact in a JavaScript client.
+/// many processes as may share one database at once (each takes the lowest slot no live
+/// instance holds), and the ids stay below 2^53, exact in a JavaScript client.
 const SLOTS: i64 = 64;
 
 /// The schema version this server brings a database to (and the newest it runs on).
@@ -73,6 +73,65 @@ pub struct PgStore {
     /// The documents' thread, started when first asked for.
     documents: std::sync::OnceLock<Arc<documents::Documents>>,
 }
+
+/// Registers this process as an instance in the lowest slot no live instance holds (one
+/// heard from within [`STALE`]), one registration at a time: two processes sharing the
+/// database never share a slot, so never make the same run id. Refused when all are held.
+async fn register(
+    client: &mut Client,
+    instance: &str,
+    host: &str,
+    pid: u32,
+    pid_started: Option<i64>,
+) -> Result<i64, String> {
+    let refused = |e: tokio_postgres::Error| format!("could not register this process: {e}");
+    let transaction = client.transaction().await.map_err(refused)?;
+    transaction
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&SLOT_LOCK])
+        .await
+        .map_err(refused)?;
+    let free = transaction
+        .query_opt(
+            &format!(
+                "SELECT n::bigint FROM generate_series(0, {last}) AS n WHERE n NOT IN \
+                 (SELECT slot FROM instances WHERE heartbeat_ms >= {NOW_MS} - $1) \
+                 ORDER BY n LIMIT 1",
+                last = SLOTS - 1
+            ),
+            &[&instances::stale_ms()],
+        )
+        .await
+        .map_err(refused)?;
+    let Some(free) = free else {
+        return Err(format!(
+            "all {SLOTS} instance slots of the database are held by live server processes: \
+             at most {SLOTS} may share one store"
+        ));
+    };
+    let slot: i64 = free.get(0);
+    transaction
+        .execute(
+            &format!(
+                "INSERT INTO instances (id, slot, host, pid, pid_started, started_ms, \
+                 heartbeat_ms) VALUES ($1, $2, $3, $4, $5, {NOW_MS}, {NOW_MS})"
+            ),
+            &[
+                &instance,
+                &i32::try_from(slot).unwrap_or(0),
+                &host,
+                &i64::from(pid),
+                &pid_started,
+            ],
+        )
+        .await
+        .map_err(refused)?;
+    transaction.commit().await.map_err(refused)?;
+    Ok(slot)
+}
+
+/// The advisory lock the registrations take turns under (apart from the migrations' and the
+/// claims').
+const SLOT_LOCK: i64 = 0x736d_6f6c_736c_6f74;
 
 /// This process's registration and its read connection, once ready.
 struct Opened {
@@ -182,19 +241,7 @@ impl PgStore {
         let pid = std::process::id();
         let pid_started =
             crate::process::ephemeral::process_started(pid).and_then(|t| i64::try_from(t).ok());
-        let slot: i64 = client
-            .query_one(
-                &format!(
-                    "WITH slot AS (SELECT nextval('instance_slots') % {SLOTS} AS n) \
-                     INSERT INTO instances (id, slot, host, pid, pid_started, started_ms, \
-                     heartbeat_ms) SELECT $1, n, $2, $3, $4, {NOW_MS}, {NOW_MS} FROM slot \
-                     RETURNING slot::bigint"
-                ),
-                &[&instance, &host, &i64::from(pid), &pid_started],
-            )
-            .await
-            .map_err(|e| format!("could not register this process: {e}"))?
-            .get(0);
+        let slot = register(&mut client, &instance, &host, pid, pid_started).await?;
         // The first process to start writes the key; every later one reads that one.
         let offered: Vec<u8> = rand::random::<[u8; 32]>().to_vec();
         client

@@ -92,7 +92,8 @@ impl Writer<'_> {
                     "UPDATE runs SET ended_ms = $2, outcome = $3, exit_code = $4, \
                      timed_out = $5, error = $6, stdout_bytes = $7, stdout_head = $8, \
                      stdout_tail = $9, stderr_bytes = $10, stderr_head = $11, \
-                     stderr_tail = $12, stdout_dropped = $13, stderr_dropped = $14 WHERE id = $1",
+                     stderr_tail = $12, stdout_dropped = $13, stderr_dropped = $14 \
+                     WHERE id = $1 AND owner = $15",
                     &[
                         &end.id,
                         &end.ended_ms,
@@ -108,13 +109,19 @@ impl Writer<'_> {
                         &err.map(|s| s.tail.as_str()),
                         &out.map(|s| s.dropped),
                         &err.map(|s| s.dropped),
+                        &self.instance,
                     ],
                 )
                 .await?;
             }
+            // A run's end and cost are its owner's to write (the id and the instance): a process
+            // whose slot another took after it fell silent cannot write onto that one's run.
             Write::RunCost(id, usage) => {
-                db.execute("UPDATE runs SET usage = $2 WHERE id = $1", &[id, usage])
-                    .await?;
+                db.execute(
+                    "UPDATE runs SET usage = $2 WHERE id = $1 AND owner = $3",
+                    &[id, usage, &self.instance],
+                )
+                .await?;
             }
             Write::JobStarted(job) => {
                 let timeout = i64::try_from(job.timeout_secs).unwrap_or(i64::MAX);
