@@ -2,6 +2,16 @@
 //! with ring, already built for rustls: the signature by a key of the set, then the issuer, the
 //! audience (this server, RFC 8707), the lifetime and the scopes. Nothing here fetches; the key
 //! set is handed in (`signin` fetches and caches it).
+//!
+//! Why by hand and not the `jsonwebtoken` crate (12.0 when this was weighed): it no longer has
+//! a ring backend, only `aws_lc_rs` (a C library built with cmake) or `rust_crypto` (a second
+//! crypto stack: `rsa`, `p256`, `p384`, `ed25519-dalek` beside the ring rustls already builds).
+//! And it would not do all the checks below: it refuses `crit` as we do, but reads no `typ`,
+//! takes any `exp`/`nbf` up to u64::MAX (a token that never expires) with no check of `iat`,
+//! has no rule for the user claim, and turns `alg: none` into a generic header parse error
+//! rather than a refusal by name. Key selection (kid, alg, kty, crv) would stay ours as well,
+//! since it takes one decoding key. What it would take over is the signature calls, a few
+//! lines of ring here.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -18,8 +28,19 @@ pub(crate) const MAX_KEYS: usize = 64;
 /// Clocks disagree; a token is taken this long past its `exp` or before its `nbf`.
 const LEEWAY_SECS: i64 = 60;
 
+/// The latest NumericDate taken, 9999-12-31T23:59:59Z: no issuer means a later one, and the
+/// bound keeps every sum with it far from overflow.
+const MAX_NUMERIC_DATE: i64 = 253_402_300_799;
+
+/// The longest user id taken, in bytes.
+const MAX_USER_BYTES: usize = 256;
+
+/// How the log shows the operator (`User`'s Display): no signed-in user may look like it.
+const OPERATOR_SHOWN: &str = "(the operator)";
+
 /// Why a token is refused. The text goes back to the client as `error_description`, so it
-/// names what was wrong but never the token nor a claim's value.
+/// names what was wrong but never the token nor a claim's value; the little it quotes of a
+/// header (alg, typ) passes through [`shown`], so the text is safe to log as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum TokenError {
     #[error("the access token is not a signed JWT (three base64url parts)")]
@@ -46,6 +67,33 @@ pub(crate) enum TokenError {
     NoExpiry,
     #[error("the access token has no {0} claim naming its user")]
     NoUser(String),
+    #[error(
+        "the access token's header has crit, naming extensions this server does not implement (tokens without crit are accepted)"
+    )]
+    Critical,
+    #[error(
+        "the access token's typ {0} is not accepted (at+jwt, application/at+jwt, JWT, or no typ)"
+    )]
+    Type(String),
+    #[error(
+        "the access token's {0} is not a NumericDate (a JSON number of seconds since 1970, 0 to {MAX_NUMERIC_DATE})"
+    )]
+    Date(&'static str),
+    #[error(
+        "the access token's {0} claim {1}; a user id is 1 to {MAX_USER_BYTES} bytes of printable text without bidi controls"
+    )]
+    BadUser(String, &'static str),
+}
+
+/// A value taken from a token, fit to be put in a refusal (which goes to the log and into a
+/// `WWW-Authenticate` header): cut short, and printable ASCII only, everything else escaped,
+/// so that a newline cannot forge a log line nor a bidi control reorder one.
+fn shown(value: &str) -> String {
+    value
+        .chars()
+        .take(16)
+        .flat_map(char::escape_default)
+        .collect()
 }
 
 /// One verification key of a set, as much of RFC 7517 as verifying needs.
@@ -128,11 +176,58 @@ pub(crate) struct Verified {
     pub expires_at: i64,
 }
 
-#[derive(Deserialize)]
 struct Header {
     alg: String,
-    #[serde(default)]
     kid: Option<String>,
+    typ: Option<String>,
+    /// Whether the header has `crit` at all, whatever its value.
+    crit: bool,
+}
+
+impl Header {
+    fn parse(bytes: &[u8]) -> Result<Header, TokenError> {
+        let fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(bytes).map_err(|_| TokenError::Malformed)?;
+        // A null kid or typ is taken as absent, as serde's Option took them before.
+        let text = |name: &str| match fields.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(TokenError::Malformed),
+        };
+        Ok(Header {
+            alg: text("alg")?.ok_or(TokenError::Malformed)?,
+            kid: text("kid")?,
+            typ: text("typ")?,
+            crit: fields.contains_key("crit"),
+        })
+    }
+
+    /// RFC 7515 section 4.1.11: a `crit` names extensions the recipient must understand or
+    /// refuse the token; this server implements none, so any `crit` (even an empty or null
+    /// one, which the RFC forbids) is refused.
+    ///
+    /// `typ`: RFC 9068 section 4 asks a resource server to check it is `at+jwt`, so that
+    /// another JWT of the issuer (an ID token, a logout token) cannot pass as an access token.
+    /// Requiring it would shut out issuers whose access tokens are JWTs without the RFC 9068
+    /// profile: Keycloak, Entra ID and Auth0's default profile send `JWT`, Cognito none
+    /// (oidc-provider 9, which the sign-in client tests run, sends `at+jwt`). Those tokens are still bound to
+    /// this server by `aud` (RFC 8707), which an ID token (aud: the client id) does not name.
+    /// So `at+jwt` and the generic `JWT` (RFC 7519 section 5.1) or none are taken, and a
+    /// type that says the token is for something else is refused. Compared as RFC 7515
+    /// section 4.1.9 says: case-insensitive, `application/` optional.
+    fn check(&self) -> Result<(), TokenError> {
+        if self.crit {
+            return Err(TokenError::Critical);
+        }
+        if let Some(typ) = &self.typ {
+            let lower = typ.to_ascii_lowercase();
+            let media = lower.strip_prefix("application/").unwrap_or(&lower);
+            if !matches!(media, "at+jwt" | "jwt") {
+                return Err(TokenError::Type(shown(typ)));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The header's `kid`, read before the signature is checked: which key to look for, and
@@ -155,9 +250,7 @@ fn parts(token: &str) -> Result<(Header, &str, &str), TokenError> {
     let header_bytes = URL_SAFE_NO_PAD
         .decode(header)
         .map_err(|_| TokenError::Malformed)?;
-    let parsed: Header =
-        serde_json::from_slice(&header_bytes).map_err(|_| TokenError::Malformed)?;
-    Ok((parsed, payload, signature))
+    Ok((Header::parse(&header_bytes)?, payload, signature))
 }
 
 /// The token checked whole at `now` (seconds since the epoch).
@@ -173,6 +266,7 @@ pub(crate) fn verify(
         .decode(signature)
         .map_err(|_| TokenError::Malformed)?;
     let algorithm = Algorithm::named(&header.alg)?;
+    header.check()?;
     let candidates: Vec<&Jwk> = keys
         .keys
         .iter()
@@ -220,25 +314,30 @@ fn check_claims(
     if !audience_ok {
         return Err(TokenError::Audience(expected.audience.clone()));
     }
-    let expires_at = claims
-        .get("exp")
-        .and_then(serde_json::Value::as_i64)
-        .ok_or(TokenError::NoExpiry)?;
-    if expires_at + LEEWAY_SECS <= now {
+    // Rounded to the stricter side: a token ends at the whole second before its exp and
+    // starts at the whole second after its nbf.
+    let expires_at = numeric_date(claims, "exp", f64::floor)?.ok_or(TokenError::NoExpiry)?;
+    if expires_at.saturating_add(LEEWAY_SECS) <= now {
         return Err(TokenError::Expired);
     }
-    if let Some(not_before) = claims.get("nbf").and_then(serde_json::Value::as_i64)
-        && not_before - LEEWAY_SECS > now
+    if let Some(not_before) = numeric_date(claims, "nbf", f64::ceil)?
+        && not_before.saturating_sub(LEEWAY_SECS) > now
     {
         return Err(TokenError::NotYet);
     }
+    // iat only says when the token was made; nbf is the claim that bars early use. It is
+    // still held to the same form, so a token is not half-read.
+    numeric_date(claims, "iat", f64::floor)?;
     let user = match claims.get(&expected.user_claim) {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(serde_json::Value::Number(n)) => n.to_string(),
         _ => String::new(),
     };
-    if user.is_empty() || user.len() > 256 || user.chars().any(char::is_control) {
+    if user.is_empty() {
         return Err(TokenError::NoUser(expected.user_claim.clone()));
+    }
+    if let Some(problem) = user_problem(&user) {
+        return Err(TokenError::BadUser(expected.user_claim.clone(), problem));
     }
     // RFC 9068's `scope` (space-separated), or the `scp` list some issuers send instead.
     let scopes = match (claims.get("scope"), claims.get("scp")) {
@@ -256,6 +355,64 @@ fn check_claims(
         scopes,
         expires_at,
     })
+}
+
+/// The claim `name` as a NumericDate (RFC 7519 section 2: a JSON number of seconds, possibly
+/// fractional), `round`ed to whole seconds; `None` when absent. A string, a negative or a
+/// date past [`MAX_NUMERIC_DATE`] is refused, whichever claim it is.
+fn numeric_date(
+    claims: &serde_json::Map<String, serde_json::Value>,
+    name: &'static str,
+    round: fn(f64) -> f64,
+) -> Result<Option<i64>, TokenError> {
+    let Some(value) = claims.get(name) else {
+        return Ok(None);
+    };
+    let seconds = match value {
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(whole) => Some(whole),
+            // An integer past i64 (as_u64) is out of range below; a fraction is rounded once
+            // it is known to be finite and in range, so the conversion cannot saturate.
+            None if n.is_u64() => None,
+            None => n
+                .as_f64()
+                .filter(|f| f.is_finite() && (0.0..=MAX_NUMERIC_DATE as f64).contains(f))
+                .map(|f| round(f) as i64),
+        },
+        _ => None,
+    };
+    match seconds {
+        Some(s) if (0..=MAX_NUMERIC_DATE).contains(&s) => Ok(Some(s)),
+        _ => Err(TokenError::Date(name)),
+    }
+}
+
+/// Why a user id would mislead whoever reads it (in the log, on a machine's owner), or `None`.
+/// The id is shown as it is, so it must not hide (blanks), break a line (controls), reorder
+/// the text around it (bidi controls), or pass for the operator.
+fn user_problem(user: &str) -> Option<&'static str> {
+    const BIDI: &[char] = &[
+        '\u{061C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}',
+        '\u{202E}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+    ];
+    if user.len() > MAX_USER_BYTES {
+        Some("is too long")
+    } else if user.trim() == OPERATOR_SHOWN {
+        Some("reads (the operator), which is how the log shows the operator")
+    } else if user.chars().all(char::is_whitespace) {
+        Some("is only blanks")
+    } else if user
+        .chars()
+        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+    {
+        Some("holds a control character or line separator")
+    } else if user.contains(BIDI) {
+        Some(
+            "holds a Unicode bidi control (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069)",
+        )
+    } else {
+        None
+    }
 }
 
 /// RFC 8707 resources compare as URIs; an issuer that adds or drops the trailing slash of a
@@ -285,10 +442,7 @@ impl Algorithm {
             "ES256" => Algorithm::Ecdsa(&signature::ECDSA_P256_SHA256_FIXED, "P-256"),
             "ES384" => Algorithm::Ecdsa(&signature::ECDSA_P384_SHA384_FIXED, "P-384"),
             "EdDSA" => Algorithm::EdDsa,
-            other => {
-                let shown: String = other.chars().take(16).collect();
-                return Err(TokenError::Algorithm(shown));
-            }
+            other => return Err(TokenError::Algorithm(shown(other))),
         })
     }
 
@@ -557,6 +711,181 @@ pub(crate) mod tests {
             verify(&sign("ES256"), &keys, &expected(), NOW),
             Err(TokenError::UnknownKey)
         );
+    }
+
+    /// The token of [`claims`] changed by `edit`, signed with `header`, verified at [`NOW`].
+    fn verify_edited(
+        header: serde_json::Value,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) -> Result<Verified, TokenError> {
+        let issuer = TestIssuer::new("k1");
+        let mut c = claims();
+        edit(&mut c);
+        let mut h = serde_json::json!({"alg": "ES256", "kid": "k1"});
+        for (k, v) in header.as_object().unwrap() {
+            h[k] = v.clone();
+        }
+        verify(
+            &issuer.sign_with_header(&h, &c),
+            &keys(&issuer),
+            &expected(),
+            NOW,
+        )
+    }
+
+    fn refusal(result: Result<Verified, TokenError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_token_typed_for_another_use_is_refused() {
+        for typ in ["at+jwt", "AT+JWT", "application/at+jwt", "JWT", "jwt"] {
+            assert!(
+                verify_edited(serde_json::json!({"typ": typ}), |_| {}).is_ok(),
+                "{typ}"
+            );
+        }
+        assert!(verify_edited(serde_json::json!({}), |_| {}).is_ok());
+        for typ in [
+            "logout+jwt",
+            "dpop+jwt",
+            "secevent+jwt",
+            "JWE",
+            "application/at+jwt+x",
+        ] {
+            let e = refusal(verify_edited(serde_json::json!({"typ": typ}), |_| {}));
+            assert!(e.contains("typ") && e.contains("at+jwt"), "{typ}: {e}");
+        }
+    }
+
+    #[test]
+    fn any_crit_header_is_refused() {
+        for crit in [
+            serde_json::json!(["exp"]),
+            serde_json::json!(["b64"]),
+            serde_json::json!([]),
+            serde_json::Value::Null,
+        ] {
+            let e = refusal(verify_edited(serde_json::json!({"crit": crit}), |_| {}));
+            assert!(e.contains("crit"), "{crit}: {e}");
+        }
+    }
+
+    #[test]
+    fn numeric_dates_are_json_numbers_in_range() {
+        let with = |key: &str, value: serde_json::Value| {
+            verify_edited(serde_json::json!({}), |c| c[key] = value)
+        };
+        // Fractional seconds are a NumericDate (RFC 7519 section 2); rounded to the stricter
+        // side: an exp down, an nbf up.
+        assert_eq!(
+            with("exp", serde_json::json!(NOW as f64 + 300.75))
+                .unwrap()
+                .expires_at,
+            NOW + 300
+        );
+        assert!(with("nbf", serde_json::json!(NOW as f64 - 0.5)).is_ok());
+        assert!(with("iat", serde_json::json!(NOW as f64 - 0.5)).is_ok());
+        assert_eq!(
+            with("nbf", serde_json::json!(NOW as f64 + 120.5)),
+            Err(TokenError::NotYet)
+        );
+        for key in ["exp", "nbf", "iat"] {
+            for bad in [
+                serde_json::json!((NOW + 300).to_string()),
+                serde_json::json!("soon"),
+                serde_json::json!(true),
+                serde_json::json!([NOW]),
+                serde_json::Value::Null,
+                serde_json::json!(-1),
+                serde_json::json!(-0.5),
+                serde_json::json!(1e300),
+                serde_json::json!(u64::MAX),
+                serde_json::json!(253_402_300_800_i64),
+            ] {
+                let e = refusal(with(key, bad.clone()));
+                assert!(
+                    e.contains(key) && e.contains("NumericDate"),
+                    "{key} {bad}: {e}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn date_arithmetic_cannot_overflow() {
+        let with = |key: &str, value: i64| {
+            std::panic::catch_unwind(|| {
+                verify_edited(serde_json::json!({}), |c| c[key] = value.into()).is_err()
+            })
+        };
+        for (key, value) in [
+            ("exp", i64::MAX),
+            ("exp", i64::MIN),
+            ("nbf", i64::MIN),
+            ("nbf", i64::MAX),
+            ("iat", i64::MIN),
+        ] {
+            assert_eq!(with(key, value).ok(), Some(true), "{key} {value}");
+        }
+        // `now` comes from the clock; a clock at either end of time must not panic either.
+        let issuer = TestIssuer::new("k1");
+        let mut c = claims();
+        c["nbf"] = NOW.into();
+        let token = issuer.sign(&c);
+        assert_eq!(
+            verify(&token, &keys(&issuer), &expected(), i64::MIN),
+            Err(TokenError::NotYet)
+        );
+        assert_eq!(
+            verify(&token, &keys(&issuer), &expected(), i64::MAX),
+            Err(TokenError::Expired)
+        );
+    }
+
+    #[test]
+    fn a_user_that_would_mislead_a_reader_is_refused() {
+        let with = |user: &str| {
+            let user = user.to_owned();
+            verify_edited(serde_json::json!({}), move |c| c["sub"] = user.into())
+        };
+        for (user, reason) in [
+            ("   ", "blank"),
+            ("\u{3000}\t", "blank"),
+            ("alice\nINFO signed in: root", "control"),
+            ("a\u{7f}", "control"),
+            ("a\u{2028}b", "control"),
+            ("admin\u{202E}nimda", "bidi"),
+            ("\u{202A}x", "bidi"),
+            ("x\u{2066}", "bidi"),
+            ("x\u{2069}", "bidi"),
+            ("x\u{200E}", "bidi"),
+            ("x\u{200F}", "bidi"),
+            ("x\u{061C}", "bidi"),
+            ("(the operator)", "operator"),
+            (" (the operator) ", "operator"),
+        ] {
+            let e = refusal(with(user));
+            assert!(e.contains("sub") && e.contains(reason), "{user:?}: {e}");
+        }
+        assert!(with(&"a".repeat(257)).is_err());
+        assert_eq!(with("alice bob").unwrap().user, "alice bob");
+        assert_eq!(with("zoë@例え.jp").unwrap().user, "zoë@例え.jp");
+    }
+
+    #[test]
+    fn values_from_the_token_are_escaped_in_refusals() {
+        for header in [
+            serde_json::json!({"alg": "RS256\nINFO forged"}),
+            serde_json::json!({"alg": "\u{202E}652SR"}),
+            serde_json::json!({"typ": "at+jwt\r\nINFO forged"}),
+        ] {
+            let e = refusal(verify_edited(header.clone(), |_| {}));
+            assert!(
+                e.chars().all(|c| c == ' ' || c.is_ascii_graphic()),
+                "{header}: {e:?}"
+            );
+        }
     }
 
     #[test]

@@ -92,6 +92,12 @@ fn is_loopback_host(url: &reqwest::Url) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Whether a URL's scheme and host keep what is fetched from it from being changed on the
+/// way: https, or http to this machine only.
+fn transport_ok(url: &reqwest::Url) -> bool {
+    url.scheme() == "https" || (url.scheme() == "http" && is_loopback_host(url))
+}
+
 fn secure_url(setting: &'static str, text: &str) -> Result<reqwest::Url, SettingError> {
     let url = reqwest::Url::parse(text).map_err(|e| {
         setting_error(
@@ -99,12 +105,24 @@ fn secure_url(setting: &'static str, text: &str) -> Result<reqwest::Url, Setting
             format!("{text:?} is not a URL ({e}); give https://host/..."),
         )
     })?;
-    let ok = url.scheme() == "https" || (url.scheme() == "http" && is_loopback_host(&url));
-    if !ok || url.query().is_some() || url.fragment().is_some() {
+    if !transport_ok(&url) || url.query().is_some() || url.fragment().is_some() {
         return Err(setting_error(
             setting,
             format!("{text:?}: an https URL without query or fragment (http only on loopback)"),
         ));
+    }
+    Ok(url)
+}
+
+/// A key set's URL, the operator's `authJwksUrl` or the `jwks_uri` the issuer's metadata
+/// names, held to `authIssuer`'s rule: keys fetched over plain http from another machine
+/// could be swapped on the way, and every token checked against them. A query is allowed
+/// (Azure AD B2C's carries the policy, `?p=...`); the issuer's own URL has none because
+/// RFC 8414 section 2 forbids it in an issuer identifier, not in a document's address.
+fn key_set_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
+    if !transport_ok(&url) || url.fragment().is_some() {
+        return Err("is not an https URL without fragment (http only on loopback)".to_owned());
     }
     Ok(url)
 }
@@ -157,7 +175,10 @@ impl SignIn {
         let jwks_url = if config.auth_jwks_url.is_empty() {
             None
         } else {
-            Some(secure_url("authJwksUrl", &config.auth_jwks_url)?.to_string())
+            let text = &config.auth_jwks_url;
+            let url = key_set_url(text)
+                .map_err(|problem| setting_error("authJwksUrl", format!("{text:?} {problem}")))?;
+            Some(url.to_string())
         };
         let resource_path = resource_url.path().trim_end_matches('/');
         let well_known = "/.well-known/oauth-protected-resource";
@@ -215,9 +236,10 @@ impl SignIn {
                 keys = count,
                 "sign-in: the issuer's keys fetched"
             ),
+            // The error quotes what the issuer's documents say: Debug escapes it.
             Err(e) => tracing::error!(
                 issuer = %self.expected.issuer,
-                error = %e,
+                error = ?e,
                 "sign-in: the issuer's keys could not be fetched; tokens are refused 503 until they can"
             ),
         }
@@ -318,10 +340,18 @@ impl SignIn {
                 Ok(m) if m.issuer.trim_end_matches('/') != issuer => {
                     problems.push(format!("{url} names another issuer"));
                 }
+                // A jwks_uri that fails the rule is not passed over for the next document:
+                // the issuer says where its keys are, and that is an error to show.
                 Ok(Metadata {
                     jwks_uri: Some(jwks),
                     ..
-                }) => return Ok(jwks),
+                }) => {
+                    return key_set_url(&jwks)
+                        .map(|u| u.to_string())
+                        .map_err(|problem| {
+                            format!("the jwks_uri {jwks:?} in {url} {problem}; or set authJwksUrl")
+                        });
+                }
                 Ok(_) => problems.push(format!("{url} has no jwks_uri")),
                 Err(e) => problems.push(format!("{url}: not metadata ({e})")),
             }
@@ -560,6 +590,85 @@ mod tests {
             s.check("not a token").await,
             Err(Refusal::Invalid(TokenError::Malformed))
         );
+    }
+
+    #[test]
+    fn a_refusal_challenge_stays_one_header_line() {
+        let c = config(&[("SMOL_MCP_AUTH_ISSUER", "https://id.example")]);
+        let s = SignIn::from_config(&c).unwrap().unwrap();
+        let issuer = TestIssuer::new("k1");
+        for header in [
+            serde_json::json!({"alg": "RS256\nINFO forged", "kid": "k1"}),
+            serde_json::json!({"alg": "ES256", "kid": "k1", "typ": "x\r\nSet-Cookie: a=b"}),
+        ] {
+            let token = issuer.sign_with_header(&header, &serde_json::json!({"sub": "a"}));
+            let e = jwt::verify(&token, &KeySet::default(), &s.expected, 0).unwrap_err();
+            let challenge = s.challenge(&Refusal::Invalid(e));
+            assert!(
+                axum::http::HeaderValue::from_str(&challenge).is_ok(),
+                "{challenge:?}"
+            );
+        }
+    }
+
+    /// The `jwks_uri` an issuer's metadata names is held to the rule `authIssuer` is: a key
+    /// set fetched over plain http from another machine could be swapped on the way.
+    #[tokio::test]
+    async fn a_discovered_jwks_uri_must_be_https_or_loopback() {
+        let issuer_key = TestIssuer::new("k1");
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let issuer = format!("http://127.0.0.1:{port}");
+        // 0.0.0.0 reaches this machine, but it is not a loopback address: it stands for a
+        // jwks_uri on another host.
+        let metadata = serde_json::json!({"issuer": issuer, "jwks_uri": format!("http://0.0.0.0:{port}/jwks")});
+        let jwks = issuer_key.jwks();
+        let router = axum::Router::new()
+            .route(
+                "/.well-known/openid-configuration",
+                axum::routing::get(move || {
+                    let m = metadata.clone();
+                    async move { axum::Json(m) }
+                }),
+            )
+            .route(
+                "/jwks",
+                axum::routing::get(move || {
+                    let k = jwks.clone();
+                    async move { axum::Json(k) }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let s = SignIn::from_config(&config(&[("SMOL_MCP_AUTH_ISSUER", &issuer)]))
+            .unwrap()
+            .unwrap();
+        let token = issuer_key.sign(&serde_json::json!({
+            "iss": issuer, "aud": "http://127.0.0.1:8080/mcp", "sub": "alice",
+            "exp": chrono::Utc::now().timestamp() + 300,
+        }));
+        let Err(Refusal::Unavailable(e)) = s.check(&token).await else {
+            panic!("a key set from a plain-http jwks_uri off loopback was used");
+        };
+        assert!(
+            e.contains("jwks_uri")
+                && e.contains("/.well-known/openid-configuration")
+                && e.contains("https"),
+            "{e}"
+        );
+        // The operator's key set URL is held to the same rule, and may carry a query as a
+        // discovered one may.
+        let with_jwks = |url: &str| {
+            SignIn::from_config(&config(&[
+                ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+                ("SMOL_MCP_AUTH_JWKS_URL", url),
+            ]))
+        };
+        assert!(with_jwks("https://id.example/keys?p=b2c_1_signin").is_ok());
+        assert!(with_jwks("http://[::1]:4000/keys").is_ok());
+        for bad in ["http://0.0.0.0:4000/keys", "https://id.example/keys#k"] {
+            let e = with_jwks(bad).err().unwrap().to_string();
+            assert!(e.starts_with("authJwksUrl: ") && e.contains("https"), "{e}");
+        }
     }
 
     #[tokio::test]
