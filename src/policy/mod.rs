@@ -20,6 +20,7 @@ pub mod operations;
 pub mod output;
 pub mod progress;
 pub mod reads;
+pub mod shares;
 pub mod terminals;
 pub mod tools;
 pub mod user;
@@ -77,7 +78,7 @@ impl Policy {
         Policy {
             store: ledger.store().clone(),
             ledger,
-            jobs: jobs::Jobs::new(config.max_running_jobs),
+            jobs: jobs::Jobs::new(config.max_running_jobs, config.user_share_percent),
             reads: reads::ParkedReads::new(config.max_parked_reads),
             questions: consent::Questions::default(),
             keys: Arc::default(),

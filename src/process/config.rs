@@ -687,6 +687,13 @@ settings! {
         accepts: whole(1, 4096),
         why: "calls carried on as MCP tasks at once, in the process; each holds a command in a machine, and one more is refused (RATE_LIMITED) rather than queued",
     },
+    user_share_percent: u64 {
+        key: "userSharePercent",
+        env: "SMOL_MCP_USER_SHARE_PERCENT",
+        default: "50",
+        accepts: whole(1, 100),
+        why: "with sign-in, the part of each process-wide bound (maxTasks, maxRunningJobs, httpMaxSessions) one signed-in user may hold, at least one: one more of theirs is refused naming this key, so that no user can use a bound up for all",
+    },
     max_parked_reads: usize {
         key: "maxParkedReads",
         env: "SMOL_MCP_MAX_PARKED_READS",

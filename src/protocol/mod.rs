@@ -33,7 +33,11 @@ impl Protocol {
         let config = &policy.process.config;
         Protocol {
             follow: follow::LogFollowers::new(config.max_subscriptions),
-            tasks: tasks::Tasks::new(config.max_tasks, policy.store.clone()),
+            tasks: tasks::Tasks::new(
+                config.max_tasks,
+                config.user_share_percent,
+                policy.store.clone(),
+            ),
             policy,
         }
     }

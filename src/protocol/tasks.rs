@@ -42,11 +42,14 @@ pub struct Tasks {
     /// (so that the bound is exact) and given back when it ends, as a task or not.
     slots: Arc<tokio::sync::Semaphore>,
     max: usize,
+    /// Each signed-in user's share of them (`userSharePercent`).
+    shares: Arc<crate::policy::shares::UserShares>,
 }
 
 impl Tasks {
-    pub fn new(max: usize, store: Arc<dyn Store>) -> Tasks {
+    pub fn new(max: usize, user_share_percent: u64, store: Arc<dyn Store>) -> Tasks {
         Tasks {
+            shares: crate::policy::shares::UserShares::new(max, user_share_percent),
             manager: TaskManager::default(),
             store,
             owners: Default::default(),
@@ -119,6 +122,7 @@ impl Tasks {
         after: Duration,
         request_ct: &CancellationToken,
         owner: &str,
+        user: &crate::policy::user::User,
     ) -> CallToolResponse {
         let DetachedCall {
             tool,
@@ -140,6 +144,20 @@ impl Tasks {
                 ),
             )));
         };
+        let Some(share) = self.shares.take(user) else {
+            return CallToolResponse::Complete(crate::protocol::answer::into_result(Err(
+                ToolError::new(
+                    ToolErrorKind::Fleet(crate::fleet::ErrorKind::RateLimited),
+                    format!(
+                        "you have {} calls running as tasks, your share of this server's \
+                         (userSharePercent of maxTasks): wait for one to end (tasks/get), or \
+                         cancel one (tasks/cancel)",
+                        self.shares.share()
+                    ),
+                ),
+            )));
+        };
+        let slot = (slot, share);
         let began = Instant::now();
         // On a task of its own: a task's future may be aborted (its TTL), the call never is.
         let mut running = tokio::spawn(tracing::Instrument::in_current_span(work));
@@ -484,7 +502,7 @@ mod tests {
     /// cancelled and so still takes its cancellation path rather than being dropped midway.
     #[tokio::test]
     async fn a_task_aborted_at_its_ttl_cancels_its_call() {
-        let tasks = Tasks::new(64, Arc::new(crate::store::NoStore));
+        let tasks = Tasks::new(64, 50, Arc::new(crate::store::NoStore));
         let ct = CancellationToken::new();
         let (cleaned_up, mut cleaned_up_rx) = tokio::sync::oneshot::channel();
         let call_ct = ct.clone();
@@ -501,7 +519,13 @@ mod tests {
             }),
         };
         let response = tasks
-            .call_or_task(call, Duration::ZERO, &CancellationToken::new(), STATELESS)
+            .call_or_task(
+                call,
+                Duration::ZERO,
+                &CancellationToken::new(),
+                STATELESS,
+                &crate::policy::user::User::operator(),
+            )
             .await;
         let CallToolResponse::Task(created) = response else {
             panic!("not a task");
@@ -524,7 +548,7 @@ mod tests {
     /// call, as dropping the call itself did before it ran on a task of its own.
     #[tokio::test]
     async fn a_handler_dropped_before_the_threshold_cancels_its_call() {
-        let tasks = Tasks::new(64, Arc::new(crate::store::NoStore));
+        let tasks = Tasks::new(64, 50, Arc::new(crate::store::NoStore));
         let ct = CancellationToken::new();
         let call_ct = ct.clone();
         let (cleaned_up, cleaned_up_rx) = tokio::sync::oneshot::channel();
@@ -541,7 +565,14 @@ mod tests {
             }),
         };
         let request_ct = CancellationToken::new();
-        let handler = tasks.call_or_task(call, Duration::from_secs(60), &request_ct, STATELESS);
+        let operator = crate::policy::user::User::operator();
+        let handler = tasks.call_or_task(
+            call,
+            Duration::from_secs(60),
+            &request_ct,
+            STATELESS,
+            &operator,
+        );
         assert!(
             tokio::time::timeout(Duration::from_millis(50), handler)
                 .await
@@ -553,11 +584,69 @@ mod tests {
             .unwrap();
     }
 
+    /// A signed-in user holds at most their share of `maxTasks` (`userSharePercent`): alice's
+    /// third of 4 at 50% is refused naming the setting; bob and the operator still get theirs.
+    #[tokio::test]
+    async fn a_user_holds_only_their_share_of_tasks() {
+        use crate::policy::user::User;
+        let tasks = Tasks::new(4, 50, Arc::new(crate::store::NoStore));
+        let waiting = |ct: CancellationToken| DetachedCall {
+            tool: Tool::RunCommand,
+            ct: ct.clone(),
+            stop: CancellationToken::new(),
+            activity: Arc::default(),
+            bound: Duration::from_secs(60),
+            work: Box::pin(async move {
+                ct.cancelled().await;
+                Err(ToolError::cancelled())
+            }),
+        };
+        let stop = CancellationToken::new();
+        let start = |user: User| {
+            let (tasks, stop) = (&tasks, stop.clone());
+            async move {
+                tasks
+                    .call_or_task(
+                        waiting(stop),
+                        Duration::ZERO,
+                        &CancellationToken::new(),
+                        "owner",
+                        &user,
+                    )
+                    .await
+            }
+        };
+        for _ in 0..2 {
+            let started = start(User::signed_in("alice")).await;
+            assert!(
+                matches!(started, CallToolResponse::Task(_)),
+                "alice's own share"
+            );
+        }
+        let CallToolResponse::Complete(refused) = start(User::signed_in("alice")).await else {
+            panic!("alice's third task past her share");
+        };
+        let text = serde_json::to_string(&refused).unwrap();
+        assert!(
+            text.contains("RATE_LIMITED") && text.contains("userSharePercent"),
+            "{text}"
+        );
+        assert!(matches!(
+            start(User::signed_in("bob")).await,
+            CallToolResponse::Task(_)
+        ));
+        assert!(matches!(
+            start(User::operator()).await,
+            CallToolResponse::Task(_)
+        ));
+        stop.cancel();
+    }
+
     /// `maxTasks` calls at once, counted from their start: one more is refused naming the
     /// setting; a slot is given back when a call ends, as a task or before becoming one.
     #[tokio::test]
     async fn calls_past_max_tasks_are_refused_naming_the_setting_until_one_ends() {
-        let tasks = Tasks::new(1, Arc::new(crate::store::NoStore));
+        let tasks = Tasks::new(1, 50, Arc::new(crate::store::NoStore));
         let call = |ct: CancellationToken| {
             let call_ct = ct.clone();
             DetachedCall {
@@ -579,6 +668,7 @@ mod tests {
                 Duration::ZERO,
                 &CancellationToken::new(),
                 STATELESS,
+                &crate::policy::user::User::operator(),
             )
             .await;
         let CallToolResponse::Task(created) = first else {
@@ -590,6 +680,7 @@ mod tests {
                 Duration::ZERO,
                 &CancellationToken::new(),
                 STATELESS,
+                &crate::policy::user::User::operator(),
             )
             .await;
         let CallToolResponse::Complete(refused) = refused else {
@@ -621,6 +712,7 @@ mod tests {
                 Duration::ZERO,
                 &CancellationToken::new(),
                 STATELESS,
+                &crate::policy::user::User::operator(),
             )
             .await;
         assert!(

@@ -852,3 +852,89 @@ async fn each_users_sessionless_machines_are_their_own_lease_session() {
         "{refused}"
     );
 }
+
+/// Each signed-in user holds at most their share (`userSharePercent`) of the process's
+/// sessions and running jobs: one user cannot use a bound up for all. Here 50% of 2 sessions
+/// and of 2 running jobs: alice's second of each is refused naming the setting, bob still gets
+/// his.
+#[tokio::test]
+async fn each_user_holds_only_their_share_of_sessions_and_jobs() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start_guest_shell().await;
+    fake.add_machine("alice-box", "running");
+    let (server, _rt) = signed_in(
+        &issuer,
+        "",
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_HTTP_MAX_SESSIONS", "2"),
+            ("SMOL_MCP_MAX_RUNNING_JOBS", "2"),
+        ],
+    )
+    .await;
+    let alice = issuer.token("alice", &server.url, SCOPE).await;
+    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    let initialize = |token: String| {
+        let url = server.url.clone();
+        async move {
+            reqwest::Client::new()
+                .post(&url)
+                .bearer_auth(token)
+                .header("accept", "application/json, text/event-stream")
+                .json(
+                    &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"}}}),
+                )
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(initialize(alice.clone()).await.status(), 200);
+    let refused = initialize(alice.clone()).await;
+    assert_eq!(refused.status(), 503);
+    let text = refused.text().await.unwrap();
+    assert!(text.contains("userSharePercent"), "{text}");
+    assert_eq!(
+        initialize(bob.clone()).await.status(),
+        200,
+        "bob's own share"
+    );
+
+    for (user, token) in [("alice", &alice), ("bob", &bob)] {
+        let made = call_as(
+            &server,
+            token,
+            "create-machine",
+            json!({"name": format!("{user}-jobs")}),
+        )
+        .await;
+        assert_eq!(made["result"]["isError"], false, "{made}");
+    }
+    let job = |token: String, name: &'static str| {
+        let server = &server;
+        async move {
+            call_as(
+                server,
+                &token,
+                "run-command",
+                json!({"name": name, "command": "sleep 30", "background": true}),
+            )
+            .await
+        }
+    };
+    let started = job(alice.clone(), "alice-jobs").await;
+    assert_eq!(started["result"]["isError"], false, "{started}");
+    let text = error_text(&job(alice.clone(), "alice-jobs").await);
+    assert!(
+        text.starts_with("RATE_LIMITED: you have 1 jobs running")
+            && text.contains("userSharePercent"),
+        "{text}"
+    );
+    let started = job(bob.clone(), "bob-jobs").await;
+    assert_eq!(
+        started["result"]["isError"], false,
+        "bob's own share: {started}"
+    );
+}

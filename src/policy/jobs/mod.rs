@@ -119,9 +119,15 @@ pub struct Job {
     looking: tokio::sync::Mutex<()>,
     /// The starting session's hold, let go when the job ends.
     session_hold: Mutex<Option<Box<dyn Send + Sync>>>,
-    /// Its `maxRunningJobs` slot, given back the moment the job ends (not once its watcher has
-    /// written the ledger row), so that a start right after a cancel-job finds it free.
-    slot: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Its `maxRunningJobs` slot (and its starter's share of it), given back the moment the
+    /// job ends (not once its watcher has written the ledger row), so that a start right after
+    /// a cancel-job finds it free.
+    slot: Mutex<
+        Option<(
+            OwnedSemaphorePermit,
+            Option<crate::policy::shares::ShareHeld>,
+        )>,
+    >,
     /// The machine's consumption just before the job was sent (`None` for a job taken over
     /// from a process that ended: its reading went with it).
     consumption_before: Option<crate::fleet::Consumption>,
@@ -229,7 +235,7 @@ impl Job {
             recorded: watch::Sender::new(false),
             looking: tokio::sync::Mutex::new(()),
             session_hold: Mutex::new(None),
-            slot: Mutex::new(slots.try_acquire_owned().ok()),
+            slot: Mutex::new(slots.try_acquire_owned().ok().map(|permit| (permit, None))),
             consumption_before: None,
             consumption_after: tokio::sync::OnceCell::new(),
             watched: true,
@@ -437,6 +443,8 @@ pub struct Jobs {
     /// One permit per running job (`maxRunningJobs`).
     slots: Arc<Semaphore>,
     max_running: usize,
+    /// Each signed-in user's share of them (`userSharePercent`).
+    shares: Arc<crate::policy::shares::UserShares>,
     /// Set once the jobs of processes that ended have been taken over (`adopt`).
     adopted: tokio::sync::OnceCell<usize>,
 }
@@ -462,6 +470,11 @@ pub enum StartError {
         "{0} jobs are running already (maxRunningJobs): wait for one to end, or cancel one with cancel-job"
     )]
     Full(usize),
+    #[error(
+        "you have {0} jobs running, your share of this server's (userSharePercent of \
+         maxRunningJobs): wait for one to end, or cancel one with cancel-job"
+    )]
+    UserFull(usize),
     #[error("the machine did not start the job: {0}")]
     Refused(String),
     #[error(transparent)]
@@ -469,11 +482,12 @@ pub enum StartError {
 }
 
 impl Jobs {
-    pub fn new(max_running: usize) -> Jobs {
+    pub fn new(max_running: usize, user_share_percent: u64) -> Jobs {
         Jobs {
             jobs: Mutex::new(Vec::new()),
             slots: Arc::new(Semaphore::new(max_running)),
             max_running,
+            shares: crate::policy::shares::UserShares::new(max_running, user_share_percent),
             adopted: tokio::sync::OnceCell::new(),
         }
     }
@@ -565,6 +579,10 @@ impl Jobs {
             .clone()
             .try_acquire_owned()
             .map_err(|_| StartError::Full(self.max_running))?;
+        let share = self
+            .shares
+            .take(start.user)
+            .ok_or(StartError::UserFull(self.shares.share()))?;
         let id = format!("job-{:016x}", rand::random::<u64>());
         let base = guest::base_path(&id);
         let mut spec = start.spec;
@@ -622,7 +640,7 @@ impl Jobs {
             recorded: watch::Sender::new(false),
             looking: tokio::sync::Mutex::new(()),
             session_hold: Mutex::new(start.session.and_then(|s| s.0.hold())),
-            slot: Mutex::new(Some(permit)),
+            slot: Mutex::new(Some((permit, Some(share)))),
             consumption_before: start.consumption_before,
             consumption_after: tokio::sync::OnceCell::new(),
             watched: true,

@@ -45,7 +45,7 @@ pub(super) async fn start(
         .await
         .map_err(|e| match e {
             StartError::Fleet(e) => ToolError::from(e),
-            StartError::Full(_) => {
+            StartError::Full(_) | StartError::UserFull(_) => {
                 ToolError::new(ToolErrorKind::Fleet(ErrorKind::RateLimited), e.to_string())
             }
             StartError::Refused(_) => ToolError::new(

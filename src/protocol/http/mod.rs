@@ -111,7 +111,7 @@ impl Access {
                 ),
             ),
             signin::Refusal::Unavailable(e) => {
-                tracing::warn!(error = %e, "cannot check an access token: the issuer's keys are not to be had");
+                tracing::warn!(error = ?e, "cannot check an access token: the issuer's keys are not to be had");
                 let mut response = json_rpc_error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     -32000,
@@ -173,6 +173,8 @@ struct Guard {
     origins: Vec<Origin>,
     body_timeout: Duration,
     max_sessions: usize,
+    /// The sessions one signed-in user may hold (`userSharePercent` of `httpMaxSessions`).
+    user_sessions: usize,
     sessions: Arc<Sessions>,
     manager: Arc<LocalSessionManager>,
 }
@@ -473,6 +475,22 @@ fn too_many_sessions(max: usize) -> Response {
     response
 }
 
+fn too_many_sessions_of(share: usize) -> Response {
+    let mut response = json_rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        -32000,
+        &format!(
+            "too many sessions of yours: you hold {share}, your share of this server's \
+             (userSharePercent of httpMaxSessions); end one with DELETE first"
+        ),
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        header::HeaderValue::from(SESSION_RETRY_AFTER_SECS),
+    );
+    response
+}
+
 /// The origins a request may carry: the configured list (an empty one allows none), else the
 /// listener's own loopback origins when it is on loopback, else none. A request without
 /// `Origin` (every non-browser client) is not affected.
@@ -631,12 +649,16 @@ async fn route(
         && !g.sessions.belongs_to(id, &user)
     {
         // As for a session that does not exist: a session id is not a credential.
-        tracing::warn!(%user, session = %id, "refused a request on another user's session");
+        tracing::warn!(%user, session = ?id, "refused a request on another user's session");
         return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
     }
     match (request.method().clone(), session) {
         (Method::DELETE, session) => delete(g, session, request, next).await,
         (Method::POST, None) if initialize => {
+            if !user.is_operator() && g.sessions.held_by(&user) >= g.user_sessions {
+                tracing::warn!(%user, share = g.user_sessions, "refused an initialize past the user's share of sessions");
+                return too_many_sessions_of(g.user_sessions);
+            }
             let Some(opening) = g.sessions.reserve(g.max_sessions) else {
                 tracing::warn!(
                     max = g.max_sessions,
@@ -765,6 +787,11 @@ fn app(
         origins: allowed_origins(config),
         body_timeout: Duration::from_secs(config.http_body_timeout_secs),
         max_sessions: config.http_max_sessions,
+        user_sessions: (config
+            .http_max_sessions
+            .saturating_mul(usize::try_from(config.user_share_percent).unwrap_or(100))
+            / 100)
+            .max(1),
         sessions: sessions.clone(),
         manager: manager.clone(),
     });

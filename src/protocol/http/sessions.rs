@@ -110,6 +110,11 @@ impl Sessions {
         );
     }
 
+    /// How many sessions `user` has open.
+    pub(crate) fn held_by(&self, user: &User) -> usize {
+        self.lock().values().filter(|a| a.user == *user).count()
+    }
+
     /// Whether `user` may use session `id`: it opened it, or the id is not one this server
     /// tracks (rmcp answers those 404 itself).
     pub(crate) fn belongs_to(&self, id: &str, user: &User) -> bool {

@@ -337,7 +337,7 @@ impl ServerHandler for SmolMcp {
                 return Ok(self
                     .protocol
                     .tasks
-                    .call_or_task(call, after, &context.ct, &task_owner)
+                    .call_or_task(call, after, &context.ct, &task_owner, &user_of(&context))
                     .await);
             }
             let stateless = is_stateless(&context);
