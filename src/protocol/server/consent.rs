@@ -203,7 +203,7 @@ pub async fn prior_answer(
         return Ok(None);
     };
     // Once: the answer it carries has been applied (or refused) by the call that took it.
-    super::sealed::take_once(store, nonce, ANSWER_WITHIN)
+    super::sealed::take_once(store, nonce, ANSWER_WITHIN, user)
         .await
         .map_err(|why| {
             ErrorData::invalid_params(

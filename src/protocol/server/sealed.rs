@@ -62,9 +62,10 @@ pub async fn take_once(
     store: &std::sync::Arc<dyn crate::store::Store>,
     nonce: [u8; 16],
     lifetime: Duration,
+    user: &crate::policy::user::User,
 ) -> Result<(), NotTaken> {
     let Some(states) = store.request_states() else {
-        return take(nonce, lifetime);
+        return take(nonce, lifetime, user.id());
     };
     let hex: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
     let lifetime_ms = i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
@@ -76,21 +77,24 @@ pub async fn take_once(
 }
 
 /// Takes `nonce` for good (states live `lifetime`; a nonce older than that cannot come back
-/// inside a state that still opens).
-pub fn take(nonce: [u8; 16], lifetime: Duration) -> Result<(), NotTaken> {
-    static TAKEN: OnceLock<Mutex<HashMap<[u8; 16], Instant>>> = OnceLock::new();
+/// inside a state that still opens), for `user` (an id; the operator's is empty): a signed-in
+/// user holds at most half of `TAKEN_MAX`, so that no one user's answers fill it for all.
+pub fn take(nonce: [u8; 16], lifetime: Duration, user: &str) -> Result<(), NotTaken> {
+    type Taken = HashMap<[u8; 16], (Instant, String)>;
+    static TAKEN: OnceLock<Mutex<Taken>> = OnceLock::new();
     let Ok(mut taken) = TAKEN.get_or_init(Mutex::default).lock() else {
         return Err(NotTaken::Full);
     };
     let now = Instant::now();
-    taken.retain(|_, at| now.duration_since(*at) < lifetime);
+    taken.retain(|_, (at, _)| now.duration_since(*at) < lifetime);
     if taken.contains_key(&nonce) {
         return Err(NotTaken::Again);
     }
-    if taken.len() >= TAKEN_MAX {
+    let users = || taken.values().filter(|(_, by)| by == user).count();
+    if taken.len() >= TAKEN_MAX || (!user.is_empty() && users() >= TAKEN_MAX / 2) {
         return Err(NotTaken::Full);
     }
-    taken.insert(nonce, now);
+    taken.insert(nonce, (now, user.to_owned()));
     Ok(())
 }
 
@@ -101,8 +105,21 @@ mod tests {
     #[test]
     fn a_nonce_is_taken_once() {
         let n = nonce();
-        assert_eq!(take(n, Duration::from_secs(600)), Ok(()));
-        assert_eq!(take(n, Duration::from_secs(600)), Err(NotTaken::Again));
-        assert_eq!(take(nonce(), Duration::from_secs(600)), Ok(()));
+        assert_eq!(take(n, Duration::from_secs(600), ""), Ok(()));
+        assert_eq!(take(n, Duration::from_secs(600), ""), Err(NotTaken::Again));
+        assert_eq!(take(nonce(), Duration::from_secs(600), ""), Ok(()));
+    }
+
+    /// A signed-in user takes at most half of the states the process keeps: past it theirs are
+    /// refused, another user's are not.
+    #[test]
+    fn one_user_takes_at_most_half_of_the_states() {
+        let life = Duration::from_secs(600);
+        let user = format!("u-{}", rand::random::<u64>());
+        for _ in 0..TAKEN_MAX / 2 {
+            assert_eq!(take(nonce(), life, &user), Ok(()));
+        }
+        assert_eq!(take(nonce(), life, &user), Err(NotTaken::Full));
+        assert_eq!(take(nonce(), life, "someone-else"), Ok(()));
     }
 }
