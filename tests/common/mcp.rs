@@ -3,13 +3,17 @@
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
-use serde_json::Value;
+use serde_json::{Value, json};
+use smol_mcp::policy::Policy;
+use smol_mcp::policy::tools::{self, Caller, Scope, Tool};
+use smol_mcp::policy::user::User;
 use smol_mcp::process::config::Config;
 use smol_mcp::protocol::Protocol;
 use smol_mcp::protocol::server::SmolMcp;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 pub struct Harness {
     pub client: RunningService<RoleClient, ()>,
@@ -160,4 +164,52 @@ impl Harness {
     pub fn record_path(&self) -> std::path::PathBuf {
         self.runtime.path().join("rt").join("ephemeral.json")
     }
+}
+
+/// A tool call in process as `user` ("" for the operator): its structured answer, or its
+/// error's text.
+pub async fn call_as(
+    policy: &Arc<Policy>,
+    user: &str,
+    tool: Tool,
+    args: Value,
+) -> Result<Value, String> {
+    let who = if user.is_empty() {
+        User::operator()
+    } else {
+        User::signed_in(user)
+    };
+    let caller = Caller::new(
+        format!("session-of-{user}"),
+        Scope::Process(policy.process.mode),
+        CancellationToken::new(),
+    )
+    .for_user(who);
+    tools::call(policy, caller, tool, args)
+        .await
+        .map(|answer| answer.structured)
+        .map_err(|e| e.to_string())
+}
+
+/// Every tool of the table with arguments naming machine `name`, or `None` for a tool whose
+/// arguments name no machine. A tool added to the table and not here fails the test: a new
+/// tool cannot skip the ownership check's test.
+pub fn naming(tool: Tool, name: &str) -> Option<Value> {
+    Some(match tool {
+        Tool::ListMachines => json!({"name": name}),
+        Tool::CreateMachine => json!({"name": name}),
+        Tool::StartMachine => json!({"name": name}),
+        Tool::StopMachine => json!({"name": name}),
+        Tool::DeleteMachine => json!({"name": name}),
+        Tool::RunCommand => json!({"name": name, "command": "echo reached"}),
+        Tool::ReadFile => json!({"name": name, "path": "/etc/hostname"}),
+        Tool::WriteFile => json!({"name": name, "path": "/tmp/reached", "content": "x"}),
+        Tool::BranchMachine => json!({"name": name, "childName": format!("{name}-child")}),
+        Tool::KeepChanges => json!({"name": name, "message": "kept"}),
+        Tool::MachineLogs => json!({"name": name}),
+        Tool::PublishPort => json!({"name": name, "port": 8080}),
+        Tool::Terminal => json!({"name": name, "command": ["sh"]}),
+        Tool::PullImage => json!({"name": name, "image": "alpine:3.19"}),
+        Tool::JobOutput | Tool::CancelJob | Tool::RunOnce => return None,
+    })
 }

@@ -55,12 +55,31 @@ pub struct RealServe {
 
 impl RealServe {
     pub async fn start() -> RealServe {
-        Self::start_with(None).await
+        Self::start_with(None, false).await
     }
 
     /// A serve listening on a given socket path (its state still in its own temp dir).
     pub async fn start_at(socket: &Path) -> RealServe {
-        Self::start_with(Some(socket.to_path_buf())).await
+        Self::start_with(Some(socket.to_path_buf()), false).await
+    }
+
+    /// A serve that logs every request it serves (method, path, status: `RUST_LOG=debug`),
+    /// read back with [`RealServe::log`]: the engine's own witness of what reached it.
+    pub async fn start_logging_requests() -> RealServe {
+        Self::start_with(None, true).await
+    }
+
+    /// The serve's socket.
+    pub fn socket(&self) -> PathBuf {
+        match &self.endpoint {
+            LocalEndpoint::Unix(path) => path.clone(),
+            other => panic!("not a socket: {other:?}"),
+        }
+    }
+
+    /// What the serve has written to its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
     }
 
     /// Kills the serve (its connections die with it).
@@ -69,7 +88,7 @@ impl RealServe {
         let _ = self.child.wait();
     }
 
-    async fn start_with(socket: Option<PathBuf>) -> RealServe {
+    async fn start_with(socket: Option<PathBuf>, log_requests: bool) -> RealServe {
         let dir = tempfile::Builder::new()
             .prefix("smolvm-it-")
             .tempdir()
@@ -89,6 +108,9 @@ impl RealServe {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap());
+        if log_requests {
+            command.env("RUST_LOG", "debug");
+        }
         if is_root() {
             // The engine drops guest processes to another uid unless told not to; as root in a
             // container that uid cannot reach the state dir.

@@ -78,60 +78,11 @@ async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
     );
 }
 
+use crate::common::mcp::{call_as, naming};
 use serde_json::{Value, json};
-use smol_mcp::policy::Policy;
-use smol_mcp::policy::tools::{self, Caller, Scope, Tool};
+use smol_mcp::policy::tools::Tool;
 use smol_mcp::policy::user::User;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
-
-/// A tool call in process as `user` ("" for the operator): its structured answer, or its
-/// error's text.
-async fn call_as(
-    policy: &Arc<Policy>,
-    user: &str,
-    tool: Tool,
-    args: Value,
-) -> Result<Value, String> {
-    let who = if user.is_empty() {
-        User::operator()
-    } else {
-        User::signed_in(user)
-    };
-    let caller = Caller::new(
-        format!("session-of-{user}"),
-        Scope::Process(policy.process.mode),
-        CancellationToken::new(),
-    )
-    .for_user(who);
-    tools::call(policy, caller, tool, args)
-        .await
-        .map(|answer| answer.structured)
-        .map_err(|e| e.to_string())
-}
-
-/// Every tool of the table with arguments naming machine `name`, or `None` for a tool whose
-/// arguments name no machine. A tool added to the table and not here fails the test: a new
-/// tool cannot skip the ownership check's test.
-fn naming(tool: Tool, name: &str) -> Option<Value> {
-    Some(match tool {
-        Tool::ListMachines => json!({"name": name}),
-        Tool::CreateMachine => json!({"name": name}),
-        Tool::StartMachine => json!({"name": name}),
-        Tool::StopMachine => json!({"name": name}),
-        Tool::DeleteMachine => json!({"name": name}),
-        Tool::RunCommand => json!({"name": name, "command": "echo reached"}),
-        Tool::ReadFile => json!({"name": name, "path": "/etc/hostname"}),
-        Tool::WriteFile => json!({"name": name, "path": "/tmp/reached", "content": "x"}),
-        Tool::BranchMachine => json!({"name": name, "childName": format!("{name}-child")}),
-        Tool::KeepChanges => json!({"name": name, "message": "kept"}),
-        Tool::MachineLogs => json!({"name": name}),
-        Tool::PublishPort => json!({"name": name, "port": 8080}),
-        Tool::Terminal => json!({"name": name, "command": ["sh"]}),
-        Tool::PullImage => json!({"name": name, "image": "alpine:3.19"}),
-        Tool::JobOutput | Tool::CancelJob | Tool::RunOnce => return None,
-    })
-}
 
 /// The engine's requests that touched machine `name` (its own path, not the create of a name).
 fn touching(requests: &[Value], name: &str) -> Vec<String> {
@@ -160,6 +111,24 @@ async fn signed_in_server(
     Protocol::start(config(&env, &runtime.join("rt"))).unwrap()
 }
 
+/// A signed-in server on the fake engine holding the operator's `op-box` and alice's
+/// `alice-box`.
+async fn operator_and_alice() -> (FakeServe, tempfile::TempDir, Arc<Protocol>) {
+    let fake = FakeServe::start().await;
+    fake.add_machine("op-box", "running");
+    let runtime = tempfile::tempdir().unwrap();
+    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
+    call_as(
+        &protocol.policy,
+        "alice",
+        Tool::CreateMachine,
+        json!({"name": "alice-box"}),
+    )
+    .await
+    .unwrap();
+    (fake, runtime, protocol)
+}
+
 fn refused_as_missing(answer: &Result<Value, String>, tool: Tool, name: &str) {
     let text = answer
         .as_ref()
@@ -184,19 +153,8 @@ fn refused_as_missing(answer: &Result<Value, String>, tool: Tool, name: &str) {
 /// engine hears nothing of a refused call.
 #[tokio::test]
 async fn every_machine_naming_tool_reaches_only_its_holders_machine() {
-    let fake = FakeServe::start().await;
-    fake.add_machine("op-box", "running");
-    let runtime = tempfile::tempdir().unwrap();
-    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
+    let (fake, _runtime, protocol) = operator_and_alice().await;
     let policy = &protocol.policy;
-    call_as(
-        policy,
-        "alice",
-        Tool::CreateMachine,
-        json!({"name": "alice-box"}),
-    )
-    .await
-    .unwrap();
     fake.take_requests();
     let mut named = 0;
     for tool in Tool::ALL.iter().copied() {
@@ -462,18 +420,7 @@ async fn one_users_claims_each_see_every_claim_before_them() {
 /// completion/complete offers a signed-in user only their own machines' names.
 #[tokio::test]
 async fn completion_offers_only_the_users_own_machines() {
-    let fake = FakeServe::start().await;
-    fake.add_machine("op-box", "running");
-    let runtime = tempfile::tempdir().unwrap();
-    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
-    call_as(
-        &protocol.policy,
-        "alice",
-        Tool::CreateMachine,
-        json!({"name": "alice-box"}),
-    )
-    .await
-    .unwrap();
+    let (_fake, _runtime, protocol) = operator_and_alice().await;
     call_as(
         &protocol.policy,
         "bob",
@@ -606,18 +553,7 @@ async fn host_directories_are_each_users_own_under_sign_in() {
 async fn a_machines_events_reach_only_its_holder() {
     use smol_mcp::process::events::ServerEvent;
     use smol_mcp::protocol::server::notify::Audience;
-    let fake = FakeServe::start().await;
-    fake.add_machine("op-box", "running");
-    let runtime = tempfile::tempdir().unwrap();
-    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
-    call_as(
-        &protocol.policy,
-        "alice",
-        Tool::CreateMachine,
-        json!({"name": "alice-box"}),
-    )
-    .await
-    .unwrap();
+    let (_fake, _runtime, protocol) = operator_and_alice().await;
     let about = |machine: &str| {
         ServerEvent::info("orphansDeleted", format!("deleted machine {machine}"))
             .with("fleet", "local")

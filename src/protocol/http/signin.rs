@@ -518,6 +518,37 @@ mod tests {
         assert!(e.starts_with("authJwksUrl: "), "{e}");
     }
 
+    /// An issuer on a listener bound to `bind`, named by its loopback URL (answered): its
+    /// OpenID metadata names the `jwks_uri` made of that URL and the port, and each fetch of
+    /// `/jwks` answers `keys()`.
+    async fn serve_issuer(
+        bind: &str,
+        jwks_uri: impl FnOnce(&str, u16) -> String,
+        keys: impl Fn() -> serde_json::Value + Clone + Send + Sync + 'static,
+    ) -> String {
+        let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let issuer = format!("http://127.0.0.1:{port}");
+        let metadata = serde_json::json!({"issuer": issuer, "jwks_uri": jwks_uri(&issuer, port)});
+        let router = axum::Router::new()
+            .route(
+                "/.well-known/openid-configuration",
+                axum::routing::get(move || {
+                    let m = metadata.clone();
+                    async move { axum::Json(m) }
+                }),
+            )
+            .route(
+                "/jwks",
+                axum::routing::get(move || {
+                    let k = keys();
+                    async move { axum::Json(k) }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        issuer
+    }
+
     /// A key set served by a local listener: the first token fetches it, a token of an unknown
     /// key fetches again only after the pause, and the scopes are checked.
     #[tokio::test]
@@ -525,32 +556,18 @@ mod tests {
         let first = TestIssuer::new("k1");
         let served = Arc::new(std::sync::Mutex::new(first.jwks()));
         let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let issuer = format!("http://127.0.0.1:{port}");
-        let router = {
-            let served = served.clone();
-            let fetches = fetches.clone();
-            let metadata =
-                serde_json::json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")});
-            axum::Router::new()
-                .route(
-                    "/.well-known/openid-configuration",
-                    axum::routing::get(move || {
-                        let m = metadata.clone();
-                        async move { axum::Json(m) }
-                    }),
-                )
-                .route(
-                    "/jwks",
-                    axum::routing::get(move || {
-                        fetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        let keys = served.lock().unwrap().clone();
-                        async move { axum::Json(keys) }
-                    }),
-                )
+        let issuer = {
+            let (served, fetches) = (served.clone(), fetches.clone());
+            serve_issuer(
+                "127.0.0.1:0",
+                |issuer, _| format!("{issuer}/jwks"),
+                move || {
+                    fetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    served.lock().unwrap().clone()
+                },
+            )
+            .await
         };
-        tokio::spawn(async move { axum::serve(listener, router).await });
         let c = config(&[
             ("SMOL_MCP_AUTH_ISSUER", &issuer),
             ("SMOL_MCP_AUTH_SCOPES", "machines"),
@@ -616,29 +633,15 @@ mod tests {
     #[tokio::test]
     async fn a_discovered_jwks_uri_must_be_https_or_loopback() {
         let issuer_key = TestIssuer::new("k1");
-        let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let issuer = format!("http://127.0.0.1:{port}");
+        let jwks = issuer_key.jwks();
         // 0.0.0.0 reaches this machine, but it is not a loopback address: it stands for a
         // jwks_uri on another host.
-        let metadata = serde_json::json!({"issuer": issuer, "jwks_uri": format!("http://0.0.0.0:{port}/jwks")});
-        let jwks = issuer_key.jwks();
-        let router = axum::Router::new()
-            .route(
-                "/.well-known/openid-configuration",
-                axum::routing::get(move || {
-                    let m = metadata.clone();
-                    async move { axum::Json(m) }
-                }),
-            )
-            .route(
-                "/jwks",
-                axum::routing::get(move || {
-                    let k = jwks.clone();
-                    async move { axum::Json(k) }
-                }),
-            );
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let issuer = serve_issuer(
+            "0.0.0.0:0",
+            |_, port| format!("http://0.0.0.0:{port}/jwks"),
+            move || jwks.clone(),
+        )
+        .await;
         let s = SignIn::from_config(&config(&[("SMOL_MCP_AUTH_ISSUER", &issuer)]))
             .unwrap()
             .unwrap();
