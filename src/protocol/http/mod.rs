@@ -567,17 +567,6 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
         Ok(body) => body,
         Err(e) => return body_refusal(e, g.body_timeout),
     };
-    // A body that is not JSON at all is JSON-RPC's parse error, 400 (rmcp answers 415 with a
-    // line of text, which a client reads as a content type it got wrong).
-    if parts.method == Method::POST
-        && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body)
-    {
-        return json_rpc_error(
-            StatusCode::BAD_REQUEST,
-            -32700,
-            &format!("Parse error: the request body is not JSON ({e})"),
-        );
-    }
     // From here the connection serves a request: no new connection may take its slot.
     let serving = parts
         .extensions
@@ -593,10 +582,40 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
         None
     };
     let request = Request::from_parts(parts, Body::from(body));
-    let response = route(&g, request, initialize, params_refusal, next).await;
+    let response = as_parse_error(route(&g, request, initialize, params_refusal, next).await).await;
     match serving {
         Some(serving) => holding(response, serving),
         None => response,
+    }
+}
+
+/// What rmcp answers a POST whose body it cannot read as JSON-RPC: 415 with a line of text,
+/// which a client reads as a content type it got wrong.
+const RMCP_UNREADABLE: &str = "fail to deserialize request body";
+
+/// rmcp's answer to a body that is not JSON-RPC, as JSON-RPC says: 400 with the parse error
+/// -32700. Looked at only on a 415 (after rmcp parsed the body, so a good call pays nothing).
+async fn as_parse_error(response: Response) -> Response {
+    if response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(text) = axum::body::to_bytes(body, 4096).await else {
+        return json_rpc_error(StatusCode::BAD_REQUEST, -32700, "Parse error");
+    };
+    match std::str::from_utf8(&text)
+        .ok()
+        .and_then(|t| t.strip_prefix(RMCP_UNREADABLE))
+    {
+        Some(why) => json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            -32700,
+            &format!(
+                "Parse error: the request body is not JSON-RPC ({})",
+                why.trim()
+            ),
+        ),
+        None => Response::from_parts(parts, Body::from(text)),
     }
 }
 
