@@ -6,7 +6,7 @@
 #
 #   scripts/bench-http-calls.sh BEFORE_BIN AFTER_BIN [SECONDS] [CONNECTIONS]
 #
-# BEFORE_BIN and AFTER_BIN are smol-mcp-http binaries (release builds: `cargo build --release`
+# ROUNDS (default 2) pairs are run. BEFORE_BIN and AFTER_BIN are smol-mcp-http binaries (release builds: `cargo build --release`
 # in a checkout of each). Prints one line a round and the median of each build; needs wrk
 # (Debian's package) and the engine scripts/fetch-smolvm.sh installs.
 set -euo pipefail
@@ -65,7 +65,7 @@ round() {
 echo "# $(date -u +%Y-%m-%d) wrk -c$conns -d${secs}s, sessionless list-machines, real smolvm serve 1.32.2 behind"
 echo "# build calls/s p50 p99"
 results=()
-for _ in 1 2; do
+for _ in $(seq "${ROUNDS:-2}"); do
   results+=("$(round before "$before")")
   echo "${results[-1]}"
   results+=("$(round after "$after")")

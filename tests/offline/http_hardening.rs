@@ -795,4 +795,18 @@ async fn a_body_that_is_not_json_is_a_parse_error() {
         assert_eq!(answer["error"]["code"], -32700, "{answer}");
         assert_eq!(answer["id"], Value::Null);
     }
+    // JSON that is no JSON-RPC message is an invalid request, -32600.
+    let reply = http
+        .post(&server.url)
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .body(r#"{"not": "json-rpc"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 400);
+    let answer: Value = reply.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
 }

@@ -581,8 +581,13 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
     } else {
         None
     };
+    let sent = body.clone();
     let request = Request::from_parts(parts, Body::from(body));
-    let response = as_parse_error(route(&g, request, initialize, params_refusal, next).await).await;
+    let response = as_json_rpc_error(
+        route(&g, request, initialize, params_refusal, next).await,
+        &sent,
+    )
+    .await;
     match serving {
         Some(serving) => holding(response, serving),
         None => response,
@@ -594,8 +599,9 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
 const RMCP_UNREADABLE: &str = "fail to deserialize request body";
 
 /// rmcp's answer to a body that is not JSON-RPC, as JSON-RPC says: 400 with the parse error
-/// -32700. Looked at only on a 415 (after rmcp parsed the body, so a good call pays nothing).
-async fn as_parse_error(response: Response) -> Response {
+/// -32700 for a body that is not JSON, the invalid request -32600 for JSON that is no message.
+/// Looked at only on a 415 (after rmcp parsed the body, so a good call pays nothing).
+async fn as_json_rpc_error(response: Response, sent: &[u8]) -> Response {
     if response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return response;
     }
@@ -603,20 +609,25 @@ async fn as_parse_error(response: Response) -> Response {
     let Ok(text) = axum::body::to_bytes(body, 4096).await else {
         return json_rpc_error(StatusCode::BAD_REQUEST, -32700, "Parse error");
     };
-    match std::str::from_utf8(&text)
+    let Some(why) = std::str::from_utf8(&text)
         .ok()
         .and_then(|t| t.strip_prefix(RMCP_UNREADABLE))
-    {
-        Some(why) => json_rpc_error(
-            StatusCode::BAD_REQUEST,
-            -32700,
-            &format!(
-                "Parse error: the request body is not JSON-RPC ({})",
-                why.trim()
-            ),
-        ),
-        None => Response::from_parts(parts, Body::from(text)),
-    }
+    else {
+        return Response::from_parts(parts, Body::from(text));
+    };
+    let (code, what) = if serde_json::from_slice::<serde::de::IgnoredAny>(sent).is_ok() {
+        (
+            -32600,
+            "Invalid Request: the body is JSON but no JSON-RPC message",
+        )
+    } else {
+        (-32700, "Parse error: the request body is not JSON")
+    };
+    json_rpc_error(
+        StatusCode::BAD_REQUEST,
+        code,
+        &format!("{what} ({})", why.trim()),
+    )
 }
 
 /// The largest body whose params are checked before rmcp reads it (see [`invalid_params`]);
