@@ -83,10 +83,18 @@ fn main() {
     let ws = timed(
         "seed (clone, check out, the guest's .git)",
         &mut figures,
-        || workspace::seed(&origin, &tmp.path().join("ws"), u64::MAX).unwrap(),
+        || {
+            workspace::seed(
+                &origin,
+                &tmp.path().join("ws"),
+                u64::MAX,
+                &workspace::Unbounded,
+            )
+            .unwrap()
+        },
     );
     let unchanged = timed("changes, none", &mut figures, || {
-        workspace::changes(&ws).unwrap()
+        workspace::changes(&ws, &workspace::Unbounded).unwrap()
     });
     assert!(unchanged.files.is_empty());
     let tree = ws.tree().to_path_buf();
@@ -106,11 +114,18 @@ fn main() {
         .unwrap();
     }
     let changed = timed("changes, 30 files", &mut figures, || {
-        workspace::changes(&ws).unwrap()
+        workspace::changes(&ws, &workspace::Unbounded).unwrap()
     });
     assert_eq!(changed.files.len(), 30, "{:?}", changed.files.len());
     timed("keep as a new branch", &mut figures, || {
-        workspace::keep(&ws, "smol/bench", "bench", &tmp.path().join("p")).unwrap()
+        workspace::keep(
+            &ws,
+            "smol/bench",
+            "bench",
+            &tmp.path().join("p"),
+            &workspace::Unbounded,
+        )
+        .unwrap()
     });
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&out).unwrap();

@@ -916,6 +916,13 @@ settings! {
         accepts: whole(1, 4 * 1024 * 1024 * 1024),
         why: "the largest workspace (create-machine `workspace`): the files copied in, and the machine's `/workspace` read back for read-file `changes` and keep-changes (build outputs there count)",
     },
+    workspace_total_max_bytes: u64 {
+        key: "workspaceTotalMaxBytes",
+        env: "SMOL_MCP_WORKSPACE_TOTAL_MAX_BYTES",
+        default: "4294967296",
+        accepts: whole(1, 1024 * 1024 * 1024 * 1024),
+        why: "the most the server's copies of all workspaces take on disk together (each machine's files as given and as last read back, diffs, kept patches); a create with a workspace, a reading or a keep that would pass it is refused before writing",
+    },
     workspace_dir: PathBuf {
         key: "workspaceDir",
         env: "SMOL_MCP_WORKSPACE_DIR",

@@ -123,7 +123,10 @@ impl Process {
             },
         };
         Ok(Process {
-            workspaces: Arc::new(workspaces::Workspaces::new(config.workspace_dir.clone())),
+            workspaces: Arc::new(workspaces::Workspaces::new(
+                config.workspace_dir.clone(),
+                config.workspace_total_max_bytes,
+            )),
             credentials,
             made: made::MadeBySession::default(),
             reaping: tokio_util::sync::CancellationToken::new(),
@@ -461,8 +464,16 @@ impl Process {
     /// At startup: delete what a dead process left, wherever that needs no new serve. Cloud
     /// orphans always; local ones if a serve already answers (otherwise the first local call does it).
     pub async fn sweep_orphans_at_start(self: &Arc<Self>) {
-        self.workspaces
-            .prune_seeds(std::time::Duration::from_secs(3600));
+        let workspaces = self.workspaces.clone();
+        let swept = tokio::task::spawn_blocking(move || {
+            let hour = std::time::Duration::from_secs(3600);
+            workspaces.sweep_scratch(hour);
+            workspaces.prune_seeds(hour);
+        })
+        .await;
+        if let Err(e) = swept {
+            tracing::warn!(error = %e, "sweeping the workspace copies failed");
+        }
         self.sweep_orphans().await;
     }
 

@@ -9,7 +9,7 @@
 //! removed with the machine.
 
 use crate::fleet::FleetKind;
-use crate::workspace::Workspace;
+use crate::workspace::{Room, Workspace, WorkspaceError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -30,6 +30,8 @@ pub struct Attached {
 #[derive(Debug)]
 pub struct Workspaces {
     dir: PathBuf,
+    /// The bytes all copies may take (workspaceTotalMaxBytes), and what operations took.
+    ledger: Arc<Ledger>,
     /// One reading at a time per machine: a reading replaces the machine's tree and diff whole,
     /// and a keep stages that tree. Entries go with the machine.
     busy: std::sync::Mutex<Holds>,
@@ -42,9 +44,13 @@ fn io_text(what: &str, path: &Path, e: std::io::Error) -> String {
 }
 
 impl Workspaces {
-    pub fn new(dir: PathBuf) -> Workspaces {
+    pub fn new(dir: PathBuf, total_max_bytes: u64) -> Workspaces {
         Workspaces {
             dir,
+            ledger: Arc::new(Ledger {
+                limit: total_max_bytes,
+                taken: std::sync::Mutex::new(Taken::default()),
+            }),
             busy: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -64,6 +70,20 @@ impl Workspaces {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Room for one operation on the copies (a seed, a reading, a keep), bounded with every
+    /// other's by workspaceTotalMaxBytes. Measures what the copies take on disk now: call it
+    /// off the async threads.
+    pub fn room(&self) -> Arc<OperationRoom> {
+        let settled_before = self.ledger.lock().settled;
+        let on_disk = crate::workspace::bytes_under(&self.dir);
+        Arc::new(OperationRoom {
+            ledger: self.ledger.clone(),
+            on_disk_now: std::sync::Mutex::new(on_disk),
+            settled_before,
+            taken: std::sync::Mutex::new(0),
+        })
     }
 
     /// A fresh directory for a new seed (not made yet).
@@ -183,6 +203,50 @@ impl Workspaces {
         }
     }
 
+    /// At start-up: removes what an operation left in a copy's directory when its process ended
+    /// during it (a half-read tree, an archive, a scratch index or object directory) once it
+    /// is older than `older_than` (a younger one may be another process's operation under way).
+    pub fn sweep_scratch(&self, older_than: std::time::Duration) {
+        let mut roots = Vec::new();
+        for fleet in [FleetKind::Local, FleetKind::Cloud] {
+            if let Ok(machines) = std::fs::read_dir(self.dir.join("machines").join(fleet.as_str()))
+            {
+                roots.extend(machines.flatten().map(|e| e.path()));
+            }
+        }
+        if let Ok(seeds) = std::fs::read_dir(self.dir.join("seeds")) {
+            roots.extend(seeds.flatten().map(|e| e.path()));
+        }
+        for root in roots {
+            let Ok(entries) = std::fs::read_dir(&root) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let scratch = entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(crate::workspace::is_scratch);
+                if !scratch || !older(&entry, older_than) {
+                    continue;
+                }
+                let path = entry.path();
+                let removed = if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                match removed {
+                    Ok(()) => {
+                        tracing::info!(path = %path.display(), "removed what an ended process's workspace operation left")
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "could not remove an ended operation's workspace scratch")
+                    }
+                }
+            }
+        }
+    }
+
     /// At start-up: removes the seeds no machine names that are older than `older_than` (a
     /// create that ended with its process before its machine was recorded; a younger one may
     /// be another process's create under way).
@@ -191,13 +255,7 @@ impl Workspaces {
             return;
         };
         for entry in entries.flatten() {
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > older_than);
-            if old {
+            if older(&entry, older_than) {
                 self.remove_seed_if_unused(&entry.path());
             }
         }
@@ -221,6 +279,113 @@ impl Workspaces {
     }
 }
 
+fn older(entry: &std::fs::DirEntry, than: std::time::Duration) -> bool {
+    entry
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > than)
+}
+
+/// The bound on all copies together, and what the operations of this process took from it.
+#[derive(Debug)]
+struct Ledger {
+    limit: u64,
+    taken: std::sync::Mutex<Taken>,
+}
+
+#[derive(Debug, Default)]
+struct Taken {
+    /// By operations under way.
+    in_flight: u64,
+    /// By operations that have ended, ever (only grows): an operation that measured the disk
+    /// before another ended still counts what that one wrote.
+    settled: u64,
+}
+
+impl Ledger {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Taken> {
+        self.taken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One operation's room: what the disk held when it began, plus what every operation of this
+/// process has taken since (under way or ended since then), plus what it takes, stays within
+/// the bound. What it frees (a tree it replaces) is not given back until the next operation
+/// measures the disk, so the bound errs on the side of refusing. Another process sharing
+/// the directory is counted by what it has written when an operation begins.
+#[derive(Debug)]
+pub struct OperationRoom {
+    ledger: Arc<Ledger>,
+    /// What the disk held when it began, less what it removed of that since.
+    on_disk_now: std::sync::Mutex<u64>,
+    settled_before: u64,
+    taken: std::sync::Mutex<u64>,
+}
+
+impl Room for OperationRoom {
+    fn take(&self, bytes: u64) -> Result<(), WorkspaceError> {
+        let mut ledger = self.ledger.lock();
+        let on_disk = *self
+            .on_disk_now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let used = on_disk
+            .saturating_add(ledger.in_flight)
+            .saturating_add(ledger.settled.saturating_sub(self.settled_before));
+        if used.saturating_add(bytes) > self.ledger.limit {
+            return Err(WorkspaceError::ServerFull {
+                need: bytes,
+                limit: self.ledger.limit,
+            });
+        }
+        ledger.in_flight = ledger.in_flight.saturating_add(bytes);
+        let mut taken = self
+            .taken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *taken = taken.saturating_add(bytes);
+        Ok(())
+    }
+}
+
+impl OperationRoom {
+    /// `bytes` this operation removed from the disk (an archive it unpacked, the tree its
+    /// reading replaced): room again for its own next steps. What it took itself is given back
+    /// to every operation; what was there when it began, to itself only (the others measured
+    /// the disk with it, and keep erring on the side of refusing).
+    pub fn give_back(&self, bytes: u64) {
+        let mut ledger = self.ledger.lock();
+        let mut taken = self
+            .taken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let own = bytes.min(*taken);
+        *taken -= own;
+        ledger.in_flight = ledger.in_flight.saturating_sub(own);
+        let mut on_disk = self
+            .on_disk_now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *on_disk = on_disk.saturating_sub(bytes - own);
+    }
+}
+
+impl Drop for OperationRoom {
+    fn drop(&mut self) {
+        let taken = *self
+            .taken
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ledger = self.ledger.lock();
+        ledger.in_flight = ledger.in_flight.saturating_sub(taken);
+        ledger.settled = ledger.settled.saturating_add(taken);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +393,7 @@ mod tests {
     #[tokio::test]
     async fn one_reading_of_a_machine_at_a_time_and_others_meanwhile() {
         let tmp = tempfile::tempdir().unwrap();
-        let workspaces = Arc::new(Workspaces::new(tmp.path().to_path_buf()));
+        let workspaces = Arc::new(Workspaces::new(tmp.path().to_path_buf(), 1 << 30));
         let first = workspaces.hold(FleetKind::Local, "m").await;
         // Another machine's reading is not held up.
         let other = tokio::time::timeout(
@@ -246,5 +411,88 @@ mod tests {
         drop(first);
         let second = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await;
         assert!(second.is_ok(), "and goes on once the first is done");
+    }
+
+    #[test]
+    fn operations_together_stay_within_the_bound_and_an_ended_ones_bytes_still_count() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("there"), vec![0u8; 100]).unwrap();
+        let workspaces = Workspaces::new(tmp.path().to_path_buf(), 1000);
+        let first = workspaces.room();
+        let second = workspaces.room();
+        first.take(500).unwrap();
+        // 100 on disk, 500 taken by the first: 400 left for both.
+        let err = second.take(401).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                WorkspaceError::ServerFull {
+                    need: 401,
+                    limit: 1000
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("workspaceTotalMaxBytes"), "{err}");
+        second.take(300).unwrap();
+        // The first ends; what it wrote is still on the disk the second measured without it.
+        std::fs::write(tmp.path().join("first"), vec![0u8; 500]).unwrap();
+        drop(first);
+        assert!(second.take(101).is_err(), "the first's 500 still count");
+        second.take(100).unwrap();
+        drop(second);
+        // A new operation measures the disk: 600 written, nothing taken.
+        let third = workspaces.room();
+        assert!(third.take(401).is_err());
+        third.take(400).unwrap();
+        drop(third);
+        // What an operation removes is room again for its own next steps: what it took, for
+        // every operation; what was on the disk when it began, for itself alone.
+        let fourth = workspaces.room();
+        fourth.take(300).unwrap();
+        let other = workspaces.room();
+        assert!(other.take(101).is_err());
+        fourth.give_back(250);
+        other.take(101).unwrap();
+        drop((other, fourth));
+        let fifth = workspaces.room();
+        fifth.give_back(200);
+        fifth.take(600).unwrap();
+        assert!(
+            workspaces.room().take(1).is_err(),
+            "the others still count it"
+        );
+        drop(fifth);
+        // A copy removed is room again for the operation after.
+        std::fs::remove_file(tmp.path().join("first")).unwrap();
+        workspaces.room().take(900).unwrap();
+    }
+
+    #[test]
+    fn scratch_an_ended_process_left_is_swept_and_the_rest_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let workspaces = Workspaces::new(tmp.path().to_path_buf(), 1 << 30);
+        let machine = workspaces.machine_dir(FleetKind::Local, "m");
+        std::fs::create_dir_all(machine.join("tree-0123abcd/src")).unwrap();
+        std::fs::create_dir_all(machine.join("tree")).unwrap();
+        std::fs::write(machine.join("incoming.tgz-89abcdef"), "x").unwrap();
+        std::fs::write(machine.join("changes.diff"), "kept").unwrap();
+        std::fs::write(machine.join("workspace.json"), "{}").unwrap();
+        std::fs::write(machine.join("notes-0123ABCD"), "not ours").unwrap();
+        workspaces.sweep_scratch(std::time::Duration::from_secs(3600));
+        assert!(
+            machine.join("tree-0123abcd").exists(),
+            "a young one may be an operation under way"
+        );
+        workspaces.sweep_scratch(std::time::Duration::ZERO);
+        let mut left: Vec<String> = std::fs::read_dir(&machine)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["changes.diff", "notes-0123ABCD", "tree", "workspace.json"]
+        );
     }
 }

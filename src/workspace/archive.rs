@@ -9,6 +9,7 @@
 //! busybox differ on exactly these points.
 
 use super::error::{WorkspaceError, io};
+use super::room::Room;
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
@@ -56,8 +57,14 @@ impl<R: Read> Read for Bounded<R> {
 }
 
 /// Unpacks a gzip'd tar a machine wrote into `into` (which must not exist yet), refusing one
-/// whose unpacked tar is over `max_bytes`.
-pub fn unpack(archive: impl Read, into: &Path, max_bytes: u64) -> Result<Unpacked, WorkspaceError> {
+/// whose unpacked tar is over `max_bytes`, and each entry before it is written when `room`
+/// has not its size.
+pub fn unpack(
+    archive: impl Read,
+    into: &Path,
+    max_bytes: u64,
+    room: &dyn Room,
+) -> Result<Unpacked, WorkspaceError> {
     std::fs::create_dir_all(into).map_err(io(format!("creating {}", into.display())))?;
     let what = "reading the machine's workspace archive";
     let mut reader = tar::Archive::new(Bounded {
@@ -99,6 +106,8 @@ pub fn unpack(archive: impl Read, into: &Path, max_bytes: u64) -> Result<Unpacke
             continue;
         }
         let size = entry.header().size().unwrap_or(0);
+        let link = entry.link_name_bytes().map_or(0, |name| name.len() as u64);
+        room.take(size.max(link))?;
         let inside = entry.unpack_in(into).map_err(|e| {
             if over(&e) {
                 too_large()
@@ -147,7 +156,13 @@ mod tests {
         std::os::unix::fs::symlink("src/a.txt", tree.join("link")).unwrap();
         let packed = pack(&tree).unwrap();
         let out = tmp.path().join("out");
-        let made = unpack(packed.as_slice(), &out, 1 << 20).unwrap();
+        let made = unpack(
+            packed.as_slice(),
+            &out,
+            1 << 20,
+            &super::super::room::Unbounded,
+        )
+        .unwrap();
         assert_eq!((made.files, made.bytes), (1, 1));
         assert_eq!(std::fs::read_to_string(out.join("src/a.txt")).unwrap(), "a");
         assert_eq!(
@@ -168,7 +183,13 @@ mod tests {
             b.append_link(&mut h, "out", tmp.path()).unwrap();
             file(b, "out/planted", b"x");
         });
-        let err = unpack(evil.as_slice(), &tmp.path().join("a"), 1 << 20).unwrap_err();
+        let err = unpack(
+            evil.as_slice(),
+            &tmp.path().join("a"),
+            1 << 20,
+            &super::super::room::Unbounded,
+        )
+        .unwrap_err();
         assert!(!tmp.path().join("planted").exists(), "{err}");
         // A device node and a .git are named and skipped; set-id bits are dropped.
         let odd = archive_of(|b| {
@@ -183,7 +204,13 @@ mod tests {
             );
             file(b, "run.sh", b"#!/bin/sh\n");
         });
-        let made = unpack(odd.as_slice(), &tmp.path().join("b"), 1 << 20).unwrap();
+        let made = unpack(
+            odd.as_slice(),
+            &tmp.path().join("b"),
+            1 << 20,
+            &super::super::room::Unbounded,
+        )
+        .unwrap();
         assert_eq!(
             made.skipped,
             vec!["disk".to_owned(), ".git/config".to_owned()]
@@ -202,7 +229,13 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let big = archive_of(|b| file(b, "zeros", &vec![0u8; 1 << 20]));
         assert!(big.len() < 16 << 10, "compresses well: {}", big.len());
-        let err = unpack(big.as_slice(), &tmp.path().join("c"), 64 << 10).unwrap_err();
+        let err = unpack(
+            big.as_slice(),
+            &tmp.path().join("c"),
+            64 << 10,
+            &super::super::room::Unbounded,
+        )
+        .unwrap_err();
         assert!(
             matches!(err, WorkspaceError::ArchiveTooLarge { .. }),
             "{err}"

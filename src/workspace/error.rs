@@ -56,6 +56,13 @@ pub enum WorkspaceError {
     )]
     ArchiveTooLarge { limit: u64 },
     #[error(
+        "the server's workspace copies are at their bound (workspaceTotalMaxBytes, {limit} bytes \
+         for all of them): {need} bytes more do not fit, and nothing of them was written. Delete \
+         machines with a workspace you no longer need (their copies go with them), or ask the \
+         operator for a larger bound"
+    )]
+    ServerFull { need: u64, limit: u64 },
+    #[error(
         "the machine's workspace archive names {path} outside the workspace: nothing of it was \
          kept"
     )]

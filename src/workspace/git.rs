@@ -2,8 +2,9 @@
 //! textconv, and for the server's own repositories none of the user's configuration. A command
 //! that fails is an error carrying what git said.
 
-use super::error::WorkspaceError;
-use std::io::Write;
+use super::error::{WorkspaceError, io};
+use super::room::Room;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -178,6 +179,81 @@ pub fn run_with(
         });
     }
     Ok(out.stdout)
+}
+
+/// Runs git with its standard output written to the file `out` (made anew), each part of it
+/// taken from `room` before it is written: a diff can be as large as the copy and is never
+/// held in memory. On any failure, refused room included, git is stopped and `out` removed.
+pub fn run_into(
+    at: &At<'_>,
+    args: &[&str],
+    out: &Path,
+    room: &dyn Room,
+) -> Result<u64, WorkspaceError> {
+    let what = args.first().copied().unwrap_or("git").to_owned();
+    let mut child = command(at, args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| WorkspaceError::GitMissing { why: e.to_string() })?;
+    // Read from a thread: git may fill its stderr pipe while its stdout is read here.
+    let said = child.stderr.take().map(|mut stderr| {
+        std::thread::spawn(move || {
+            let mut said = Vec::new();
+            let _ = stderr.read_to_end(&mut said);
+            said
+        })
+    });
+    let copied = child
+        .stdout
+        .take()
+        .ok_or_else(|| WorkspaceError::Io {
+            what: format!("git {what}"),
+            why: "no output pipe".into(),
+        })
+        .and_then(|stdout| copy_within(stdout, out, room));
+    if copied.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().map_err(|e| WorkspaceError::Io {
+        what: format!("git {what}"),
+        why: e.to_string(),
+    });
+    let said = said.and_then(|t| t.join().ok()).unwrap_or_default();
+    let result = copied.and_then(|written| match status {
+        Ok(status) if status.success() => Ok(written),
+        Ok(_) => Err(WorkspaceError::Git {
+            what,
+            said: String::from_utf8_lossy(&said).trim().to_owned(),
+        }),
+        Err(e) => Err(e),
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(out);
+    }
+    result
+}
+
+fn copy_within(mut from: impl Read, out: &Path, room: &dyn Room) -> Result<u64, WorkspaceError> {
+    let mut file = std::fs::File::create(out).map_err(io(format!("creating {}", out.display())))?;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut written = 0u64;
+    loop {
+        let n = from
+            .read(&mut buf)
+            .map_err(io(format!("reading git's output for {}", out.display())))?;
+        if n == 0 {
+            break;
+        }
+        room.take(n as u64)?;
+        file.write_all(&buf[..n])
+            .map_err(io(format!("writing {}", out.display())))?;
+        written += n as u64;
+    }
+    file.flush()
+        .map_err(io(format!("writing {}", out.display())))?;
+    Ok(written)
 }
 
 /// Standard output as one trimmed line.

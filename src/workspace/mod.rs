@@ -20,12 +20,14 @@
 mod archive;
 mod error;
 mod git;
+mod room;
 mod shadow;
 
 pub use archive::{Unpacked, pack, unpack};
 pub use error::WorkspaceError;
 use error::io;
 use git::At;
+pub use room::{Room, Unbounded};
 use std::path::{Path, PathBuf};
 
 /// The host directory a workspace is made from.
@@ -43,6 +45,16 @@ pub enum OriginKind {
     Git { head: String, branch: String },
     /// A directory in no repository.
     Plain,
+}
+
+/// The most git writes to store `files` files of `bytes` bytes as objects (zlib's worst case
+/// on incompressible content, each object's header and file, the trees naming them) and an
+/// index of them, with room for a repository's template files.
+fn objects_at_most(bytes: u64, files: u64) -> u64 {
+    bytes
+        .saturating_add(bytes / 64)
+        .saturating_add(files.saturating_mul(512))
+        .saturating_add(128 << 10)
 }
 
 /// How many dirty paths a refusal names.
@@ -207,7 +219,9 @@ impl Workspace {
     /// Stages the whole copy, as it is now, into the scratch's fresh index (its blobs into the
     /// scratch's objects), and answers the tree it makes. Paths named `.git` are never staged
     /// (git's own rule).
-    fn stage(&self, scratch: &Scratch) -> Result<String, WorkspaceError> {
+    fn stage(&self, scratch: &Scratch, room: &dyn Room) -> Result<String, WorkspaceError> {
+        let (bytes, files) = dir_size(&self.tree)?;
+        room.take(objects_at_most(bytes, files))?;
         let at = self.at(scratch);
         git::run(&at, &["read-tree", &self.base])?;
         git::run(&at, &["add", "--all", "."])?;
@@ -266,9 +280,10 @@ fn file_sizes(at: &At<'_>, rev: &str) -> Result<Vec<(String, u64)>, WorkspaceErr
         .collect())
 }
 
-/// The bytes of a directory's files (symlinks count their own length, not their target's).
-fn dir_bytes(dir: &Path) -> Result<u64, WorkspaceError> {
-    let mut total = 0u64;
+/// The bytes of a directory's files (symlinks count their own length, not their target's)
+/// and how many there are.
+fn dir_size(dir: &Path) -> Result<(u64, u64), WorkspaceError> {
+    let (mut bytes, mut files) = (0u64, 0u64);
     let mut pending = vec![dir.to_path_buf()];
     while let Some(next) = pending.pop() {
         for entry in std::fs::read_dir(&next).map_err(io(format!("reading {}", next.display())))? {
@@ -280,17 +295,52 @@ fn dir_bytes(dir: &Path) -> Result<u64, WorkspaceError> {
             if meta.is_dir() {
                 pending.push(entry.path());
             } else {
+                bytes = bytes.saturating_add(meta.len());
+                files += 1;
+            }
+        }
+    }
+    Ok((bytes, files))
+}
+
+fn dir_bytes(dir: &Path) -> Result<u64, WorkspaceError> {
+    Ok(dir_size(dir)?.0)
+}
+
+/// The bytes of the files under `dir` as far as they can be read now: what the server's copies
+/// take on the disk. Entries that go while they are counted (another operation's scratch) are
+/// passed over; a missing `dir` holds nothing.
+pub fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&next) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else {
                 total = total.saturating_add(meta.len());
             }
         }
     }
-    Ok(total)
+    total
 }
 
 /// Makes the server's copy of `origin` in `root` (which must not exist yet), refusing one
-/// larger than `max_bytes`. A repository's copy is its `HEAD` commit's files, with a `.git` of
-/// its own so that git works in the machine; a plain directory's is the directory as it is.
-pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, WorkspaceError> {
+/// larger than `max_bytes` or than `room` has. A repository's copy is its `HEAD` commit's
+/// files, with a `.git` of its own so that git works in the machine; a plain directory's is
+/// the directory as it is.
+pub fn seed(
+    origin: &Origin,
+    root: &Path,
+    max_bytes: u64,
+    room: &dyn Room,
+) -> Result<Workspace, WorkspaceError> {
     let tree = root.join("tree");
     let base_git = root.join("base.git");
     let shown = origin.dir.display().to_string();
@@ -307,10 +357,8 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
             // The commit inspected, read and copied through a shadow (shadow.rs): the clone's
             // upload-pack runs in a repository of the server's, not in the user's.
             let shadow = shadow::Shadow::new(root, &repo, head)?;
-            let bytes: u64 = file_sizes(&shadow.at_bare(), head)?
-                .iter()
-                .map(|(_, size)| size)
-                .sum();
+            let sizes = file_sizes(&shadow.at_bare(), head)?;
+            let bytes: u64 = sizes.iter().map(|(_, size)| size).sum();
             if bytes > max_bytes {
                 return Err(WorkspaceError::TooLarge {
                     dir: shown,
@@ -318,6 +366,11 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
                     limit: max_bytes,
                 });
             }
+            let files = sizes.len() as u64;
+            // The server's repository, the files, and the machine's own repository (a copy of
+            // the server's, measured once it exists).
+            room.take(objects_at_most(bytes, files))?;
+            room.take(bytes.saturating_add(files.saturating_mul(512)))?;
             git::run(
                 &shadow.at_bare(),
                 &["update-ref", &format!("refs/heads/{branch}"), head],
@@ -358,7 +411,7 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
             git::line(&ours, &["rev-parse", "--verify", "HEAD^{commit}"])?
         }
         OriginKind::Plain => {
-            let bytes = dir_bytes(&origin.dir)?;
+            let (bytes, files) = dir_size(&origin.dir)?;
             if bytes > max_bytes {
                 return Err(WorkspaceError::TooLarge {
                     dir: shown,
@@ -366,6 +419,9 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
                     limit: max_bytes,
                 });
             }
+            // The files, and the server's repository of them.
+            room.take(bytes)?;
+            room.take(objects_at_most(bytes, files))?;
             copy_dir(&origin.dir, &tree)?;
             let base_git_text = base_git.display().to_string();
             git::run(
@@ -418,6 +474,7 @@ pub fn seed(origin: &Origin, root: &Path, max_bytes: u64) -> Result<Workspace, W
         // A repository of the machine's own, at the same commit, so that git status and git
         // diff work in the guest. What the guest does to it is never read here.
         let guest_git = workspace.tree.join(".git");
+        room.take(dir_bytes(&workspace.base_git)?)?;
         copy_dir(&workspace.base_git, &guest_git)?;
         let guest = At {
             git_dir: Some(&guest_git),
@@ -481,16 +538,28 @@ pub struct Changes {
     pub diff_bytes: u64,
 }
 
-/// A scratch file of the copy's root, unique to one operation: two at once on one copy do not
-/// share an index.
-fn scratch_path(root: &Path, what: &str) -> PathBuf {
+/// A scratch file or directory of the copy's root, unique to one operation: two at once on one
+/// copy share nothing. Gone when the operation ends; one a process ended during is recognised
+/// by [`is_scratch`] and swept.
+pub fn scratch_path(root: &Path, what: &str) -> PathBuf {
     root.join(format!("{what}-{:08x}", rand::random::<u32>()))
 }
 
-/// Compares the copy as it is now with its base.
-pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
+/// Whether a name in a copy's root is one [`scratch_path`] made.
+pub fn is_scratch(name: &str) -> bool {
+    name.rsplit_once('-').is_some_and(|(stem, suffix)| {
+        !stem.is_empty()
+            && suffix.len() == 8
+            && suffix
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Compares the copy as it is now with its base, what it writes taken from `room`.
+pub fn changes(workspace: &Workspace, room: &dyn Room) -> Result<Changes, WorkspaceError> {
     let scratch = Scratch::new(&workspace.root, "changes")?;
-    workspace.stage(&scratch)?;
+    workspace.stage(&scratch, room)?;
     let at = workspace.at(&scratch);
     let base = workspace.base.as_str();
     let statuses = git::run(
@@ -549,8 +618,7 @@ pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
         }
     }
     let written = scratch_path(&workspace.root, "changes.diff");
-    let output = format!("--output={}", written.display());
-    let diffed = git::run(
+    let diffed = git::run_into(
         &at,
         &[
             "diff",
@@ -559,9 +627,10 @@ pub fn changes(workspace: &Workspace) -> Result<Changes, WorkspaceError> {
             "--no-ext-diff",
             "--no-textconv",
             "--no-renames",
-            &output,
             base,
         ],
+        &written,
+        room,
     );
     drop(scratch);
     diffed?;
@@ -659,19 +728,20 @@ pub fn check_message(message: &str) -> Result<(), WorkspaceError> {
 /// Keeps the copy's changes: as a commit on a new branch `branch` of the user's repository
 /// (never touching its working tree, index, `HEAD` or another ref), or for a plain directory
 /// as a patch at `patch`. Refused, with nothing written, when there is nothing to keep or the
-/// branch exists.
+/// branch exists. What it writes among the server's copies is taken from `room`.
 pub fn keep(
     workspace: &Workspace,
     branch: &str,
     message: &str,
     patch: &Path,
+    room: &dyn Room,
 ) -> Result<Kept, WorkspaceError> {
     check_message(message)?;
     if matches!(workspace.origin.kind, OriginKind::Git { .. }) {
         check_branch(branch)?;
     }
     let scratch = Scratch::new(&workspace.root, "keep")?;
-    let tree = workspace.stage(&scratch)?;
+    let tree = workspace.stage(&scratch, room)?;
     let at = workspace.at(&scratch);
     let base_tree = git::line(&at, &["rev-parse", &format!("{}^{{tree}}", workspace.base)])?;
     if tree == base_tree {
@@ -680,7 +750,10 @@ pub fn keep(
     let kept = match workspace.origin.kind {
         OriginKind::Git { .. } => keep_as_branch(workspace, &at, &tree, branch, message)?,
         OriginKind::Plain => {
-            let diff = git::run(
+            if let Some(dir) = patch.parent() {
+                std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+            }
+            git::run_into(
                 &at,
                 &[
                     "diff",
@@ -692,11 +765,9 @@ pub fn keep(
                     "--no-renames",
                     &workspace.base,
                 ],
+                patch,
+                room,
             )?;
-            if let Some(dir) = patch.parent() {
-                std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-            }
-            std::fs::write(patch, diff).map_err(io(format!("writing {}", patch.display())))?;
             Kept::Patch {
                 path: patch.to_path_buf(),
             }

@@ -4,7 +4,7 @@
 //! byte for byte before and after; and a copy whose `.git` a guest rewrote to run commands,
 //! which never run.
 
-use smol_mcp::workspace::{self, Change, Kept, OriginKind, WorkspaceError};
+use smol_mcp::workspace::{self, Change, Kept, OriginKind, Unbounded, WorkspaceError};
 use std::path::Path;
 
 pub use crate::common::git;
@@ -67,7 +67,7 @@ fn a_repository_s_changes_come_back_as_a_branch_and_nothing_else_of_it_moves() {
             branch: "main".into()
         }
     );
-    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20).unwrap();
+    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20, &Unbounded).unwrap();
     assert_eq!(ws.base, head, "the copy starts at the user's own commit");
     let tree = ws.tree().to_path_buf();
     assert_eq!(
@@ -78,7 +78,12 @@ fn a_repository_s_changes_come_back_as_a_branch_and_nothing_else_of_it_moves() {
     // git works in the machine's copy, and finds it clean.
     assert_eq!(git(&tree, &["status", "--porcelain"]), "");
     assert_eq!(git(&tree, &["rev-parse", "HEAD"]), head);
-    assert!(workspace::changes(&ws).unwrap().files.is_empty());
+    assert!(
+        workspace::changes(&ws, &Unbounded)
+            .unwrap()
+            .files
+            .is_empty()
+    );
 
     // What a machine does: edit, add, delete, a binary file, an executable, a build output,
     // and a commit of its own in its copy's .git (which the host never reads).
@@ -97,7 +102,7 @@ fn a_repository_s_changes_come_back_as_a_branch_and_nothing_else_of_it_moves() {
     git(&tree, &["add", "."]);
     git(&tree, &["commit", "--quiet", "-m", "the guest's own"]);
 
-    let changes = workspace::changes(&ws).unwrap();
+    let changes = workspace::changes(&ws, &Unbounded).unwrap();
     let listed: Vec<(String, Change, u64, bool)> = changes
         .files
         .iter()
@@ -129,6 +134,7 @@ fn a_repository_s_changes_come_back_as_a_branch_and_nothing_else_of_it_moves() {
         "smol/try-1",
         "Add two()",
         &tmp.path().join("unused.patch"),
+        &Unbounded,
     )
     .unwrap();
     let Kept::Branch { branch, commit } = kept else {
@@ -168,14 +174,22 @@ fn a_repository_s_changes_come_back_as_a_branch_and_nothing_else_of_it_moves() {
 
     // The same branch name again: refused, nothing written.
     let before = snapshot(&repo);
-    let err = workspace::keep(&ws, "smol/try-1", "again", &tmp.path().join("p")).unwrap_err();
+    let err = workspace::keep(
+        &ws,
+        "smol/try-1",
+        "again",
+        &tmp.path().join("p"),
+        &Unbounded,
+    )
+    .unwrap_err();
     assert!(matches!(err, WorkspaceError::BranchExists { .. }), "{err}");
     assert!(
         err.to_string().contains("give another branch name"),
         "{err}"
     );
     assert_eq!(snapshot(&repo), before);
-    let err = workspace::keep(&ws, "bad..name", "x", &tmp.path().join("p")).unwrap_err();
+    let err =
+        workspace::keep(&ws, "bad..name", "x", &tmp.path().join("p"), &Unbounded).unwrap_err();
     assert!(matches!(err, WorkspaceError::BadBranchName { .. }), "{err}");
     assert_eq!(snapshot(&repo), before);
 }
@@ -225,13 +239,14 @@ fn a_repository_that_cannot_be_a_workspace_is_refused_saying_what_to_do() {
     assert!(matches!(err, WorkspaceError::NotADirectory { .. }), "{err}");
 
     let origin = workspace::inspect(&repo).unwrap();
-    let err = workspace::seed(&origin, &tmp.path().join("ws"), 10).unwrap_err();
+    let err = workspace::seed(&origin, &tmp.path().join("ws"), 10, &Unbounded).unwrap_err();
     assert!(matches!(err, WorkspaceError::TooLarge { .. }), "{err}");
     assert!(err.to_string().contains("workspaceMaxBytes"), "{err}");
 
-    let ws = workspace::seed(&origin, &tmp.path().join("ws2"), 1 << 20).unwrap();
+    let ws = workspace::seed(&origin, &tmp.path().join("ws2"), 1 << 20, &Unbounded).unwrap();
     let before = snapshot(&repo);
-    let err = workspace::keep(&ws, "smol/none", "x", &tmp.path().join("p")).unwrap_err();
+    let err =
+        workspace::keep(&ws, "smol/none", "x", &tmp.path().join("p"), &Unbounded).unwrap_err();
     assert!(matches!(err, WorkspaceError::NoChanges), "{err}");
     assert_eq!(snapshot(&repo), before);
 }
@@ -245,6 +260,7 @@ fn a_guest_written_git_config_never_runs_on_the_host() {
         &workspace::inspect(&repo).unwrap(),
         &tmp.path().join("ws"),
         1 << 20,
+        &Unbounded,
     )
     .unwrap();
     let tree = ws.tree().to_path_buf();
@@ -280,9 +296,9 @@ fn a_guest_written_git_config_never_runs_on_the_host() {
     .unwrap();
     std::fs::write(tree.join("src/lib.rs"), "changed\n").unwrap();
 
-    let changes = workspace::changes(&ws).unwrap();
+    let changes = workspace::changes(&ws, &Unbounded).unwrap();
     assert!(changes.files.iter().any(|f| f.path == "src/lib.rs"));
-    workspace::keep(&ws, "smol/safe", "safe", &tmp.path().join("p")).unwrap();
+    workspace::keep(&ws, "smol/safe", "safe", &tmp.path().join("p"), &Unbounded).unwrap();
     assert!(!ran.exists(), "a command the guest planted ran on the host");
 }
 
@@ -296,7 +312,7 @@ fn a_plain_directory_s_changes_come_back_as_a_patch_the_user_applies() {
     std::fs::write(dir.join("gone.txt"), "bye\n").unwrap();
     let origin = workspace::inspect(&dir).unwrap();
     assert_eq!(origin.kind, OriginKind::Plain);
-    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20).unwrap();
+    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20, &Unbounded).unwrap();
     let tree = ws.tree().to_path_buf();
     assert!(
         !tree.join(".git").exists(),
@@ -305,7 +321,7 @@ fn a_plain_directory_s_changes_come_back_as_a_patch_the_user_applies() {
     std::fs::write(tree.join("a.txt"), "alpha\nomega\n").unwrap();
     std::fs::write(tree.join("sub/c.bin"), [0u8, 1, 2, 255]).unwrap();
     std::fs::remove_file(tree.join("gone.txt")).unwrap();
-    let changes = workspace::changes(&ws).unwrap();
+    let changes = workspace::changes(&ws, &Unbounded).unwrap();
     assert_eq!(changes.files.len(), 3, "{:?}", changes.files);
 
     let before: Vec<(String, Vec<u8>)> = ["a.txt", "sub/b.txt", "gone.txt"]
@@ -313,7 +329,7 @@ fn a_plain_directory_s_changes_come_back_as_a_patch_the_user_applies() {
         .map(|p| (p.to_string(), std::fs::read(dir.join(p)).unwrap()))
         .collect();
     let patch = tmp.path().join("out/notes.patch");
-    let kept = workspace::keep(&ws, "ignored", "m", &patch).unwrap();
+    let kept = workspace::keep(&ws, "ignored", "m", &patch, &Unbounded).unwrap();
     assert_eq!(
         kept,
         Kept::Patch {
@@ -592,14 +608,14 @@ fn nothing_a_users_repository_configures_runs_on_the_host() {
         },
         "the repository is clean and on main"
     );
-    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20).unwrap();
+    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20, &Unbounded).unwrap();
     assert_eq!(ws.base, head);
     assert_eq!(
         std::fs::read_to_string(ws.tree().join("a.txt")).unwrap(),
         "x\n"
     );
     std::fs::write(ws.tree().join("a.txt"), "y\n").unwrap();
-    let changes = workspace::changes(&ws).unwrap();
+    let changes = workspace::changes(&ws, &Unbounded).unwrap();
     assert_eq!(
         changes
             .files
@@ -608,7 +624,14 @@ fn nothing_a_users_repository_configures_runs_on_the_host() {
             .collect::<Vec<_>>(),
         ["a.txt"]
     );
-    let kept = workspace::keep(&ws, "smol/planted", "kept", &tmp.path().join("p")).unwrap();
+    let kept = workspace::keep(
+        &ws,
+        "smol/planted",
+        "kept",
+        &tmp.path().join("p"),
+        &Unbounded,
+    )
+    .unwrap();
     let Kept::Branch { commit, .. } = kept else {
         panic!("a repository's changes are a branch")
     };
@@ -656,10 +679,10 @@ fn a_sha256_repository_is_copied_and_kept() {
     git(&repo, &["add", "."]);
     git(&repo, &["commit", "--quiet", "-m", "first"]);
     let origin = workspace::inspect(&repo).unwrap();
-    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20).unwrap();
+    let ws = workspace::seed(&origin, &tmp.path().join("ws"), 1 << 20, &Unbounded).unwrap();
     assert_eq!(ws.base.len(), 64);
     std::fs::write(ws.tree().join("README"), "changed\n").unwrap();
-    let kept = workspace::keep(&ws, "smol/sha", "m", &tmp.path().join("p")).unwrap();
+    let kept = workspace::keep(&ws, "smol/sha", "m", &tmp.path().join("p"), &Unbounded).unwrap();
     assert!(matches!(kept, Kept::Branch { .. }), "{kept:?}");
     assert_eq!(git(&repo, &["fsck", "--no-progress"]), "");
 }
@@ -674,6 +697,7 @@ fn a_branch_name_git_reads_as_something_else_is_refused_before_anything_is_writt
         &workspace::inspect(&repo).unwrap(),
         &tmp.path().join("ws"),
         1 << 20,
+        &Unbounded,
     )
     .unwrap();
     std::fs::write(ws.tree().join("README"), "changed\n").unwrap();
@@ -703,7 +727,7 @@ fn a_branch_name_git_reads_as_something_else_is_refused_before_anything_is_writt
         "a/",
         "a.lock",
     ] {
-        let err = workspace::keep(&ws, branch, "m", &tmp.path().join("p")).unwrap_err();
+        let err = workspace::keep(&ws, branch, "m", &tmp.path().join("p"), &Unbounded).unwrap_err();
         assert!(
             matches!(err, WorkspaceError::BadBranchName { .. }),
             "{branch:?}: {err}"
@@ -719,7 +743,8 @@ fn a_branch_name_git_reads_as_something_else_is_refused_before_anything_is_writt
         );
     }
     for message in ["a\0b", "a\u{1b}[31mred"] {
-        let err = workspace::keep(&ws, "smol/ok", message, &tmp.path().join("p")).unwrap_err();
+        let err = workspace::keep(&ws, "smol/ok", message, &tmp.path().join("p"), &Unbounded)
+            .unwrap_err();
         assert!(
             matches!(err, WorkspaceError::BadMessage { .. }),
             "{message:?}: {err}"
@@ -728,7 +753,14 @@ fn a_branch_name_git_reads_as_something_else_is_refused_before_anything_is_writt
     }
     // A name of 200 bytes, and a message with lines and tabs, are kept.
     let longest = format!("smol/{}", "b".repeat(195));
-    let kept = workspace::keep(&ws, &longest, "title\n\n\tbody", &tmp.path().join("p")).unwrap();
+    let kept = workspace::keep(
+        &ws,
+        &longest,
+        "title\n\n\tbody",
+        &tmp.path().join("p"),
+        &Unbounded,
+    )
+    .unwrap();
     assert!(matches!(kept, Kept::Branch { .. }), "{kept:?}");
 }
 
@@ -784,7 +816,7 @@ fn a_git_directory_outside_the_directory_given_is_refused_naming_nothing_of_it()
 }
 
 /// The bytes of the files under `dir`.
-fn disk_use(dir: &Path) -> u64 {
+pub fn disk_use(dir: &Path) -> u64 {
     let mut total = 0;
     let mut pending = vec![dir.to_path_buf()];
     while let Some(next) = pending.pop() {
@@ -802,7 +834,7 @@ fn disk_use(dir: &Path) -> u64 {
 }
 
 /// `len` bytes no compressor shrinks, different for each `seed`.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
@@ -824,6 +856,7 @@ fn readings_of_a_copy_leave_the_disk_use_of_one() {
         &workspace::inspect(&repo).unwrap(),
         &tmp.path().join("ws"),
         64 << 20,
+        &Unbounded,
     )
     .unwrap();
     let big = 8 << 20;
@@ -833,7 +866,7 @@ fn readings_of_a_copy_leave_the_disk_use_of_one() {
         if reading != 3 {
             std::fs::write(ws.tree().join("big.bin"), noise(reading, big)).unwrap();
         }
-        let changes = workspace::changes(&ws).unwrap();
+        let changes = workspace::changes(&ws, &Unbounded).unwrap();
         assert!(changes.files.iter().any(|f| f.path == "big.bin"));
         let used = disk_use(&ws.root);
         if reading == 0 {
@@ -845,7 +878,7 @@ fn readings_of_a_copy_leave_the_disk_use_of_one() {
         );
     }
     // What the readings reclaimed is not what a keep needs.
-    let kept = workspace::keep(&ws, "smol/big", "big", &tmp.path().join("p")).unwrap();
+    let kept = workspace::keep(&ws, "smol/big", "big", &tmp.path().join("p"), &Unbounded).unwrap();
     let Kept::Branch { commit, .. } = kept else {
         panic!("a repository's changes are a branch")
     };

@@ -7,7 +7,7 @@
 
 use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::Harness;
-use crate::workspace::{git, object_files, repository, snapshot, without_ref};
+use crate::workspace::{disk_use, git, noise, object_files, repository, snapshot, without_ref};
 use serde_json::json;
 use std::path::Path;
 
@@ -711,6 +711,174 @@ async fn a_workspace_past_its_bound_and_a_fan_out_past_the_session_limit_are_ref
         )
         .await;
     assert_eq!(two["children"], json!(["c-1", "c-2"]));
+}
+
+/// What an operation on the copies leaves only while it runs (`<what>-<8 hex>`): none may be
+/// left once a call has answered, refused or not.
+fn scratch_left(copies: &Path) -> Vec<String> {
+    let mut left = Vec::new();
+    let mut pending = vec![copies.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if smol_mcp::workspace::is_scratch(&name) {
+                left.push(entry.path().display().to_string());
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && name != "tree" && name != "base.git" {
+                pending.push(entry.path());
+            }
+        }
+    }
+    left
+}
+
+/// workspaceTotalMaxBytes bounds the server's copies of all workspaces together: a create with
+/// a workspace, a reading and a keep that would pass it are refused (LIMIT_REACHED, before
+/// they write, nothing left half-made), the disk under the copies never holds more, and a
+/// machine deleted gives its room back. What an ended process left is swept at start-up.
+#[tokio::test]
+async fn the_copies_of_all_workspaces_together_stay_within_their_bound() {
+    // One unit: a 4 MiB file no compressor shrinks. Making a machine's copy sets aside three
+    // (the server's repository, the files, the machine's repository) and leaves one (the
+    // server's repository); a reading sets aside the archive and the files read back, gives
+    // back the archive and the files it replaced, then sets aside their objects, and leaves
+    // the files read back.
+    const UNIT: usize = 4 << 20;
+    let bound = (UNIT as u64) * 9 / 2;
+    let tmp = tempfile::tempdir().unwrap();
+    let (allow, store) = workspace_env(&tmp);
+    let repo = tmp.path().join("projects/app");
+    std::fs::write(repo.join("data.bin"), noise(7, UNIT)).unwrap();
+    git(&repo, &["add", "data.bin"]);
+    git(&repo, &["commit", "--quiet", "-m", "data"]);
+    let copies = std::path::PathBuf::from(&store);
+    // What a process ended during a reading left, an hour and more ago, and what one under way
+    // now has (young): the first is swept at start-up, the second kept.
+    let ended = copies.join("machines/local/gone/tree-0123abcd");
+    let under_way = copies.join("machines/local/gone/incoming.tgz-89abcdef");
+    std::fs::create_dir_all(ended.join("src")).unwrap();
+    std::fs::write(ended.join("src/big"), vec![1u8; 4096]).unwrap();
+    std::fs::write(&under_way, "x").unwrap();
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "2 hours ago"])
+        .arg(&ended)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+
+    let fake = FakeServe::start_guest_root().await;
+    let url = fake.url();
+    let bound_text = bound.to_string();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+        ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+        ("SMOL_MCP_WORKSPACE_TOTAL_MAX_BYTES", bound_text.as_str()),
+    ])
+    .await;
+    // What a server does at start-up (the in-process harness starts none of its tasks).
+    h.protocol.process().sweep_orphans_at_start().await;
+    let workspace = repo.display().to_string();
+    let within = |when: &str| {
+        let used = disk_use(&copies);
+        assert!(used <= bound, "{when}: {used} bytes on disk, over {bound}");
+        let left = scratch_left(&copies);
+        assert!(
+            left.iter().all(|p| p.ends_with("incoming.tgz-89abcdef")),
+            "{when}: {left:?}"
+        );
+        used
+    };
+
+    h.ok(
+        "create-machine",
+        json!({"name": "a", "workspace": workspace}),
+    )
+    .await;
+    assert!(!ended.exists(), "what an ended process left is swept");
+    assert!(under_way.exists(), "what may be under way is not");
+    let one = within("one copy");
+    assert!(
+        one > UNIT as u64 && one < 2 * UNIT as u64,
+        "a copy as made keeps only its base: {one}"
+    );
+    h.ok(
+        "create-machine",
+        json!({"name": "b", "workspace": workspace}),
+    )
+    .await;
+    within("two copies");
+    let full = h
+        .err(
+            "create-machine",
+            json!({"name": "c", "workspace": workspace}),
+        )
+        .await;
+    assert!(full.starts_with("LIMIT_REACHED"), "{full}");
+    assert!(full.contains("workspaceTotalMaxBytes"), "{full}");
+    assert!(full.contains("nothing of them was written"), "{full}");
+    assert!(
+        !fake.state.lock().unwrap().machines.contains_key("c"),
+        "refused before any machine was made"
+    );
+    let seeds = std::fs::read_dir(copies.join("seeds")).unwrap().count();
+    assert_eq!(seeds, 2, "the refused create's copy is gone");
+    within("a create refused");
+
+    let changes_of = json!({"name": "a", "path": "/workspace", "changes": true});
+    let unchanged = h.ok("read-file", changes_of.clone()).await;
+    assert_eq!(unchanged["changes"]["files"], json!([]));
+    within("a reading");
+
+    // A machine that writes another unit into its workspace: reading it back (a keep reads it
+    // too) would pass the bound.
+    h.ok(
+        "run-command",
+        json!({"name": "a", "command": "head -c 4194304 /dev/urandom > /workspace/more.bin"}),
+    )
+    .await;
+    let grown = h.err("read-file", changes_of.clone()).await;
+    assert!(grown.starts_with("LIMIT_REACHED"), "{grown}");
+    assert!(grown.contains("workspaceTotalMaxBytes"), "{grown}");
+    within("a larger reading refused");
+    let keep = h
+        .err("keep-changes", json!({"name": "a", "message": "more"}))
+        .await;
+    assert!(keep.starts_with("LIMIT_REACHED"), "{keep}");
+    within("a keep refused");
+    assert!(
+        git(&repo, &["branch", "--list", "smol/a"])
+            .trim()
+            .is_empty(),
+        "nothing kept"
+    );
+
+    // Back to one unit: with b's copy beside it the reading still does not fit (the files it
+    // replaces are counted until they are gone); b deleted, it does.
+    h.ok(
+        "run-command",
+        json!({"name": "a", "command": "rm /workspace/more.bin && echo x >> /workspace/README"}),
+    )
+    .await;
+    let beside_b = h.err("read-file", changes_of.clone()).await;
+    assert!(beside_b.starts_with("LIMIT_REACHED"), "{beside_b}");
+    within("a reading beside b refused");
+    h.ok("delete-machine", json!({"name": "b"})).await;
+    within("b deleted");
+    let changed = h.ok("read-file", changes_of).await;
+    assert_eq!(
+        file_changes(&changed["changes"]),
+        [("README".to_owned(), "modified".to_owned())]
+    );
+    within("a reading once b is gone");
+    let kept = h
+        .ok("keep-changes", json!({"name": "a", "message": "readme"}))
+        .await;
+    assert_eq!(kept["branch"], "smol/a");
+    within("a keep");
 }
 
 /// A reading's archive in the machine has a name of its own (`smol-workspace-out-<8 hex>.tgz`):

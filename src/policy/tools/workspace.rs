@@ -11,10 +11,11 @@
 use super::{Call, ToolError, ToolErrorKind};
 use crate::fleet::internal::marked_script;
 use crate::fleet::{Command, ExecSpec, Fleet};
-use crate::process::workspaces::Attached;
-use crate::workspace::{self, Unpacked, Workspace, WorkspaceError};
+use crate::process::workspaces::{Attached, OperationRoom};
+use crate::workspace::{self, Room, Unpacked, Workspace, WorkspaceError};
 use futures::StreamExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Where a machine's workspace is, on every fleet.
 pub const GUEST_PATH: &str = "/workspace";
@@ -36,6 +37,9 @@ pub fn refused(arg: &str, e: WorkspaceError) -> ToolError {
         | WorkspaceError::Io { .. }
         | WorkspaceError::GitMissing { .. } => {
             ToolError::new(ToolErrorKind::Internal, e.to_string())
+        }
+        WorkspaceError::ServerFull { .. } => {
+            ToolError::new(ToolErrorKind::LimitReached, e.to_string())
         }
         _ => ToolError::argument(arg, e),
     }
@@ -136,13 +140,15 @@ pub async fn send_in(
 }
 
 /// Reads the machine's [`GUEST_PATH`] back into its copy on the host (`attached`'s tree,
-/// replaced whole), bounded by `max_bytes` (workspaceMaxBytes).
+/// replaced whole), bounded by `max_bytes` (workspaceMaxBytes) and by `room`, the server's
+/// room for all copies (workspaceTotalMaxBytes).
 pub async fn read_back(
     call: &Call<'_>,
     fleet: &Fleet,
     machine: &str,
     attached: &Attached,
     max_bytes: u64,
+    room: &Arc<OperationRoom>,
 ) -> Result<Unpacked, ToolError> {
     // The guest's `.git` is the machine's own: never read back (its configuration could name
     // commands, and git on the host reads only the server's repository).
@@ -157,8 +163,17 @@ pub async fn read_back(
     )
     .await?;
     let root = attached.workspace.root.clone();
-    let archive_path = root.join(format!("incoming-{:08x}.tgz", rand::random::<u32>()));
-    let fetched = fetch(call, fleet, machine, &outgoing, &archive_path, max_bytes).await;
+    let archive_path = workspace::scratch_path(&root, "incoming.tgz");
+    let fetched = fetch(
+        call,
+        fleet,
+        machine,
+        &outgoing,
+        &archive_path,
+        max_bytes,
+        room.as_ref(),
+    )
+    .await;
     // The archive is not left on the machine's disk, whatever happened to the download.
     let _ = run_internal(
         call,
@@ -173,15 +188,20 @@ pub async fn read_back(
         return Err(e);
     }
     let tree = attached.workspace.tree().to_path_buf();
+    let room = room.clone();
     blocking(move || {
-        let fresh = root.join(format!("tree-{:08x}", rand::random::<u32>()));
+        let fresh = workspace::scratch_path(&root, "tree");
         let file = std::fs::File::open(&archive_path).map_err(|e| WorkspaceError::Io {
             what: format!("opening {}", archive_path.display()),
             why: e.to_string(),
         });
-        let unpacked =
-            file.and_then(|f| workspace::unpack(std::io::BufReader::new(f), &fresh, max_bytes));
-        let _ = std::fs::remove_file(&archive_path);
+        let unpacked = file.and_then(|f| {
+            workspace::unpack(std::io::BufReader::new(f), &fresh, max_bytes, room.as_ref())
+        });
+        let archive_bytes = archive_path.metadata().map_or(0, |m| m.len());
+        if std::fs::remove_file(&archive_path).is_ok() {
+            room.give_back(archive_bytes);
+        }
         let unpacked = match unpacked {
             Ok(u) => u,
             Err(e) => {
@@ -189,20 +209,24 @@ pub async fn read_back(
                 return Err(e);
             }
         };
-        let old = root.join(format!("old-{:08x}", rand::random::<u32>()));
+        let old = workspace::scratch_path(&root, "old");
         let _ = std::fs::rename(&tree, &old);
         std::fs::rename(&fresh, &tree).map_err(|e| WorkspaceError::Io {
             what: format!("replacing {}", tree.display()),
             why: e.to_string(),
         })?;
-        let _ = std::fs::remove_dir_all(&old);
+        let old_bytes = workspace::bytes_under(&old);
+        if std::fs::remove_dir_all(&old).is_ok() {
+            room.give_back(old_bytes);
+        }
         Ok(unpacked)
     })
     .await
     .map_err(|e| refused("name", e))
 }
 
-/// Downloads the machine's archive to `to`, refusing one over `max_bytes`.
+/// Downloads the machine's archive to `to`, refusing one over `max_bytes`, each part taken
+/// from `room` before it is written.
 async fn fetch(
     call: &Call<'_>,
     fleet: &Fleet,
@@ -210,6 +234,7 @@ async fn fetch(
     from: &str,
     to: &PathBuf,
     max_bytes: u64,
+    room: &OperationRoom,
 ) -> Result<(), ToolError> {
     use tokio::io::AsyncWriteExt;
     let stream = call.cancellable(fleet.read_file(machine, from)).await?;
@@ -236,6 +261,8 @@ async fn fetch(
                 WorkspaceError::ArchiveTooLarge { limit: max_bytes },
             ));
         }
+        room.take(chunk.len() as u64)
+            .map_err(|e| refused("name", e))?;
         file.write_all(&chunk).await.map_err(|e| {
             ToolError::new(ToolErrorKind::Internal, format!("{}: {e}", to.display()))
         })?;
@@ -368,13 +395,15 @@ pub async fn prepare(call: &Call<'_>, dir: &str) -> Result<Prepared, ToolError> 
         "workspaces are off on this server: the operator has allowed no host directory \
          (mountAllow). Copy files in with write-file instead",
     )?;
-    let seed_dir = call.process().workspaces.new_seed_dir();
+    let workspaces = call.process().workspaces.clone();
+    let seed_dir = workspaces.new_seed_dir();
     let max_bytes = call.config().workspace_max_bytes;
     let seeded = {
         let seed_dir = seed_dir.clone();
         blocking(move || {
             let origin = workspace::inspect(&resolved)?;
-            workspace::seed(&origin, &seed_dir, max_bytes)
+            let room = workspaces.room();
+            workspace::seed(&origin, &seed_dir, max_bytes, room.as_ref())
         })
         .await
     };
@@ -411,6 +440,20 @@ impl Prepared {
             return Err(e);
         }
         self.attached = true;
+        // The files as sent are the machine's now, and what comes back is read into the
+        // machine's own copy: only the base (`base.git`) is compared with, by it and by any
+        // child branched from it.
+        let sent_tree = self.seed.tree().to_path_buf();
+        if let Err(e) = blocking(move || {
+            std::fs::remove_dir_all(&sent_tree).map_err(|e| WorkspaceError::Io {
+                what: format!("removing {}", sent_tree.display()),
+                why: e.to_string(),
+            })
+        })
+        .await
+        {
+            tracing::warn!(error = %e, "could not remove a workspace's files once sent");
+        }
         Ok(self.answer())
     }
 
@@ -426,6 +469,15 @@ impl Prepared {
             },
         }
     }
+}
+
+/// Room for one reading or keep among all the server's copies (the disk measured off the
+/// async threads).
+async fn room_for(call: &Call<'_>) -> Result<Arc<OperationRoom>, ToolError> {
+    let workspaces = call.process().workspaces.clone();
+    tokio::task::spawn_blocking(move || workspaces.room())
+        .await
+        .map_err(|e| ToolError::new(ToolErrorKind::Internal, format!("a workspace task: {e}")))
 }
 
 /// How many changed files an answer lists.
@@ -482,9 +534,10 @@ pub(super) async fn read_changes(
     let (mut files, diff_path, diff_bytes) = if offset == 0 || !listed.exists() {
         started_machine = call.ensure_running(&fleet, &named).await?;
         let max_bytes = call.config().workspace_max_bytes;
-        read_back(call, &fleet, &named, &attached, max_bytes).await?;
+        let room = room_for(call).await?;
+        read_back(call, &fleet, &named, &attached, max_bytes, &room).await?;
         let ws = attached.workspace.clone();
-        let changes = blocking(move || workspace::changes(&ws))
+        let changes = blocking(move || workspace::changes(&ws, room.as_ref()))
             .await
             .map_err(|e| refused("name", e))?;
         let _ = std::fs::write(
@@ -615,10 +668,11 @@ pub(super) async fn keep_changes(
     }
     call.ensure_running(&fleet, &named).await?;
     let max_bytes = call.config().workspace_max_bytes;
-    read_back(call, &fleet, &named, &attached, max_bytes).await?;
+    let room = room_for(call).await?;
+    read_back(call, &fleet, &named, &attached, max_bytes, &room).await?;
     let patch = workspaces.patch_path(&attached.name);
     let ws = attached.workspace.clone();
-    let kept = blocking(move || workspace::keep(&ws, &branch, &message, &patch))
+    let kept = blocking(move || workspace::keep(&ws, &branch, &message, &patch, room.as_ref()))
         .await
         .map_err(|e| match e {
             WorkspaceError::BranchExists { .. } | WorkspaceError::BadBranchName { .. } => {
