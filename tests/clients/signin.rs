@@ -853,6 +853,51 @@ async fn each_users_sessionless_machines_are_their_own_lease_session() {
     );
 }
 
+/// A user's initializes sent all at once get no more than their share between them: the share
+/// is counted and taken in one step, so none of them is let through on a count that the others
+/// are about to change. 50% of 8 sessions: 4 for alice of 16 sent together, and bob his own.
+#[tokio::test]
+async fn racing_initializes_of_one_user_get_only_their_share() {
+    let issuer = Issuer::start().await;
+    let fake = FakeServe::start_guest_shell().await;
+    let (server, _rt) = signed_in(
+        &issuer,
+        "",
+        &[
+            ("SMOL_LOCAL_URL", &fake.url()),
+            ("SMOL_MCP_HTTP_MAX_SESSIONS", "8"),
+        ],
+    )
+    .await;
+    let alice = issuer.token("alice", &server.url, SCOPE).await;
+    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    let client = reqwest::Client::new();
+    let initialize = |token: String| {
+        let (client, url) = (client.clone(), server.url.clone());
+        async move {
+            client
+                .post(&url)
+                .bearer_auth(token)
+                .header("accept", "application/json, text/event-stream")
+                .json(
+                    &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"}}}),
+                )
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let statuses =
+        futures::future::join_all((0..16).map(|_| initialize(alice.clone()))).await;
+    let opened = statuses.iter().filter(|s| s.as_u16() == 200).count();
+    let refused = statuses.iter().filter(|s| s.as_u16() == 503).count();
+    assert_eq!((opened, refused), (4, 12), "{statuses:?}");
+    assert_eq!(initialize(bob).await.as_u16(), 200, "bob's own share");
+}
+
 /// Each signed-in user holds at most their share (`userSharePercent`) of the process's
 /// sessions and running jobs: one user cannot use a bound up for all. Here 50% of 2 sessions
 /// and of 2 running jobs: alice's second of each is refused naming the setting, bob still gets

@@ -25,7 +25,7 @@ use futures::StreamExt as _;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use sessions::Sessions;
+use sessions::{NoPlace, Sessions};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -685,21 +685,25 @@ async fn route(
     match (request.method().clone(), session) {
         (Method::DELETE, session) => delete(g, session, request, next).await,
         (Method::POST, None) if initialize => {
-            if !user.is_operator() && g.sessions.held_by(&user) >= g.user_sessions {
-                tracing::warn!(%user, share = g.user_sessions, "refused an initialize past the user's share of sessions");
-                return too_many_sessions_of(g.user_sessions);
-            }
-            let Some(opening) = g.sessions.reserve(g.max_sessions) else {
-                tracing::warn!(
-                    max = g.max_sessions,
-                    "refused an initialize at the session bound"
-                );
-                return too_many_sessions(g.max_sessions);
+            let share = (!user.is_operator()).then_some(g.user_sessions);
+            let opening = match g.sessions.reserve(g.max_sessions, &user, share) {
+                Ok(opening) => opening,
+                Err(NoPlace::UserShare) => {
+                    tracing::warn!(%user, share = g.user_sessions, "refused an initialize past the user's share of sessions");
+                    return too_many_sessions_of(g.user_sessions);
+                }
+                Err(NoPlace::Bound) => {
+                    tracing::warn!(
+                        max = g.max_sessions,
+                        "refused an initialize at the session bound"
+                    );
+                    return too_many_sessions(g.max_sessions);
+                }
             };
             let response = next.run(request).await;
             // An initialize answer carries the new session's id: from now on it is tracked.
             if let Some(id) = header_text(response.headers(), SESSION_HEADER) {
-                opening.opened(id, user);
+                opening.opened(id);
             }
             response
         }

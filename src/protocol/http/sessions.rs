@@ -30,23 +30,45 @@ pub(crate) struct Sessions {
     /// Initializes in flight: they count against the bound before their session exists, so
     /// that a burst of them cannot overshoot it.
     opening: AtomicUsize,
+    /// The same by user, for their share: taken under `map`'s lock, after it.
+    opening_by: Mutex<HashMap<User, usize>>,
+}
+
+/// Why an initialize gets no place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoPlace {
+    /// The user holds (or is opening) their share of sessions.
+    UserShare,
+    /// The process holds (or is opening) as many sessions as it may.
+    Bound,
 }
 
 /// An initialize let through under the bound; its place is given back when this is dropped,
 /// whether or not a session came of it.
 pub(crate) struct Opening {
     sessions: Arc<Sessions>,
+    user: User,
 }
 
 impl Opening {
     /// The initialize's answer carried the new session's id: from now on it is tracked.
-    pub(crate) fn opened(self, id: &str, user: User) {
-        self.sessions.opened(id, user);
+    pub(crate) fn opened(self, id: &str) {
+        self.sessions.opened(id, self.user.clone());
     }
 }
 
 impl Drop for Opening {
     fn drop(&mut self) {
+        // After `opened` (if it came) has put the session in the map: the user's count never
+        // dips between the two.
+        let mut by = self.sessions.opening_by();
+        if let Some(n) = by.get_mut(&self.user) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by.remove(&self.user);
+            }
+        }
+        drop(by);
         self.sessions.opening.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -86,15 +108,36 @@ impl Sessions {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A place for one more session, unless `max` are open or opening.
-    pub(crate) fn reserve(self: &Arc<Self>, max: usize) -> Option<Opening> {
+    fn opening_by(&self) -> MutexGuard<'_, HashMap<User, usize>> {
+        self.opening_by.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A place for one more session of `user`, unless they hold or are opening `share` (when
+    /// they have one) or `max` are open or opening in all. Counted and taken at once: racing
+    /// initializes of one user cannot pass their share between the check and the answer.
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        max: usize,
+        user: &User,
+        share: Option<usize>,
+    ) -> Result<Opening, NoPlace> {
         let map = self.lock();
+        let mut opening_by = self.opening_by();
+        if let Some(share) = share {
+            let held = map.values().filter(|a| a.user == *user).count()
+                + opening_by.get(user).copied().unwrap_or(0);
+            if held >= share {
+                return Err(NoPlace::UserShare);
+            }
+        }
         if map.len() + self.opening.load(Ordering::Relaxed) >= max {
-            return None;
+            return Err(NoPlace::Bound);
         }
         self.opening.fetch_add(1, Ordering::Relaxed);
-        Some(Opening {
+        *opening_by.entry(user.clone()).or_default() += 1;
+        Ok(Opening {
             sessions: self.clone(),
+            user: user.clone(),
         })
     }
 
@@ -108,11 +151,6 @@ impl Sessions {
                 user,
             },
         );
-    }
-
-    /// How many sessions `user` has open.
-    pub(crate) fn held_by(&self, user: &User) -> usize {
-        self.lock().values().filter(|a| a.user == *user).count()
     }
 
     /// Whether `user` may use session `id`: it opened it, or the id is not one this server
@@ -208,27 +246,59 @@ mod tests {
     #[test]
     fn sessions_are_bounded_counting_those_opening() {
         let sessions = Arc::new(Sessions::default());
-        let first = sessions.reserve(2).unwrap();
-        let second = sessions.reserve(2).unwrap();
-        assert!(sessions.reserve(2).is_none(), "two opening fill the bound");
-        first.opened("a", User::operator());
+        let op = User::operator();
+        let first = sessions.reserve(2, &op, None).unwrap();
+        let second = sessions.reserve(2, &op, None).unwrap();
+        assert_eq!(
+            sessions.reserve(2, &op, None).err(),
+            Some(NoPlace::Bound),
+            "two opening fill the bound"
+        );
+        first.opened("a");
         drop(second);
-        let third = sessions.reserve(2).unwrap();
-        assert!(sessions.reserve(2).is_none(), "one open, one opening");
-        third.opened("b", User::operator());
-        assert!(sessions.reserve(2).is_none());
+        let third = sessions.reserve(2, &op, None).unwrap();
+        assert!(sessions.reserve(2, &op, None).is_err(), "one open, one opening");
+        third.opened("b");
+        assert!(sessions.reserve(2, &op, None).is_err());
         sessions.forget("a");
-        assert!(sessions.reserve(2).is_some());
+        assert!(sessions.reserve(2, &op, None).is_ok());
+    }
+
+    #[test]
+    fn a_users_share_counts_the_sessions_they_are_opening() {
+        let sessions = Arc::new(Sessions::default());
+        let (alice, bob) = (User::signed_in("alice"), User::signed_in("bob"));
+        // Two initializes of alice's in flight at once: the second is refused before either
+        // has answered (checked apart from taking, both saw none and passed).
+        let first = sessions.reserve(9, &alice, Some(2)).unwrap();
+        let second = sessions.reserve(9, &alice, Some(2)).unwrap();
+        assert_eq!(
+            sessions.reserve(9, &alice, Some(2)).err(),
+            Some(NoPlace::UserShare)
+        );
+        assert!(sessions.reserve(9, &bob, Some(2)).is_ok(), "bob's share is his");
+        first.opened("a1");
+        assert!(sessions.reserve(9, &alice, Some(2)).is_err(), "one open, one opening");
+        // An initialize that made no session gives its place back.
+        drop(second);
+        let third = sessions.reserve(9, &alice, Some(2)).unwrap();
+        third.opened("a2");
+        assert!(sessions.reserve(9, &alice, Some(2)).is_err());
+        sessions.forget("a1");
+        assert!(sessions.reserve(9, &alice, Some(2)).is_ok());
     }
 
     #[test]
     fn a_session_is_idle_only_with_nothing_in_flight() {
         let sessions = Arc::new(Sessions::default());
-        sessions.reserve(9).unwrap().opened("a", User::operator());
         sessions
-            .reserve(9)
+            .reserve(9, &User::operator(), None)
             .unwrap()
-            .opened("b", User::signed_in("bob"));
+            .opened("a");
+        sessions
+            .reserve(9, &User::signed_in("bob"), None)
+            .unwrap()
+            .opened("b");
         assert!(sessions.belongs_to("b", &User::signed_in("bob")));
         assert!(!sessions.belongs_to("b", &User::operator()));
         assert!(!sessions.belongs_to("a", &User::signed_in("bob")));
