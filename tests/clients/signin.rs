@@ -890,8 +890,7 @@ async fn racing_initializes_of_one_user_get_only_their_share() {
                 .status()
         }
     };
-    let statuses =
-        futures::future::join_all((0..16).map(|_| initialize(alice.clone()))).await;
+    let statuses = futures::future::join_all((0..16).map(|_| initialize(alice.clone()))).await;
     let opened = statuses.iter().filter(|s| s.as_u16() == 200).count();
     let refused = statuses.iter().filter(|s| s.as_u16() == 503).count();
     assert_eq!((opened, refused), (4, 12), "{statuses:?}");

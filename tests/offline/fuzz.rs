@@ -373,6 +373,15 @@ fn tool_arguments_fuzz_answers_every_call_leaks_nothing_and_stays_in_the_operati
                 if tool == "publish-port" {
                     args.insert("waitSecs".into(), json!(0));
                 }
+                // So does terminal (up to 60 s for output that a quiet program never writes,
+                // past this harness's 20 s for an answer): a wait it would honour is cut to 2 s,
+                // while one outside the schema's range is sent as drawn, to be refused.
+                if tool == "terminal"
+                    && let Some(wait) = args.get("waitMs").and_then(Value::as_u64)
+                    && (2_001..=60_000).contains(&wait)
+                {
+                    args.insert("waitMs".into(), json!(2_000));
+                }
                 let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
                 match tokio::time::timeout(ANSWER_WAIT, h.client.call_tool(request)).await {
                     Err(_) => {

@@ -109,7 +109,9 @@ impl Sessions {
     }
 
     fn opening_by(&self) -> MutexGuard<'_, HashMap<User, usize>> {
-        self.opening_by.lock().unwrap_or_else(PoisonError::into_inner)
+        self.opening_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A place for one more session of `user`, unless they hold or are opening `share` (when
@@ -257,7 +259,10 @@ mod tests {
         first.opened("a");
         drop(second);
         let third = sessions.reserve(2, &op, None).unwrap();
-        assert!(sessions.reserve(2, &op, None).is_err(), "one open, one opening");
+        assert!(
+            sessions.reserve(2, &op, None).is_err(),
+            "one open, one opening"
+        );
         third.opened("b");
         assert!(sessions.reserve(2, &op, None).is_err());
         sessions.forget("a");
@@ -276,9 +281,15 @@ mod tests {
             sessions.reserve(9, &alice, Some(2)).err(),
             Some(NoPlace::UserShare)
         );
-        assert!(sessions.reserve(9, &bob, Some(2)).is_ok(), "bob's share is his");
+        assert!(
+            sessions.reserve(9, &bob, Some(2)).is_ok(),
+            "bob's share is his"
+        );
         first.opened("a1");
-        assert!(sessions.reserve(9, &alice, Some(2)).is_err(), "one open, one opening");
+        assert!(
+            sessions.reserve(9, &alice, Some(2)).is_err(),
+            "one open, one opening"
+        );
         // An initialize that made no session gives its place back.
         drop(second);
         let third = sessions.reserve(9, &alice, Some(2)).unwrap();
