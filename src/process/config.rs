@@ -814,7 +814,7 @@ settings! {
         default: "",
         shown_default: "none",
         accepts: Accepts::Credentials,
-        why: "secrets an agent names at create (credentials) and never sees: the machine gets a placeholder in env, the local engine puts the value into HTTPS requests to hosts only",
+        why: "secrets an agent names at create (credentials, offered only when some are set) and never sees: the machine gets a placeholder in env, the local engine puts the value into HTTPS requests to hosts only",
     },
     /// Machines the local engine keeps booted for matching creates.
     pools: Vec<crate::process::pools::PoolDef> {
@@ -900,7 +900,7 @@ settings! {
         env: "SMOL_MCP_MOUNT_ALLOW",
         default: "",
         accepts: Accepts::List,
-        why: "host directories a local machine may mount, and any machine may get a copy of as its workspace (a source must be one of them or under one, symlinks resolved); empty refuses every mount and workspace: a machine that mounts the host's home has left the sandbox. With sign-in, an entry naming {user} (like /srv/work/{user}) is each signed-in user's own, with their id in its place, and the entries without it are the operator's alone",
+        why: "host directories a local machine may mount, and any machine may get a copy of as its workspace (a source must be one of them or under one, symlinks resolved); empty refuses every mount and workspace, and the tools then offer none: a machine that mounts the host's home has left the sandbox. With sign-in, an entry naming {user} (like /srv/work/{user}) is each signed-in user's own, with their id in its place, and the entries without it are the operator's alone",
     },
     mount_writable: Vec<String> {
         key: "mountWritable",

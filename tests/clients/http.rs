@@ -191,7 +191,7 @@ async fn python_client_sessions_over_http_clean_up_when_they_end() {
         .await;
         assert_eq!(
             report["tools"].as_array().unwrap().len(),
-            smol_mcp::policy::tools::Tool::ALL.len()
+            crate::common::offered_without_settings()
         );
         let calls = report["calls"].as_array().unwrap();
         assert!(

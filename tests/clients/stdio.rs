@@ -77,7 +77,7 @@ async fn python_client_lists_the_tools_and_drives_the_real_serve_control_plane()
     assert_eq!(report["server"], "smol-mcp");
     assert_eq!(
         report["tools"].as_array().unwrap().len(),
-        smol_mcp::policy::tools::Tool::ALL.len()
+        crate::common::offered_without_settings()
     );
     let calls = report["calls"].as_array().unwrap();
     assert_eq!(calls[0]["structured"]["machines"], json!([]));

@@ -29,7 +29,7 @@ fn check_worked_flow(report: &Value) {
     assert_eq!(report["server"], "smol-mcp");
     assert_eq!(
         report["tools"].as_array().unwrap().len(),
-        smol_mcp::policy::tools::Tool::ALL.len()
+        crate::common::offered_without_settings()
     );
     let c = report["calls"].as_array().unwrap();
     // Every structured result passed the SDK's output-schema validation, or it would be an error.
@@ -99,7 +99,7 @@ async fn the_inspector_cli_finds_the_schemas_portable() {
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         listed["tools"].as_array().unwrap().len(),
-        smol_mcp::policy::tools::Tool::ALL.len()
+        crate::common::offered_without_settings()
     );
 
     let mut command = tokio::process::Command::new(dir.join("node_modules/.bin/mcp-inspector"));

@@ -14,6 +14,19 @@ pub mod oidc;
 pub mod real_serve;
 pub mod stdio;
 
+/// How many tools a server offers with neither host directories nor credentials set up (the
+/// tests' usual servers): keep-changes is not offered there.
+pub fn offered_without_settings() -> usize {
+    let bare = smol_mcp::policy::tools::schema::Offers {
+        host_dirs: false,
+        credentials: false,
+    };
+    smol_mcp::policy::tools::Tool::ALL
+        .iter()
+        .filter(|tool| bare.lists(**tool))
+        .count()
+}
+
 /// Runs the host's git in `dir` as a user would (a user's identity for the commits it makes),
 /// and answers its trimmed output; a failure fails the test, with what git said.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {

@@ -333,13 +333,19 @@ fn tool_arguments_fuzz_answers_every_call_leaks_nothing_and_stays_in_the_operati
         let fake = FakeServe::start().await;
         let h = Harness::start(&[("SMOL_LOCAL_URL", fake.url().as_str())]).await;
         let listed = h.client.list_all_tools().await.unwrap();
+        // A tool this server's settings do not offer (keep-changes without mountAllow) is
+        // still called, with its whole schema: the server must refuse it as well as any other.
+        let whole = smol_mcp::policy::tools::Catalog::of(smol_mcp::process::Mode::Single(
+            smol_mcp::fleet::FleetKind::Local,
+        ));
         Tool::ALL
             .iter()
             .map(|tool| {
                 let listed = listed
                     .iter()
+                    .chain(whole.listed.iter())
                     .find(|t| t.name == tool.name())
-                    .unwrap_or_else(|| panic!("{} is not listed", tool.name()));
+                    .unwrap_or_else(|| panic!("{} is in no catalog", tool.name()));
                 (*listed.input_schema).clone()
             })
             .collect()

@@ -4,10 +4,122 @@
 use crate::common::mcp::Harness;
 use serde_json::Value;
 
+/// What an operator sets up to offer everything: host directories (mountAllow) and a
+/// credential binding. The catalog's snapshots and bounds are of this, its fullest form.
+const SET_UP: [(&str, &str); 2] = [
+    ("SMOL_MCP_MOUNT_ALLOW", "/srv/projects"),
+    (
+        "SMOL_MCP_CREDENTIALS",
+        r#"[{"name": "github", "env": "GH_TOKEN", "hosts": ["api.github.com"], "fromEnv": "SMOL_TEST_CATALOG_GH"}]"#,
+    ),
+];
+
+/// The catalog of a server set up as `SET_UP` and `env` say.
 async fn catalog(env: &[(&str, &str)]) -> Value {
+    let mut all = SET_UP.to_vec();
+    all.extend_from_slice(env);
+    bare_catalog(&all).await
+}
+
+/// The catalog of a server set up by `env` alone.
+async fn bare_catalog(env: &[(&str, &str)]) -> Value {
     let h = Harness::start(env).await;
     let tools = h.client.list_all_tools().await.unwrap();
     serde_json::to_value(tools).unwrap()
+}
+
+fn properties(tools: &Value, tool: &str) -> Vec<String> {
+    let tool = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == tool)
+        .unwrap_or_else(|| panic!("{tool} is listed"));
+    tool["inputSchema"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn listed(tools: &Value) -> Vec<String> {
+    tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// An argument or a tool the operator's settings cannot let work is not offered: without
+/// mountAllow no mounts, workspace, read-file changes or keep-changes; without credentials no
+/// credentials. Each comes with its setting. A call naming one all the same is refused saying
+/// which setting would allow it, and the instructions say once what is not set up.
+#[tokio::test]
+async fn what_the_settings_cannot_let_work_is_not_offered() {
+    let local = ("SMOL_MCP_TARGETS", "local");
+    let bare = bare_catalog(&[local]).await;
+    assert!(!listed(&bare).contains(&"keep-changes".to_owned()));
+    for (tool, absent) in [
+        (
+            "create-machine",
+            &["workspace", "mounts", "credentials"][..],
+        ),
+        ("run-once", &["workspace", "credentials"][..]),
+        ("read-file", &["changes"][..]),
+    ] {
+        let offered = properties(&bare, tool);
+        for arg in absent {
+            assert!(
+                !offered.contains(&arg.to_string()),
+                "{tool}.{arg} offered: {offered:?}"
+            );
+        }
+    }
+    let text = bare.to_string();
+    assert!(
+        !text.contains("workspace's diff") && !text.contains("{dirs:"),
+        "{text}"
+    );
+
+    let dirs = bare_catalog(&[local, ("SMOL_MCP_MOUNT_ALLOW", "/srv/projects")]).await;
+    assert!(listed(&dirs).contains(&"keep-changes".to_owned()));
+    let create = properties(&dirs, "create-machine");
+    assert!(create.contains(&"workspace".to_owned()) && create.contains(&"mounts".to_owned()));
+    assert!(!create.contains(&"credentials".to_owned()), "{create:?}");
+    assert!(properties(&dirs, "read-file").contains(&"changes".to_owned()));
+    assert!(
+        properties(&catalog(&[local]).await, "create-machine").contains(&"credentials".to_owned())
+    );
+
+    let size = |tools: &Value| {
+        serde_json::to_string(&serde_json::json!({ "tools": tools }))
+            .unwrap()
+            .len()
+    };
+    let (bare_bytes, full_bytes) = (size(&bare), size(&catalog(&[local]).await));
+    println!("local catalog: {bare_bytes} bytes bare, {full_bytes} set up");
+    assert!(
+        full_bytes - bare_bytes > 1_500,
+        "{bare_bytes} against {full_bytes}"
+    );
+
+    // Named all the same: refused with the setting, not as an unknown argument.
+    let h = Harness::start(&[local]).await;
+    let refused = h
+        .err(
+            "create-machine",
+            serde_json::json!({"workspace": "/srv/projects/app"}),
+        )
+        .await;
+    assert!(refused.contains("mountAllow"), "{refused}");
+    let info = h.client.peer_info().unwrap();
+    let instructions = info.instructions.clone().unwrap_or_default();
+    assert!(
+        instructions.contains("Not set up on this server") && instructions.contains("mountAllow"),
+        "{instructions}"
+    );
 }
 
 #[tokio::test]
@@ -101,7 +213,7 @@ async fn both_fleets_catalog_requires_target() {
 }
 
 /// What `tools/list` costs an agent on every turn: the whole catalog of one fleet within 20 KB
-/// (about 5,000 tokens), printed so a change shows its cost. The figure is the compact JSON of
+/// (about 5,000 tokens), everything set up, printed so a change shows its cost. The figure is the compact JSON of
 /// the result, as it travels. The ceiling was 18,000 for the 16 tools of 2026-12-03 (17,979);
 /// the issues that add pause, ports, terminals, images and the workspace set 20,000 for all of
 /// them together, so each spends from the same 2 KB.
@@ -263,8 +375,10 @@ async fn descriptions_are_short_and_on_one_line() {
             for text in all {
                 assert!(!text.contains('\n'), "{name} has a line break in {text:?}");
                 assert!(
-                    !text.contains("{local:") && !text.contains("{cloud:"),
-                    "{name}: a fleet marker left in {text:?}"
+                    !["{local:", "{cloud:", "{dirs:", "{creds:"]
+                        .iter()
+                        .any(|marker| text.contains(marker)),
+                    "{name}: a marker left in {text:?}"
                 );
             }
         }

@@ -351,7 +351,7 @@ async fn both_fleets_need_a_target_on_every_call() {
     let remote = h.ok("list-machines", json!({"target": "cloud"})).await;
     assert_eq!(remote["machines"][0]["name"], "there");
     let tools = h.client.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), smol_mcp::policy::tools::Tool::ALL.len());
+    assert_eq!(tools.len(), crate::common::offered_without_settings());
     for t in tools {
         let required = t.input_schema["required"].as_array().unwrap();
         assert!(required.contains(&json!("target")), "{}", t.name);

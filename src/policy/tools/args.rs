@@ -456,9 +456,9 @@ pub struct MachineBase {
     pub allow_hosts: Option<HostNames>,
     /// CIDR ranges it may reach (like 10.0.0.0/8).
     pub allow_cidrs: Option<CidrRanges>,
-    /// {local:Secrets by name (see the instructions); it sees placeholders only.}
+    /// {local:{creds:Secrets by name (see the instructions); it sees placeholders only.}}
     pub credentials: Option<Vec<String>>,
-    /// Host dir the operator allows, copied to /workspace (git: its commit). See keep-changes.
+    /// {dirs:Host dir the operator allows, copied to /workspace (git: its commit). See keep-changes.}
     pub workspace: Option<AbsolutePath>,
 }
 
@@ -492,7 +492,7 @@ tool_arguments! {
         pub storage_gb: Option<u32>,
         /// {local:A machine (even deleted) whose user-allowed hosts it gets too.}
         pub allow_hosts_from: Option<GrantsOf>,
-        /// {local:Host dirs (absolute source) mounted at target, at most 16, where the operator allows; readonly: false where allowed.}
+        /// {local:{dirs:Host dirs (absolute source) mounted at target, at most 16, where the operator allows; readonly: false where allowed.}}
         pub mounts: Option<Vec<MountArg>>,
         /// {local:Writable layer over the image, GiB.}
         #[schemars(range(min = 1, max = MAX_DISK_GB))]
@@ -553,7 +553,7 @@ tool_arguments! {
         /// Bytes to return. Default: a page.
         #[schemars(range(min = 1))]
         pub length: Option<u64>,
-        /// With path /workspace: the machine's changes there (files, sizes, a unified diff).
+        /// {dirs:With path /workspace: the machine's changes there (files, sizes, a unified diff).}
         pub changes: Option<bool>,
     }
 }

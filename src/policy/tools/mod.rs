@@ -201,6 +201,7 @@ run_table! {
 #[derive(Debug)]
 pub struct Catalog {
     pub mode: Mode,
+    pub offers: schema::Offers,
     /// What `tools/list` answers: `target` removed with one fleet, required with both.
     pub listed: Vec<rmcp::model::Tool>,
 }
@@ -227,28 +228,47 @@ pub fn checked_input(tool: Tool, mode: Mode) -> Arc<rmcp::model::JsonObject> {
 }
 
 impl Catalog {
-    fn build(mode: Mode) -> Catalog {
+    fn build(mode: Mode, offers: schema::Offers) -> Catalog {
         let mut listed: Vec<rmcp::model::Tool> = Tool::ALL
             .iter()
-            .map(|tool| schema::definition(*tool, mode, input_schema(*tool), output_schema(*tool)))
+            .filter(|tool| offers.lists(**tool))
+            .map(|tool| {
+                schema::definition(
+                    *tool,
+                    mode,
+                    offers,
+                    input_schema(*tool),
+                    output_schema(*tool),
+                )
+            })
             .collect();
         schema::refer_to_first_mention(&mut listed);
-        Catalog { mode, listed }
+        Catalog {
+            mode,
+            offers,
+            listed,
+        }
     }
 
-    /// Built once per process and mode: the schemas depend on nothing else.
+    /// Every tool and argument, whatever the settings.
     pub fn of(mode: Mode) -> Arc<Catalog> {
-        use crate::fleet::FleetKind;
-        use std::sync::OnceLock;
-        static LOCAL: OnceLock<Arc<Catalog>> = OnceLock::new();
-        static CLOUD: OnceLock<Arc<Catalog>> = OnceLock::new();
-        static BOTH: OnceLock<Arc<Catalog>> = OnceLock::new();
-        let cell = match mode {
-            Mode::Single(FleetKind::Local) => &LOCAL,
-            Mode::Single(FleetKind::Cloud) => &CLOUD,
-            Mode::Both => &BOTH,
-        };
-        cell.get_or_init(|| Arc::new(Catalog::build(mode))).clone()
+        Catalog::offered(mode, schema::Offers::ALL)
+    }
+
+    /// Built once per process, mode and offers: the schemas depend on nothing else.
+    pub fn offered(mode: Mode, offers: schema::Offers) -> Arc<Catalog> {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        type Built = Mutex<HashMap<(Mode, schema::Offers), Arc<Catalog>>>;
+        static BUILT: OnceLock<Built> = OnceLock::new();
+        let built = BUILT.get_or_init(Mutex::default);
+        let mut built = built
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        built
+            .entry((mode, offers))
+            .or_insert_with(|| Arc::new(Catalog::build(mode, offers)))
+            .clone()
     }
 
     /// The schema `tool`'s arguments are checked against in this catalog's mode.

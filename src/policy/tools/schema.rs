@@ -258,10 +258,11 @@ fn apply_mode(mut input: JsonObject, mode: Mode) -> JsonObject {
     input
 }
 
-/// The definition of `tool` for a process serving `mode`.
+/// The definition of `tool` for a process serving `mode` with `offers`.
 pub fn definition(
     tool: Tool,
     mode: Mode,
+    offers: Offers,
     input: JsonObject,
     output: JsonObject,
 ) -> rmcp::model::Tool {
@@ -285,7 +286,7 @@ pub fn definition(
     input.remove("additionalProperties");
     let mut input = Value::Object(input);
     without_closed_objects(&mut input);
-    fit_to_fleets(&mut input, mode);
+    fit(&mut input, mode, offers);
     let mut output = Value::Object(output);
     refer_to_records(tool, &mut output);
     // A result's fleet says nothing where only one is served, as the argument is not offered
@@ -301,11 +302,11 @@ pub fn definition(
             }
         }
     }
-    fit_to_fleets(&mut output, mode);
+    fit(&mut output, mode, offers);
     let output = outline(output);
     rmcp::model::Tool::new(
         tool.name(),
-        for_fleets(tool.description(), mode),
+        worded(tool.description(), mode, offers),
         Arc::new(into_object(input)),
     )
     .with_raw_output_schema(Arc::new(into_object(output)))
@@ -351,34 +352,77 @@ fn into_object(value: Value) -> JsonObject {
     }
 }
 
+/// What the operator's settings let work, so that a catalog offers only that: an argument or a
+/// tool that could only be refused as configured costs the model its bytes on every turn and
+/// invites a call that fails. A call naming one all the same is refused by its handler, saying
+/// which setting would turn it on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Offers {
+    /// Host directories a machine may get (mountAllow): mounts, workspaces, their changes.
+    pub host_dirs: bool,
+    /// Credential bindings to name at create (credentials).
+    pub credentials: bool,
+}
+
+impl Offers {
+    /// Everything: what a call's arguments are checked against.
+    pub const ALL: Offers = Offers {
+        host_dirs: true,
+        credentials: true,
+    };
+
+    pub fn of(config: &crate::process::config::Config) -> Offers {
+        Offers {
+            host_dirs: !config.mount_allow.is_empty(),
+            credentials: !config.credentials.is_empty(),
+        }
+    }
+
+    /// Whether `tool` is offered at all.
+    pub fn lists(self, tool: Tool) -> bool {
+        tool != Tool::KeepChanges || self.host_dirs
+    }
+}
+
 /// `text` for a catalog serving `mode`: a `{local:...}` or `{cloud:...}` segment is kept (without
 /// its braces) only where that fleet is served, so a single-fleet catalog spends none of the
 /// model's context on the other fleet; line breaks a doc comment carried become spaces.
 pub fn for_fleets(text: &str, mode: Mode) -> String {
-    let serves = |fleet: FleetKind| match mode {
-        Mode::Single(only) => only == fleet,
-        Mode::Both => true,
+    worded(text, mode, Offers::ALL)
+}
+
+/// The same, a `{dirs:...}` segment kept only where host directories are offered and a
+/// `{creds:...}` one where credentials are. Segments nest.
+pub fn worded(text: &str, mode: Mode, offers: Offers) -> String {
+    tidy(&kept_segments(text, mode, offers))
+}
+
+const MARKERS: [&str; 4] = ["{local:", "{cloud:", "{dirs:", "{creds:"];
+
+fn kept_segments(text: &str, mode: Mode, offers: Offers) -> String {
+    let shown = |marker: &str| match marker {
+        "{local:" => matches!(mode, Mode::Single(FleetKind::Local) | Mode::Both),
+        "{cloud:" => matches!(mode, Mode::Single(FleetKind::Cloud) | Mode::Both),
+        "{dirs:" => offers.host_dirs,
+        _ => offers.credentials,
     };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some((at, fleet, marker)) = next_marker(rest) {
+    while let Some((at, marker)) = MARKERS
+        .into_iter()
+        .filter_map(|marker| rest.find(marker).map(|at| (at, marker)))
+        .min_by_key(|(at, _)| *at)
+    {
         out.push_str(&rest[..at]);
         let inside = &rest[at + marker.len()..];
         let end = closing_brace(inside);
-        if serves(fleet) {
-            out.push_str(&inside[..end]);
+        if shown(marker) {
+            out.push_str(&kept_segments(&inside[..end], mode, offers));
         }
         rest = inside.get(end + 1..).unwrap_or("");
     }
     out.push_str(rest);
-    tidy(&out)
-}
-
-fn next_marker(text: &str) -> Option<(usize, FleetKind, &'static str)> {
-    [(FleetKind::Local, "{local:"), (FleetKind::Cloud, "{cloud:")]
-        .into_iter()
-        .filter_map(|(fleet, marker)| text.find(marker).map(|at| (at, fleet, marker)))
-        .min_by_key(|(at, _, _)| *at)
+    out
 }
 
 /// Where the segment that starts `text` ends: braces inside it (`smol://runs/{id}`) nest.
@@ -433,13 +477,14 @@ pub fn worded_for(schema: JsonObject, mode: Mode) -> JsonObject {
     into_object(value)
 }
 
-/// Every description in `schema` worded for `mode`; a property whose whole description belongs
-/// to a fleet not served (`mounts` on cloud) is not offered at all.
-fn fit_to_fleets(schema: &mut Value, mode: Mode) {
+/// Every description in `schema` worded for `mode` and `offers`; a property whose whole
+/// description belongs to a fleet not served (`mounts` on cloud) or to something not offered
+/// (`workspace` without mountAllow) is not offered at all.
+fn fit(schema: &mut Value, mode: Mode, offers: Offers) {
     match schema {
         Value::Object(map) => {
             if let Some(Value::String(text)) = map.get("description") {
-                let fitted = for_fleets(text, mode);
+                let fitted = worded(text, mode, offers);
                 map.insert("description".into(), Value::String(fitted));
             }
             if let Some(Value::Object(props)) = map.get_mut("properties") {
@@ -448,7 +493,7 @@ fn fit_to_fleets(schema: &mut Value, mode: Mode) {
                     .filter(|(_, p)| {
                         p.get("description")
                             .and_then(Value::as_str)
-                            .is_some_and(|d| !d.is_empty() && for_fleets(d, mode).is_empty())
+                            .is_some_and(|d| !d.is_empty() && worded(d, mode, offers).is_empty())
                     })
                     .map(|(k, _)| k.clone())
                     .collect();
@@ -459,9 +504,9 @@ fn fit_to_fleets(schema: &mut Value, mode: Mode) {
                     required.retain(|r| !absent.iter().any(|a| r == a));
                 }
             }
-            map.values_mut().for_each(|v| fit_to_fleets(v, mode));
+            map.values_mut().for_each(|v| fit(v, mode, offers));
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| fit_to_fleets(v, mode)),
+        Value::Array(items) => items.iter_mut().for_each(|v| fit(v, mode, offers)),
         _ => {}
     }
 }
@@ -676,7 +721,7 @@ mod tests {
             },
             "required": ["mounts", "image"]
         });
-        fit_to_fleets(&mut schema, Mode::Single(FleetKind::Cloud));
+        fit(&mut schema, Mode::Single(FleetKind::Cloud), Offers::ALL);
         assert!(schema["properties"].get("mounts").is_none());
         assert_eq!(
             schema["properties"]["image"]["description"],

@@ -145,7 +145,7 @@ tool_list! {
         description: "Read a file from a machine a page at a time (the second content block); \
              size, offset, bytes, eof place it: go on from offset + bytes until eof. A whole \
              PNG, JPEG, GIF or WebP without encoding comes as an image you see. Also reads \
-             overflow, job outputFiles, and (changes) a workspace's diff.",
+             overflow, job outputFiles{dirs:, and (changes) a workspace's diff}.",
     }
     WriteFile => "write-file" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },

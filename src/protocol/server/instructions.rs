@@ -31,6 +31,7 @@ const KEPT_NAMED: usize = 10;
 pub fn instructions(
     mode: Mode,
     credentials: &[CredentialBinding],
+    host_dirs: bool,
     agent_network: AgentNetwork,
     temporary: &Temporary,
 ) -> String {
@@ -66,7 +67,7 @@ pub fn instructions(
     text.push_str(
         "\n\n{egress} A command that fails to resolve or reach a host is usually missing \
          egress, not broken; you cannot widen a running machine's egress yourself.\n\n\
-         {credentials}{temporary}\n\n\
+         {credentials}{not_set_up}{temporary}\n\n\
          Resources: smol://targets tells which fleets are usable from this host now and what is \
          in the way (read it before choosing a target, or when machines fail to start). \
          smol://machine/{target}/{name}/logs is a machine's log: subscribe to it to hear of new \
@@ -76,6 +77,10 @@ pub fn instructions(
     );
     text.replace("{egress}", egress_line(mode, agent_network))
         .replace("{credentials}", &credentials_line(mode, credentials))
+        .replace(
+            "{not_set_up}",
+            &not_set_up_line(mode, credentials.is_empty(), host_dirs),
+        )
         .replace("{temporary}", &temporary_line(temporary))
 }
 
@@ -153,6 +158,31 @@ fn egress_line(mode: Mode, agent_network: AgentNetwork) -> &'static str {
 
 /// The secrets the operator set up, by name: what an agent needs to ask for one, and nothing
 /// of their values.
+/// What the operator has not turned on, and so the tools do not offer: said once here, so that
+/// the model tells the user instead of asking them for their files or secrets.
+fn not_set_up_line(mode: Mode, no_credentials: bool, host_dirs: bool) -> String {
+    let mut missing = Vec::new();
+    if !host_dirs {
+        missing.push(
+            "no host directory is open to machines, so there are no mounts, workspaces or \
+             keep-changes (the operator's mountAllow setting opens some): copy files in with \
+             write-file",
+        );
+    }
+    if no_credentials && mode != Mode::Single(FleetKind::Cloud) {
+        missing
+            .push("no secrets are bound for machines to use (the operator's credentials setting)");
+    }
+    if missing.is_empty() {
+        return String::new();
+    }
+    format!(
+        "Not set up on this server: {}. When a task needs one of these, tell the user which \
+         setting would allow it.\n\n",
+        missing.join("; ")
+    )
+}
+
 fn credentials_line(mode: Mode, credentials: &[CredentialBinding]) -> String {
     if credentials.is_empty() || mode == Mode::Single(FleetKind::Cloud) {
         return String::new();
@@ -200,10 +230,36 @@ mod tests {
     }
 
     #[test]
+    fn what_the_operator_has_not_set_up_is_said_with_its_setting() {
+        let local = Mode::Single(FleetKind::Local);
+        let bare = instructions(local, &[], false, AgentNetwork::Any, &deleted());
+        assert!(
+            bare.contains("Not set up on this server: no host directory")
+                && bare.contains("mountAllow")
+                && bare.contains("credentials setting"),
+            "{bare}"
+        );
+        let cloud = instructions(
+            Mode::Single(FleetKind::Cloud),
+            &[],
+            true,
+            AgentNetwork::Any,
+            &deleted(),
+        );
+        assert!(
+            !cloud.contains("Not set up"),
+            "cloud takes no credentials: {cloud}"
+        );
+        let all = instructions(local, &[binding()], true, AgentNetwork::Any, &deleted());
+        assert!(!all.contains("Not set up"), "{all}");
+    }
+
+    #[test]
     fn kept_machines_are_explained_and_named() {
         let text = instructions(
             Mode::Single(FleetKind::Local),
             &[],
+            true,
             AgentNetwork::Any,
             &deleted(),
         );
@@ -212,6 +268,7 @@ mod tests {
         let text = instructions(
             Mode::Single(FleetKind::Local),
             &[],
+            true,
             AgentNetwork::Any,
             &Temporary {
                 session_end: SessionEnd::Pause,
@@ -240,7 +297,7 @@ mod tests {
             Mode::Single(FleetKind::Cloud),
         ] {
             for agent_network in [AgentNetwork::Any, AgentNetwork::Ask] {
-                let text = instructions(mode, &[binding()], agent_network, &deleted());
+                let text = instructions(mode, &[binding()], true, agent_network, &deleted());
                 assert!(!text.contains("  "), "a run of spaces: {text}");
                 assert!(
                     !text.contains("{egress}") && !text.contains("{credentials}"),

@@ -118,6 +118,7 @@ impl SmolMcp {
         instructions::instructions(
             self.protocol.mode(),
             process.credentials.bindings(),
+            !self.protocol.config().mount_allow.is_empty(),
             self.protocol.config().agent_network,
             &instructions::Temporary {
                 session_end: self.protocol.config().session_end,
@@ -181,8 +182,9 @@ impl ServerHandler for SmolMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let scope = self.fleet_choice.scope(self.protocol.mode(), &context);
+        let offers = crate::policy::tools::schema::Offers::of(self.protocol.config());
         Ok(ListToolsResult::with_all_items(
-            Catalog::of(scope.mode()).listed.clone(),
+            Catalog::offered(scope.mode(), offers).listed.clone(),
         ))
     }
 
