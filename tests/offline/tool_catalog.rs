@@ -213,13 +213,17 @@ async fn both_fleets_catalog_requires_target() {
 }
 
 /// What `tools/list` costs an agent on every turn: the whole catalog of one fleet within 20 KB
-/// (about 5,000 tokens), everything set up, printed so a change shows its cost. The figure is the compact JSON of
-/// the result, as it travels. The ceiling was 18,000 for the 16 tools of 2026-12-03 (17,979);
-/// the issues that add pause, ports, terminals, images and the workspace set 20,000 for all of
-/// them together, so each spends from the same 2 KB.
+/// (about 5,000 tokens) as a server starts with no settings, printed so a change shows its cost.
+/// The figure is the compact JSON of the result, as it travels. The ceiling was 18,000 for the
+/// 16 tools of 2026-12-03 (17,979); the issues that add pause, ports, terminals, images and the
+/// workspace set 20,000 for all of them together, so each spends from the same 2 KB. What the
+/// operator's settings turn on (host directories, credentials: mounts, workspaces and their
+/// changes, keep-changes, credentials) adds its arguments only where they can work, and that
+/// fullest catalog keeps within 21,000.
 #[tokio::test]
 async fn a_single_fleet_catalog_is_affordable() {
     const CEILING_BYTES: usize = 20_000;
+    const SET_UP_CEILING_BYTES: usize = 21_000;
     for (fleet, env) in [
         ("local", vec![("SMOL_MCP_TARGETS", "local")]),
         (
@@ -230,17 +234,24 @@ async fn a_single_fleet_catalog_is_affordable() {
             ],
         ),
     ] {
-        let tools = catalog(&env).await;
-        let bytes = serde_json::to_string(&serde_json::json!({ "tools": tools }))
-            .unwrap()
-            .len();
-        // About four bytes a token for English and JSON (the usual rule of thumb for
-        // BPE tokenizers).
-        println!("{fleet} catalog: {bytes} bytes, about {} tokens", bytes / 4);
-        assert!(
-            bytes <= CEILING_BYTES,
-            "the {fleet} catalog is {bytes} bytes, over its {CEILING_BYTES}-byte ceiling"
-        );
+        for (how, tools, ceiling) in [
+            ("as started", bare_catalog(&env).await, CEILING_BYTES),
+            ("set up", catalog(&env).await, SET_UP_CEILING_BYTES),
+        ] {
+            let bytes = serde_json::to_string(&serde_json::json!({ "tools": tools }))
+                .unwrap()
+                .len();
+            // About four bytes a token for English and JSON (the usual rule of thumb for
+            // BPE tokenizers).
+            println!(
+                "{fleet} catalog {how}: {bytes} bytes, about {} tokens",
+                bytes / 4
+            );
+            assert!(
+                bytes <= ceiling,
+                "the {fleet} catalog {how} is {bytes} bytes, over its {ceiling}-byte ceiling"
+            );
+        }
     }
 }
 
@@ -421,4 +432,69 @@ fn the_readme_documents_every_configuration_key() {
             tool.name()
         );
     }
+}
+
+/// What a model needs to choose well and that the schema cannot say: the operator's own
+/// timeouts, a choice one tool refuses not offered there, and which tools start a stopped (or
+/// resume a paused) machine before they act.
+#[tokio::test]
+async fn descriptions_say_the_operators_bounds_and_what_a_call_starts() {
+    let tools = catalog(&[
+        ("SMOL_MCP_TARGETS", "local"),
+        ("SMOL_MCP_EXEC_TIMEOUT_SECS", "60"),
+        ("SMOL_MCP_MAX_EXEC_TIMEOUT_SECS", "300"),
+        ("SMOL_MCP_MAX_JOB_SECS", "1800"),
+    ])
+    .await;
+    let tool = |name: &str| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let run = tool("run-command");
+    let props = &run["inputSchema"]["properties"];
+    assert_eq!(
+        props["timeoutSecs"]["description"],
+        "Seconds until killed (exit 124): default 60, most 300."
+    );
+    assert!(
+        props["background"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("default and most 1800"),
+        "{}",
+        props["background"]
+    );
+    assert!(run["description"].as_str().unwrap().contains("terminal"));
+    // run-once refuses "ask" (its machine is gone before anyone could answer): not offered.
+    assert_eq!(
+        tool("run-once")["inputSchema"]["properties"]["network"]["enum"],
+        serde_json::json!(["open", "blocked"])
+    );
+    assert_eq!(
+        tool("create-machine")["inputSchema"]["properties"]["network"]["enum"],
+        serde_json::json!(["open", "blocked", "ask"])
+    );
+    for name in [
+        "run-command",
+        "read-file",
+        "write-file",
+        "publish-port",
+        "terminal",
+    ] {
+        let text = tool(name)["description"].as_str().unwrap().to_owned();
+        assert!(
+            text.contains("Starts it if stopped or paused"),
+            "{name}: {text}"
+        );
+    }
+    let start = tool("start-machine")["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(start.contains("a paused one resumes as it was"), "{start}");
 }

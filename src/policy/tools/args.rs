@@ -474,7 +474,7 @@ pub struct CommandFields {
     pub env: Option<EnvVars>,
     /// Text given on standard input, then closed.
     pub stdin: Option<String>,
-    /// Seconds until it is killed (exit 124).
+    /// Seconds until killed (exit 124): default {execTimeoutSecs}, most {maxExecTimeoutSecs}.
     #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
 }
@@ -492,7 +492,7 @@ tool_arguments! {
         pub storage_gb: Option<u32>,
         /// {local:A machine (even deleted) whose user-allowed hosts it gets too.}
         pub allow_hosts_from: Option<GrantsOf>,
-        /// {local:{dirs:Host dirs (absolute source) mounted at target, at most 16, where the operator allows; readonly: false where allowed.}}
+        /// {local:{dirs:Host dirs (absolute source) mounted at target, at most 16, as the operator allows (readonly: false too).}}
         pub mounts: Option<Vec<MountArg>>,
         /// {local:Writable layer over the image, GiB.}
         #[schemars(range(min = 1, max = MAX_DISK_GB))]
@@ -524,7 +524,7 @@ tool_arguments! {
         pub name: MachineRef,
         #[serde(flatten)]
         pub run: CommandFields,
-        /// Return at once with a job id. No stdin; longer default timeout.
+        /// Return at once with a job id. No stdin; timeout default and most {maxJobSecs}.
         pub background: Option<bool>,
         /// Also answer what it cost (slower).
         pub usage: Option<bool>,

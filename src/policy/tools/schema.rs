@@ -258,6 +258,11 @@ fn apply_mode(mut input: JsonObject, mode: Mode) -> JsonObject {
     input
 }
 
+/// Choices a shared argument type has that one tool refuses, not offered there (its handler
+/// still refuses them by name): run-once's machine is gone when the call ends, so nobody is
+/// left to ask about its refused hosts (`network: "ask"`).
+const CHOICES_NOT_OFFERED: &[(Tool, &str, &str)] = &[(Tool::RunOnce, "network", "ask")];
+
 /// The definition of `tool` for a process serving `mode` with `offers`.
 pub fn definition(
     tool: Tool,
@@ -280,6 +285,16 @@ pub fn definition(
     }
     annotations.open_world_hint = (!hints.open_world).then_some(false);
     let mut input = apply_mode(input, mode);
+    for (which, property, choice) in CHOICES_NOT_OFFERED {
+        if *which == tool
+            && let Some(Value::Array(choices)) = input
+                .get_mut("properties")
+                .and_then(|p| p.get_mut(*property))
+                .and_then(|p| p.get_mut("enum"))
+        {
+            choices.retain(|c| c != *choice);
+        }
+    }
     // The server refuses an unknown argument by name whatever the listed schema says
     // (`args::check_arguments`), in a mount or a port as at the top; the keyword's 29 bytes in
     // every schema bought the model nothing, and the catalog's bytes are spent on every turn.
@@ -352,29 +367,41 @@ fn into_object(value: Value) -> JsonObject {
     }
 }
 
-/// What the operator's settings let work, so that a catalog offers only that: an argument or a
+/// What the operator's settings let work, so that a catalog offers only that (an argument or a
 /// tool that could only be refused as configured costs the model its bytes on every turn and
-/// invites a call that fails. A call naming one all the same is refused by its handler, saying
-/// which setting would turn it on.
+/// invites a call that fails; a call naming one all the same is refused by its handler, saying
+/// which setting would turn it on), and the bounds they set that a description states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Offers {
     /// Host directories a machine may get (mountAllow): mounts, workspaces, their changes.
     pub host_dirs: bool,
     /// Credential bindings to name at create (credentials).
     pub credentials: bool,
+    /// A command's timeout when it gives none, and the most it may ask for: what
+    /// `{execTimeoutSecs}` and `{maxExecTimeoutSecs}` read in a description.
+    pub exec_timeout_secs: u64,
+    pub max_exec_timeout_secs: u64,
+    /// A background job's (`{maxJobSecs}`).
+    pub max_job_secs: u64,
 }
 
 impl Offers {
-    /// Everything: what a call's arguments are checked against.
+    /// Everything, the timeouts at their defaults: what a call's arguments are checked against.
     pub const ALL: Offers = Offers {
         host_dirs: true,
         credentials: true,
+        exec_timeout_secs: 120,
+        max_exec_timeout_secs: 900,
+        max_job_secs: 3600,
     };
 
     pub fn of(config: &crate::process::config::Config) -> Offers {
         Offers {
             host_dirs: !config.mount_allow.is_empty(),
             credentials: !config.credentials.is_empty(),
+            exec_timeout_secs: config.exec_timeout_secs,
+            max_exec_timeout_secs: config.max_exec_timeout_secs,
+            max_job_secs: config.max_job_secs,
         }
     }
 
@@ -394,7 +421,15 @@ pub fn for_fleets(text: &str, mode: Mode) -> String {
 /// The same, a `{dirs:...}` segment kept only where host directories are offered and a
 /// `{creds:...}` one where credentials are. Segments nest.
 pub fn worded(text: &str, mode: Mode, offers: Offers) -> String {
-    tidy(&kept_segments(text, mode, offers))
+    tidy(
+        &kept_segments(text, mode, offers)
+            .replace("{execTimeoutSecs}", &offers.exec_timeout_secs.to_string())
+            .replace(
+                "{maxExecTimeoutSecs}",
+                &offers.max_exec_timeout_secs.to_string(),
+            )
+            .replace("{maxJobSecs}", &offers.max_job_secs.to_string()),
+    )
 }
 
 const MARKERS: [&str; 4] = ["{local:", "{cloud:", "{dirs:", "{creds:"];

@@ -84,7 +84,7 @@ tool_list! {
     CreateMachine => "create-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Create a microVM and boot it until it runs commands. Egress is blocked \
+        description: "Create a microVM and boot it until it runs commands. Egress: blocked \
              unless network, allowHosts or allowCidrs grant it. Unnamed or mcp-...: ephemeral \
              (gone at session end); other names stay until delete-machine.{cloud: Costs money \
              while it exists.} Over the operator's limits: LIMIT_REACHED. One command only: \
@@ -94,15 +94,16 @@ tool_list! {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Start a stopped machine and wait until it runs commands: disk kept; memory, \
-             processes and /tmp start empty. To boot ahead or set branchable; other tools start \
-             it anyway.{cloud: A running cloud machine bills for CPU and memory.}",
+             processes and /tmp start empty{local: (a paused one resumes as it was)}. To boot \
+             ahead or set branchable; other tools start it anyway.{cloud: A running cloud \
+             machine bills for CPU and memory.}",
     }
     StopMachine => "stop-machine" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Stop a running machine: processes, memory, /tmp and jobs end; the disk stays \
-             (mcp- ones still go at session end). To pause{cloud: (then it bills for disk only)}; \
-             start-machine resumes.",
+             (mcp- ones still go at session end).{local: With pause they are kept.}{cloud: A \
+             stopped cloud machine bills for disk only.} Any tool using it brings it back.",
     }
     DeleteMachine => "delete-machine" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
@@ -115,9 +116,10 @@ tool_list! {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Run a command in a machine and wait: stdout, stderr, exitCode (non-zero \
-             is a result, not an error). Each call is a new process. Long output keeps head and \
-             tail, the whole saved in the machine (overflow). Longer than the call: background: \
-             true, then job-output.",
+             is a result, not an error). Each call a new process{local: (prompts, REPLs: \
+             terminal)}. Long output: head and tail, the whole kept in the machine (overflow). \
+             Longer than the call: background, then job-output. Starts it if stopped{local: or \
+             paused}.",
     }
     JobOutput => "job-output" {
         hints: READ_ONLY,
@@ -130,7 +132,7 @@ tool_list! {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Kill a background job and every process it started (cancelled, exit 137); \
-             an ended one is left as is. Its output stays readable; the machine runs on.",
+             an ended one is left. Its output stays readable; the machine runs on.",
     }
     RunOnce => "run-once" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
@@ -142,16 +144,17 @@ tool_list! {
     ReadFile => "read-file" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: false,
-        description: "Read a file from a machine a page at a time (the second content block); \
-             size, offset, bytes, eof place it: go on from offset + bytes until eof. A whole \
-             PNG, JPEG, GIF or WebP without encoding comes as an image you see. Also reads \
-             overflow, job outputFiles{dirs:, and (changes) a workspace's diff}.",
+        description: "Read a file from a machine a page at a time (second content block); go on \
+             from offset + bytes until eof. A whole PNG, JPEG, GIF or WebP (no encoding) comes \
+             as an image you see. Reads overflow, job outputFiles{dirs:, a workspace's diff \
+             (changes)}. Starts it if stopped{local: or paused}.",
     }
     WriteFile => "write-file" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
-        description: "Write a whole file into a machine (parent directories made, an old one \
-             replaced); the next command sees it. Better than echo in run-command.",
+        description: "Write a whole file into a machine (parents made, an old one \
+             replaced); the next command sees it. Better than echo in run-command. Starts it if \
+             stopped{local: or paused}.",
     }
     BranchMachine => "branch-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
@@ -166,12 +169,12 @@ tool_list! {
         changes_machines: true,
         description: "Give the user a machine's /workspace changes (see read-file changes): a \
              commit on a new branch of their repository (smol/<name> unless given; nothing else \
-             touched), or a patch outside git. Answers the branch and how to merge it.",
+             touched), or a patch outside git. Answers how to merge it.",
     }
     MachineLogs => "machine-logs" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "Read a machine's log: the last lines, or what came since a cursor. \
+        description: "A machine's log: the last lines, or those since a cursor. \
              {local:Its workload's output, kept across restarts (source engine: boot and agent \
              log). }{cloud:On cloud: the control plane's event log of the machine. }Not command \
              output (run-command, job-output).",
@@ -180,22 +183,24 @@ tool_list! {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
         description: "Open a machine's service to the user: publish its guest TCP port, wait until \
-             something listens, answer the url (HTTP, WebSocket); it stays until the machine \
-             goes.{local: Only this host reaches it unless the operator allows more.}",
+             something listens, answer the url (HTTP, WebSocket); it stays while the machine \
+             does.{local: Only this host reaches it unless the operator allows more.} Starts it \
+             if stopped{local: or paused}.",
     }
     Terminal => "terminal" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Drive an interactive program (shell, vi, a prompt) in a machine: each call \
-             types input and keys, waits for output to settle, answers what was printed since \
+             types input and keys, waits for output to settle, answers what it printed since \
              the last read. The first call opens it (id in the answer); it ends on exit, close, \
-             its machine or session.",
+             its machine or session. Starts it if stopped or paused.",
     }
     PullImage => "pull-image" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
-        description: "Pull an OCI image into a running machine's own store; minutes for a large \
-             one. Rarely needed: create-machine and run-once pull theirs.",
+        description: "Pull an OCI image into a running machine's own store, for it alone; \
+             minutes for a large one; its egress must reach the registry. Rarely \
+             needed: create-machine and run-once pull theirs.",
     }
 }
 
