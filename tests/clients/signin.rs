@@ -853,6 +853,22 @@ async fn each_users_sessionless_machines_are_their_own_lease_session() {
     );
 }
 
+/// An initialize of the 2025-11-25 lifecycle sent as `token`'s user, its answer as it came.
+async fn initialize_as(url: &str, token: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        )
+        .send()
+        .await
+        .unwrap()
+}
+
 /// A user's initializes sent all at once get no more than their share between them: the share
 /// is counted and taken in one step, so none of them is let through on a count that the others
 /// are about to change. 50% of 8 sessions: 4 for alice of 16 sent together, and bob his own.
@@ -871,30 +887,18 @@ async fn racing_initializes_of_one_user_get_only_their_share() {
     .await;
     let alice = issuer.token("alice", &server.url, SCOPE).await;
     let bob = issuer.token("bob", &server.url, SCOPE).await;
-    let client = reqwest::Client::new();
-    let initialize = |token: String| {
-        let (client, url) = (client.clone(), server.url.clone());
-        async move {
-            client
-                .post(&url)
-                .bearer_auth(token)
-                .header("accept", "application/json, text/event-stream")
-                .json(
-                    &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"}}}),
-                )
-                .send()
-                .await
-                .unwrap()
-                .status()
-        }
-    };
-    let statuses = futures::future::join_all((0..16).map(|_| initialize(alice.clone()))).await;
+    let statuses = futures::future::join_all(
+        (0..16).map(|_| async { initialize_as(&server.url, &alice).await.status() }),
+    )
+    .await;
     let opened = statuses.iter().filter(|s| s.as_u16() == 200).count();
     let refused = statuses.iter().filter(|s| s.as_u16() == 503).count();
     assert_eq!((opened, refused), (4, 12), "{statuses:?}");
-    assert_eq!(initialize(bob).await.as_u16(), 200, "bob's own share");
+    assert_eq!(
+        initialize_as(&server.url, &bob).await.status(),
+        200,
+        "bob's own share"
+    );
 }
 
 /// Each signed-in user holds at most their share (`userSharePercent`) of the process's
@@ -918,30 +922,13 @@ async fn each_user_holds_only_their_share_of_sessions_and_jobs() {
     .await;
     let alice = issuer.token("alice", &server.url, SCOPE).await;
     let bob = issuer.token("bob", &server.url, SCOPE).await;
-    let initialize = |token: String| {
-        let url = server.url.clone();
-        async move {
-            reqwest::Client::new()
-                .post(&url)
-                .bearer_auth(token)
-                .header("accept", "application/json, text/event-stream")
-                .json(
-                    &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"}}}),
-                )
-                .send()
-                .await
-                .unwrap()
-        }
-    };
-    assert_eq!(initialize(alice.clone()).await.status(), 200);
-    let refused = initialize(alice.clone()).await;
+    assert_eq!(initialize_as(&server.url, &alice).await.status(), 200);
+    let refused = initialize_as(&server.url, &alice).await;
     assert_eq!(refused.status(), 503);
     let text = refused.text().await.unwrap();
     assert!(text.contains("userSharePercent"), "{text}");
     assert_eq!(
-        initialize(bob.clone()).await.status(),
+        initialize_as(&server.url, &bob).await.status(),
         200,
         "bob's own share"
     );
