@@ -300,6 +300,10 @@ pub fn definition(
     // every schema bought the model nothing, and the catalog's bytes are spent on every turn.
     input.remove("additionalProperties");
     let mut input = Value::Object(input);
+    // Nor is `minimum: 0` on a whole number worth its bytes: a count or an offset is never
+    // negative, and a call sending one is refused by name all the same (the checked schema
+    // keeps it).
+    without_zero_minimum(&mut input);
     without_closed_objects(&mut input);
     fit(&mut input, mode, offers);
     let mut output = Value::Object(output);
@@ -559,6 +563,20 @@ fn refer_to_records(tool: Tool, output: &mut Value) {
         replace_copies(output, machine, "list-machines' record.");
     }
     replace_copies(output, job, "job-output's record, without output.");
+    // run-command's background answer is a job's first record, which job-output's answer
+    // spells out: here its fields are named, not typed again.
+    if tool == Tool::RunCommand
+        && let Some(Value::Array(forms)) = output.get_mut("anyOf")
+    {
+        for form in forms.iter_mut() {
+            let is_job = form
+                .get("properties")
+                .is_some_and(|p| p.get("job").is_some());
+            if is_job {
+                *form = outline_field(form.take());
+            }
+        }
+    }
     // run-once answers what run-command does for a finished command (no overflow: its machine
     // is gone), with the machine it used: its fields were a second copy of run-command's.
     if tool == Tool::RunOnce {
@@ -601,6 +619,19 @@ fn outline(schema: Value) -> Value {
         }
     }
     Value::Object(out)
+}
+
+fn without_zero_minimum(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("minimum") == Some(&Value::from(0)) {
+                map.remove("minimum");
+            }
+            map.values_mut().for_each(without_zero_minimum);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_zero_minimum),
+        _ => {}
+    }
 }
 
 fn outline_field(field: Value) -> Value {
