@@ -80,9 +80,8 @@ impl Workspaces {
         let on_disk = crate::workspace::bytes_under(&self.dir);
         Arc::new(OperationRoom {
             ledger: self.ledger.clone(),
-            on_disk_now: std::sync::Mutex::new(on_disk),
             settled_before,
-            taken: std::sync::Mutex::new(0),
+            own: std::sync::Mutex::new(Own { on_disk, taken: 0 }),
         })
     }
 
@@ -314,26 +313,52 @@ impl Ledger {
 
 /// One operation's room: what the disk held when it began, plus what every operation of this
 /// process has taken since (under way or ended since then), plus what it takes, stays within
-/// the bound. What it frees (a tree it replaces) is not given back until the next operation
-/// measures the disk, so the bound errs on the side of refusing. Another process sharing
-/// the directory is counted by what it has written when an operation begins.
+/// the bound. What it removes is given back ([`OperationRoom::give_back`]); what it frees
+/// otherwise counts until the next operation measures the disk, so the bound errs on the side
+/// of refusing. Another process sharing the directory is counted by what it has written when
+/// an operation begins.
 #[derive(Debug)]
 pub struct OperationRoom {
     ledger: Arc<Ledger>,
-    /// What the disk held when it began, less what it removed of that since.
-    on_disk_now: std::sync::Mutex<u64>,
     settled_before: u64,
-    taken: std::sync::Mutex<u64>,
+    own: std::sync::Mutex<Own>,
+}
+
+#[derive(Debug)]
+struct Own {
+    /// What the disk held when the operation began, less what it removed of that since.
+    on_disk: u64,
+    /// What it has set aside and not given back.
+    taken: u64,
+}
+
+impl OperationRoom {
+    fn own(&self) -> std::sync::MutexGuard<'_, Own> {
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `bytes` this operation removed from the disk (an archive it unpacked, the tree its
+    /// reading replaced): room again for its own next steps. What it took itself is given back
+    /// to every operation; what was there when it began, to itself only (the others measured
+    /// the disk with it, and keep erring on the side of refusing).
+    pub fn give_back(&self, bytes: u64) {
+        let mut ledger = self.ledger.lock();
+        let mut own = self.own();
+        let taken = bytes.min(own.taken);
+        own.taken -= taken;
+        own.on_disk = own.on_disk.saturating_sub(bytes - taken);
+        ledger.in_flight = ledger.in_flight.saturating_sub(taken);
+    }
 }
 
 impl Room for OperationRoom {
     fn take(&self, bytes: u64) -> Result<(), WorkspaceError> {
         let mut ledger = self.ledger.lock();
-        let on_disk = *self
-            .on_disk_now
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let used = on_disk
+        let mut own = self.own();
+        let used = own
+            .on_disk
             .saturating_add(ledger.in_flight)
             .saturating_add(ledger.settled.saturating_sub(self.settled_before));
         if used.saturating_add(bytes) > self.ledger.limit {
@@ -343,43 +368,14 @@ impl Room for OperationRoom {
             });
         }
         ledger.in_flight = ledger.in_flight.saturating_add(bytes);
-        let mut taken = self
-            .taken
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *taken = taken.saturating_add(bytes);
+        own.taken = own.taken.saturating_add(bytes);
         Ok(())
-    }
-}
-
-impl OperationRoom {
-    /// `bytes` this operation removed from the disk (an archive it unpacked, the tree its
-    /// reading replaced): room again for its own next steps. What it took itself is given back
-    /// to every operation; what was there when it began, to itself only (the others measured
-    /// the disk with it, and keep erring on the side of refusing).
-    pub fn give_back(&self, bytes: u64) {
-        let mut ledger = self.ledger.lock();
-        let mut taken = self
-            .taken
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let own = bytes.min(*taken);
-        *taken -= own;
-        ledger.in_flight = ledger.in_flight.saturating_sub(own);
-        let mut on_disk = self
-            .on_disk_now
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *on_disk = on_disk.saturating_sub(bytes - own);
     }
 }
 
 impl Drop for OperationRoom {
     fn drop(&mut self) {
-        let taken = *self
-            .taken
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let taken = self.own().taken;
         let mut ledger = self.ledger.lock();
         ledger.in_flight = ledger.in_flight.saturating_sub(taken);
         ledger.settled = ledger.settled.saturating_add(taken);
