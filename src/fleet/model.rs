@@ -93,9 +93,11 @@ impl Machine {
             "stopped" | "created" | "failed" | "exited" | "crashed" => Phase::Stopped,
             // Saved whole (1.32.2 pause): resumed, not booted, before the next command.
             "paused" => Phase::Paused,
-            // The VM and its memory are there, its vCPUs held (a frozen branch base, a pause
-            // under way): a command does not boot it, so a result does not say it started one.
-            "frozen" | "pausing" => Phase::Suspended,
+            // A branch source kept as a base (`freezeSource`): it runs nothing more.
+            "frozen" => Phase::Frozen,
+            // The VM and its memory are there, its vCPUs held while a pause is under way: a
+            // command does not boot it, so a result does not say it started one.
+            "pausing" => Phase::Suspended,
             // The VM process is there but its agent does not answer: it is not stopped, and a
             // command may fail until it answers again.
             "unreachable" => Phase::Unreachable,
@@ -112,6 +114,12 @@ pub enum Phase {
     /// Memory, processes and disk saved (a pause): the next operation resumes it.
     Paused,
     Suspended,
+    /// Kept as the base of branches (`freezeSource`): its memory is the instant every child
+    /// starts from, so it runs nothing more. On the 1.32.2 engine a command or file read is 409
+    /// after a 3 s probe (its default text says "retry", which never helps), `resume` is a
+    /// 200 that changes nothing and `start` is 409 (docs/bases-engine.md): nothing but a
+    /// branch, a listing or a delete is sent to it.
+    Frozen,
     Unreachable,
     /// Starting, stopping, or a word this server does not know (the cloud documents none of its
     /// states): read as before these states were known, not running and started by the next
@@ -568,7 +576,7 @@ mod tests {
             ("stopped", Phase::Stopped),
             ("created", Phase::Stopped),
             ("failed", Phase::Stopped),
-            ("frozen", Phase::Suspended),
+            ("frozen", Phase::Frozen),
             // Saved and its VM stopped (1.32.2's pause): resumed, not booted.
             ("paused", Phase::Paused),
             ("pausing", Phase::Suspended),
@@ -582,7 +590,11 @@ mod tests {
                 m.phase().boots_on_use(),
                 !matches!(
                     phase,
-                    Phase::Running | Phase::Paused | Phase::Suspended | Phase::Unreachable
+                    Phase::Running
+                        | Phase::Paused
+                        | Phase::Suspended
+                        | Phase::Frozen
+                        | Phase::Unreachable
                 ),
                 "{state}"
             );

@@ -1065,12 +1065,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 // src/api/handlers/machines.rs `delete_machine`; the message's pieces are in
                 // the 1.32.2 binary).
                 ("DELETE", []) => {
-                    let clones: Vec<String> = st
-                        .machines
-                        .iter()
-                        .filter(|(_, m)| m["parentMachine"] == json!(name))
-                        .map(|(n, _)| n.clone())
-                        .collect();
+                    let clones = clones_of(&st, &name);
                     if !clones.is_empty() {
                         if query_param(parts.uri.query(), "cascade") != Some("true") {
                             return api_error(
@@ -1127,12 +1122,10 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     } else {
                         "running"
                     };
-                    if rest[0] == "resume" && info["frozen"] == json!(true) {
-                        return api_error(
-                            StatusCode::CONFLICT,
-                            "CONFLICT",
-                            format!("machine '{name}' is frozen as a branch base"),
-                        );
+                    // The engine answers a frozen base's resume 200 with its record
+                    // unchanged (nested 1.32.2, docs/bases-engine.md).
+                    if rest[0] == "resume" && info["state"] == json!("frozen") {
+                        return axum::Json(info).into_response();
                     }
                     if rest[0] == "resume" && info["state"] != json!("paused") {
                         return api_error(
@@ -1146,6 +1139,39 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     machine["state"] = json!(to);
                     axum::Json(machine.clone()).into_response()
                 }
+                // A frozen base: start refused always, stop while clones live on it (the
+                // nested 1.32.2 engine's words, docs/bases-engine.md).
+                ("POST", ["start"]) | ("POST", ["stop"]) if info["state"] == json!("frozen") => {
+                    let clones = clones_of(&st, &name);
+                    let refusal = match (rest[0], clones.is_empty()) {
+                        ("start", true) => format!(
+                            "machine '{name}' is frozen because it retains a reusable fork checkpoint; stop it before restarting, or fork it again"
+                        ),
+                        ("start", false) => format!(
+                            "machine '{name}' is frozen because it is the fork base for {} dependent clone(s) ({}); delete the clones first",
+                            clones.len(),
+                            clones.join(", ")
+                        ),
+                        (_, false) => format!(
+                            "machine '{name}' is the fork base of {} dependent clone(s) ({}); they CoW-map its memory and disks — delete those clones first",
+                            clones.len(),
+                            clones.join(", ")
+                        ),
+                        (_, true) => {
+                            let machine = st.machines.get_mut(&name).expect("looked up above");
+                            machine["state"] = json!("stopped");
+                            return axum::Json(machine.clone()).into_response();
+                        }
+                    };
+                    api_error(StatusCode::CONFLICT, "CONFLICT", refusal)
+                }
+                // A frozen base's agent never answers: its file routes are 409 after the
+                // engine's probe, in the default exec's misleading words.
+                (_, ["files", _]) if info["state"] == json!("frozen") => api_error(
+                    StatusCode::CONFLICT,
+                    "CONFLICT",
+                    "machine is running but its agent is not answering yet; retry".to_owned(),
+                ),
                 // The 1.32.2 binary's words (reference/engine-next-features.md section 2).
                 ("POST", ["start"]) | ("POST", ["stop"]) if info["state"] == json!("paused") => {
                     let refusal = if rest[0] == "start" {
@@ -1347,7 +1373,11 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                             ),
                         );
                     }
-                    if info["branchable"] != json!(true) || info["state"] != json!("running") {
+                    // A frozen source branches again and again, each child from the instant
+                    // it was frozen.
+                    if info["branchable"] != json!(true)
+                        || !matches!(info["state"].as_str(), Some("running" | "frozen"))
+                    {
                         return api_error(
                             StatusCode::CONFLICT,
                             "CONFLICT",
@@ -1369,14 +1399,13 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     }
                     let mut info = machine_info(&child, "running");
                     info["parentMachine"] = json!(name);
-                    // `freezeSource`: the source is kept paused as the base of later branches
-                    // and runs nothing more (1.32.2 spec, ForkRequest; not yet driven on the
-                    // nested guest).
+                    // `freezeSource`: the source is listed `frozen`, the base of later
+                    // branches, and runs nothing more (driven on the nested 1.32.2 engine:
+                    // docs/bases-engine.md).
                     if json_body["freezeSource"] == json!(true)
                         && let Some(source) = st.machines.get_mut(&name)
                     {
-                        source["state"] = json!("paused");
-                        source["frozen"] = json!(true);
+                        source["state"] = json!("frozen");
                     }
                     st.machines.insert(child, info.clone());
                     axum::Json(info).into_response()
@@ -1626,8 +1655,30 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
 /// engine's words (the exec handler's `require_running`; both routes answered so on the real
 /// 1.32.2 serve, compared in tests/guest/fake_vs_engine.rs). A suspended or unreachable machine's VM
 /// is still there: the command goes to it.
+/// The machines branched from `name` that still exist.
+fn clones_of(st: &FakeState, name: &str) -> Vec<String> {
+    st.machines
+        .iter()
+        .filter(|(_, m)| m["parentMachine"] == json!(name))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
 fn require_running(st: &mut FakeState, name: &str, body: &Value) -> Option<Response> {
     let machine = st.machines.get_mut(name)?;
+    // A frozen base: the engine probes its agent (3 s), then refuses, in either text.
+    if machine["state"] == json!("frozen") {
+        let message = if body["autoStart"] == json!(false) {
+            "machine is not running and autoStart is false"
+        } else {
+            "machine is running but its agent is not answering yet; retry"
+        };
+        return Some(api_error(
+            StatusCode::CONFLICT,
+            "CONFLICT",
+            message.to_owned(),
+        ));
+    }
     // A paused machine's VM is gone (its memory saved): nothing runs the command.
     if machine["state"] == json!("paused") {
         // Both texts as the nested 1.32.2 engine answered them.

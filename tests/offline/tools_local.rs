@@ -907,7 +907,6 @@ async fn a_machine_in_every_engine_state_reads_sensibly() {
     let states = [
         ("failed", true),
         ("unreachable", false),
-        ("frozen", false),
         // 1.32.2's pause saves the guest and stops its VM: the command resumes it first.
         ("paused", true),
         ("pausing", false),
@@ -933,6 +932,91 @@ async fn a_machine_in_every_engine_state_reads_sensibly() {
             .await;
         assert_eq!(r["startedMachine"], started, "{state}");
     }
+}
+
+/// A base (a frozen branch source) runs nothing more: every tool that would run something in
+/// it is refused at once, saying what to do instead, rather than waiting out the readiness
+/// deadline (the engine's own 409 says "retry", which never helps), and its start is never
+/// tried. A branch of it still works.
+#[tokio::test]
+async fn a_base_is_refused_at_once_by_what_would_run_in_it() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    // Two minutes to wait for readiness, as by default: a refusal that waited would show.
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", "120"),
+    ])
+    .await;
+    fake.add_machine("frozen-base", "frozen");
+    fake.state
+        .lock()
+        .unwrap()
+        .machines
+        .get_mut("frozen-base")
+        .unwrap()["branchable"] = json!(true);
+    let calls = [
+        (
+            "run-command",
+            json!({"name": "frozen-base", "command": "true"}),
+        ),
+        (
+            "run-command",
+            json!({"name": "frozen-base", "command": "sleep 1", "background": true}),
+        ),
+        (
+            "read-file",
+            json!({"name": "frozen-base", "path": "/etc/hostname"}),
+        ),
+        (
+            "write-file",
+            json!({"name": "frozen-base", "path": "/root/x", "content": "x"}),
+        ),
+        ("publish-port", json!({"name": "frozen-base", "port": 8080})),
+    ];
+    for (tool, args) in calls {
+        let began = std::time::Instant::now();
+        let err = h.err(tool, args.clone()).await;
+        assert!(
+            err.starts_with("CONFLICT")
+                && err.contains("frozen-base is a base")
+                && err.contains("branch-machine frozen-base"),
+            "{tool}: {err}"
+        );
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(10),
+            "{tool} waited {:?}",
+            began.elapsed()
+        );
+    }
+    // Seen once by list-machines, the machine's network is known and a command goes straight
+    // to exec without autoStart: refused as not running, it is still not started.
+    h.ok("list-machines", json!({})).await;
+    let err = h
+        .err(
+            "run-command",
+            json!({"name": "frozen-base", "command": "true"}),
+        )
+        .await;
+    assert!(err.contains("frozen-base is a base"), "{err}");
+    let starts = fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["path"] == "/api/v1/machines/frozen-base/start")
+        .count();
+    assert_eq!(starts, 0, "a base is never started");
+    h.ok(
+        "branch-machine",
+        json!({"name": "frozen-base", "childName": "from-base"}),
+    )
+    .await;
+    let r = h
+        .ok(
+            "run-command",
+            json!({"name": "from-base", "command": "true"}),
+        )
+        .await;
+    assert_eq!(r["exitCode"], 0);
 }
 
 /// A directory read answers 200 JSON `entries` (1.32.2), which read-file refuses as a

@@ -266,7 +266,7 @@ async fn three_children_of_one_base_try_at_once_and_one_is_kept() {
         "the source is frozen with its last child"
     );
     let source_state = s.fake.state.lock().unwrap().machines["base"]["state"].clone();
-    assert_eq!(source_state, "paused", "the frozen base runs nothing more");
+    assert_eq!(source_state, "frozen", "the frozen base runs nothing more");
 
     // Each child edits differently, by its own variable, and runs a test of its edit: at once.
     let edits = [

@@ -831,10 +831,28 @@ impl<'a> Call<'a> {
     /// What the machine's state means for the next operation: a stopped (or failed) one is
     /// booted by it, which the result reports as `startedMachine`; a suspended or unreachable
     /// one is not booted, but is not running commands either.
+    /// What the machine's state leaves for a command, read or write; a base is refused here,
+    /// at once, rather than after the engine's probe and a wait for readiness that never ends.
     pub async fn phase(&self, fleet: &Fleet, machine: &str) -> Result<Phase, ToolError> {
         let m = self.cancellable(fleet.get(machine)).await?;
-        Ok(m.phase())
+        match m.phase() {
+            Phase::Frozen => Err(base_runs_nothing(machine)),
+            phase => Ok(phase),
+        }
     }
+}
+
+/// The refusal of a command, file or terminal in a base (a frozen branch source).
+pub fn base_runs_nothing(machine: &str) -> ToolError {
+    ToolError::new(
+        ToolErrorKind::Fleet(ErrorKind::Conflict),
+        format!(
+            "{machine} is a base (frozen by branch-machine freezeSource): it runs nothing more, \
+             so commands, files and terminals are refused. branch-machine {machine} makes \
+             children that run, each starting from the base as it was frozen; delete-machine \
+             removes the base once its children are gone"
+        ),
+    )
 }
 
 #[cfg(test)]

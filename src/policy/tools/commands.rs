@@ -186,6 +186,9 @@ async fn run_foreground(
         }
         None => {
             let machine = call.cancellable(fleet.get(&named)).await?;
+            if machine.phase() == Phase::Frozen {
+                return Err(super::call::base_runs_nothing(&named));
+            }
             let paused = machine.phase() == Phase::Paused;
             if paused {
                 call.resume_reported(&fleet, &named).await?;
@@ -228,7 +231,9 @@ async fn run_foreground(
             match super::streamed::exec(call, &fleet, &named, &spec).await {
                 Err(e) if !spec.start_if_stopped && fleet.is_not_running(&e) => {
                     // Refused as not running: stopped (booted, its boot reported) or paused
-                    // (the fleet's start resumes it, the same processes going on).
+                    // (the fleet's start resumes it, the same processes going on); a base is
+                    // never started (its start is 409 and its exec never answers).
+                    call.phase(&fleet, &named).await?;
                     call.start_reported(&fleet, &named, None, None).await?;
                     let sent_again = Instant::now();
                     let output = super::streamed::exec(call, &fleet, &named, &spec).await?;

@@ -20,6 +20,9 @@ pub(super) async fn start(
     let named = call.machine(&a.name)?;
     let fleet = call.fleet(a.target).await?;
     let machine = call.cancellable(fleet.get(&named)).await?;
+    if machine.phase() == crate::fleet::Phase::Frozen {
+        return Err(super::call::base_runs_nothing(&named));
+    }
     let paused = machine.phase() == crate::fleet::Phase::Paused;
     if paused {
         call.resume_reported(&fleet, &named).await?;
