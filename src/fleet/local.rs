@@ -432,6 +432,18 @@ impl FleetApi for LocalFleet {
                 if machine.phase() == super::model::Phase::Paused {
                     return self.resume(name).await;
                 }
+                // A frozen branch source is 409 to a start ("is frozen because ..."): refused
+                // here in the same word, without the request.
+                if machine.phase() == super::model::Phase::Frozen {
+                    return Err(FleetError::new(
+                        ErrorKind::Conflict,
+                        format!("start machine {name}"),
+                        format!(
+                            "{name} is frozen as a branch base: it runs nothing more; branch it, \
+                             or delete it once its children are gone"
+                        ),
+                    ));
+                }
                 if wanted == Some(true) && machine.is_running() && !machine.branchable {
                     return Err(FleetError::new(
                         ErrorKind::Conflict,

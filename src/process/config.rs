@@ -895,6 +895,27 @@ settings! {
         accepts: whole(1, 30 * DAY),
         why: "a kept machine nobody took back is deleted this long after its session ended, by whichever server process runs then (on cloud `ephemeralTtlSecs` may end it sooner)",
     },
+    base_idle_secs: u64 {
+        key: "baseIdleSecs",
+        env: "SMOL_MCP_BASE_IDLE_SECS",
+        default: "604800",
+        accepts: whole(0, 365 * DAY),
+        why: "a base (branch-machine freezeSource) no branch was made of for this long is deleted, by whichever server process runs then, once no child depends on it. 0: kept until deleted",
+    },
+    max_bases_per_user: usize {
+        key: "maxBasesPerUser",
+        env: "SMOL_MCP_MAX_BASES_PER_USER",
+        default: "4",
+        accepts: whole(0, 1000),
+        why: "bases one user (the operator, without sign-in) keeps; a freeze past it is refused before anything is sent. Each holds its memory on the host until deleted",
+    },
+    max_bases: usize {
+        key: "maxBases",
+        env: "SMOL_MCP_MAX_BASES",
+        default: "16",
+        accepts: whole(0, 10_000),
+        why: "bases of all users together, counted across every process sharing the machine record",
+    },
     mount_allow: Vec<String> {
         key: "mountAllow",
         env: "SMOL_MCP_MOUNT_ALLOW",

@@ -64,6 +64,34 @@ pub struct Entry {
     /// whether the process that kept it is alive or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_until: Option<u64>,
+    /// Set for a base (a branch source frozen by `freezeSource`): it belongs to no session,
+    /// is never taken back by one, and goes at `kept_until` (its last use and `baseIdleSecs`)
+    /// unless a branch of it comes first. Absent for every other machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<BaseMark>,
+}
+
+/// What the record keeps of a base beside its machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BaseMark {
+    /// The user it is kept for (the empty id: the operator), counted against their bases.
+    pub user: String,
+    /// Seconds since the epoch.
+    pub made_at: u64,
+    /// The last branch made of it (seconds since the epoch).
+    pub last_used: u64,
+    /// What it was set up from: the image, and the workspace's commit where it has one.
+    pub made_from: String,
+}
+
+/// Why a base was not marked: a bound it would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseBound {
+    /// The user keeps this many already (`maxBasesPerUser`).
+    PerUser(usize),
+    /// The server keeps this many already (`maxBases`).
+    Server(usize),
 }
 
 /// A process-owned machine's lease: renewed by every tool call naming the machine, and over
@@ -101,6 +129,15 @@ impl Entry {
 
     pub fn made_on(&self, engine: &str) -> bool {
         self.engine.as_deref().is_none_or(|e| e == engine)
+    }
+}
+
+/// When a base last used at `last_used` goes, under `baseIdleSecs` (0: never).
+pub fn base_until(last_used: u64, idle_secs: u64) -> u64 {
+    if idle_secs == 0 {
+        u64::MAX
+    } else {
+        last_used.saturating_add(idle_secs)
     }
 }
 
@@ -596,10 +633,9 @@ impl Record {
         let me = self.book.me();
         self.update(|entries| {
             let mut taken = Vec::new();
-            for e in entries
-                .iter_mut()
-                .filter(|e| (e.name == name_or_id || e.id == name_or_id) && e.kept_at(now))
-            {
+            for e in entries.iter_mut().filter(|e| {
+                (e.name == name_or_id || e.id == name_or_id) && e.kept_at(now) && e.base.is_none()
+            }) {
                 e.kept_until = None;
                 e.owner_pid = owner;
                 e.owner.clone_from(&me);
@@ -609,6 +645,108 @@ impl Record {
             }
             taken
         })
+    }
+
+    /// Marks `machine` as a base before it is frozen, unless that passes `per_user` bases of
+    /// its user or `server` bases in all (counted and marked under the book's lock, so that
+    /// two freezes at once cannot both take the last place). A machine not yet recorded (one
+    /// with a name of its own) is recorded now. Answers what to put back should the freeze
+    /// fail ([`Record::unmark_base`]): the entry as it was, or none.
+    pub fn mark_base(
+        &self,
+        machine: Entry,
+        per_user: usize,
+        server: usize,
+    ) -> Result<Result<Option<Entry>, BaseBound>, RecordError> {
+        let mut machine = machine;
+        self.stamp(&mut machine);
+        self.update(|entries| {
+            let Some(mark) = machine.base.clone() else {
+                return Ok(None);
+            };
+            let others = |e: &&Entry| !(e.fleet == machine.fleet && e.name == machine.name);
+            let bases: Vec<&Entry> = entries
+                .iter()
+                .filter(others)
+                .filter(|e| e.base.is_some())
+                .collect();
+            let users = bases
+                .iter()
+                .filter(|e| e.base.as_ref().is_some_and(|b| b.user == mark.user))
+                .count();
+            if users >= per_user {
+                return Err(BaseBound::PerUser(users));
+            }
+            if bases.len() >= server {
+                return Err(BaseBound::Server(bases.len()));
+            }
+            let before = entries.iter().position(|e| {
+                e.fleet == machine.fleet && (e.name == machine.name || e.id == machine.name)
+            });
+            Ok(match before {
+                Some(i) => {
+                    let was = entries[i].clone();
+                    let e = &mut entries[i];
+                    e.base = Some(mark);
+                    e.kept_until = machine.kept_until;
+                    e.session = String::new();
+                    e.lease = None;
+                    Some(was)
+                }
+                None => {
+                    entries.push(machine.clone());
+                    None
+                }
+            })
+        })
+    }
+
+    /// A freeze that failed: `machine`'s entry as it was before [`Record::mark_base`]
+    /// (`was`), or none when it was not recorded.
+    pub fn unmark_base(
+        &self,
+        fleet: FleetKind,
+        machine: &str,
+        was: Option<Entry>,
+    ) -> Result<(), RecordError> {
+        self.update(|entries| {
+            entries.retain(|e| !(e.fleet == fleet && e.name == machine));
+            entries.extend(was);
+        })
+    }
+
+    /// A branch was made of base `name_or_id`: it was used now, and goes `idle_secs` from now
+    /// (never, with 0). A sweep's claim of it is let go. Answers whether it is a base.
+    pub fn base_used(
+        &self,
+        fleet: FleetKind,
+        name_or_id: &str,
+        now: u64,
+        idle_secs: u64,
+    ) -> Result<bool, RecordError> {
+        self.update(|entries| {
+            let mut found = false;
+            for e in entries.iter_mut().filter(|e| {
+                e.fleet == fleet && (e.name == name_or_id || e.id == name_or_id) && e.base.is_some()
+            }) {
+                if let Some(mark) = &mut e.base {
+                    mark.last_used = now;
+                }
+                e.kept_until = Some(base_until(now, idle_secs));
+                e.session = String::new();
+                found = true;
+            }
+            found
+        })
+    }
+
+    /// The bases on `fleet`.
+    pub fn bases(&self, fleet: FleetKind) -> Result<Vec<Entry>, RecordError> {
+        Ok(self
+            .entries()?
+            .into_iter()
+            .filter(|e| e.fleet == fleet && e.base.is_some())
+            .collect())
     }
 
     /// Kept machines, whether expired or not.
@@ -657,6 +795,7 @@ mod tests {
             lease: None,
             engine: None,
             kept_until: None,
+            base: None,
         }
     }
 

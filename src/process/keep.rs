@@ -121,6 +121,7 @@ mod tests {
             lease: None,
             engine: None,
             kept_until: None,
+            base: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! crash-proof record of its ephemeral machines and their leases, the clean-up when a session
 //! or the process ends, and the events it publishes. Nothing here knows of tools or of MCP.
 
+pub mod bases;
 pub mod config;
 pub mod credentials;
 pub mod ephemeral;
@@ -324,6 +325,7 @@ impl Process {
             lease: self.leases.lease_for(session),
             engine: Some(self.engine(fleet)),
             kept_until: None,
+            base: None,
         })
     }
 
@@ -407,7 +409,12 @@ impl Process {
     /// at exit begins (it cancels `reaping` first).
     pub async fn reap(self: Arc<Self>) {
         let stop = self.reaping.clone();
-        let kept_interval = lease::reap_interval(self.config.kept_machine_secs);
+        // Kept machines and bases are reaped alike, at the pace of the shorter of their times.
+        let base_idle = Some(self.config.base_idle_secs).filter(|secs| *secs > 0);
+        let kept_interval =
+            lease::reap_interval(base_idle.map_or(self.config.kept_machine_secs, |idle| {
+                idle.min(self.config.kept_machine_secs)
+            }));
         let mut last = tokio::time::Instant::now();
         loop {
             // The interval is read again each second: leases adopted after the start (the HTTP
@@ -449,6 +456,7 @@ impl Process {
             lease: self.leases.lease_for(session),
             engine: Some(self.engine(fleet)),
             kept_until: None,
+            base: None,
         };
         if let Err(e) = self.record.set_created(&created) {
             tracing::warn!(error = %e, "could not record the id of {name}");
@@ -603,7 +611,7 @@ impl Process {
         let kept_on = self.record.entries().ok().and_then(|entries| {
             entries
                 .iter()
-                .find(|e| (e.name == name || e.id == name) && e.kept_at(now))
+                .find(|e| (e.name == name || e.id == name) && e.kept_at(now) && e.base.is_none())
                 .map(|e| e.fleet)
         });
         let Some(fleet) = kept_on else {

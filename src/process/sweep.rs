@@ -242,6 +242,7 @@ mod tests {
             lease: None,
             engine: None,
             kept_until: None,
+            base: None,
         }
     }
 

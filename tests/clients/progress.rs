@@ -306,6 +306,7 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
             lease: None,
             engine: None,
             kept_until: None,
+            base: None,
         })
         .unwrap();
     list_machines(&s).await;

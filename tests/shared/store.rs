@@ -893,6 +893,7 @@ fn machine(name: &str, owner: Option<&str>) -> smol_mcp::process::ephemeral::Ent
         lease: None,
         engine: Some("serve-a".into()),
         kept_until: None,
+        base: None,
     }
 }
 

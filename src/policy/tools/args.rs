@@ -574,7 +574,7 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct BranchArgs {
-        /// The running, branchable source.
+        /// The running, branchable source, or a base.
         pub name: MachineRef,
         /// Starting mcp-: ephemeral.
         pub child_name: MachineName,
@@ -586,9 +586,9 @@ tool_arguments! {
         /// 1 to 8 children, named childName-1...; all or none.
         #[schemars(range(min = 1, max = MAX_CHILDREN))]
         pub count: Option<u64>,
-        /// Per child, in order: variables put in /etc/smol/branch-env.
+        /// Per child, in order: variables in /etc/smol/branch-env.
         pub env: Option<Vec<EnvVars>>,
-        /// Pause the source for good, as their base.
+        /// Make the source a base (runs nothing more; {baseIdle}).
         pub freeze_source: Option<bool>,
     }
 }

@@ -7,7 +7,7 @@ use super::lifecycle::{admitted, base_spec, with_egress_hint};
 use super::provisional::Provisional;
 use super::results::{self, Overflow};
 use super::{Call, Tool, ToolError};
-use crate::fleet::{ExecOutput, ExecSpec, Phase};
+use crate::fleet::{ErrorKind, ExecOutput, ExecSpec, Phase};
 use crate::policy::jobs::guest;
 use crate::policy::ledger::RunStart;
 use crate::policy::output::head_tail;
@@ -233,8 +233,15 @@ async fn run_foreground(
                     // Refused as not running: stopped (booted, its boot reported) or paused
                     // (the fleet's start resumes it, the same processes going on); a base is
                     // never started (its start is 409 and its exec never answers).
-                    call.phase(&fleet, &named).await?;
-                    call.start_reported(&fleet, &named, None, None).await?;
+                    call.start_reported(&fleet, &named, None, None)
+                        .await
+                        .map_err(|e| {
+                            if e.is(ErrorKind::Conflict) && e.message.contains("frozen") {
+                                super::call::base_runs_nothing(&named)
+                            } else {
+                                e
+                            }
+                        })?;
                     let sent_again = Instant::now();
                     let output = super::streamed::exec(call, &fleet, &named, &spec).await?;
                     Ok::<_, ToolError>((output, Some(sent_again)))

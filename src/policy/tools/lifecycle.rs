@@ -25,6 +25,18 @@ pub(super) async fn list_machines(
                 .await?
         }
     };
+    // The record says which are bases; only the caller's machines are listed at all.
+    let bases = call.process().bases(fleet.kind());
+    let machines = machines
+        .into_iter()
+        .map(|machine| {
+            let base = bases
+                .iter()
+                .find(|(name, id, _)| *name == machine.name || *id == machine.id)
+                .map(|(_, _, info)| info.clone());
+            results::Listed { machine, base }
+        })
+        .collect();
     Ok(results::MachineList { machines })
 }
 
@@ -669,11 +681,8 @@ pub(super) async fn delete_machine(
     }
     call.policy.terminals.close_machine(fleet.kind(), &named);
     call.process().workspaces.forget(fleet.kind(), &named);
-    // Only prefixed names are ever recorded (a cloud id may stand for one).
-    if named.starts_with(&call.config().machine_prefix) || fleet.capabilities().ids_apart_from_names
-    {
-        call.process().forget(fleet.kind(), &named);
-    }
+    // Prefixed names and bases are recorded (a cloud id may stand for either).
+    call.process().forget(fleet.kind(), &named);
     Ok(deleted)
 }
 
@@ -714,6 +723,11 @@ pub(super) async fn branch_machine(
             .collect()
     };
     let fleet = call.fleet(a.target).await?;
+    let named = call.machine(&a.name)?;
+    let mut pending_base = match a.freeze_source {
+        Some(true) => base_to_be_made(call, &fleet, &named).await?,
+        _ => None,
+    };
     let mut made: Vec<(Machine, Provisional<'_>)> = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let freeze = a.freeze_source == Some(true) && i + 1 == names.len();
@@ -721,6 +735,11 @@ pub(super) async fn branch_machine(
         match branch_one(call, &fleet, &a, name, freeze, env).await {
             Ok(child) => made.push(child),
             Err(mut e) => {
+                // The freeze goes with the last child: a failure before or at it leaves the
+                // source what it was (running, and not a base).
+                if let Some(pending) = pending_base.take() {
+                    call.process().base_not_made(pending);
+                }
                 // All or none: the children this call made before the failure go again.
                 let mut gone = Vec::new();
                 for (machine, provisional) in made {
@@ -738,6 +757,10 @@ pub(super) async fn branch_machine(
             }
         }
     }
+    if pending_base.is_some() {
+        tracing::info!(machine = %named, user = call.caller.user.id(), "a machine became a base");
+    }
+    call.process().base_branched(fleet.kind(), &named);
     let ephemeral = names[0].starts_with(&call.config().machine_prefix);
     let children = if count > 1 { names } else { Vec::new() };
     let mut machines = made.into_iter().map(|(machine, _)| machine);
@@ -750,6 +773,49 @@ pub(super) async fn branch_machine(
         ephemeral,
         children,
     })
+}
+
+/// A freeze asked of `source`: recorded as a base first, within the bounds on bases, so that
+/// no session's end deletes it. `None` when it is a base already (a freeze again changes
+/// nothing).
+async fn base_to_be_made(
+    call: &Call<'_>,
+    fleet: &Fleet,
+    source: &str,
+) -> Result<Option<crate::process::bases::PendingBase>, ToolError> {
+    let machine = call.cancellable(fleet.get(source)).await?;
+    if machine.phase() == Phase::Frozen {
+        return Ok(None);
+    }
+    let mut made_from = machine
+        .image
+        .clone()
+        .unwrap_or_else(|| "a bare machine".to_owned());
+    if let Some(attached) = call.process().workspaces.of(fleet.kind(), source) {
+        made_from.push_str(&format!(
+            ", workspace at commit {}",
+            attached.workspace.base
+        ));
+    }
+    call.process()
+        .base_to_be_made(
+            fleet.kind(),
+            &machine.name,
+            &machine.id,
+            call.caller.user.id(),
+            made_from,
+        )
+        .map(Some)
+        .map_err(|refused| {
+            let kind = match refused {
+                crate::process::bases::BaseRefused::Record(_) => ToolErrorKind::Record,
+                _ => ToolErrorKind::LimitReached,
+            };
+            ToolError::new(
+                kind,
+                format!("freezeSource: {refused}; nothing was branched"),
+            )
+        })
 }
 
 /// One child of a branch-machine call, made, recorded and (unless the call said not to wait)

@@ -90,7 +90,17 @@ pub fn answer<R: Reply>(mut result: R) -> Result<Answer, ToolError> {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct MachineList {
-    pub machines: Vec<Machine>,
+    pub machines: Vec<Listed>,
+}
+
+/// A machine, and what the server keeps of it as a base.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Listed {
+    #[serde(flatten)]
+    pub machine: Machine,
+    /// Set for a base (branch-machine freezeSource).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<crate::process::bases::BaseInfo>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

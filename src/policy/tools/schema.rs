@@ -387,6 +387,8 @@ pub struct Offers {
     pub max_exec_timeout_secs: u64,
     /// A background job's (`{maxJobSecs}`).
     pub max_job_secs: u64,
+    /// How long an unused base is kept (baseIdleSecs; 0: until deleted): `{baseIdle}`.
+    pub base_idle_secs: u64,
 }
 
 impl Offers {
@@ -397,6 +399,7 @@ impl Offers {
         exec_timeout_secs: 120,
         max_exec_timeout_secs: 900,
         max_job_secs: 3600,
+        base_idle_secs: 604_800,
     };
 
     pub fn of(config: &crate::process::config::Config) -> Offers {
@@ -406,6 +409,7 @@ impl Offers {
             exec_timeout_secs: config.exec_timeout_secs,
             max_exec_timeout_secs: config.max_exec_timeout_secs,
             max_job_secs: config.max_job_secs,
+            base_idle_secs: config.base_idle_secs,
         }
     }
 
@@ -432,8 +436,20 @@ pub fn worded(text: &str, mode: Mode, offers: Offers) -> String {
                 "{maxExecTimeoutSecs}",
                 &offers.max_exec_timeout_secs.to_string(),
             )
-            .replace("{maxJobSecs}", &offers.max_job_secs.to_string()),
+            .replace("{maxJobSecs}", &offers.max_job_secs.to_string())
+            .replace("{baseIdle}", &base_idle_words(offers.base_idle_secs)),
     )
+}
+
+fn base_idle_words(secs: u64) -> String {
+    if secs == 0 {
+        "kept until deleted".to_owned()
+    } else {
+        format!(
+            "deleted after {} unused",
+            crate::process::keep::duration_words(secs)
+        )
+    }
 }
 
 const MARKERS: [&str; 4] = ["{local:", "{cloud:", "{dirs:", "{creds:"];

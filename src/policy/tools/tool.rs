@@ -109,7 +109,7 @@ tool_list! {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Delete a machine, running or not, with its disk and jobs: irreversible. \
-             {local:A branch source with children is refused: delete them first. }To keep the \
+             {local:A source or base with children is refused: delete them first. }To keep the \
              disk: stop-machine.{cloud: usageMicros: what it cost, in millionths of a dollar.}",
     }
     RunCommand => "run-command" {
@@ -160,9 +160,9 @@ tool_list! {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
         changes_machines: true,
         description: "Copy a running machine (memory, processes, disk) into children that go on \
-             from there while the source runs on: to try something risky, or several ways at \
-             once. The source must be branchable (at create{local: or start-machine}), else \
-             CONFLICT.",
+             from there: to try something risky, or several ways at once. The source must be \
+             branchable (at create{local: or start-machine}), else CONFLICT. Set up once, fork \
+             many: freezeSource keeps it as a base, branched by any later session.",
     }
     KeepChanges => "keep-changes" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
@@ -183,7 +183,7 @@ tool_list! {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
         description: "Open a machine's service to the user: publish its guest TCP port, wait until \
-             something listens, answer the url (HTTP, WebSocket); it stays while the machine \
+             something listens, answer the url; it stays while the machine \
              does.{local: Only this host reaches it unless the operator allows more.} Starts it \
              if stopped{local: or paused}.",
     }

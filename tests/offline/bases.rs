@@ -1,0 +1,330 @@
+//! Bases: a branch source frozen by branch-machine `freezeSource` is kept past its session and
+//! its server process, branched again by a later one, listed with what it was made from, ended
+//! by a delete (refused while a child depends on it) or by `baseIdleSecs`, bounded per user and
+//! per server, and its user's alone; against the fake serve, whose frozen source behaves as the
+//! nested 1.32.2 engine's did (docs/bases-engine.md).
+
+use crate::common::fake_serve::FakeServe;
+use crate::common::mcp::{Harness, call_as, config};
+use serde_json::{Value, json};
+use smol_mcp::policy::tools::Tool;
+use smol_mcp::protocol::Protocol;
+
+fn record(h: &Harness) -> Vec<Value> {
+    let text = std::fs::read_to_string(h.record_path()).unwrap_or_else(|_| "{}".into());
+    let file: Value = serde_json::from_str(&text).unwrap();
+    file["machines"].as_array().cloned().unwrap_or_default()
+}
+
+fn state(fake: &FakeServe, name: &str) -> Option<String> {
+    fake.state
+        .lock()
+        .unwrap()
+        .machines
+        .get(name)
+        .map(|m| m["state"].as_str().unwrap_or_default().to_owned())
+}
+
+fn listed(list: &Value, name: &str) -> Value {
+    list["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn branch_requests(fake: &FakeServe) -> usize {
+    fake.take_requests()
+        .into_iter()
+        .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with("/branches")))
+        .count()
+}
+
+#[tokio::test]
+async fn a_base_outlives_its_session_and_its_server_and_is_branched_again() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let env = [("SMOL_LOCAL_URL", url.as_str())];
+    let first = Harness::start(&env).await;
+    let made = first
+        .ok(
+            "create-machine",
+            json!({"image": "alpine", "branchable": true}),
+        )
+        .await;
+    let source = made["machine"]["name"].as_str().unwrap().to_owned();
+    assert!(source.starts_with("mcp-"), "an ephemeral source: {source}");
+    first
+        .ok(
+            "branch-machine",
+            json!({"name": source, "childName": "mcp-first-try", "freezeSource": true}),
+        )
+        .await;
+    assert_eq!(state(&fake, &source).as_deref(), Some("frozen"));
+    let list = first.ok("list-machines", json!({})).await;
+    let base = listed(&list, &source);
+    assert_eq!(base["state"], "frozen", "{base}");
+    assert!(
+        base["base"]["madeFrom"]
+            .as_str()
+            .is_some_and(|f| f.contains("alpine")),
+        "{base}"
+    );
+    assert!(
+        base["base"]["deletedAfter"].is_string(),
+        "7 days by default: {base}"
+    );
+    assert!(listed(&list, "mcp-first-try")["base"].is_null(), "{list}");
+
+    // The session ends: its machines go, the base stays.
+    let cleanup = first.protocol.policy.shutdown(&first.session).await;
+    assert_eq!(
+        cleanup.deleted,
+        vec!["mcp-first-try".to_owned()],
+        "{cleanup:?}"
+    );
+    assert_eq!(state(&fake, &source).as_deref(), Some("frozen"));
+
+    // A later server process lists it, and branches it three times at once.
+    let second = first.next_process(&env).await;
+    let list = second.ok("list-machines", json!({})).await;
+    let before = listed(&list, &source)["base"].clone();
+    assert!(before.is_object(), "{list}");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let children = second
+        .ok(
+            "branch-machine",
+            json!({"name": source, "childName": "mcp-next", "count": 3,
+                   "env": [{"N": "1"}, {"N": "2"}, {"N": "3"}]}),
+        )
+        .await;
+    assert_eq!(
+        children["children"],
+        json!(["mcp-next-1", "mcp-next-2", "mcp-next-3"])
+    );
+    for child in ["mcp-next-1", "mcp-next-2", "mcp-next-3"] {
+        let r = second
+            .ok("run-command", json!({"name": child, "command": "true"}))
+            .await;
+        assert_eq!(r["exitCode"], 0, "{child}");
+    }
+    let after = listed(&second.ok("list-machines", json!({})).await, &source)["base"].clone();
+    assert_eq!(after["madeAt"], before["madeAt"]);
+    assert!(
+        after["lastUsed"].as_str() > before["lastUsed"].as_str(),
+        "a branch is a use: {before} then {after}"
+    );
+    // Its session ends: the children go, the base stays; a session never takes a base back.
+    let cleanup = second.protocol.policy.shutdown(&second.session).await;
+    assert_eq!(cleanup.deleted.len(), 3, "{cleanup:?}");
+    assert_eq!(state(&fake, &source).as_deref(), Some("frozen"));
+    let entry = record(&second)
+        .into_iter()
+        .find(|e| e["name"] == source.as_str())
+        .unwrap();
+    assert_eq!(entry["session"], "", "{entry}");
+
+    // A delete while a child depends on it is refused, naming the child; then it goes.
+    let third = second.next_process(&env).await;
+    third
+        .ok(
+            "branch-machine",
+            json!({"name": source, "childName": "kept-child"}),
+        )
+        .await;
+    let err = third.err("delete-machine", json!({"name": source})).await;
+    assert!(
+        err.starts_with("CONFLICT") && err.contains("kept-child"),
+        "{err}"
+    );
+    assert_eq!(state(&fake, &source).as_deref(), Some("frozen"));
+    third
+        .ok("delete-machine", json!({"name": "kept-child"}))
+        .await;
+    third.ok("delete-machine", json!({"name": source})).await;
+    assert_eq!(state(&fake, &source), None);
+    assert!(
+        !record(&third).iter().any(|e| e["name"] == source.as_str()),
+        "forgotten with its machine"
+    );
+}
+
+/// The bounds on bases refuse a freeze before anything is sent, leaving the source running and
+/// not a base; a failed freeze leaves no mark either.
+#[tokio::test]
+async fn bases_are_bounded_per_user_and_per_server_before_anything_is_sent() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_MAX_BASES_PER_USER", "1"),
+    ])
+    .await;
+    for name in ["one", "two"] {
+        h.ok(
+            "create-machine",
+            json!({"image": "alpine", "branchable": true, "name": name}),
+        )
+        .await;
+    }
+    h.ok(
+        "branch-machine",
+        json!({"name": "one", "childName": "one-kid", "freezeSource": true}),
+    )
+    .await;
+    fake.take_requests();
+    let err = h
+        .err(
+            "branch-machine",
+            json!({"name": "two", "childName": "two-kid", "freezeSource": true}),
+        )
+        .await;
+    assert!(
+        err.starts_with("LIMIT_REACHED") && err.contains("maxBasesPerUser 1"),
+        "{err}"
+    );
+    assert_eq!(
+        branch_requests(&fake),
+        0,
+        "refused before anything was sent"
+    );
+    assert_eq!(state(&fake, "two").as_deref(), Some("running"));
+    assert!(!record(&h).iter().any(|e| e["name"] == "two"), "no mark");
+    // A freeze again of the base is no new base; a plain branch of the other is no base.
+    h.ok(
+        "branch-machine",
+        json!({"name": "one", "childName": "one-kid-2", "freezeSource": true}),
+    )
+    .await;
+    h.ok(
+        "branch-machine",
+        json!({"name": "two", "childName": "two-kid"}),
+    )
+    .await;
+
+    // The server's bound counts every user's.
+    let server = h
+        .next_process(&[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_MAX_BASES", "1"),
+        ])
+        .await;
+    let err = server
+        .err(
+            "branch-machine",
+            json!({"name": "two", "childName": "two-kid-2", "freezeSource": true}),
+        )
+        .await;
+    assert!(
+        err.starts_with("LIMIT_REACHED") && err.contains("maxBases 1"),
+        "{err}"
+    );
+    // A freeze the engine refuses leaves the machine unmarked.
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "name": "plain"}),
+    )
+    .await;
+    let unlimited = h.next_process(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    unlimited
+        .err(
+            "branch-machine",
+            json!({"name": "plain", "childName": "plain-kid", "freezeSource": true}),
+        )
+        .await;
+    assert!(!record(&h).iter().any(|e| e["name"] == "plain"), "no mark");
+}
+
+/// A base no branch was made of for `baseIdleSecs` goes, once no child depends on it.
+#[tokio::test]
+async fn an_idle_base_goes_once_no_child_depends_on_it() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_BASE_IDLE_SECS", "1"),
+    ])
+    .await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "branchable": true, "name": "idle-base"}),
+    )
+    .await;
+    h.ok(
+        "branch-machine",
+        json!({"name": "idle-base", "childName": "its-child", "freezeSource": true}),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    let reaped = h.protocol.process().reap_expired_kept().await;
+    assert!(reaped.deleted.is_empty(), "{reaped:?}");
+    assert!(
+        reaped
+            .failed
+            .iter()
+            .any(|(name, why)| name == "idle-base" && why.contains("its-child")),
+        "the engine refuses while a child depends on it: {reaped:?}"
+    );
+    assert_eq!(state(&fake, "idle-base").as_deref(), Some("frozen"));
+    h.ok("delete-machine", json!({"name": "its-child"})).await;
+    let reaped = h.protocol.process().reap_expired_kept().await;
+    assert_eq!(reaped.deleted, vec!["idle-base".to_owned()], "{reaped:?}");
+    assert_eq!(state(&fake, "idle-base"), None);
+    assert!(record(&h).is_empty(), "{:?}", record(&h));
+}
+
+/// A base is its maker's: another user neither sees it listed nor branches or deletes it.
+#[tokio::test]
+async fn a_base_is_its_makers_alone() {
+    let fake = FakeServe::start().await;
+    let runtime = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let protocol = Protocol::start(config(
+        &[
+            ("SMOL_LOCAL_URL", url.as_str()),
+            ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+        ],
+        &runtime.path().join("rt"),
+    ))
+    .unwrap();
+    let policy = &protocol.policy;
+    call_as(
+        policy,
+        "alice",
+        Tool::CreateMachine,
+        json!({"image": "alpine", "branchable": true, "name": "alice-base"}),
+    )
+    .await
+    .unwrap();
+    call_as(
+        policy,
+        "alice",
+        Tool::BranchMachine,
+        json!({"name": "alice-base", "childName": "alice-kid", "freezeSource": true}),
+    )
+    .await
+    .unwrap();
+    let hers = call_as(policy, "alice", Tool::ListMachines, json!({}))
+        .await
+        .unwrap();
+    assert!(listed(&hers, "alice-base")["base"].is_object(), "{hers}");
+    let his = call_as(policy, "bob", Tool::ListMachines, json!({}))
+        .await
+        .unwrap();
+    assert!(listed(&his, "alice-base").is_null(), "{his}");
+    for (tool, args) in [
+        (
+            Tool::BranchMachine,
+            json!({"name": "alice-base", "childName": "bob-kid"}),
+        ),
+        (Tool::DeleteMachine, json!({"name": "alice-base"})),
+        (Tool::ListMachines, json!({"name": "alice-base"})),
+    ] {
+        let err = call_as(policy, "bob", tool, args).await.unwrap_err();
+        assert!(err.starts_with("NOT_FOUND"), "{tool:?}: {err}");
+    }
+    assert_eq!(state(&fake, "alice-base").as_deref(), Some("frozen"));
+    assert!(state(&fake, "bob-kid").is_none());
+}
