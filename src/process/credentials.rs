@@ -589,13 +589,15 @@ impl Supplier {
         self.update(machine, |setup| setup.credentials = names.to_vec());
     }
 
-    /// `child` is branched from `source`: it has its bindings, and holds every value the
-    /// source was given.
+    /// `child` is branched from `source` (running, or a base): it has its bindings, holds
+    /// every value the source was given, and asks the user about refused egress if the source
+    /// did (its allow list is the source's, which only the user widens).
     pub fn branched(&self, source: &str, child: &str) {
         let from = self.setup(source);
         self.update(child, |setup| {
             setup.credentials = from.credentials;
             setup.supplied = from.supplied;
+            setup.asks_egress = from.asks_egress;
         });
     }
 

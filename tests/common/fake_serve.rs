@@ -1398,6 +1398,20 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         copy_disk(root, &name, &child);
                     }
                     let mut info = machine_info(&child, "running");
+                    // A clone has its source's shape and egress policy (the booted test of a
+                    // base's child checks the policy on the nested engine).
+                    for key in [
+                        "image",
+                        "cpus",
+                        "memoryMb",
+                        "network",
+                        "allowedHosts",
+                        "allowedCidrs",
+                    ] {
+                        if let Some(v) = st.machines[&name].get(key) {
+                            info[key] = v.clone();
+                        }
+                    }
                     info["parentMachine"] = json!(name);
                     // `freezeSource`: the source is listed `frozen`, the base of later
                     // branches, and runs nothing more (driven on the nested 1.32.2 engine:

@@ -202,6 +202,49 @@ async fn the_user_allows_one_refused_host_live_and_declines_another_for_good() {
     );
 }
 
+/// A machine that comes back as a branch child keeps what its source promised: the children
+/// of an ask machine ask the user too, whether branched while it runs or from it as a base
+/// (before, a child held the source's allow list but never asked: a refusal came back as a
+/// plain failure).
+#[tokio::test]
+async fn the_children_of_an_ask_machine_ask_too_live_or_from_a_base() {
+    let s = Session::start(true, vec!["pypi.org"]).await;
+    s.call(
+        "create-machine",
+        json!({"name": "asks", "network": "ask", "branchable": true}),
+    )
+    .await;
+    s.call(
+        "branch-machine",
+        json!({"name": "asks", "childName": "asks-live"}),
+    )
+    .await;
+    s.call(
+        "branch-machine",
+        json!({"name": "asks", "childName": "asks-frozen", "freezeSource": true}),
+    )
+    .await;
+    s.call(
+        "branch-machine",
+        json!({"name": "asks", "childName": "asks-of-base"}),
+    )
+    .await;
+    for child in ["asks-live", "asks-of-base"] {
+        s.fake.deny_on_exec(child, "resolve", "pypi.org");
+        let failed = s
+            .call("run-command", json!({"name": child, "command": "exit 7"}))
+            .await;
+        assert_eq!(
+            failed["egressAnswer"],
+            json!({"allowed": ["pypi.org"], "declined": []}),
+            "{child}: {failed}"
+        );
+        let machine = s.call("list-machines", json!({"name": child})).await["machines"][0].clone();
+        assert_eq!(machine["network"], "allow(pypi.org)", "{child}: {machine}");
+    }
+    assert_eq!(s.questions.lock().unwrap().len(), 2, "one question a child");
+}
+
 #[tokio::test]
 async fn a_client_that_cannot_be_asked_gets_the_refusal_and_why_and_nothing_is_widened() {
     let s = Session::start(false, vec![]).await;
