@@ -1947,3 +1947,250 @@ async fn a_workspace_goes_in_and_the_best_of_three_tries_comes_back_as_a_branch(
     }
     cleanup(&h).await;
 }
+
+/// One client's session on another process sharing `runtime`'s machine record: the base is
+/// listed as one, a child of it made and run, the child deleted. `transport` stdio runs the
+/// Python client, http the TypeScript SDK.
+async fn client_makes_a_child_of(runtime: &std::path::Path, base: &str, transport: &str) {
+    let url = nested().url;
+    let child = format!("mcp-{transport}-child");
+    let vars = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+    ];
+    let calls = json!([
+        {"tool": "list-machines", "args": {"name": base}},
+        {"tool": "branch-machine", "args": {"name": base, "childName": child}},
+        {"tool": "run-command", "args": {"name": child, "command": "cat /root/prepared"}},
+        {"tool": "delete-machine", "args": {"name": child}},
+    ]);
+    let report = if transport == "stdio" {
+        let env = crate::common::stdio::server_env(runtime, &vars);
+        let plan = json!({"server": crate::common::stdio::SERVER, "mode": "legacy",
+                          "env": crate::common::clients::env_object(env), "calls": calls});
+        crate::common::clients::run_client_for(
+            "python",
+            "stdio_plan.py",
+            &plan,
+            Duration::from_secs(300),
+        )
+        .await
+    } else {
+        let token = "base-child-token";
+        let mut http = crate::common::clients::HttpServer::spawn(runtime, token, &vars).await;
+        let plan = json!({"url": http.url, "token": token, "calls": calls});
+        let report = crate::common::clients::run_client_for(
+            "node",
+            "ts_plan.mjs",
+            &plan,
+            Duration::from_secs(300),
+        )
+        .await;
+        http.terminate().await;
+        report
+    };
+    let answers = report["calls"].as_array().unwrap();
+    for answer in answers {
+        assert_eq!(answer["isError"], false, "{transport}: {report}");
+    }
+    assert!(
+        answers[0]["structured"]["machines"][0]["base"]["madeFrom"].is_string(),
+        "{transport}: {report}"
+    );
+    assert_eq!(
+        answers[2]["structured"]["stdout"], "prepared\n",
+        "{transport}: {report}"
+    );
+}
+
+/// Set up once, fork many, on the real guest: a machine gets a workspace, a file its setup
+/// wrote and a process its setup started, then becomes a base (branch-machine freezeSource); its
+/// session ends and a later server process makes three children of it in one call, each with
+/// the file, the process going on and the base's egress policy (its one allowed address reached,
+/// another refused by the engine's policy), each running the project's test on its own try; one
+/// child's changes are kept as a branch of the user's repository. The Python client and the
+/// TypeScript SDK each make a child of it; the base goes once its children have.
+#[tokio::test]
+async fn a_base_outlives_its_session_and_server_and_its_children_start_where_setup_ended() {
+    let _one_at_a_time = serial().await;
+    let port = crate::common::real_serve::free_port();
+    let host = HostServer::start(port, None).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("app");
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    let git = |args: &[&str]| crate::common::git(&repo, args);
+    git(&["init", "--quiet", "--initial-branch", "main"]);
+    std::fs::write(repo.join("src/retry.sh"), "retries=1\n").unwrap();
+    std::fs::write(
+        repo.join("test.sh"),
+        "#!/bin/sh\n. ./src/retry.sh\n[ \"$retries\" -ge 3 ] && echo passed || { echo failed; exit 1; }\n",
+    )
+    .unwrap();
+    git(&["add", "."]);
+    git(&["commit", "--quiet", "-m", "one retry"]);
+    let head = git(&["rev-parse", "HEAD"]);
+    let allow = tmp.path().display().to_string();
+    let store = tmp.path().join("copies").display().to_string();
+    let url = nested().url;
+    let env = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_READY_TIMEOUT_SECS", READY_SECS),
+        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+        ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+    ];
+    let first = Harness::start(&env).await;
+    let created = create(
+        &first,
+        json!({"cpus": 1, "memoryMb": 256, "branchable": true, "allowCidrs": ["10.0.2.2/32"],
+               "workspace": repo.display().to_string()}),
+    )
+    .await;
+    let base = created["machine"]["name"].as_str().unwrap().to_owned();
+    let setup = first
+        .ok(
+            "run-command",
+            json!({"name": base, "command": "echo prepared > /root/prepared && \
+                nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 1; done' \
+                >/dev/null 2>&1 </dev/null & sleep 2; cat /tmp/count"}),
+        )
+        .await;
+    assert_eq!(setup["exitCode"], 0, "{setup}");
+    first
+        .ok(
+            "branch-machine",
+            json!({"name": base, "childName": "mcp-while-freezing", "freezeSource": true}),
+        )
+        .await;
+    let listed = first.ok("list-machines", json!({"name": base})).await["machines"][0].clone();
+    assert_eq!(listed["state"], "frozen", "{listed}");
+    assert!(
+        listed["base"]["madeFrom"]
+            .as_str()
+            .is_some_and(|from| from.contains(head.as_str())),
+        "made from the workspace's commit: {listed}"
+    );
+    let began = Instant::now();
+    let refused = first
+        .err("run-command", json!({"name": base, "command": "true"}))
+        .await;
+    assert!(refused.contains("is a base"), "{refused}");
+    assert!(began.elapsed() < Duration::from_secs(10), "refused at once");
+    // Its session ends (its process with it): the child goes, the base stays.
+    let ended = first.protocol.policy.shutdown(&first.session).await;
+    assert_eq!(
+        ended.deleted,
+        vec!["mcp-while-freezing".to_owned()],
+        "{ended:?}"
+    );
+    assert!(engine_machines().await.contains(&base));
+
+    let second = first.next_process(&env).await;
+    let branched = second
+        .ok(
+            "branch-machine",
+            json!({"name": base, "childName": "mcp-from-base", "count": 3,
+                   "env": [{"N": "2"}, {"N": "5"}, {"N": "9"}]}),
+        )
+        .await;
+    let children: Vec<String> = serde_json::from_value(branched["children"].clone()).unwrap();
+    assert_eq!(children.len(), 3, "{branched}");
+    let looks = children.iter().map(|child| {
+        second.call(
+            "run-command",
+            json!({"name": child, "command": "cat /root/prepared; a=$(cat /tmp/count); sleep 2; \
+                b=$(cat /tmp/count); [ \"$b\" -gt \"$a\" ] && echo counting"}),
+        )
+    });
+    for (answer, child) in futures::future::join_all(looks).await.iter().zip(&children) {
+        assert_eq!(
+            answer.structured["stdout"], "prepared\ncounting\n",
+            "{child}: the file and the process of the setup: {}",
+            answer.text
+        );
+    }
+    let tries = children.iter().map(|child| {
+        second.call(
+            "run-command",
+            json!({"name": child, "command":
+                ". /etc/smol/branch-env && cd /workspace && echo retries=$N > src/retry.sh && sh test.sh"}),
+        )
+    });
+    let outputs: Vec<String> = futures::future::join_all(tries)
+        .await
+        .iter()
+        .map(|a| {
+            a.structured["stdout"]
+                .as_str()
+                .unwrap_or(&a.text)
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(outputs, ["failed\n", "passed\n", "passed\n"]);
+    // The base's egress policy holds in its child: its one address is reached, another is
+    // refused by the engine's policy (reported as such, not a mere failed connection).
+    let reached = second
+        .ok(
+            "run-command",
+            json!({"name": children[0], "command": format!("wget -q -T 10 -O- http://10.0.2.2:{port}/from-a-child")}),
+        )
+        .await;
+    assert_eq!(reached["stdout"], "hello from the host\n", "{reached}");
+    assert!(host.events().iter().any(|e| e["path"] == "/from-a-child"));
+    let other = second
+        .ok(
+            "run-command",
+            json!({"name": children[0], "command": "wget -q -T 3 -O /dev/null http://1.1.1.1/"}),
+        )
+        .await;
+    assert_ne!(other["exitCode"], 0, "{other}");
+    assert_eq!(
+        other["blockedEgress"],
+        json!([{"host": "1.1.1.1", "port": 80, "operation": "connect", "count": 1}]),
+        "{other}"
+    );
+    for child in &children {
+        let changes = second
+            .call(
+                "read-file",
+                json!({"name": child, "path": "/workspace", "changes": true}),
+            )
+            .await;
+        assert!(!changes.is_error, "{}", changes.text);
+        assert_eq!(changes.structured["changes"]["base"], head.as_str());
+    }
+    let kept = second
+        .ok(
+            "keep-changes",
+            json!({"name": children[1], "message": "Retry five times", "deleteSiblings": true}),
+        )
+        .await;
+    let branch = kept["branch"].as_str().unwrap();
+    assert_eq!(
+        git(&["show", &format!("{branch}:src/retry.sh")]),
+        "retries=5"
+    );
+    assert_eq!(
+        git(&["rev-parse", "HEAD"]),
+        head,
+        "the user's checkout did not move"
+    );
+
+    client_makes_a_child_of(second.runtime.path(), &base, "stdio").await;
+    client_makes_a_child_of(second.runtime.path(), &base, "http").await;
+
+    let err = second.err("delete-machine", json!({"name": base})).await;
+    assert!(
+        err.contains(children[1].as_str()),
+        "a child depends on it: {err}"
+    );
+    second
+        .ok("delete-machine", json!({"name": children[1]}))
+        .await;
+    second.ok("delete-machine", json!({"name": base})).await;
+    let left = engine_machines().await;
+    assert!(
+        !left.contains(&base) && !left.iter().any(|m| children.contains(m)),
+        "{left:?}"
+    );
+    cleanup(&second).await;
+}
