@@ -1013,6 +1013,14 @@ fn machine_route(
             }
             let child_id = st.new_id();
             let child_name = body["name"].as_str().unwrap_or("child");
+            // `freezeSource` keeps the source as a reusable base that can no longer exec
+            // (cloud facts 3.9; the SDK's field, not the published spec's): its record says so
+            // in `branchState` (facts 4.1). Its further branches are taken.
+            if body["freezeSource"] == json!(true)
+                && let Some(source) = st.machines.get_mut(id)
+            {
+                source["branchState"] = json!("frozen");
+            }
             if let Some(root) = &st.guest_root {
                 super::fake_serve::copy_disk(root, id, &child_id);
             }

@@ -4,6 +4,7 @@
 //! per server, and its user's alone; against the fake serve, whose frozen source behaves as the
 //! nested 1.32.2 engine's did (docs/bases-engine.md).
 
+use crate::common::fake_cloud::{FakeCloud, TOKEN};
 use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::{Harness, call_as, config};
 use serde_json::{Value, json};
@@ -327,4 +328,42 @@ async fn a_base_is_its_makers_alone() {
     }
     assert_eq!(state(&fake, "alice-base").as_deref(), Some("frozen"));
     assert!(state(&fake, "bob-kid").is_none());
+}
+
+/// On cloud a base is made with the branch's `freezeSource` (pinned below), recorded and
+/// listed as locally, and branched again by a later process.
+#[tokio::test]
+async fn a_cloud_base_is_made_with_freeze_source_and_branched_by_a_later_process() {
+    let cloud = FakeCloud::start().await;
+    let url = cloud.url();
+    let env = [
+        ("SMOL_CLOUD_URL", url.as_str()),
+        ("SMOL_CLOUD_TOKEN", TOKEN),
+        ("SMOL_MCP_TARGETS", "cloud"),
+    ];
+    let first = Harness::start(&env).await;
+    let id = cloud.add_machine("cloud-base", "started");
+    cloud.with(|st| st.machines.get_mut(&id).unwrap()["branchable"] = json!(true));
+    first
+        .ok(
+            "branch-machine",
+            json!({"name": "cloud-base", "childName": "mcp-cloud-kid", "freezeSource": true}),
+        )
+        .await;
+    let listed = listed(&first.ok("list-machines", json!({})).await, "cloud-base");
+    assert!(listed["base"]["madeFrom"].is_string(), "{listed}");
+    first.protocol.policy.shutdown(&first.session).await;
+    let second = first.next_process(&env).await;
+    second
+        .ok(
+            "branch-machine",
+            json!({"name": "cloud-base", "childName": "later-kid"}),
+        )
+        .await;
+    let branches: Vec<Value> = cloud
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with("/branches")))
+        .collect();
+    assert_request_snapshot!("cloud", "cloud_base_branches", branches);
 }
