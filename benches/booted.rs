@@ -47,6 +47,9 @@
 #[allow(dead_code)]
 mod nested;
 
+#[path = "booted/bases.rs"]
+mod bases;
+
 use serde_json::{Value, json};
 use smol_mcp::fleet::exec_stream::SseParser;
 use std::io::{Read, Write};
@@ -1831,6 +1834,20 @@ fn main() {
         .unwrap();
     let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&out_dir).unwrap();
+    if std::env::var("BOOTED_BENCH_ONLY").is_ok_and(|v| v == "bases") {
+        let _leftovers = Leftovers {
+            authority: nested::nested()
+                .url
+                .trim_start_matches("http://")
+                .to_owned(),
+        };
+        let report = runtime.block_on(bases::bases());
+        bases::print(&report);
+        let path = out_dir.join("booted-bases.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+        println!("\nfigures written to {}", path.display());
+        return;
+    }
     if std::env::var("BOOTED_BENCH_ONLY").is_ok_and(|v| v == "pool") {
         let report = runtime.block_on(warm_pool());
         print_pool(&report);

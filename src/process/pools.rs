@@ -22,7 +22,7 @@ use std::time::Duration;
 /// What the `pools` setting accepts, as `--help` and the README say it.
 pub const ACCEPTS: &str = "a JSON list of pools, each {\"name\" (1 to 24 lowercase letters, \
      digits or -), \"size\" (1 to 16 machines kept ready), and either \"source\" (a local \
-     machine to clone as it is) or optionally \"image\", \"cpus\", \"memoryMb\", \"network\" \
+     machine, or a base, to clone as it is) or optionally \"image\", \"cpus\", \"memoryMb\", \"network\" \
      (open or blocked), what is left out being the machine defaults}";
 
 const MAX_POOL_SIZE: u32 = 16;
@@ -225,7 +225,11 @@ impl WarmPools {
             return Ok(held);
         }
         let source = held.name.clone();
-        if operators {
+        // A base (a frozen source) is cloned as it was frozen: it runs nothing to restart or
+        // declare, and the engine takes it as a golden (its leases work because the freeze
+        // was made at a branchpoint: `declare_branchpoint` before every freeze).
+        let frozen = operators && fleet.get(&source).await?.phase() == crate::fleet::Phase::Frozen;
+        if operators && !frozen {
             // The engine clones only a machine started branchable (forkable): one running
             // without is restarted so, as start-machine with branchable would.
             let machine = fleet.get(&source).await?;
@@ -235,7 +239,7 @@ impl WarmPools {
                 }
                 fleet.start(&source, Some(true)).await?;
             }
-        } else {
+        } else if !operators {
             // A source left by a process that ended (frozen with its pool gone, which the
             // engine cannot resume) is made anew.
             if fleet.get(&source).await.is_ok() {
@@ -244,14 +248,10 @@ impl WarmPools {
             fleet.create(&held).await?;
             fleet.start(&source, Some(true)).await?;
         }
-        wait_until_it_runs_commands(fleet, &source).await?;
-        // The engine clones a source only from a live branchpoint: its helper declares one
-        // and waits (installed in a machine started branchable).
-        let mut declare = ExecSpec::new(Command::Shell(
-            "smolvm-branch-ready > /tmp/smolmcp-branch-ready.log 2>&1".into(),
-        ));
-        declare.background = true;
-        fleet.exec(&source, &declare).await?;
+        if !frozen {
+            wait_until_it_runs_commands(fleet, &source).await?;
+            declare_branchpoint(fleet, &source).await?;
+        }
         fleet
             .create_pool(&PoolSetup {
                 pool: pool.clone(),
@@ -290,6 +290,18 @@ impl WarmPools {
     }
 }
 
+/// Parks a running branchable machine at a branchpoint: the engine clones a pool's source only
+/// from a live one (and leases from a frozen source only if it was frozen at one, seen on the
+/// nested engine). The agent's helper declares it and waits, in the background; every child
+/// has it running too, harmlessly.
+pub async fn declare_branchpoint(fleet: &Fleet, machine: &str) -> FleetResult<()> {
+    let mut declare = ExecSpec::new(Command::Shell(
+        "smolvm-branch-ready > /tmp/smolmcp-branch-ready.log 2>&1".into(),
+    ));
+    declare.background = true;
+    fleet.exec(machine, &declare).await.map(|_| ())
+}
+
 /// The machine a clone of `source` is, as a create-machine would ask for it.
 fn held_by(source: &crate::fleet::Machine) -> CreateSpec {
     let mut held = CreateSpec::bare(source.name.clone());
@@ -297,9 +309,15 @@ fn held_by(source: &crate::fleet::Machine) -> CreateSpec {
     held.cpus = source.cpus.unwrap_or(0);
     held.memory_mb = source.memory_mb.unwrap_or(0);
     held.egress = match source.network.egress() {
-        Some(Egress::Open) => Egress::Open,
-        Some(Egress::Blocked) => Egress::Blocked,
-        // An allow list is no create's argument as such: such a pool matches no create.
+        // An allow list a create can ask for (allowHosts, allowCidrs) is matched as such; one
+        // that asks the user (its name filter) or a mode this server does not know matches no
+        // create: a clone would not carry what the create promised.
+        Some(egress @ (Egress::Open | Egress::Blocked)) => egress.clone(),
+        Some(egress @ Egress::Allow { hosts, .. })
+            if !hosts.iter().any(|h| h == crate::fleet::NAME_FILTER_HOST) =>
+        {
+            egress.clone()
+        }
         _ => Egress::Allow {
             hosts: vec![source.network.to_string()],
             cidrs: Vec::new(),

@@ -106,6 +106,13 @@ pub struct FakeState {
     /// an acquire, a resize up, a replacement); `None`: at once. The create's own fill is
     /// always at once. Made lazily: each request makes the workers that are due.
     pub pool_fill_delay: Option<std::time::Duration>,
+    /// Machines that ran `smolvm-branch-ready` (the 1.32.2 agent's helper, which parks the
+    /// machine at a branchpoint): a pool over a frozen source leases only if its source ran it
+    /// before it was frozen (seen on the nested engine: a lease is otherwise 500 "... is not
+    /// parked at a forkpoint").
+    pub at_branchpoint: std::collections::BTreeSet<String>,
+    /// Sources a branch froze (`freezeSource`) that had not run it: their pools never lease.
+    pub frozen_off_branchpoint: std::collections::BTreeSet<String>,
 }
 
 /// A fork pool as 1.32.2's controller keeps it: `ready == desiredReady` held workers, whatever
@@ -1420,6 +1427,9 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         && let Some(source) = st.machines.get_mut(&name)
                     {
                         source["state"] = json!("frozen");
+                        if !st.at_branchpoint.contains(&name) {
+                            st.frozen_off_branchpoint.insert(name.clone());
+                        }
                     }
                     st.machines.insert(child, info.clone());
                     axum::Json(info).into_response()
@@ -1444,6 +1454,14 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 ("POST", ["exec"]) => {
                     if let Some(refused) = require_running(&mut st, &name, &json_body) {
                         return refused;
+                    }
+                    if json_body["command"].as_array().is_some_and(|argv| {
+                        argv.iter().any(|a| {
+                            a.as_str()
+                                .is_some_and(|a| a.contains("smolvm-branch-ready"))
+                        })
+                    }) {
+                        st.at_branchpoint.insert(name.clone());
                     }
                     let hook = st.exec_hook.clone();
                     let request = with_lease_env(&st, &name, &json_body);
@@ -2219,7 +2237,8 @@ fn create_pool(st: &mut FakeState, bytes: &[u8], body: &Value) -> Response {
     if src["parentMachine"].is_string() {
         return conflict("a fork clone cannot be used as a pool golden".to_owned());
     }
-    if src["state"] != "running" {
+    // A frozen source is taken (nested 1.32.2), whether or not it can lease (see `acquire`).
+    if src["state"] != "running" && src["state"] != "frozen" {
         return conflict(format!("golden machine '{source}' is not running"));
     }
     if share_weights && src["cuda"] != json!(true) {
@@ -2491,6 +2510,24 @@ fn acquire(st: &mut FakeState, pool: &str, body: &Value) -> Response {
         );
     }
     let worker = p.ready.remove(0);
+    let golden = p.info["golden"].as_str().unwrap_or_default().to_owned();
+    if st.frozen_off_branchpoint.contains(&golden) {
+        // The worker is consumed and replaced, as the nested engine did.
+        st.machines.remove(&worker);
+        st.pools
+            .get_mut(pool)
+            .unwrap()
+            .pending
+            .push(std::time::Instant::now());
+        return api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL_ERROR",
+            format!(
+                "pool worker was consumed and will be replaced after activation failed: agent operation failed: activate held fork: clone '{worker}' is not parked at a forkpoint"
+            ),
+        );
+    }
+    let p = st.pools.get_mut(pool).unwrap();
     let id = format!("lease-{:016x}", rand::random::<u64>());
     p.keys.insert(key, (asked, id.clone()));
     let machine = st.machines.get_mut(&worker).unwrap();

@@ -2088,7 +2088,7 @@ async fn a_base_outlives_its_session_and_server_and_its_children_start_where_set
     let branched = second
         .ok(
             "branch-machine",
-            json!({"name": base, "childName": "mcp-from-base", "count": 3,
+            json!({"name": base, "childName": format!("{base}-kid"), "count": 3,
                    "env": [{"N": "2"}, {"N": "5"}, {"N": "9"}]}),
         )
         .await;
@@ -2177,6 +2177,52 @@ async fn a_base_outlives_its_session_and_server_and_its_children_start_where_set
 
     client_makes_a_child_of(second.runtime.path(), &base, "stdio").await;
     client_makes_a_child_of(second.runtime.path(), &base, "http").await;
+
+    // A warm pool whose source is the base: a create of its shape is a clone of it, leased.
+    let pools = format!(r#"[{{"name": "from-base", "size": 1, "source": "{base}"}}]"#);
+    let mut pooled_env = env.to_vec();
+    pooled_env.push(("SMOL_MCP_POOLS", pools.as_str()));
+    let third = second.next_process(&pooled_env).await;
+    third.ok("list-machines", json!({})).await;
+    until_pool_ready("smolmcp-from-base", 1, Duration::from_secs(300)).await;
+    let began = Instant::now();
+    let leased = third
+        .ok(
+            "create-machine",
+            json!({"cpus": 1, "memoryMb": 256, "allowCidrs": ["10.0.2.2/32"]}),
+        )
+        .await;
+    assert_eq!(leased["pool"], "from-base", "{leased}");
+    let clone = leased["machine"]["name"].as_str().unwrap().to_owned();
+    let prepared = third
+        .ok(
+            "run-command",
+            json!({"name": clone, "command": "cat /root/prepared"}),
+        )
+        .await;
+    assert_eq!(prepared["stdout"], "prepared\n", "{prepared}");
+    eprintln!(
+        "booted_guest: a lease of the pool over the base to its first output in {:?}",
+        began.elapsed()
+    );
+    let ended = third.protocol.policy.shutdown(&third.session).await;
+    assert!(ended.failed.is_empty(), "{ended:?}");
+    // What the process's end does with the pools it set up; the base, the operator's named
+    // source, stays.
+    let fleet = third
+        .protocol
+        .process()
+        .fleet(smol_mcp::fleet::FleetKind::Local)
+        .await
+        .unwrap();
+    third.protocol.process().pools.tear_down(&fleet).await;
+    // The engine retires a pool's workers before the pool goes.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while engine_pool("smolmcp-from-base").await.is_some() {
+        assert!(Instant::now() < deadline, "the pool never went");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(engine_machines().await.contains(&base));
 
     let err = second.err("delete-machine", json!({"name": base})).await;
     assert!(

@@ -346,3 +346,86 @@ async fn every_tool_refuses_a_pools_source_and_its_ready_machines() {
     assert_eq!(st.machines[&ready]["forkpointHeld"], true);
     assert!(!st.files.keys().any(|(machine, _)| *machine == ready));
 }
+
+/// A pool whose source is a base (branch-machine freezeSource): set up as it is, neither
+/// restarted nor declared (it runs nothing), and its leases are clones of the base as it was
+/// frozen. The engine leases from a frozen source only if it was frozen at a branchpoint, which
+/// the server declares before every freeze; one frozen otherwise makes cold machines instead.
+#[tokio::test]
+async fn a_pool_over_a_base_leases_clones_of_it() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let first = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    first
+        .ok(
+            "create-machine",
+            json!({"name": "set-up", "image": "alpine", "branchable": true}),
+        )
+        .await;
+    first
+        .ok(
+            "branch-machine",
+            json!({"name": "set-up", "childName": "set-up-kid", "freezeSource": true}),
+        )
+        .await;
+    let sent = fake.take_requests();
+    let declared = sent.iter().position(|r| {
+        r["path"] == "/api/v1/machines/set-up/exec"
+            && r["body"]["command"]
+                .to_string()
+                .contains("smolvm-branch-ready")
+    });
+    let frozen = sent
+        .iter()
+        .position(|r| r["body"]["freezeSource"] == json!(true));
+    assert!(
+        declared.is_some() && declared < frozen,
+        "declared before the freeze: {sent:?}"
+    );
+    // An unparked base beside it: frozen by a branch without a branchpoint declared first.
+    fake.add_machine("unparked", "frozen");
+    {
+        let mut st = fake.state.lock().unwrap();
+        let unparked = st.machines.get_mut("unparked").unwrap();
+        unparked["cpus"] = json!(1);
+        unparked["branchable"] = json!(true);
+        unparked["forkable"] = json!(true);
+        st.frozen_off_branchpoint.insert("unparked".to_owned());
+    }
+
+    let pools = r#"[{"name": "from-base", "size": 1, "source": "set-up"},
+                    {"name": "unparked", "size": 1, "source": "unparked"}]"#;
+    let second = first
+        .next_process(&[("SMOL_LOCAL_URL", url.as_str()), ("SMOL_MCP_POOLS", pools)])
+        .await;
+    second.ok("list-machines", json!({})).await;
+    pool_ready(&fake, "smolmcp-from-base").await;
+    pool_ready(&fake, "smolmcp-unparked").await;
+    let sent = fake.take_requests();
+    for source in ["set-up", "unparked"] {
+        assert!(
+            !sent.iter().any(|r| {
+                let path = r["path"].as_str().unwrap();
+                path == format!("/api/v1/machines/{source}/start")
+                    || path == format!("/api/v1/machines/{source}/stop")
+                    || path == format!("/api/v1/machines/{source}/exec")
+            }),
+            "a base is neither restarted nor sent a command: {sent:?}"
+        );
+    }
+    let warm = second
+        .ok("create-machine", json!({"image": "alpine"}))
+        .await;
+    assert_eq!(warm["pool"], "from-base", "{warm}");
+    let cold = second
+        .ok("create-machine", json!({"image": "alpine", "cpus": 1}))
+        .await;
+    assert!(
+        cold["pool"].is_null(),
+        "the unparked base leases nothing: {cold}"
+    );
+    assert_eq!(
+        fake.state.lock().unwrap().machines["set-up"]["state"],
+        "frozen"
+    );
+}

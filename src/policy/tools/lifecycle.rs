@@ -797,7 +797,8 @@ async fn base_to_be_made(
             attached.workspace.base
         ));
     }
-    call.process()
+    let pending = call
+        .process()
         .base_to_be_made(
             fleet.kind(),
             &machine.name,
@@ -805,7 +806,6 @@ async fn base_to_be_made(
             call.caller.user.id(),
             made_from,
         )
-        .map(Some)
         .map_err(|refused| {
             let kind = match refused {
                 crate::process::bases::BaseRefused::Record(_) => ToolErrorKind::Record,
@@ -815,7 +815,18 @@ async fn base_to_be_made(
                 kind,
                 format!("freezeSource: {refused}; nothing was branched"),
             )
-        })
+        })?;
+    // Frozen at a branchpoint, a base can also be a warm pool's source: the engine leases from
+    // a frozen source only if it was (nested 1.32.2). Only the local engine has pools.
+    if fleet.capabilities().offers(Feature::WarmPools)
+        && let Err(e) = call
+            .cancellable(crate::process::pools::declare_branchpoint(fleet, source))
+            .await
+    {
+        call.process().base_not_made(pending);
+        return Err(e);
+    }
+    Ok(Some(pending))
 }
 
 /// One child of a branch-machine call, made, recorded and (unless the call said not to wait)
