@@ -41,6 +41,7 @@ pub async fn start(config: Config) -> Result<Arc<Protocol>, StartError> {
     tokio::spawn(protocol.process().clone().reap());
     tokio::spawn(protocol.policy.clone().watch_siblings());
     tokio::spawn(protocol.policy.clone().forget_gone_owners());
+    tokio::spawn(protocol.policy.clone().park_idle());
     Ok(protocol)
 }
 

@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod ledger;
 pub mod operations;
 pub mod output;
+pub mod parking;
 pub mod progress;
 pub mod reads;
 pub mod shares;

@@ -257,6 +257,14 @@ impl Terminals {
         (in_machine >= MAX_PER_MACHINE).then_some(Refusal::MachineFull)
     }
 
+    /// Whether a terminal is open in `machine` (its program not ended).
+    pub fn open_in(&self, fleet: FleetKind, machine: &str) -> bool {
+        self.open.lock().is_ok_and(|open| {
+            open.values()
+                .any(|t| t.end().is_none() && t.fleet == fleet && t.machine == machine)
+        })
+    }
+
     /// Keeps `link` as a new terminal and starts recording what it prints.
     pub fn add(
         &self,

@@ -895,6 +895,13 @@ settings! {
         accepts: whole(1, 30 * DAY),
         why: "a kept machine nobody took back is deleted this long after its session ended, by whichever server process runs then (on cloud `ephemeralTtlSecs` may end it sooner)",
     },
+    park_idle_secs: u64 {
+        key: "parkIdleSecs",
+        env: "SMOL_MCP_PARK_IDLE_SECS",
+        default: "0",
+        accepts: whole(0, 30 * DAY),
+        why: "a temporary machine of this process that no call has named for this long and that runs nothing (no job, no open terminal, no call) is paused, or stopped where it cannot be, freeing its host memory; the next call resumes or starts it and says so (startedMachine). 0: never",
+    },
     base_idle_secs: u64 {
         key: "baseIdleSecs",
         env: "SMOL_MCP_BASE_IDLE_SECS",

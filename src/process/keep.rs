@@ -70,6 +70,12 @@ pub async fn put_away(
     done
 }
 
+/// Parks one idle machine (`parkIdleSecs`): paused where the fleet can pause it (a local
+/// machine started branchable, without host mounts or live children), else stopped.
+pub async fn park(fleet: &Fleet, entry: &Entry) -> PutAway {
+    put_away_one(fleet, entry, SessionEnd::Pause).await
+}
+
 async fn put_away_one(fleet: &Fleet, entry: &Entry, how: SessionEnd) -> PutAway {
     let machine = match fleet.get(&entry.id).await {
         Ok(machine) => machine,

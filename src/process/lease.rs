@@ -15,6 +15,8 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct InUse {
     calls: Mutex<HashMap<String, usize>>,
+    /// When a call last held or let go each machine name, for `parkIdleSecs`.
+    named: Mutex<HashMap<String, std::time::Instant>>,
     /// Whether this process holds any leased machine: until then a call needs no record write.
     leasing: AtomicBool,
     /// The shortest idle period of a lease held here (an adopted lease keeps the one it was
@@ -26,6 +28,7 @@ impl Default for InUse {
     fn default() -> Self {
         InUse {
             calls: Mutex::default(),
+            named: Mutex::default(),
             leasing: AtomicBool::new(false),
             shortest_secs: AtomicU64::new(u64::MAX),
         }
@@ -46,6 +49,15 @@ impl InUse {
         self.calls
             .lock()
             .is_ok_and(|calls| calls.contains_key(name) || calls.contains_key(id))
+    }
+
+    fn named_now(&self, names: &[String]) {
+        if let Ok(mut named) = self.named.lock() {
+            let now = std::time::Instant::now();
+            for name in names {
+                named.insert(name.clone(), now);
+            }
+        }
     }
 }
 
@@ -121,6 +133,7 @@ impl Leases {
                 *calls.entry(name.clone()).or_default() += 1;
             }
         }
+        self.in_use.named_now(names);
         self.renew(names);
     }
 
@@ -131,6 +144,7 @@ impl Leases {
             return;
         }
         self.renew(names);
+        self.in_use.named_now(names);
         if let Ok(mut calls) = self.in_use.calls.lock() {
             for name in names {
                 if let Some(count) = calls.get_mut(name) {
@@ -155,6 +169,29 @@ impl Leases {
     /// Whether a call is using the machine now.
     pub fn busy(&self, entry: &Entry) -> bool {
         self.in_use.busy(&entry.name, &entry.id)
+    }
+
+    /// How long no call of this process has named `entry`'s machine (by name or id), its lease's
+    /// last use counting too (a call of another process renews it); `None` while a call uses
+    /// it, or when no call of this process named it and it has no lease.
+    pub fn idle_for(&self, entry: &Entry) -> Option<std::time::Duration> {
+        if self.busy(entry) {
+            return None;
+        }
+        let here = self.in_use.named.lock().ok().and_then(|named| {
+            [&entry.name, &entry.id]
+                .into_iter()
+                .filter_map(|n| named.get(n.as_str()))
+                .max()
+                .map(|at| at.elapsed())
+        });
+        let leased = entry
+            .lease
+            .map(|l| std::time::Duration::from_secs(now_secs().saturating_sub(l.last_used)));
+        match (here, leased) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// At start: leased machines of a dead server whose lease has not run out become this

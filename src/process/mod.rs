@@ -246,6 +246,24 @@ impl Process {
         }
     }
 
+    /// The fleet of `kind` if this process has reached it already (never starting a serve).
+    pub async fn reached_fleet(&self, kind: FleetKind) -> Option<Fleet> {
+        if let Some(fleet) = self.given(kind) {
+            return Some(fleet.clone());
+        }
+        match kind {
+            FleetKind::Cloud => match self.cloud.get() {
+                Some(Ok(cloud)) => Some(cloud.clone() as Fleet),
+                _ => None,
+            },
+            FleetKind::Local => {
+                let mut local = self.local.lock().await;
+                let serve = local.as_mut()?;
+                (!serve.exited()).then(|| serve.fleet.clone() as Fleet)
+            }
+        }
+    }
+
     /// The fleet for a call. The local serve is found or started here, on first use.
     pub async fn fleet(&self, kind: FleetKind) -> FleetResult<Fleet> {
         if let Some(fleet) = self.given(kind) {

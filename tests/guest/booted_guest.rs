@@ -1029,8 +1029,15 @@ async fn a_paused_machine_keeps_its_processes_and_the_next_command_resumes_it() 
     };
     let url = own_engine.unwrap_or_else(|| nested().url);
     let h = harness(&[("SMOL_LOCAL_URL", url.as_str())]).await;
-    // The smallest memory the server allows: the save is the guest's RAM.
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 128, "branchable": true})).await;
+    let port = crate::common::real_serve::free_port();
+    let host = HostServer::start(port, None).await;
+    // The smallest memory the server allows: the save is the guest's RAM. One allowed address,
+    // to see the egress policy come back with the machine.
+    let created = create(
+        &h,
+        json!({"cpus": 1, "memoryMb": 128, "branchable": true, "allowCidrs": ["10.0.2.2/32"]}),
+    )
+    .await;
     let name = created["machine"]["name"].as_str().unwrap().to_owned();
     h.ok(
         "run-command",
@@ -1073,6 +1080,26 @@ async fn a_paused_machine_keeps_its_processes_and_the_next_command_resumes_it() 
     assert!(
         later > resumed_at,
         "still counting: {resumed_at} then {later}"
+    );
+    // A resumed machine keeps its egress policy: its address reached, another refused by it.
+    let reached = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": format!("wget -q -T 10 -O- http://10.0.2.2:{port}/after-resume")}),
+        )
+        .await;
+    assert_eq!(reached["stdout"], "hello from the host\n", "{reached}");
+    assert!(host.events().iter().any(|e| e["path"] == "/after-resume"));
+    let refused = h
+        .ok(
+            "run-command",
+            json!({"name": name, "command": "wget -q -T 3 -O /dev/null http://1.1.1.1/"}),
+        )
+        .await;
+    assert_eq!(
+        refused["blockedEgress"],
+        json!([{"host": "1.1.1.1", "port": 80, "operation": "connect", "count": 1}]),
+        "{refused}"
     );
     eprintln!(
         "booted_guest: figure: pause of a 128 MiB machine {pause_secs:.1} s; a command on it \
@@ -2193,6 +2220,10 @@ async fn a_base_outlives_its_session_and_server_and_its_children_start_where_set
         )
         .await;
     assert_eq!(leased["pool"], "from-base", "{leased}");
+    assert_eq!(
+        leased["machine"]["network"], "allow(10.0.2.2/32)",
+        "the base's egress: {leased}"
+    );
     let clone = leased["machine"]["name"].as_str().unwrap().to_owned();
     let prepared = third
         .ok(

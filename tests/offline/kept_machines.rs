@@ -269,3 +269,40 @@ async fn a_lease_that_runs_out_keeps_its_machine_like_a_session_end() {
     assert!(taken["lease"].is_object(), "{taken}");
     assert!(taken.get("keptUntil").is_none(), "{taken}");
 }
+
+/// A machine taken back after its session's end keeps what it promised: made to ask the user
+/// about refused egress, it still does under the later process (whose client here cannot be
+/// asked, which the answer says), its allow list in force.
+#[tokio::test]
+async fn a_kept_machine_taken_back_still_asks_about_its_egress() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let keep = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_SESSION_END", "stop"),
+    ];
+    let first = Harness::start(&keep).await;
+    let created = first.ok("create-machine", json!({"network": "ask"})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let cleanup = first.protocol.policy.shutdown(&first.session).await;
+    assert_eq!(cleanup.kept.len(), 1, "{cleanup:?}");
+
+    let second = first
+        .next_process(&[("SMOL_LOCAL_URL", url.as_str())])
+        .await;
+    fake.deny_on_exec(&name, "resolve", "pypi.org");
+    let failed = second
+        .ok("run-command", json!({"name": name, "command": "exit 1"}))
+        .await;
+    assert_eq!(failed["startedMachine"], true, "{failed}");
+    let answer = &failed["egressAnswer"];
+    assert_eq!(answer["declined"], json!(["pypi.org"]), "{failed}");
+    assert!(
+        answer["notAsked"]
+            .as_str()
+            .is_some_and(|why| why.contains("cannot show the user a question")),
+        "{failed}"
+    );
+    let listed = second.ok("list-machines", json!({"name": name})).await["machines"][0].clone();
+    assert_eq!(listed["network"], "allow(none)", "{listed}");
+}

@@ -69,6 +69,7 @@ mod local_requests;
 mod overrides;
 mod owners;
 mod packaging;
+mod parking;
 mod resources;
 mod restart;
 mod stdio_framing;
