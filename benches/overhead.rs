@@ -245,10 +245,17 @@ async fn run() -> Value {
         let t = Instant::now();
         let r = c.request("tools/list", json!({})).await;
         list_tools.push(t.elapsed());
-        assert_eq!(
-            r["result"]["tools"].as_array().unwrap().len(),
-            smol_mcp::policy::tools::Tool::ALL.len()
-        );
+        // The tools a server offers without settings (no mountAllow: no keep-changes).
+        let bare = smol_mcp::policy::tools::schema::Offers {
+            host_dirs: false,
+            credentials: false,
+            ..smol_mcp::policy::tools::schema::Offers::ALL
+        };
+        let offered = smol_mcp::policy::tools::Tool::ALL
+            .iter()
+            .filter(|tool| bare.lists(**tool))
+            .count();
+        assert_eq!(r["result"]["tools"].as_array().unwrap().len(), offered);
         catalog_bytes = serde_json::to_string(&r["result"]).unwrap().len();
         description_bytes = r["result"]["tools"]
             .as_array()

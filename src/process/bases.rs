@@ -23,6 +23,12 @@ pub struct BaseInfo {
     /// When it is deleted unless branched first (baseIdleSecs); absent: never.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleted_after: Option<String>,
+    /// Its disk in use, MiB, as the fleet reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_used_mb: Option<i64>,
+    /// The signed-in user it is kept for; absent: the operator's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl BaseInfo {
@@ -38,6 +44,8 @@ impl BaseInfo {
             made_at: at(mark.made_at),
             last_used: at(mark.last_used),
             deleted_after: entry.kept_until.filter(|u| *u != u64::MAX).and_then(at),
+            disk_used_mb: None,
+            owner: Some(mark.user.clone()).filter(|user| !user.is_empty()),
         })
     }
 }

@@ -1407,14 +1407,7 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     let mut info = machine_info(&child, "running");
                     // A clone has its source's shape and egress policy (the booted test of a
                     // base's child checks the policy on the nested engine).
-                    for key in [
-                        "image",
-                        "cpus",
-                        "memoryMb",
-                        "network",
-                        "allowedHosts",
-                        "allowedCidrs",
-                    ] {
+                    for key in CLONED_FIELDS {
                         if let Some(v) = st.machines[&name].get(key) {
                             info[key] = v.clone();
                         }
@@ -1695,6 +1688,16 @@ fn clones_of(st: &FakeState, name: &str) -> Vec<String> {
         .map(|(n, _)| n.clone())
         .collect()
 }
+
+/// What a branch child has of its source's record: its shape and egress policy.
+const CLONED_FIELDS: [&str; 6] = [
+    "image",
+    "cpus",
+    "memoryMb",
+    "network",
+    "allowedHosts",
+    "allowedCidrs",
+];
 
 fn require_running(st: &mut FakeState, name: &str, body: &Value) -> Option<Response> {
     let machine = st.machines.get_mut(name)?;

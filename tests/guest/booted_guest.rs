@@ -1818,15 +1818,10 @@ async fn warm_machines_come_from_the_pool_and_go_back() {
     );
 }
 
-/// A git repository of this host's as a machine's workspace on the real guest, through the
-/// guest's own busybox `tar`: the commit in, a change made by a command, the diff seen, the
-/// change kept as a branch and checked out on the host; then three children of one base, each
-/// told apart by its own variable and editing at once, one kept and its siblings deleted.
-#[tokio::test]
-async fn a_workspace_goes_in_and_the_best_of_three_tries_comes_back_as_a_branch() {
-    let _one_at_a_time = serial().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = tmp.path().join("app");
+/// A user's repository in `dir/app` whose test passes once `src/retry.sh` asks for three
+/// retries or more (it asks for one), committed: its path and commit.
+fn retry_project(dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let repo = dir.join("app");
     std::fs::create_dir_all(repo.join("src")).unwrap();
     let git = |args: &[&str]| crate::common::git(&repo, args);
     git(&["init", "--quiet", "--initial-branch", "main"]);
@@ -1839,6 +1834,19 @@ async fn a_workspace_goes_in_and_the_best_of_three_tries_comes_back_as_a_branch(
     git(&["add", "."]);
     git(&["commit", "--quiet", "-m", "one retry"]);
     let head = git(&["rev-parse", "HEAD"]);
+    (repo, head)
+}
+
+/// A git repository of this host's as a machine's workspace on the real guest, through the
+/// guest's own busybox `tar`: the commit in, a change made by a command, the diff seen, the
+/// change kept as a branch and checked out on the host; then three children of one base, each
+/// told apart by its own variable and editing at once, one kept and its siblings deleted.
+#[tokio::test]
+async fn a_workspace_goes_in_and_the_best_of_three_tries_comes_back_as_a_branch() {
+    let _one_at_a_time = serial().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, head) = retry_project(tmp.path());
+    let git = |args: &[&str]| crate::common::git(&repo, args);
     let allow = tmp.path().display().to_string();
     let store = tmp.path().join("copies").display().to_string();
     let h = harness(&[
@@ -2043,19 +2051,8 @@ async fn a_base_outlives_its_session_and_server_and_its_children_start_where_set
     let port = crate::common::real_serve::free_port();
     let host = HostServer::start(port, None).await;
     let tmp = tempfile::tempdir().unwrap();
-    let repo = tmp.path().join("app");
-    std::fs::create_dir_all(repo.join("src")).unwrap();
+    let (repo, head) = retry_project(tmp.path());
     let git = |args: &[&str]| crate::common::git(&repo, args);
-    git(&["init", "--quiet", "--initial-branch", "main"]);
-    std::fs::write(repo.join("src/retry.sh"), "retries=1\n").unwrap();
-    std::fs::write(
-        repo.join("test.sh"),
-        "#!/bin/sh\n. ./src/retry.sh\n[ \"$retries\" -ge 3 ] && echo passed || { echo failed; exit 1; }\n",
-    )
-    .unwrap();
-    git(&["add", "."]);
-    git(&["commit", "--quiet", "-m", "one retry"]);
-    let head = git(&["rev-parse", "HEAD"]);
     let allow = tmp.path().display().to_string();
     let store = tmp.path().join("copies").display().to_string();
     let url = nested().url;

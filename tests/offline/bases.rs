@@ -77,6 +77,15 @@ async fn a_base_outlives_its_session_and_its_server_and_is_branched_again() {
         base["base"]["deletedAfter"].is_string(),
         "7 days by default: {base}"
     );
+    assert!(
+        base["base"].get("owner").is_none(),
+        "the operator's: {base}"
+    );
+    let engine_disk = fake.state.lock().unwrap().machines[&source]["diskUsedMb"].clone();
+    assert_eq!(
+        base["base"]["diskUsedMb"], engine_disk,
+        "the engine's figure: {base}"
+    );
     assert!(listed(&list, "mcp-first-try")["base"].is_null(), "{list}");
 
     // The session ends: its machines go, the base stays.
@@ -310,7 +319,11 @@ async fn a_base_is_its_makers_alone() {
     let hers = call_as(policy, "alice", Tool::ListMachines, json!({}))
         .await
         .unwrap();
-    assert!(listed(&hers, "alice-base")["base"].is_object(), "{hers}");
+    assert_eq!(
+        listed(&hers, "alice-base")["base"]["owner"],
+        "alice",
+        "{hers}"
+    );
     let his = call_as(policy, "bob", Tool::ListMachines, json!({}))
         .await
         .unwrap();

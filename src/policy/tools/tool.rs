@@ -78,7 +78,7 @@ tool_list! {
     ListMachines => "list-machines" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "List machines: state, size, egress, image{cloud:, url}. One to reuse, or \
+        description: "List machines and bases: state, size, egress, image{cloud:, url}. One to reuse, or \
              what runs before making another; with name, that one now (NOT_FOUND if gone).",
     }
     CreateMachine => "create-machine" {
