@@ -26,8 +26,8 @@ use tracing::Instrument;
 /// The argument every creating or changing tool takes.
 pub const KEY_ARGUMENT: &str = "idempotencyKey";
 /// What the catalog says of it (once, at its first tool; the others refer to it).
-pub const KEY_DESCRIPTION: &str = "Your UUID: a retry with it within 24 h gets the first \
-     answer, no second action.";
+pub const KEY_DESCRIPTION: &str = "Your UUID: a retry within 24 h gets the first answer, \
+     acting once.";
 pub const KEY_MAX_CHARS: usize = 128;
 /// How often a repeat checks on a first call that runs in another process.
 const POLL: Duration = Duration::from_millis(200);

@@ -530,7 +530,7 @@ fn every_request_snapshot_feeds_the_report() {
     let cloud = read_request_snapshots(&snapshots_dir(), Api::Cloud).unwrap();
     assert_eq!(count("local_requests__"), local.len());
     assert_eq!(count("cloud_requests__"), cloud.len());
-    assert_eq!((local.len(), cloud.len()), (12, 12));
+    assert_eq!((local.len(), cloud.len()), (12, 13));
     let spec: Value = serde_json::from_str(LOCAL_API.spec_text).unwrap();
     let sent = sent_fields(&spec, &local);
     let exec = &sent[&("POST".to_string(), "/api/v1/machines/{id}/exec".to_string())];

@@ -997,7 +997,9 @@ async fn a_terminal_drives_prompts_and_vi_on_the_real_guest() {
     cleanup(&h).await;
 }
 
-/// The counter `/tmp/count` in `name`, and whether the command brought the machine up.
+/// The counter `/tmp/count` in `name`, and whether the command brought the machine up. The
+/// counting loops write a new file and rename it over the old: `echo $i > /tmp/count` empties
+/// the file before it writes, and a read between the two came back empty once in CI.
 async fn count_in(h: &Harness, name: &str) -> (u64, bool) {
     let r = h
         .ok(
@@ -1041,7 +1043,7 @@ async fn a_paused_machine_keeps_its_processes_and_the_next_command_resumes_it() 
     let name = created["machine"]["name"].as_str().unwrap().to_owned();
     h.ok(
         "run-command",
-        json!({"name": name, "command": "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 1; done' >/dev/null 2>&1 </dev/null &"}),
+        json!({"name": name, "command": "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 1; done' >/dev/null 2>&1 </dev/null &"}),
     )
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -2074,7 +2076,7 @@ async fn a_base_outlives_its_session_and_server_and_its_children_start_where_set
         .ok(
             "run-command",
             json!({"name": base, "command": "echo prepared > /root/prepared && \
-                nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 1; done' \
+                nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 1; done' \
                 >/dev/null 2>&1 </dev/null & sleep 2; cat /tmp/count"}),
         )
         .await;

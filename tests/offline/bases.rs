@@ -335,6 +335,10 @@ async fn a_base_is_its_makers_alone() {
         ),
         (Tool::DeleteMachine, json!({"name": "alice-base"})),
         (Tool::ListMachines, json!({"name": "alice-base"})),
+        (
+            Tool::CreateMachine,
+            json!({"base": "alice-base", "name": "bob-kid"}),
+        ),
     ] {
         let err = call_as(policy, "bob", tool, args).await.unwrap_err();
         assert!(err.starts_with("NOT_FOUND"), "{tool:?}: {err}");
@@ -379,4 +383,80 @@ async fn a_cloud_base_is_made_with_freeze_source_and_branched_by_a_later_process
         .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with("/branches")))
         .collect();
     assert_request_snapshot!("cloud", "cloud_base_branches", branches);
+}
+
+/// create-machine with `base` makes one child of it, as branch-machine would: ready, named or
+/// ephemeral; what a child has of its base is refused as an argument beside it, before
+/// anything is sent.
+#[tokio::test]
+async fn create_machine_with_a_base_makes_a_child_of_it() {
+    let fake = FakeServe::start().await;
+    let url = fake.url();
+    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    h.ok(
+        "create-machine",
+        json!({"image": "alpine", "branchable": true, "name": "prepared"}),
+    )
+    .await;
+    h.ok(
+        "branch-machine",
+        json!({"name": "prepared", "childName": "first", "freezeSource": true}),
+    )
+    .await;
+    fake.take_requests();
+    for (arg, value) in [
+        ("image", json!("alpine")),
+        ("network", json!("open")),
+        ("env", json!({"A": "1"})),
+        ("cpus", json!(1)),
+    ] {
+        let mut args = json!({"base": "prepared", "name": "refused"});
+        args[arg] = value;
+        let err = h.err("create-machine", args).await;
+        assert!(
+            err.starts_with("INVALID_ARGUMENT")
+                && err.contains(&format!("{arg}: cannot go with base")),
+            "{arg}: {err}"
+        );
+    }
+    assert_eq!(
+        branch_requests(&fake),
+        0,
+        "refused before anything was sent"
+    );
+    let named = h
+        .ok(
+            "create-machine",
+            json!({"base": "prepared", "name": "from-create"}),
+        )
+        .await;
+    assert_eq!(
+        (
+            named["machine"]["name"].as_str(),
+            named["ready"].as_bool(),
+            named["ephemeral"].as_bool()
+        ),
+        (Some("from-create"), Some(true), Some(false)),
+        "{named}"
+    );
+    let ephemeral = h.ok("create-machine", json!({"base": "prepared"})).await;
+    let temp = ephemeral["machine"]["name"].as_str().unwrap().to_owned();
+    assert!(
+        temp.starts_with("mcp-") && ephemeral["ephemeral"] == true,
+        "{ephemeral}"
+    );
+    let sent: Vec<Value> = fake
+        .take_requests()
+        .into_iter()
+        .filter(|r| r["path"] == "/api/v1/machines/prepared/branches")
+        .map(|r| r["body"]["name"].clone())
+        .collect();
+    assert_eq!(sent, vec![json!("from-create"), json!(temp)]);
+    let r = h
+        .ok("run-command", json!({"name": temp, "command": "true"}))
+        .await;
+    assert_eq!(r["exitCode"], 0);
+    let cleanup = h.protocol.policy.shutdown(&h.session).await;
+    assert_eq!(cleanup.deleted, vec![temp], "{cleanup:?}");
+    assert_eq!(state(&fake, "prepared").as_deref(), Some("frozen"));
 }

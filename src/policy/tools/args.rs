@@ -485,6 +485,8 @@ tool_arguments! {
         pub machine: MachineBase,
         /// Omitted: ephemeral.
         pub name: Option<MachineName>,
+        /// A base to fork: all its setup.
+        pub base: Option<MachineRef>,
         /// TCP ports to publish, at most 16.{cloud: On cloud they need egress that is not blocked; the machine's url is the ingress once something listens.}
         pub ports: Option<Vec<PortArg>>,
         /// Disk size in GiB.
@@ -771,7 +773,14 @@ names_a_machine!(
 
 impl CallArgs for CreateArgs {
     fn machines(&self) -> [Option<Named<'_>>; 2] {
-        [self.name.as_deref().map(Named::New), None]
+        match &self.base {
+            // A child of the base: the base is checked as branch-machine's source is.
+            Some(base) => [
+                Some(Named::Existing(base)),
+                self.name.as_deref().map(Named::New),
+            ],
+            None => [self.name.as_deref().map(Named::New), None],
+        }
     }
 }
 

@@ -395,6 +395,9 @@ pub(super) async fn create_machine(
     call: &Call<'_>,
     a: args::CreateArgs,
 ) -> Result<results::Created, ToolError> {
+    if let Some(base) = &a.base {
+        return create_from_base(call, &a, base).await;
+    }
     let prefix = &call.config().machine_prefix;
     let named_by_caller = a.name.is_some();
     let name = a
@@ -696,6 +699,70 @@ pub(super) async fn delete_machine(
     // Prefixed names and bases are recorded (a cloud id may stand for either).
     call.process().forget(fleet.kind(), &named);
     Ok(deleted)
+}
+
+/// create-machine with `base`: one child of the base, made as branch-machine makes it (ready,
+/// recorded, held, its workspace and credentials carried). What a child has of its base cannot
+/// be asked for as well, and is refused naming the argument.
+async fn create_from_base(
+    call: &Call<'_>,
+    a: &args::CreateArgs,
+    base: &super::owners::MachineRef,
+) -> Result<results::Created, ToolError> {
+    let m = &a.machine;
+    let given = [
+        ("image", m.image.is_some()),
+        ("cpus", m.cpus.is_some()),
+        ("memoryMb", m.memory_mb.is_some()),
+        ("network", m.network.is_some()),
+        ("allowHosts", m.allow_hosts.is_some()),
+        ("allowCidrs", m.allow_cidrs.is_some()),
+        ("credentials", m.credentials.is_some()),
+        ("workspace", m.workspace.is_some()),
+        ("ports", a.ports.is_some()),
+        ("storageGb", a.storage_gb.is_some()),
+        ("allowHostsFrom", a.allow_hosts_from.is_some()),
+        ("mounts", a.mounts.is_some()),
+        ("overlayGb", a.overlay_gb.is_some()),
+        ("env", a.env.is_some()),
+        ("start", a.start == Some(false)),
+    ];
+    if let Some((arg, _)) = given.iter().find(|(_, set)| *set) {
+        return Err(ToolError::argument(
+            arg,
+            "cannot go with base: a child of a base has its image, size, egress, credentials, \
+             workspace and disk, and runs at once. Give base with name and branchable only; \
+             branch-machine makes several, each with its env",
+        ));
+    }
+    let child = a.name.clone().map_or_else(
+        || format!("{}{}", call.config().machine_prefix, random_hex()),
+        String::from,
+    );
+    let child_name: super::grammar::MachineName =
+        serde_json::from_value(serde_json::Value::String(child))
+            .map_err(|e| ToolError::argument("name", e.to_string()))?;
+    let branched = branch_machine(
+        call,
+        args::BranchArgs {
+            target: a.target,
+            name: base.clone(),
+            child_name,
+            branchable: a.branchable,
+            wait: None,
+            count: None,
+            env: None,
+            freeze_source: None,
+        },
+    )
+    .await?;
+    Ok(results::Created {
+        machine: branched.machine,
+        ephemeral: branched.ephemeral,
+        ready: branched.ready,
+        pool: None,
+        workspace: None,
+    })
 }
 
 /// Where a branch child finds the variables given for it: written by the server on both fleets

@@ -79,7 +79,7 @@ tool_list! {
         hints: READ_ONLY,
         changes_machines: false,
         description: "List machines and bases: state, size, egress, image{cloud:, url}. One to reuse, or \
-             what runs before making another; with name, that one now (NOT_FOUND if gone).",
+             what runs before making more; with name, that one now (NOT_FOUND if gone).",
     }
     CreateMachine => "create-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
@@ -87,15 +87,14 @@ tool_list! {
         description: "Create a microVM and boot it until it runs commands. Egress: blocked \
              unless network, allowHosts or allowCidrs grant it. Unnamed or mcp-...: ephemeral \
              (gone at session end); other names stay until delete-machine.{cloud: Costs money \
-             while it exists.} Over the operator's limits: LIMIT_REACHED. One command only: \
-             run-once.",
+             while it exists.} One command only: run-once.",
     }
     StartMachine => "start-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Start a stopped machine and wait until it runs commands: disk kept; memory, \
              processes and /tmp start empty{local: (a paused one resumes as it was)}. To boot \
-             ahead or set branchable; other tools start it anyway.{cloud: A running cloud \
+             ahead or set branchable; other tools start it too.{cloud: A running cloud \
              machine bills for CPU and memory.}",
     }
     StopMachine => "stop-machine" {
@@ -125,8 +124,8 @@ tool_list! {
         hints: READ_ONLY,
         changes_machines: false,
         description: "Read a background job: state (running, exited, timedOut, cancelled, lost), \
-             exitCode and usage once ended, output after your cursor (pass the returned one \
-             next; more: true: call again now). No job: the jobs, newest first.",
+             exitCode and usage once ended, output after your cursor (pass back the returned \
+             one; more: true: call again). No job: the jobs, newest first.",
     }
     CancelJob => "cancel-job" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
@@ -162,7 +161,7 @@ tool_list! {
         description: "Copy a running machine (memory, processes, disk) into children that go on \
              from there: to try something risky, or several ways at once. The source must be \
              branchable (at create{local: or start-machine}), else CONFLICT. Set up once, fork \
-             many: freezeSource keeps it as a base, branched by any later session.",
+             many: freezeSource keeps it as a base for later sessions.",
     }
     KeepChanges => "keep-changes" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
@@ -192,8 +191,8 @@ tool_list! {
         changes_machines: true,
         description: "Drive an interactive program (shell, vi, a prompt) in a machine: each call \
              types input and keys, waits for output to settle, answers what it printed since \
-             the last read. The first call opens it (id in the answer); it ends on exit, close, \
-             its machine or session. Starts it if stopped or paused.",
+             the last read. The first call opens it (answering its id); it ends on exit, \
+             close, its machine or session. Starts it if stopped or paused.",
     }
     PullImage => "pull-image" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
