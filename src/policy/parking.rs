@@ -44,11 +44,15 @@ impl Policy {
             return Vec::new();
         }
         let process = self.process.clone();
-        let entries = tokio::task::spawn_blocking(move || process.record.entries())
+        // An unreadable record parks nothing this time, and forgets nothing either.
+        let Some(entries) = tokio::task::spawn_blocking(move || process.record.entries())
             .await
             .ok()
             .and_then(Result::ok)
-            .unwrap_or_default();
+        else {
+            return Vec::new();
+        };
+        self.process.leases.forget_naming_except(&entries);
         let mut parked = Vec::new();
         for entry in entries.into_iter().filter(|e| {
             self.process.record.is_mine(e)

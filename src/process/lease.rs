@@ -15,8 +15,10 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct InUse {
     calls: Mutex<HashMap<String, usize>>,
-    /// When a call last held or let go each machine name, for `parkIdleSecs`.
+    /// When a call last held or let go each machine name, kept only when `parkIdleSecs` is set
+    /// (nothing else reads it) and pruned to the record's machines at each parking pass.
     named: Mutex<HashMap<String, std::time::Instant>>,
+    tracks_naming: AtomicBool,
     /// Whether this process holds any leased machine: until then a call needs no record write.
     leasing: AtomicBool,
     /// The shortest idle period of a lease held here (an adopted lease keeps the one it was
@@ -29,6 +31,7 @@ impl Default for InUse {
         InUse {
             calls: Mutex::default(),
             named: Mutex::default(),
+            tracks_naming: AtomicBool::new(false),
             leasing: AtomicBool::new(false),
             shortest_secs: AtomicU64::new(u64::MAX),
         }
@@ -52,6 +55,9 @@ impl InUse {
     }
 
     fn named_now(&self, names: &[String]) {
+        if !self.tracks_naming.load(Ordering::Relaxed) {
+            return;
+        }
         if let Ok(mut named) = self.named.lock() {
             let now = std::time::Instant::now();
             for name in names {
@@ -74,18 +80,38 @@ pub struct Leases {
 }
 
 impl Leases {
-    pub fn new(record: Record, secs: u64) -> Leases {
+    /// `track_naming`: keep when each machine was last named (`parkIdleSecs` set).
+    pub fn new(record: Record, secs: u64, track_naming: bool) -> Leases {
         // In a shared record the pid alone could be another host's process's too.
         let session = match record.me() {
             Some(instance) => format!("leased-{instance}"),
             None => format!("leased-{}", std::process::id()),
         };
+        let in_use = InUse::default();
+        in_use.tracks_naming.store(track_naming, Ordering::Relaxed);
         Leases {
             record,
-            in_use: InUse::default(),
+            in_use,
             session,
             secs,
         }
+    }
+
+    /// Forgets when machines no longer in the record were last named, so the map holds no more
+    /// names than the record holds machines.
+    pub fn forget_naming_except(&self, entries: &[Entry]) {
+        if let Ok(mut named) = self.in_use.named.lock() {
+            named.retain(|name, _| {
+                entries
+                    .iter()
+                    .any(|e| e.name == name.as_str() || e.id == name.as_str())
+            });
+        }
+    }
+
+    /// How many machine names the naming map holds (for its bound's test).
+    pub fn naming_len(&self) -> usize {
+        self.in_use.named.lock().map_or(0, |named| named.len())
     }
 
     pub fn session(&self) -> &str {

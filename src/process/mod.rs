@@ -132,7 +132,11 @@ impl Process {
             made: made::MadeBySession::default(),
             reaping: tokio_util::sync::CancellationToken::new(),
             pools: Arc::new(pools::WarmPools::new(config.pools.clone(), pool_defaults)),
-            leases: lease::Leases::new(record.clone(), config.machine_lease_secs),
+            leases: lease::Leases::new(
+                record.clone(),
+                config.machine_lease_secs,
+                config.park_idle_secs > 0,
+            ),
             record,
             mode: resolve_mode(&config),
             config: Arc::new(config),

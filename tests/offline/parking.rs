@@ -82,3 +82,44 @@ async fn idle_machines_are_parked_and_the_next_call_brings_them_back() {
         "just named: not idle"
     );
 }
+
+#[tokio::test]
+async fn when_machines_were_last_named_is_kept_only_for_parking_and_only_for_living_machines() {
+    let fake = FakeServe::start_guest_shell().await;
+    let url = fake.url();
+    let off = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let made = off.ok("create-machine", json!({"image": "alpine"})).await;
+    let name = made["machine"]["name"].as_str().unwrap().to_owned();
+    off.ok("run-command", json!({"name": name, "command": "true"}))
+        .await;
+    assert_eq!(
+        off.protocol.policy.process.leases.naming_len(),
+        0,
+        "parking off: nothing kept"
+    );
+
+    let on = Harness::start(&[
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_PARK_IDLE_SECS", "3600"),
+    ])
+    .await;
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        let made = on.ok("create-machine", json!({"image": "alpine"})).await;
+        let name = made["machine"]["name"].as_str().unwrap().to_owned();
+        on.ok("run-command", json!({"name": name, "command": "true"}))
+            .await;
+        names.push(name);
+    }
+    let leases = &on.protocol.policy.process.leases;
+    assert!(leases.naming_len() >= 3, "{}", leases.naming_len());
+    for name in &names[..2] {
+        on.ok("delete-machine", json!({"name": name})).await;
+    }
+    assert!(on.protocol.policy.park_idle_once().await.is_empty());
+    assert_eq!(
+        leases.naming_len(),
+        1,
+        "only the machine still in the record is remembered"
+    );
+}

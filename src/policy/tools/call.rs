@@ -834,11 +834,21 @@ impl<'a> Call<'a> {
     /// What the machine's state leaves for a command, read or write; a base is refused here,
     /// at once, rather than after the engine's probe and a wait for readiness that never ends.
     pub async fn phase(&self, fleet: &Fleet, machine: &str) -> Result<Phase, ToolError> {
+        Ok(self.machine_to_run_in(fleet, machine).await?.phase())
+    }
+
+    /// The machine a command, file or terminal is for, read from the fleet; a base is refused
+    /// (the one place that refusal is decided).
+    pub async fn machine_to_run_in(
+        &self,
+        fleet: &Fleet,
+        machine: &str,
+    ) -> Result<Machine, ToolError> {
         let m = self.cancellable(fleet.get(machine)).await?;
-        match m.phase() {
-            Phase::Frozen => Err(base_runs_nothing(machine)),
-            phase => Ok(phase),
+        if m.phase() == Phase::Frozen {
+            return Err(base_runs_nothing(machine));
         }
+        Ok(m)
     }
 }
 

@@ -185,10 +185,7 @@ async fn run_foreground(
             (network, false)
         }
         None => {
-            let machine = call.cancellable(fleet.get(&named)).await?;
-            if machine.phase() == Phase::Frozen {
-                return Err(super::call::base_runs_nothing(&named));
-            }
+            let machine = call.machine_to_run_in(&fleet, &named).await?;
             let paused = machine.phase() == Phase::Paused;
             if paused {
                 call.resume_reported(&fleet, &named).await?;
@@ -233,15 +230,13 @@ async fn run_foreground(
                     // Refused as not running: stopped (booted, its boot reported) or paused
                     // (the fleet's start resumes it, the same processes going on); a base is
                     // never started (its start is 409 and its exec never answers).
-                    call.start_reported(&fleet, &named, None, None)
-                        .await
-                        .map_err(|e| {
-                            if e.is(ErrorKind::Conflict) && e.message.contains("frozen") {
-                                super::call::base_runs_nothing(&named)
-                            } else {
-                                e
-                            }
-                        })?;
+                    if let Err(e) = call.start_reported(&fleet, &named, None, None).await {
+                        if e.is(ErrorKind::Conflict) {
+                            // A start refused as a conflict: a base is said to be one.
+                            call.machine_to_run_in(&fleet, &named).await?;
+                        }
+                        return Err(e);
+                    }
                     let sent_again = Instant::now();
                     let output = super::streamed::exec(call, &fleet, &named, &spec).await?;
                     Ok::<_, ToolError>((output, Some(sent_again)))

@@ -19,10 +19,7 @@ pub(super) async fn start(
 ) -> Result<JobStarted, ToolError> {
     let named = call.machine(&a.name)?;
     let fleet = call.fleet(a.target).await?;
-    let machine = call.cancellable(fleet.get(&named)).await?;
-    if machine.phase() == crate::fleet::Phase::Frozen {
-        return Err(super::call::base_runs_nothing(&named));
-    }
+    let machine = call.machine_to_run_in(&fleet, &named).await?;
     let paused = machine.phase() == crate::fleet::Phase::Paused;
     if paused {
         call.resume_reported(&fleet, &named).await?;
