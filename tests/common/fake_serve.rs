@@ -1413,6 +1413,11 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                         }
                     }
                     info["parentMachine"] = json!(name);
+                    // Its credential bindings too (the same placeholders in its environment);
+                    // the values are resolved under its own name at its boots.
+                    if let Some(bindings) = st.credentials.get(&name).cloned() {
+                        st.credentials.insert(child.clone(), bindings);
+                    }
                     // `freezeSource`: the source is listed `frozen`, the base of later
                     // branches, and runs nothing more (driven on the nested 1.32.2 engine:
                     // docs/bases-engine.md).

@@ -706,3 +706,119 @@ async fn a_machine_holding_a_value_the_server_no_longer_has_shows_nothing() {
     back.close_stdin();
     back.child.wait().await.unwrap();
 }
+
+/// A base keeps the bindings its user gave the machine it was made from, and nothing more: its
+/// children (made by a later process, by create-machine and by branch-machine) hold those and
+/// no other, a child cannot be given more, and each boot of a child gets exactly its bindings'
+/// values.
+#[tokio::test]
+async fn a_bases_children_hold_the_bindings_of_its_source_and_no_other() {
+    let fake = FakeServe::start_guest_shell().await;
+    let file = secret_file();
+    let url = fake.url();
+    let credentials = bindings(file.path());
+    let env = [
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_CREDENTIALS", credentials.as_str()),
+        ("SMOL_TEST_GH", SECRET),
+    ];
+    let first = Harness::start(&env).await;
+    first
+        .ok(
+            "create-machine",
+            json!({"name": "with-github", "image": "alpine", "branchable": true, "credentials": ["github"]}),
+        )
+        .await;
+    first
+        .ok(
+            "create-machine",
+            json!({"name": "without", "image": "alpine", "branchable": true}),
+        )
+        .await;
+    for source in ["with-github", "without"] {
+        first
+            .ok(
+                "branch-machine",
+                json!({"name": source, "childName": format!("{source}-first"), "freezeSource": true}),
+            )
+            .await;
+    }
+
+    let next = first.next_process(&env).await;
+    fake.take_requests();
+    next.ok(
+        "create-machine",
+        json!({"base": "with-github", "name": "github-child"}),
+    )
+    .await;
+    next.ok(
+        "branch-machine",
+        json!({"name": "without", "childName": "plain-child", "count": 2}),
+    )
+    .await;
+    let err = next
+        .err(
+            "create-machine",
+            json!({"base": "without", "name": "more", "credentials": ["registry"]}),
+        )
+        .await;
+    assert!(
+        err.starts_with("INVALID_ARGUMENT") && err.contains("credentials: cannot go with base"),
+        "{err}"
+    );
+    let bound = |m: &str| next.protocol.process().credentials.bound_to(m);
+    assert_eq!(bound("github-child"), vec!["github".to_owned()]);
+    assert!(bound("plain-child-1").is_empty() && bound("plain-child-2").is_empty());
+
+    let shown = |r: Value| r["stdout"].as_str().unwrap_or_default().to_owned();
+    let seen = shown(
+        next.ok(
+            "run-command",
+            json!({"name": "github-child", "command": "echo \"$GH_TOKEN|$REG_TOKEN\""}),
+        )
+        .await,
+    );
+    assert!(
+        seen.starts_with("SMOL_PLACEHOLDER_GITHUB_") && seen.ends_with("|\n"),
+        "{seen}"
+    );
+    for child in ["plain-child-1", "plain-child-2"] {
+        let seen = shown(
+            next.ok(
+                "run-command",
+                json!({"name": child, "command": "echo \"$GH_TOKEN|$REG_TOKEN\""}),
+            )
+            .await,
+        );
+        assert_eq!(seen, "|\n", "{child}");
+    }
+
+    // Each child booted again: its boot gets exactly the values of its bindings, supplied
+    // under its own name (once: the same values are not sent again within seconds).
+    for child in ["github-child", "plain-child-1", "plain-child-2"] {
+        next.ok("stop-machine", json!({"name": child})).await;
+        next.ok("start-machine", json!({"name": child})).await;
+    }
+    let supplied: Vec<(String, Value)> = puts(&fake)
+        .into_iter()
+        .map(|r| (r["path"].as_str().unwrap().to_owned(), r["body"].clone()))
+        .collect();
+    assert_eq!(
+        supplied,
+        vec![(
+            "/api/v1/machines/github-child/credential-values".to_owned(),
+            json!({"values": {"github": SECRET}})
+        )]
+    );
+    let booted = fake.state.lock().unwrap().booted_values.clone();
+    assert_eq!(
+        booted.get("github-child").cloned().unwrap_or_default(),
+        [("github".to_owned(), SECRET.to_owned())].into()
+    );
+    for child in ["plain-child-1", "plain-child-2"] {
+        assert!(
+            booted.get(child).is_none_or(|values| values.is_empty()),
+            "{child}: {booted:?}"
+        );
+    }
+}
