@@ -1533,6 +1533,49 @@ async fn credentials_reach_only_their_hosts_on_the_real_guest() {
     );
     assert_eq!(h.protocol.process().credentials.bound_to(child), ["tok"]);
 
+    // Made a base, the machine's child (create-machine base) holds the binding its user gave
+    // the source, its value going upstream, and no other placeholder.
+    h.ok(
+        "branch-machine",
+        json!({"name": name, "childName": "mcp-cred-freeze", "freezeSource": true}),
+    )
+    .await;
+    let base_child = "mcp-cred-base-child";
+    h.ok("create-machine", json!({"base": name, "name": base_child}))
+        .await;
+    let placeholders = h
+        .ok(
+            "run-command",
+            json!({"name": base_child, "command": "env | grep -c SMOL_PLACEHOLDER_; env | grep -o '^[A-Z_]*=SMOL_PLACEHOLDER_' "}),
+        )
+        .await;
+    assert_eq!(
+        placeholders["stdout"], "1\nTOK=SMOL_PLACEHOLDER_\n",
+        "{placeholders}"
+    );
+    let before = server.events().len();
+    let from_base_child = h
+        .ok(
+            "run-command",
+            json!({"name": base_child, "command": request("creds.smol.test", "base-child")}),
+        )
+        .await;
+    assert!(
+        from_base_child["stdout"].as_str().unwrap().contains("502"),
+        "{from_base_child}"
+    );
+    let after: Vec<Value> = server.events().split_off(before);
+    assert!(
+        after
+            .iter()
+            .any(|e| e["event"] == "handshake" && e["sni"] == "creds.smol.test"),
+        "the base child's request went upstream with the value: {after:?}"
+    );
+    assert_eq!(
+        h.protocol.process().credentials.bound_to(base_child),
+        ["tok"]
+    );
+
     // The contrast: the same binding on a machine the engine has no value for (made through
     // its own API, no values supplied) goes nowhere upstream.
     let url = nested().url;
@@ -1577,7 +1620,9 @@ async fn credentials_reach_only_their_hosts_on_the_real_guest() {
         .delete(format!("{url}/api/v1/machines/{bare}"))
         .send()
         .await;
+    // The session's end leaves the base; it goes by a delete once its children are gone.
     cleanup(&h).await;
+    h.ok("delete-machine", json!({"name": name})).await;
 }
 
 /// A network "ask" machine on the real guest: a command refused two addresses; the user allows
