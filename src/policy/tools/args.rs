@@ -552,7 +552,7 @@ tool_arguments! {
         pub encoding: Option<Encoding>,
         /// Byte to start at. Default 0.
         pub offset: Option<u64>,
-        /// Bytes to return. Default: a page.
+        /// Bytes to return. Default and most: a page.
         #[schemars(range(min = 1))]
         pub length: Option<u64>,
         /// {dirs:With path /workspace: the machine's changes there (files, sizes, a unified diff).}

@@ -100,9 +100,9 @@ tool_list! {
     StopMachine => "stop-machine" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
-        description: "Stop a running machine: processes, memory, /tmp and jobs end; the disk stays \
-             (mcp- ones still go at session end).{local: With pause they are kept.}{cloud: A \
-             stopped cloud machine bills for disk only.} Any tool using it brings it back.",
+        description: "Stop a running machine: processes, memory, /tmp and jobs end{local: (pause \
+             keeps them paused)}; the disk stays (mcp- ones still go at session end).{cloud: A \
+             stopped cloud machine bills for disk only.} Tools working in it bring it back.",
     }
     DeleteMachine => "delete-machine" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
@@ -124,8 +124,8 @@ tool_list! {
         hints: READ_ONLY,
         changes_machines: false,
         description: "Read a background job: state (running, exited, timedOut, cancelled, lost), \
-             exitCode and usage once ended, output after your cursor (pass back the returned \
-             one; more: true: call again). No job: the jobs, newest first.",
+             exitCode and usage once ended, output after your cursor (more: true: call again). \
+             No job: the jobs, newest first.",
     }
     CancelJob => "cancel-job" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
@@ -166,17 +166,16 @@ tool_list! {
     KeepChanges => "keep-changes" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
         changes_machines: true,
-        description: "Give the user a machine's /workspace changes (see read-file changes): a \
-             commit on a new branch of their repository (smol/<name> unless given; nothing else \
-             touched), or a patch outside git. Answers how to merge it.",
+        description: "Give the user a machine's /workspace changes (see read-file changes; starts \
+             a stopped{local: or paused} one): a commit on a new branch of their repository \
+             (nothing else touched), or a patch outside git. Answers how to merge it.",
     }
     MachineLogs => "machine-logs" {
         hints: READ_ONLY,
         changes_machines: false,
         description: "A machine's log: the last lines, or those since a cursor. \
-             {local:Its workload's output, kept across restarts (source engine: boot and agent \
-             log). }{cloud:On cloud: the control plane's event log of the machine. }Not command \
-             output (run-command, job-output).",
+             {local:Its workload's output, kept across restarts. }{cloud:On cloud: the control \
+             plane's event log of the machine. }Not command output (run-command, job-output).",
     }
     PublishPort => "publish-port" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
@@ -198,8 +197,8 @@ tool_list! {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
         description: "Pull an OCI image into a running machine's own store, for it alone; \
-             minutes for a large one; its egress must reach the registry. Rarely \
-             needed: create-machine and run-once pull theirs.",
+             minutes for a large one; its egress must reach the registry. No tool here \
+             runs it; create-machine and run-once pull theirs.",
     }
 }
 
