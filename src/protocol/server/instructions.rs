@@ -136,7 +136,7 @@ fn egress_line(mode: Mode, agent_network: AgentNetwork) -> &'static str {
         (AgentNetwork::Any, true) => {
             "Egress: machines have no network unless you ask for it at create (create-machine \
              or run-once with allowHosts naming the hosts, or network: \"open\"; locally \
-             network: \"ask\" lets the user allow each host a command was refused), before a \
+             create-machine's network: \"ask\" lets the user allow each host a command was refused), before a \
              command that downloads: package installs (apt, apk, pip, npm), git clone, curl."
         }
         (AgentNetwork::Any, false) => {
