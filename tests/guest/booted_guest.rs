@@ -2315,3 +2315,90 @@ async fn a_base_outlives_its_session_and_server_and_its_children_start_where_set
     );
     cleanup(&second).await;
 }
+
+/// The host memory the engine reports available (`/capacity`), in MiB.
+async fn host_memory_available_mb() -> f64 {
+    let capacity: Value = crate::common::nested::rest()
+        .get(format!("{}/capacity", nested().url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    capacity["host_memory_available_mb"]
+        .as_f64()
+        .or(capacity["hostMemoryAvailableMb"].as_f64())
+        .unwrap_or_else(|| panic!("no available memory in {capacity}"))
+}
+
+/// `parkIdleSecs` on the real guest: a machine no call named for that long and that runs
+/// nothing is stopped (it was not started branchable, so it cannot be paused), its memory goes
+/// back to the host, and the next command starts it with its disk as it was, saying so; a
+/// machine running a job is left running.
+#[tokio::test]
+async fn an_idle_machine_is_parked_and_the_next_command_starts_it_on_the_real_guest() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[("SMOL_MCP_PARK_IDLE_SECS", "3")]).await;
+    let made = |v: Value| v["machine"]["name"].as_str().unwrap().to_owned();
+    let idle = made(create(&h, json!({"cpus": 1, "memoryMb": 256})).await);
+    let working = made(create(&h, json!({"cpus": 1, "memoryMb": 256})).await);
+    h.ok(
+        "run-command",
+        json!({"name": idle, "command": "echo set-up > /root/kept"}),
+    )
+    .await;
+    h.ok(
+        "run-command",
+        json!({"name": working, "command": "sleep 600", "background": true}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before = host_memory_available_mb().await;
+    let parked = h.protocol.policy.park_idle_once().await;
+    let parked: Vec<(String, String)> = parked
+        .into_iter()
+        .map(|(name, how)| (name, format!("{how:?}")))
+        .collect();
+    assert_eq!(parked, vec![(idle.clone(), "Stopped".to_owned())]);
+    let states: Vec<(String, String)> = engine_listing().await["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_owned(),
+                m["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        states.contains(&(idle.clone(), "stopped".to_owned()))
+            && states.contains(&(working.clone(), "running".to_owned())),
+        "{states:?}"
+    );
+    // The engine's figure moves as the VM's pages go back; a few seconds for it to show.
+    let mut freed = 0.0;
+    for _ in 0..10 {
+        freed = host_memory_available_mb().await - before;
+        if freed >= 32.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!("booted_guest: parking a 256 MiB machine gave the host {freed:.0} MiB back");
+    assert!(freed >= 32.0, "only {freed:.0} MiB came back");
+
+    let back = h
+        .ok(
+            "run-command",
+            json!({"name": idle, "command": "cat /root/kept"}),
+        )
+        .await;
+    assert_eq!(
+        (back["startedMachine"].as_bool(), back["stdout"].as_str()),
+        (Some(true), Some("set-up\n")),
+        "{back}"
+    );
+    cleanup(&h).await;
+}
