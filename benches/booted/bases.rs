@@ -12,6 +12,15 @@
 //! - Host memory per extra child: the engine's `/capacity` available before and with the four
 //!   children, and each child's own figures as the engine reports them.
 //!
+//! - With `BOOTED_BENCH_TOOLCHAIN=1`, the setup of a real toolchain and a first build: a cold
+//!   create, then Zig 0.13.0 installed from its PyPI wheel (`ziglang`, 81 MB, pinned by its
+//!   sha256, fetched here by pip and served to the guest from this host, which it reaches as
+//!   10.0.2.2, since no registry is reachable from the guest) and a C file built with `zig cc`
+//!   (the first build compiles musl and compiler-rt into the machine's cache: minutes under
+//!   TCG), to the next command's output, once; then that machine made a base, and children of
+//!   it to their first output, and one child's rebuild of the changed file (from the cache its
+//!   base kept).
+//!
 //! Writes `target/bench/booted-bases.json`. Asserts nothing about the figures.
 
 use super::{Client, Raw, gone, made, ms, ok, server_env, stats};
@@ -20,6 +29,15 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const PROJECT_FILES: usize = 400;
+const ZIG_WHEEL: &str =
+    "ziglang-0.13.0-py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64.musllinux_1_1_x86_64.whl";
+const ZIG_WHEEL_SHA256: &str = "3ce0c9f16547e5d61b32e0d226926e9a2552ef4b91fccf7ab5ea1a623a77824b";
+/// The toolchain's install: the wheel from this host, unpacked under /opt/zig.
+const ZIG_INSTALL: &str = "wget -q -O /root/zig.whl http://10.0.2.2:PORT/zig.whl && mkdir -p /opt/zig \
+     && cd /opt/zig && unzip -q /root/zig.whl && rm /root/zig.whl && /opt/zig/ziglang/zig version";
+/// The project's first build; `CHANGE` appends a line first (a child's rebuild).
+const ZIG_BUILD: &str = "cd /root && [ -f hello.c ] || printf '#include <stdio.h>\\nint main(void){puts(\"built\");return 0;}\\n' > hello.c; \
+     CHANGE /opt/zig/ziglang/zig cc -target x86_64-linux-musl -O1 -o hello hello.c && ./hello";
 const CHILD_RUNS: usize = 3;
 const SETUP: &str = "cd /workspace && find . -type f -not -path './.git/*' | sort | xargs md5sum \
      > /root/build.out && wc -l < /root/build.out";
@@ -225,6 +243,206 @@ async fn raw_frozen_source(raw: &Raw, name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The Zig wheel under `dir` (fetched by pip once, then kept), checked against its sha256.
+fn zig_wheel(dir: &std::path::Path) -> Result<(), String> {
+    let served = dir.join("zig.whl");
+    if !served.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("python3")
+            .args(["-m", "pip", "download", "ziglang==0.13.0", "--no-deps"])
+            .args([
+                "--only-binary",
+                ":all:",
+                "--platform",
+                "manylinux_2_12_x86_64",
+                "-d",
+            ])
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("pip: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pip download: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        std::fs::rename(dir.join(ZIG_WHEEL), &served).map_err(|e| e.to_string())?;
+    }
+    let sum = std::process::Command::new("sha256sum")
+        .arg(&served)
+        .output()
+        .map_err(|e| format!("sha256sum: {e}"))?;
+    let text = String::from_utf8_lossy(&sum.stdout);
+    if text.split_whitespace().next() != Some(ZIG_WHEEL_SHA256) {
+        let _ = std::fs::remove_file(&served);
+        return Err(format!("the wheel's sha256 is not the pinned one: {text}"));
+    }
+    Ok(())
+}
+
+/// Serves `dir` over HTTP on all of this host's addresses (the guest reaches it as 10.0.2.2).
+async fn serve_dir(dir: &std::path::Path) -> Result<(tokio::process::Child, u16), String> {
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let child = tokio::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "0.0.0.0",
+            "--directory",
+        ])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("python3 -m http.server: {e}"))?;
+    for _ in 0..50 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok((child, port));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the wheel's HTTP server never listened".into())
+}
+
+/// `command` in `name` as a background job, followed to its end: its stdout, or why not.
+async fn job(c: &mut Client, name: &str, command: &str) -> Result<String, String> {
+    let started = c
+        .tool(
+            "run-command",
+            json!({"name": name, "command": command, "background": true, "timeoutSecs": 3600}),
+        )
+        .await;
+    if !ok(&started) {
+        return Err(format!("run-command: {started}"));
+    }
+    let id = started["structuredContent"]["job"].clone();
+    let mut stdout = String::new();
+    let mut cursor = Value::Null;
+    loop {
+        let mut args = json!({"job": id, "waitSecs": 60});
+        if !cursor.is_null() {
+            args["cursor"] = cursor.clone();
+        }
+        let read = c.tool("job-output", args).await;
+        if !ok(&read) {
+            return Err(format!("job-output: {read}"));
+        }
+        let r = &read["structuredContent"];
+        stdout.push_str(r["stdout"].as_str().unwrap_or(""));
+        cursor = r["cursor"].clone();
+        if r["state"] != "running" && r["more"] != true {
+            if r["exitCode"] != 0 {
+                return Err(format!("{command}: {r}"));
+            }
+            return Ok(stdout);
+        }
+    }
+}
+
+/// The toolchain setup and its base (`BOOTED_BENCH_TOOLCHAIN=1`): see the module's comment.
+async fn toolchain(c: &mut Client, port: u16, failures: &mut Vec<String>) -> Value {
+    let install = ZIG_INSTALL.replace("PORT", &port.to_string());
+    let t = Instant::now();
+    let created = c
+        .tool(
+            "create-machine",
+            json!({"cpus": 1, "memoryMb": 512, "branchable": true, "allowCidrs": ["10.0.2.2/32"]}),
+        )
+        .await;
+    if !ok(&created) {
+        failures.push(format!("toolchain create: {created}"));
+        return Value::Null;
+    }
+    let created_ms = ms(t.elapsed());
+    let name = created["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    made(&name);
+    let installed = job(c, &name, &install).await;
+    let installed_ms = ms(t.elapsed());
+    let built = match &installed {
+        Ok(_) => job(c, &name, &ZIG_BUILD.replace("CHANGE", "")).await,
+        Err(e) => Err(e.clone()),
+    };
+    let built_ms = ms(t.elapsed());
+    let first = c
+        .tool(
+            "run-command",
+            json!({"name": name, "command": ["echo", "first"]}),
+        )
+        .await;
+    let cold_ms = ms(t.elapsed());
+    match (&installed, &built) {
+        (Ok(version), Ok(out)) if out.trim() == "built" && ok(&first) => {
+            eprintln!(
+                "booted bench: zig {} installed and first build: {cold_ms:.0} ms to the next output",
+                version.trim()
+            );
+        }
+        _ => {
+            failures.push(format!("toolchain setup: {installed:?} then {built:?}"));
+            delete_all(c, &[name]).await;
+            return Value::Null;
+        }
+    }
+    let making = children_of(c, &name, "bench-zig-first", 1, true).await;
+    let making_ms = match making {
+        Ok((total, children)) => {
+            delete_all(c, &children).await;
+            Some(total)
+        }
+        Err(e) => {
+            failures.push(format!("toolchain base: {e}"));
+            None
+        }
+    };
+    let mut child = Vec::new();
+    let mut rebuild = None;
+    for i in 0..CHILD_RUNS {
+        match children_of(c, &name, &format!("bench-zig-child-{i}"), 1, false).await {
+            Ok((total, names)) => {
+                child.push(total);
+                if i == 0 {
+                    let t = Instant::now();
+                    let change = ZIG_BUILD.replace(
+                        "CHANGE",
+                        "echo 'int changed(void){return 1;}' >> hello.c &&",
+                    );
+                    rebuild = match job(c, &names[0], &change).await {
+                        Ok(out) if out.trim() == "built" => Some(ms(t.elapsed())),
+                        other => {
+                            failures.push(format!("a child's rebuild: {other:?}"));
+                            None
+                        }
+                    };
+                }
+                delete_all(c, &names).await;
+            }
+            Err(e) => failures.push(format!("toolchain child {i}: {e}")),
+        }
+        eprintln!("booted bench: toolchain child {i}: {:?} ms", child.last());
+    }
+    delete_all(c, &[name]).await;
+    json!({
+        "toolchain": "zig 0.13.0 from its PyPI wheel (81 MB, 341 MB unpacked), served from this host",
+        "createdMs": created_ms,
+        "installedMs": installed_ms,
+        "firstBuildDoneMs": built_ms,
+        "coldWithSetupMs": cold_ms,
+        "makingTheBaseMs": making_ms,
+        "childOfTheBase": if child.is_empty() { Value::Null } else { json!(stats(&child)) },
+        "childRebuildMs": rebuild,
+        "samples": child,
+    })
+}
+
 pub async fn bases() -> Value {
     let nested = super::nested::nested();
     let raw = Raw {
@@ -335,6 +553,24 @@ pub async fn bases() -> Value {
             None
         }
     };
+    let toolchain_figures = if std::env::var("BOOTED_BENCH_TOOLCHAIN").is_ok_and(|v| v == "1") {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench/zig");
+        match zig_wheel(&dir) {
+            Ok(()) => match serve_dir(&dir).await {
+                Ok((_server, port)) => toolchain(&mut c, port, &mut failures).await,
+                Err(e) => {
+                    failures.push(e);
+                    Value::Null
+                }
+            },
+            Err(e) => {
+                failures.push(e);
+                Value::Null
+            }
+        }
+    } else {
+        Value::Null
+    };
     let base_memory = machine_memory(&raw, &[base.clone(), raw_source.to_owned()]).await;
     for name in [base.as_str(), raw_source] {
         let r = c.tool("delete-machine", json!({"name": name})).await;
@@ -360,6 +596,7 @@ pub async fn bases() -> Value {
         "children": four_held,
         "bases": base_memory,
         "samples": {"cold": cold, "child": child, "rawFork": raw_child},
+        "toolchain": toolchain_figures,
         "failures": failures,
     })
 }
@@ -434,6 +671,38 @@ pub fn print(r: &Value) {
             m["rssMb"],
             m["pssMb"],
             m["privateMemoryMb"]
+        );
+    }
+    let z = &r["toolchain"];
+    if z.is_object() {
+        println!(
+            "\nset up a toolchain and build once ({}), once:",
+            z["toolchain"].as_str().unwrap_or("")
+        );
+        println!(
+            "  cold create {:.0} ms, toolchain installed at {:.0} ms, first build done at {:.0} ms, \
+             next output at {:.0} ms",
+            f(&z["createdMs"]),
+            f(&z["installedMs"]),
+            f(&z["firstBuildDoneMs"]),
+            f(&z["coldWithSetupMs"])
+        );
+        let zc = &z["childOfTheBase"];
+        println!(
+            "  base made in {:.0} ms; a child to its first output: median {:.0} ms (min {:.0}, \
+             max {:.0}, n {}); a child's rebuild of a changed file: {:.0} ms",
+            f(&z["makingTheBaseMs"]),
+            f(&zc["p50Ms"]),
+            f(&zc["minMs"]),
+            f(&zc["maxMs"]),
+            zc["n"],
+            f(&z["childRebuildMs"])
+        );
+        println!(
+            "  cold + toolchain + first build / child: x{:.0} (goal: at least x10); against the \
+             raw fork above: x{:.2}",
+            f(&z["coldWithSetupMs"]) / f(&zc["p50Ms"]),
+            f(&zc["p50Ms"]) / f(&r["rawFork"]["p50Ms"])
         );
     }
     if let Some(failures) = r["failures"].as_array().filter(|f| !f.is_empty()) {
