@@ -587,3 +587,76 @@ async fn where_the_operator_leaves_egress_to_the_user_the_agent_cannot_open_or_l
     let blocked = s.call("create-machine", json!({"name": "plain"})).await;
     assert_eq!(blocked["machine"]["network"], "blocked", "{blocked}");
 }
+
+/// A machine adopted by a restarted server keeps what it promised: a sessionless client's
+/// temporary ask machine, its server killed outright, is the next server's (same runtime
+/// directory), and a refusal in it is still put to the user, its allow list as it was.
+#[tokio::test]
+async fn an_ask_machine_adopted_by_a_restarted_server_still_asks() {
+    let fake = FakeServe::start_guest_shell().await;
+    let rt = tempfile::tempdir().unwrap();
+    let url = fake.url();
+    let vars = [("SMOL_LOCAL_URL", url.as_str())];
+    let mut first = crate::common::clients::HttpServer::spawn(rt.path(), MRTR_TOKEN, &vars).await;
+    let created = stateless_call(
+        &first,
+        json!({"name": "create-machine", "arguments": {"network": "ask"}}),
+    )
+    .await;
+    let name = created["result"]["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    assert!(name.starts_with("mcp-"), "a temporary machine: {created}");
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+
+    let next = crate::common::clients::HttpServer::spawn(rt.path(), MRTR_TOKEN, &vars).await;
+    let record = walk_for(rt.path(), "ephemeral.json");
+    let entries: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let entry = entries["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{entries}"));
+    assert_eq!(
+        entry["ownerPid"],
+        next.child.id().unwrap(),
+        "adopted: {entry}"
+    );
+
+    fake.deny_on_exec(&name, "resolve", "pypi.org");
+    let asked = stateless_call(
+        &next,
+        json!({"name": "run-command", "arguments": {"name": name, "command": "exit 7"}}),
+    )
+    .await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let listed = stateless_call(
+        &next,
+        json!({"name": "list-machines", "arguments": {"name": name}}),
+    )
+    .await;
+    assert_eq!(
+        listed["result"]["structuredContent"]["machines"][0]["network"], "allow(none)",
+        "{listed}"
+    );
+}
+
+/// The one file called `file` under `dir`.
+fn walk_for(dir: &std::path::Path, file: &str) -> std::path::PathBuf {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == file) {
+                return path;
+            }
+        }
+    }
+    panic!("no {file} under {}", dir.display())
+}
