@@ -810,3 +810,69 @@ async fn a_body_that_is_not_json_is_a_parse_error() {
     let answer: Value = reply.json().await.unwrap();
     assert_eq!(answer["error"]["code"], -32600, "{answer}");
 }
+
+/// The head of one response read from `stream` (up to the blank line), lowercased, and what of
+/// its body came with it.
+async fn response_head(stream: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte))
+            .await
+            .expect("no response head within 10 s")
+            .unwrap();
+        assert!(n > 0, "closed before a response head: {:?}", String::from_utf8_lossy(&buf));
+        buf.push(byte[0]);
+    }
+    String::from_utf8_lossy(&buf).to_lowercase()
+}
+
+/// A request answered before its body was read (a wrong token, a 100 KB body) is closed, and
+/// its answer says `connection: close`, so that no client sends its next request on it (the
+/// Python client's sign-in lost one that way); a request whose body was read keeps its
+/// connection, which answers the next request.
+#[tokio::test]
+async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let server = spawn(rt.path(), &fake, &[]).await;
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(100_000)
+    );
+    let mut refused = TcpStream::connect(("127.0.0.1", server.port)).await.unwrap();
+    let wrong = head(server.port, body.len(), "").replace(TOKEN, "not-the-token");
+    refused.write_all(wrong.as_bytes()).await.unwrap();
+    // The server may close before all of it is sent: what matters is what it answered.
+    let _ = refused.write_all(body.as_bytes()).await;
+    let answered = response_head(&mut refused).await;
+    assert!(answered.starts_with("http/1.1 401"), "{answered}");
+    assert!(answered.contains("\r\nconnection: close\r\n"), "{answered}");
+
+    let mut kept = TcpStream::connect(("127.0.0.1", server.port)).await.unwrap();
+    for round in 0..2 {
+        kept.write_all(head(server.port, INITIALIZE.len(), "").as_bytes())
+            .await
+            .unwrap();
+        kept.write_all(INITIALIZE.as_bytes()).await.unwrap();
+        let answered = response_head(&mut kept).await;
+        assert!(answered.starts_with("http/1.1 200"), "{round}: {answered}");
+        assert!(!answered.contains("connection: close"), "{round}: {answered}");
+        // Its body whole (sized, or chunked as an event stream is), so the next head is next.
+        if let Some(length) = answered
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+        {
+            let mut rest = vec![0u8; length.trim().parse().unwrap()];
+            kept.read_exact(&mut rest).await.unwrap();
+        } else {
+            assert!(answered.contains("transfer-encoding: chunked"), "{answered}");
+            let mut rest = Vec::new();
+            let mut byte = [0u8; 1];
+            while !(rest.starts_with(b"0\r\n\r\n") || rest.ends_with(b"\r\n0\r\n\r\n")) {
+                assert!(kept.read(&mut byte).await.unwrap() > 0, "{round}: closed mid-body");
+                rest.push(byte[0]);
+            }
+        }
+    }
+}

@@ -221,9 +221,26 @@ impl Serve {
         // Nothing per connection beyond hyper's own state, its entry in `Connections` and a
         // clone of the router (reference counts): an unauthenticated connection costs no
         // session and no MCP work.
-        let service = self.app.map_request(move |mut request: Request<Incoming>| {
+        let app = self.app;
+        let service = tower::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(tagged.clone());
-            request
+            let app = app.clone();
+            async move {
+                let (request, read) = ReadToEnd::track(request);
+                let mut response = app.oneshot(request).await?;
+                // An answer given before the request's body was read (a 401, a 404, a refused
+                // Host): hyper then closes the connection rather than read the rest, but the
+                // head it wrote did not say so, and a client that sends its next request on the
+                // connection loses it ("Server disconnected without sending a response": the
+                // Python client's sign-in, about one run in six). Said, the client opens a new one.
+                if read.is_some_and(|read| !read.load(Ordering::Relaxed)) {
+                    response.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
         });
         let conn = self
             .builder
@@ -245,6 +262,58 @@ impl Serve {
             tracing::debug!(error = %e, "connection ended");
         }
         connection.closed();
+    }
+}
+
+/// A request's body that notes when it has been read to its end.
+struct ReadToEnd {
+    body: Incoming,
+    read: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ReadToEnd {
+    /// `request` with its body tracked, and the flag that says it was read; no flag for a
+    /// request without a body (nothing is left unread).
+    fn track(
+        request: Request<Incoming>,
+    ) -> (
+        Request<axum::body::Body>,
+        Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) {
+        use axum::body::HttpBody as _;
+        if request.body().is_end_stream() {
+            return (request.map(axum::body::Body::new), None);
+        }
+        let read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = read.clone();
+        (
+            request.map(|body| axum::body::Body::new(ReadToEnd { body, read })),
+            Some(flag),
+        )
+    }
+}
+
+impl axum::body::HttpBody for ReadToEnd {
+    type Data = axum::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None)) || self.body.is_end_stream() {
+            self.read.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
