@@ -821,7 +821,11 @@ async fn response_head(stream: &mut TcpStream) -> String {
             .await
             .expect("no response head within 10 s")
             .unwrap();
-        assert!(n > 0, "closed before a response head: {:?}", String::from_utf8_lossy(&buf));
+        assert!(
+            n > 0,
+            "closed before a response head: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
         buf.push(byte[0]);
     }
     String::from_utf8_lossy(&buf).to_lowercase()
@@ -840,7 +844,9 @@ async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
         r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
         "x".repeat(100_000)
     );
-    let mut refused = TcpStream::connect(("127.0.0.1", server.port)).await.unwrap();
+    let mut refused = TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
     let wrong = head(server.port, body.len(), "").replace(TOKEN, "not-the-token");
     refused.write_all(wrong.as_bytes()).await.unwrap();
     // The server may close before all of it is sent: what matters is what it answered.
@@ -849,7 +855,9 @@ async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
     assert!(answered.starts_with("http/1.1 401"), "{answered}");
     assert!(answered.contains("\r\nconnection: close\r\n"), "{answered}");
 
-    let mut kept = TcpStream::connect(("127.0.0.1", server.port)).await.unwrap();
+    let mut kept = TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
     for round in 0..2 {
         kept.write_all(head(server.port, INITIALIZE.len(), "").as_bytes())
             .await
@@ -857,7 +865,10 @@ async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
         kept.write_all(INITIALIZE.as_bytes()).await.unwrap();
         let answered = response_head(&mut kept).await;
         assert!(answered.starts_with("http/1.1 200"), "{round}: {answered}");
-        assert!(!answered.contains("connection: close"), "{round}: {answered}");
+        assert!(
+            !answered.contains("connection: close"),
+            "{round}: {answered}"
+        );
         // Its body whole (sized, or chunked as an event stream is), so the next head is next.
         if let Some(length) = answered
             .lines()
@@ -866,11 +877,17 @@ async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
             let mut rest = vec![0u8; length.trim().parse().unwrap()];
             kept.read_exact(&mut rest).await.unwrap();
         } else {
-            assert!(answered.contains("transfer-encoding: chunked"), "{answered}");
+            assert!(
+                answered.contains("transfer-encoding: chunked"),
+                "{answered}"
+            );
             let mut rest = Vec::new();
             let mut byte = [0u8; 1];
             while !(rest.starts_with(b"0\r\n\r\n") || rest.ends_with(b"\r\n0\r\n\r\n")) {
-                assert!(kept.read(&mut byte).await.unwrap() > 0, "{round}: closed mid-body");
+                assert!(
+                    kept.read(&mut byte).await.unwrap() > 0,
+                    "{round}: closed mid-body"
+                );
                 rest.push(byte[0]);
             }
         }
