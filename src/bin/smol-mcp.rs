@@ -2,6 +2,9 @@
 //! (stdin EOF) or the process is told to stop (SIGINT, SIGTERM, SIGHUP), the session's ephemeral
 //! machines are deleted and a smolvm serve this process started is stopped.
 
+#[path = "shared/http.rs"]
+mod http;
+
 use anyhow::Context;
 use smol_mcp::app::serve;
 use smol_mcp::process::config::Config;
@@ -41,6 +44,11 @@ enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Serve MCP over Streamable HTTP instead of stdio, as smol-mcp-http does
+    ///
+    /// For a launcher that can run only this package's `smol-mcp` (uvx, the MCP registry's
+    /// package entry). It needs SMOL_MCP_AUTH_TOKEN or SMOL_MCP_AUTH_ISSUER, as smol-mcp-http does.
+    Http(http::HttpArgs),
 }
 
 /// `smol-mcp doctor`: the same facts as the smol://targets resource, for a person.
@@ -87,14 +95,26 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if let Some(Command::Doctor { quick }) = command {
-        return match runtime.block_on(doctor(quick)) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("smol-mcp doctor: {e:#}");
-                ExitCode::from(1)
-            }
-        };
+    match command {
+        Some(Command::Doctor { quick }) => {
+            return match runtime.block_on(doctor(quick)) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("smol-mcp doctor: {e:#}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        Some(Command::Http(args)) => {
+            return match runtime.block_on(http::run(args)) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("smol-mcp http: {e:#}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        None => {}
     }
     // Started by hand, the server would wait in silence for a client that is not coming.
     if std::io::stdin().is_terminal() {
