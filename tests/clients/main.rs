@@ -10,6 +10,7 @@
 //! - jobs: background jobs followed past the clients' own request timeouts (Python, TS)
 //! - lifecycles: session and 2026-07-28 lifecycles, leases, the fleet question (Python, TS)
 //! - progress: progress notifications and log messages (in process, Python, TS)
+//! - registry: `server.json` against the MCP registry's schema and publish rules (Python)
 //! - resources: resources and log following under the TypeScript SDK and the Python client
 //! - signin: OAuth sign-in on `smol-mcp-http` against a real OpenID provider (TS SDK, Inspector,
 //!   Python), and each signed-in user's own machines, runs, jobs, keys, tasks and spend
@@ -30,6 +31,7 @@ mod idempotency;
 mod jobs;
 mod lifecycles;
 mod progress;
+mod registry;
 mod resources;
 mod signin;
 mod stdio;

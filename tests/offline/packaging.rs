@@ -95,3 +95,99 @@ fn the_readmes_first_screen_has_the_install_and_the_test_command() {
         Some("scripts/test.sh")
     );
 }
+
+/// The MCP registry's entry (`server.json`), the Python package, the crate and the README's
+/// ownership marker name one server and one version: the registry finds the PyPI release by
+/// the entry's version, and decides the package is this server's by the marker in its README.
+#[test]
+fn server_json_the_package_the_crate_and_the_readme_agree_on_name_and_version() {
+    let server: serde_json::Value = serde_json::from_str(&read("server.json")).unwrap();
+    let cargo = read("Cargo.toml");
+    let version = between(&cargo, "version = \"", "\"").unwrap();
+    let pyproject = read("pyproject.toml");
+    let package = between(&pyproject, "name = \"", "\"").unwrap();
+    // maturin takes the version from Cargo.toml: the Python package declares none of its own.
+    assert!(
+        pyproject.contains("dynamic = [\"version\"]") && !pyproject.contains("\nversion ="),
+        "pyproject.toml must take its version from Cargo.toml"
+    );
+    assert_eq!(server["version"], version);
+    let packages = server["packages"].as_array().unwrap();
+    assert!(!packages.is_empty());
+    for p in packages {
+        assert_eq!(p["registryType"], "pypi", "{p}");
+        assert_eq!(p["identifier"], package, "{p}");
+        assert_eq!(p["version"], version, "{p}");
+    }
+    let name = server["name"].as_str().unwrap();
+    assert_eq!(name.rsplit('/').next(), Some(package));
+    let marker = format!("<!-- mcp-name: {name} -->");
+    assert!(
+        read("README.md").lines().any(|l| l.trim() == marker),
+        "README.md must carry {marker}"
+    );
+    assert!(
+        read("pyproject.toml").contains("readme = \"README.md\""),
+        "PyPI's description (where the registry looks) is the README"
+    );
+}
+
+/// `smol-mcp http --port P`, which the registry's HTTP package entry runs (a launcher runs the
+/// package's `smol-mcp`): the same server as `smol-mcp-http`, on the port the flag names,
+/// behind its token, and refusing to start without one.
+#[tokio::test]
+async fn smol_mcp_http_serves_streamable_http_behind_its_token() {
+    let fake = crate::common::fake_serve::FakeServe::start().await;
+    let url = fake.url();
+    let runtime = tempfile::tempdir().unwrap();
+    let port = crate::common::real_serve::free_port();
+    let mut server = tokio::process::Command::new(crate::common::stdio::SERVER)
+        .args(["http", "--port", &port.to_string()])
+        .env_clear()
+        .envs(crate::common::stdio::server_env(
+            runtime.path(),
+            &[("SMOL_LOCAL_URL", &url), ("SMOL_MCP_AUTH_TOKEN", "http-sub-token")],
+        ))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(start.elapsed().as_secs() < 10, "smol-mcp http did not listen on {port}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let endpoint = format!("http://127.0.0.1:{port}/mcp");
+    let listed = crate::common::clients::stateless_request_to(
+        &endpoint,
+        "http-sub-token",
+        "tools/list",
+        serde_json::json!({}),
+        serde_json::json!({}),
+    )
+    .await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "run-command"), "{listed}");
+    let unauthorized = reqwest::Client::new()
+        .post(&endpoint)
+        .bearer_auth("not-the-token")
+        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorized.status(), 401);
+    server.start_kill().unwrap();
+    server.wait().await.unwrap();
+
+    let refused = tokio::process::Command::new(crate::common::stdio::SERVER)
+        .args(["http", "--port", &port.to_string()])
+        .env_clear()
+        .envs(crate::common::stdio::server_env(runtime.path(), &[("SMOL_LOCAL_URL", &url)]))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("SMOL_MCP_AUTH_TOKEN"), "{stderr}");
+}
