@@ -4,6 +4,9 @@
 
 use crate::common::clients::{python, repo};
 
+/// A change that makes an entry the registry refuses.
+type Breaks = fn(&mut serde_json::Value);
+
 fn check(server_json: &std::path::Path, readme: &std::path::Path) -> (bool, String) {
     let out = std::process::Command::new(python())
         .arg(repo().join("scripts/check-server-json.py"))
@@ -31,7 +34,7 @@ fn the_registry_entry_is_valid_and_a_broken_one_is_refused_by_name() {
     let good: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&entry).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let broken: [(&str, fn(&mut serde_json::Value)); 4] = [
+    let broken: [(&str, Breaks); 4] = [
         ("version", |v| v["version"] = "latest".into()),
         ("transport.url", |v| {
             v["packages"][1]["transport"]["url"] = "http://127.0.0.1:{port}/mcp".into()
@@ -52,7 +55,10 @@ fn the_registry_entry_is_valid_and_a_broken_one_is_refused_by_name() {
     let text = std::fs::read_to_string(&readme).unwrap();
     std::fs::write(
         &unmarked,
-        text.replace("mcp-name: io.github.smol-machines/smol-mcp", "mcp-name: other"),
+        text.replace(
+            "mcp-name: io.github.smol-machines/smol-mcp",
+            "mcp-name: other",
+        ),
     )
     .unwrap();
     let (ok, text) = check(&entry, &unmarked);

@@ -146,15 +146,24 @@ async fn smol_mcp_http_serves_streamable_http_behind_its_token() {
         .env_clear()
         .envs(crate::common::stdio::server_env(
             runtime.path(),
-            &[("SMOL_LOCAL_URL", &url), ("SMOL_MCP_AUTH_TOKEN", "http-sub-token")],
+            &[
+                ("SMOL_LOCAL_URL", &url),
+                ("SMOL_MCP_AUTH_TOKEN", "http-sub-token"),
+            ],
         ))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let start = std::time::Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(start.elapsed().as_secs() < 10, "smol-mcp http did not listen on {port}");
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "smol-mcp http did not listen on {port}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let endpoint = format!("http://127.0.0.1:{port}/mcp");
@@ -182,7 +191,10 @@ async fn smol_mcp_http_serves_streamable_http_behind_its_token() {
     let refused = tokio::process::Command::new(crate::common::stdio::SERVER)
         .args(["http", "--port", &port.to_string()])
         .env_clear()
-        .envs(crate::common::stdio::server_env(runtime.path(), &[("SMOL_LOCAL_URL", &url)]))
+        .envs(crate::common::stdio::server_env(
+            runtime.path(),
+            &[("SMOL_LOCAL_URL", &url)],
+        ))
         .stdin(std::process::Stdio::null())
         .output()
         .await
