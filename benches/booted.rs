@@ -1445,19 +1445,7 @@ async fn pool_info(raw: &Raw) -> Option<Value> {
 }
 
 async fn available_mb(raw: &Raw) -> f64 {
-    let v: Value = raw
-        .http
-        .get(format!("{}/capacity", raw.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["host_memory_available_mb"]
-        .as_f64()
-        .or(v["hostMemoryAvailableMb"].as_f64())
-        .unwrap_or(f64::NAN)
+    nested::host_memory_available_mb(&raw.base).await
 }
 
 async fn pool_full(raw: &Raw, limit: Duration) -> bool {

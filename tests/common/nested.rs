@@ -209,3 +209,20 @@ pub fn rest() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// The host memory the engine at `url` reports available (`/capacity`), in MiB; NaN when it
+/// says nothing of it.
+pub async fn host_memory_available_mb(url: &str) -> f64 {
+    let capacity: serde_json::Value = rest()
+        .get(format!("{url}/capacity"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    capacity["host_memory_available_mb"]
+        .as_f64()
+        .or(capacity["hostMemoryAvailableMb"].as_f64())
+        .unwrap_or(f64::NAN)
+}

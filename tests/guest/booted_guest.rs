@@ -1513,24 +1513,7 @@ async fn credentials_reach_only_their_hosts_on_the_real_guest() {
     let child = "mcp-cred-child";
     h.ok("branch-machine", json!({"name": name, "childName": child}))
         .await;
-    let before = server.events().len();
-    let from_child = h
-        .ok(
-            "run-command",
-            json!({"name": child, "command": request("creds.smol.test", "child")}),
-        )
-        .await;
-    assert!(
-        from_child["stdout"].as_str().unwrap().contains("502"),
-        "{from_child}"
-    );
-    let after: Vec<Value> = server.events().split_off(before);
-    assert!(
-        after
-            .iter()
-            .any(|e| e["event"] == "handshake" && e["sni"] == "creds.smol.test"),
-        "the child's request went upstream with the value: {after:?}"
-    );
+    goes_upstream(&h, &server, child, request("creds.smol.test", "child")).await;
     assert_eq!(h.protocol.process().credentials.bound_to(child), ["tok"]);
 
     // Made a base, the machine's child (create-machine base) holds the binding its user gave
@@ -1553,24 +1536,13 @@ async fn credentials_reach_only_their_hosts_on_the_real_guest() {
         placeholders["stdout"], "1\nTOK=SMOL_PLACEHOLDER_\n",
         "{placeholders}"
     );
-    let before = server.events().len();
-    let from_base_child = h
-        .ok(
-            "run-command",
-            json!({"name": base_child, "command": request("creds.smol.test", "base-child")}),
-        )
-        .await;
-    assert!(
-        from_base_child["stdout"].as_str().unwrap().contains("502"),
-        "{from_base_child}"
-    );
-    let after: Vec<Value> = server.events().split_off(before);
-    assert!(
-        after
-            .iter()
-            .any(|e| e["event"] == "handshake" && e["sni"] == "creds.smol.test"),
-        "the base child's request went upstream with the value: {after:?}"
-    );
+    goes_upstream(
+        &h,
+        &server,
+        base_child,
+        request("creds.smol.test", "base-child"),
+    )
+    .await;
     assert_eq!(
         h.protocol.process().credentials.bound_to(base_child),
         ["tok"]
@@ -1623,6 +1595,27 @@ async fn credentials_reach_only_their_hosts_on_the_real_guest() {
     // The session's end leaves the base; it goes by a delete once its children are gone.
     cleanup(&h).await;
     h.ok("delete-machine", json!({"name": name})).await;
+}
+
+/// `request` (to the bound host) from `machine`: the engine's interceptor went upstream with the
+/// value (a TLS handshake for that name at the test host's server) and, refusing the test
+/// server's certificate, answered 502.
+async fn goes_upstream(h: &Harness, server: &HostServer, machine: &str, request: String) {
+    let before = server.events().len();
+    let answered = h
+        .ok("run-command", json!({"name": machine, "command": request}))
+        .await;
+    assert!(
+        answered["stdout"].as_str().unwrap().contains("502"),
+        "{machine}: {answered}"
+    );
+    let after: Vec<Value> = server.events().split_off(before);
+    assert!(
+        after
+            .iter()
+            .any(|e| e["event"] == "handshake" && e["sni"] == "creds.smol.test"),
+        "{machine}'s request went upstream with the value: {after:?}"
+    );
 }
 
 /// A network "ask" machine on the real guest: a command refused two addresses; the user allows
@@ -2316,20 +2309,14 @@ async fn a_base_outlives_its_session_and_server_and_its_children_start_where_set
     cleanup(&second).await;
 }
 
-/// The host memory the engine reports available (`/capacity`), in MiB.
+/// The host memory the nested engine reports available, in MiB.
 async fn host_memory_available_mb() -> f64 {
-    let capacity: Value = crate::common::nested::rest()
-        .get(format!("{}/capacity", nested().url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    capacity["host_memory_available_mb"]
-        .as_f64()
-        .or(capacity["hostMemoryAvailableMb"].as_f64())
-        .unwrap_or_else(|| panic!("no available memory in {capacity}"))
+    let mb = crate::common::nested::host_memory_available_mb(&nested().url).await;
+    assert!(
+        mb.is_finite(),
+        "the engine's /capacity says no available memory"
+    );
+    mb
 }
 
 /// `parkIdleSecs` on the real guest: a machine no call named for that long and that runs
