@@ -79,6 +79,17 @@ async fn engine_listing_at(url: &str) -> Value {
         .unwrap()
 }
 
+/// One machine's entry in the engine's own listing (its state, process and memory figures).
+async fn engine_entry(name: &str) -> Value {
+    engine_listing().await["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("the engine does not list {name}"))
+}
+
 /// The machines the engine itself lists, by name.
 async fn engine_machines() -> Vec<String> {
     let list = engine_listing().await;
@@ -2341,6 +2352,12 @@ async fn an_idle_machine_is_parked_and_the_next_command_starts_it_on_the_real_gu
     )
     .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
+    let held_before = engine_entry(&idle).await;
+    eprintln!("booted_guest: the idle machine before parking: {held_before}");
+    assert!(
+        held_before["pid"].as_i64().is_some() && held_before["rssMb"].as_i64() > Some(0),
+        "a running machine should show its process and memory: {held_before}"
+    );
     let before = host_memory_available_mb().await;
     let parked = h.protocol.policy.park_idle_once().await;
     let parked: Vec<(String, String)> = parked
@@ -2364,17 +2381,22 @@ async fn an_idle_machine_is_parked_and_the_next_command_starts_it_on_the_real_gu
             && states.contains(&(working.clone(), "running".to_owned())),
         "{states:?}"
     );
-    // The engine's figure moves as the VM's pages go back; a few seconds for it to show.
-    let mut freed = 0.0;
-    for _ in 0..10 {
-        freed = host_memory_available_mb().await - before;
-        if freed >= 32.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    eprintln!("booted_guest: parking a 256 MiB machine gave the host {freed:.0} MiB back");
-    assert!(freed >= 32.0, "only {freed:.0} MiB came back");
+    // What parking promises is that the machine's VM process is gone and holds no memory:
+    // the engine's own per-machine figures say so. The host-wide `/capacity` delta is only
+    // printed: other work on the host (CI runs install checks beside these tests) moves it by
+    // tens of MiB either way, so it cannot be a bound.
+    let held_after = engine_entry(&idle).await;
+    eprintln!("booted_guest: the idle machine after parking: {held_after}");
+    assert!(
+        held_after["pid"].as_i64().is_none() && held_after["rssMb"].as_i64().unwrap_or(0) == 0,
+        "a parked machine should hold no process and no memory: {held_after}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let freed = host_memory_available_mb().await - before;
+    eprintln!(
+        "booted_guest: parking a 256 MiB machine (RSS {} MiB) moved the host's available memory by {freed:.0} MiB",
+        held_before["rssMb"]
+    );
 
     let back = h
         .ok(
