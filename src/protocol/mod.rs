@@ -11,6 +11,7 @@ pub mod follow;
 pub mod http;
 pub mod resources;
 pub mod server;
+pub mod skills;
 pub mod tasks;
 
 use crate::policy::Policy;

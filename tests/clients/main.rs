@@ -34,6 +34,7 @@ mod progress;
 mod registry;
 mod resources;
 mod signin;
+mod skills;
 mod stdio;
 mod streaming;
 mod tasks;

@@ -72,6 +72,7 @@ mod packaging;
 mod parking;
 mod resources;
 mod restart;
+mod skills;
 mod stdio_framing;
 mod tool_catalog;
 mod tools_cloud;

@@ -136,7 +136,26 @@ async fn the_resources_templates_and_capabilities_are_listed() {
 
     let listed = s.client.list_all_resources().await.unwrap();
     let uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
-    assert_eq!(uris, ["smol://targets", "smol://runs"]);
+    // The server's own resources, then the skills' files this server's settings offer (no
+    // host directory and no secret here: neither workspace-in nor credentials-unseen).
+    assert_eq!(
+        uris,
+        [
+            "smol://targets",
+            "smol://runs",
+            "skill://set-up-once-fork-many/SKILL.md",
+            "skill://fan-out-compare-keep/SKILL.md",
+            "skill://egress-the-user-widens/SKILL.md",
+            "skill://long-jobs-and-tasks/SKILL.md",
+            "skill://terminals-and-services/SKILL.md",
+        ]
+    );
+    assert!(
+        listed[2..]
+            .iter()
+            .all(|r| r.mime_type.as_deref() == Some("text/markdown")),
+        "{listed:?}"
+    );
     assert_eq!(listed[0].mime_type.as_deref(), Some("application/json"));
     let templates = s.client.list_all_resource_templates().await.unwrap();
     let templates: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();

@@ -15,10 +15,11 @@ use crate::protocol::{Protocol, answer, is_stateless, tasks, user_of};
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-    CompleteResult, GetTaskParams, GetTaskResult, Implementation, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig,
-    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
+    CompleteResult, GetSkillRequestParams, GetSkillResult, GetTaskParams, GetTaskResult,
+    Implementation, ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -101,6 +102,15 @@ impl SmolMcp {
         &self.protocol
     }
 
+    /// Which skills this server's settings let work.
+    fn skills_offered(&self) -> crate::protocol::skills::Offered {
+        crate::protocol::skills::Offered::of(
+            self.protocol.mode(),
+            !self.protocol.config().mount_allow.is_empty(),
+            !self.protocol.process().credentials.bindings().is_empty(),
+        )
+    }
+
     fn instructions(&self) -> String {
         let process = self.protocol.process();
         let now = crate::process::ephemeral::now_secs();
@@ -115,7 +125,7 @@ impl SmolMcp {
                     .collect()
             })
             .unwrap_or_default();
-        instructions::instructions(
+        let mut text = instructions::instructions(
             self.protocol.mode(),
             process.credentials.bindings(),
             !self.protocol.config().mount_allow.is_empty(),
@@ -125,7 +135,10 @@ impl SmolMcp {
                 kept_secs: self.protocol.config().kept_machine_secs,
                 kept_now,
             },
-        )
+        );
+        text.push_str("\n\n");
+        text.push_str(&crate::protocol::skills::pointer(self.skills_offered()));
+        text
     }
 }
 
@@ -149,6 +162,8 @@ impl ServerHandler for SmolMcp {
                 // SEP-2663: a long run-command or run-once becomes a task for a client that
                 // declares the extension too (`tasks`).
                 .enable_tasks()
+                // SEP-2640: the workflows as skills (protocol::skills), served as resources.
+                .enable_skills()
                 .build(),
         )
         .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
@@ -193,9 +208,30 @@ impl ServerHandler for SmolMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(ListResourcesResult::with_all_items(
-            crate::protocol::resources::list(&self.protocol),
+        let mut resources = crate::protocol::resources::list(&self.protocol);
+        resources.extend(crate::protocol::skills::resources(self.skills_offered()));
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn list_skills(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, ErrorData> {
+        Ok(ListSkillsResult::with_all_items(
+            crate::protocol::skills::list(self.skills_offered())?,
         ))
+    }
+
+    async fn get_skill(
+        &self,
+        request: GetSkillRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetSkillResult, ErrorData> {
+        Ok(GetSkillResult::new(crate::protocol::skills::get(
+            self.skills_offered(),
+            &request.uri,
+        )?))
     }
 
     async fn list_resource_templates(
@@ -213,6 +249,10 @@ impl ServerHandler for SmolMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        if crate::protocol::skills::is_skill_uri(&request.uri) {
+            let contents = crate::protocol::skills::read(self.skills_offered(), &request.uri)?;
+            return Ok(ReadResourceResult::new(contents).into());
+        }
         let user = user_of(&context);
         let contents = crate::protocol::resources::read(
             &self.protocol,
