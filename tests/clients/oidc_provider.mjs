@@ -5,17 +5,42 @@
 // themselves, signing in as the `login_hint` of the authorization request (else "alice") and
 // granting what was asked, so that a test's "browser" only follows redirects.
 //
-// Argument: a JSON plan {"resources": [urls], "scopes": [names]}; a resource ending in `*`
-// stands for every URL it begins (so that a token can be asked for a server other than the
-// one under test, whose audience that server must refuse). Prints {"issuer": url} once
-// it listens, then serves until killed or its stdin closes.
+// Argument: a JSON plan {"resources": [urls], "scopes": [names], "registration": bool,
+// "cimd": {"origin", "ca"}}; a resource ending in `*` stands for every URL it begins (so that a
+// token can be asked for a server other than the one under test, whose audience that server
+// must refuse). `registration` (default true) is dynamic client registration; `cimd` turns on
+// Client ID Metadata Documents (oidc-provider's clientIdMetadataDocument, draft 02) for client
+// ids under `origin`, fetched over HTTPS trusting the PEM certificate `ca` (the test's own
+// loopback host, tests/clients/cimd_host.mjs). Prints {"issuer": url} once it listens, then
+// serves until killed or its stdin closes.
 import Provider from 'oidc-provider';
 import http from 'node:http';
 import { generateKeyPairSync } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 
 const plan = JSON.parse(process.argv[2] ?? '{}');
 const resources = plan.resources ?? [];
 const scopes = plan.scopes ?? [];
+const cimd = plan.cimd;
+
+// The provider fetches a metadata document through `fetch` with a dispatcher of its own that
+// refuses loopback and private addresses (its SSRF guard), which a document on the test's
+// loopback host is. For the test's origin alone, a dispatcher that trusts the test's
+// certificate takes its place; every other URL keeps the guard.
+let fetchOption = {};
+if (cimd) {
+  await fetch('data:,');
+  const Agent = globalThis[Symbol.for('undici.globalDispatcher.1')].constructor;
+  const trusting = new Agent({ connect: { ca: readFileSync(cimd.ca) } });
+  fetchOption = {
+    fetch: (url, options) => {
+      if (String(url).startsWith(`${cimd.origin}/`)) {
+        return globalThis.fetch(url, { ...options, dispatcher: trusting });
+      }
+      return globalThis.fetch(url, options);
+    },
+  };
+}
 
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: 'test-rs256', alg: 'RS256', use: 'sig' };
@@ -29,7 +54,10 @@ const provider = new Provider(issuer, {
   scopes: ['openid', 'offline_access', ...scopes],
   features: {
     devInteractions: { enabled: false },
-    registration: { enabled: true },
+    registration: { enabled: plan.registration ?? true },
+    clientIdMetadataDocument: cimd
+      ? { enabled: true, ack: 'draft-02', allowFetch: (_ctx, clientId) => clientId.startsWith(`${cimd.origin}/`) }
+      : { enabled: false },
     resourceIndicators: {
       enabled: true,
       defaultResource: () => resources.find((r) => !r.endsWith('*')),
@@ -53,6 +81,7 @@ const provider = new Provider(issuer, {
   clientBasedCORS: () => true,
   interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
   findAccount: (_ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
+  ...fetchOption,
 });
 
 const callback = provider.callback();

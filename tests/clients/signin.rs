@@ -6,7 +6,7 @@
 
 use crate::common::clients::{HttpServer, clients_dir, run_node};
 use crate::common::fake_serve::FakeServe;
-use crate::common::oidc::{Issuer, OTHER_SCOPE, SCOPE};
+use crate::common::oidc::{CimdHost, Issuer, OTHER_SCOPE, SCOPE};
 use crate::common::real_serve::free_port;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -967,5 +967,132 @@ async fn each_user_holds_only_their_share_of_sessions_and_jobs() {
     assert_eq!(
         started["result"]["isError"], false,
         "bob's own share: {started}"
+    );
+}
+
+/// A client's metadata as its Client ID Metadata Document says it: a public native client with
+/// the redirect the test clients use (PKCE, no secret).
+fn public_client(name: &str) -> Value {
+    json!({
+        "client_name": name,
+        "redirect_uris": ["http://127.0.0.1:1/callback"],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+        "application_type": "native",
+    })
+}
+
+/// Sign-in without registration (MCP 2026-07-28's preferred way, Client ID Metadata Documents):
+/// the provider has dynamic registration off, so a client gets in only as the HTTPS URL of its
+/// metadata document, which the provider fetches from the test's loopback host. The Python
+/// client on both lifecycles and the TypeScript SDK sign in so, each token's client_id is its
+/// document's URL, and each document was fetched from the host; a client that has no document
+/// there (and may not register) gets no token.
+#[tokio::test]
+async fn clients_sign_in_by_their_metadata_documents_without_registering() {
+    let host = CimdHost::start(json!({
+        "python": public_client("smol-mcp sign-in test (Python)"),
+        "typescript": public_client("smol-mcp sign-in test (TypeScript)"),
+        "posing": {"client_id": "https://claude.ai/oauth/client.json", "client_name": "posing",
+                   "redirect_uris": ["http://127.0.0.1:1/callback"], "token_endpoint_auth_method": "none"},
+    }))
+    .await;
+    let issuer = Issuer::start_for_metadata_documents(&host).await;
+    let discovery: Value = reqwest::get(format!(
+        "{}/.well-known/oauth-authorization-server",
+        issuer.url
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            &discovery["client_id_metadata_document_supported"],
+            &discovery["registration_endpoint"]
+        ),
+        (&json!(true), &Value::Null),
+        "{discovery}"
+    );
+    let fake = FakeServe::start().await;
+    let (server, _rt) = signed_in_server(&issuer, &fake, "").await;
+    let python_id = host.url("python");
+    for (user, mode) in [("alice", "legacy"), ("bob", "auto")] {
+        let report = crate::common::clients::run_python(
+            "signin_py.py",
+            &json!({"url": server.url, "user": user, "mode": mode, "clientMetadataUrl": python_id,
+                    "calls": [{"tool": "list-machines", "args": {}}]}),
+        )
+        .await;
+        assert_eq!(
+            (&report["subject"], &report["clientId"]),
+            (&json!(user), &json!(python_id)),
+            "{mode}: {report}"
+        );
+        assert_eq!(report["calls"][0]["isError"], false, "{mode}: {report}");
+    }
+    let typescript_id = host.url("typescript");
+    let report = run_node(
+        "ts_signin.mjs",
+        &json!({"url": server.url, "user": "erin", "clientMetadataUrl": typescript_id,
+                "calls": [{"name": "list-machines"}]}),
+    )
+    .await;
+    assert_eq!(
+        (&report["subject"], &report["clientId"], &report["audience"]),
+        (&json!("erin"), &json!(typescript_id), &json!(server.url)),
+        "{report}"
+    );
+    assert_eq!(report["results"][0]["isError"], false, "{report}");
+    let fetched = host.fetched();
+    for document in ["/clients/python.json", "/clients/typescript.json"] {
+        assert!(
+            fetched.iter().any(|f| f == document),
+            "the provider fetched {fetched:?}"
+        );
+    }
+    // Refused at the authorization request, before any sign-in page: a client id whose
+    // document is not there (and registration is off), and a document that names another
+    // client id than its own URL (one client posing as another).
+    let authorize = |client_id: String| {
+        let mut url = reqwest::Url::parse(&format!("{}/auth", issuer.url)).unwrap();
+        url.query_pairs_mut()
+            .append_pair("client_id", &client_id)
+            .append_pair("response_type", "code")
+            .append_pair("redirect_uri", "http://127.0.0.1:1/callback")
+            .append_pair("scope", SCOPE)
+            .append_pair(
+                "code_challenge",
+                "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+            )
+            .append_pair("code_challenge_method", "S256");
+        url
+    };
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let missing = format!("{}/clients/mallory.json", host.origin);
+    let posing = host.url("posing");
+    for client_id in [missing, posing] {
+        let answer = browser
+            .get(authorize(client_id.clone()))
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status();
+        let body = answer.text().await.unwrap();
+        assert!(
+            status.is_client_error() && body.contains("invalid_client"),
+            "{client_id}: {status} {body}"
+        );
+    }
+    let allowed = browser.get(authorize(python_id)).send().await.unwrap();
+    assert_eq!(
+        allowed.status(),
+        303,
+        "the same request with a real document goes on to sign-in"
     );
 }

@@ -5,8 +5,11 @@ this script only plays the user's browser, as `plan["user"]`, against the test p
 pages answer themselves (tests/clients/oidc_provider.mjs).
 
 Usage: signin_py.py PLAN_JSON
-PLAN_JSON: {"url": ..., "user": ..., "mode": "auto"|"legacy", "calls": [{"tool": ..., "args": {...}}]}
-Prints {"tools", "calls", "subject"} (the subject read from the access token the client got).
+PLAN_JSON: {"url": ..., "user": ..., "mode": "auto"|"legacy", "calls": [{"tool": ..., "args": {...}}],
+"clientMetadataUrl": ...}; with clientMetadataUrl the client identifies itself by that Client ID
+Metadata Document (the SDK's client_metadata_url) where the provider supports them, instead of
+registering.
+Prints {"tools", "calls", "subject", "clientId"} (read from the access token the client got).
 """
 
 import asyncio
@@ -86,6 +89,7 @@ async def main() -> None:
         storage=storage,
         redirect_handler=browse,
         callback_handler=came_back,
+        client_metadata_url=plan.get("clientMetadataUrl"),
     )
     transport = streamable_http_client(plan["url"], http_client=create_mcp_http_client(auth=auth))
     out = {"tools": [], "calls": []}
@@ -100,6 +104,7 @@ async def main() -> None:
     payload = storage.tokens.access_token.split(".")[1]
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     out["subject"] = claims["sub"]
+    out["clientId"] = claims.get("client_id")
     print(json.dumps(out))
 
 

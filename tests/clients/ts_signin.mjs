@@ -4,8 +4,10 @@
 // browser (oauth_browser.mjs), as `plan.user`. Then it lists the tools and makes the calls of
 // the plan as that user, over the 2025-11-25 session the SDK opens.
 //
-// Plan: {"url", "user", "calls": [{"name", "arguments"}]}. Prints {"tools", "results",
-// "audience", "subject"} (the last two read from the access token the SDK was given).
+// Plan: {"url", "user", "calls": [{"name", "arguments"}], "clientMetadataUrl"}; with
+// clientMetadataUrl the SDK identifies the client by that Client ID Metadata Document where the
+// provider supports them, instead of registering. Prints {"tools", "results", "audience",
+// "subject", "clientId"} (the last three read from the access token the SDK was given).
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
@@ -16,6 +18,7 @@ const redirect = 'http://127.0.0.1:1/callback';
 
 class InMemoryProvider {
   get redirectUrl() { return redirect; }
+  get clientMetadataUrl() { return plan.clientMetadataUrl; }
   get clientMetadata() {
     return {
       client_name: 'smol-mcp sign-in test',
@@ -55,4 +58,4 @@ for (const call of plan.calls ?? []) {
 }
 await client.close();
 const claims = JSON.parse(Buffer.from(provider.saved.access_token.split('.')[1], 'base64url').toString());
-process.stdout.write(JSON.stringify({ tools, results, audience: claims.aud, subject: claims.sub }) + '\n');
+process.stdout.write(JSON.stringify({ tools, results, audience: claims.aud, subject: claims.sub, clientId: claims.client_id }) + '\n');

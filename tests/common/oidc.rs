@@ -23,29 +23,28 @@ impl Issuer {
     /// A provider that issues tokens for any loopback resource (a test server's, or another's
     /// that the server under test must refuse), with the scopes [`SCOPE`] and [`OTHER_SCOPE`].
     pub async fn start() -> Issuer {
-        let plan = json!({"resources": ["http://127.0.0.1:*"], "scopes": [SCOPE, OTHER_SCOPE]});
-        let mut child = Command::new("node")
-            .arg(clients_dir().join("oidc_provider.mjs"))
-            .arg(plan.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let first = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("the OpenID provider did not start within 30 s")
-            .unwrap()
-            .expect("the OpenID provider exited before listening");
-        let started: Value = serde_json::from_str(&first).unwrap();
-        // Read on, so that the provider never writes into a closed pipe (EPIPE ends it).
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Issuer::start_with(json!({})).await
+    }
+
+    /// The same provider with dynamic registration off and Client ID Metadata Documents on,
+    /// for client ids on `host`'s origin: a client signs in only by its document.
+    pub async fn start_for_metadata_documents(host: &CimdHost) -> Issuer {
+        Issuer::start_with(json!({
+            "registration": false,
+            "cimd": {"origin": host.origin, "ca": host.ca},
+        }))
+        .await
+    }
+
+    async fn start_with(extra: Value) -> Issuer {
+        let mut plan = json!({"resources": ["http://127.0.0.1:*"], "scopes": [SCOPE, OTHER_SCOPE]});
+        if let (Some(plan), Value::Object(extra)) = (plan.as_object_mut(), extra) {
+            plan.extend(extra);
+        }
+        let (child, first, _) = start_node("oidc_provider.mjs", &plan, "the OpenID provider").await;
         Issuer {
             _child: child,
-            url: started["issuer"].as_str().unwrap().to_owned(),
+            url: first["issuer"].as_str().unwrap().to_owned(),
         }
     }
 
@@ -55,5 +54,87 @@ impl Issuer {
         let plan = json!({"issuer": self.url, "resource": resource, "user": user, "scope": scope});
         let answer = super::clients::run_node("oauth_token.mjs", &plan).await;
         answer["access_token"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Starts a Node script of tests/clients with `plan`, answers the first line it prints (JSON)
+/// and reads the rest into a list the caller may look at.
+async fn start_node(
+    script: &str,
+    plan: &Value,
+    what: &str,
+) -> (Child, Value, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    let mut child = Command::new("node")
+        .arg(clients_dir().join(script))
+        .arg(plan.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not start within 30 s"))
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what} exited before listening"));
+    let started: Value = serde_json::from_str(&first).unwrap();
+    let later = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = later.clone();
+    // Read on, so that the script never writes into a closed pipe (EPIPE ends it).
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(value) = serde_json::from_str(&line) {
+                kept.lock().unwrap().push(value);
+            }
+        }
+    });
+    (child, started, later)
+}
+
+/// Clients' Client ID Metadata Documents on an HTTPS host of the test's own on loopback
+/// (tests/clients/cimd_host.mjs), each document's client_id its own URL.
+pub struct CimdHost {
+    _child: Child,
+    pub origin: String,
+    /// The PEM file of its self-signed certificate, which the provider trusts.
+    pub ca: String,
+    urls: Value,
+    fetched: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl CimdHost {
+    /// Serves `clients`: name to metadata (client_id left out: the URL is filled in).
+    pub async fn start(clients: Value) -> CimdHost {
+        let (child, first, fetched) = start_node(
+            "cimd_host.mjs",
+            &json!({"clients": clients}),
+            "the metadata host",
+        )
+        .await;
+        CimdHost {
+            _child: child,
+            origin: first["origin"].as_str().unwrap().to_owned(),
+            ca: first["ca"].as_str().unwrap().to_owned(),
+            urls: first["urls"].clone(),
+            fetched,
+        }
+    }
+
+    /// The URL of `name`'s document: the client's id.
+    pub fn url(&self, name: &str) -> String {
+        self.urls[name].as_str().unwrap().to_owned()
+    }
+
+    /// The paths fetched so far, in order.
+    pub fn fetched(&self) -> Vec<String> {
+        self.fetched
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|line| line["fetched"].as_str().map(str::to_owned))
+            .collect()
     }
 }
