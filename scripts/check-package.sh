@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The server as a Python package (pyproject.toml: maturin's "bin" bindings), installed as a
 # newcomer installs it, on Debian's own python3:
-#  1. the wheel: built from this checkout by pip in a virtualenv of Debian's python3 (maturin from
+#  0. the portable wheel: manylinux_2_28, built with maturin and Zig and checked by auditwheel
+#     (scripts/build-wheel.sh: its own release build, in target/wheel), then installed with pipx
+#     (the README's wheel block) and with uv on a PATH with no compiler, each answering a client
+#     (scripts/check-wheel.sh);
+#  1. the wheel built from the clone: built from this checkout by pip in a virtualenv of Debian's python3 (maturin from
 #     PyPI in pip's isolated build environment), then installed from the file into a fresh
 #     virtualenv, which brings the engine with it (smolmachines from PyPI); `smol-mcp doctor
 #     --quick` there must say the engine was installed with smol-mcp, and one stdio session of the
@@ -9,12 +13,14 @@
 #  2. the README's one install command, the block marked `<!-- user-path: package -->`, run as
 #     written on a clean home with Debian's python3 and pipx, then each client entry of the README
 #     through the official Python client, the server found on PATH in ~/.local/bin.
-# Prints the figures docs/benchmarks.md records ("check-package: figure: ..."): the wheel's size,
-# its install time from the file, and the README command's time.
+# Prints the figures docs/benchmarks.md records ("check-package: figure: ...", "check-wheel:
+# figure: ..."): the wheels' sizes, the portable wheel's build time and its time from the file to
+# a first answered tool call, the clone's wheel's install time, and the README command's time.
 #
 # Needs network access to PyPI, the Python MCP client in .venv, and Debian's python3,
-# python3-venv and pipx (scripts/test.sh installs them). Both builds share target/user-path with
-# scripts/check-user-path.sh, so after it they compile nothing but what differs.
+# python3-venv and pipx (scripts/test.sh installs them). The clone's two builds share
+# target/user-path with scripts/check-user-path.sh, so after it they compile nothing but what
+# differs; the portable wheel cannot share it (another target triple, Zig's C compiler).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -45,6 +51,15 @@ doctor_finds_its_engine() {
   echo "$report" | grep -q "installed with smol-mcp" \
     || die "$1 doctor --quick did not find the engine installed with it"
 }
+
+# 0. The portable wheel (manylinux_2_28, built with maturin and Zig and checked by auditwheel:
+# scripts/build-wheel.sh), installed where no compiler is reachable, with pipx as the README's
+# wheel block says and with uv, and answering (scripts/check-wheel.sh).
+started=$SECONDS
+portable="$(scripts/build-wheel.sh)"
+echo "$check_name: figure: the portable wheel built in $((SECONDS - started)) s: ${portable##*/}," \
+  "$(stat -c %s "$portable") bytes" >&2
+scripts/check-wheel.sh "$portable"
 
 # 1. The wheel, built and installed from its file.
 started=$SECONDS

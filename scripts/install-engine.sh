@@ -1,37 +1,40 @@
 #!/usr/bin/env bash
 # Installs the smolvm engine the local fleet runs. It ships only inside the `smolmachines` wheel
 # on PyPI (as smol/smol-vmm, with the libraries and images it loads beside it), and that wheel
-# puts nothing on PATH. This script downloads the pinned wheel for this platform straight from
-# PyPI with python3's standard library (no pip, no virtualenv: an "externally managed" system
-# python3 is fine), checks its sha256 against the table below, and unpacks the engine into
+# puts nothing on PATH. This script has pip download the pinned wheel for this platform by name,
+# version and sha256 (pip's hash-checking mode, so pip refuses any other file), from whichever
+# index this machine's pip is set up for: PyPI, or the mirror or proxy that PIP_INDEX_URL,
+# pip.conf or the like name. It keeps no index address of its own. It checks the sha256 again,
+# and unpacks the engine into
 #
 #   ${XDG_DATA_HOME:-$HOME/.local/share}/smol-mcp/engine/<version>/smol-vmm
 #
 # where the server looks for it. Prints the engine's path on stdout, progress on stderr. Safe to
-# re-run: an engine already unpacked from the same wheel is left as it is.
+# re-run: an engine already unpacked from the same wheel is left as it is. It only downloads with
+# pip, never installs, so an "externally managed" system python3 is fine; without `python3 -m pip`
+# it makes a throwaway virtualenv for pip (python3's venv module).
 #
 #   scripts/install-engine.sh                  # smolmachines 1.32.2, the version the server pins
 #   scripts/install-engine.sh 1.14.3           # another pinned version
 #   scripts/install-engine.sh --into DIR [V]   # unpack into DIR instead (scripts/fetch-smolvm.sh)
 #
-# The download honours HTTPS_PROXY/https_proxy (and NO_PROXY), and SSL_CERT_FILE/SSL_CERT_DIR for
-# the certificates to trust, as python3's urllib does.
+# The download is pip's: it honours pip's configuration and environment (PIP_INDEX_URL,
+# PIP_CERT, HTTPS_PROXY and the rest).
 set -euo pipefail
 
 prog=install-engine
 default_version=1.32.2
 
-# The pinned wheels: version, platform, sha256 of the wheel file, its URL on PyPI. From PyPI's
-# JSON API (https://pypi.org/pypi/smolmachines/json: releases.<version>[].digests.sha256 and
-# url; the simple index https://pypi.org/simple/smolmachines/ gives the same #sha256=). PyPI has
-# no macOS x86_64 wheel, and the Linux wheels need glibc (manylinux_2_28, 1.14.3 manylinux_2_34).
+# The pinned wheels: version, platform, the glibc floor of its manylinux tag (- for macOS), and
+# the sha256 of the wheel file, from PyPI's JSON API (releases.<version>[].digests.sha256) or the
+# simple index's #sha256=. PyPI has no macOS x86_64 wheel, and the Linux wheels need glibc.
 pins='
-1.32.2 linux-x86_64  81b104e2622aa0b187b6b7054397c391151b83db2638a16d0e54c517684f0dc2 https://files.pythonhosted.org/packages/31/23/2c35aaef4499dd5a9737a505166c074309af1c949f9507a5307c4d2d3511/smolmachines-1.32.2-cp39-abi3-manylinux_2_28_x86_64.whl
-1.32.2 linux-aarch64 5cdd53c71369f149639f00197ce9deaafd204d2bda03b323b1ae3ee35ba4cf8b https://files.pythonhosted.org/packages/a5/44/dc733c4a971b1eb2e6d1f13efd843687e175706204680575e60765fbf78d/smolmachines-1.32.2-cp39-abi3-manylinux_2_28_aarch64.whl
-1.32.2 macos-arm64   af690651bd2d2e329f3ab15d35acd7037a3a94581b3f79c08d1df867e8ef54f9 https://files.pythonhosted.org/packages/7e/34/bc2e334f424aef28cb623e0af08d274e4e17429a762c113631e150e04b0f/smolmachines-1.32.2-cp39-abi3-macosx_11_0_arm64.whl
-1.14.3 linux-x86_64  d26b0d9b310a0d5483314198a02be3d60a60dfeb5677f11b6703277b2e65ee28 https://files.pythonhosted.org/packages/ad/67/69ee6bf4cd3560433c55410900d3d12d7727d62827490b3aecfa6d041858/smolmachines-1.14.3-cp39-abi3-manylinux_2_34_x86_64.whl
-1.14.3 linux-aarch64 4ce4b78b031af4a45714dc17d84142056e3e5906890fd46c21baea4e06b3bdb4 https://files.pythonhosted.org/packages/1c/c0/60892c07f2575e05cf0735dcc26fd489ef9d62c5c4e4311c8006656c868e/smolmachines-1.14.3-cp39-abi3-manylinux_2_34_aarch64.whl
-1.14.3 macos-arm64   0efbcc6bf9cc1e8e0ce506c21b03739327200799c2cb521d8d09760159ec151d https://files.pythonhosted.org/packages/7b/eb/fa883fa5ff95bab4403242f684d62b3e747b8dae9ebb6fa0b07f8dcc2a39/smolmachines-1.14.3-cp39-abi3-macosx_11_0_arm64.whl
+1.32.2 linux-x86_64  2.28 81b104e2622aa0b187b6b7054397c391151b83db2638a16d0e54c517684f0dc2
+1.32.2 linux-aarch64 2.28 5cdd53c71369f149639f00197ce9deaafd204d2bda03b323b1ae3ee35ba4cf8b
+1.32.2 macos-arm64   -    af690651bd2d2e329f3ab15d35acd7037a3a94581b3f79c08d1df867e8ef54f9
+1.14.3 linux-x86_64  2.34 d26b0d9b310a0d5483314198a02be3d60a60dfeb5677f11b6703277b2e65ee28
+1.14.3 linux-aarch64 2.34 4ce4b78b031af4a45714dc17d84142056e3e5906890fd46c21baea4e06b3bdb4
+1.14.3 macos-arm64   -    0efbcc6bf9cc1e8e0ce506c21b03739327200799c2cb521d8d09760159ec151d
 '
 
 log() { echo "$prog: $*" >&2; }
@@ -82,11 +85,11 @@ esac
 platform="$os-$arch"
 
 sha=""
-url=""
-while read -r pin_version pin_platform pin_sha pin_url; do
+glibc_floor=""
+while read -r pin_version pin_platform pin_floor pin_sha; do
   if [ "$pin_version" = "$version" ] && [ "$pin_platform" = "$platform" ]; then
     sha="$pin_sha"
-    url="$pin_url"
+    glibc_floor="$pin_floor"
   fi
 done <<< "$pins"
 if [ -z "$sha" ]; then
@@ -113,79 +116,71 @@ if [ -x "$dest/smol-vmm" ] && [ "$(cat "$dest/.wheel-sha256" 2>/dev/null)" = "$s
   exit 0
 fi
 
-command -v python3 > /dev/null || die "needs python3 (only its standard library, to download and \
-unpack the wheel), and there is none on PATH. Install it from your system's packages: \
-Debian/Ubuntu: apt-get install python3; Fedora: dnf install python3; macOS: xcode-select --install"
+command -v python3 > /dev/null || die "needs python3 (pip, to download the wheel, and its standard \
+library, to unpack it), and there is none on PATH. Install it from your system's packages: \
+Debian/Ubuntu: apt-get install python3 python3-pip; Fedora: dnf install python3 python3-pip; \
+macOS: xcode-select --install"
+
+# The wheel's C library floor (manylinux_2_28 means glibc 2.28), checked before a 40 MB download.
+if [ "$glibc_floor" != - ]; then
+  libc="$(getconf GNU_LIBC_VERSION 2>/dev/null || true)"
+  case "$libc" in
+    glibc\ *) ;;
+    *) die "this engine is built for glibc $glibc_floor or newer, and this system's C library is \
+not glibc (musl, as on Alpine?); it cannot run here" ;;
+  esac
+  have="${libc#glibc }"
+  if [ "$(printf '%s\n%s\n' "$glibc_floor" "$have" | sort -V | head -n 1)" != "$glibc_floor" ]; then
+    die "this engine needs glibc $glibc_floor or newer; this system has $libc"
+  fi
+fi
 
 # Everything is written next to the destination, so the last step is a rename on one filesystem.
 work="$(mktemp -d "$(dirname "$dest")/.install-engine.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-log "downloading smolmachines $version for $platform from $url"
-python3 - "$url" "$sha" "$work" <<'PY'
-import hashlib, os, ssl, sys, urllib.error, urllib.request, zipfile
+# pip: the system python3's own, or one in a throwaway virtualenv when it has none (Debian's
+# python3 without python3-pip, say). Only `pip download` runs, which installs nothing anywhere.
+pip=(python3 -m pip)
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  log "python3 has no pip; making a throwaway virtualenv for one"
+  python3 -m venv "$work/pip" >/dev/null 2>&1 || die "python3 has neither pip nor the venv module \
+to make a virtualenv with one. Install either from your system's packages: Debian/Ubuntu: \
+apt-get install python3-pip (or python3-venv); Fedora: dnf install python3-pip"
+  pip=("$work/pip/bin/python" -m pip)
+fi
 
-url, want, work = sys.argv[1:4]
+# The requirement with its one allowed hash: in hash-checking mode pip takes no file whose
+# sha256 differs, whatever index serves it, and no source distribution.
+echo "smolmachines==$version --hash=sha256:$sha" > "$work/requirement.txt"
+log "downloading smolmachines $version for $platform with pip (sha256 $sha)"
+if ! "${pip[@]}" download --disable-pip-version-check --no-deps --only-binary=:all: \
+    --require-hashes --progress-bar off --dest "$work/download" -r "$work/requirement.txt" \
+    > "$work/pip.log" 2>&1; then
+  sed "s/^/$prog: pip: /" "$work/pip.log" | tail -n 15 >&2
+  die "pip could not download smolmachines $version for $platform with the pinned sha256 (its \
+words above); nothing was installed"
+fi
+wheels=("$work"/download/smolmachines-*.whl)
+[ -f "${wheels[0]}" ] || die "pip downloaded no smolmachines wheel (its log: $(tail -n 3 "$work/pip.log"))"
+
+python3 - "${wheels[0]}" "$sha" "$work" <<'PY'
+import hashlib, os, sys, zipfile
+
+wheel, want, work = sys.argv[1:4]
 prog = "install-engine"
-wheel = os.path.join(work, url.rsplit("/", 1)[1])
 engine = os.path.join(work, "engine")
 
 def die(message):
     print(f"{prog}: {message}", file=sys.stderr)
     sys.exit(1)
 
-# The wheel's C library floor (manylinux_2_28 means glibc 2.28), checked before a 40 MB download.
-tag = os.path.basename(wheel)
-if "manylinux_" in tag:
-    need = tuple(int(n) for n in tag.split("manylinux_", 1)[1].split("_")[:2])
-    try:
-        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
-    except (ValueError, OSError):
-        libc = ""
-    if not libc.startswith("glibc "):
-        die(f"this engine is built for glibc {need[0]}.{need[1]} or newer, and this system's C "
-            f"library is not glibc (musl, as on Alpine?); it cannot run here")
-    have = tuple(int(n) for n in libc.split()[1].split(".")[:2])
-    if have < need:
-        die(f"this engine needs glibc {need[0]}.{need[1]} or newer; this system has {libc}")
-
+# pip checked the hash already; checked again here, so that a pip that did not (an old one, a
+# wrapper) cannot slip another file through.
 digest = hashlib.sha256()
-try:
-    # urlopen reads HTTPS_PROXY/NO_PROXY from the environment, and the default SSL context
-    # OpenSSL's default certificates, which SSL_CERT_FILE and SSL_CERT_DIR override.
-    request = urllib.request.Request(url, headers={"User-Agent": "smol-mcp-install-engine"})
-    with urllib.request.urlopen(request, timeout=60) as response, open(wheel, "wb") as out:
-        total = int(response.headers.get("Content-Length") or 0)
-        done, shown = 0, -1
-        tty = sys.stderr.isatty()
-        while True:
-            chunk = response.read(1 << 20)
-            if not chunk:
-                break
-            out.write(chunk)
-            digest.update(chunk)
-            done += len(chunk)
-            if tty and total:
-                percent = done * 100 // total
-                if percent != shown:
-                    shown = percent
-                    print(f"\r{prog}: {done / 1e6:.1f} of {total / 1e6:.1f} MB ({percent}%)",
-                          end="", file=sys.stderr, flush=True)
-        if tty and total:
-            print(file=sys.stderr)
-except urllib.error.URLError as e:
-    reason = getattr(e, "reason", e)
-    proxy = urllib.request.getproxies().get("https")
-    hint = f" (through the proxy {proxy}, from HTTPS_PROXY)" if proxy else ""
-    if isinstance(reason, ssl.SSLCertVerificationError):
-        hint += ("; if a proxy or your network re-signs HTTPS, point SSL_CERT_FILE at a bundle "
-                 "with its certificate")
-    die(f"cannot download {url}: {reason}{hint}")
-except OSError as e:
-    die(f"cannot download {url}: {e}")
-if total and done != total:
-    die(f"the download of {url} stopped after {done} of {total} bytes")
-
+with open(wheel, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        digest.update(chunk)
 got = digest.hexdigest()
 if got != want:
     die(f"{os.path.basename(wheel)} has sha256 {got}, but the pinned sha256 is {want}; "

@@ -204,8 +204,9 @@ pause_engine_up() {
 if [ "$#" -eq 0 ]; then
   pause_engine_up
 fi
-# The install ways on a clean home (scripts/check-user-path.sh: cargo install and the engine
-# apart; then scripts/check-package.sh: the wheel, and the README's `pipx install .`), only with
+# The install ways on a clean home (scripts/check-engine-index.sh: the engine through pip from
+# an index of our own, and a changed wheel refused; scripts/check-user-path.sh: cargo install
+# and the engine apart; then scripts/check-package.sh: the wheel, and the README's `pipx install .`), only with
 # the whole suite: arguments select some tests, and these are not among them. They run one after
 # the other beside the tests at the lowest priority, in a target directory of their own (no lock
 # shared with the tests' builds, one release build shared between them): it is one long build,
@@ -231,10 +232,11 @@ if [ "$#" -eq 0 ]; then
   # whatever their processes' nice: the group itself is niced (seen: at nice 19 alone the
   # build took half the CPU from the tests' build).
   setsid bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true
-    nice -n 19 scripts/check-user-path.sh && exec nice -n 19 scripts/check-package.sh' \
+    nice -n 19 scripts/check-engine-index.sh && nice -n 19 scripts/check-user-path.sh \
+      && exec nice -n 19 scripts/check-package.sh' \
     >"$user_path_log" 2>&1 &
   user_path_pid=$!
-  echo "test.sh: scripts/check-user-path.sh, then scripts/check-package.sh, run beside the tests (log at the end)" >&2
+  echo "test.sh: scripts/check-engine-index.sh, check-user-path.sh, then check-package.sh, run beside the tests (log at the end)" >&2
 fi
 log="$(mktemp)"
 if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then

@@ -1,8 +1,10 @@
 """Starts the server the way one client entry of the README says, through the official Python MCP
 client, and lists the local machines (which starts the engine the server found).
 
-Usage: user_path_check.py CLIENT ENTRY_JSON PATH HOME
+Usage: user_path_check.py CLIENT ENTRY_JSON PATH HOME [--tools-only]
 CLIENT: claude-desktop | cursor | opencode (each spells command, args and env its own way).
+--tools-only: list the tools and call none, for a platform where no engine is installed with the
+server (scripts/check-wheel.sh --no-engine).
 Exits non-zero, saying why, when the server does not start or the call fails.
 """
 
@@ -29,6 +31,7 @@ def launch(client: str, entry: dict) -> tuple[str, list[str], dict[str, str]]:
 
 async def main() -> None:
     client, entry, path, home = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+    tools_only = sys.argv[5:] == ["--tools-only"]
     command, args, env = launch(client, entry)
     # What a client passes on: its own environment (a clean user's) plus the entry's env block.
     full_env = {"PATH": path, "HOME": home, "XDG_RUNTIME_DIR": os.path.join(home, "run")}
@@ -42,6 +45,9 @@ async def main() -> None:
     async with Client(params, mode="legacy") as session:
         tools = await session.list_tools()
         assert any(t.name == "list-machines" for t in tools.tools), tools
+        if tools_only:
+            print(f"{client}: {command} listed {len(tools.tools)} tools")
+            return
         # With a cloud token the server serves both fleets and every call names one.
         args = {"target": "local"} if full_env.get("SMOL_CLOUD_TOKEN") else {}
         result = await session.call_tool("list-machines", args)

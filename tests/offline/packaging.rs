@@ -42,6 +42,45 @@ fn the_package_depends_on_the_engine_the_scripts_pin() {
     );
 }
 
+/// The engine comes through whatever index the user's pip is pointed at, so the script keeps
+/// no address of its own, and every pinned wheel has its sha256 for pip's hash-checking mode.
+#[test]
+fn install_engine_pins_hashes_and_keeps_no_index_address() {
+    let script = read("scripts/install-engine.sh");
+    let addresses: Vec<&str> = script
+        .lines()
+        .filter(|line| line.contains("http://") || line.contains("https://"))
+        .collect();
+    assert!(
+        addresses.is_empty(),
+        "addresses in install-engine.sh: {addresses:?}"
+    );
+    assert!(
+        script.contains("--require-hashes") && script.contains("--hash=sha256:"),
+        "install-engine.sh downloads through pip in hash-checking mode"
+    );
+    let pins = script
+        .split_once("pins='")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(table, _)| table)
+        .expect("install-engine.sh has a pins='...' table");
+    let rows: Vec<Vec<&str>> = pins
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.len() >= 3, "{rows:?}");
+    for row in &rows {
+        let [_version, _platform, _floor, sha] = row[..] else {
+            panic!("a pin is version, platform, glibc floor, sha256: {row:?}");
+        };
+        assert!(
+            sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit()),
+            "{row:?}"
+        );
+    }
+}
+
 #[test]
 fn the_package_carries_the_two_servers_and_nothing_else() {
     let pyproject = read("pyproject.toml");
@@ -73,8 +112,9 @@ fn the_package_carries_the_two_servers_and_nothing_else() {
     }
 }
 
-/// What a newcomer sees before scrolling: the package's install command (the block
-/// scripts/check-package.sh runs) with the client entries, and the test command.
+/// What a newcomer sees before scrolling: the install commands for a downloaded wheel and for a
+/// clone (the blocks scripts/check-package.sh runs) with the client entries, and the test
+/// command.
 #[test]
 fn the_readmes_first_screen_has_the_install_and_the_test_command() {
     let readme = read("README.md");
@@ -84,6 +124,28 @@ fn the_readmes_first_screen_has_the_install_and_the_test_command() {
     assert_eq!(
         first_screen.get(marker + 2).copied(),
         Some("pipx install .")
+    );
+    // The downloaded wheel's command names the file scripts/build-wheel.sh makes of this
+    // version: the crate's, with the manylinux tag the build asks for.
+    let cargo = read("Cargo.toml");
+    let version = between(&cargo, "version = \"", "\"").unwrap();
+    let build = read("scripts/build-wheel.sh");
+    assert!(
+        build.contains("--compatibility manylinux_2_28")
+            && build.contains("tag=\"manylinux_2_28_$arch\""),
+        "build-wheel.sh builds the manylinux_2_28 wheel"
+    );
+    let wheel = line_of("<!-- user-path: wheel -->").expect("the wheel block is on it");
+    assert!(
+        wheel < marker,
+        "the downloaded wheel comes first: it needs no compiler"
+    );
+    assert_eq!(
+        first_screen.get(wheel + 2).copied(),
+        Some(
+            format!("pipx install ./smol_mcp-{version}-py3-none-manylinux_2_28_x86_64.whl")
+                .as_str()
+        )
     );
     assert!(
         line_of("<!-- user-path: client claude-desktop -->").is_some(),
@@ -202,4 +264,36 @@ async fn smol_mcp_http_serves_streamable_http_behind_its_token() {
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("SMOL_MCP_AUTH_TOKEN"), "{stderr}");
+}
+
+/// The release workflow builds the Linux x86_64 wheel with the script CI runs, checks every
+/// wheel with the install check CI runs, covers the platforms a release promises, and publishes
+/// by trusted publishing only (an OIDC token, never a stored secret).
+#[test]
+fn the_release_workflow_builds_checks_and_publishes_as_ci_does() {
+    let workflow = read(".github/workflows/release.yml");
+    for needed in [
+        "scripts/build-wheel.sh",
+        "scripts/check-wheel.sh",
+        "ubuntu-24.04-arm",
+        "musllinux_1_2",
+        "macos-15-intel",
+        "macos-latest",
+        "id-token: write",
+        "pypa/gh-action-pypi-publish@release/v1",
+        "startsWith(github.ref, 'refs/tags/v')",
+    ] {
+        assert!(workflow.contains(needed), "release.yml lacks {needed}");
+    }
+    assert!(
+        !workflow.contains("secrets."),
+        "publishing uses the job's OIDC token, no stored secret"
+    );
+    let tools = read("scripts/wheel-tools.txt");
+    for pinned in ["maturin==", "ziglang==", "auditwheel==", "uv=="] {
+        assert!(
+            tools.lines().any(|l| l.starts_with(pinned)),
+            "scripts/wheel-tools.txt pins {pinned}"
+        );
+    }
 }
