@@ -21,6 +21,7 @@ pub mod output;
 pub mod parking;
 pub mod progress;
 pub mod reads;
+pub mod screen;
 pub mod shares;
 pub mod terminals;
 pub mod tools;

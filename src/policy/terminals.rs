@@ -6,6 +6,7 @@
 
 use crate::fleet::FleetKind;
 use crate::fleet::terminal::{TerminalEvent, TerminalInput, TerminalLink};
+use crate::policy::screen::{Painted, Screen};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -56,6 +57,8 @@ struct Kept {
     read_to: u64,
     end: Option<End>,
     ended_at: Option<Instant>,
+    /// What the program painted, from everything it printed (not only what is kept).
+    screen: Option<Screen>,
 }
 
 impl Kept {
@@ -107,6 +110,22 @@ impl Terminal {
             kept.ended_at = Some(Instant::now());
         }
         self.changed.notify_waiters();
+    }
+
+    /// The terminal's screen now has this size (the program was told with a resize).
+    pub fn resize_screen(&self, rows: u16, cols: u16) {
+        if let Ok(mut kept) = self.kept.lock()
+            && let Some(screen) = kept.screen.as_mut()
+        {
+            screen.resize(rows, cols);
+        }
+    }
+
+    /// The screen as the program painted it so far.
+    pub fn painted(&self) -> Option<Painted> {
+        self.touch();
+        let kept = self.kept.lock().ok()?;
+        kept.screen.as_ref().map(Screen::painted)
     }
 
     pub fn end(&self) -> Option<End> {
@@ -200,6 +219,9 @@ impl Terminal {
         };
         match event {
             TerminalEvent::Output(bytes) => {
+                if let Some(screen) = kept.screen.as_mut() {
+                    screen.feed(&bytes);
+                }
                 kept.bytes.extend(bytes);
                 let over = kept.bytes.len().saturating_sub(KEPT_BYTES);
                 if over > 0 {
@@ -265,13 +287,14 @@ impl Terminals {
         })
     }
 
-    /// Keeps `link` as a new terminal and starts recording what it prints.
+    /// Keeps `link` as a new terminal of `rows` by `cols` and starts recording what it prints.
     pub fn add(
         &self,
         fleet: FleetKind,
         machine: &str,
         session: &str,
         link: TerminalLink,
+        (rows, cols): (u16, u16),
     ) -> Arc<Terminal> {
         let TerminalLink { input, mut events } = link;
         let terminal = Arc::new(Terminal {
@@ -280,7 +303,10 @@ impl Terminals {
             machine: machine.to_owned(),
             session: session.to_owned(),
             input: Mutex::new(Some(input)),
-            kept: Mutex::default(),
+            kept: Mutex::new(Kept {
+                screen: Some(Screen::new(rows, cols)),
+                ..Kept::default()
+            }),
             changed: Notify::new(),
             last_use: Mutex::new(Instant::now()),
         });
@@ -494,7 +520,10 @@ mod tests {
             machine: "m".into(),
             session: "s".into(),
             input: Mutex::new(Some(input)),
-            kept: Mutex::default(),
+            kept: Mutex::new(Kept {
+                screen: Some(Screen::new(24, 80)),
+                ..Kept::default()
+            }),
             changed: Notify::new(),
             last_use: Mutex::new(Instant::now()),
         });
@@ -541,7 +570,13 @@ mod tests {
             let (input, taken) = tokio::sync::mpsc::channel(4);
             let (_events_tx, events) = tokio::sync::mpsc::channel(4);
             inputs.push(taken);
-            terminals.add(FleetKind::Local, "m", "s", TerminalLink { input, events });
+            terminals.add(
+                FleetKind::Local,
+                "m",
+                "s",
+                TerminalLink { input, events },
+                (24, 80),
+            );
         }
         assert_eq!(
             terminals.refusal("s", FleetKind::Local, "m"),

@@ -861,6 +861,124 @@ async fn a_published_port_carries_a_websocket_from_this_host() {
     cleanup(&h).await;
 }
 
+/// The screen as a terminal emulator's model has it, on the real guest: busybox vi opened on a
+/// file shows the file's lines and its status line, busybox top its header row, a line
+/// redrawn many times its last state, and a resize the new number of rows.
+#[tokio::test]
+async fn a_terminal_answers_the_screen_vi_and_top_painted_on_the_real_guest() {
+    let _one_at_a_time = serial().await;
+    let h = harness(&[]).await;
+    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
+    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    h.ok(
+        "write-file",
+        json!({"name": name, "path": "/root/plan.txt", "content": "first step\nsecond step\nthird step\n"}),
+    )
+    .await;
+    let vi = h
+        .ok(
+            "terminal",
+            json!({"name": name, "command": ["vi", "/root/plan.txt"], "waitMs": 10000, "screen": true}),
+        )
+        .await;
+    let screen = &vi["screen"];
+    eprintln!(
+        "booted_guest: vi's screen as the agent receives it:\n{}",
+        serde_json::to_string_pretty(screen).unwrap()
+    );
+    let rows: Vec<&str> = screen["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(rows.len(), 24, "{screen}");
+    assert_eq!(
+        &rows[..3],
+        ["first step", "second step", "third step"],
+        "{screen}"
+    );
+    assert!(
+        rows[23].contains("plan.txt"),
+        "vi's status line names the file: {screen}"
+    );
+    assert_eq!(screen["cursor"], json!([0, 0]), "{screen}");
+    let vi_id = vi["terminal"].as_str().unwrap().to_owned();
+    let moved = type_into(&h, &name, &vi_id, json!({"input": "jjx", "screen": true})).await;
+    assert_eq!(
+        moved["screen"]["rows"][2], "hird step",
+        "x deleted the character under the cursor, two lines down: {moved}"
+    );
+    assert_eq!(moved["screen"]["cursor"], json!([2, 0]), "{moved}");
+    type_into(
+        &h,
+        &name,
+        &vi_id,
+        json!({"input": ":q!", "keys": ["enter"]}),
+    )
+    .await;
+
+    let top = h
+        .ok(
+            "terminal",
+            json!({"name": name, "command": ["top"], "waitMs": 5000, "screen": true}),
+        )
+        .await;
+    let header = top["screen"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .find(|r| r.contains("PID") && r.contains("COMMAND"));
+    assert!(header.is_some(), "top's header row: {top}");
+    let top_id = top["terminal"].as_str().unwrap().to_owned();
+    type_into(&h, &name, &top_id, json!({"input": "q"})).await;
+
+    let counter = h
+        .ok(
+            "terminal",
+            json!({"name": name, "command": "i=0; while [ $i -lt 200 ]; do i=$((i+1)); printf '\\rstep %d of 200' $i; done; sleep 30",
+                   "waitMs": 8000, "screen": true}),
+        )
+        .await;
+    let counter_id = counter["terminal"].as_str().unwrap().to_owned();
+    // Under emulation the loop may pause longer than a call's quiet time: read again until
+    // it has printed its last.
+    let mut painted = counter["screen"].clone();
+    for _ in 0..10 {
+        if painted["rows"][0] == "step 200 of 200" {
+            break;
+        }
+        painted = type_into(
+            &h,
+            &name,
+            &counter_id,
+            json!({"waitMs": 2000, "screen": true}),
+        )
+        .await["screen"]
+            .clone();
+    }
+    assert_eq!(
+        (&painted["rows"][0], &painted["rows"][1]),
+        (&json!("step 200 of 200"), &json!("")),
+        "the line's last state, not its 200 drawings: {painted}"
+    );
+    let resized = type_into(
+        &h,
+        &name,
+        &counter_id,
+        json!({"cols": 60, "rows": 10, "waitMs": 500, "screen": true}),
+    )
+    .await;
+    assert_eq!(
+        resized["screen"]["rows"].as_array().unwrap().len(),
+        10,
+        "{resized}"
+    );
+    type_into(&h, &name, &counter_id, json!({"close": true, "waitMs": 0})).await;
+    cleanup(&h).await;
+}
+
 /// A terminal tool call on `terminal` in `machine`, waiting up to `wait_ms` for the output.
 async fn type_into(h: &Harness, machine: &str, terminal: &str, args: Value) -> Value {
     let mut call = json!({"name": machine, "terminal": terminal, "waitMs": 5000});

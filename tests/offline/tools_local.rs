@@ -1662,6 +1662,29 @@ async fn a_terminal_is_typed_into_read_by_cursor_resized_and_ended() {
         )
         .await;
     assert_eq!(raw["output"], "\u{1b}[1;32m[100x30]\u{1b}[0m\r\n$ ");
+    // The screen as painted, from everything printed since the terminal opened, at its new
+    // size; the stream's answer is unchanged beside it.
+    let painted = h
+        .ok(
+            "terminal",
+            json!({"name": "t", "terminal": id, "waitMs": 0, "screen": true}),
+        )
+        .await;
+    let screen = &painted["screen"];
+    let rows: Vec<&str> = screen["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(rows.len(), 30, "{painted}");
+    assert_eq!(
+        &rows[..4],
+        ["$ hello wörld", "you said: hello wörld", "$ [100x30]", "$"],
+        "{painted}"
+    );
+    assert_eq!(screen["cursor"], json!([3, 2]), "{painted}");
+    assert_eq!(painted["output"], "", "{painted}");
     let interrupted = h
         .ok(
             "terminal",
@@ -1703,6 +1726,15 @@ async fn a_terminal_is_typed_into_read_by_cursor_resized_and_ended() {
             "INVALID_ARGUMENT: command:",
         ),
         (json!({"name": "nowhere"}), "NOT_FOUND"),
+        // The screen model's bound: 500 columns by 200 rows.
+        (
+            json!({"name": "t", "terminal": id, "cols": 501, "rows": 30}),
+            "INVALID_ARGUMENT: cols",
+        ),
+        (
+            json!({"name": "t", "terminal": id, "cols": 100, "rows": 201}),
+            "INVALID_ARGUMENT: rows",
+        ),
     ] {
         let err = h.err("terminal", args.clone()).await;
         assert!(err.starts_with(refusal), "{args}: {err}");

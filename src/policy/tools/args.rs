@@ -683,14 +683,14 @@ tool_arguments! {
         /// Then pressed: enter, tab, escape, up, down, ctrl-c...
         pub keys: Option<Vec<String>>,
         /// With rows, resizes an open one.
-        #[schemars(range(min = 10, max = 1000))]
+        #[schemars(range(min = 10, max = 500))]
         pub cols: Option<u32>,
         /// Screen height.
-        #[schemars(range(min = 2, max = 1000))]
+        #[schemars(range(min = 2, max = 200))]
         pub rows: Option<u32>,
         /// Default: after the last read.
         pub cursor: Option<u64>,
-        /// Most ms to wait for output (default 2000).
+        /// Most ms to wait (default 2000).
         #[schemars(range(min = 0, max = 60000))]
         pub wait_ms: Option<u32>,
         /// Keep escape sequences.
@@ -699,6 +699,9 @@ tool_arguments! {
         /// End it and its program.
         #[serde(default)]
         pub close: bool,
+        /// Also the painted screen.
+        #[serde(default)]
+        pub screen: bool,
     }
 }
 

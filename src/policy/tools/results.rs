@@ -444,6 +444,10 @@ pub struct TerminalRead {
     #[schemars(with = "String")]
     pub ended: Option<String>,
     pub started_machine: bool,
+    /// With screen: what the program painted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "crate::policy::screen::Painted")]
+    pub screen: Option<crate::policy::screen::Painted>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

@@ -323,13 +323,19 @@ pub fn definition(
     }
     fit(&mut output, mode, offers);
     let output = outline(output);
-    rmcp::model::Tool::new(
+    let listed = rmcp::model::Tool::new(
         tool.name(),
         worded(tool.description(), mode, offers),
         Arc::new(into_object(input)),
     )
-    .with_raw_output_schema(Arc::new(into_object(output)))
-    .with_annotations(annotations)
+    .with_raw_output_schema(Arc::new(into_object(output)));
+    // A tool whose every hint is the spec's default says so by having none: an empty
+    // `annotations` object is 17 bytes of nothing on every turn.
+    if annotations == ToolAnnotations::default() {
+        listed
+    } else {
+        listed.with_annotations(annotations)
+    }
 }
 
 /// An argument that several tools share word for word (run-once's image, cpus, command...) is

@@ -25,7 +25,9 @@ pub(super) async fn terminal(
     let named = call.machine(&a.name)?;
     let size = |arg: &str, value: Option<u32>| -> Result<Option<u16>, ToolError> {
         value
-            .map(|v| u16::try_from(v).map_err(|_| ToolError::argument(arg, "at most 1000")))
+            .map(|v| {
+                u16::try_from(v).map_err(|_| ToolError::argument(arg, "too large for a terminal"))
+            })
             .transpose()
     };
     let (cols, rows) = (size("cols", a.cols)?, size("rows", a.rows)?);
@@ -123,7 +125,7 @@ pub(super) async fn terminal(
             let link = call.cancellable(fleet.open_terminal(&named, &spec)).await?;
             call.policy
                 .terminals
-                .add(kind, &named, call.session(), link)
+                .add(kind, &named, call.session(), link, (spec.rows, spec.cols))
         }
     };
 
@@ -136,6 +138,7 @@ pub(super) async fn terminal(
             match (cols, rows) {
                 (Some(cols), Some(rows)) => {
                     sent &= terminal.send(TerminalInput::Resize { cols, rows }).await;
+                    terminal.resize_screen(rows, cols);
                 }
                 (None, None) => {}
                 _ => {
@@ -208,7 +211,52 @@ pub(super) async fn terminal(
             End::Closed(why) => format!("closed: {why}"),
         }),
         started_machine,
+        screen: a
+            .screen
+            .then(|| terminal.painted())
+            .flatten()
+            .map(|painted| within_budget(redacted(call, painted), budget)),
     })
+}
+
+/// The screen with any credential value the program printed replaced, as in the stream.
+fn redacted(
+    call: &Call<'_>,
+    mut painted: crate::policy::screen::Painted,
+) -> crate::policy::screen::Painted {
+    let redactor = call.process().credentials.redactor();
+    for line in painted.rows.iter_mut().chain(painted.title.as_mut()) {
+        if let Some(clean) = redactor.text(line) {
+            *line = clean;
+        }
+    }
+    painted
+}
+
+/// The screen's rows within the output budget: a screen larger than it (500 wide, many rows
+/// of wide characters) keeps its first rows and says how many were left out in the last.
+fn within_budget(
+    mut painted: crate::policy::screen::Painted,
+    budget: usize,
+) -> crate::policy::screen::Painted {
+    let mut used = 0usize;
+    let fits = painted
+        .rows
+        .iter()
+        .take_while(|row| {
+            used += row.len() + 1;
+            used <= budget
+        })
+        .count();
+    if fits < painted.rows.len() {
+        let left_out = painted.rows.len() - fits;
+        painted.rows.truncate(fits.saturating_sub(1));
+        painted.rows.push(format!(
+            "[{} more rows left out: the screen is larger than maxOutputBytes]",
+            left_out + 1
+        ));
+    }
+    painted
 }
 
 fn bytecount(bytes: &[u8], byte: u8) -> u64 {

@@ -79,7 +79,7 @@ tool_list! {
         hints: READ_ONLY,
         changes_machines: false,
         description: "List machines and bases: state, size, egress, image{cloud:, url}. One to reuse, or \
-             what runs before making more; with name, that one now (NOT_FOUND if gone).",
+             what runs before making more; with name, that one now.",
     }
     CreateMachine => "create-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
@@ -137,7 +137,7 @@ tool_list! {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Run one command in a fresh machine deleted afterwards, whatever happens; \
-             answers as run-command (no overflow). To keep the machine (background, network \
+             answers as run-command. To keep the machine (background, network \
              ask): create-machine, then run-command.",
     }
     ReadFile => "read-file" {
@@ -160,7 +160,7 @@ tool_list! {
         changes_machines: true,
         description: "Copy a running machine (memory, processes, disk) into children that go on \
              from there: to try something risky, or several ways at once. The source must be \
-             branchable (at create{local: or start-machine}), else CONFLICT. Set up once, fork \
+             branchable (at create{local: or start-machine}). Set up once, fork \
              many: freezeSource keeps it as a base for later sessions.",
     }
     KeepChanges => "keep-changes" {
