@@ -43,6 +43,11 @@ fi
 started=$SECONDS
 run_step docs/install.md install "${user_env[@]}"
 echo "check-user-path: cargo install took $((SECONDS - started)) s" >&2
+for binary in smol-mcp smol-mcp-http; do
+  [ -x "$home/.cargo/bin/$binary" ] || die "the install block left no $binary in ~/.cargo/bin"
+done
+[ ! -e "$home/.cargo/bin/smol-spec" ] || die "the install block put smol-spec, a maintainers' \
+report, on the user's PATH"
 run_step docs/install.md engine "${user_env[@]}" "${net_env[@]}"
 
 engines=("$home"/.local/share/smol-mcp/engine/*/smol-vmm)
