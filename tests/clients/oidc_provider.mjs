@@ -29,6 +29,8 @@ const cimd = plan.cimd;
 // certificate takes its place; every other URL keeps the guard.
 let fetchOption = {};
 if (cimd) {
+  // Node's built-in undici puts its global dispatcher (whose class is the Agent used here; the
+  // npm undici in node_modules needs a newer Node) under this symbol only once fetch has run.
   await fetch('data:,');
   const Agent = globalThis[Symbol.for('undici.globalDispatcher.1')].constructor;
   const trusting = new Agent({ connect: { ca: readFileSync(cimd.ca) } });
