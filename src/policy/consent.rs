@@ -41,6 +41,22 @@ pub trait Consent: Send + Sync {
     }
 }
 
+/// A client that shows this server's views (MCP Apps): what binds a view's answer to the
+/// question it answers and to the user it was shown to, once, as an elicitation's answer is
+/// bound by its sealed state (the protocol floor seals).
+pub trait ViewSeal: Send + Sync {
+    /// The state a view sends back with its answer to question `id`.
+    fn seal(&self, id: &str) -> String;
+
+    /// Whether `state` is the one sealed for question `id` for this caller's user, and never
+    /// used before; else why not, in words for the view.
+    fn open<'a>(
+        &'a self,
+        id: &'a str,
+        state: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+}
+
 /// The user's answer to a question this call's earlier attempt asked (MRTR): applied before the
 /// command runs again.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +139,150 @@ impl Questions {
     }
 }
 
+/// Questions a view answers (MCP Apps, `crate::protocol::apps`): a client that shows views
+/// but no forms puts each question here, its view lists the user's open ones, and the person's
+/// click comes back as a tool call that settles it. Held by the call that asked, which waits.
+#[derive(Debug, Default)]
+pub struct Board {
+    open: std::sync::Mutex<Vec<Posted>>,
+}
+
+/// Open questions one user may have on the board at once; past it a question is not posted
+/// (the command's refusals stand) until one is answered or given up.
+pub const POSTED_PER_USER: usize = 8;
+/// Open questions on the board, every user's together.
+pub const POSTED_MAX: usize = 256;
+
+#[derive(Debug)]
+struct Posted {
+    id: String,
+    user: String,
+    machine: String,
+    destinations: Vec<String>,
+    at: std::time::SystemTime,
+    answer: Option<tokio::sync::oneshot::Sender<EgressAnswer>>,
+}
+
+/// An open question as a view shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenQuestion {
+    pub id: String,
+    pub machine: String,
+    pub destinations: Vec<String>,
+    /// When it was asked, in seconds since the epoch.
+    pub asked_at: u64,
+}
+
+/// Why a question was not posted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BoardFull {
+    User,
+    All,
+}
+
+/// Why an answer settled nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotSettled {
+    /// No open question of this user has the id (never asked, answered, or given up).
+    Unknown,
+    /// The answer named a destination the question did not ask about.
+    NotAsked(String),
+}
+
+/// A posted question: dropping it (the asking call ended, answered or not) takes it down.
+pub struct PostedQuestion<'a> {
+    board: &'a Board,
+    pub id: String,
+    pub answer: tokio::sync::oneshot::Receiver<EgressAnswer>,
+}
+
+impl Drop for PostedQuestion<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.board.open.lock() {
+            open.retain(|p| p.id != self.id);
+        }
+    }
+}
+
+impl Board {
+    /// Puts `user`'s question about `machine` up for a view to show.
+    pub fn post(
+        &self,
+        user: &str,
+        machine: &str,
+        destinations: &[String],
+    ) -> Result<PostedQuestion<'_>, BoardFull> {
+        let mut open = self.open.lock().map_err(|_| BoardFull::All)?;
+        if open.len() >= POSTED_MAX {
+            return Err(BoardFull::All);
+        }
+        if open.iter().filter(|p| p.user == user).count() >= POSTED_PER_USER {
+            return Err(BoardFull::User);
+        }
+        let id = format!("q-{:016x}", rand::random::<u64>());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        open.push(Posted {
+            id: id.clone(),
+            user: user.to_owned(),
+            machine: machine.to_owned(),
+            destinations: destinations.to_vec(),
+            at: std::time::SystemTime::now(),
+            answer: Some(tx),
+        });
+        Ok(PostedQuestion {
+            board: self,
+            id,
+            answer: rx,
+        })
+    }
+
+    /// `user`'s open questions, oldest first.
+    pub fn open_for(&self, user: &str) -> Vec<OpenQuestion> {
+        let Ok(open) = self.open.lock() else {
+            return Vec::new();
+        };
+        open.iter()
+            .filter(|p| p.user == user && p.answer.is_some())
+            .map(|p| OpenQuestion {
+                id: p.id.clone(),
+                machine: p.machine.clone(),
+                destinations: p.destinations.clone(),
+                asked_at: p
+                    .at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+            })
+            .collect()
+    }
+
+    /// Settles `user`'s question `id`: `allowed` (each one it asked about) yes, the rest no.
+    pub fn settle(&self, user: &str, id: &str, allowed: &[String]) -> Result<(), NotSettled> {
+        let mut open = self.open.lock().map_err(|_| NotSettled::Unknown)?;
+        let posted = open
+            .iter_mut()
+            .find(|p| p.id == id && p.user == user && p.answer.is_some())
+            .ok_or(NotSettled::Unknown)?;
+        if let Some(stray) = allowed.iter().find(|a| !posted.destinations.contains(a)) {
+            return Err(NotSettled::NotAsked(stray.clone()));
+        }
+        let answer = EgressAnswer {
+            allowed: allowed.to_vec(),
+            declined: posted
+                .destinations
+                .iter()
+                .filter(|d| !allowed.contains(d))
+                .cloned()
+                .collect(),
+        };
+        if let Some(tx) = posted.answer.take() {
+            // The asking call may have ended just now: then nobody waits for the answer.
+            let _ = tx.send(answer);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +310,52 @@ mod tests {
         assert!(q.turn("n").await.is_some(), "another machine did not");
         drop(first);
         assert!(waiting.await.unwrap());
+    }
+    #[tokio::test]
+    async fn a_view_settles_only_its_users_question_and_only_what_it_asked() {
+        let board = Board::default();
+        let asked = vec!["pypi.org".to_owned(), "github.com".to_owned()];
+        let mut posted = board.post("alice", "m", &asked).unwrap();
+        assert!(board.open_for("bob").is_empty());
+        let open = board.open_for("alice");
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].destinations, asked);
+        assert_eq!(
+            board.settle("bob", &posted.id, &[]),
+            Err(NotSettled::Unknown)
+        );
+        assert_eq!(
+            board.settle("alice", &posted.id, &["evil.example".to_owned()]),
+            Err(NotSettled::NotAsked("evil.example".to_owned()))
+        );
+        board.settle("alice", &posted.id, &["pypi.org".to_owned()]).unwrap();
+        assert_eq!(
+            board.settle("alice", &posted.id, &[]),
+            Err(NotSettled::Unknown),
+            "settled once"
+        );
+        let id = posted.id.clone();
+        let answer = (&mut posted.answer).await.unwrap();
+        drop(posted);
+        assert_eq!(answer.allowed, ["pypi.org"]);
+        assert_eq!(answer.declined, ["github.com"]);
+        assert!(board.open_for("alice").is_empty());
+        assert_eq!(board.settle("alice", &id, &[]), Err(NotSettled::Unknown));
+    }
+
+    #[test]
+    fn the_board_is_bounded_per_user_and_a_dropped_question_comes_down() {
+        let board = Board::default();
+        let held: Vec<_> = (0..POSTED_PER_USER)
+            .map(|_| board.post("alice", "m", &["a".to_owned()]).unwrap())
+            .collect();
+        assert_eq!(
+            board.post("alice", "m", &["a".to_owned()]).err(),
+            Some(BoardFull::User)
+        );
+        assert!(board.post("bob", "m", &["a".to_owned()]).is_ok());
+        drop(held);
+        assert!(board.open_for("alice").is_empty());
+        assert!(board.post("alice", "m", &["a".to_owned()]).is_ok());
     }
 }

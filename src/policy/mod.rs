@@ -47,6 +47,8 @@ pub struct Policy {
     pub reads: reads::ParkedReads,
     /// The user's answers about egress, the questions open and each session's rate.
     pub questions: consent::Questions,
+    /// The questions put to a view for its person to answer (clients that show views, not forms).
+    pub board: consent::Board,
     /// Keyed calls running in this process (`idempotency`).
     pub keys: Arc<idempotency::Keys>,
     /// Programs behind a PTY that agents drive (the terminal tool).
@@ -83,6 +85,7 @@ impl Policy {
             jobs: jobs::Jobs::new(config.max_running_jobs, config.user_share_percent),
             reads: reads::ParkedReads::new(config.max_parked_reads),
             questions: consent::Questions::default(),
+            board: consent::Board::default(),
             keys: Arc::default(),
             terminals: terminals::Terminals::default(),
             process,

@@ -287,6 +287,21 @@ impl Terminals {
         })
     }
 
+    /// The open terminals in `machine` of `session`, oldest first by id.
+    pub fn open_of(&self, session: &str, fleet: FleetKind, machine: &str) -> Vec<String> {
+        let Ok(open) = self.open.lock() else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = open
+            .values()
+            .filter(|t| t.end().is_none() && t.session == session)
+            .filter(|t| t.fleet == fleet && t.machine == machine)
+            .map(|t| t.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
     /// Keeps `link` as a new terminal of `rows` by `cols` and starts recording what it prints.
     pub fn add(
         &self,

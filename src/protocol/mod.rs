@@ -7,6 +7,7 @@
 //! Within the floor the order is `resources` < [`Protocol`] (this file) < `server` < `http`.
 
 pub mod answer;
+pub mod apps;
 pub mod follow;
 pub mod http;
 pub mod resources;

@@ -210,6 +210,7 @@ pub fn naming(tool: Tool, name: &str) -> Option<Value> {
         Tool::PublishPort => json!({"name": name, "port": 8080}),
         Tool::Terminal => json!({"name": name, "command": ["sh"]}),
         Tool::PullImage => json!({"name": name, "image": "alpine:3.19"}),
+        Tool::ViewState => json!({"view": "terminal", "name": name, "terminal": "t-0"}),
         Tool::JobOutput | Tool::CancelJob | Tool::RunOnce => return None,
     })
 }

@@ -20,6 +20,7 @@ pub fn offered_without_settings() -> usize {
     let bare = smol_mcp::policy::tools::schema::Offers {
         host_dirs: false,
         credentials: false,
+        views: false,
         ..smol_mcp::policy::tools::schema::Offers::ALL
     };
     smol_mcp::policy::tools::Tool::ALL

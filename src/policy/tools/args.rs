@@ -705,6 +705,46 @@ tool_arguments! {
     }
 }
 
+/// Which view a `view-state` call serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ViewName {
+    Machines,
+    Egress,
+    Terminal,
+}
+
+/// The person's answer to an egress question, as the egress view sends it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ViewAnswer {
+    /// The question's id.
+    pub question: String,
+    /// Its state, as listed.
+    pub state: String,
+    /// The destinations allowed; the rest are declined.
+    pub allowed: Vec<String>,
+}
+
+tool_arguments! {
+    pub struct ViewArgs {
+        /// machines, egress or terminal.
+        pub view: ViewName,
+        /// terminal: its machine.
+        pub name: Option<MachineRef>,
+        /// terminal: its id.
+        pub terminal: Option<String>,
+        /// terminal: wait until it prints past this.
+        pub after: Option<u64>,
+        /// terminal: typed.
+        pub input: Option<String>,
+        /// terminal: pressed.
+        pub keys: Option<Vec<String>>,
+        /// egress: the answer.
+        pub answer: Option<ViewAnswer>,
+    }
+}
+
 tool_arguments! {
     pub struct PullArgs {
         /// A running machine.
@@ -749,6 +789,11 @@ impl CallArgs for ListArgs {
 }
 impl CallArgs for JobOutputArgs {}
 impl CallArgs for JobArgs {}
+impl CallArgs for ViewArgs {
+    fn machines(&self) -> [Option<Named<'_>>; 2] {
+        [self.name.as_ref().map(Named::Existing), None]
+    }
+}
 
 /// Tools whose arguments name one machine, and nothing else the plumbing reads.
 macro_rules! names_a_machine {

@@ -38,6 +38,9 @@ pub struct Caller {
     pub consent: Option<Arc<dyn crate::policy::consent::Consent>>,
     /// The user's answer carried by a call made again after its input-required result.
     pub prior_answer: Option<crate::policy::consent::PriorAnswer>,
+    /// Present when the client shows this server's views (MCP Apps): view-state answers only
+    /// then, and an egress answer from a view is opened with it.
+    pub views: Option<Arc<dyn crate::policy::consent::ViewSeal>>,
     /// An explicit stop (tasks/cancel): it ends even a call with an idempotency key, whose
     /// work a cancelled request (`ct`, a dropped connection) leaves running.
     pub stop: CancellationToken,
@@ -55,12 +58,18 @@ impl Caller {
             session_hold: None,
             consent: None,
             prior_answer: None,
+            views: None,
             stop: CancellationToken::new(),
         }
     }
 
     pub fn for_user(mut self, user: crate::policy::user::User) -> Caller {
         self.user = user;
+        self
+    }
+
+    pub fn with_views(mut self, views: Option<Arc<dyn crate::policy::consent::ViewSeal>>) -> Caller {
+        self.views = views;
         self
     }
 

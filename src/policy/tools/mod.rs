@@ -27,6 +27,7 @@ pub mod results;
 pub mod schema;
 mod streamed;
 mod terminal;
+mod views;
 pub mod tool;
 mod workspace;
 
@@ -194,6 +195,11 @@ run_table! {
         args: args::PullArgs,
         result: crate::fleet::PulledImage,
         run: lifecycle::pull_image,
+    }
+    ViewState {
+        args: args::ViewArgs,
+        result: results::ViewState,
+        run: views::view_state,
     }
 }
 

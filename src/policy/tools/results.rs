@@ -62,6 +62,7 @@ replies_without_a_page!(
     Machine,
     crate::fleet::Deleted,
     crate::fleet::PulledImage,
+    ViewState,
 );
 
 replies_without_a_page!(ChangesKept);
@@ -475,4 +476,85 @@ pub struct Logs {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
     pub note: Option<String>,
+}
+
+/// What a view shows (`view-state`), by view.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ViewState {
+    Machines(MachinesView),
+    Egress(EgressView),
+    Terminal(TerminalView),
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachinesView {
+    pub machines: Vec<MachineRow>,
+    /// Machines past the view's bound, not listed.
+    pub more: usize,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineRow {
+    pub name: String,
+    pub target: crate::fleet::FleetKind,
+    pub state: String,
+    pub image: Option<String>,
+    pub created_at: Option<String>,
+    /// What it has cost so far, in dollars (cloud).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<String>,
+    pub ports: Vec<PortLink>,
+    /// Open terminals' ids.
+    pub terminals: Vec<String>,
+    /// Background jobs running.
+    pub jobs: Vec<JobRow>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PortLink {
+    pub guest: u16,
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobRow {
+    pub job: String,
+    pub command: String,
+    pub state: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EgressView {
+    pub questions: Vec<QuestionRow>,
+    /// Whether the answer given was applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuestionRow {
+    pub question: String,
+    pub machine: String,
+    pub destinations: Vec<String>,
+    pub asked_at: u64,
+    /// Sent back with the answer.
+    pub state: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalView {
+    pub terminal: String,
+    pub machine: String,
+    /// Bytes printed so far: the next call's after.
+    pub printed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub ended: Option<String>,
+    #[schemars(with = "crate::policy::screen::Painted")]
+    pub screen: Option<crate::policy::screen::Painted>,
 }

@@ -329,6 +329,10 @@ pub fn definition(
         Arc::new(into_object(input)),
     )
     .with_raw_output_schema(Arc::new(into_object(output)));
+    let listed = match view_meta(tool, offers) {
+        Some(meta) => listed.with_meta(meta),
+        None => listed,
+    };
     // A tool whose every hint is the spec's default says so by having none: an empty
     // `annotations` object is 17 bytes of nothing on every turn.
     if annotations == ToolAnnotations::default() {
@@ -336,6 +340,24 @@ pub fn definition(
     } else {
         listed.with_annotations(annotations)
     }
+}
+
+/// What MCP Apps reads on a tool (`_meta.ui`): the view a host shows beside its calls, or, for
+/// view-state, that only views may call it (a host keeps it from the model, as it keeps an
+/// elicitation form from the model). Only the current key: the legacy `ui/resourceUri` would
+/// cost the catalog another 40 bytes a tool.
+fn view_meta(tool: Tool, offers: Offers) -> Option<rmcp::model::MetaObject> {
+    if !offers.views {
+        return None;
+    }
+    let ui = match (tool, tool.view()) {
+        (Tool::ViewState, _) => serde_json::json!({ "visibility": ["app"] }),
+        (_, Some(uri)) => serde_json::json!({ "resourceUri": uri }),
+        (_, None) => return None,
+    };
+    let mut meta = JsonObject::new();
+    meta.insert("ui".into(), ui);
+    Some(rmcp::model::MetaObject(meta))
 }
 
 /// An argument that several tools share word for word (run-once's image, cpus, command...) is
@@ -395,6 +417,9 @@ pub struct Offers {
     pub max_job_secs: u64,
     /// How long an unused base is kept (baseIdleSecs; 0: until deleted): `{baseIdle}`.
     pub base_idle_secs: u64,
+    /// Views (MCP Apps) for a client that declared it shows them: the tools that have one link
+    /// it, and view-state, which only views call, is listed.
+    pub views: bool,
 }
 
 impl Offers {
@@ -406,6 +431,7 @@ impl Offers {
         max_exec_timeout_secs: 900,
         max_job_secs: 3600,
         base_idle_secs: 604_800,
+        views: true,
     };
 
     pub fn of(config: &crate::process::config::Config) -> Offers {
@@ -416,12 +442,22 @@ impl Offers {
             max_exec_timeout_secs: config.max_exec_timeout_secs,
             max_job_secs: config.max_job_secs,
             base_idle_secs: config.base_idle_secs,
+            views: false,
         }
+    }
+
+    /// The same, for a client that shows views or not.
+    pub fn with_views(self, views: bool) -> Offers {
+        Offers { views, ..self }
     }
 
     /// Whether `tool` is offered at all.
     pub fn lists(self, tool: Tool) -> bool {
-        tool != Tool::KeepChanges || self.host_dirs
+        match tool {
+            Tool::KeepChanges => self.host_dirs,
+            Tool::ViewState => self.views,
+            _ => true,
+        }
     }
 }
 

@@ -31,22 +31,7 @@ pub(super) async fn terminal(
             .transpose()
     };
     let (cols, rows) = (size("cols", a.cols)?, size("rows", a.rows)?);
-    let keys = a
-        .keys
-        .iter()
-        .flatten()
-        .map(|key| {
-            terminals::key_bytes(key).ok_or_else(|| {
-                ToolError::argument(
-                    "keys",
-                    format!(
-                        "{key:?} is not a key this server knows: {}",
-                        terminals::KEY_NAMES
-                    ),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let keys = key_bytes(a.keys.as_deref())?;
     let fleet = call.fleet(a.target).await?;
     let kind = fleet.kind();
     let mut started_machine = false;
@@ -220,7 +205,25 @@ pub(super) async fn terminal(
 }
 
 /// The screen with any credential value the program printed replaced, as in the stream.
-fn redacted(
+/// The bytes each named key sends, or a refusal naming the key not known.
+pub(super) fn key_bytes(keys: Option<&[String]>) -> Result<Vec<Vec<u8>>, ToolError> {
+    keys.unwrap_or_default()
+        .iter()
+        .map(|key| {
+            terminals::key_bytes(key).ok_or_else(|| {
+                ToolError::argument(
+                    "keys",
+                    format!(
+                        "{key:?} is not a key this server knows: {}",
+                        terminals::KEY_NAMES
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+pub(super) fn redacted(
     call: &Call<'_>,
     mut painted: crate::policy::screen::Painted,
 ) -> crate::policy::screen::Painted {
@@ -235,7 +238,7 @@ fn redacted(
 
 /// The screen's rows within the output budget: a screen larger than it (500 wide, many rows
 /// of wide characters) keeps its first rows and says how many were left out in the last.
-fn within_budget(
+pub(super) fn within_budget(
     mut painted: crate::policy::screen::Painted,
     budget: usize,
 ) -> crate::policy::screen::Painted {

@@ -200,9 +200,35 @@ tool_list! {
              minutes for a large one; its egress must reach the registry. No tool here \
              runs it; create-machine and run-once pull theirs.",
     }
+    ViewState => "view-state" {
+        hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
+        changes_machines: false,
+        description: "For this server's views (MCP Apps) only, not the model: what a view shows, \
+             and what the person did in it.",
+    }
+}
+
+/// The views (MCP Apps resources, served by `crate::protocol::apps`) and the tools whose calls a
+/// host shows each beside.
+pub mod views {
+    pub const MACHINES: &str = "ui://smol-mcp/machines";
+    pub const EGRESS: &str = "ui://smol-mcp/egress";
+    pub const TERMINAL: &str = "ui://smol-mcp/terminal";
+    pub const ALL: [&str; 3] = [MACHINES, EGRESS, TERMINAL];
 }
 
 impl Tool {
+    /// The view a host shows beside this tool's calls: the machines beside a listing, the
+    /// questions a command may put to the person beside it, the screen beside a terminal.
+    pub fn view(self) -> Option<&'static str> {
+        match self {
+            Tool::ListMachines => Some(views::MACHINES),
+            Tool::RunCommand => Some(views::EGRESS),
+            Tool::Terminal => Some(views::TERMINAL),
+            _ => None,
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Tool> {
         Tool::ALL.iter().copied().find(|t| t.name() == name)
     }

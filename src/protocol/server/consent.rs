@@ -3,7 +3,7 @@
 //! 2026-07-28 request has no session: its client gets the same form in an input-required result
 //! (MRTR), and the call it makes again with the answer applies it before running the command.
 
-use crate::policy::consent::{Asked, Consent, EgressAnswer, PriorAnswer};
+use crate::policy::consent::{Asked, Consent, EgressAnswer, PriorAnswer, ViewSeal};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ElicitRequest, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationSchema, InputRequest, InputRequiredResult, JsonObject,
@@ -234,3 +234,106 @@ pub async fn prior_answer(
         });
     Ok(Some(PriorAnswer { machine, answer }))
 }
+
+/// The person behind a client that shows views and no forms: a question goes on the board,
+/// where the egress view shows it, and the call waits for their click.
+pub struct ViewConsent {
+    policy: Arc<crate::policy::Policy>,
+    user: String,
+}
+
+impl ViewConsent {
+    pub fn new(policy: Arc<crate::policy::Policy>, user: &crate::policy::user::User) -> Self {
+        ViewConsent {
+            policy,
+            user: user.id().to_owned(),
+        }
+    }
+}
+
+impl Consent for ViewConsent {
+    fn ask_egress<'a>(
+        &'a self,
+        machine: &'a str,
+        destinations: &'a [String],
+    ) -> Pin<Box<dyn Future<Output = Asked> + Send + 'a>> {
+        Box::pin(async move {
+            let mut posted = match self.policy.board.post(&self.user, machine, destinations) {
+                Ok(posted) => posted,
+                Err(full) => {
+                    tracing::info!(?full, %machine, "the egress question was not posted: the board is full");
+                    return Asked::NoAnswer;
+                }
+            };
+            match tokio::time::timeout(ANSWER_WITHIN, &mut posted.answer).await {
+                Ok(Ok(answer)) => Asked::Answered(answer),
+                _ => Asked::NoAnswer,
+            }
+            // Dropping `posted` (here or when the call is cancelled) takes the question down.
+        })
+    }
+}
+
+/// Seals each question's state for one user's views; an answer is taken once.
+pub struct SealedViews {
+    store: Arc<dyn crate::store::Store>,
+    user: crate::policy::user::User,
+}
+
+impl SealedViews {
+    pub fn new(store: Arc<dyn crate::store::Store>, user: crate::policy::user::User) -> Self {
+        SealedViews { store, user }
+    }
+
+    fn bound(&self, id: &str) -> Vec<u8> {
+        let args: rmcp::model::JsonObject =
+            [("question".to_owned(), serde_json::Value::from(id))].into_iter().collect();
+        super::sealed::bound_to(&self.user, "view-state", &args)
+    }
+}
+
+impl ViewSeal for SealedViews {
+    fn seal(&self, id: &str) -> String {
+        let payload = super::sealed::nonce();
+        super::sealed::codec().seal_with(
+            &payload,
+            &rmcp::model::SealOptions::new()
+                .associated_data(&self.bound(id))
+                .ttl(ANSWER_WITHIN),
+        )
+    }
+
+    fn open<'a>(
+        &'a self,
+        id: &'a str,
+        state: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            let payload = super::sealed::codec()
+                .open_with(state, &self.bound(id))
+                .map_err(|_| {
+                    "is not the state this server listed for this question and user: list the \
+                     questions again (view egress) and answer with the state given"
+                        .to_owned()
+                })?;
+            let nonce: [u8; 16] = payload
+                .try_into()
+                .map_err(|_| "is not a state this server issued".to_owned())?;
+            super::sealed::take_once(&self.store, nonce, ANSWER_WITHIN, &self.user)
+                .await
+                .map_err(|why| match why {
+                    super::sealed::NotTaken::Again => {
+                        "was used already: its answer was given once".to_owned()
+                    }
+                    super::sealed::NotTaken::Full => {
+                        "cannot be taken now: too many answers came back in the last 10 minutes"
+                            .to_owned()
+                    }
+                    super::sealed::NotTaken::Unknown(why) => {
+                        format!("could not be checked as unused ({why})")
+                    }
+                })
+        })
+    }
+}
+

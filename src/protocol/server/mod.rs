@@ -170,6 +170,35 @@ impl ServerHandler for SmolMcp {
         .with_instructions(self.instructions())
     }
 
+    /// As rmcp's, but the MCP Apps extension is declared only to a client that declared it
+    /// (the extension asks servers to offer views only to hosts that show them).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut result = self.negotiate_initialize(&request)?;
+        if crate::protocol::apps::declared_in(&request.capabilities) {
+            with_views(&mut result.capabilities);
+        }
+        Ok(result)
+    }
+
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
+        let mut info = self.get_info();
+        if crate::protocol::apps::declared(&context) {
+            with_views(&mut info.capabilities);
+        }
+        Ok(rmcp::model::DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
+    }
+
     /// A session (2025-11-25 and before) hears the server's events from its `initialized` on.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let user = crate::protocol::user_in(&context.extensions);
@@ -197,7 +226,8 @@ impl ServerHandler for SmolMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let scope = self.fleet_choice.scope(self.protocol.mode(), &context);
-        let offers = crate::policy::tools::schema::Offers::of(self.protocol.config());
+        let offers = crate::policy::tools::schema::Offers::of(self.protocol.config())
+            .with_views(crate::protocol::apps::declared(&context));
         Ok(ListToolsResult::with_all_items(
             Catalog::offered(scope.mode(), offers).listed.clone(),
         ))
@@ -206,10 +236,13 @@ impl ServerHandler for SmolMcp {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let mut resources = crate::protocol::resources::list(&self.protocol);
         resources.extend(crate::protocol::skills::resources(self.skills_offered()));
+        if crate::protocol::apps::declared(&context) {
+            resources.extend(crate::protocol::apps::resources());
+        }
         Ok(ListResourcesResult::with_all_items(resources))
     }
 
@@ -251,6 +284,13 @@ impl ServerHandler for SmolMcp {
     ) -> Result<ReadResourceResponse, ErrorData> {
         if crate::protocol::skills::is_skill_uri(&request.uri) {
             let contents = crate::protocol::skills::read(self.skills_offered(), &request.uri)?;
+            return Ok(ReadResourceResult::new(contents).into());
+        }
+        if crate::protocol::apps::is_view_uri(&request.uri) {
+            let contents = crate::protocol::apps::read(
+                &request.uri,
+                crate::protocol::apps::declared(&context),
+            )?;
             return Ok(ReadResourceResult::new(contents).into());
         }
         let user = user_of(&context);
@@ -393,13 +433,14 @@ impl ServerHandler for SmolMcp {
             let deferred = consent::deferred_for(&context);
             let asker: Option<Arc<dyn crate::policy::consent::Consent>> = match &deferred {
                 Some(d) => Some(d.clone()),
-                None => consent::of_request(&context),
+                None => self.person_of(&context),
             };
             let caller = tools::Caller::new(owner, scope, context.ct.clone())
                 .for_user(user_of(&context))
                 .with_progress(notify::progress_of(&context, None))
                 .with_session_hold(session_hold(&context))
-                .with_consent(asker, prior_answer);
+                .with_consent(asker, prior_answer)
+                .with_views(self.views_of(&context));
             // On the heap: a tool call's future holds every handler's (the key's detached run
             // among them), and moved about by value it took a debug build's 2 MiB thread stack
             // past its end on a failed create.
@@ -466,6 +507,35 @@ impl ServerHandler for SmolMcp {
 }
 
 impl SmolMcp {
+    /// Who answers for the person on this request: a form (elicitation) when the client shows
+    /// them, else the egress view when it shows views, else no one.
+    fn person_of(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<Arc<dyn crate::policy::consent::Consent>> {
+        consent::of_request(context).or_else(|| {
+            crate::protocol::apps::declared(context).then(|| {
+                Arc::new(consent::ViewConsent::new(
+                    self.protocol.policy.clone(),
+                    &user_of(context),
+                )) as Arc<dyn crate::policy::consent::Consent>
+            })
+        })
+    }
+
+    /// What seals a view's answers to this request's user, when its client shows views.
+    fn views_of(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<Arc<dyn crate::policy::consent::ViewSeal>> {
+        crate::protocol::apps::declared(context).then(|| {
+            Arc::new(consent::SealedViews::new(
+                self.protocol.policy.store.clone(),
+                user_of(context),
+            )) as Arc<dyn crate::policy::consent::ViewSeal>
+        })
+    }
+
     /// Who a task of this request belongs to: its session (which only its user may use), or
     /// the sessionless requests of its user.
     fn task_owner(&self, context: &RequestContext<RoleServer>) -> String {
@@ -509,7 +579,8 @@ impl SmolMcp {
             .for_user(user_of(context))
             .with_progress(progress)
             .with_session_hold(session_hold(context))
-            .with_consent(consent::of_request(context), None)
+            .with_consent(self.person_of(context), None)
+            .with_views(self.views_of(context))
             .with_stop(stop.clone());
         let work = async move {
             let call = tools::call_prepared(&policy, caller, prepared);
@@ -537,6 +608,17 @@ impl SmolMcp {
             work: Box::pin(work),
         }
     }
+}
+
+/// The MCP Apps extension added to the capabilities declared.
+fn with_views(capabilities: &mut ServerCapabilities) {
+    capabilities
+        .extensions
+        .get_or_insert_with(Default::default)
+        .insert(
+            crate::protocol::apps::EXTENSION.to_owned(),
+            crate::protocol::apps::server_settings(),
+        );
 }
 
 /// What keeps the request's HTTP session open while a job it starts runs (`crate::policy::jobs`); the
