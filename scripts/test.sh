@@ -8,7 +8,8 @@
 #    (scripts/nested-engine.sh, Debian's qemu-system-x86 and kernel), for `guest`;
 #  - the pinned Python MCP client (tests/clients/requirements.txt) in .venv, for `clients`;
 #  - the pinned TypeScript SDK, Inspector CLI and OpenID provider (oidc-provider, for the
-#    sign-in tests) (tests/clients/package.json), with npm;
+#    sign-in tests) and playwright-core (the views' browser test) (tests/clients/package.json),
+#    with npm; what builds the views (scripts/views/package.json), with npm; Debian's chromium;
 #  - the pinned official MCP conformance suite and the Node 22 it runs on (tests/conformance/
 #    package.json), with npm, for tests/clients/conformance.rs.
 #  - Debian's own python3, python3-venv and pipx (apt-get), for scripts/check-user-path.sh and
@@ -127,10 +128,23 @@ fi
 # and the OpenID provider the sign-in tests start (oidc-provider).
 if ! node -e 'const v=(p)=>require("./tests/clients/node_modules/"+p+"/package.json").version;
     process.exit(v("@modelcontextprotocol/sdk")==="1.32.2" && v("@modelcontextprotocol/inspector")==="2.12.0"
-      && v("oidc-provider")==="9.13.3" ? 0 : 1)' 2>/dev/null; then
+      && v("oidc-provider")==="9.13.3" && v("playwright-core")==="1.64.1" ? 0 : 1)' 2>/dev/null; then
   # `npm ci`, which installs the lock as it is and never rewrites it (`npm install` may, leaving
   # the tree dirty); it refuses a lock that has fallen out of step with package.json.
   (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# What builds the MCP Apps views and the test host's page (scripts/views/package-lock.json:
+# @modelcontextprotocol/ext-apps, esbuild), for tests/clients/views.rs and tests/guest/apps.rs.
+if ! node -e 'const v=(p)=>require("./scripts/views/node_modules/"+p+"/package.json").version;
+    process.exit(v("@modelcontextprotocol/ext-apps")==="2.0.4" && v("esbuild")==="0.28.2" ? 0 : 1)' 2>/dev/null; then
+  (cd scripts/views && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The browser the views are shown in (tests/guest/apps.rs): Debian's Chromium, which the pinned
+# playwright-core drives (no browser download of Playwright's own).
+if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q 'install ok installed'; then
+  echo "test.sh: installing chromium from Debian's packages for the views' browser test" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
 fi
 # The pinned conformance suite, and Node 22 from the npm package `node` (the suite calls
 # fs.globSync, which older Node lacks; the host's own node may be older).

@@ -441,10 +441,22 @@ pub struct Deleted {
 #[serde(rename_all = "camelCase")]
 pub struct PulledImage {
     pub reference: String,
+    // Left out when the engine does not say (rather than null): each null form cost the
+    // catalog's schema 20 bytes on every turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub digest: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
     pub size: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub architecture: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub os: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i64")]
     pub layer_count: Option<i64>,
 }
 

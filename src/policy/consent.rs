@@ -328,7 +328,9 @@ mod tests {
             board.settle("alice", &posted.id, &["evil.example".to_owned()]),
             Err(NotSettled::NotAsked("evil.example".to_owned()))
         );
-        board.settle("alice", &posted.id, &["pypi.org".to_owned()]).unwrap();
+        board
+            .settle("alice", &posted.id, &["pypi.org".to_owned()])
+            .unwrap();
         assert_eq!(
             board.settle("alice", &posted.id, &[]),
             Err(NotSettled::Unknown),

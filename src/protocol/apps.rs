@@ -6,6 +6,7 @@
 //!    answered with a click (so a client that shows views but no forms can still ask a person);
 //!  - terminal, beside terminal: the screen the program painted, following it, and what the
 //!    person types reaching the program as the agent's typing does.
+//!
 //! Each is one self-contained HTML file (`generated/views/`, built from `src/protocol/apps/` by
 //! `scripts/views/build.mjs`): no script, style or font from anywhere else, and no connection
 //! (so its resource declares no CSP domains). A view reads and acts only through view-state and

@@ -39,3 +39,4 @@ mod stdio;
 mod streaming;
 mod tasks;
 mod typescript;
+mod views;

@@ -21,7 +21,7 @@ use smol_mcp::protocol::server::SmolMcp;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const READY_SECS: &str = "180";
+pub(crate) const READY_SECS: &str = "180";
 
 async fn harness(extra: &[(&str, &str)]) -> Harness {
     let url = nested().url;
@@ -1490,14 +1490,14 @@ async fn a_session_under_the_typescript_sdk_over_http() {
 /// A server of this host that the nested guests reach as 10.0.2.2 (QEMU's user network), run by
 /// `tests/clients/host_server.py`, with the events it recorded: requests, and for TLS each
 /// handshake's server name.
-struct HostServer {
+pub(crate) struct HostServer {
     child: tokio::process::Child,
     log: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl HostServer {
-    async fn start(port: u16, tls_names: Option<&[&str]>) -> HostServer {
+    pub(crate) async fn start(port: u16, tls_names: Option<&[&str]>) -> HostServer {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("events.jsonl");
         let script =
@@ -1540,7 +1540,7 @@ impl HostServer {
         server
     }
 
-    fn events(&self) -> Vec<Value> {
+    pub(crate) fn events(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()

@@ -49,6 +49,7 @@ macro_rules! assert_request_snapshot {
 }
 
 mod accounting;
+mod apps;
 mod bases;
 mod cancellation;
 mod cloud_requests;

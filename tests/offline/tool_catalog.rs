@@ -28,6 +28,17 @@ async fn bare_catalog(env: &[(&str, &str)]) -> Value {
     serde_json::to_value(tools).unwrap()
 }
 
+/// The catalog a client that shows views (MCP Apps) is listed: view-state, and each tool's link
+/// to its view (`tests/offline/apps.rs` checks it is what such a client gets).
+async fn with_views(env: &[(&str, &str)]) -> Value {
+    let mut all = SET_UP.to_vec();
+    all.extend_from_slice(env);
+    let h = Harness::start(&all).await;
+    let offers = smol_mcp::policy::tools::schema::Offers::of(h.protocol.config()).with_views(true);
+    let catalog = smol_mcp::policy::tools::Catalog::offered(h.protocol.mode(), offers);
+    serde_json::to_value(&catalog.listed).unwrap()
+}
+
 fn properties(tools: &Value, tool: &str) -> Vec<String> {
     let tool = tools
         .as_array()
@@ -227,7 +238,8 @@ async fn both_fleets_catalog_requires_target() {
 /// workspace set 20,000 for all of them together, so each spends from the same 2 KB. The
 /// ceiling holds as a server starts and with everything the operator can turn on (host
 /// directories, credentials: mounts, workspaces and their changes, keep-changes, credentials),
-/// whose arguments are offered only where they can work.
+/// whose arguments are offered only where they can work, and for a client that shows views
+/// (MCP Apps: `_meta` on a tool is listed with it, and view-state is a tool all the same).
 #[tokio::test]
 async fn a_single_fleet_catalog_is_affordable() {
     const CEILING_BYTES: usize = 20_000;
@@ -244,6 +256,10 @@ async fn a_single_fleet_catalog_is_affordable() {
         for (how, tools) in [
             ("as started", bare_catalog(&env).await),
             ("set up", catalog(&env).await),
+            (
+                "set up, for a client that shows views",
+                with_views(&env).await,
+            ),
         ] {
             let bytes = serde_json::to_string(&serde_json::json!({ "tools": tools }))
                 .unwrap()

@@ -456,7 +456,7 @@ pub struct MachineBase {
     pub allow_hosts: Option<HostNames>,
     /// CIDR ranges it may reach (like 10.0.0.0/8).
     pub allow_cidrs: Option<CidrRanges>,
-    /// {local:{creds:Secrets by name (see the instructions); it sees placeholders only.}}
+    /// {local:{creds:Secrets by name (see instructions); it sees placeholders only.}}
     pub credentials: Option<Vec<String>>,
     /// {dirs:Host dir the operator allows, copied to /workspace (git: its commit). See keep-changes.}
     pub workspace: Option<AbsolutePath>,
@@ -466,13 +466,13 @@ pub struct MachineBase {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandFields {
-    /// An argv array run as is, or a string run with sh -c (pipes and redirects work).
+    /// An argv run as is, or a string for sh -c (pipes, redirects).
     pub command: crate::fleet::Command,
     /// Absolute working directory.
     pub workdir: Option<AbsolutePath>,
     /// Extra environment variables.
     pub env: Option<EnvVars>,
-    /// Text given on standard input, then closed.
+    /// Given on standard input, then closed.
     pub stdin: Option<String>,
     /// Seconds until killed (exit 124): default {execTimeoutSecs}, most {maxExecTimeoutSecs}.
     #[schemars(range(min = 1))]
@@ -555,7 +555,7 @@ tool_arguments! {
         /// Bytes to return. Default and most: a page.
         #[schemars(range(min = 1))]
         pub length: Option<u64>,
-        /// {dirs:With path /workspace: the machine's changes there (files, sizes, a unified diff).}
+        /// {dirs:With path /workspace: its changes there (files, sizes, unified diff).}
         pub changes: Option<bool>,
     }
 }
@@ -618,7 +618,7 @@ tool_arguments! {
         /// Lines from the end (without cursor).
         #[schemars(range(min = 1, max = MAX_LOG_TAIL))]
         pub tail: Option<u64>,
-        /// A previous answer's: only what came since.
+        /// The last answer's: only what came since.
         pub cursor: Option<String>,
         /// {local:workload (default) or engine (this boot's agent log).}
         pub source: Option<LogSourceArg>,
@@ -639,7 +639,7 @@ tool_arguments! {
 
 tool_arguments! {
     pub struct JobArgs {
-        /// The job id run-command returned.
+        /// From run-command.
         pub job: String,
     }
 }
@@ -714,21 +714,19 @@ pub enum ViewName {
     Terminal,
 }
 
-/// The person's answer to an egress question, as the egress view sends it.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+/// The person's answer to an egress question, as the egress view sends it: the question's id,
+/// its state as listed, and the destinations allowed (the rest are declined).
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ViewAnswer {
-    /// The question's id.
     pub question: String,
-    /// Its state, as listed.
     pub state: String,
-    /// The destinations allowed; the rest are declined.
     pub allowed: Vec<String>,
 }
 
 tool_arguments! {
     pub struct ViewArgs {
-        /// machines, egress or terminal.
+        /// Which.
         pub view: ViewName,
         /// terminal: its machine.
         pub name: Option<MachineRef>,
@@ -740,7 +738,8 @@ tool_arguments! {
         pub input: Option<String>,
         /// terminal: pressed.
         pub keys: Option<Vec<String>>,
-        /// egress: the answer.
+        /// egress: {question, state, allowed}.
+        #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
         pub answer: Option<ViewAnswer>,
     }
 }

@@ -68,7 +68,10 @@ impl Caller {
         self
     }
 
-    pub fn with_views(mut self, views: Option<Arc<dyn crate::policy::consent::ViewSeal>>) -> Caller {
+    pub fn with_views(
+        mut self,
+        views: Option<Arc<dyn crate::policy::consent::ViewSeal>>,
+    ) -> Caller {
         self.views = views;
         self
     }

@@ -27,8 +27,8 @@ pub mod results;
 pub mod schema;
 mod streamed;
 mod terminal;
-mod views;
 pub mod tool;
+mod views;
 mod workspace;
 
 pub use crate::policy::error::{ToolError, ToolErrorKind};

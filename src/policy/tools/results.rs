@@ -479,7 +479,7 @@ pub struct Logs {
 }
 
 /// What a view shows (`view-state`), by view.
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum ViewState {
     Machines(MachinesView),
@@ -487,7 +487,19 @@ pub enum ViewState {
     Terminal(TerminalView),
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+/// Listed as an object only: view-state is for this server's own views, which know each form
+/// (docs/tools.md has them), and every byte of its listing is in the catalog a client is sent.
+impl JsonSchema for ViewState {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ViewState".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "object", "description": "By view."})
+    }
+}
+
+#[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MachinesView {
     pub machines: Vec<MachineRow>,
@@ -495,7 +507,7 @@ pub struct MachinesView {
     pub more: usize,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineRow {
     pub name: String,
@@ -513,20 +525,20 @@ pub struct MachineRow {
     pub jobs: Vec<JobRow>,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize)]
 pub struct PortLink {
     pub guest: u16,
     pub url: Option<String>,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize)]
 pub struct JobRow {
     pub job: String,
     pub command: String,
     pub state: String,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize)]
 pub struct EgressView {
     pub questions: Vec<QuestionRow>,
     /// Whether the answer given was applied.
@@ -534,7 +546,7 @@ pub struct EgressView {
     pub answered: Option<bool>,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QuestionRow {
     pub question: String,
@@ -545,7 +557,7 @@ pub struct QuestionRow {
     pub state: String,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TerminalView {
     pub terminal: String,
@@ -553,8 +565,6 @@ pub struct TerminalView {
     /// Bytes printed so far: the next call's after.
     pub printed: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "String")]
     pub ended: Option<String>,
-    #[schemars(with = "crate::policy::screen::Painted")]
     pub screen: Option<crate::policy::screen::Painted>,
 }

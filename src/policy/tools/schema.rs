@@ -285,6 +285,9 @@ pub fn definition(
     }
     annotations.open_world_hint = (!hints.open_world).then_some(false);
     let mut input = apply_mode(input, mode);
+    if tool == Tool::ViewState {
+        listed_as_outline(&mut input);
+    }
     for (which, property, choice) in CHOICES_NOT_OFFERED {
         if *which == tool
             && let Some(Value::Array(choices)) = input
@@ -327,8 +330,14 @@ pub fn definition(
         tool.name(),
         worded(tool.description(), mode, offers),
         Arc::new(into_object(input)),
-    )
-    .with_raw_output_schema(Arc::new(into_object(output)));
+    );
+    // view-state's result has a form per view, which the views know (docs/tools.md): no schema
+    // is listed for it (see `listed_as_outline`).
+    let listed = if tool == Tool::ViewState {
+        listed
+    } else {
+        listed.with_raw_output_schema(Arc::new(into_object(output)))
+    };
     let listed = match view_meta(tool, offers) {
         Some(meta) => listed.with_meta(meta),
         None => listed,
@@ -339,6 +348,28 @@ pub fn definition(
         listed
     } else {
         listed.with_annotations(annotations)
+    }
+}
+
+/// view-state is listed with `view` alone, whose description names what each view takes: only
+/// this server's own views call it (a host keeps it from the model), and every byte of its
+/// listing is in the catalog sent on every `tools/list`. Its arguments are checked against the
+/// whole schema all the same (`checked_input`).
+fn listed_as_outline(input: &mut JsonObject) {
+    let Some(Value::Object(properties)) = input.get_mut("properties") else {
+        return;
+    };
+    let others: Vec<String> = properties
+        .keys()
+        .filter(|k| *k != "view")
+        .cloned()
+        .collect();
+    properties.retain(|k, _| k == "view");
+    if let Some(Value::Object(view)) = properties.get_mut("view") {
+        view.insert(
+            "description".into(),
+            Value::String(format!("Then: {}.", others.join(", "))),
+        );
     }
 }
 

@@ -78,23 +78,23 @@ tool_list! {
     ListMachines => "list-machines" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "List machines and bases: state, size, egress, image{cloud:, url}. One to reuse, or \
+        description: "Machines and bases: state, size, egress, image{cloud:, url}. One to reuse, or \
              what runs before making more; with name, that one now.",
     }
     CreateMachine => "create-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Create a microVM and boot it until it runs commands. Egress: blocked \
-             unless network, allowHosts or allowCidrs grant it. Unnamed or mcp-...: ephemeral \
-             (gone at session end); other names stay until delete-machine.{cloud: Costs money \
-             while it exists.} One command only: run-once.",
+        description: "Create a microVM, booted until it runs commands. Egress blocked unless \
+             network, allowHosts or allowCidrs grant it. Unnamed or mcp-...: ephemeral (gone at \
+             session end); others stay until deleted.{cloud: Costs money while it exists.} One \
+             command only: run-once.",
     }
     StartMachine => "start-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Start a stopped machine and wait until it runs commands: disk kept; memory, \
              processes and /tmp start empty{local: (a paused one resumes as it was)}. To boot \
-             ahead or set branchable; other tools start it too.{cloud: A running cloud \
+             ahead or set branchable.{cloud: A running cloud \
              machine bills for CPU and memory.}",
     }
     StopMachine => "stop-machine" {
@@ -108,67 +108,65 @@ tool_list! {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Delete a machine, running or not, with its disk and jobs: irreversible. \
-             {local:A source or base with children is refused: delete them first. }To keep the \
-             disk: stop-machine.{cloud: usageMicros: what it cost, in millionths of a dollar.}",
+             {local:A source or base with children is refused: delete them first. }{cloud: usageMicros: what it cost, in millionths of a dollar.}",
     }
     RunCommand => "run-command" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
         description: "Run a command in a machine and wait: stdout, stderr, exitCode (non-zero \
-             is a result, not an error). Each call a new process{local: (prompts, REPLs: \
-             terminal)}. Long output: head and tail, the whole kept in the machine (overflow). \
-             Longer than the call: background, then job-output. Starts it if stopped{local: or \
-             paused}.",
+             is a result, not an error). A new process each call{local: (REPLs: terminal)}. \
+             Long output: head and tail, the rest kept (overflow). Longer than the call: \
+             background, then job-output. Starts it if stopped{local: or paused}.",
     }
     JobOutput => "job-output" {
         hints: READ_ONLY,
         changes_machines: false,
-        description: "Read a background job: state (running, exited, timedOut, cancelled, lost), \
-             exitCode and usage once ended, output after your cursor (more: true: call again). \
-             No job: the jobs, newest first.",
+        description: "A background job: state (running, exited, timedOut, cancelled, lost), \
+             exitCode and usage once ended, output after your cursor (more: call again). No \
+             job: the jobs.",
     }
     CancelJob => "cancel-job" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Kill a background job and every process it started (cancelled, exit 137); \
-             an ended one is left. Its output stays readable; the machine runs on.",
+             its output stays readable, the machine runs on.",
     }
     RunOnce => "run-once" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Run one command in a fresh machine deleted afterwards, whatever happens; \
+        description: "One command in a fresh machine, deleted afterwards whatever happens; \
              answers as run-command. To keep the machine (background, network \
              ask): create-machine, then run-command.",
     }
     ReadFile => "read-file" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: false },
         changes_machines: false,
-        description: "Read a file from a machine a page at a time (second content block); go on \
-             from offset + bytes until eof. A whole PNG, JPEG, GIF or WebP (no encoding) comes \
-             as an image you see. Reads overflow, job outputFiles{dirs:, a workspace's diff \
+        description: "Read a machine's file a page at a time (second content block), from offset \
+             + bytes until eof; a whole PNG, JPEG, GIF or WebP (no encoding) as an image you \
+             see. Reads overflow, job outputFiles{dirs:, a workspace's diff \
              (changes)}. Starts it if stopped{local: or paused}.",
     }
     WriteFile => "write-file" {
         hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         changes_machines: true,
         description: "Write a whole file into a machine (parents made, an old one \
-             replaced); the next command sees it. Better than echo in run-command. Starts it if \
+             replaced). Better than echo in run-command. Starts it if \
              stopped{local: or paused}.",
     }
     BranchMachine => "branch-machine" {
         hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
         changes_machines: true,
-        description: "Copy a running machine (memory, processes, disk) into children that go on \
-             from there: to try something risky, or several ways at once. The source must be \
-             branchable (at create{local: or start-machine}). Set up once, fork \
-             many: freezeSource keeps it as a base for later sessions.",
+        description: "Copy a running machine (memory, processes, disk) into children going on \
+             from there: to try something risky or several ways at once. The source must be \
+             branchable (create{local: or start-machine}). Set up once, fork many: \
+             freezeSource keeps it as a base.",
     }
     KeepChanges => "keep-changes" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
         changes_machines: true,
         description: "Give the user a machine's /workspace changes (see read-file changes; starts \
              a stopped{local: or paused} one): a commit on a new branch of their repository \
-             (nothing else touched), or a patch outside git. Answers how to merge it.",
+             (nothing else touched), or a patch outside git. Says how to merge it.",
     }
     MachineLogs => "machine-logs" {
         hints: READ_ONLY,
@@ -180,31 +178,31 @@ tool_list! {
     PublishPort => "publish-port" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
-        description: "Open a machine's service to the user: publish its guest TCP port, wait until \
-             something listens, answer the url; it stays while the machine \
-             does.{local: Only this host reaches it unless the operator allows more.} Starts it \
+        description: "Open a machine's service to the user: publish a guest TCP port, wait until \
+             something listens, answer the url (kept with the machine).{local: Only this host reaches it unless the operator allows more.} Starts it \
              if stopped{local: or paused}.",
     }
     Terminal => "terminal" {
         hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: true,
-        description: "Drive an interactive program (shell, vi, a prompt) in a machine: each call \
-             types input and keys, waits for output to settle, answers what it printed since \
-             the last read. The first call opens it (answering its id); it ends on exit, \
-             close, its machine or session. Starts it if stopped or paused.",
+        description: "Drive an interactive program (shell, vi, a prompt): each call types input \
+             and keys, waits for output to settle, answers what it printed since the last read. \
+             The first call opens it (its id); it ends on exit, close, or with its machine \
+             or session. Starts it if stopped or paused.",
     }
     PullImage => "pull-image" {
         hints: Hints { read_only: false, destructive: false, idempotent: true, open_world: true },
         changes_machines: true,
-        description: "Pull an OCI image into a running machine's own store, for it alone; \
-             minutes for a large one; its egress must reach the registry. No tool here \
-             runs it; create-machine and run-once pull theirs.",
+        description: "Pull an OCI image into a running machine's own store, for it alone (minutes \
+             if large; its egress must reach the registry). Nothing here runs it; create-machine \
+             and run-once pull their own.",
     }
+    // The spec's default hints (no annotations listed): what the person types in a terminal
+    // view may reach anything its program does.
     ViewState => "view-state" {
-        hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: false },
+        hints: Hints { read_only: false, destructive: true, idempotent: false, open_world: true },
         changes_machines: false,
-        description: "For this server's views (MCP Apps) only, not the model: what a view shows, \
-             and what the person did in it.",
+        description: "MCP Apps views only.",
     }
 }
 

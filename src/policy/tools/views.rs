@@ -27,10 +27,7 @@ const TERMINAL_WAIT: Duration = Duration::from_secs(20);
 /// sends it in bursts, and a view shown mid-burst flickers.
 const QUIET: Duration = Duration::from_millis(60);
 
-pub(super) async fn view_state(
-    call: &Call<'_>,
-    a: args::ViewArgs,
-) -> Result<ViewState, ToolError> {
+pub(super) async fn view_state(call: &Call<'_>, a: args::ViewArgs) -> Result<ViewState, ToolError> {
     let Some(seal) = call.caller.views.clone() else {
         return Err(ToolError::new(
             ToolErrorKind::InvalidArgument,
@@ -65,7 +62,9 @@ pub(super) async fn view_state(
     }
     match a.view {
         ViewName::Machines => machines(call, a.target).await.map(ViewState::Machines),
-        ViewName::Egress => egress(call, seal.as_ref(), a.answer).await.map(ViewState::Egress),
+        ViewName::Egress => egress(call, seal.as_ref(), a.answer)
+            .await
+            .map(ViewState::Egress),
         ViewName::Terminal => terminal(call, a).await.map(ViewState::Terminal),
     }
 }
@@ -230,9 +229,9 @@ async fn terminal(call: &Call<'_>, a: args::ViewArgs) -> Result<TerminalView, To
         .await?;
     }
     let budget = call.config().max_output_bytes;
-    let screen = terminal
-        .painted()
-        .map(|painted| super::terminal::within_budget(super::terminal::redacted(call, painted), budget));
+    let screen = terminal.painted().map(|painted| {
+        super::terminal::within_budget(super::terminal::redacted(call, painted), budget)
+    });
     Ok(TerminalView {
         terminal: terminal.id.clone(),
         machine: named.to_string(),

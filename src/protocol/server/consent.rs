@@ -286,8 +286,9 @@ impl SealedViews {
     }
 
     fn bound(&self, id: &str) -> Vec<u8> {
-        let args: rmcp::model::JsonObject =
-            [("question".to_owned(), serde_json::Value::from(id))].into_iter().collect();
+        let args: rmcp::model::JsonObject = [("question".to_owned(), serde_json::Value::from(id))]
+            .into_iter()
+            .collect();
         super::sealed::bound_to(&self.user, "view-state", &args)
     }
 }
@@ -336,4 +337,3 @@ impl ViewSeal for SealedViews {
         })
     }
 }
-
