@@ -327,3 +327,18 @@ async fn the_egress_view_answers_the_question_a_command_asked() {
         .await;
     assert!(replayed.contains("used already"), "{replayed}");
 }
+
+/// The machines view lists at most 100 machines, sorted by name, and counts the rest.
+#[tokio::test]
+async fn the_machines_view_is_bounded() {
+    let s = Session::start(true).await;
+    for i in 0..105 {
+        s.fake.add_machine(&format!("m{i:03}"), "running");
+    }
+    let listed = s.call("view-state", json!({"view": "machines"})).await;
+    let machines = listed["machines"].as_array().unwrap();
+    assert_eq!(machines.len(), 100);
+    assert_eq!(listed["more"], 5);
+    assert_eq!(machines[0]["name"], "m000");
+    assert_eq!(machines[99]["name"], "m099");
+}
