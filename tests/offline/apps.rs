@@ -99,6 +99,11 @@ impl Session {
         format!("{:?}", result.content)
     }
 
+    /// The extensions the server declared to this client at `initialize`.
+    fn declared_extensions(&self) -> Option<rmcp::model::ExtensionCapabilities> {
+        self.client.peer_info()?.capabilities.extensions.clone()
+    }
+
     async fn tools(&self) -> Value {
         serde_json::to_value(self.client.list_all_tools().await.unwrap()).unwrap()
     }
@@ -111,13 +116,7 @@ fn tool<'a>(tools: &'a Value, name: &str) -> Option<&'a Value> {
 #[tokio::test]
 async fn a_client_that_shows_views_is_offered_them_linked_from_their_tools() {
     let s = Session::start(true).await;
-    let declared = s
-        .client
-        .peer_info()
-        .unwrap()
-        .capabilities
-        .extensions
-        .clone();
+    let declared = s.declared_extensions();
     assert_eq!(declared.unwrap()[UI], serde_json::Map::new());
     let tools = s.tools().await;
     for (name, view) in [
@@ -169,13 +168,7 @@ async fn a_client_that_shows_views_is_offered_them_linked_from_their_tools() {
 #[tokio::test]
 async fn a_client_that_did_not_declare_gets_no_views_and_a_clear_refusal() {
     let s = Session::start(false).await;
-    let declared = s
-        .client
-        .peer_info()
-        .unwrap()
-        .capabilities
-        .extensions
-        .clone();
+    let declared = s.declared_extensions();
     assert!(
         declared.as_ref().is_none_or(|e| !e.contains_key(UI)),
         "{declared:?}"
