@@ -33,7 +33,8 @@ pub fn classify_local(op: smolvm::Operation) -> Use {
     use smolvm::Operation::*;
     match op {
         DeleteCacheBase => Omitted,
-        ListMachines => Tools(&[Tool::ListMachines]),
+        // The machines view lists them too (view-state).
+        ListMachines => Tools(&[Tool::ListMachines, Tool::ViewState]),
         CreateMachine => Tools(&[Tool::CreateMachine, Tool::RunOnce]),
         ExecCommand => Tools(&[
             Tool::RunCommand,
@@ -151,7 +152,7 @@ pub fn classify_cloud(op: smolcloud::Operation) -> Use {
         AppRedeploy => Omitted,
         AppScale => Omitted,
         BillingMeters => Omitted,
-        MachineList => Tools(&[Tool::ListMachines]),
+        MachineList => Tools(&[Tool::ListMachines, Tool::ViewState]),
         MachineCreate => Tools(&[Tool::CreateMachine, Tool::RunOnce]),
         MachineDelete => Tools(&[Tool::DeleteMachine, Tool::RunOnce]),
         MachineGet => Tools(&[

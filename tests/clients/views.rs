@@ -101,3 +101,47 @@ async fn a_sessionless_client_gets_views_on_the_requests_that_declare_them() {
         }
     }
 }
+
+/// What a view shows comes in part from the guest (a destination its program tried to reach,
+/// the screen it painted): the views put it in the page only through `text`, which leaves no
+/// markup and no quote that could end an attribute (and add an event handler that answers the
+/// guest's own egress question).
+#[test]
+fn what_a_view_shows_cannot_become_markup() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = format!(
+        "import {{ text }} from {:?};\n\
+         const out = [`a\" onfocus=\"alert(1)`, \"b' x='1\", '<img src=x onerror=1>', '&amp;', null]\n\
+           .map(text);\n\
+         console.log(JSON.stringify(out));",
+        root.join("src/protocol/apps/bridge.js")
+            .display()
+            .to_string()
+    );
+    let out = std::process::Command::new("node")
+        .args(["--input-type=module", "-e", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let escaped: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        escaped,
+        [
+            "a&quot; onfocus=&quot;alert(1)",
+            "b&#39; x=&#39;1",
+            "&lt;img src=x onerror=1&gt;",
+            "&amp;amp;",
+            ""
+        ]
+    );
+    // Every view takes `text` from the bridge; none writes a value into the page another way.
+    for view in ["machines", "egress", "terminal"] {
+        let source =
+            std::fs::read_to_string(root.join(format!("src/protocol/apps/{view}.js"))).unwrap();
+        assert!(
+            source.contains("import { connect, text } from './bridge.js';"),
+            "{view}"
+        );
+        assert!(!source.contains("textContent ="), "{view}");
+    }
+}

@@ -573,3 +573,41 @@ async fn a_machines_events_reach_only_its_holder() {
         assert!(hears(user, general.clone()).await);
     }
 }
+
+/// The machines view (view-state, for a client that shows views) lists only its user's
+/// machines under sign-in, as list-machines does: alice her own, bob none, neither the
+/// operator's.
+#[tokio::test]
+async fn the_machines_view_shows_only_its_users_machines() {
+    use smol_mcp::policy::tools::{Caller, Scope};
+    use smol_mcp::protocol::server::consent::SealedViews;
+    let (_fake, _runtime, protocol) = operator_and_alice().await;
+    let policy = &protocol.policy;
+    for (user, expected) in [("alice", vec!["alice-box"]), ("bob", vec![])] {
+        let who = User::signed_in(user);
+        let seal = Arc::new(SealedViews::new(policy.store.clone(), who.clone()));
+        let caller = Caller::new(
+            format!("session-of-{user}"),
+            Scope::Process(policy.process.mode),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .for_user(who)
+        .with_views(Some(seal));
+        let listed = smol_mcp::policy::tools::call(
+            policy,
+            caller,
+            Tool::ViewState,
+            json!({"view": "machines"}),
+        )
+        .await
+        .unwrap()
+        .structured;
+        let names: Vec<&str> = listed["machines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, expected, "{user}: {listed}");
+    }
+}

@@ -830,12 +830,27 @@ mod tests {
         let all = serde_json::to_string(&tools).unwrap();
         assert!(!all.contains("$defs") && !all.contains("$ref"));
         assert!(!all.contains("uint"));
-        let pull = tools.iter().find(|t| t.name == "pull-image").unwrap();
-        let digest = &pull.output_schema.as_ref().unwrap()["properties"]["digest"]["anyOf"];
+        // A field that may be null says so: job-output's exitCode is null for a lost job.
+        let job = tools.iter().find(|t| t.name == "job-output").unwrap();
+        let exit_code =
+            &job.output_schema.as_ref().unwrap()["anyOf"][0]["properties"]["exitCode"]["anyOf"];
         assert_eq!(
-            digest,
-            &serde_json::json!([{"type": "string"}, {"type": "null"}]),
-            "a digest may be unknown"
+            exit_code,
+            &serde_json::json!([{"type": "integer"}, {"type": "null"}]),
+            "a lost job's exit code is null"
+        );
+        // A field that may be unknown and is then left out is not required (pull-image's
+        // digest, which the engine may not say).
+        let pull = tools.iter().find(|t| t.name == "pull-image").unwrap();
+        let pulled = &pull.output_schema.as_ref().unwrap();
+        assert_eq!(
+            pulled["properties"]["digest"],
+            serde_json::json!({"type": "string"})
+        );
+        assert!(
+            pulled
+                .get("required")
+                .is_none_or(|r| !r.to_string().contains("digest"))
         );
         let outputs =
             serde_json::to_string(&tools.iter().map(|t| &t.output_schema).collect::<Vec<_>>())

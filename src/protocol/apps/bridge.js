@@ -109,9 +109,11 @@ function sizeFollowsContent(notify) {
   measure();
 }
 
-// Text made safe to put in the page.
+// Text made safe to put in the page, in an element or in a quoted attribute: what a view shows
+// comes in part from the guest (a destination its program tried, a screen it painted), and a
+// quote let through would let the guest add an attribute (an event handler) to the view, and
+// with it answer its own egress question.
+const ESCAPES = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 export function text(value) {
-  const span = document.createElement('span');
-  span.textContent = value == null ? '' : String(value);
-  return span.innerHTML;
+  return String(value == null ? '' : value).replace(/[&<>"']/g, (c) => ESCAPES[c]);
 }
