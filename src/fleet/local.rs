@@ -17,6 +17,7 @@ use futures::{StreamExt, TryStreamExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 
 /// The engine ends a request on most machine routes (list, get, fork and branches, stop, delete,
 /// files, the image list, egress events) after 300 s with a 408 and an empty body, whatever is
@@ -506,13 +507,16 @@ impl FleetApi for LocalFleet {
         }
         let fleet = self.clone();
         let owned = name.to_owned();
-        let mut start = tokio::spawn(async move {
-            let answer = fleet.start(&owned, branchable).await;
-            if let Ok(mut starting) = fleet.starting.lock() {
-                starting.remove(&owned);
+        let mut start = tokio::spawn(
+            async move {
+                let answer = fleet.start(&owned, branchable).await;
+                if let Ok(mut starting) = fleet.starting.lock() {
+                    starting.remove(&owned);
+                }
+                answer
             }
-            answer
-        });
+            .in_current_span(),
+        );
         tokio::select! {
             done = &mut start => {
                 return done.map_err(|e| FleetError::new(ErrorKind::Upstream, ctx, e.to_string()))?;

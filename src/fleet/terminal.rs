@@ -12,6 +12,7 @@ use super::transport::LocalEndpoint;
 use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{self, Message};
+use tracing::Instrument as _;
 
 /// What to run, and the PTY's first size.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +168,7 @@ where
 {
     let (input_tx, mut input_rx) = mpsc::channel::<TerminalInput>(CHANNEL_DEPTH);
     let (events_tx, events_rx) = mpsc::channel::<TerminalEvent>(CHANNEL_DEPTH);
-    tokio::spawn(async move {
+    let pumping = async move {
         let (mut sink, mut stream) = socket.split();
         let end = loop {
             tokio::select! {
@@ -219,7 +220,9 @@ where
             let _ = events_tx.send(end).await;
         }
         let _ = sink.close().await;
-    });
+    };
+    // In the span of the call that opened it: its frames are that call's engine traffic.
+    tokio::spawn(pumping.in_current_span());
     TerminalLink {
         input: input_tx,
         events: events_rx,

@@ -942,6 +942,29 @@ async fn each_upstream_request_is_logged_inside_its_tool_call() {
     server
         .tool(9, "list-machines", json!({"target": "cloud"}))
         .await;
+    // Calls whose requests go out from tasks they spawn: the reading of the machine's counters
+    // taken beside the command (usage), a start not waited for.
+    server
+        .tool(
+            10,
+            "run-command",
+            json!({"name": "traced", "command": "true", "usage": true, "target": "local"}),
+        )
+        .await;
+    server
+        .tool(
+            11,
+            "stop-machine",
+            json!({"name": "traced", "target": "local"}),
+        )
+        .await;
+    server
+        .tool(
+            12,
+            "start-machine",
+            json!({"name": "traced", "wait": false, "target": "local"}),
+        )
+        .await;
     server.close_stdin();
     server.child.wait().await.unwrap();
     let text = std::fs::read_to_string(&log).unwrap();
@@ -979,5 +1002,35 @@ async fn each_upstream_request_is_logged_inside_its_tool_call() {
     assert!(
         !text.contains(crate::common::fake_cloud::TOKEN),
         "the cloud token is in the log"
+    );
+    // Every request to a fleet from the first call on is inside a call's span, those of the
+    // tasks a call spawned included; none is left without its call.
+    let first_call = text.find("tool_call{").unwrap();
+    let outside: Vec<&str> = text[first_call..]
+        .lines()
+        .filter(|l| l.contains("upstream request") && !l.contains("tool_call{"))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "requests outside any call: {outside:#?}"
+    );
+    // The start not waited for (its request sent from a task of its own) is in its call's.
+    let start = line(&[
+        "upstream request",
+        "operation=\"start_machine\"",
+        "request=12",
+    ]);
+    assert!(start.contains("tool=\"start-machine\""), "{start}");
+    let counters: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("upstream request") && l.contains("request=10"))
+        .collect();
+    assert!(
+        counters
+            .iter()
+            .filter(|l| l.contains("operation=\"get_machine\""))
+            .count()
+            >= 2,
+        "the counters read before and after the command, both in its call: {counters:#?}"
     );
 }

@@ -75,6 +75,7 @@ mod resources;
 mod restart;
 mod skills;
 mod stdio_framing;
+mod store_sqlite;
 mod tool_catalog;
 mod tools_cloud;
 mod tools_local;

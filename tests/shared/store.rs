@@ -963,3 +963,31 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
     records[1].remove(FleetKind::Local, "mcp-live").unwrap();
     assert_eq!(records[2].entries().unwrap().len(), 20);
 }
+
+/// A stored job naming no fleet this server knows is refused: not read (get, others) and not
+/// taken over, never read as a local job. (SQLite: tests/offline/store_sqlite.rs.)
+#[tokio::test]
+async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
+    let db = TestDatabase::new().await;
+    let writer = ready_store(&db).await;
+    writer.jobs().started(job("known", "serve-a"));
+    writer.jobs().started(job("strange", "serve-a"));
+    writer.flush().await;
+    db.client()
+        .await
+        .execute("UPDATE jobs SET fleet = 'mars' WHERE id = 'strange'", &[])
+        .await
+        .unwrap();
+    let reader = ready_store(&db).await;
+    assert!(reader.jobs().get("known").await.unwrap().is_some());
+    assert!(reader.jobs().get("strange").await.unwrap().is_none());
+    let others: Vec<String> = reader
+        .jobs()
+        .others(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.record.id)
+        .collect();
+    assert_eq!(others, ["known"]);
+}

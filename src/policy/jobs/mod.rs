@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 /// Ended jobs kept for job-output (and its list) after their end; older ones are forgotten
 /// (their ledger rows stay).
@@ -662,7 +663,9 @@ impl Jobs {
         ledger.store().flush().await;
         self.remember(job.clone());
         process.hold(std::slice::from_ref(&job.machine));
-        tokio::spawn(watch_job(process.clone(), ledger.clone(), job.clone(), run));
+        tokio::spawn(
+            watch_job(process.clone(), ledger.clone(), job.clone(), run).in_current_span(),
+        );
         Ok(job)
     }
 

@@ -13,6 +13,7 @@ use crate::policy::ledger::RunStart;
 use crate::policy::output::head_tail;
 use crate::process::redaction::Redactor;
 use std::time::Instant;
+use tracing::Instrument as _;
 
 use crate::policy::cost::reading as consumption;
 
@@ -26,7 +27,7 @@ fn consumption_beside(
     machine: &str,
 ) -> tokio::task::JoinHandle<Option<crate::fleet::Consumption>> {
     let (fleet, machine) = (fleet.clone(), machine.to_owned());
-    tokio::spawn(async move { consumption(&fleet, &machine).await })
+    tokio::spawn(async move { consumption(&fleet, &machine).await }.in_current_span())
 }
 
 /// What the run cost, from the reading taken before it and one taken now; kept in the ledger.
@@ -54,7 +55,7 @@ async fn run_cost(
 fn kill_marked(fleet: crate::fleet::Fleet, machine: String, marker: String) {
     let mut kill = ExecSpec::new(guest::kill_marked(&marker));
     kill.timeout_secs = Some(30);
-    tokio::spawn(async move {
+    let killing = async move {
         match fleet.exec(&machine, &kill).await {
             Ok(out) if out.exit_code == 0 => {
                 tracing::info!(%machine, %marker, "killed the command of a cancelled call")
@@ -66,7 +67,9 @@ fn kill_marked(fleet: crate::fleet::Fleet, machine: String, marker: String) {
                 tracing::warn!(%machine, error = %e, "could not kill the command of a cancelled call")
             }
         }
-    });
+    };
+    // In the call's span, as the requests the call made itself are.
+    tokio::spawn(killing.in_current_span());
 }
 
 /// The timeouts a command may ask for: a foreground one's (execTimeoutSecs up to

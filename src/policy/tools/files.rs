@@ -13,6 +13,7 @@ use crate::process::redaction::Ending;
 use base64::Engine as _;
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument as _;
 
 /// How much of the next page is downloaded while a page travels to the client.
 const READ_AHEAD: usize = 4 * 1024 * 1024;
@@ -132,9 +133,12 @@ pub(super) async fn read_file(
         });
         // While this page travels to the client, the next one downloads: a constant's worth,
         // so a read still holds a page plus READ_AHEAD at most.
-        tokio::spawn(async move {
-            let _ = shared.lock().await.peek(READ_AHEAD).await;
-        });
+        tokio::spawn(
+            async move {
+                let _ = shared.lock().await.peek(READ_AHEAD).await;
+            }
+            .in_current_span(),
+        );
     }
     let content = match encoding {
         Encoding::Utf8 => String::from_utf8_lossy(&shown).into_owned(),

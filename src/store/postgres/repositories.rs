@@ -179,7 +179,7 @@ impl JobRepository for PgStore {
                     &[&id],
                 )
                 .await?;
-            Ok(row.map(|row| stored_job(&row)))
+            Ok(row.and_then(|row| stored_job(&row)))
         })
         .await
     }
@@ -198,7 +198,7 @@ impl JobRepository for PgStore {
                     &[&me, &limit],
                 )
                 .await?;
-            Ok(rows.iter().map(stored_job).collect())
+            Ok(rows.iter().filter_map(stored_job).collect())
         })
         .await
     }
@@ -207,13 +207,13 @@ impl JobRepository for PgStore {
 const STORED_JOB_COLUMNS: &str = "id, run_id, fleet, engine, machine, command, base, started_ms, \
      timeout_secs, state, exit_code, reason, user_id";
 
-fn stored_job(row: &Row) -> crate::store::StoredJob {
-    crate::store::StoredJob {
-        record: writes::job(row, 12),
+fn stored_job(row: &Row) -> Option<crate::store::StoredJob> {
+    Some(crate::store::StoredJob {
+        record: writes::job(row, 12)?,
         state: row.get(9),
         exit_code: row.get(10),
         reason: row.get(11),
-    }
+    })
 }
 
 #[async_trait::async_trait]

@@ -337,7 +337,7 @@ impl Writer<'_> {
                 &[&self.instance, &self.pid, &dead, &engines],
             )
             .await?;
-        let jobs: Vec<JobRecord> = rows.iter().map(|row| job(row, 9)).collect();
+        let jobs: Vec<JobRecord> = rows.iter().filter_map(|row| job(row, 9)).collect();
         let runs: Vec<i64> = jobs.iter().filter_map(|j| j.run_id).collect();
         if !runs.is_empty() {
             db.execute(
@@ -354,22 +354,28 @@ impl Writer<'_> {
 
 /// A job as the columns `id, run_id, fleet, engine, machine, command, base, started_ms,
 /// timeout_secs`, then (at `user_at`) `user_id` give it.
-pub(super) fn job(row: &Row, user_at: usize) -> JobRecord {
+/// `None`, said in the log, for a row naming no fleet this server knows (`as_str` wrote every
+/// one): such a row is refused, never taken for a fleet it may not be.
+pub(super) fn job(row: &Row, user_at: usize) -> Option<JobRecord> {
     let fleet: String = row.get(2);
     let timeout: i64 = row.get(8);
-    JobRecord {
-        id: row.get(0),
+    let id: String = row.get(0);
+    let Some(fleet) = crate::fleet::FleetKind::parse(&fleet) else {
+        tracing::warn!(job = %id, %fleet, "a stored job names no fleet this server knows; it is left unread");
+        return None;
+    };
+    Some(JobRecord {
+        id,
         user: row.get(user_at),
         run_id: row.get(1),
-        // Written by `as_str`; a word no fleet has cannot be in this database.
-        fleet: crate::fleet::FleetKind::parse(&fleet).unwrap_or(crate::fleet::FleetKind::Local),
+        fleet,
         engine: row.get(3),
         machine: row.get(4),
         command: row.get(5),
         base: row.get(6),
         started_ms: row.get(7),
         timeout_secs: u64::try_from(timeout).unwrap_or(0),
-    }
+    })
 }
 
 /// A key's record as the database keeps it.

@@ -80,13 +80,16 @@ pub(super) fn take_over(
         .query_map([], |row| {
             let fleet: String = row.get(3)?;
             let timeout: i64 = row.get(9)?;
-            Ok((
+            let id: String = row.get(0)?;
+            let Some(fleet) = known_fleet(&id, &fleet) else {
+                return Ok(None);
+            };
+            Ok(Some((
                 JobRecord {
-                    id: row.get(0)?,
+                    id,
                     user: row.get(10)?,
                     run_id: row.get(1)?,
-                    // Written by `as_str`; a word no fleet has is an old local row.
-                    fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
+                    fleet,
                     engine: row.get(4)?,
                     machine: row.get(5)?,
                     command: row.get(6)?,
@@ -95,8 +98,9 @@ pub(super) fn take_over(
                     timeout_secs: u64::try_from(timeout).unwrap_or(0),
                 },
                 row.get::<_, i64>(2)?,
-            ))
+            )))
         })?
+        .filter_map(Result::transpose)
         .collect::<rusqlite::Result<_>>()?;
     let mut claimed = Vec::new();
     for (job, pid) in candidates {
@@ -124,15 +128,29 @@ pub(super) fn take_over(
 const STORED_COLUMNS: &str = "id, run_id, fleet, engine, machine, command, base, started_ms, \
      timeout_secs, state, exit_code, reason, user_id";
 
-fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredJob> {
+/// The fleet a row names, which `as_str` wrote; a word no fleet has is refused (the row is
+/// not read, and the log says so), never taken for a fleet it may not be.
+fn known_fleet(id: &str, word: &str) -> Option<FleetKind> {
+    let fleet = FleetKind::parse(word);
+    if fleet.is_none() {
+        tracing::warn!(job = %id, fleet = %word, "a stored job names no fleet this server knows; it is left unread");
+    }
+    fleet
+}
+
+fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<StoredJob>> {
     let fleet: String = row.get(2)?;
     let timeout: i64 = row.get(8)?;
-    Ok(StoredJob {
+    let id: String = row.get(0)?;
+    let Some(fleet) = known_fleet(&id, &fleet) else {
+        return Ok(None);
+    };
+    Ok(Some(StoredJob {
         record: JobRecord {
-            id: row.get(0)?,
+            id,
             user: row.get(12)?,
             run_id: row.get(1)?,
-            fleet: FleetKind::parse(&fleet).unwrap_or(FleetKind::Local),
+            fleet,
             engine: row.get(3)?,
             machine: row.get(4)?,
             command: row.get(5)?,
@@ -143,13 +161,14 @@ fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredJob> {
         state: row.get(9)?,
         exit_code: row.get(10)?,
         reason: row.get(11)?,
-    })
+    }))
 }
 
 pub(super) fn one(conn: &Connection, id: &str) -> rusqlite::Result<Option<StoredJob>> {
     conn.prepare_cached(&format!("SELECT {STORED_COLUMNS} FROM jobs WHERE id = ?1"))?
         .query_row([id], stored)
         .optional()
+        .map(Option::flatten)
 }
 
 /// The jobs of the last day another process than this one started or watches.
@@ -170,5 +189,6 @@ pub(super) fn others(
         ],
         stored,
     )?
+    .filter_map(Result::transpose)
     .collect()
 }
