@@ -29,9 +29,10 @@ pub async fn start(config: Config) -> Result<Arc<Protocol>, StartError> {
     let protocol = Protocol::start(config)?;
     protocol.policy.store.ready().await?;
     // Every process sharing the store seals requestStates alike, before any is sealed.
-    if let Some(key) = protocol.policy.store.sealing_key()
-        && !crate::protocol::server::sealed::use_key(key)
-    {
+    let key = protocol.policy.store.sealing_key()?;
+    // One host's processes each keep their own key (and a test's servers in one process, the
+    // first one's): only a shared key not taken up is worth a word.
+    if !crate::protocol::server::sealed::use_key(key) && protocol.policy.store.is_shared() {
         tracing::warn!(
             "requestStates were sealed before the shared key was read: answers given through another process will be refused"
         );

@@ -186,13 +186,16 @@ impl Policy {
     pub fn start(config: Config) -> Result<Arc<Policy>, StartupError> {
         let events = crate::process::events::Events::default();
         let store = crate::store::open(&config, events.clone());
-        let shared = store
-            .machine_record()
-            .zip(store.shared_document("machine-setups"))
-            .map(|(machines, machine_setups)| crate::process::Shared {
-                machines,
+        let shared = match store.sharing() {
+            crate::store::Sharing::OneHost => None,
+            crate::store::Sharing::Hosts {
+                machine_record,
                 machine_setups,
-            });
+            } => Some(crate::process::Shared {
+                machines: machine_record,
+                machine_setups,
+            }),
+        };
         let process = Process::with_record(config, events, shared)?;
         Ok(Arc::new(Policy::with_store(Arc::new(process), store)))
     }

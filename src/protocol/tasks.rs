@@ -498,11 +498,25 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A store in a directory of the test's own (kept until the process ends: a task's
+    /// record may be written after the test's last line).
+    fn store() -> Arc<dyn crate::store::Store> {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Arc::new(crate::store::sqlite::SqliteStore::new(
+            dir.join(crate::store::sqlite::FILE_NAME),
+            crate::store::RunRetention {
+                max_runs: 10,
+                max_days: 1,
+            },
+            crate::process::events::Events::default(),
+        ))
+    }
+
     /// rmcp aborts a task's future at its TTL; the call, on a task of its own, is then
     /// cancelled and so still takes its cancellation path rather than being dropped midway.
     #[tokio::test]
     async fn a_task_aborted_at_its_ttl_cancels_its_call() {
-        let tasks = Tasks::new(64, 50, Arc::new(crate::store::NoStore));
+        let tasks = Tasks::new(64, 50, store());
         let ct = CancellationToken::new();
         let (cleaned_up, mut cleaned_up_rx) = tokio::sync::oneshot::channel();
         let call_ct = ct.clone();
@@ -548,7 +562,7 @@ mod tests {
     /// call, as dropping the call itself did before it ran on a task of its own.
     #[tokio::test]
     async fn a_handler_dropped_before_the_threshold_cancels_its_call() {
-        let tasks = Tasks::new(64, 50, Arc::new(crate::store::NoStore));
+        let tasks = Tasks::new(64, 50, store());
         let ct = CancellationToken::new();
         let call_ct = ct.clone();
         let (cleaned_up, cleaned_up_rx) = tokio::sync::oneshot::channel();
@@ -589,7 +603,7 @@ mod tests {
     #[tokio::test]
     async fn a_user_holds_only_their_share_of_tasks() {
         use crate::policy::user::User;
-        let tasks = Tasks::new(4, 50, Arc::new(crate::store::NoStore));
+        let tasks = Tasks::new(4, 50, store());
         let waiting = |ct: CancellationToken| DetachedCall {
             tool: Tool::RunCommand,
             ct: ct.clone(),
@@ -646,7 +660,7 @@ mod tests {
     /// setting; a slot is given back when a call ends, as a task or before becoming one.
     #[tokio::test]
     async fn calls_past_max_tasks_are_refused_naming_the_setting_until_one_ends() {
-        let tasks = Tasks::new(1, 50, Arc::new(crate::store::NoStore));
+        let tasks = Tasks::new(1, 50, store());
         let call = |ct: CancellationToken| {
             let call_ct = ct.clone();
             DetachedCall {

@@ -5,18 +5,24 @@ use super::records::{
     RunEnd, RunPage, ServedEngine, SpendReading, StoredJob, TaskRecord,
 };
 use crate::fleet::FleetKind;
+use crate::process::ephemeral::RecordBook;
+use crate::process::shared_file::SharedDocument;
+use futures::future::BoxFuture;
+use std::sync::Arc;
 
 /// What the kept answers of idempotency keys may take in all, in any backend. A run-command's
 /// answer holds its output (up to twice `maxOutputBytes`), so a client making keyed calls all
 /// day could otherwise grow the store without end.
 pub const KEY_ANSWERS_MAX_BYTES: i64 = 64 * 1024 * 1024;
 
+/// The most `requestState`s taken within their lifetime among the processes sharing a store;
+/// a signed-in user takes at most half, so that no one user's answers fill it for all. Past it
+/// a state is not taken (its call is asked again) until one ages out.
+pub const REQUEST_STATES_MAX: i64 = 4096;
+
 /// Why the store could not answer: a write or claim a limit depends on, or a read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreUnavailable {
-    /// A process built without a store ([`NoStore`]).
-    #[error("this server runs without a store")]
-    Off,
     /// The writer is behind: the record would have been dropped.
     #[error(
         "the store's writer is behind ({queue} records wait to be written; a slow or full disk?)"
@@ -26,7 +32,22 @@ pub enum StoreUnavailable {
     Broken { path: String, reason: String },
 }
 
-/// The process's store: one repository per kind of record.
+/// What the server processes sharing a store share beyond its records. Each backend says
+/// which: nothing here is left to a default.
+pub enum Sharing {
+    /// The processes of one host, through its runtime directory: the machine record and the
+    /// machines' setups are its files, and a process lives while its pid does.
+    OneHost,
+    /// Processes on any host, through the database: the machine record and the machines'
+    /// setups are kept there too, so that every process sees (and sweeps) what any other made.
+    Hosts {
+        machine_record: Arc<dyn RecordBook>,
+        machine_setups: Arc<dyn SharedDocument>,
+    },
+}
+
+/// The process's store as its users see it: one repository per kind of record. Every backend
+/// gets it from [`Backend`], so the accessors are written once.
 pub trait Store: Send + Sync {
     fn runs(&self) -> &dyn RunRepository;
     fn jobs(&self) -> &dyn JobRepository;
@@ -35,47 +56,92 @@ pub trait Store: Send + Sync {
     fn spend(&self) -> &dyn SpendRepository;
     fn keys(&self) -> &dyn KeyRepository;
     fn owners(&self) -> &dyn OwnerRepository;
+    fn request_states(&self) -> &dyn RequestStateRepository;
     /// Records dropped so far because the writer was behind.
     fn dropped(&self) -> u64;
     /// Waits (a bounded time) until what was queued before is written.
-    fn flush(&self) -> futures::future::BoxFuture<'_, ()>;
+    fn flush(&self) -> BoxFuture<'_, ()>;
+    /// Opens the backend now and says whether it can be used (see [`Backend::ready`]).
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreUnavailable>>;
+    /// Whether server processes on other hosts share this store, and so answer as one
+    /// server: what one started, another may read and end.
+    fn is_shared(&self) -> bool;
+    /// What the processes sharing the store share beyond its records.
+    fn sharing(&self) -> Sharing;
+    /// The key the processes sharing the store seal MCP `requestState`s with.
+    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable>;
+}
+
+/// What a backend implements: every repository, and how it opens and is shared. [`Store`]
+/// follows from it.
+pub trait Backend:
+    RunRepository
+    + JobRepository
+    + TaskRepository
+    + EgressGrantRepository
+    + SpendRepository
+    + KeyRepository
+    + OwnerRepository
+    + RequestStateRepository
+{
+    fn dropped(&self) -> u64;
+    fn flush(&self) -> BoxFuture<'_, ()>;
     /// Opens the backend now and says whether it can be used: a shared database is reached,
     /// its schema brought up to date (or found newer than this server knows) before a server
-    /// answers its first call. The SQLite file opens at its first use instead, and answers
-    /// here at once.
-    fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
-        Box::pin(async { Ok(()) })
+    /// answers its first call. The SQLite file answers at once: it opens at its first use
+    /// (SQLite and its writer cost about 2 MiB that a session running no command should not
+    /// pay), and a file that cannot be used is said then, the tools going on without it.
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreUnavailable>>;
+    fn is_shared(&self) -> bool;
+    fn sharing(&self) -> Sharing;
+    /// The database's key, read once ready, for every process sharing it: an input-required
+    /// answer given through one completes through another. The file's: a key random to the
+    /// process, never written down (a question outlives no process there).
+    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable>;
+}
+
+impl<B: Backend> Store for B {
+    fn runs(&self) -> &dyn RunRepository {
+        self
     }
-    /// Whether server processes on other hosts share this store (a database), and so answer as
-    /// one server: what one started, another may read and end.
+    fn jobs(&self) -> &dyn JobRepository {
+        self
+    }
+    fn tasks(&self) -> &dyn TaskRepository {
+        self
+    }
+    fn egress_grants(&self) -> &dyn EgressGrantRepository {
+        self
+    }
+    fn spend(&self) -> &dyn SpendRepository {
+        self
+    }
+    fn keys(&self) -> &dyn KeyRepository {
+        self
+    }
+    fn owners(&self) -> &dyn OwnerRepository {
+        self
+    }
+    fn request_states(&self) -> &dyn RequestStateRepository {
+        self
+    }
+    fn dropped(&self) -> u64 {
+        Backend::dropped(self)
+    }
+    fn flush(&self) -> BoxFuture<'_, ()> {
+        Backend::flush(self)
+    }
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreUnavailable>> {
+        Backend::ready(self)
+    }
     fn is_shared(&self) -> bool {
-        false
+        Backend::is_shared(self)
     }
-    /// The key every process sharing the store seals MCP `requestState` with, so that an
-    /// input-required answer given through one completes through another; `None` (one
-    /// process): a key random to the process, since a question outlives no process.
-    fn sealing_key(&self) -> Option<Vec<u8>> {
-        None
+    fn sharing(&self) -> Sharing {
+        Backend::sharing(self)
     }
-    /// Where sealed states are taken once among the processes sharing the store; `None`: in
-    /// the process.
-    fn request_states(&self) -> Option<&dyn RequestStateRepository> {
-        None
-    }
-    /// The document `name` the processes sharing the store share, when it keeps such (a
-    /// shared database): what the processes of one host share as a file of the runtime
-    /// directory. `None`: that file.
-    fn shared_document(
-        &self,
-        name: &'static str,
-    ) -> Option<std::sync::Arc<dyn crate::process::shared_file::SharedDocument>> {
-        let _ = name;
-        None
-    }
-    /// Where the record of ephemeral machines and their leases is kept when the store keeps
-    /// it (a shared database); `None`: the runtime directory's file.
-    fn machine_record(&self) -> Option<std::sync::Arc<dyn crate::process::ephemeral::RecordBook>> {
-        None
+    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable> {
+        Backend::sealing_key(self)
     }
 }
 
@@ -124,22 +190,14 @@ pub trait TaskRepository: Send + Sync {
     fn ended(&self, id: &str, outcome: &'static str);
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>, StoreUnavailable>;
     /// The task as `tasks/get` answers it now in its process (see [`TaskRecord::detail`]).
-    fn answered_as(&self, id: &str, detail: String) {
-        let _ = (id, detail);
-    }
+    fn answered_as(&self, id: &str, detail: String);
     /// tasks/cancel reached another process than the one running the task: it is asked to.
-    fn cancel_asked(&self, id: &str) {
-        let _ = id;
-    }
-    /// Whether another process asked for the task's cancellation.
-    async fn cancel_wanted(&self, id: &str) -> bool {
-        let _ = id;
-        false
-    }
+    fn cancel_asked(&self, id: &str);
+    /// Whether another process asked for the task's cancellation (no when the store cannot
+    /// say: the task runs on, bounded by its own deadline).
+    async fn cancel_wanted(&self, id: &str) -> bool;
     /// Whether the process running `task` is this one or still lives.
-    async fn holder_alive(&self, task: &TaskRecord) -> bool {
-        task.pid == std::process::id() || crate::process::ephemeral::process_alive(task.pid)
-    }
+    async fn holder_alive(&self, task: &TaskRecord) -> bool;
 }
 
 /// What the user allowed a machine to reach, for a later machine's list.
@@ -179,10 +237,7 @@ pub trait KeyRepository: Send + Sync {
     /// Whether the process holding `record`'s key is this one or still lives: a holder that
     /// ended before it answered cut its call off. On one host a pid and its start time tell;
     /// a store shared by hosts asks whom it has heard from.
-    async fn holder_alive(&self, record: &KeyRecord) -> bool {
-        record.pid == std::process::id()
-            || crate::process::ephemeral::process_alive_since(record.pid, record.pid_started)
-    }
+    async fn holder_alive(&self, record: &KeyRecord) -> bool;
 }
 
 /// Which signed-in user holds which machine (each fleet's names are one namespace), and what a
@@ -258,7 +313,25 @@ pub struct RunRetention {
 /// taken once, so a replayed answer (a "yes" after a "no") is refused by every process.
 #[async_trait::async_trait]
 pub trait RequestStateRepository: Send + Sync {
-    /// Takes `nonce` (hex) for good: true the first time any process takes it. Nonces go after
-    /// `lifetime_ms` (a state older than that no longer opens).
-    async fn take(&self, nonce: &str, lifetime_ms: i64) -> Result<bool, StoreUnavailable>;
+    /// Takes `nonce` (hex) for good for `user` (an id; the operator's is empty): `Now` the
+    /// first time any process takes it. Nonces go after `lifetime_ms` (a state older than that
+    /// no longer opens). Bounded by [`REQUEST_STATES_MAX`].
+    async fn take(
+        &self,
+        nonce: &str,
+        lifetime_ms: i64,
+        user: &str,
+    ) -> Result<Taken, StoreUnavailable>;
+}
+
+/// What taking a state's nonce found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Taken now, for good.
+    Now,
+    /// Taken before: its answer has been applied once.
+    Before,
+    /// [`REQUEST_STATES_MAX`] states (or half of them, for one signed-in user) were taken
+    /// within their lifetime.
+    Full,
 }

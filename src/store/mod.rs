@@ -12,17 +12,15 @@
 //! answers why it could not be known rather than nothing: the limits built on it fail closed.
 
 mod api;
-mod off;
 pub mod postgres;
 mod records;
 pub mod sqlite;
 
 pub use api::{
-    EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository, OwnerRepository,
-    RequestStateRepository, RunRepository, RunRetention, SpendRepository, Store, StoreUnavailable,
-    TaskRepository,
+    Backend, EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository,
+    OwnerRepository, REQUEST_STATES_MAX, RequestStateRepository, RunRepository, RunRetention,
+    Sharing, SpendRepository, Store, StoreUnavailable, Taken, TaskRepository,
 };
-pub use off::NoStore;
 pub use records::{
     EgressGrant, HeldName, Holding, JobEnd, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun,
     RunCommand, RunDetail, RunEnd, RunOutcome, RunPage, RunSummary, ServedEngine, SpendReading,

@@ -304,3 +304,30 @@ pub enum KeyClaim {
     /// Another call holds it: its record, running or answered.
     Taken(KeyRecord),
 }
+
+/// Run ids are microseconds with a slot of the process in their lowest bits, so that the
+/// processes sharing a store never make the same id while ids still grow with time: 64 slots,
+/// and the ids stay below 2^53, exact in a JavaScript client.
+pub(crate) const RUN_ID_SLOTS: i64 = 64;
+
+/// The next run id of the process in `slot`: above `last_id` (and now), in its slot.
+pub(crate) fn next_run_id(last_id: &std::sync::atomic::AtomicI64, slot: i64) -> i64 {
+    use std::sync::atomic::Ordering;
+    let now = chrono::Utc::now().timestamp_micros();
+    let place = |at_least: i64| {
+        let base = at_least - at_least.rem_euclid(RUN_ID_SLOTS) + slot;
+        if base < at_least {
+            base + RUN_ID_SLOTS
+        } else {
+            base
+        }
+    };
+    let mut last = last_id.load(Ordering::Relaxed);
+    loop {
+        let id = place(now.max(last + 1));
+        match last_id.compare_exchange(last, id, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return id,
+            Err(seen) => last = seen,
+        }
+    }
+}

@@ -13,6 +13,7 @@ pub mod nested;
 pub mod oidc;
 pub mod real_serve;
 pub mod stdio;
+pub mod store_contract;
 
 /// How many tools a server offers with neither host directories nor credentials set up (the
 /// tests' usual servers): keep-changes is not offered there.

@@ -1,24 +1,33 @@
-//! The SQLite store's refusals of what it cannot read (PostgreSQL's: tests/shared/store.rs).
+//! The SQLite store: the store's contract (tests/common/store_contract.rs), each "process" a
+//! store of its own on one file, and its refusals of what it cannot read (PostgreSQL's:
+//! tests/shared/store.rs).
 
+use crate::common::store_contract::job;
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::process::events::Events;
 use smol_mcp::store::sqlite::{FILE_NAME, SqliteStore};
-use smol_mcp::store::{JobRecord, RunRetention, ServedEngine, Store};
+use smol_mcp::store::{RunRetention, ServedEngine, Store};
+use std::sync::Arc;
 
-fn job(id: &str) -> JobRecord {
-    JobRecord {
-        id: id.into(),
-        user: String::new(),
-        run_id: None,
-        fleet: FleetKind::Local,
-        engine: "serve-a".into(),
-        machine: "m".into(),
-        command: "sleep 100".into(),
-        base: "/tmp/j".into(),
-        started_ms: chrono::Utc::now().timestamp_millis(),
-        timeout_secs: 600,
-    }
+/// A file in a directory of its own (kept while the closure lives); each call of the closure
+/// opens one more store on it.
+async fn file_backing() -> crate::common::store_contract::Backing {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    Box::new(move || {
+        let path = dir.path().join(FILE_NAME);
+        Box::pin(async move {
+            let retention = RunRetention {
+                max_runs: 2000,
+                max_days: 30,
+            };
+            let store: Arc<dyn Store> =
+                Arc::new(SqliteStore::new(path, retention, Events::default()));
+            store
+        })
+    })
 }
+
+crate::store_contract_tests!(file_backing);
 
 /// A stored job naming no fleet this server knows is refused: not read (get, others) and not
 /// taken over, never read as a local job.
@@ -31,8 +40,8 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
         max_days: 30,
     };
     let store = SqliteStore::new(path.clone(), retention, Events::default());
-    store.jobs().started(job("known"));
-    store.jobs().started(job("strange"));
+    store.jobs().started(job("known", "serve-a"));
+    store.jobs().started(job("strange", "serve-a"));
     store.flush().await;
     // Both as a process that has ended had left them running.
     let mut ended = std::process::Command::new("true").spawn().unwrap();

@@ -46,8 +46,6 @@ pub enum LedgerError {
         "the run ledger is off (ledgerMaxRuns is 0); set SMOL_MCP_LEDGER_MAX_RUNS above 0 to keep one"
     )]
     Off,
-    #[error("this server runs without a store")]
-    NoStore,
     #[error("the run ledger at {path} is not available: {reason}")]
     Unavailable { path: String, reason: String },
     /// The store works but cannot take the read now; asking again later may succeed.
@@ -58,7 +56,6 @@ pub enum LedgerError {
 impl From<StoreUnavailable> for LedgerError {
     fn from(e: StoreUnavailable) -> LedgerError {
         match e {
-            StoreUnavailable::Off => LedgerError::NoStore,
             StoreUnavailable::Broken { path, reason } => LedgerError::Unavailable { path, reason },
             queue @ StoreUnavailable::QueueFull { .. } => LedgerError::Busy(queue),
         }

@@ -35,7 +35,9 @@ pub(super) struct Documents {
 }
 
 impl Documents {
-    pub(super) fn new(config: tokio_postgres::Config) -> Documents {
+    /// The thread for the database `config` names; a `config` that names none (a storeUrl
+    /// that does not parse) gets one that answers every request with why.
+    pub(super) fn new(config: Result<tokio_postgres::Config, String>) -> Documents {
         let (requests, received) = mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("smol-mcp-documents".into())
@@ -119,7 +121,7 @@ fn wait<T>(answered: &Receiver<Result<T, String>>) -> Result<T, String> {
 }
 
 /// The thread: one connection, made (again) when needed, and each request in turn.
-fn serve(config: tokio_postgres::Config, requests: Receiver<Request>) {
+fn serve(config: Result<tokio_postgres::Config, String>, requests: Receiver<Request>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -133,11 +135,18 @@ fn serve(config: tokio_postgres::Config, requests: Receiver<Request>) {
     runtime.block_on(async move {
         let mut client: Option<tokio_postgres::Client> = None;
         while let Ok(request) = requests.recv() {
+            let config = match &config {
+                Ok(config) => config,
+                Err(why) => {
+                    refuse(request, why);
+                    continue;
+                }
+            };
             if client
                 .as_ref()
                 .is_none_or(tokio_postgres::Client::is_closed)
             {
-                client = connect(&config).await.ok();
+                client = connect(config).await.ok();
             }
             let Some(db) = client.as_mut() else {
                 refuse(request, "could not connect to the database");

@@ -22,10 +22,7 @@ mod writes;
 
 use crate::process::config::Secret;
 use crate::process::events::{Events, ServerEvent};
-use crate::store::api::{
-    EgressGrantRepository, JobRepository, KeyRepository, RunRepository, RunRetention,
-    SpendRepository, Store, StoreUnavailable, TaskRepository,
-};
+use crate::store::api::{Backend, RunRetention, Sharing, StoreUnavailable};
 use connection::{connect, shown};
 pub use instances::STALE;
 use instances::{InstanceRow, Me, heartbeat};
@@ -45,11 +42,9 @@ const BATCH: usize = 256;
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
 /// Records written between two prunings.
 const PRUNE_EVERY: u64 = 256;
-/// Run ids are microseconds with the instance's slot in their lowest bits, so that processes
-/// sharing the database never make the same id and ids still grow with time; 64 slots is as
-/// many processes as may share one database at once (each takes the lowest slot no live
-/// instance holds), and the ids stay below 2^53, exact in a JavaScript client.
-const SLOTS: i64 = 64;
+/// As many processes as may share one database at once: each takes the lowest run-id slot no
+/// live instance holds (see [`crate::store::records::RUN_ID_SLOTS`]).
+const SLOTS: i64 = crate::store::records::RUN_ID_SLOTS;
 
 /// The schema version this server brings a database to (and the newest it runs on).
 pub const SCHEMA_VERSION: usize = schema::MIGRATIONS.len();
@@ -194,13 +189,10 @@ impl PgStore {
         }
     }
 
-    fn documents(&self) -> Option<Arc<documents::Documents>> {
-        let config = self.config.clone().ok()?;
-        Some(
-            self.documents
-                .get_or_init(|| Arc::new(documents::Documents::new(config)))
-                .clone(),
-        )
+    fn documents(&self) -> Arc<documents::Documents> {
+        self.documents
+            .get_or_init(|| Arc::new(documents::Documents::new(self.config.clone())))
+            .clone()
     }
 
     /// The instance id this process writes as, once ready.
@@ -400,27 +392,6 @@ impl PgStore {
             .map_err(|e| self.unusable(e.to_string()))
     }
 
-    /// The next run id: this instance's slot in the lowest bits of a microsecond count that
-    /// only grows.
-    fn next_id(&self, slot: i64) -> i64 {
-        let now = chrono::Utc::now().timestamp_micros();
-        let place = |at_least: i64| {
-            let base = at_least - at_least.rem_euclid(SLOTS) + slot;
-            if base < at_least { base + SLOTS } else { base }
-        };
-        let mut last = self.last_id.load(Ordering::Relaxed);
-        loop {
-            let id = place(now.max(last + 1));
-            match self
-                .last_id
-                .compare_exchange(last, id, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return id,
-                Err(seen) => last = seen,
-            }
-        }
-    }
-
     /// Tells the clients, once, that a run goes unrecorded and why.
     fn announce(&self, why: &StoreUnavailable) {
         if !self.announced.swap(true, Ordering::Relaxed) {
@@ -439,28 +410,7 @@ impl PgStore {
     }
 }
 
-impl Store for PgStore {
-    fn runs(&self) -> &dyn RunRepository {
-        self
-    }
-    fn jobs(&self) -> &dyn JobRepository {
-        self
-    }
-    fn tasks(&self) -> &dyn TaskRepository {
-        self
-    }
-    fn egress_grants(&self) -> &dyn EgressGrantRepository {
-        self
-    }
-    fn spend(&self) -> &dyn SpendRepository {
-        self
-    }
-    fn keys(&self) -> &dyn KeyRepository {
-        self
-    }
-    fn owners(&self) -> &dyn crate::store::OwnerRepository {
-        self
-    }
+impl Backend for PgStore {
     fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
@@ -470,25 +420,26 @@ impl Store for PgStore {
     fn is_shared(&self) -> bool {
         true
     }
-    fn sealing_key(&self) -> Option<Vec<u8>> {
-        self.opened().map(|o| o.sealing_key.clone())
+    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable> {
+        match self.opened.get() {
+            Some(Ok(opened)) => Ok(opened.sealing_key.clone()),
+            _ => Err(self
+                .broken()
+                .unwrap_or_else(|| self.unusable("it is not connected yet"))),
+        }
     }
-    fn request_states(&self) -> Option<&dyn crate::store::RequestStateRepository> {
-        Some(self)
-    }
-    fn machine_record(&self) -> Option<Arc<dyn crate::process::ephemeral::RecordBook>> {
-        let documents = self.documents()?;
-        Some(Arc::new(machines::MachineBook::new(
-            documents,
-            self.me.clone(),
-        )))
-    }
-    fn shared_document(
-        &self,
-        name: &'static str,
-    ) -> Option<Arc<dyn crate::process::shared_file::SharedDocument>> {
-        let documents = self.documents()?;
-        Some(Arc::new(documents::DocumentBook { documents, name }))
+    fn sharing(&self) -> Sharing {
+        let documents = self.documents();
+        Sharing::Hosts {
+            machine_record: Arc::new(machines::MachineBook::new(
+                documents.clone(),
+                self.me.clone(),
+            )),
+            machine_setups: Arc::new(documents::DocumentBook {
+                documents,
+                name: "machine-setups",
+            }),
+        }
     }
     fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
         Box::pin(async {

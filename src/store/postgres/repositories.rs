@@ -7,8 +7,9 @@ use super::writes::{self, Write};
 use crate::fleet::FleetKind;
 use crate::store::{
     EgressGrant, EgressGrantRepository, JobEnd, JobRecord, JobRepository, KeyClaim, KeyRecord,
-    KeyRepository, NewRun, RunDetail, RunEnd, RunPage, RunRepository, RunSummary, ServedEngine,
-    SpendReading, SpendRepository, StoreUnavailable, StreamRecord, TaskRecord, TaskRepository,
+    KeyRepository, NewRun, REQUEST_STATES_MAX, RunDetail, RunEnd, RunPage, RunRepository,
+    RunSummary, ServedEngine, SpendReading, SpendRepository, StoreUnavailable, StreamRecord, Taken,
+    TaskRecord, TaskRepository,
 };
 use tokio_postgres::Row;
 
@@ -50,7 +51,7 @@ impl RunRepository for PgStore {
                 return Err(why);
             }
         };
-        let id = self.next_id(slot);
+        let id = crate::store::records::next_run_id(&self.last_id, slot);
         self.queue(Write::RunStart(id, Box::new(run)))
             .inspect_err(|why| self.announce(why))?;
         Ok(id)
@@ -352,26 +353,48 @@ impl KeyRepository for PgStore {
 
 #[async_trait::async_trait]
 impl crate::store::RequestStateRepository for PgStore {
-    async fn take(&self, nonce: &str, lifetime_ms: i64) -> Result<bool, StoreUnavailable> {
+    /// One statement inserts unless a bound is reached; a second tells a nonce taken before
+    /// from a full table. Processes inserting at the same instant may each pass the count
+    /// before the other's row is seen: the bound holds to within the processes sharing it.
+    async fn take(
+        &self,
+        nonce: &str,
+        lifetime_ms: i64,
+        user: &str,
+    ) -> Result<Taken, StoreUnavailable> {
         let db = self.reader().await?;
         let now = super::schema::NOW_MS;
+        let unusable = |e: tokio_postgres::Error| self.unusable(e.to_string());
         db.execute(
             &format!("DELETE FROM taken_states WHERE taken_ms < {now} - $1"),
             &[&lifetime_ms],
         )
         .await
-        .map_err(|e| self.unusable(e.to_string()))?;
+        .map_err(unusable)?;
         let taken = db
             .execute(
                 &format!(
-                    "INSERT INTO taken_states (nonce, taken_ms) VALUES ($1, {now}) \
+                    "INSERT INTO taken_states (nonce, user_id, taken_ms) SELECT $1, $2, {now} \
+                     WHERE (SELECT COUNT(*) FROM taken_states) < $3 AND ($2 = '' OR \
+                     (SELECT COUNT(*) FROM taken_states WHERE user_id = $2) < $3 / 2) \
                      ON CONFLICT (nonce) DO NOTHING"
                 ),
-                &[&nonce],
+                &[&nonce, &user, &REQUEST_STATES_MAX],
             )
             .await
-            .map_err(|e| self.unusable(e.to_string()))?;
-        Ok(taken == 1)
+            .map_err(unusable)?;
+        if taken == 1 {
+            return Ok(Taken::Now);
+        }
+        let before = db
+            .query_opt("SELECT 1 FROM taken_states WHERE nonce = $1", &[&nonce])
+            .await
+            .map_err(unusable)?;
+        Ok(if before.is_some() {
+            Taken::Before
+        } else {
+            Taken::Full
+        })
     }
 }
 

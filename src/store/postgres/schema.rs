@@ -170,6 +170,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE machine_owners ADD COLUMN made BOOLEAN NOT NULL DEFAULT true;
     ",
+    // 7: a taken state names whose it was, so that the states taken are bounded per user as
+    // well as in all (what was taken before is the operator's).
+    "
+    ALTER TABLE taken_states ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+    CREATE INDEX taken_states_user ON taken_states (user_id);
+    ",
 ];
 
 /// Why the database cannot be used as this server's store.

@@ -50,7 +50,7 @@ pub(super) fn for_machine(
 ) -> rusqlite::Result<Vec<String>> {
     conn.prepare_cached(
         "SELECT destination FROM egress_grants WHERE machine = ?1 AND fleet = ?2 \
-         AND user_id = ?3 GROUP BY destination ORDER BY MIN(granted_ms)",
+         AND user_id = ?3 GROUP BY destination ORDER BY MIN(granted_ms), MIN(rowid)",
     )?
     .query_map(params![machine, fleet.as_str(), user], |row| row.get(0))?
     .collect()

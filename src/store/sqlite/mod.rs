@@ -16,14 +16,12 @@ mod repositories;
 mod runs;
 mod schema;
 mod spend;
+mod states;
 mod tasks;
 mod writer;
 
 use crate::process::events::Events;
-use crate::store::api::{
-    EgressGrantRepository, JobRepository, KeyRepository, RunRepository, RunRetention,
-    SpendRepository, Store, StoreUnavailable, TaskRepository,
-};
+use crate::store::api::{Backend, RunRetention, Sharing, StoreUnavailable};
 use queue::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -39,6 +37,13 @@ const QUEUE: usize = 1024;
 /// How long a read waits for the writes queued before it to be written.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
+/// A slot for a store's run ids: the pid's, and the next for each further store of a process.
+fn run_id_slot() -> i64 {
+    static OPENED: AtomicU64 = AtomicU64::new(0);
+    let nth = OPENED.fetch_add(1, Ordering::Relaxed);
+    i64::try_from((u64::from(std::process::id()) + nth) % 64).unwrap_or(0)
+}
+
 /// The SQLite store. Nothing is opened until first used.
 pub struct SqliteStore {
     shared: Arc<Shared>,
@@ -46,6 +51,9 @@ pub struct SqliteStore {
     /// thread cost about 2 MiB, which a session that never runs a command should not pay at
     /// start. `None` inside when the thread could not be started.
     queue: OnceLock<Option<SyncSender<Write>>>,
+    /// The key this process seals requestStates with: random, and never written to the file
+    /// (a secret on disk for a question that outlives no process).
+    sealing_key: [u8; 32],
 }
 
 impl SqliteStore {
@@ -60,9 +68,11 @@ impl SqliteStore {
                 dropped: AtomicU64::new(0),
                 write_failures: AtomicU64::new(0),
                 last_id: AtomicI64::new(0),
+                slot: run_id_slot(),
                 reader: Mutex::new(None),
             }),
             queue: OnceLock::new(),
+            sealing_key: rand::random(),
         }
     }
 
@@ -204,33 +214,24 @@ impl SqliteStore {
     }
 }
 
-impl Store for SqliteStore {
-    fn runs(&self) -> &dyn RunRepository {
-        self
-    }
-    fn jobs(&self) -> &dyn JobRepository {
-        self
-    }
-    fn tasks(&self) -> &dyn TaskRepository {
-        self
-    }
-    fn egress_grants(&self) -> &dyn EgressGrantRepository {
-        self
-    }
-    fn spend(&self) -> &dyn SpendRepository {
-        self
-    }
-    fn keys(&self) -> &dyn KeyRepository {
-        self
-    }
-    fn owners(&self) -> &dyn crate::store::OwnerRepository {
-        self
-    }
+impl Backend for SqliteStore {
     fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
     fn flush(&self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(self.flush_queued())
+    }
+    fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn is_shared(&self) -> bool {
+        false
+    }
+    fn sharing(&self) -> Sharing {
+        Sharing::OneHost
+    }
+    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable> {
+        Ok(self.sealing_key.to_vec())
     }
 }
 
@@ -238,6 +239,7 @@ impl Store for SqliteStore {
 mod tests {
     use super::*;
     use crate::fleet::FleetKind;
+    use crate::store::Store;
     use crate::store::{KeyRecord, NewRun, RunCommand, SpendReading};
     use schema::now_ms;
 
@@ -285,21 +287,8 @@ mod tests {
         KeyRecord::test_claim("k")
     }
 
-    // The three ways the store can fail a limit that reads it; each is an error, never an
+    // The two ways the store can fail a limit that reads it; each is an error, never an
     // answer that lets the call through unchecked.
-
-    #[tokio::test]
-    async fn without_a_store_a_spend_mark_and_a_key_claim_are_errors() {
-        let store = crate::store::NoStore;
-        assert_eq!(
-            store.spend().day_mark(reading()).await,
-            Err(StoreUnavailable::Off)
-        );
-        assert_eq!(
-            store.keys().claim(claim()).await,
-            Err(StoreUnavailable::Off)
-        );
-    }
 
     #[tokio::test]
     async fn with_the_writer_behind_a_spend_mark_and_a_key_claim_are_errors() {
@@ -345,7 +334,7 @@ mod tests {
     fn a_full_queue_drops_records_instead_of_waiting() {
         let (store, _stuck_writer) = stuck(2);
         let begun: Vec<_> = (0..10).map(|_| store.runs().begin(run())).collect();
-        assert_eq!(store.dropped(), 8);
+        assert_eq!(Store::dropped(&store), 8);
         assert_eq!(begun.iter().filter(|r| r.is_ok()).count(), 2);
     }
 
@@ -355,8 +344,12 @@ mod tests {
         store.shared.last_id.store(i64::MAX / 2, Ordering::Relaxed);
         let first = store.shared.next_id();
         let second = store.shared.next_id();
-        assert_eq!(first, i64::MAX / 2 + 1);
-        assert_eq!(second, first + 1);
+        assert!(
+            first > i64::MAX / 2 && first <= i64::MAX / 2 + 64,
+            "{first}"
+        );
+        assert_eq!(second, first + 64, "the next in its slot");
+        assert_eq!(first.rem_euclid(64), store.shared.slot);
     }
 
     /// Jobs and grants keep their own bounds: the run settings do not reach them.
@@ -380,12 +373,12 @@ mod tests {
             destinations: vec!["example.com".into()],
             granted_ms: two_days_ago,
         });
-        store.flush().await;
+        Store::flush(&store).await;
         let conn = schema::open_for_writing(&dir.path().join(FILE_NAME)).unwrap();
         let mut old_run = run();
         old_run.started_ms = two_days_ago;
         let id = store.runs().begin(old_run).unwrap();
-        store.flush().await;
+        Store::flush(&store).await;
         assert_eq!(
             writer::prune_tables(&conn, store.shared.retention, now_ms(), |_| true).unwrap(),
             1

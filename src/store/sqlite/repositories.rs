@@ -3,12 +3,13 @@
 
 use super::queue::Write;
 use super::schema::now_ms;
-use super::{SqliteStore, grants, jobs, keys, owners, runs, spend, tasks};
+use super::{SqliteStore, grants, jobs, keys, owners, runs, spend, states, tasks};
 use crate::fleet::FleetKind;
 use crate::store::{
     EgressGrant, EgressGrantRepository, JobEnd, JobRecord, JobRepository, KeyClaim, KeyRecord,
-    KeyRepository, NewRun, RunDetail, RunEnd, RunPage, RunRepository, ServedEngine, SpendReading,
-    SpendRepository, StoreUnavailable, TaskRecord, TaskRepository,
+    KeyRepository, NewRun, RequestStateRepository, RunDetail, RunEnd, RunPage, RunRepository,
+    ServedEngine, SpendReading, SpendRepository, StoreUnavailable, Taken, TaskRecord,
+    TaskRepository,
 };
 
 #[async_trait::async_trait]
@@ -103,6 +104,32 @@ impl TaskRepository for SqliteStore {
         let id = id.to_owned();
         self.read(move |conn| tasks::one(conn, &id)).await
     }
+
+    fn answered_as(&self, id: &str, detail: String) {
+        let id = id.to_owned();
+        self.record_if_started(Write::record(false, move |conn| {
+            tasks::answered(conn, &id, &detail)
+        }));
+    }
+
+    fn cancel_asked(&self, id: &str) {
+        let id = id.to_owned();
+        self.record(Write::record(false, move |conn| {
+            tasks::cancel_ask(conn, &id)
+        }));
+    }
+
+    async fn cancel_wanted(&self, id: &str) -> bool {
+        let id = id.to_owned();
+        self.read(move |conn| tasks::cancel_wanted(conn, &id))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// One host: the task's process lives while its pid does.
+    async fn holder_alive(&self, task: &TaskRecord) -> bool {
+        task.pid == std::process::id() || crate::process::ephemeral::process_alive(task.pid)
+    }
 }
 
 #[async_trait::async_trait]
@@ -157,6 +184,28 @@ impl KeyRepository for SqliteStore {
     async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable> {
         let key = key.to_owned();
         self.read(move |conn| keys::one(conn, &key)).await
+    }
+
+    /// One host: a pid and its start time tell (a pid reused since is another process).
+    async fn holder_alive(&self, record: &KeyRecord) -> bool {
+        record.pid == std::process::id()
+            || crate::process::ephemeral::process_alive_since(record.pid, record.pid_started)
+    }
+}
+
+#[async_trait::async_trait]
+impl RequestStateRepository for SqliteStore {
+    async fn take(
+        &self,
+        nonce: &str,
+        lifetime_ms: i64,
+        user: &str,
+    ) -> Result<Taken, StoreUnavailable> {
+        let (nonce, user) = (nonce.to_owned(), user.to_owned());
+        self.ask(false, move |conn| {
+            states::take(conn, &nonce, lifetime_ms, &user, now_ms())
+        })
+        .await
     }
 }
 

@@ -70,6 +70,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     ttl_ms INTEGER NOT NULL,
     outcome TEXT
 );
+CREATE TABLE IF NOT EXISTS taken_states (
+    nonce TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    taken_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS spend_days (
     day TEXT PRIMARY KEY,
     period_total_micros INTEGER NOT NULL
@@ -122,35 +127,43 @@ fn open_wal(path: &Path) -> rusqlite::Result<Result<Connection, String>> {
     }
     // In WAL mode NORMAL loses at most the last commits on a power cut, never the file.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Processes starting together on a new file each make its tables and add the columns an
+    // older file lacks: one at a time, or two would add the same column (the second refused).
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    match bring_up_to_date(&conn) {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    }
+    Ok(Ok(conn))
+}
+
+/// The tables made, and the columns an older version of this server made them without added.
+fn bring_up_to_date(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(SCHEMA)?;
     // A ledger written before runs kept their cost, or before a key's answer could be dropped.
-    add_column_once(&conn, "runs", "usage", "TEXT")?;
+    add_column_once(conn, "runs", "usage", "TEXT")?;
     add_column_once(
-        &conn,
+        conn,
         "idempotency_keys",
         "answer_dropped",
         "INTEGER NOT NULL DEFAULT 0",
     )?;
     // Or before a key's holder was known by its start time as well as its pid.
-    add_column_once(&conn, "idempotency_keys", "pid_started", "INTEGER")?;
+    add_column_once(conn, "idempotency_keys", "pid_started", "INTEGER")?;
     // Or before records were each user's (OAuth sign-in): what was there is the operator's.
-    add_column_once(&conn, "runs", "user_id", "TEXT NOT NULL DEFAULT ''")?;
-    add_column_once(&conn, "jobs", "user_id", "TEXT NOT NULL DEFAULT ''")?;
-    add_column_once(
-        &conn,
-        "egress_grants",
-        "user_id",
-        "TEXT NOT NULL DEFAULT ''",
-    )?;
+    add_column_once(conn, "runs", "user_id", "TEXT NOT NULL DEFAULT ''")?;
+    add_column_once(conn, "jobs", "user_id", "TEXT NOT NULL DEFAULT ''")?;
+    add_column_once(conn, "egress_grants", "user_id", "TEXT NOT NULL DEFAULT ''")?;
     // Or before a claimed name was held only once its machine was made: what was held then
     // was made.
-    add_column_once(
-        &conn,
-        "machine_owners",
-        "made",
-        "INTEGER NOT NULL DEFAULT 1",
-    )?;
-    Ok(Ok(conn))
+    add_column_once(conn, "machine_owners", "made", "INTEGER NOT NULL DEFAULT 1")?;
+    // Or before a task's answer and a cancel asked by another process were kept.
+    add_column_once(conn, "tasks", "detail", "TEXT")?;
+    add_column_once(conn, "tasks", "cancel_asked", "INTEGER NOT NULL DEFAULT 0")?;
+    Ok(())
 }
 
 /// Adds `column` to a table an older version of this server created without it.

@@ -31,9 +31,27 @@ pub(super) fn insert(conn: &Connection, task: &TaskRecord) -> rusqlite::Result<(
     Ok(())
 }
 
+/// The task as `tasks/get` answers it now (see [`TaskRecord::detail`]).
+pub(super) fn answered(conn: &Connection, id: &str, detail: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE tasks SET detail = ?2 WHERE id = ?1")?
+        .execute(params![id, detail])?;
+    Ok(())
+}
+
+pub(super) fn cancel_ask(conn: &Connection, id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE tasks SET cancel_asked = 1 WHERE id = ?1")?
+        .execute([id])?;
+    Ok(())
+}
+
+pub(super) fn cancel_wanted(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM tasks WHERE id = ?1 AND cancel_asked = 1")?
+        .exists([id])
+}
+
 pub(super) fn one(conn: &Connection, id: &str) -> rusqlite::Result<Option<TaskRecord>> {
     conn.prepare_cached(
-        "SELECT id, pid, tool, created_ms, ttl_ms, outcome FROM tasks WHERE id = ?1",
+        "SELECT id, pid, tool, created_ms, ttl_ms, outcome, detail FROM tasks WHERE id = ?1",
     )?
     .query_row([id], |row| {
         Ok(TaskRecord {
@@ -41,7 +59,7 @@ pub(super) fn one(conn: &Connection, id: &str) -> rusqlite::Result<Option<TaskRe
             pid: row.get(1)?,
             holder: None,
             client: String::new(),
-            detail: None,
+            detail: row.get(6)?,
             tool: row.get(2)?,
             created_ms: row.get(3)?,
             ttl_ms: row.get(4)?,

@@ -38,6 +38,11 @@ pub(super) struct Shared {
     /// The last run id given; ids are microseconds since the epoch, made unique and
     /// increasing (and seeded from the file, so they follow another process's).
     pub(super) last_id: AtomicI64,
+    /// This store's run-id slot: its pid's, moved on for each store the process opens (a
+    /// test's several "processes" in one). Two processes of one host share a slot only when
+    /// their pids do modulo 64, and then make the same id only when both begin a run within
+    /// the same 64 µs, where the second run goes unrecorded (its insert refused).
+    pub(super) slot: i64,
     /// A connection for reads, opened on the first.
     pub(super) reader: Mutex<Option<rusqlite::Connection>>,
 }
@@ -75,14 +80,7 @@ impl Shared {
     }
 
     pub(super) fn next_id(&self) -> i64 {
-        let now = chrono::Utc::now().timestamp_micros();
-        let previous = self
-            .last_id
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-                Some(now.max(last + 1))
-            })
-            .unwrap_or(now);
-        now.max(previous + 1)
+        crate::store::records::next_run_id(&self.last_id, self.slot)
     }
 
     pub(super) fn unusable(&self, reason: String) -> StoreUnavailable {
