@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need, then runs every test. The tests are four
+# The test command: installs what the tests need, then runs every test. The tests are five
 # binaries by what they need (docs/testing.md): `offline` nothing, `engine` the pinned engine,
 # `clients` the outside MCP clients, `guest` the nested engine whose guests boot, `shared` a
 # real PostgreSQL (scripts/postgres.sh, Debian's postgresql) and HAProxy (scripts/balancer.sh).
@@ -19,6 +19,9 @@
 # npm, and access to crates.io, PyPI and the npm registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# docs/architecture.md's names and counts against the tree: python3 alone, a second, so a stale
+# page fails the run before anything is installed or built (and with --self-check below).
+scripts/check-architecture.py
 # The guest's tests run on a machine nested two levels down under emulation, where things die
 # that never die on hardware: the outer VM (a reset or hang in QEMU's emulated SVM) or one inner
 # guest (the engine finds its agent gone mid-command: "connection closed", "restarting agent VM",
@@ -54,7 +57,8 @@ failed_tests() {
 }
 # `scripts/test.sh --self-check`: the rerun's parsing above, on a log made up in the form cargo
 # 1.95 prints (a test failure, a target ended by an exit, one ended by a signal, a failure in a
-# target that is not the guest's), without building or running anything.
+# target that is not the guest's), without building or running anything; then that the
+# architecture page's check still catches a claim broken (scripts/check-architecture.py).
 if [ "${1:-}" = --self-check ]; then
   made_up="$(mktemp)"
   trap 'rm -f "$made_up"' EXIT
@@ -115,6 +119,7 @@ offline *'
     exit 1
   fi
   echo "test.sh --self-check: the rerun parsing reads the test binaries' log"
+  scripts/check-architecture.py --self-check
   exit 0
 fi
 scripts/fetch-smolvm.sh 1.32.2 >/dev/null
