@@ -46,9 +46,33 @@ pub enum Sharing {
     },
 }
 
-/// The process's store as its users see it: one repository per kind of record. Every backend
-/// gets it from [`Backend`], so the accessors are written once.
-pub trait Store: Send + Sync {
+/// How a store opens, flushes and is shared: what every backend says for itself.
+pub trait Lifecycle: Send + Sync {
+    /// Records dropped so far because the writer was behind.
+    fn dropped(&self) -> u64;
+    /// Waits (a bounded time) until what was queued before is written.
+    fn flush(&self) -> BoxFuture<'_, ()>;
+    /// Opens the backend now and says whether it can be used: a shared database is reached,
+    /// its schema brought up to date (or found newer than this server knows) before a server
+    /// answers its first call. The SQLite file answers at once: it opens at its first use
+    /// (SQLite and its writer cost about 2 MiB that a session running no command should not
+    /// pay), and a file that cannot be used is said then, the tools going on without it.
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreUnavailable>>;
+    /// Whether server processes on other hosts share this store, and so answer as one
+    /// server: what one started, another may read and end.
+    fn is_shared(&self) -> bool;
+    /// What the processes sharing the store share beyond its records.
+    fn sharing(&self) -> Sharing;
+    /// The key the processes sharing the store seal MCP `requestState`s with: the database's,
+    /// read once ready, for every process sharing it (an input-required answer given through
+    /// one completes through another); the file's, a key random to the process, never
+    /// written down (a question outlives no process there).
+    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable>;
+}
+
+/// The process's store as its users see it: one repository per kind of record, and its
+/// [`Lifecycle`]. Every backend gets it from [`Backend`], so the accessors are written once.
+pub trait Store: Lifecycle {
     fn runs(&self) -> &dyn RunRepository;
     fn jobs(&self) -> &dyn JobRepository;
     fn tasks(&self) -> &dyn TaskRepository;
@@ -57,23 +81,9 @@ pub trait Store: Send + Sync {
     fn keys(&self) -> &dyn KeyRepository;
     fn owners(&self) -> &dyn OwnerRepository;
     fn request_states(&self) -> &dyn RequestStateRepository;
-    /// Records dropped so far because the writer was behind.
-    fn dropped(&self) -> u64;
-    /// Waits (a bounded time) until what was queued before is written.
-    fn flush(&self) -> BoxFuture<'_, ()>;
-    /// Opens the backend now and says whether it can be used (see [`Backend::ready`]).
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreUnavailable>>;
-    /// Whether server processes on other hosts share this store, and so answer as one
-    /// server: what one started, another may read and end.
-    fn is_shared(&self) -> bool;
-    /// What the processes sharing the store share beyond its records.
-    fn sharing(&self) -> Sharing;
-    /// The key the processes sharing the store seal MCP `requestState`s with.
-    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable>;
 }
 
-/// What a backend implements: every repository, and how it opens and is shared. [`Store`]
-/// follows from it.
+/// What a backend implements: every repository, and its [`Lifecycle`]. [`Store`] follows.
 pub trait Backend:
     RunRepository
     + JobRepository
@@ -83,21 +93,8 @@ pub trait Backend:
     + KeyRepository
     + OwnerRepository
     + RequestStateRepository
+    + Lifecycle
 {
-    fn dropped(&self) -> u64;
-    fn flush(&self) -> BoxFuture<'_, ()>;
-    /// Opens the backend now and says whether it can be used: a shared database is reached,
-    /// its schema brought up to date (or found newer than this server knows) before a server
-    /// answers its first call. The SQLite file answers at once: it opens at its first use
-    /// (SQLite and its writer cost about 2 MiB that a session running no command should not
-    /// pay), and a file that cannot be used is said then, the tools going on without it.
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreUnavailable>>;
-    fn is_shared(&self) -> bool;
-    fn sharing(&self) -> Sharing;
-    /// The database's key, read once ready, for every process sharing it: an input-required
-    /// answer given through one completes through another. The file's: a key random to the
-    /// process, never written down (a question outlives no process there).
-    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable>;
 }
 
 impl<B: Backend> Store for B {
@@ -124,24 +121,6 @@ impl<B: Backend> Store for B {
     }
     fn request_states(&self) -> &dyn RequestStateRepository {
         self
-    }
-    fn dropped(&self) -> u64 {
-        Backend::dropped(self)
-    }
-    fn flush(&self) -> BoxFuture<'_, ()> {
-        Backend::flush(self)
-    }
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreUnavailable>> {
-        Backend::ready(self)
-    }
-    fn is_shared(&self) -> bool {
-        Backend::is_shared(self)
-    }
-    fn sharing(&self) -> Sharing {
-        Backend::sharing(self)
-    }
-    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable> {
-        Backend::sealing_key(self)
     }
 }
 

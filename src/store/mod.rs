@@ -17,7 +17,7 @@ mod records;
 pub mod sqlite;
 
 pub use api::{
-    Backend, EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository,
+    Backend, EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository, Lifecycle,
     OwnerRepository, REQUEST_STATES_MAX, RequestStateRepository, RunRepository, RunRetention,
     Sharing, SpendRepository, Store, StoreUnavailable, Taken, TaskRepository,
 };

@@ -54,6 +54,21 @@ pub fn job(id: &str, engine: &str) -> JobRecord {
     }
 }
 
+/// The operator's `echo hi` on `box`, begun now in `/w` with `A` in its environment.
+pub fn new_run() -> NewRun {
+    NewRun {
+        pid: std::process::id(),
+        user: String::new(),
+        tool: "run-command",
+        fleet: FleetKind::Local,
+        machine: "box".into(),
+        command: RunCommand::Shell("echo hi".into()),
+        workdir: Some("/w".into()),
+        env_names: vec!["A".into()],
+        started_ms: now_ms(),
+    }
+}
+
 async fn processes(open: Open<'_>, n: usize) -> Vec<Arc<dyn Store>> {
     let mut stores = Vec::new();
     for _ in 0..n {
@@ -66,18 +81,8 @@ async fn processes(open: Open<'_>, n: usize) -> Vec<Arc<dyn Store>> {
 /// by another process, pages go newest first, and each user reads only their own.
 pub async fn runs(open: Open<'_>) {
     let [a, b]: [Arc<dyn Store>; 2] = processes(open, 2).await.try_into().ok().unwrap();
-    let started = now_ms();
-    let run = NewRun {
-        pid: std::process::id(),
-        user: String::new(),
-        tool: "run-command",
-        fleet: FleetKind::Local,
-        machine: "box".into(),
-        command: RunCommand::Shell("echo hi".into()),
-        workdir: Some("/w".into()),
-        env_names: vec!["A".into()],
-        started_ms: started,
-    };
+    let run = new_run();
+    let started = run.started_ms;
     let first = a.runs().begin(run.clone()).unwrap();
     let alices = b
         .runs()

@@ -5,14 +5,14 @@
 //! older than the store's bound on another.
 
 use super::database::TestDatabase;
-use crate::common::store_contract::{job, key_claim, now_ms};
+use crate::common::store_contract::{job, key_claim, new_run, now_ms};
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::process::config::Secret;
 use smol_mcp::process::events::Events;
 use smol_mcp::store::postgres::PgStore;
 use smol_mcp::store::{
-    KeyClaim, KeyRecord, NewRun, RunCommand, RunEnd, RunOutcome, RunRetention, ServedEngine,
-    Sharing, Store, StoreUnavailable, TaskRecord,
+    KeyClaim, KeyRecord, Lifecycle, RunEnd, RunOutcome, RunRetention, ServedEngine, Sharing, Store,
+    StoreUnavailable, TaskRecord,
 };
 use std::sync::Arc;
 
@@ -106,12 +106,6 @@ async fn records_name_the_instance_that_wrote_them() {
         claimed => panic!("b claimed a key a holds: {claimed:?}"),
     }
     assert_eq!(
-        a.keys().claim(key_claim("k2")).await.unwrap(),
-        KeyClaim::Claimed
-    );
-    a.keys().released("k2");
-    a.flush().await;
-    assert_eq!(
         b.keys().claim(key_claim("k2")).await.unwrap(),
         KeyClaim::Claimed
     );
@@ -164,17 +158,7 @@ async fn live_processes_hold_distinct_slots_and_only_a_runs_owner_ends_it() {
         "the lowest slots no live process holds, each once (a dead one's again)"
     );
 
-    let run = NewRun {
-        pid: std::process::id(),
-        user: String::new(),
-        tool: "run-command",
-        fleet: FleetKind::Local,
-        machine: "box".into(),
-        command: RunCommand::Shell("echo hi".into()),
-        workdir: None,
-        env_names: Vec::new(),
-        started_ms: now_ms(),
-    };
+    let run = new_run();
     let (a, b) = (&stores[0], &stores[1]);
     let id = a.runs().begin(run).unwrap();
     a.flush().await;

@@ -22,7 +22,7 @@ mod writes;
 
 use crate::process::config::Secret;
 use crate::process::events::{Events, ServerEvent};
-use crate::store::api::{Backend, RunRetention, Sharing, StoreUnavailable};
+use crate::store::api::{Backend, Lifecycle, RunRetention, Sharing, StoreUnavailable};
 use connection::{connect, shown};
 pub use instances::STALE;
 use instances::{InstanceRow, Me, heartbeat};
@@ -410,7 +410,9 @@ impl PgStore {
     }
 }
 
-impl Backend for PgStore {
+impl Backend for PgStore {}
+
+impl Lifecycle for PgStore {
     fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }

@@ -21,7 +21,7 @@ mod tasks;
 mod writer;
 
 use crate::process::events::Events;
-use crate::store::api::{Backend, RunRetention, Sharing, StoreUnavailable};
+use crate::store::api::{Backend, Lifecycle, RunRetention, Sharing, StoreUnavailable};
 use queue::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -214,7 +214,9 @@ impl SqliteStore {
     }
 }
 
-impl Backend for SqliteStore {
+impl Backend for SqliteStore {}
+
+impl Lifecycle for SqliteStore {
     fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
@@ -334,7 +336,7 @@ mod tests {
     fn a_full_queue_drops_records_instead_of_waiting() {
         let (store, _stuck_writer) = stuck(2);
         let begun: Vec<_> = (0..10).map(|_| store.runs().begin(run())).collect();
-        assert_eq!(Store::dropped(&store), 8);
+        assert_eq!(store.dropped(), 8);
         assert_eq!(begun.iter().filter(|r| r.is_ok()).count(), 2);
     }
 
@@ -373,12 +375,12 @@ mod tests {
             destinations: vec!["example.com".into()],
             granted_ms: two_days_ago,
         });
-        Store::flush(&store).await;
+        store.flush().await;
         let conn = schema::open_for_writing(&dir.path().join(FILE_NAME)).unwrap();
         let mut old_run = run();
         old_run.started_ms = two_days_ago;
         let id = store.runs().begin(old_run).unwrap();
-        Store::flush(&store).await;
+        store.flush().await;
         assert_eq!(
             writer::prune_tables(&conn, store.shared.retention, now_ms(), |_| true).unwrap(),
             1

@@ -109,9 +109,29 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 
 /// Opens (creating) the ledger for writing, in WAL mode, with its table.
 pub(super) fn open_for_writing(path: &Path) -> Result<Connection, String> {
-    open_wal(path).map_err(|e| e.to_string())?.map_err(|mode| {
+    // Switching a new file to WAL takes it whole, and SQLite answers a second process doing the
+    // same at that moment "database is locked" at once, without the busy timeout: two servers
+    // starting together then lost their store for good. Such a refusal is tried again, within
+    // the busy timeout.
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let opened = loop {
+        match open_wal(path) {
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            opened => break opened,
+        }
+    };
+    opened.map_err(|e| e.to_string())?.map_err(|mode| {
         format!("the file stays in journal mode {mode}: SQLite could not switch it to WAL")
     })
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// The connection, or the journal mode SQLite kept when it would not switch to WAL.

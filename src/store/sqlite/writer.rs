@@ -136,7 +136,7 @@ pub(super) fn write_loop(shared: &Shared, receiver: Receiver<Write>) {
         }
         if added_since_prune >= PRUNE_EVERY {
             added_since_prune = 0;
-            match prune(shared, &conn) {
+            match prune(shared, &mut conn) {
                 Ok(0) => {}
                 Ok(pruned) => tracing::debug!(pruned, "pruned the store"),
                 Err(e) => tracing::warn!(error = %e, "could not prune the store"),
@@ -149,7 +149,7 @@ pub(super) fn write_loop(shared: &Shared, receiver: Receiver<Write>) {
 /// committed. A write that failed is lost, the others of its batch written; a failed commit
 /// loses them all. Answers what failed first.
 fn write_batch(conn: &mut Connection, batch: Vec<Write>) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
+    let tx = immediate(conn)?;
     let mut first_error = None;
     let mut waiting = Vec::new();
     for write in batch {
@@ -168,14 +168,26 @@ fn write_batch(conn: &mut Connection, batch: Vec<Write>) -> rusqlite::Result<()>
     first_error.map_or(Ok(()), Err)
 }
 
-/// The retention bounds: runs by the settings, the other records by their own.
-fn prune(shared: &Shared, conn: &Connection) -> rusqlite::Result<usize> {
-    prune_tables(
-        conn,
+/// A transaction that takes the file's write lock at its start, waiting (the busy timeout)
+/// while another process holds it. A deferred one reads first and asks for the lock at its
+/// first write, and when another process has written meanwhile SQLite refuses it at once,
+/// without waiting ("database is locked"): the batch, claims and records alike, was lost.
+fn immediate(conn: &mut Connection) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+}
+
+/// The retention bounds: runs by the settings, the other records by their own; in one
+/// transaction (see [`immediate`]).
+fn prune(shared: &Shared, conn: &mut Connection) -> rusqlite::Result<usize> {
+    let tx = immediate(conn)?;
+    let pruned = prune_tables(
+        &tx,
         shared.retention,
         schema::now_ms(),
         crate::process::ephemeral::process_alive,
-    )
+    )?;
+    tx.commit()?;
+    Ok(pruned)
 }
 
 /// Runs past the settings' bounds, and every other table past its own; runs a process that has
@@ -201,9 +213,9 @@ pub(super) fn prune_tables(
 }
 
 fn open_and_prune(shared: &Shared) -> Result<Connection, String> {
-    let conn = schema::open_for_writing(&shared.path)?;
-    let prune_and_seed = || -> rusqlite::Result<usize> {
-        let pruned = prune(shared, &conn)?;
+    let mut conn = schema::open_for_writing(&shared.path)?;
+    let mut prune_and_seed = || -> rusqlite::Result<usize> {
+        let pruned = prune(shared, &mut conn)?;
         shared
             .last_id
             .fetch_max(runs::newest_id(&conn)?, Ordering::Relaxed);
