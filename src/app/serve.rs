@@ -26,6 +26,16 @@ pub enum StartError {
 /// in the background and the reaper of expired leases and kept machines running until the
 /// clean-up at exit. The store opens first: with a shared one the sweep reads its record.
 pub async fn start(config: Config) -> Result<Arc<Protocol>, StartError> {
+    start_with(config, false).await
+}
+
+/// As [`start`], for HTTP: a previous server's leased machines that a sessionless client may
+/// still use become this one's first, before the orphan sweep can find them.
+pub async fn start_http(config: Config) -> Result<Arc<Protocol>, StartError> {
+    start_with(config, true).await
+}
+
+async fn start_with(config: Config, adopt_leased: bool) -> Result<Arc<Protocol>, StartError> {
     let protocol = Protocol::start(config)?;
     protocol.policy.store.ready().await?;
     // Every process sharing the store seals requestStates alike, before any is sealed.
@@ -36,6 +46,9 @@ pub async fn start(config: Config) -> Result<Arc<Protocol>, StartError> {
         tracing::warn!(
             "requestStates were sealed before the shared key was read: answers given through another process will be refused"
         );
+    }
+    if adopt_leased {
+        protocol.process().adopt_leased_machines().await;
     }
     let process = protocol.process().clone();
     tokio::spawn(async move { process.sweep_orphans_at_start().await });

@@ -24,15 +24,16 @@ fn no_pools() -> FleetError {
 
 /// Where a fleet gets the credential values to supply before it starts a machine (the process
 /// floor implements it: it knows the configured bindings and which machines have them).
+#[async_trait::async_trait]
 pub trait CredentialValues: Send + Sync + std::fmt::Debug {
     /// The values (binding name, value) to supply before `machine` boots; `None` when it has
     /// no bindings; an error naming the binding and what the operator must set when a value
     /// is missing.
-    fn values_for(&self, machine: &str) -> Option<Result<Vec<(String, Secret)>, FleetError>>;
+    async fn values_for(&self, machine: &str) -> Option<Result<Vec<(String, Secret)>, FleetError>>;
 
     /// `machine` turned out to have none of the bindings recorded for it (the engine said so):
     /// forget them.
-    fn forget(&self, machine: &str);
+    async fn forget(&self, machine: &str);
 }
 
 /// A handle on one fleet; cheap to clone.

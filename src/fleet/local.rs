@@ -193,7 +193,7 @@ impl LocalFleet {
         let Some(source) = &self.credentials else {
             return Ok(());
         };
-        let values = match source.values_for(machine) {
+        let values = match source.values_for(machine).await {
             None => return Ok(()),
             Some(values) => values?,
         };
@@ -234,7 +234,7 @@ impl LocalFleet {
                     && e.message.contains("has no credential binding") =>
             {
                 tracing::warn!(%machine, "the engine says this machine has no credential bindings; forgetting the ones recorded for it");
-                source.forget(machine);
+                source.forget(machine).await;
                 Ok(())
             }
             Err(e) => Err(e),

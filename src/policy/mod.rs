@@ -115,12 +115,7 @@ impl Policy {
                 _ = self.process.stopping() => return,
                 _ = tick.tick() => {}
             }
-            // The machine record is read and written under its row's lock by the documents'
-            // thread, a database round trip or two: not on an async worker.
-            let process = self.process.clone();
-            let adopted = tokio::task::spawn_blocking(move || process.leases.adopt())
-                .await
-                .unwrap_or_default();
+            let adopted = self.process.leases.adopt().await;
             self.process.sweep_orphans().await;
             let jobs = self.jobs.take_over(&self.process, &self.ledger).await;
             if !adopted.is_empty() || jobs > 0 {

@@ -43,13 +43,8 @@ impl Policy {
         if idle.is_zero() {
             return Vec::new();
         }
-        let process = self.process.clone();
         // An unreadable record parks nothing this time, and forgets nothing either.
-        let Some(entries) = tokio::task::spawn_blocking(move || process.record.entries())
-            .await
-            .ok()
-            .and_then(Result::ok)
-        else {
+        let Ok(entries) = self.process.record.entries().await else {
             return Vec::new();
         };
         self.process.leases.forget_naming_except(&entries);

@@ -77,7 +77,7 @@ pub enum BaseRefused {
 impl Process {
     /// Records `name` (fleet id `id`) as `user`'s base before the freeze is sent, within
     /// `maxBasesPerUser` and `maxBases`.
-    pub fn base_to_be_made(
+    pub async fn base_to_be_made(
         &self,
         fleet: FleetKind,
         name: &str,
@@ -106,7 +106,7 @@ impl Process {
             }),
         };
         let (per_user, server) = (self.config.max_bases_per_user, self.config.max_bases);
-        match self.record.mark_base(entry, per_user, server)? {
+        match self.record.mark_base(entry, per_user, server).await? {
             Ok(was) => Ok(PendingBase {
                 fleet,
                 name: name.to_owned(),
@@ -118,29 +118,31 @@ impl Process {
     }
 
     /// The freeze of `pending` failed: the machine is what it was before.
-    pub fn base_not_made(&self, pending: PendingBase) {
+    pub async fn base_not_made(&self, pending: PendingBase) {
         if let Err(e) = self
             .record
             .unmark_base(pending.fleet, &pending.name, pending.was)
+            .await
         {
             tracing::warn!(machine = %pending.name, error = %e, "could not take back the base mark of a machine whose freeze failed");
         }
     }
 
     /// A branch of `name` was made: if it is a base, its idle time starts again.
-    pub fn base_branched(&self, fleet: FleetKind, name: &str) {
+    pub async fn base_branched(&self, fleet: FleetKind, name: &str) {
         let now = ephemeral::now_secs();
         if let Err(e) = self
             .record
             .base_used(fleet, name, now, self.config.base_idle_secs)
+            .await
         {
             tracing::warn!(machine = name, error = %e, "could not record a base's use");
         }
     }
 
     /// The bases on `fleet`, by name and id, as list-machines shows them.
-    pub fn bases(&self, fleet: FleetKind) -> Vec<(String, String, BaseInfo)> {
-        match self.record.bases(fleet) {
+    pub async fn bases(&self, fleet: FleetKind) -> Vec<(String, String, BaseInfo)> {
+        match self.record.bases(fleet).await {
             Ok(entries) => entries
                 .iter()
                 .filter_map(|e| Some((e.name.clone(), e.id.clone(), BaseInfo::of(e)?)))

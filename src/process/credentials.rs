@@ -466,10 +466,10 @@ impl Supplier {
 
     /// `f` of the file as it is now: read again only when another process (or this one) has
     /// replaced it since the last read, which one `stat` tells.
-    fn read_bound<T>(&self, f: impl FnOnce(&BoundFile) -> T) -> Option<T> {
+    async fn read_bound<T>(&self, f: impl FnOnce(&BoundFile) -> T) -> Option<T> {
         if let Some(shared) = &self.shared {
             // Read each time: another host's process may have changed it, which no stat tells.
-            let file = match shared.read() {
+            let file = match shared.read().await {
                 Ok(text) => text
                     .and_then(|t| serde_json::from_str::<BoundFile>(&t).ok())
                     .unwrap_or_default(),
@@ -502,20 +502,22 @@ impl Supplier {
 
     /// `f` on the file read afresh under the lock, written back (before the lock is let go)
     /// when it changed it. Without the lock, None: the change is not made, and said.
-    fn change_bound<T>(&self, f: impl FnOnce(&mut BoundFile) -> T) -> Option<T> {
+    async fn change_bound<T: Send>(&self, f: impl FnOnce(&mut BoundFile) -> T + Send) -> Option<T> {
         if let Some(shared) = &self.shared {
             let mut f = Some(f);
             let mut answer = None;
-            let changed = shared.update(&mut |text| {
-                let mut file = text
-                    .and_then(|t| serde_json::from_str::<BoundFile>(t).ok())
-                    .unwrap_or_default();
-                let before = file.clone();
-                answer = f.take().map(|f| f(&mut file));
-                (file != before)
-                    .then(|| serde_json::to_string(&file).ok())
-                    .flatten()
-            });
+            let changed = shared
+                .update(&mut |text| {
+                    let mut file = text
+                        .and_then(|t| serde_json::from_str::<BoundFile>(t).ok())
+                        .unwrap_or_default();
+                    let before = file.clone();
+                    answer = f.take().map(|f| f(&mut file));
+                    (file != before)
+                        .then(|| serde_json::to_string(&file).ok())
+                        .flatten()
+                })
+                .await;
             if let Err(e) = changed {
                 tracing::warn!(error = %e, "could not record which machines have credential bindings");
                 return None;
@@ -551,7 +553,7 @@ impl Supplier {
     }
 
     /// Changes what is recorded of `machine`; an empty setup is forgotten.
-    fn update(&self, machine: &str, change: impl FnOnce(&mut Setup)) {
+    async fn update(&self, machine: &str, change: impl FnOnce(&mut Setup) + Send) {
         let Some(engine) = self.engine.get().cloned() else {
             return;
         };
@@ -567,10 +569,11 @@ impl Supplier {
             if machines.is_empty() {
                 file.engines.remove(&engine);
             }
-        });
+        })
+        .await;
     }
 
-    fn setup(&self, machine: &str) -> Setup {
+    async fn setup(&self, machine: &str) -> Setup {
         let Some(engine) = self.engine.get() else {
             return Setup::default();
         };
@@ -581,68 +584,73 @@ impl Supplier {
                 .cloned()
                 .unwrap_or_default()
         })
+        .await
         .unwrap_or_default()
     }
 
     /// `machine` is made (or branched) with the bindings `names` (none: without bindings).
-    pub fn bind(&self, machine: &str, names: &[String]) {
-        self.update(machine, |setup| setup.credentials = names.to_vec());
+    pub async fn bind(&self, machine: &str, names: &[String]) {
+        self.update(machine, |setup| setup.credentials = names.to_vec())
+            .await;
     }
 
     /// `child` is branched from `source` (running, or a base): it has its bindings, holds
     /// every value the source was given, and asks the user about refused egress if the source
     /// did (its allow list is the source's, which only the user widens).
-    pub fn branched(&self, source: &str, child: &str) {
-        let from = self.setup(source);
+    pub async fn branched(&self, source: &str, child: &str) {
+        let from = self.setup(source).await;
         self.update(child, |setup| {
             setup.credentials = from.credentials;
             setup.supplied = from.supplied;
             setup.asks_egress = from.asks_egress;
-        });
+        })
+        .await;
     }
 
     /// Whether any machine is recorded as given a value (so a call naming one must reach its
     /// fleet, which names the engine, before [`Supplier::unknown_value`] can say).
-    pub fn has_supplied(&self) -> bool {
+    pub async fn has_supplied(&self) -> bool {
         self.read_bound(|file| {
             file.engines
                 .values()
                 .flat_map(|machines| machines.values())
                 .any(|setup| !setup.supplied.is_empty())
         })
+        .await
         .unwrap_or(false)
     }
 
     /// `machine` is made to ask the user about refused egress, or not.
-    pub fn set_asks_egress(&self, machine: &str, asks: bool) {
-        self.update(machine, |setup| setup.asks_egress = asks);
+    pub async fn set_asks_egress(&self, machine: &str, asks: bool) {
+        self.update(machine, |setup| setup.asks_egress = asks).await;
     }
 
     /// Whether `machine` was made with `network: "ask"`.
-    pub fn asks_egress(&self, machine: &str) -> bool {
-        self.setup(machine).asks_egress
+    pub async fn asks_egress(&self, machine: &str) -> bool {
+        self.setup(machine).await.asks_egress
     }
 
     /// `machine` is gone: nothing more to supply or ask for it.
-    pub fn forget_machine(&self, machine: &str) {
-        self.update(machine, |setup| *setup = Setup::default());
+    pub async fn forget_machine(&self, machine: &str) {
+        self.update(machine, |setup| *setup = Setup::default())
+            .await;
     }
 
     /// The bindings `machine` was made with, if any.
-    pub fn bound_to(&self, machine: &str) -> Vec<String> {
-        self.setup(machine).credentials
+    pub async fn bound_to(&self, machine: &str) -> Vec<String> {
+        self.setup(machine).await.credentials
     }
 
     /// Why this process cannot hide every credential value `machine` holds, when it cannot: a
     /// value supplied to it (by this process or an earlier one) that this process has not
     /// read, because the binding's value changed since (or its source is gone). Its output
     /// could then carry that value in clear, so what would show output is refused.
-    pub fn unknown_value(&self, machine: &str) -> Option<String> {
-        let setup = self.setup(machine);
+    pub async fn unknown_value(&self, machine: &str) -> Option<String> {
+        let setup = self.setup(machine).await;
         if setup.supplied.is_empty() {
             return None;
         }
-        let salt = self.read_bound(|file| file.salt.clone())?;
+        let salt = self.read_bound(|file| file.salt.clone()).await?;
         let known: Vec<String> = self
             .seen
             .lock()
@@ -689,21 +697,27 @@ impl Supplier {
     }
 
     /// `values` are being supplied to `machine`: their fingerprints are kept with it.
-    fn record_supplied(&self, machine: &str, values: &[(String, Secret)]) {
+    async fn record_supplied(&self, machine: &str, values: &[(String, Secret)]) {
         // The salt exists after the first value: one stat reads it; the lock only makes it.
         let known = self
             .read_bound(|file| file.salt.clone())
+            .await
             .filter(|salt| !salt.is_empty());
-        let Some(salt) = known.or_else(|| {
-            self.change_bound(|file| {
-                if file.salt.is_empty() {
-                    let mut bytes = [0u8; 16];
-                    rand::Rng::fill(&mut rand::rng(), &mut bytes[..]);
-                    file.salt = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                }
-                file.salt.clone()
-            })
-        }) else {
+        let salt = match known {
+            Some(salt) => Some(salt),
+            None => {
+                self.change_bound(|file| {
+                    if file.salt.is_empty() {
+                        let mut bytes = [0u8; 16];
+                        rand::Rng::fill(&mut rand::rng(), &mut bytes[..]);
+                        file.salt = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                    }
+                    file.salt.clone()
+                })
+                .await
+            }
+        };
+        let Some(salt) = salt else {
             return;
         };
         let prints: Vec<(String, String)> = values
@@ -721,13 +735,15 @@ impl Supplier {
                     kept[0] = LOST_PRINT.to_owned();
                 }
             }
-        });
+        })
+        .await;
     }
 }
 
+#[async_trait::async_trait]
 impl CredentialValues for Supplier {
-    fn values_for(&self, machine: &str) -> Option<Result<Vec<(String, Secret)>, FleetError>> {
-        let names = self.bound_to(machine);
+    async fn values_for(&self, machine: &str) -> Option<Result<Vec<(String, Secret)>, FleetError>> {
+        let names = self.bound_to(machine).await;
         if names.is_empty() {
             return None;
         }
@@ -759,12 +775,12 @@ impl CredentialValues for Supplier {
             }
         }
         // Kept before the engine has them: a fingerprint too many only refuses more.
-        self.record_supplied(machine, &values);
+        self.record_supplied(machine, &values).await;
         Some(Ok(values))
     }
 
-    fn forget(&self, machine: &str) {
-        self.bind(machine, &[]);
+    async fn forget(&self, machine: &str) {
+        self.bind(machine, &[]).await;
     }
 }
 
@@ -876,8 +892,8 @@ mod tests {
         assert!(twice.contains("declared twice"), "{twice}");
     }
 
-    #[test]
-    fn values_are_supplied_per_machine_and_redacted_once_read() {
+    #[tokio::test]
+    async fn values_are_supplied_per_machine_and_redacted_once_read() {
         let dir = tempfile_dir();
         let secret_file = dir.join("token");
         std::fs::write(&secret_file, "file-value-123\n").unwrap();
@@ -892,21 +908,21 @@ mod tests {
         .unwrap();
         let supplier = Supplier::new(bindings, &dir);
         supplier.set_engine("engine-1".into());
-        assert!(supplier.values_for("plain").is_none());
-        supplier.bind("m", &["a".into(), "b".into()]);
-        let values = supplier.values_for("m").unwrap().unwrap();
+        assert!(supplier.values_for("plain").await.is_none());
+        supplier.bind("m", &["a".into(), "b".into()]).await;
+        let values = supplier.values_for("m").await.unwrap().unwrap();
         assert_eq!(values[0].0, "a");
         assert_eq!(values[1].1.expose(), "file-value-123");
         // Kept across a new process on the same runtime directory and engine only.
         let again = Supplier::new(supplier.bindings.clone(), &dir);
         again.set_engine("engine-1".into());
-        assert_eq!(again.bound_to("m"), ["a", "b"]);
+        assert_eq!(again.bound_to("m").await, ["a", "b"]);
         let other = Supplier::new(supplier.bindings.clone(), &dir);
         other.set_engine("engine-2".into());
-        assert!(other.bound_to("m").is_empty());
+        assert!(other.bound_to("m").await.is_empty());
         // A missing value names the binding and what to set.
-        supplier.bind("n", &["c".into()]);
-        let e = supplier.values_for("n").unwrap().unwrap_err();
+        supplier.bind("n", &["c".into()]).await;
+        let e = supplier.values_for("n").await.unwrap().unwrap_err();
         assert!(
             e.message.contains("credential c has no value: set UNSET"),
             "{}",
@@ -921,16 +937,16 @@ mod tests {
             Some("x [credential a] y [credential b]")
         );
         assert_eq!(supplier.redact("nothing here"), None);
-        supplier.forget("m");
-        assert!(supplier.values_for("m").is_none());
+        supplier.forget("m").await;
+        assert!(supplier.values_for("m").await.is_none());
         let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A machine keeps the fingerprints of the values it was given, a branch child its
     /// source's; past eight a binding the oldest is dropped and the machine counts as holding
     /// one no process knows. A process knowing every one serves it; one that does not, not.
-    #[test]
-    fn a_machine_given_a_value_this_process_does_not_know_is_named() {
+    #[tokio::test]
+    async fn a_machine_given_a_value_this_process_does_not_know_is_named() {
         let dir = tempfile_dir();
         let file = dir.join("token");
         std::fs::write(&file, "rotating-value-0\n").unwrap();
@@ -941,16 +957,20 @@ mod tests {
         .unwrap();
         let supplier = Supplier::new(bindings.clone(), &dir);
         supplier.set_engine("engine-1".into());
-        supplier.bind("m", &["r".into()]);
-        supplier.values_for("m").unwrap().unwrap();
-        assert_eq!(supplier.unknown_value("m"), None, "its value is known");
-        supplier.branched("m", "kid");
+        supplier.bind("m", &["r".into()]).await;
+        supplier.values_for("m").await.unwrap().unwrap();
+        assert_eq!(
+            supplier.unknown_value("m").await,
+            None,
+            "its value is known"
+        );
+        supplier.branched("m", "kid").await;
         // A new process after a rotation knows only the new value.
         std::fs::write(&file, "rotating-value-1\n").unwrap();
         let next = Supplier::new(bindings.clone(), &dir);
         next.set_engine("engine-1".into());
         for machine in ["m", "kid"] {
-            let why = next.unknown_value(machine).expect("an unknown value");
+            let why = next.unknown_value(machine).await.expect("an unknown value");
             assert!(
                 why.contains("credential r") && why.contains("delete the machine"),
                 "{why}"
@@ -959,19 +979,26 @@ mod tests {
         let record = std::fs::read_to_string(dir.join("machines.json")).unwrap();
         assert!(!record.contains("rotating-value"), "{record}");
         // The process that saw both serves both.
-        next.values_for("m").unwrap().unwrap();
+        next.values_for("m").await.unwrap().unwrap();
         assert!(
-            next.unknown_value("m").is_some(),
+            next.unknown_value("m").await.is_some(),
             "the first value is still unknown here"
         );
-        supplier.values_for("m").unwrap().unwrap();
-        assert_eq!(supplier.unknown_value("m"), None, "this one read both");
+        supplier.values_for("m").await.unwrap().unwrap();
+        assert_eq!(
+            supplier.unknown_value("m").await,
+            None,
+            "this one read both"
+        );
         // Nine values in all: the first one's place is lost, whoever asks.
         for n in 2..9 {
             std::fs::write(&file, format!("rotating-value-{n}\n")).unwrap();
-            supplier.values_for("m").unwrap().unwrap();
+            supplier.values_for("m").await.unwrap().unwrap();
         }
-        let why = supplier.unknown_value("m").expect("a lost fingerprint");
+        let why = supplier
+            .unknown_value("m")
+            .await
+            .expect("a lost fingerprint");
         assert!(why.contains("credential r"), "{why}");
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -979,8 +1006,8 @@ mod tests {
     /// Two server processes of one user share machines.json: what each records stays, whatever
     /// the order (each used to write back the copy it read first, undoing the other's), and a
     /// change made by one is seen by the other's next look.
-    #[test]
-    fn processes_sharing_the_record_keep_each_others_machines() {
+    #[tokio::test]
+    async fn processes_sharing_the_record_keep_each_others_machines() {
         let dir = tempfile_dir();
         let bindings = parse(
             json!([{"name": "gh", "env": "GH", "hosts": ["api.github.com"], "fromEnv": "V"}]),
@@ -994,43 +1021,44 @@ mod tests {
         };
         let (first, second) = (open(), open());
         assert!(
-            first.bound_to("a").is_empty(),
+            first.bound_to("a").await.is_empty(),
             "read before the other writes"
         );
-        first.bind("a", &["gh".into()]);
-        second.bind("b", &["gh".into()]);
-        first.set_asks_egress("c", true);
+        first.bind("a", &["gh".into()]).await;
+        second.bind("b", &["gh".into()]).await;
+        first.set_asks_egress("c", true).await;
         assert_eq!(
-            second.bound_to("a"),
+            second.bound_to("a").await,
             vec!["gh".to_string()],
             "seen by the other"
         );
-        assert!(second.asks_egress("c"));
-        second.values_for("b").unwrap().unwrap();
-        first.forget_machine("a");
+        assert!(second.asks_egress("c").await);
+        second.values_for("b").await.unwrap().unwrap();
+        first.forget_machine("a").await;
         let third = open();
-        assert!(third.bound_to("a").is_empty());
-        assert_eq!(third.bound_to("b"), vec!["gh".to_string()]);
-        assert!(third.asks_egress("c"));
-        assert!(third.has_supplied(), "b's fingerprint stayed");
-        // At once, from threads standing for processes: every machine recorded.
-        std::thread::scope(|scope| {
-            for t in 0..4 {
-                let dir = &dir;
-                let bindings = &bindings;
-                scope.spawn(move || {
-                    let s = Supplier::new(bindings.clone(), dir);
-                    s.set_engine("engine-1".into());
-                    for n in 0..25 {
-                        s.bind(&format!("t{t}-{n}"), &["gh".into()]);
-                    }
-                });
+        assert!(third.bound_to("a").await.is_empty());
+        assert_eq!(third.bound_to("b").await, vec!["gh".to_string()]);
+        assert!(third.asks_egress("c").await);
+        assert!(third.has_supplied().await, "b's fingerprint stayed");
+        // At once, from tasks standing for processes: every machine recorded.
+        let writers = (0..4).map(|t| {
+            let s = Supplier::new(bindings.clone(), &dir);
+            s.set_engine("engine-1".into());
+            async move {
+                for n in 0..25 {
+                    s.bind(&format!("t{t}-{n}"), &["gh".into()]).await;
+                }
             }
         });
+        futures::future::join_all(writers).await;
         let last = open();
         for t in 0..4 {
             for n in 0..25 {
-                assert_eq!(last.bound_to(&format!("t{t}-{n}")).len(), 1, "t{t}-{n}");
+                assert_eq!(
+                    last.bound_to(&format!("t{t}-{n}")).await.len(),
+                    1,
+                    "t{t}-{n}"
+                );
             }
         }
         let _ = std::fs::remove_dir_all(dir);

@@ -280,19 +280,24 @@ pub fn children_first(mut pending: Vec<Entry>) -> Vec<Entry> {
 /// on one host), or a database the server processes of several hosts share. Every change is
 /// made under a lock all the processes sharing it respect, so that a claim (an orphan to sweep,
 /// a leased machine to adopt, a kept one to take back) is made by one process.
+#[async_trait::async_trait]
 pub trait RecordBook: Send + Sync {
     /// Runs `change` on every entry under that lock, writing what it changed.
-    fn update(&self, change: &mut dyn FnMut(&mut Vec<Entry>)) -> Result<(), RecordError>;
-    fn entries(&self) -> Result<Vec<Entry>, RecordError>;
+    async fn update(&self, change: &mut EntriesChange<'_>) -> Result<(), RecordError>;
+    async fn entries(&self) -> Result<Vec<Entry>, RecordError>;
     /// This process as the book names owners beside its pid (`Entry::owner`), if it does.
-    fn me(&self) -> Option<String> {
-        None
-    }
-    /// Whether the process owning `entry` still runs.
-    fn owner_alive(&self, entry: &Entry) -> bool {
-        process_alive(entry.owner_pid)
-    }
+    fn me(&self) -> Option<String>;
+    /// Who lives, as the book can tell now, for a change or a reading about to be made: the
+    /// file's by pid; a database's by instance, read once for all the entries it is asked of.
+    async fn liveness(&self) -> Liveness;
 }
+
+/// A change of the record's entries, made under the book's lock.
+pub type EntriesChange<'a> = dyn FnMut(&mut Vec<Entry>) + Send + 'a;
+
+/// Whether the process owning an entry still runs, as a book read it (see
+/// [`RecordBook::liveness`]).
+pub type Liveness = Box<dyn Fn(&Entry) -> bool + Send + Sync>;
 
 /// The record as a file in the runtime directory, shared by the processes of one user there.
 #[derive(Debug, Clone)]
@@ -323,6 +328,15 @@ impl FileBook {
             })
     }
 
+    async fn off_the_runtime<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, RecordError> + Send + 'static,
+    ) -> Result<T, RecordError> {
+        tokio::task::spawn_blocking(work)
+            .await
+            .unwrap_or_else(|e| Err(self.io(e)))
+    }
+
     fn write_unlocked(&self, entries: &[Entry]) -> Result<(), RecordError> {
         let text = serde_json::to_string_pretty(&RecordFile {
             machines: entries.to_vec(),
@@ -332,23 +346,48 @@ impl FileBook {
     }
 }
 
+#[async_trait::async_trait]
 impl RecordBook for FileBook {
-    fn update(&self, change: &mut dyn FnMut(&mut Vec<Entry>)) -> Result<(), RecordError> {
-        let lock = shared_file::lock_exclusive(&self.lock_path).map_err(|e| self.io(e))?;
-        let mut entries = self.read_unlocked()?;
+    /// The lock, the read and the write (its fsync) on the blocking threads: another
+    /// process may hold the lock, and a disk may be slow; the change itself between them.
+    async fn update(&self, change: &mut EntriesChange<'_>) -> Result<(), RecordError> {
+        let book = self.clone();
+        let (lock, mut entries) = self
+            .off_the_runtime(move || {
+                let lock = shared_file::lock_exclusive(&book.lock_path).map_err(|e| book.io(e))?;
+                Ok((lock, book.read_unlocked()?))
+            })
+            .await?;
         let before = entries.clone();
         change(&mut entries);
         // Most deletes are of machines that were never recorded: skip the write (and its fsync).
-        if entries != before {
-            self.write_unlocked(&entries)?;
+        if entries == before {
+            return Ok(());
         }
-        drop(lock);
-        Ok(())
+        let book = self.clone();
+        self.off_the_runtime(move || {
+            book.write_unlocked(&entries)?;
+            drop(lock);
+            Ok(())
+        })
+        .await
     }
 
-    fn entries(&self) -> Result<Vec<Entry>, RecordError> {
-        let _lock = shared_file::lock_shared(&self.lock_path).map_err(|e| self.io(e))?;
-        self.read_unlocked()
+    async fn entries(&self) -> Result<Vec<Entry>, RecordError> {
+        let book = self.clone();
+        self.off_the_runtime(move || {
+            let _lock = shared_file::lock_shared(&book.lock_path).map_err(|e| book.io(e))?;
+            book.read_unlocked()
+        })
+        .await
+    }
+
+    fn me(&self) -> Option<String> {
+        None
+    }
+
+    async fn liveness(&self) -> Liveness {
+        Box::new(|entry: &Entry| process_alive(entry.owner_pid))
     }
 }
 
@@ -380,14 +419,19 @@ impl Record {
     }
 
     /// Runs `change` on the record under the book's lock (several processes share it).
-    fn update<R>(&self, change: impl FnOnce(&mut Vec<Entry>) -> R) -> Result<R, RecordError> {
+    async fn update<R: Send>(
+        &self,
+        change: impl FnOnce(&mut Vec<Entry>) -> R + Send,
+    ) -> Result<R, RecordError> {
         let mut change = Some(change);
         let mut result = None;
-        self.book.update(&mut |entries| {
-            if let Some(change) = change.take() {
-                result = Some(change(entries));
-            }
-        })?;
+        self.book
+            .update(&mut |entries| {
+                if let Some(change) = change.take() {
+                    result = Some(change(entries));
+                }
+            })
+            .await?;
         result.ok_or_else(|| RecordError::Io {
             path: "the machine record".into(),
             why: "its book never ran the change".into(),
@@ -401,25 +445,28 @@ impl Record {
         }
     }
 
-    fn orphaned_now(&self, now: u64) -> impl Fn(&Entry) -> bool + '_ {
-        move |e: &Entry| e.orphaned(now, |e| self.book.owner_alive(e))
+    /// Whether an entry is orphaned at `now`, by who lives as the book reads it now.
+    async fn orphaned_now(&self, now: u64) -> impl Fn(&Entry) -> bool + Send + Sync + use<> {
+        let alive = self.book.liveness().await;
+        move |e: &Entry| e.orphaned(now, &alive)
     }
 
-    pub fn entries(&self) -> Result<Vec<Entry>, RecordError> {
-        self.book.entries()
+    pub async fn entries(&self) -> Result<Vec<Entry>, RecordError> {
+        self.book.entries().await
     }
 
-    pub fn add(&self, entry: Entry) -> Result<(), RecordError> {
+    pub async fn add(&self, entry: Entry) -> Result<(), RecordError> {
         let mut entry = entry;
         self.stamp(&mut entry);
         self.update(|entries| {
             entries.retain(|e| !(e.fleet == entry.fleet && e.name == entry.name));
             entries.push(entry);
         })
+        .await
     }
 
     /// Adds an entry unless one of that name is recorded already; answers whether one was.
-    pub fn add_new(&self, entry: Entry) -> Result<bool, RecordError> {
+    pub async fn add_new(&self, entry: Entry) -> Result<bool, RecordError> {
         let mut entry = entry;
         self.stamp(&mut entry);
         self.update(|entries| {
@@ -431,11 +478,12 @@ impl Record {
             }
             known
         })
+        .await
     }
 
     /// Once create has answered: the machine's id, and the session that made it as its owner.
     /// The parent recorded before the create stays.
-    pub fn set_created(&self, created: &Entry) -> Result<(), RecordError> {
+    pub async fn set_created(&self, created: &Entry) -> Result<(), RecordError> {
         let mut created = created.clone();
         self.stamp(&mut created);
         let created = &created;
@@ -449,26 +497,29 @@ impl Record {
                 e.parent = created.parent.clone().or(parent);
             }
         })
+        .await
     }
 
     /// Removes a machine by name or id (delete-machine may be given either).
-    pub fn remove(&self, fleet: FleetKind, name_or_id: &str) -> Result<(), RecordError> {
+    pub async fn remove(&self, fleet: FleetKind, name_or_id: &str) -> Result<(), RecordError> {
         self.update(|entries| {
             entries.retain(|e| !(e.fleet == fleet && (e.name == name_or_id || e.id == name_or_id)))
         })
+        .await
     }
 
     /// Entries of this session, and entries whose process has died (leased ones once their
     /// lease has run out), of machines made on `engine`; the orphans are claimed for this
     /// process to delete ([`Record::claim_orphans`]).
-    pub fn owned_or_orphaned(
+    pub async fn owned_or_orphaned(
         &self,
         session: &str,
         fleet: FleetKind,
         engine: &str,
     ) -> Result<Vec<Entry>, RecordError> {
         let mut entries: Vec<Entry> = self
-            .entries()?
+            .entries()
+            .await?
             .into_iter()
             .filter(|e| {
                 e.fleet == fleet
@@ -477,7 +528,7 @@ impl Record {
                     && e.kept_until.is_none()
             })
             .collect();
-        entries.extend(self.claim_orphans(fleet, engine)?);
+        entries.extend(self.claim_orphans(fleet, engine).await?);
         Ok(entries)
     }
 
@@ -486,10 +537,15 @@ impl Record {
     /// this process's, so that of two processes sweeping at once each machine is deleted by
     /// one. A machine whose delete then fails stays this process's, and is orphaned again if
     /// it ends.
-    pub fn claim_orphans(&self, fleet: FleetKind, engine: &str) -> Result<Vec<Entry>, RecordError> {
+    pub async fn claim_orphans(
+        &self,
+        fleet: FleetKind,
+        engine: &str,
+    ) -> Result<Vec<Entry>, RecordError> {
         let now = now_secs();
         let me = self.book.me();
-        let orphaned = self.orphaned_now(now);
+        let orphaned = self.orphaned_now(now).await;
+        let alive = self.book.liveness().await;
         self.update(|entries| {
             let mut claimed = Vec::new();
             for e in entries
@@ -504,7 +560,7 @@ impl Record {
                     claimed.push(e.clone());
                     continue;
                 }
-                if !orphaned(e) || (claimed_before && self.book.owner_alive(e)) {
+                if !orphaned(e) || (claimed_before && alive(e)) {
                     continue;
                 }
                 e.owner_pid = std::process::id();
@@ -515,13 +571,19 @@ impl Record {
             }
             claimed
         })
+        .await
     }
 
     /// Machines made on `engine` whose process has died (read only: a sweep claims them).
-    pub fn orphaned(&self, fleet: FleetKind, engine: &str) -> Result<Vec<Entry>, RecordError> {
-        let orphaned = self.orphaned_now(now_secs());
+    pub async fn orphaned(
+        &self,
+        fleet: FleetKind,
+        engine: &str,
+    ) -> Result<Vec<Entry>, RecordError> {
+        let orphaned = self.orphaned_now(now_secs()).await;
         Ok(self
-            .entries()?
+            .entries()
+            .await?
             .into_iter()
             .filter(|e| e.fleet == fleet && e.made_on(engine) && orphaned(e))
             .collect())
@@ -538,14 +600,15 @@ impl Record {
     }
 
     /// Orphans made on another engine than `engine`: left recorded for a start on theirs.
-    pub fn orphaned_elsewhere(
+    pub async fn orphaned_elsewhere(
         &self,
         fleet: FleetKind,
         engine: &str,
     ) -> Result<Vec<Entry>, RecordError> {
-        let orphaned = self.orphaned_now(now_secs());
+        let orphaned = self.orphaned_now(now_secs()).await;
         Ok(self
-            .entries()?
+            .entries()
+            .await?
             .into_iter()
             .filter(|e| e.fleet == fleet && !e.made_on(engine) && orphaned(e))
             .collect())
@@ -553,7 +616,7 @@ impl Record {
 
     /// Renews the lease of every leased machine called `name_or_id` (on either fleet: a call
     /// names a machine before its fleet is known, and renewing one too many is harmless).
-    pub fn renew(&self, names: &[String], now: u64) -> Result<(), RecordError> {
+    pub async fn renew(&self, names: &[String], now: u64) -> Result<(), RecordError> {
         self.update(|entries| {
             for e in entries
                 .iter_mut()
@@ -564,23 +627,23 @@ impl Record {
                 }
             }
         })
+        .await
     }
 
     /// Makes `owner`/`session` the owner of every leased machine whose process died before its
     /// lease ran out: a stateless client still holds those names. Answers what was adopted.
-    pub fn adopt_leased(
+    pub async fn adopt_leased(
         &self,
         owner: u32,
         session: &str,
         now: u64,
     ) -> Result<Vec<Entry>, RecordError> {
         let me = self.book.me();
+        let alive = self.book.liveness().await;
         self.update(|entries| {
             let mut adopted = Vec::new();
             for e in entries.iter_mut().filter(|e| {
-                e.kept_until.is_none()
-                    && e.lease.is_some_and(|l| !l.expired(now))
-                    && !self.book.owner_alive(e)
+                e.kept_until.is_none() && e.lease.is_some_and(|l| !l.expired(now)) && !alive(e)
             }) {
                 e.owner_pid = owner;
                 e.owner.clone_from(&me);
@@ -593,16 +656,17 @@ impl Record {
             }
             adopted
         })
+        .await
     }
 
     /// At a session's end under `sessionEnd` stop or pause (or a lease's, for a client without
     /// a session): the machines on `fleet` that `which` picks, unless kept already, belong to
     /// no session from now, and go at `until` unless a session takes them back first.
-    pub fn keep(
+    pub async fn keep(
         &self,
         fleet: FleetKind,
-        which: impl Fn(&Entry) -> bool,
-        until: impl Fn(&Entry) -> u64,
+        which: impl Fn(&Entry) -> bool + Send + Sync,
+        until: impl Fn(&Entry) -> u64 + Send + Sync,
     ) -> Result<Vec<Entry>, RecordError> {
         self.update(|entries| {
             let mut kept = Vec::new();
@@ -617,12 +681,13 @@ impl Record {
             }
             kept
         })
+        .await
     }
 
     /// A kept machine called `name_or_id` (on either fleet), not yet expired, becomes the
     /// session's own again: owned by `owner`, going with the session (or, for the process's
     /// lease session, under `lease`). Answers the entries taken.
-    pub fn take_back(
+    pub async fn take_back(
         &self,
         name_or_id: &str,
         owner: u32,
@@ -645,6 +710,7 @@ impl Record {
             }
             taken
         })
+        .await
     }
 
     /// Marks `machine` as a base before it is frozen, unless that passes `per_user` bases of
@@ -652,7 +718,7 @@ impl Record {
     /// two freezes at once cannot both take the last place). A machine not yet recorded (one
     /// with a name of its own) is recorded now. Answers what to put back should the freeze
     /// fail ([`Record::unmark_base`]): the entry as it was, or none.
-    pub fn mark_base(
+    pub async fn mark_base(
         &self,
         machine: Entry,
         per_user: usize,
@@ -699,11 +765,12 @@ impl Record {
                 }
             })
         })
+        .await
     }
 
     /// A freeze that failed: `machine`'s entry as it was before [`Record::mark_base`]
     /// (`was`), or none when it was not recorded.
-    pub fn unmark_base(
+    pub async fn unmark_base(
         &self,
         fleet: FleetKind,
         machine: &str,
@@ -713,11 +780,12 @@ impl Record {
             entries.retain(|e| !(e.fleet == fleet && e.name == machine));
             entries.extend(was);
         })
+        .await
     }
 
     /// A branch was made of base `name_or_id`: it was used now, and goes `idle_secs` from now
     /// (never, with 0). A sweep's claim of it is let go. Answers whether it is a base.
-    pub fn base_used(
+    pub async fn base_used(
         &self,
         fleet: FleetKind,
         name_or_id: &str,
@@ -738,35 +806,39 @@ impl Record {
             }
             found
         })
+        .await
     }
 
     /// The bases on `fleet`.
-    pub fn bases(&self, fleet: FleetKind) -> Result<Vec<Entry>, RecordError> {
+    pub async fn bases(&self, fleet: FleetKind) -> Result<Vec<Entry>, RecordError> {
         Ok(self
-            .entries()?
+            .entries()
+            .await?
             .into_iter()
             .filter(|e| e.fleet == fleet && e.base.is_some())
             .collect())
     }
 
     /// Kept machines, whether expired or not.
-    pub fn kept(&self) -> Result<Vec<Entry>, RecordError> {
+    pub async fn kept(&self) -> Result<Vec<Entry>, RecordError> {
         Ok(self
-            .entries()?
+            .entries()
+            .await?
             .into_iter()
             .filter(|e| e.kept_until.is_some())
             .collect())
     }
 
     /// The leased machines of `owner` on `fleet` whose lease has run out.
-    pub fn expired_leases(
+    pub async fn expired_leases(
         &self,
         owner: u32,
         fleet: FleetKind,
         now: u64,
     ) -> Result<Vec<Entry>, RecordError> {
         Ok(self
-            .entries()?
+            .entries()
+            .await?
             .into_iter()
             .filter(|e| {
                 e.fleet == fleet
@@ -822,18 +894,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn own_and_dead_sessions_are_found_live_siblings_are_not() {
+    #[tokio::test]
+    async fn own_and_dead_sessions_are_found_live_siblings_are_not() {
         let tmp = tempfile::tempdir().unwrap();
         let record = Record::new(tmp.path());
         let me = std::process::id();
         // A pid that is not running: the largest pid_max allows is never handed out here.
         let dead = 4_194_303;
-        record.add(entry("mine", me, "s1")).unwrap();
-        record.add(entry("sibling", me, "s2")).unwrap();
-        record.add(entry("orphan", dead, "s9")).unwrap();
+        record.add(entry("mine", me, "s1")).await.unwrap();
+        record.add(entry("sibling", me, "s2")).await.unwrap();
+        record.add(entry("orphan", dead, "s9")).await.unwrap();
         let found: Vec<String> = record
             .owned_or_orphaned("s1", FleetKind::Local, "e")
+            .await
             .unwrap()
             .into_iter()
             .map(|e| e.name)
@@ -841,28 +914,41 @@ mod tests {
         assert_eq!(found, ["mine", "orphan"]);
         // The sweep that found the orphan claimed it: it is this process's now, no orphan,
         // and found again by this process's next sweep (should its delete have failed).
-        assert!(record.orphaned(FleetKind::Local, "e").unwrap().is_empty());
+        assert!(
+            record
+                .orphaned(FleetKind::Local, "e")
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let again: Vec<String> = record
             .claim_orphans(FleetKind::Local, "e")
+            .await
             .unwrap()
             .into_iter()
             .map(|e| e.name)
             .collect();
         assert_eq!(again, ["orphan"]);
-        assert!(record.orphaned(FleetKind::Cloud, "e").unwrap().is_empty());
         assert!(
-            record.add_new(entry("mine", dead, "s7")).unwrap(),
+            record
+                .orphaned(FleetKind::Cloud, "e")
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            record.add_new(entry("mine", dead, "s7")).await.unwrap(),
             "kept as it was"
         );
         let mut created = entry("mine", me, "s1");
         created.id = "id-1".into();
-        record.set_created(&created).unwrap();
-        record.remove(FleetKind::Local, "id-1").unwrap();
-        assert_eq!(record.entries().unwrap().len(), 2);
+        record.set_created(&created).await.unwrap();
+        record.remove(FleetKind::Local, "id-1").await.unwrap();
+        assert_eq!(record.entries().await.unwrap().len(), 2);
     }
 
-    #[test]
-    fn a_record_without_parents_still_loads_and_a_parent_survives_the_create() {
+    #[tokio::test]
+    async fn a_record_without_parents_still_loads_and_a_parent_survives_the_create() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(
             tmp.path().join("ephemeral.json"),
@@ -870,12 +956,15 @@ mod tests {
         )
         .unwrap();
         let record = Record::new(tmp.path());
-        assert_eq!(record.entries().unwrap()[0].parent, None);
+        assert_eq!(record.entries().await.unwrap()[0].parent, None);
         let mut child = entry("mcp-child", 1, "s");
         child.parent = Some("mcp-old".into());
-        record.add(child).unwrap();
-        record.set_created(&entry("mcp-child", 1, "s")).unwrap();
-        let entries = record.entries().unwrap();
+        record.add(child).await.unwrap();
+        record
+            .set_created(&entry("mcp-child", 1, "s"))
+            .await
+            .unwrap();
+        let entries = record.entries().await.unwrap();
         assert_eq!(entries[1].parent.as_deref(), Some("mcp-old"));
         let text = std::fs::read_to_string(tmp.path().join("ephemeral.json")).unwrap();
         assert_eq!(
@@ -885,8 +974,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_dead_owners_leased_machine_waits_for_its_lease_to_run_out() {
+    #[tokio::test]
+    async fn a_dead_owners_leased_machine_waits_for_its_lease_to_run_out() {
         let tmp = tempfile::tempdir().unwrap();
         let record = Record::new(tmp.path());
         let dead = 4_194_303;
@@ -899,13 +988,13 @@ mod tests {
             });
             e
         };
-        record.add(leased("fresh", now - 10)).unwrap();
-        record.add(leased("stale", now - 61)).unwrap();
-        record.add(entry("session", dead, "s9")).unwrap();
+        record.add(leased("fresh", now - 10)).await.unwrap();
+        record.add(leased("stale", now - 61)).await.unwrap();
+        record.add(entry("session", dead, "s9")).await.unwrap();
         let names =
             |entries: Vec<Entry>| -> Vec<String> { entries.into_iter().map(|e| e.name).collect() };
         assert_eq!(
-            names(record.orphaned(FleetKind::Local, "e").unwrap()),
+            names(record.orphaned(FleetKind::Local, "e").await.unwrap()),
             ["stale", "session"],
             "a client may still use the fresh one"
         );
@@ -913,16 +1002,17 @@ mod tests {
             names(
                 record
                     .owned_or_orphaned("s1", FleetKind::Local, "e")
+                    .await
                     .unwrap()
             ),
             ["stale", "session"]
         );
         let me = std::process::id();
         assert_eq!(
-            names(record.adopt_leased(me, "leased-me", now).unwrap()),
+            names(record.adopt_leased(me, "leased-me", now).await.unwrap()),
             ["fresh"]
         );
-        let adopted = record.entries().unwrap()[0].clone();
+        let adopted = record.entries().await.unwrap()[0].clone();
         assert_eq!(
             (adopted.owner_pid, adopted.session.as_str()),
             (me, "leased-me")
@@ -930,13 +1020,15 @@ mod tests {
         assert!(
             record
                 .expired_leases(me, FleetKind::Local, now)
+                .await
                 .unwrap()
                 .is_empty()
         );
-        record.renew(&["fresh".to_owned()], now + 30).unwrap();
+        record.renew(&["fresh".to_owned()], now + 30).await.unwrap();
         assert!(
             record
                 .expired_leases(me, FleetKind::Local, now + 61)
+                .await
                 .unwrap()
                 .is_empty(),
             "renewed at +30, so not expired at +61"
@@ -945,28 +1037,36 @@ mod tests {
             names(
                 record
                     .expired_leases(me, FleetKind::Local, now + 90)
+                    .await
                     .unwrap()
             ),
             ["fresh"]
         );
     }
 
-    #[test]
-    fn a_record_without_leases_still_loads() {
+    #[tokio::test]
+    async fn a_record_without_leases_still_loads() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(
             tmp.path().join("ephemeral.json"),
             r#"{"machines":[{"fleet":"local","name":"mcp-old","id":"mcp-old","ownerPid":1,"session":"s"}]}"#,
         )
         .unwrap();
-        assert_eq!(Record::new(tmp.path()).entries().unwrap()[0].lease, None);
+        assert_eq!(
+            Record::new(tmp.path()).entries().await.unwrap()[0].lease,
+            None
+        );
     }
 
-    #[test]
-    fn a_corrupt_record_is_an_error_not_an_empty_one() {
+    #[tokio::test]
+    async fn a_corrupt_record_is_an_error_not_an_empty_one() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("ephemeral.json"), "{oops").unwrap();
-        let err = Record::new(tmp.path()).entries().unwrap_err().to_string();
+        let err = Record::new(tmp.path())
+            .entries()
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("may still be running"), "{err}");
     }
 }

@@ -57,7 +57,7 @@ pub async fn put_away(
     for entry in children_first(entries) {
         let outcome = put_away_one(fleet, &entry, how).await;
         if outcome == PutAway::Gone {
-            let _ = record.remove(fleet.kind(), &entry.name);
+            let _ = record.remove(fleet.kind(), &entry.name).await;
         }
         tracing::info!(
             fleet = fleet.kind().as_str(),

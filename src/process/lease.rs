@@ -7,6 +7,7 @@
 use crate::fleet::FleetKind;
 use crate::process::ephemeral::{Entry, LEASE_USER_MARK as USER_MARK, Lease, Record, now_secs};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -39,6 +40,20 @@ impl Default for InUse {
 }
 
 impl InUse {
+    /// A call is over with `names`: no longer counted in use by it.
+    fn let_go(&self, names: &[String]) {
+        if let Ok(mut calls) = self.calls.lock() {
+            for name in names {
+                if let Some(count) = calls.get_mut(name) {
+                    *count -= 1;
+                    if *count == 0 {
+                        calls.remove(name);
+                    }
+                }
+            }
+        }
+    }
+
     fn start_leasing(&self, secs: u64) {
         self.leasing.store(true, Ordering::Relaxed);
         self.shortest_secs.fetch_min(secs, Ordering::Relaxed);
@@ -72,7 +87,7 @@ impl InUse {
 #[derive(Debug)]
 pub struct Leases {
     record: Record,
-    in_use: InUse,
+    in_use: Arc<InUse>,
     /// The session name under which this process's leased machines are recorded.
     session: String,
     /// How long a lease taken here lasts without use (`machineLeaseSecs`).
@@ -87,7 +102,7 @@ impl Leases {
             Some(instance) => format!("leased-{instance}"),
             None => format!("leased-{}", std::process::id()),
         };
-        let in_use = InUse::default();
+        let in_use = Arc::new(InUse::default());
         in_use.tracks_naming.store(track_naming, Ordering::Relaxed);
         Leases {
             record,
@@ -150,7 +165,7 @@ impl Leases {
 
     /// A tool call begins to use `names`: their leases are renewed, and the reaper leaves them
     /// alone until `release`.
-    pub fn hold(&self, names: &[String]) {
+    pub async fn hold(&self, names: &[String]) {
         if names.is_empty() {
             return;
         }
@@ -160,7 +175,7 @@ impl Leases {
             }
         }
         self.in_use.named_now(names);
-        self.renew(names);
+        self.renew(names).await;
     }
 
     /// The call is over: renewed once more (a long call must not end on an expired lease),
@@ -169,25 +184,30 @@ impl Leases {
         if names.is_empty() {
             return;
         }
-        self.renew(names);
         self.in_use.named_now(names);
-        if let Ok(mut calls) = self.in_use.calls.lock() {
-            for name in names {
-                if let Some(count) = calls.get_mut(name) {
-                    *count -= 1;
-                    if *count == 0 {
-                        calls.remove(name);
-                    }
+        // A call ends in its Drop, which cannot wait on the record: the renewal goes on in a
+        // task of its own, and the names stay in use (the reaper leaves them) until it is made.
+        if self.in_use.leasing()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (record, in_use, names) =
+                (self.record.clone(), self.in_use.clone(), names.to_vec());
+            runtime.spawn(async move {
+                if let Err(e) = record.renew(&names, now_secs()).await {
+                    tracing::warn!(error = %e, "could not renew the lease of {names:?}");
                 }
-            }
+                in_use.let_go(&names);
+            });
+            return;
         }
+        self.in_use.let_go(names);
     }
 
-    fn renew(&self, names: &[String]) {
+    async fn renew(&self, names: &[String]) {
         if !self.in_use.leasing() {
             return;
         }
-        if let Err(e) = self.record.renew(names, now_secs()) {
+        if let Err(e) = self.record.renew(names, now_secs()).await {
             tracing::warn!(error = %e, "could not renew the lease of {names:?}");
         }
     }
@@ -223,10 +243,11 @@ impl Leases {
     /// At start: leased machines of a dead server whose lease has not run out become this
     /// process's, since a sessionless client may still hold their names; the expired ones are
     /// orphans, which the start-up sweep deletes.
-    pub fn adopt(&self) -> Vec<String> {
+    pub async fn adopt(&self) -> Vec<String> {
         match self
             .record
             .adopt_leased(std::process::id(), &self.session, now_secs())
+            .await
         {
             Ok(adopted) => {
                 for lease in adopted.iter().filter_map(|e| e.lease) {
@@ -246,13 +267,14 @@ impl Leases {
 
     /// This process's leased machines on `kind` whose lease has run out and that no call
     /// uses: what the reaper deletes. `None` while this process holds no lease at all.
-    pub fn idle_expired(&self, kind: FleetKind) -> Option<Vec<Entry>> {
+    pub async fn idle_expired(&self, kind: FleetKind) -> Option<Vec<Entry>> {
         if !self.in_use.leasing() {
             return None;
         }
         match self
             .record
             .expired_leases(std::process::id(), kind, now_secs())
+            .await
         {
             Ok(expired) => Some(expired.into_iter().filter(|e| !self.busy(e)).collect()),
             Err(e) => {
@@ -264,8 +286,8 @@ impl Leases {
 
     /// The fleets where this process holds a leased machine, which the clean-up at exit must
     /// reach: an adopted lease may be on a fleet no call of this process has used.
-    pub fn fleets_held(&self) -> Vec<FleetKind> {
-        let Ok(entries) = self.record.entries() else {
+    pub async fn fleets_held(&self) -> Vec<FleetKind> {
+        let Ok(entries) = self.record.entries().await else {
             return Vec::new();
         };
         [FleetKind::Local, FleetKind::Cloud]

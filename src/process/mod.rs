@@ -328,27 +328,29 @@ impl Process {
     /// Records an ephemeral machine before its create is sent, with the machine a branch child
     /// is made from. Answers whether the record already had a machine of that name (which is
     /// then left as it was).
-    pub fn remember(
+    pub async fn remember(
         &self,
         fleet: FleetKind,
         name: &str,
         session: &str,
         parent: Option<&str>,
     ) -> Result<bool, RecordError> {
-        self.record.add_new(Entry {
-            fleet,
-            name: name.to_owned(),
-            id: name.to_owned(),
-            owner_pid: std::process::id(),
-            owner: None,
-            session: session.to_owned(),
-            parent: parent.map(str::to_owned),
-            recorded_at: ephemeral::now_secs(),
-            lease: self.leases.lease_for(session),
-            engine: Some(self.engine(fleet)),
-            kept_until: None,
-            base: None,
-        })
+        self.record
+            .add_new(Entry {
+                fleet,
+                name: name.to_owned(),
+                id: name.to_owned(),
+                owner_pid: std::process::id(),
+                owner: None,
+                session: session.to_owned(),
+                parent: parent.map(str::to_owned),
+                recorded_at: ephemeral::now_secs(),
+                lease: self.leases.lease_for(session),
+                engine: Some(self.engine(fleet)),
+                kept_until: None,
+                base: None,
+            })
+            .await
     }
 
     /// The session name under which this process's leased machines are recorded.
@@ -368,8 +370,8 @@ impl Process {
 
     /// A tool call begins to use `names`: their leases are renewed, and the reaper leaves them
     /// alone until `release`.
-    pub fn hold(&self, names: &[String]) {
-        self.leases.hold(names);
+    pub async fn hold(&self, names: &[String]) {
+        self.leases.hold(names).await;
     }
 
     /// The call is over with `names`.
@@ -378,8 +380,8 @@ impl Process {
     }
 
     /// At start, over HTTP: a dead server's unexpired leased machines become this process's.
-    pub fn adopt_leased_machines(&self) -> Vec<String> {
-        self.leases.adopt()
+    pub async fn adopt_leased_machines(&self) -> Vec<String> {
+        self.leases.adopt().await
     }
 
     /// The fleet of `kind` for a clean-up of `what`, or `None` (logged) when it cannot be reached.
@@ -397,7 +399,7 @@ impl Process {
     pub async fn reap_expired_leases(&self) -> Cleanup {
         let mut total = Cleanup::default();
         for kind in [FleetKind::Local, FleetKind::Cloud] {
-            let Some(idle) = self.leases.idle_expired(kind) else {
+            let Some(idle) = self.leases.idle_expired(kind).await else {
                 return total;
             };
             if idle.is_empty() {
@@ -457,7 +459,7 @@ impl Process {
     /// Reaches every fleet where this process holds a leased machine, so that the clean-up at
     /// exit finds them.
     async fn reach_leased_fleets(&self) {
-        for kind in self.leases.fleets_held() {
+        for kind in self.leases.fleets_held().await {
             if let Err(e) = self.fleet(kind).await {
                 tracing::warn!(fleet = kind.as_str(), error = %e, "cannot reach the fleet of leased machines at exit");
             }
@@ -465,7 +467,7 @@ impl Process {
     }
 
     /// Once create has answered: the machine's id, and this session as its owner.
-    pub fn remember_created(&self, fleet: FleetKind, name: &str, id: &str, session: &str) {
+    pub async fn remember_created(&self, fleet: FleetKind, name: &str, id: &str, session: &str) {
         let created = Entry {
             fleet,
             name: name.to_owned(),
@@ -480,13 +482,13 @@ impl Process {
             kept_until: None,
             base: None,
         };
-        if let Err(e) = self.record.set_created(&created) {
+        if let Err(e) = self.record.set_created(&created).await {
             tracing::warn!(error = %e, "could not record the id of {name}");
         }
     }
 
-    pub fn forget(&self, fleet: FleetKind, name_or_id: &str) {
-        if let Err(e) = self.record.remove(fleet, name_or_id) {
+    pub async fn forget(&self, fleet: FleetKind, name_or_id: &str) {
+        if let Err(e) = self.record.remove(fleet, name_or_id).await {
             tracing::warn!(error = %e, "could not update the ephemeral record for {name_or_id}");
         }
     }
@@ -536,6 +538,7 @@ impl Process {
         let has_cloud_orphans = self
             .record
             .orphaned(FleetKind::Cloud, &cloud_engine)
+            .await
             .is_ok_and(|o| !o.is_empty());
         if has_cloud_orphans && let Some(Ok(cloud)) = self.cloud() {
             let cleanup = sweep(&self.record, &(cloud as Fleet), &cloud_engine, None).await;
@@ -547,6 +550,7 @@ impl Process {
         let has_local_orphans = self
             .record
             .orphaned(FleetKind::Local, &local_engine)
+            .await
             .is_ok_and(|o| !o.is_empty());
         if has_local_orphans
             && let Ok(fleet) =
@@ -602,16 +606,20 @@ impl Process {
     async fn keep(
         &self,
         fleet: &Fleet,
-        which: impl Fn(&Entry) -> bool,
+        which: impl Fn(&Entry) -> bool + Send + Sync,
     ) -> Vec<(String, keep::PutAway)> {
         let now = ephemeral::now_secs();
         let (keep_secs, ttl) = (
             self.config.kept_machine_secs,
             self.config.ephemeral_ttl_secs,
         );
-        let kept = match self.record.keep(fleet.kind(), which, |e| {
-            keep::kept_until(e, now, keep_secs, ttl)
-        }) {
+        let kept = match self
+            .record
+            .keep(fleet.kind(), which, |e| {
+                keep::kept_until(e, now, keep_secs, ttl)
+            })
+            .await
+        {
             Ok(kept) => kept,
             Err(e) => {
                 tracing::error!(error = %e, "cannot write the machine record; machines are deleted instead of kept");
@@ -624,13 +632,13 @@ impl Process {
     /// A call of `session` names `name`: a machine kept from an earlier session becomes this
     /// session's own (it goes when this session ends, or is kept again). Answers whether it was
     /// taken. Only names with the temporary prefix are looked up.
-    pub fn take_back(&self, name: &str, session: &str) -> bool {
+    pub async fn take_back(&self, name: &str, session: &str) -> bool {
         if !name.starts_with(&self.config.machine_prefix) {
             return false;
         }
         let now = ephemeral::now_secs();
         // A read first: most calls name a machine nobody kept, and need no write lock.
-        let kept_on = self.record.entries().ok().and_then(|entries| {
+        let kept_on = self.record.entries().await.ok().and_then(|entries| {
             entries
                 .iter()
                 .find(|e| (e.name == name || e.id == name) && e.kept_at(now) && e.base.is_none())
@@ -643,6 +651,7 @@ impl Process {
         match self
             .record
             .take_back(name, std::process::id(), session, lease, now)
+            .await
         {
             Ok(taken) if !taken.is_empty() => {
                 tracing::info!(machine = name, %session, "a session took back a kept machine");
@@ -668,7 +677,7 @@ impl Process {
     /// local one may need the serve started).
     pub async fn reap_expired_kept(&self) -> Cleanup {
         let now = ephemeral::now_secs();
-        let Ok(kept) = self.record.kept() else {
+        let Ok(kept) = self.record.kept().await else {
             return Cleanup::default();
         };
         let mut total = Cleanup::default();
@@ -711,6 +720,7 @@ impl Process {
         let sessions: std::collections::BTreeSet<String> = self
             .record
             .entries()
+            .await
             .map(|e| {
                 e.into_iter()
                     .filter(|e| self.record.is_mine(e))

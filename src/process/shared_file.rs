@@ -48,9 +48,13 @@ pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// A document every server process sharing it reads and changes, each change made under a
 /// lock they all respect on the document read afresh: a file here, or a row of a database the
 /// processes of several hosts share (the store's, `storeUrl`).
+/// A change of a shared document's text: its new text, or `None` to leave it as it is.
+pub type TextChange<'a> = dyn FnMut(Option<&str>) -> Option<String> + Send + 'a;
+
+#[async_trait::async_trait]
 pub trait SharedDocument: Send + Sync + std::fmt::Debug {
     /// The document's text, `None` when there is none yet.
-    fn read(&self) -> Result<Option<String>, String>;
+    async fn read(&self) -> Result<Option<String>, String>;
     /// Runs `change` on the text under the lock; its answer, when `Some`, replaces it.
-    fn update(&self, change: &mut dyn FnMut(Option<&str>) -> Option<String>) -> Result<(), String>;
+    async fn update(&self, change: &mut TextChange<'_>) -> Result<(), String>;
 }

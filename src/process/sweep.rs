@@ -83,14 +83,14 @@ async fn delete_one(
         answer = fleet.delete_with_clones(&entry.id).await;
         if answer.is_ok() {
             for clone in &clones {
-                let _ = record.remove(kind, clone);
+                let _ = record.remove(kind, clone).await;
                 cleanup.deleted.push(clone.clone());
             }
         }
     }
     match answer {
         Ok(_) => {
-            let _ = record.remove(kind, &entry.name);
+            let _ = record.remove(kind, &entry.name).await;
             cleanup.deleted.push(entry.name.clone());
             None
         }
@@ -115,7 +115,7 @@ async fn delete_one(
         // session is doing (facts 3.3 ttlSeconds, 3.6 "404 when already gone"). Done all the
         // same, once (a cascade earlier in this sweep may have taken it already).
         Err(e) if e.kind == ErrorKind::NotFound => {
-            let _ = record.remove(kind, &entry.name);
+            let _ = record.remove(kind, &entry.name).await;
             if !cleanup.deleted.contains(&entry.name) {
                 cleanup.deleted.push(entry.name.clone());
             }
@@ -145,7 +145,7 @@ pub(crate) fn live_clones(message: &str) -> Option<Vec<String>> {
 /// would answer 404 for them, which is no delete.
 pub async fn sweep(record: &Record, fleet: &Fleet, engine: &str, session: Option<&str>) -> Cleanup {
     let kind = fleet.kind();
-    if let Ok(elsewhere) = record.orphaned_elsewhere(kind, engine)
+    if let Ok(elsewhere) = record.orphaned_elsewhere(kind, engine).await
         && !elsewhere.is_empty()
     {
         let engines: std::collections::BTreeSet<&str> = elsewhere
@@ -162,8 +162,8 @@ pub async fn sweep(record: &Record, fleet: &Fleet, engine: &str, session: Option
         );
     }
     let entries = match session {
-        Some(s) => record.owned_or_orphaned(s, kind, engine),
-        None => record.claim_orphans(kind, engine),
+        Some(s) => record.owned_or_orphaned(s, kind, engine).await,
+        None => record.claim_orphans(kind, engine).await,
     };
     let entries = match entries {
         Ok(entries) => entries,

@@ -308,6 +308,7 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
             kept_until: None,
             base: None,
         })
+        .await
         .unwrap();
     list_machines(&s).await;
     let message = s.recorder.log_with_event("orphansDeleted").await;

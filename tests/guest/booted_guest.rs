@@ -1643,7 +1643,10 @@ async fn credentials_reach_only_their_hosts_on_the_real_guest() {
     h.ok("branch-machine", json!({"name": name, "childName": child}))
         .await;
     goes_upstream(&h, &server, child, request("creds.smol.test", "child")).await;
-    assert_eq!(h.protocol.process().credentials.bound_to(child), ["tok"]);
+    assert_eq!(
+        h.protocol.process().credentials.bound_to(child).await,
+        ["tok"]
+    );
 
     // Made a base, the machine's child (create-machine base) holds the binding its user gave
     // the source, its value going upstream, and no other placeholder.
@@ -1673,7 +1676,7 @@ async fn credentials_reach_only_their_hosts_on_the_real_guest() {
     )
     .await;
     assert_eq!(
-        h.protocol.process().credentials.bound_to(base_child),
+        h.protocol.process().credentials.bound_to(base_child).await,
         ["tok"]
     );
 

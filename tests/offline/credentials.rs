@@ -194,7 +194,12 @@ async fn a_machine_made_with_credentials_sees_placeholders_and_gets_the_values_a
     // Deleted: nothing is supplied for the name any more.
     h.ok("delete-machine", json!({"name": "box"})).await;
     assert!(
-        h.protocol.process().credentials.bound_to("box").is_empty(),
+        h.protocol
+            .process()
+            .credentials
+            .bound_to("box")
+            .await
+            .is_empty(),
         "forgotten with its machine"
     );
 }
@@ -766,9 +771,13 @@ async fn a_bases_children_hold_the_bindings_of_its_source_and_no_other() {
         err.starts_with("INVALID_ARGUMENT") && err.contains("credentials: cannot go with base"),
         "{err}"
     );
-    let bound = |m: &str| next.protocol.process().credentials.bound_to(m);
-    assert_eq!(bound("github-child"), vec!["github".to_owned()]);
-    assert!(bound("plain-child-1").is_empty() && bound("plain-child-2").is_empty());
+    let credentials = &next.protocol.process().credentials;
+    assert_eq!(
+        credentials.bound_to("github-child").await,
+        vec!["github".to_owned()]
+    );
+    assert!(credentials.bound_to("plain-child-1").await.is_empty());
+    assert!(credentials.bound_to("plain-child-2").await.is_empty());
 
     let shown = |r: Value| r["stdout"].as_str().unwrap_or_default().to_owned();
     let seen = shown(

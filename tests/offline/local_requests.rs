@@ -357,8 +357,9 @@ struct TestValues;
 
 const TEST_VALUE: &str = "value-that-no-snapshot-may-hold";
 
+#[async_trait::async_trait]
 impl smol_mcp::fleet::CredentialValues for TestValues {
-    fn values_for(
+    async fn values_for(
         &self,
         machine: &str,
     ) -> Option<Result<Vec<(String, smol_mcp::fleet::Secret)>, smol_mcp::fleet::FleetError>> {
@@ -370,7 +371,7 @@ impl smol_mcp::fleet::CredentialValues for TestValues {
         })
     }
 
-    fn forget(&self, _machine: &str) {}
+    async fn forget(&self, _machine: &str) {}
 }
 
 /// A machine with credential bindings: the create names them (snake_case inside, as 1.32.2

@@ -391,30 +391,30 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
     for i in 0..20 {
         records[0]
             .add(machine(&format!("mcp-dead-{i}"), Some("i-dead-owner")))
+            .await
             .unwrap();
     }
     records[0]
         .add(machine("mcp-live", Some("i-live-owner")))
+        .await
         .unwrap();
     // Written by one, read by another.
-    assert_eq!(records[2].entries().unwrap().len(), 21);
+    assert_eq!(records[2].entries().await.unwrap().len(), 21);
     assert_eq!(
         records[1]
             .orphaned(FleetKind::Local, "serve-a")
+            .await
             .unwrap()
             .len(),
         20,
         "the live owner's machine is no orphan"
     );
-    // Three processes sweeping at once: each orphan is claimed by one, on the blocking
-    // threads a sweep's callers would be on.
+    // Three processes sweeping at once: each orphan is claimed by one.
     let claims: Vec<_> = records
         .iter()
         .cloned()
         .map(|r| {
-            tokio::task::spawn_blocking(move || {
-                r.claim_orphans(FleetKind::Local, "serve-a").unwrap()
-            })
+            tokio::spawn(async move { r.claim_orphans(FleetKind::Local, "serve-a").await.unwrap() })
         })
         .collect();
     let mut claimed = Vec::new();
@@ -431,13 +431,17 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
     assert!(
         records[0]
             .orphaned(FleetKind::Local, "serve-a")
+            .await
             .unwrap()
             .is_empty(),
         "claimed machines belong to live processes now"
     );
     // A machine removed by one is gone for all.
-    records[1].remove(FleetKind::Local, "mcp-live").unwrap();
-    assert_eq!(records[2].entries().unwrap().len(), 20);
+    records[1]
+        .remove(FleetKind::Local, "mcp-live")
+        .await
+        .unwrap();
+    assert_eq!(records[2].entries().await.unwrap().len(), 20);
 }
 
 /// A stored job naming no fleet this server knows is refused: not read (get, others) and not
@@ -466,4 +470,52 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
         .map(|j| j.record.id)
         .collect();
     assert_eq!(others, ["known"]);
+}
+
+/// A shared document waited on in the database (its row locked by another process) holds no
+/// thread of the runtime: on a runtime of one thread, a ticker beside the waiting change goes
+/// on ticking, and the change is made once the lock is let go. (The documents were served by a
+/// thread of their own that the caller's thread waited on, up to 15 s, doing nothing else.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_document_waiting_on_the_database_holds_no_thread() {
+    let db = TestDatabase::new().await;
+    let store = ready_store(&db).await;
+    let Sharing::Hosts { machine_setups, .. } = store.sharing() else {
+        panic!("a database is shared by hosts");
+    };
+    machine_setups
+        .update(&mut |_| Some("{\"before\":1}".to_owned()))
+        .await
+        .unwrap();
+    let mut other = db.client().await;
+    let holder = other.transaction().await.unwrap();
+    holder
+        .query_one(
+            "SELECT body FROM documents WHERE name = 'machine-setups' FOR UPDATE",
+            &[],
+        )
+        .await
+        .unwrap();
+    let change = tokio::spawn(async move {
+        machine_setups
+            .update(&mut |_| Some("{\"after\":1}".to_owned()))
+            .await
+            .map(|()| machine_setups)
+    });
+    let ticking = std::time::Instant::now();
+    for _ in 0..10 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let ticked = ticking.elapsed();
+    assert!(
+        ticked < std::time::Duration::from_secs(2),
+        "ten ticks of 20 ms took {ticked:?}: the waiting change held the thread"
+    );
+    assert!(!change.is_finished(), "the change waits for the row's lock");
+    holder.rollback().await.unwrap();
+    let machine_setups = change.await.unwrap().unwrap();
+    assert_eq!(
+        machine_setups.read().await.unwrap().as_deref(),
+        Some("{\"after\":1}")
+    );
 }

@@ -68,7 +68,7 @@ pub async fn run(args: HttpArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let path = config.http_path.clone();
-    let protocol = serve::start(config.clone()).await.context("startup")?;
+    let protocol = serve::start_http(config.clone()).await.context("startup")?;
     let shutdown = CancellationToken::new();
     tracing::info!("listening for MCP over HTTP on http://{address}{path}");
     let server = tokio::spawn(smol_mcp::protocol::http::serve(

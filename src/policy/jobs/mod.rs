@@ -662,7 +662,7 @@ impl Jobs {
         // record its siblings (or its successor) can take the job over from.
         ledger.store().flush().await;
         self.remember(job.clone());
-        process.hold(std::slice::from_ref(&job.machine));
+        process.hold(std::slice::from_ref(&job.machine)).await;
         tokio::spawn(
             watch_job(process.clone(), ledger.clone(), job.clone(), run).in_current_span(),
         );
@@ -775,7 +775,7 @@ impl Jobs {
                 continue;
             }
             tracing::info!(job = %job.id, machine = %job.machine, "took over a job left running by a server process that ended");
-            process.hold(std::slice::from_ref(&job.machine));
+            process.hold(std::slice::from_ref(&job.machine)).await;
             tokio::spawn(watch_job(process.clone(), ledger.clone(), job, run));
             taken += 1;
         }

@@ -255,13 +255,17 @@ impl<'a> Call<'a> {
 
     /// Marks `name` as used by this call until it ends, renewing its lease if it has one. A
     /// machine kept from an earlier session (`sessionEnd`) becomes this session's own.
-    pub fn hold(&self, name: &str) {
-        if let Ok(mut held) = self.held.lock()
-            && !held.iter().any(|n| n == name)
-        {
-            self.process().take_back(name, self.session());
-            self.process().hold(&[name.to_owned()]);
-            held.push(name.to_owned());
+    pub async fn hold(&self, name: &str) {
+        let newly = match self.held.lock() {
+            Ok(mut held) if !held.iter().any(|n| n == name) => {
+                held.push(name.to_owned());
+                true
+            }
+            _ => false,
+        };
+        if newly {
+            self.process().take_back(name, self.session()).await;
+            self.process().hold(&[name.to_owned()]).await;
         }
     }
 
@@ -329,7 +333,7 @@ impl<'a> Call<'a> {
             tool,
             Tool::StopMachine | Tool::DeleteMachine | Tool::ListMachines
         ) || names.iter().all(Option::is_none)
-            || !credentials.has_supplied()
+            || !credentials.has_supplied().await
             || self.fleet_kind(target).ok() != Some(FleetKind::Local)
         {
             return Ok(());
@@ -337,7 +341,10 @@ impl<'a> Call<'a> {
         // Reaching the fleet names its engine, under which the machines are recorded.
         self.fleet(target).await?;
         for (argument, name) in ["name", "childName"].into_iter().zip(names) {
-            if let Some(why) = name.and_then(|name| credentials.unknown_value(name)) {
+            let Some(name) = name else {
+                continue;
+            };
+            if let Some(why) = credentials.unknown_value(name).await {
                 return Err(ToolError::argument(argument, why));
             }
         }
@@ -820,13 +827,13 @@ impl<'a> Call<'a> {
         let kind = fleet.kind();
         match tokio::time::timeout(CLEANUP_DEADLINE, fleet.delete(id)).await {
             Ok(Ok(deleted)) => {
-                self.process().forget(kind, name);
+                self.process().forget(kind, name).await;
                 self.process().made.deleted(kind, id, deleted.usage_micros);
                 self.released(kind, name, deleted.usage_micros).await;
                 Ok(())
             }
             Ok(Err(e)) if e.kind == ErrorKind::NotFound => {
-                self.process().forget(kind, name);
+                self.process().forget(kind, name).await;
                 Ok(())
             }
             Ok(Err(e)) => Err(e.into()),

@@ -271,7 +271,7 @@ async fn run_foreground(
     let failed = output.exit_code != 0 || timed_out;
     let blocked_egress = refused_during(watch, call, &fleet, &named, failed).await;
     let egress_answer = match &blocked_egress {
-        Some(refused) if call.process().credentials.asks_egress(&named) => {
+        Some(refused) if call.process().credentials.asks_egress(&named).await => {
             Some(super::egress_report::ask_the_user(call, &fleet, &named, refused).await)
         }
         _ => prior,
@@ -358,18 +358,21 @@ pub(super) async fn run_once(
         Some((pool, lease)) => (lease.machine.clone(), Some(pool.clone())),
         None => (name, None),
     };
-    let mut machine = Provisional::begin(call, &fleet, &name, true)?;
+    let mut machine = Provisional::begin(call, &fleet, &name, true).await?;
     let result = async {
         if warm.is_some() {
-            machine.created(&name);
+            machine.created(&name).await;
         } else {
             let created = call
                 .create_reported(&fleet, &spec, &slot)
                 .await
                 .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
-            machine.created(&created.id);
+            machine.created(&created.id).await;
             if !bindings.is_empty() {
-                call.process().credentials.bind(machine.id(), &bindings);
+                call.process()
+                    .credentials
+                    .bind(machine.id(), &bindings)
+                    .await;
             }
             call.start_reported(&fleet, machine.id(), Some(false), spec.image.as_deref())
                 .await
@@ -413,7 +416,7 @@ pub(super) async fn run_once(
     .await;
     // Whatever happened, the machine goes (a cancelled call included).
     if !bindings.is_empty() {
-        call.process().credentials.forget_machine(&name);
+        call.process().credentials.forget_machine(&name).await;
     }
     if let Err(e) = machine.abandon().await {
         tracing::warn!(machine = %name, error = %e.message, "run-once could not delete its machine; it stays recorded for the session's clean-up");

@@ -294,7 +294,7 @@ pub(super) async fn apply_prior(
         .prior_answer
         .as_ref()
         .filter(|p| p.machine == machine)?;
-    if !call.process().credentials.asks_egress(machine) {
+    if !call.process().credentials.asks_egress(machine).await {
         return None;
     }
     Some(apply(call, fleet, machine, prior.answer.clone(), Vec::new()).await)

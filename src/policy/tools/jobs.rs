@@ -162,7 +162,7 @@ async fn report(
     id: String,
 ) -> Result<JobReport, ToolError> {
     let job = find(call, a.target, &id).await?;
-    if let Some(why) = call.process().credentials.unknown_value(&job.machine) {
+    if let Some(why) = call.process().credentials.unknown_value(&job.machine).await {
         return Err(ToolError::argument("job", why));
     }
     let from = match &a.cursor {
@@ -189,7 +189,7 @@ async fn report(
         ));
     }
     // Reading renews a leased machine's lease, like any call naming it.
-    call.hold(&job.machine);
+    call.hold(&job.machine).await;
     if wait > 0 {
         let limit = Duration::from_secs(wait);
         let waiting_for = format!("waiting for job {} to end", job.id);
@@ -263,7 +263,7 @@ const RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobSummary, ToolError> {
     let job = find(call, a.target, &a.job).await?;
-    call.hold(&job.machine);
+    call.hold(&job.machine).await;
     // Not cancellable: a kill half sent would leave the agent unsure whether the job runs.
     job.cancel().await?;
     // The watcher writes the end (the ledger's row, the job store): answered after it, a read

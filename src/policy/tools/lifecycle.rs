@@ -32,7 +32,7 @@ pub(super) async fn list_machines(
     let bases = if fleet.kind() == FleetKind::Cloud
         || machines.iter().any(|m| m.phase() == Phase::Frozen)
     {
-        call.process().bases(fleet.kind())
+        call.process().bases(fleet.kind()).await
     } else {
         Vec::new()
     };
@@ -445,8 +445,8 @@ pub(super) async fn create_machine(
         && a.start != Some(false)
         && let Some((pool, lease)) = call.lease_warm(&fleet, &spec, &slot).await
     {
-        let mut provisional = Provisional::begin(call, &fleet, &lease.machine, true)?;
-        provisional.created(&lease.machine);
+        let mut provisional = Provisional::begin(call, &fleet, &lease.machine, true).await?;
+        provisional.created(&lease.machine).await;
         let machine = call.cancellable(fleet.get(&lease.machine)).await?;
         let workspace = match workspace {
             Some(w) => Some(with_workspace(w, call, &fleet, &machine, provisional).await?),
@@ -460,11 +460,11 @@ pub(super) async fn create_machine(
             workspace,
         });
     }
-    let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral)?;
+    let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral).await?;
     let machine = match call.create_reported(&fleet, &spec, &slot).await {
         Ok(m) => m,
         Err(e) if e.is(ErrorKind::Conflict) => {
-            provisional.refused();
+            provisional.refused().await;
             return Err(e);
         }
         Err(e) => {
@@ -472,13 +472,17 @@ pub(super) async fn create_machine(
             return Err(with_egress_hint(e, &spec, Tool::CreateMachine));
         }
     };
-    provisional.created(&machine.id);
+    provisional.created(&machine.id).await;
     if fleet.capabilities().offers(Feature::Credentials) {
         // Before any start: the fleet supplies the values of what is recorded here.
-        call.process().credentials.bind(&machine.id, &bindings);
         call.process()
             .credentials
-            .set_asks_egress(&machine.id, asks_egress);
+            .bind(&machine.id, &bindings)
+            .await;
+        call.process()
+            .credentials
+            .set_asks_egress(&machine.id, asks_egress)
+            .await;
     }
     if !a.start.unwrap_or(true) {
         return Ok(results::Created {
@@ -692,12 +696,12 @@ pub(super) async fn delete_machine(
         made.deleted(fleet.kind(), &deleted.deleted, deleted.usage_micros);
     }
     if fleet.capabilities().offers(Feature::Credentials) {
-        call.process().credentials.forget_machine(&named);
+        call.process().credentials.forget_machine(&named).await;
     }
     call.policy.terminals.close_machine(fleet.kind(), &named);
     call.process().workspaces.forget(fleet.kind(), &named);
     // Prefixed names and bases are recorded (a cloud id may stand for either).
-    call.process().forget(fleet.kind(), &named);
+    call.process().forget(fleet.kind(), &named).await;
     Ok(deleted)
 }
 
@@ -817,7 +821,7 @@ pub(super) async fn branch_machine(
                 // The freeze goes with the last child: a failure before or at it leaves the
                 // source what it was (running, and not a base).
                 if let Some(pending) = pending_base.take() {
-                    call.process().base_not_made(pending);
+                    call.process().base_not_made(pending).await;
                 }
                 // All or none: the children this call made before the failure go again.
                 let mut gone = Vec::new();
@@ -839,7 +843,7 @@ pub(super) async fn branch_machine(
     if pending_base.is_some() {
         tracing::info!(machine = %named, user = call.caller.user.id(), "a machine became a base");
     }
-    call.process().base_branched(fleet.kind(), &named);
+    call.process().base_branched(fleet.kind(), &named).await;
     let ephemeral = names[0].starts_with(&call.config().machine_prefix);
     let children = if count > 1 { names } else { Vec::new() };
     let mut machines = made.into_iter().map(|(machine, _)| machine);
@@ -885,6 +889,7 @@ async fn base_to_be_made(
             call.caller.user.id(),
             made_from,
         )
+        .await
         .map_err(|refused| {
             let kind = match refused {
                 crate::process::bases::BaseRefused::Record(_) => ToolErrorKind::Record,
@@ -902,7 +907,7 @@ async fn base_to_be_made(
             .cancellable(crate::process::pools::declare_branchpoint(fleet, source))
             .await
     {
-        call.process().base_not_made(pending);
+        call.process().base_not_made(pending).await;
         return Err(e);
     }
     Ok(Some(pending))
@@ -922,7 +927,7 @@ async fn branch_one<'c>(
     let ephemeral = child_name.starts_with(&call.config().machine_prefix);
     let slot = call.admit_machine(fleet, child_name).await?;
     let mut provisional =
-        Provisional::begin_child(call, fleet, child_name, ephemeral, Some(&named))?;
+        Provisional::begin_child(call, fleet, child_name, ephemeral, Some(&named)).await?;
     let waiting_for = format!("waiting for the branch {child_name} of {}", &named);
     let branching =
         Box::pin(call.cancellable(fleet.branch(&named, child_name, a.branchable, freeze_source)));
@@ -935,14 +940,14 @@ async fn branch_one<'c>(
         Ok(c) => {
             if let Err(e) = call.hold_made(fleet, &c.name, &c.id).await {
                 // Made, but held by no one: gone again rather than left the operator's.
-                provisional.created(&c.id);
+                provisional.created(&c.id).await;
                 let _ = provisional.discard().await;
                 return Err(e);
             }
             c
         }
         Err(e) if e.is(ErrorKind::Conflict) => {
-            provisional.refused();
+            provisional.refused().await;
             return Err(e);
         }
         // The child may not exist yet (it is still in the source's queue), so a delete now would
@@ -967,7 +972,7 @@ async fn branch_one<'c>(
             return Err(e);
         }
     };
-    provisional.created(&child.id);
+    provisional.created(&child.id).await;
     slot.fill(&child.id);
     // The child has its source's /workspace as it stood: its changes are read against the same
     // base as every other child's.
@@ -987,7 +992,7 @@ async fn branch_one<'c>(
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
         // values under the child's own name), so its next boots get the source's values; it
         // holds what the source was given too.
-        call.process().credentials.branched(&named, &child.id);
+        call.process().credentials.branched(&named, &child.id).await;
     }
     if a.wait.unwrap_or(true) {
         let ready = async {

@@ -440,7 +440,7 @@ async fn call_now(
                 // Every machine the call names: its lease is renewed and the reaper waits for
                 // the call.
                 for held in [name, child].into_iter().flatten() {
-                    call.hold(held);
+                    call.hold(held).await;
                 }
                 call.refuse_kept(target, [name, child]).await?;
                 call.refuse_unknown_values(tool, target, [name, child])

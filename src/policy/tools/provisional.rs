@@ -21,19 +21,19 @@ pub struct Provisional<'c> {
 
 impl<'c> Provisional<'c> {
     /// Before the create: records `name` if it is ephemeral.
-    pub fn begin(
+    pub async fn begin(
         call: &'c Call<'c>,
         fleet: &Fleet,
         name: &str,
         ephemeral: bool,
     ) -> Result<Self, ToolError> {
-        Self::begin_child(call, fleet, name, ephemeral, None)
+        Self::begin_child(call, fleet, name, ephemeral, None).await
     }
 
     /// Before a branch: records `name` if it is ephemeral, with the machine it is made from, so
     /// that the session's clean-up deletes it before its source (the engine refuses to delete
     /// a fork base while its clones live).
-    pub fn begin_child(
+    pub async fn begin_child(
         call: &'c Call<'c>,
         fleet: &Fleet,
         name: &str,
@@ -41,10 +41,11 @@ impl<'c> Provisional<'c> {
         parent: Option<&str>,
     ) -> Result<Self, ToolError> {
         // The reaper of leased machines must not take one still being made by this call.
-        call.hold(name);
+        call.hold(name).await;
         let known_before = if ephemeral {
             call.process()
-                .remember(fleet.kind(), name, call.session(), parent)?
+                .remember(fleet.kind(), name, call.session(), parent)
+                .await?
         } else {
             false
         };
@@ -63,22 +64,23 @@ impl<'c> Provisional<'c> {
     }
 
     /// The create answered: the machine exists under `id` and belongs to this call's session.
-    pub fn created(&mut self, id: &str) {
+    pub async fn created(&mut self, id: &str) {
         id.clone_into(&mut self.id);
         if self.ephemeral {
-            self.call.process().remember_created(
-                self.fleet.kind(),
-                &self.name,
-                id,
-                self.call.session(),
-            );
+            self.call
+                .process()
+                .remember_created(self.fleet.kind(), &self.name, id, self.call.session())
+                .await;
         }
     }
 
     /// The create was refused because the name is taken: that machine is not this call's.
-    pub fn refused(self) {
+    pub async fn refused(self) {
         if self.ephemeral && !self.known_before {
-            self.call.process().forget(self.fleet.kind(), &self.name);
+            self.call
+                .process()
+                .forget(self.fleet.kind(), &self.name)
+                .await;
         }
     }
 

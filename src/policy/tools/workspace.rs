@@ -697,7 +697,7 @@ pub(super) async fn keep_changes(
                     .terminals
                     .close_machine(fleet.kind(), &sibling.name);
                 if sibling.name.starts_with(&call.config().machine_prefix) {
-                    call.process().forget(fleet.kind(), &sibling.name);
+                    call.process().forget(fleet.kind(), &sibling.name).await;
                 }
                 deleted.push(sibling.name.clone());
             }

@@ -860,9 +860,6 @@ pub fn serve(
         max_connections: config.http_max_connections,
         header_timeout: Duration::from_secs(config.http_header_timeout_secs),
     };
-    // Before the orphan sweep can find them: a previous server's leased machines that a
-    // sessionless client may still use.
-    protocol.process().adopt_leased_machines();
     async move {
         let guard = app.guard;
         tokio::spawn(async move { guard.access.warm().await });

@@ -111,13 +111,17 @@ impl SmolMcp {
         )
     }
 
-    fn instructions(&self) -> String {
-        let process = self.protocol.process();
+    /// The instructions as a session or a discovery is told them, with the machines kept now
+    /// (read from the record: `get_info`, which cannot wait on it, leaves them out).
+    async fn instructions(&self) -> String {
         let now = crate::process::ephemeral::now_secs();
         // Whatever this process's own setting: machines kept by an earlier one stay takeable.
-        let kept_now = process
+        let kept_now = self
+            .protocol
+            .process()
             .record
             .kept()
+            .await
             .map(|kept| {
                 kept.into_iter()
                     .filter(|e| e.kept_at(now))
@@ -125,6 +129,11 @@ impl SmolMcp {
                     .collect()
             })
             .unwrap_or_default();
+        self.instructions_with(kept_now)
+    }
+
+    fn instructions_with(&self, kept_now: Vec<String>) -> String {
+        let process = self.protocol.process();
         let mut text = instructions::instructions(
             self.protocol.mode(),
             process.credentials.bindings(),
@@ -167,7 +176,7 @@ impl ServerHandler for SmolMcp {
                 .build(),
         )
         .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
-        .with_instructions(self.instructions())
+        .with_instructions(self.instructions_with(Vec::new()))
     }
 
     /// As rmcp's, but the MCP Apps extension is declared only to a client that declared it
@@ -179,6 +188,7 @@ impl ServerHandler for SmolMcp {
     ) -> Result<rmcp::model::InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
         let mut result = self.negotiate_initialize(&request)?;
+        result.instructions = Some(self.instructions().await);
         if crate::protocol::apps::declared_in(&request.capabilities) {
             with_views(&mut result.capabilities);
         }
@@ -190,6 +200,7 @@ impl ServerHandler for SmolMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
         let mut info = self.get_info();
+        info.instructions = Some(self.instructions().await);
         if crate::protocol::apps::declared(&context) {
             with_views(&mut info.capabilities);
         }

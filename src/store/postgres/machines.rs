@@ -4,7 +4,7 @@
 
 use super::documents::Documents;
 use super::instances::{InstanceRow, Me};
-use crate::process::ephemeral::{Entry, RecordBook, RecordError};
+use crate::process::ephemeral::{EntriesChange, Entry, Liveness, RecordBook, RecordError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,10 +16,6 @@ pub struct MachineBook {
     documents: Arc<Documents>,
     me: Me,
     live: Mutex<Option<(Instant, Vec<InstanceRow>)>>,
-    /// Who lived as read before the change now being made, if one is: a change asks who
-    /// lives of entry after entry, and the documents' one thread, holding the row's lock for
-    /// it, cannot answer meanwhile. `Some(None)`: it could not be read.
-    during_change: Mutex<Option<Option<Vec<InstanceRow>>>>,
 }
 
 impl MachineBook {
@@ -28,18 +24,17 @@ impl MachineBook {
             documents,
             me,
             live: Mutex::new(None),
-            during_change: Mutex::new(None),
         }
     }
 
-    fn instances(&self) -> Result<Vec<InstanceRow>, RecordError> {
+    async fn instances(&self) -> Result<Vec<InstanceRow>, RecordError> {
         if let Ok(live) = self.live.lock()
             && let Some((at, rows)) = live.as_ref()
             && at.elapsed() < LIVE_FOR
         {
             return Ok(rows.clone());
         }
-        let rows = self.documents.instances().map_err(unreadable)?;
+        let rows = self.documents.instances().await.map_err(unreadable)?;
         if let Ok(mut live) = self.live.lock() {
             *live = Some((Instant::now(), rows.clone()));
         }
@@ -47,9 +42,9 @@ impl MachineBook {
     }
 }
 
+#[async_trait::async_trait]
 impl RecordBook for MachineBook {
-    fn update(&self, change: &mut dyn FnMut(&mut Vec<Entry>)) -> Result<(), RecordError> {
-        let live = self.instances().ok();
+    async fn update(&self, change: &mut EntriesChange<'_>) -> Result<(), RecordError> {
         let mut failed = None;
         self.documents
             .update(DOCUMENT, &mut |text| {
@@ -61,14 +56,7 @@ impl RecordBook for MachineBook {
                     }
                 };
                 let before = entries.clone();
-                // One change at a time: the thread serves the next once this one is written.
-                if let Ok(mut during) = self.during_change.lock() {
-                    *during = Some(live.clone());
-                }
                 change(&mut entries);
-                if let Ok(mut during) = self.during_change.lock() {
-                    *during = None;
-                }
                 if entries == before {
                     return None;
                 }
@@ -80,12 +68,13 @@ impl RecordBook for MachineBook {
                     }
                 }
             })
+            .await
             .map_err(unreadable)?;
         failed.map_or(Ok(()), |why| Err(unreadable(why)))
     }
 
-    fn entries(&self) -> Result<Vec<Entry>, RecordError> {
-        let text = self.documents.read(DOCUMENT).map_err(unreadable)?;
+    async fn entries(&self) -> Result<Vec<Entry>, RecordError> {
+        let text = self.documents.read(DOCUMENT).await.map_err(unreadable)?;
         decode(text.as_deref()).map_err(unreadable)
     }
 
@@ -96,26 +85,22 @@ impl RecordBook for MachineBook {
     /// By its instance: this process, or one heard from within the store's bound (on this
     /// host: whose process runs). An entry the file wrote (no instance) by its pid. When the
     /// database cannot say, the owner is taken to live: nothing is deleted on a guess.
-    fn owner_alive(&self, entry: &Entry) -> bool {
-        let Some(owner) = entry.owner.as_deref() else {
-            return crate::process::ephemeral::process_alive(entry.owner_pid);
-        };
-        if owner == self.me.instance {
-            return true;
-        }
-        let during = self.during_change.lock().ok().and_then(|d| d.clone());
-        let rows = match during {
-            Some(Some(rows)) => Ok(rows),
-            Some(None) => return true,
-            None => self.instances(),
-        };
-        match rows {
-            Ok(rows) => rows
-                .iter()
-                .find(|row| row.id == owner)
-                .is_some_and(|row| !row.dead(&self.me)),
-            Err(_) => true,
-        }
+    async fn liveness(&self) -> Liveness {
+        let rows = self.instances().await.ok();
+        let me = self.me.clone();
+        Box::new(move |entry: &Entry| {
+            let Some(owner) = entry.owner.as_deref() else {
+                return crate::process::ephemeral::process_alive(entry.owner_pid);
+            };
+            if owner == me.instance {
+                return true;
+            }
+            rows.as_ref().is_none_or(|rows| {
+                rows.iter()
+                    .find(|row| row.id == owner)
+                    .is_some_and(|row| !row.dead(&me))
+            })
+        })
     }
 }
 

@@ -65,7 +65,7 @@ pub struct PgStore {
     /// This process as the database knows it: its instance id (random, never reused) and
     /// its host's name (liveness by pid is only asked of instances on this host).
     me: Me,
-    /// The documents' thread, started when first asked for.
+    /// The documents' connection, made when first asked for.
     documents: std::sync::OnceLock<Arc<documents::Documents>>,
 }
 
