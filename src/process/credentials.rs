@@ -320,37 +320,34 @@ struct BoundFile {
 #[derive(Debug)]
 pub struct Supplier {
     bindings: Vec<CredentialBinding>,
-    path: PathBuf,
-    /// Held while `machines.json` is read, changed and written back: other server processes
-    /// of the user change it too, and a change made on a copy read earlier would undo theirs.
-    lock_path: PathBuf,
     /// The local engine the machines are on, as the ephemeral record names engines; set when
     /// the process first reaches its local fleet (no machine can be made before).
     engine: std::sync::OnceLock<String>,
-    /// The file as last read, and which version of it that was: read again when it changed.
-    bound: Mutex<Option<(BoundFile, Option<FileVersion>)>>,
     /// Every value read so far, longest first, with what replaces it in output.
     seen: Mutex<Vec<(Secret, String)>>,
     /// `seen` ready to search output with, made again when a value is first seen.
     redactor: Mutex<Arc<Redactor>>,
     /// salt and fingerprint of each value seen, as computed once (they are slow on purpose).
     prints: Mutex<Vec<(String, Secret, String)>>,
-    /// The record kept in a document shared by hosts (the store's) instead of the file.
-    shared: Option<Arc<dyn shared_file::SharedDocument>>,
+    /// Which machines were made with which bindings: `machines.json` in the runtime directory
+    /// (changed under `machines.lock`: other server processes of the user change it too, and a
+    /// change made on a copy read earlier would undo theirs), or a document of the store the
+    /// processes of several hosts share.
+    setups: Arc<dyn shared_file::SharedDocument>,
 }
 
 impl Supplier {
     pub fn new(bindings: Vec<CredentialBinding>, runtime_dir: &Path) -> Supplier {
         let supplier = Supplier {
             bindings,
-            path: runtime_dir.join("machines.json"),
-            lock_path: runtime_dir.join("machines.lock"),
+            setups: Arc::new(shared_file::FileDocument::new(
+                runtime_dir.join("machines.json"),
+                runtime_dir.join("machines.lock"),
+            )),
             engine: std::sync::OnceLock::new(),
-            bound: Mutex::new(None),
             seen: Mutex::new(Vec::new()),
             redactor: Mutex::new(Arc::new(Redactor::default())),
             prints: Mutex::new(Vec::new()),
-            shared: None,
         };
         // Every value is known before anything is answered: output can carry one from the
         // start (a machine a previous process made and supplied is still running), so a file's
@@ -373,7 +370,7 @@ impl Supplier {
     /// Keeps the record of which machines were set up how in `document` (a store several
     /// hosts' processes share) rather than in the runtime directory's file.
     pub fn shared_in(mut self, document: Arc<dyn shared_file::SharedDocument>) -> Supplier {
-        self.shared = Some(document);
+        self.setups = document;
         self
     }
 
@@ -464,92 +461,43 @@ impl Supplier {
         !self.redactor().is_empty()
     }
 
-    /// `f` of the file as it is now: read again only when another process (or this one) has
-    /// replaced it since the last read, which one `stat` tells.
+    /// `f` of the record as it is now; `None` (logged) when it cannot be read.
     async fn read_bound<T>(&self, f: impl FnOnce(&BoundFile) -> T) -> Option<T> {
-        if let Some(shared) = &self.shared {
-            // Read each time: another host's process may have changed it, which no stat tells.
-            let file = match shared.read().await {
-                Ok(text) => text
-                    .and_then(|t| serde_json::from_str::<BoundFile>(&t).ok())
-                    .unwrap_or_default(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read the record of which machines have credential bindings");
-                    return None;
-                }
-            };
-            return Some(f(&file));
-        }
-        let mut cached = self.bound.lock().ok()?;
-        let now = FileVersion::of(&self.path);
-        match cached.as_ref() {
-            Some((file, seen)) if seen.is_some() && *seen == now => Some(f(file)),
-            _ => {
-                let file = self.read_file();
-                let answer = f(&file);
-                *cached = Some((file, now));
-                Some(answer)
+        let file = match self.setups.read().await {
+            Ok(text) => text
+                .and_then(|t| serde_json::from_str::<BoundFile>(&t).ok())
+                .unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the record of which machines have credential bindings");
+                return None;
             }
-        }
+        };
+        Some(f(&file))
     }
 
-    fn read_file(&self) -> BoundFile {
-        std::fs::read(&self.path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<BoundFile>(&bytes).ok())
-            .unwrap_or_default()
-    }
-
-    /// `f` on the file read afresh under the lock, written back (before the lock is let go)
+    /// `f` on the record read afresh under its lock, written back (before the lock is let go)
     /// when it changed it. Without the lock, None: the change is not made, and said.
     async fn change_bound<T: Send>(&self, f: impl FnOnce(&mut BoundFile) -> T + Send) -> Option<T> {
-        if let Some(shared) = &self.shared {
-            let mut f = Some(f);
-            let mut answer = None;
-            let changed = shared
-                .update(&mut |text| {
-                    let mut file = text
-                        .and_then(|t| serde_json::from_str::<BoundFile>(t).ok())
-                        .unwrap_or_default();
-                    let before = file.clone();
-                    answer = f.take().map(|f| f(&mut file));
-                    (file != before)
-                        .then(|| serde_json::to_string(&file).ok())
-                        .flatten()
-                })
-                .await;
-            if let Err(e) = changed {
-                tracing::warn!(error = %e, "could not record which machines have credential bindings");
-                return None;
-            }
-            return answer;
+        let mut f = Some(f);
+        let mut answer = None;
+        let changed = self
+            .setups
+            .update(&mut |text| {
+                let mut file = text
+                    .and_then(|t| serde_json::from_str::<BoundFile>(t).ok())
+                    .unwrap_or_default();
+                let before = file.clone();
+                answer = f.take().map(|f| f(&mut file));
+                (file != before)
+                    .then(|| serde_json::to_string_pretty(&file).ok())
+                    .flatten()
+            })
+            .await;
+        if let Err(e) = changed {
+            tracing::warn!(error = %e, "could not record which machines have credential bindings");
+            return None;
         }
-        let mut cached = self.bound.lock().ok()?;
-        let lock = match shared_file::lock_exclusive(&self.lock_path) {
-            Ok(lock) => lock,
-            Err(e) => {
-                tracing::warn!(path = %self.lock_path.display(), error = %e, "could not lock the record of which machines have credential bindings");
-                return None;
-            }
-        };
-        let mut file = self.read_file();
-        let before = file.clone();
-        let answer = f(&mut file);
-        if file != before {
-            self.save(&file);
-        }
-        *cached = Some((file, FileVersion::of(&self.path)));
-        drop(lock);
-        Some(answer)
-    }
-
-    fn save(&self, file: &BoundFile) {
-        let Ok(bytes) = serde_json::to_vec_pretty(file) else {
-            return;
-        };
-        if let Err(e) = shared_file::replace(&self.path, &bytes) {
-            tracing::warn!(path = %self.path.display(), error = %e, "could not record which machines have credential bindings");
-        }
+        answer
     }
 
     /// Changes what is recorded of `machine`; an empty setup is forgotten.
@@ -781,28 +729,6 @@ impl CredentialValues for Supplier {
 
     async fn forget(&self, machine: &str) {
         self.bind(machine, &[]).await;
-    }
-}
-
-/// Which version of a file a read saw: a rename puts a new inode in place, and a write in place
-/// changes the length or the modification time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileVersion {
-    inode: u64,
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-}
-
-impl FileVersion {
-    /// None when the file is not there (or cannot be looked at): then it is read every time.
-    fn of(path: &Path) -> Option<FileVersion> {
-        use std::os::unix::fs::MetadataExt as _;
-        let meta = std::fs::metadata(path).ok()?;
-        Some(FileVersion {
-            inode: meta.ino(),
-            len: meta.len(),
-            modified: meta.modified().ok(),
-        })
     }
 }
 
