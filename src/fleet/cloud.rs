@@ -846,7 +846,7 @@ fn view(info: types::MachineInfo) -> Machine {
     Machine {
         name: info.name.clone().unwrap_or_else(|| info.id.clone()),
         id: info.id,
-        state: info.state,
+        state: info.state.into(),
         cpus: info
             .resources
             .as_ref()

@@ -6,7 +6,8 @@ use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
     CreateSpec, Deleted, Egress, EgressDenial, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
-    Machine, MachineNetwork, PortMapping, PublishedPort, PulledImage, epoch_to_rfc3339,
+    Machine, MachineNetwork, MachineState, PortMapping, PublishedPort, PulledImage,
+    epoch_to_rfc3339,
 };
 use super::model::{PoolLease, PoolSetup, PoolStatus};
 use super::transport::LocalEndpoint;
@@ -404,7 +405,7 @@ impl FleetApi for LocalFleet {
             .map(|s| s.contains(name))
             .unwrap_or(false);
         if starting && !machine.is_running() {
-            machine.state = "starting".into();
+            machine.state = MachineState::Starting;
         }
         Ok(machine)
     }
@@ -558,10 +559,10 @@ impl FleetApi for LocalFleet {
             loop {
                 tokio::time::sleep(PAUSE_POLL).await;
                 let machine = self.get(name).await?;
-                match machine.state.as_str() {
-                    "paused" => return Ok(machine),
+                match &machine.state {
+                    MachineState::Paused => return Ok(machine),
                     // Still saving (`running` until the save begins, then `pausing`).
-                    "running" | "pausing" => {}
+                    MachineState::Running | MachineState::Pausing => {}
                     other => {
                         return Err(FleetError::new(
                             ErrorKind::Conflict,
@@ -1395,7 +1396,7 @@ fn view(info: types::MachineInfo) -> Machine {
     Machine {
         id: info.name.clone(),
         name: info.name,
-        state: info.state,
+        state: info.state.into(),
         cpus: u32::try_from(info.cpus).ok(),
         memory_mb: u32::try_from(info.memory_mb).ok(),
         network: network.into(),

@@ -39,7 +39,8 @@ pub struct Machine {
     /// What other calls take{cloud: (the mach- id on cloud)}.
     pub id: String,
     pub name: String,
-    pub state: String,
+    #[schemars(with = "String")]
+    pub state: MachineState,
     pub cpus: Option<u32>,
     pub memory_mb: Option<u32>,
     /// open, blocked, or allow(host,...,cidr,...).
@@ -81,28 +82,129 @@ impl Machine {
         self.phase() == Phase::Running
     }
 
-    /// What the state means for the next command. The local engine has more states than the
-    /// fake used to show (`failed`, `unreachable`, `frozen`, `paused`, `pausing`, `starting`,
-    /// `stopping`: every one is in the 1.32.2 binary, `strings smol-vmm`); they are reported
-    /// as the engine words them, and read here by what they leave of the guest.
+    /// What the state means for the next command (see [`MachineState::phase`]).
     pub fn phase(&self) -> Phase {
-        match self.state.as_str() {
-            "running" | "started" => Phase::Running,
+        self.state.phase()
+    }
+}
+
+/// A machine's state as its fleet words it. The local engine has more states than the fake
+/// used to show (`failed`, `unreachable`, `frozen`, `paused`, `pausing`, `starting`, `stopping`:
+/// every one is in the 1.32.2 binary, `strings smol-vmm`); the cloud documents none of its own.
+/// A word this server does not know is kept as the fleet said it ([`MachineState::Other`]) and
+/// shown so: a listing must not fail on an engine's new word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachineState {
+    Running,
+    Started,
+    Stopped,
+    Created,
+    Failed,
+    Exited,
+    Crashed,
+    Paused,
+    Pausing,
+    Frozen,
+    Unreachable,
+    Starting,
+    Stopping,
+    Other(String),
+}
+
+impl MachineState {
+    const KNOWN: [MachineState; 13] = [
+        MachineState::Running,
+        MachineState::Started,
+        MachineState::Stopped,
+        MachineState::Created,
+        MachineState::Failed,
+        MachineState::Exited,
+        MachineState::Crashed,
+        MachineState::Paused,
+        MachineState::Pausing,
+        MachineState::Frozen,
+        MachineState::Unreachable,
+        MachineState::Starting,
+        MachineState::Stopping,
+    ];
+
+    /// The word as the fleet says it.
+    pub fn word(&self) -> &str {
+        match self {
+            MachineState::Running => "running",
+            MachineState::Started => "started",
+            MachineState::Stopped => "stopped",
+            MachineState::Created => "created",
+            MachineState::Failed => "failed",
+            MachineState::Exited => "exited",
+            MachineState::Crashed => "crashed",
+            MachineState::Paused => "paused",
+            MachineState::Pausing => "pausing",
+            MachineState::Frozen => "frozen",
+            MachineState::Unreachable => "unreachable",
+            MachineState::Starting => "starting",
+            MachineState::Stopping => "stopping",
+            MachineState::Other(word) => word,
+        }
+    }
+
+    /// The state a fleet's `word` names.
+    pub fn of(word: &str) -> MachineState {
+        MachineState::KNOWN
+            .into_iter()
+            .find(|state| state.word() == word)
+            .unwrap_or_else(|| MachineState::Other(word.to_owned()))
+    }
+
+    /// What the state leaves of the guest for the next command.
+    pub fn phase(&self) -> Phase {
+        match self {
+            MachineState::Running | MachineState::Started => Phase::Running,
             // Nothing runs: the next command, read or write boots the machine (the engine's
             // `ensure_running`, and the cloud's auto-start), so a result says it started one.
-            "stopped" | "created" | "failed" | "exited" | "crashed" => Phase::Stopped,
+            MachineState::Stopped
+            | MachineState::Created
+            | MachineState::Failed
+            | MachineState::Exited
+            | MachineState::Crashed => Phase::Stopped,
             // Saved whole (1.32.2 pause): resumed, not booted, before the next command.
-            "paused" => Phase::Paused,
+            MachineState::Paused => Phase::Paused,
             // A branch source kept as a base (`freezeSource`): it runs nothing more.
-            "frozen" => Phase::Frozen,
+            MachineState::Frozen => Phase::Frozen,
             // The VM and its memory are there, its vCPUs held while a pause is under way: a
             // command does not boot it, so a result does not say it started one.
-            "pausing" => Phase::Suspended,
+            MachineState::Pausing => Phase::Suspended,
             // The VM process is there but its agent does not answer: it is not stopped, and a
             // command may fail until it answers again.
-            "unreachable" => Phase::Unreachable,
-            _ => Phase::Other,
+            MachineState::Unreachable => Phase::Unreachable,
+            MachineState::Starting | MachineState::Stopping | MachineState::Other(_) => {
+                Phase::Other
+            }
         }
+    }
+}
+
+impl From<String> for MachineState {
+    fn from(word: String) -> MachineState {
+        MachineState::of(&word)
+    }
+}
+
+impl From<&str> for MachineState {
+    fn from(word: &str) -> MachineState {
+        MachineState::of(word)
+    }
+}
+
+impl std::fmt::Display for MachineState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
+impl Serialize for MachineState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.word())
     }
 }
 
@@ -569,7 +671,7 @@ mod tests {
         let mut m = Machine {
             id: "m".into(),
             name: "m".into(),
-            state: String::new(),
+            state: MachineState::Other(String::new()),
             cpus: None,
             memory_mb: None,
             network: Egress::Blocked.into(),
@@ -598,6 +700,11 @@ mod tests {
         ] {
             m.state = state.into();
             assert_eq!(m.phase(), phase, "{state}");
+            assert_eq!(m.state.word(), state, "shown as the fleet words it");
+            assert!(
+                !matches!(m.state, MachineState::Other(_)),
+                "{state} is known"
+            );
             assert_eq!(
                 m.phase().boots_on_use(),
                 !matches!(
@@ -612,6 +719,14 @@ mod tests {
             );
             assert_eq!(m.is_running(), phase == Phase::Running, "{state}");
         }
+        // A word no fleet has said before: kept and shown as said, read as not running.
+        m.state = "hibernating".into();
+        assert_eq!(m.state, MachineState::Other("hibernating".into()));
+        assert_eq!(m.phase(), Phase::Other);
+        assert_eq!(
+            serde_json::to_value(&m).unwrap()["state"],
+            serde_json::json!("hibernating")
+        );
     }
 }
 

@@ -45,6 +45,16 @@ impl ToolErrorKind {
 pub struct ToolError {
     pub kind: ToolErrorKind,
     pub message: String,
+    /// For a refused argument, the argument and the words apart, as they were given (the
+    /// message joins them).
+    pub refused: Option<RefusedArgument>,
+}
+
+/// A refused argument: its name, and why and what would be accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedArgument {
+    pub argument: String,
+    pub words: String,
 }
 
 impl ToolError {
@@ -52,12 +62,21 @@ impl ToolError {
         ToolError {
             kind,
             message: message.into(),
+            refused: None,
         }
     }
 
     /// A refused argument: its name, then why and what would be accepted.
     pub fn argument(arg: &str, message: impl std::fmt::Display) -> Self {
-        ToolError::new(ToolErrorKind::InvalidArgument, format!("{arg}: {message}"))
+        let words = message.to_string();
+        ToolError {
+            kind: ToolErrorKind::InvalidArgument,
+            message: format!("{arg}: {words}"),
+            refused: Some(RefusedArgument {
+                argument: arg.to_owned(),
+                words,
+            }),
+        }
     }
 
     pub fn cancelled() -> Self {

@@ -22,9 +22,9 @@ pub use api::{
     Sharing, SpendRepository, Store, StoreUnavailable, Taken, TaskRepository,
 };
 pub use records::{
-    EgressGrant, HeldName, Holding, JobEnd, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun,
-    RunCommand, RunDetail, RunEnd, RunOutcome, RunPage, RunSummary, ServedEngine, SpendReading,
-    StoredJob, StreamRecord, TaskRecord,
+    EgressGrant, HeldName, Holding, JobEnd, JobRecord, JobState, KeyClaim, KeyRecord, MachineClaim,
+    NewRun, RunCommand, RunDetail, RunEnd, RunOutcome, RunPage, RunSummary, ServedEngine,
+    SpendReading, StoredJob, StreamRecord, TaskRecord,
 };
 
 use crate::process::config::Config;

@@ -153,18 +153,62 @@ pub struct JobRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredJob {
     pub record: JobRecord,
-    /// `running`, or the word its end was written with.
-    pub state: String,
+    pub state: JobState,
     pub exit_code: Option<i32>,
     pub reason: Option<String>,
+}
+
+/// How a job stands, as the store keeps it: running, or how it ended. Written as the word
+/// job-output's list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Running,
+    Exited,
+    TimedOut,
+    Cancelled,
+    Lost,
+}
+
+impl JobState {
+    const ALL: [JobState; 5] = [
+        JobState::Running,
+        JobState::Exited,
+        JobState::TimedOut,
+        JobState::Cancelled,
+        JobState::Lost,
+    ];
+
+    pub fn word(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Exited => "exited",
+            JobState::TimedOut => "timedOut",
+            JobState::Cancelled => "cancelled",
+            JobState::Lost => "lost",
+        }
+    }
+
+    pub fn parse(word: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|state| state.word() == word)
+    }
+}
+
+/// The state a stored job's row names, which [`JobState::word`] wrote; a word this server
+/// does not know is refused (the row is not read, and the log says so), never taken for a
+/// state it may not be.
+pub(crate) fn known_job_state(id: &str, word: &str) -> Option<JobState> {
+    let state = JobState::parse(word);
+    if state.is_none() {
+        tracing::warn!(job = %id, state = %word, "a stored job is in a state this server does not know; it is left unread");
+    }
+    state
 }
 
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobEnd {
     pub id: String,
-    /// The word job-output's list shows.
-    pub state: &'static str,
+    pub state: JobState,
     pub exit_code: Option<i32>,
     pub reason: Option<String>,
     pub ended_ms: i64,

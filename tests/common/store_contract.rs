@@ -10,7 +10,7 @@
 use futures::future::BoxFuture;
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::store::{
-    EgressGrant, HeldName, JobEnd, JobRecord, KeyClaim, KeyRecord, MachineClaim, NewRun,
+    EgressGrant, HeldName, JobEnd, JobRecord, JobState, KeyClaim, KeyRecord, MachineClaim, NewRun,
     REQUEST_STATES_MAX, RunCommand, RunEnd, RunOutcome, SpendReading, Store, StreamRecord, Taken,
     TaskRecord,
 };
@@ -169,7 +169,7 @@ pub async fn jobs(open: Open<'_>) {
     a.jobs().started(job("j2", "serve-a"));
     a.jobs().ended(JobEnd {
         id: "j2".into(),
-        state: "exited",
+        state: JobState::Exited,
         exit_code: Some(3),
         reason: None,
         ended_ms: now_ms(),
@@ -177,9 +177,9 @@ pub async fn jobs(open: Open<'_>) {
     a.flush().await;
     let running = b.jobs().get("j1").await.unwrap().unwrap();
     assert_eq!(running.record.machine, "m");
-    assert_eq!(running.state, "running");
+    assert_eq!(running.state, JobState::Running);
     let ended = b.jobs().get("j2").await.unwrap().unwrap();
-    assert_eq!((ended.state.as_str(), ended.exit_code), ("exited", Some(3)));
+    assert_eq!((ended.state, ended.exit_code), (JobState::Exited, Some(3)));
     assert!(b.jobs().get("j3").await.unwrap().is_none());
 }
 

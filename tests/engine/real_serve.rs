@@ -45,7 +45,7 @@ async fn create_list_get_stop_delete_without_booting() {
     s.env.insert("GREETING".into(), "hello".into());
     let created = fleet.create(&s).await.unwrap();
     assert_eq!(created.id, "it-lifecycle");
-    assert_eq!(created.state, "created");
+    assert_eq!(created.state, smol_mcp::fleet::MachineState::Created);
     assert_eq!(created.cpus, Some(1));
     assert_eq!(created.memory_mb, Some(512));
     assert_eq!(created.network, "allow(pypi.org,10.1.0.0/16)");

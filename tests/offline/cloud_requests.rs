@@ -28,7 +28,8 @@ async fn create_with_each_egress_policy() {
     let created = fleet.create(&open).await.unwrap();
     assert!(created.id.starts_with("mach-"));
     assert_eq!(
-        created.state, "stopped",
+        created.state,
+        smol_mcp::fleet::MachineState::Stopped,
         "the service creates machines stopped"
     );
     assert_eq!(

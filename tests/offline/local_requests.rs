@@ -195,7 +195,10 @@ async fn start_stop_delete_get_list() {
     assert!(fleet.start("m1", Some(false)).await.unwrap().is_running());
     assert!(!fleet.stop("m1").await.unwrap().is_running());
     assert_eq!(fleet.list().await.unwrap().len(), 1);
-    assert_eq!(fleet.get("m1").await.unwrap().state, "stopped");
+    assert_eq!(
+        fleet.get("m1").await.unwrap().state,
+        smol_mcp::fleet::MachineState::Stopped
+    );
     assert_eq!(fleet.delete("m1").await.unwrap().deleted, "m1");
     assert!(fleet.get("m1").await.unwrap_err().is_not_found());
     assert_request_snapshot!("local", "local_lifecycle", fake.take_requests());

@@ -30,7 +30,8 @@ async fn file_backing() -> crate::common::store_contract::Backing {
 crate::store_contract_tests!(file_backing);
 
 /// A stored job naming no fleet this server knows is refused: not read (get, others) and not
-/// taken over, never read as a local job.
+/// taken over, never read as a local job; one in a state this server does not know is not read
+/// either.
 #[tokio::test]
 async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     let dir = tempfile::tempdir().unwrap();
@@ -42,6 +43,7 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     let store = SqliteStore::new(path.clone(), retention, Events::default());
     store.jobs().started(job("known", "serve-a"));
     store.jobs().started(job("strange", "serve-a"));
+    store.jobs().started(job("odd", "serve-a"));
     store.flush().await;
     // Both as a process that has ended had left them running.
     let mut ended = std::process::Command::new("true").spawn().unwrap();
@@ -51,10 +53,13 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     db.execute("UPDATE jobs SET pid = ?1", [dead]).unwrap();
     db.execute("UPDATE jobs SET fleet = 'mars' WHERE id = 'strange'", [])
         .unwrap();
+    db.execute("UPDATE jobs SET state = 'dormant' WHERE id = 'odd'", [])
+        .unwrap();
     drop(db);
     let reader = SqliteStore::new(path, retention, Events::default());
     assert!(reader.jobs().get("known").await.unwrap().is_some());
     assert!(reader.jobs().get("strange").await.unwrap().is_none());
+    assert!(reader.jobs().get("odd").await.unwrap().is_none());
     let others: Vec<String> = reader
         .jobs()
         .others(100)

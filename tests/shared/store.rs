@@ -445,22 +445,27 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
 }
 
 /// A stored job naming no fleet this server knows is refused: not read (get, others) and not
-/// taken over, never read as a local job. (SQLite: tests/offline/store_sqlite.rs.)
+/// taken over, never read as a local job; one in a state this server does not know is not read
+/// either. (SQLite: tests/offline/store_sqlite.rs.)
 #[tokio::test]
 async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     let db = TestDatabase::new().await;
     let writer = ready_store(&db).await;
     writer.jobs().started(job("known", "serve-a"));
     writer.jobs().started(job("strange", "serve-a"));
+    writer.jobs().started(job("odd", "serve-a"));
     writer.flush().await;
-    db.client()
+    let raw = db.client().await;
+    raw.execute("UPDATE jobs SET fleet = 'mars' WHERE id = 'strange'", &[])
         .await
-        .execute("UPDATE jobs SET fleet = 'mars' WHERE id = 'strange'", &[])
+        .unwrap();
+    raw.execute("UPDATE jobs SET state = 'dormant' WHERE id = 'odd'", &[])
         .await
         .unwrap();
     let reader = ready_store(&db).await;
     assert!(reader.jobs().get("known").await.unwrap().is_some());
     assert!(reader.jobs().get("strange").await.unwrap().is_none());
+    assert!(reader.jobs().get("odd").await.unwrap().is_none());
     let others: Vec<String> = reader
         .jobs()
         .others(100)

@@ -15,7 +15,7 @@ use crate::policy::error::{ToolError, ToolErrorKind};
 use crate::policy::ledger::{Ledger, Run, RunStart, stream_from_parts};
 use crate::process::Process;
 use crate::process::redaction::{Ending, Redactor};
-use crate::store::{JobEnd, JobRecord, ServedEngine, StoredJob};
+use crate::store::{JobEnd, JobRecord, JobState, ServedEngine, StoredJob};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -63,12 +63,17 @@ pub enum Phase {
 
 impl Phase {
     pub fn word(&self) -> &'static str {
+        self.stored().word()
+    }
+
+    /// The phase as the store keeps it.
+    pub fn stored(&self) -> JobState {
         match self {
-            Phase::Running => "running",
-            Phase::Exited(_) => "exited",
-            Phase::TimedOut => "timedOut",
-            Phase::Cancelled => "cancelled",
-            Phase::Lost(_) => "lost",
+            Phase::Running => JobState::Running,
+            Phase::Exited(_) => JobState::Exited,
+            Phase::TimedOut => JobState::TimedOut,
+            Phase::Cancelled => JobState::Cancelled,
+            Phase::Lost(_) => JobState::Lost,
         }
     }
 
@@ -248,12 +253,12 @@ impl Job {
     fn viewed(stored: &StoredJob, fleet: Fleet) -> Job {
         let mut job = Job::taken_over(&stored.record, fleet, Arc::new(Semaphore::new(0)));
         job.watched = false;
-        let phase = match stored.state.as_str() {
-            "running" => Phase::Running,
-            "exited" => Phase::Exited(stored.exit_code.unwrap_or(0)),
-            "timedOut" => Phase::TimedOut,
-            "cancelled" => Phase::Cancelled,
-            _ => Phase::Lost(
+        let phase = match stored.state {
+            JobState::Running => Phase::Running,
+            JobState::Exited => Phase::Exited(stored.exit_code.unwrap_or(0)),
+            JobState::TimedOut => Phase::TimedOut,
+            JobState::Cancelled => Phase::Cancelled,
+            JobState::Lost => Phase::Lost(
                 stored
                     .reason
                     .clone()
@@ -538,10 +543,12 @@ impl Jobs {
                 let reason = "its machine was deleted when the session that made it ended";
                 job.end(Phase::Lost(reason.into()));
                 job.stop_watching.cancel();
-                ledger
-                    .store()
-                    .jobs()
-                    .ended(job_end(&job.id, "lost", None, Some(reason.into())));
+                ledger.store().jobs().ended(job_end(
+                    &job.id,
+                    JobState::Lost,
+                    None,
+                    Some(reason.into()),
+                ));
             }
         }
     }
@@ -853,7 +860,12 @@ async fn look(job: &Job) -> Result<Seen, FleetError> {
     match job.fleet.get(&job.machine).await {
         // A pause keeps the job's processes (1.32.2 saves the guest whole and resumes the same
         // processes): it is running, only not looked at until its machine is resumed.
-        Ok(machine) if machine.phase() == MachinePhase::Paused || machine.state == "pausing" => {
+        Ok(machine)
+            if matches!(
+                machine.phase(),
+                MachinePhase::Paused | MachinePhase::Suspended
+            ) =>
+        {
             return Ok(Seen::Running);
         }
         Ok(machine) if !machine.is_running() => {
@@ -915,12 +927,7 @@ async fn look(job: &Job) -> Result<Seen, FleetError> {
 }
 
 /// How job `id` ended, now: `state` is the word job-output's list shows.
-fn job_end(
-    id: &str,
-    state: &'static str,
-    exit_code: Option<i32>,
-    reason: Option<String>,
-) -> JobEnd {
+fn job_end(id: &str, state: JobState, exit_code: Option<i32>, reason: Option<String>) -> JobEnd {
     JobEnd {
         id: id.to_owned(),
         state,
@@ -950,7 +957,7 @@ async fn write_end(job: &Job, run: Run, ledger: &Ledger) {
     };
     ledger.store().jobs().ended(job_end(
         &job.id,
-        state.phase.word(),
+        state.phase.stored(),
         state.phase.exit_code(),
         reason,
     ));

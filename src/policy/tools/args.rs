@@ -39,16 +39,23 @@ pub fn parse<T: DeserializeOwned>(
     if let Some(schema) = input {
         check_arguments(tool, mode, schema, &args)?;
     }
+    // Nothing a deserialization elsewhere on this thread left is read as this one's.
+    let _ = super::grammar::take_refusal();
     serde_path_to_error::deserialize(args).map_err(|e| {
         // The schema check passed, so this is a rule the schema cannot state: a grammar
         // (`grammar.rs`), named by its argument's path, or by the argument its type names
         // when serde lost the path inside a flattened group.
         let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
         let path_known = path != "." && !path.contains('?');
-        match super::grammar::grammar_refusal(&inner) {
-            Some((arg, words)) => ToolError::argument(if path_known { &path } else { arg }, words),
-            None => ToolError::argument(if path == "." { "arguments" } else { &path }, inner),
+        match super::grammar::take_refusal() {
+            Some(refused) => ToolError::argument(
+                if path_known { &path } else { &refused.argument },
+                refused.words,
+            ),
+            None => ToolError::argument(
+                if path == "." { "arguments" } else { &path },
+                e.into_inner(),
+            ),
         }
     })
 }

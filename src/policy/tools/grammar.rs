@@ -10,31 +10,36 @@
 //! patterns would cost the catalog, which every turn pays for, more than they would tell a
 //! model (an OCI reference's or an IPv6 range's runs to hundreds of bytes).
 
-use crate::policy::error::{ToolError, quote};
+use crate::policy::error::{RefusedArgument, ToolError, quote};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-/// Opens a grammar refusal inside serde's error text, and separates the argument it belongs to
-/// from its words. serde loses the path inside `#[serde(flatten)]` groups (an image or an env
-/// inside run-once), so `args::parse` takes the argument from here when the path is lost.
-const MARK: char = '\u{1}';
-
-/// A grammar check's refusal as serde's error, carrying its argument and words.
-pub(super) fn refusal<E: serde::de::Error>(arg: &str, refused: ToolError) -> E {
-    let words = refused
-        .message
-        .strip_prefix(arg)
-        .and_then(|rest| rest.strip_prefix(": "))
-        .unwrap_or(&refused.message);
-    E::custom(format!("{MARK}{arg}{MARK}{words}"))
+thread_local! {
+    /// The refusal a grammar check made in the deserialization under way on this thread, as
+    /// the check made it: serde's error carries only text, and loses the path inside
+    /// `#[serde(flatten)]` groups (an image or an env inside run-once), so `args::parse` takes
+    /// the argument and the words from here rather than from serde's message.
+    static REFUSED: std::cell::RefCell<Option<RefusedArgument>> =
+        const { std::cell::RefCell::new(None) };
 }
 
-/// A grammar refusal found in serde's error text: (the argument it names, its words).
-pub fn grammar_refusal(serde_error: &str) -> Option<(&str, &str)> {
-    let rest = serde_error.strip_prefix(MARK)?;
-    rest.split_once(MARK)
+/// A grammar check's refusal as serde's error; the refusal itself is kept for
+/// [`take_refusal`].
+pub(super) fn refusal<E: serde::de::Error>(arg: &str, refused: ToolError) -> E {
+    let refused = refused.refused.unwrap_or_else(|| RefusedArgument {
+        argument: arg.to_owned(),
+        words: refused.message,
+    });
+    let error = E::custom(format!("{}: {}", refused.argument, refused.words));
+    REFUSED.with(|slot| *slot.borrow_mut() = Some(refused));
+    error
+}
+
+/// The refusal a grammar check made on this thread since the last call, if one did.
+pub fn take_refusal() -> Option<RefusedArgument> {
+    REFUSED.with(|slot| slot.borrow_mut().take())
 }
 
 /// Declares a checked word: the type, what it holds, the argument its check names when serde

@@ -274,7 +274,7 @@ pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobS
         let deadline = std::time::Instant::now() + RECORD_WAIT;
         while std::time::Instant::now() < deadline {
             let stored = call.policy.store.jobs().get(&job.id).await;
-            if !matches!(&stored, Ok(Some(s)) if s.state == "running") {
+            if !matches!(&stored, Ok(Some(s)) if s.state == crate::store::JobState::Running) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

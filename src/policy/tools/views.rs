@@ -113,7 +113,7 @@ async fn machines(
                 .consumption
                 .cost_micros
                 .map(|m| format!("${:.4}", m as f64 / 1_000_000.0)),
-            state: machine.state.clone(),
+            state: machine.state.to_string(),
             image: machine.image.clone(),
             created_at: machine.created_at.clone(),
             target: kind,

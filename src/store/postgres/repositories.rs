@@ -209,9 +209,11 @@ const STORED_JOB_COLUMNS: &str = "id, run_id, fleet, engine, machine, command, b
      timeout_secs, state, exit_code, reason, user_id";
 
 fn stored_job(row: &Row) -> Option<crate::store::StoredJob> {
+    let record = writes::job(row, 12)?;
+    let state = crate::store::records::known_job_state(&record.id, row.get(9))?;
     Some(crate::store::StoredJob {
-        record: writes::job(row, 12)?,
-        state: row.get(9),
+        record,
+        state,
         exit_code: row.get(10),
         reason: row.get(11),
     })

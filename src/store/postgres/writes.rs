@@ -154,7 +154,7 @@ impl Writer<'_> {
                      WHERE id = $1",
                     &[
                         &end.id,
-                        &end.state,
+                        &end.state.word(),
                         &end.exit_code,
                         &end.reason,
                         &end.ended_ms,

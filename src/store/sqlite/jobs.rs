@@ -47,7 +47,7 @@ pub(super) fn update(conn: &Connection, end: &JobEnd) -> rusqlite::Result<()> {
     )?
     .execute(params![
         end.id,
-        end.state,
+        end.state.word(),
         end.exit_code,
         end.reason,
         end.ended_ms
@@ -142,7 +142,11 @@ fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<StoredJob>> {
     let fleet: String = row.get(2)?;
     let timeout: i64 = row.get(8)?;
     let id: String = row.get(0)?;
+    let state: String = row.get(9)?;
     let Some(fleet) = known_fleet(&id, &fleet) else {
+        return Ok(None);
+    };
+    let Some(state) = crate::store::records::known_job_state(&id, &state) else {
         return Ok(None);
     };
     Ok(Some(StoredJob {
@@ -158,7 +162,7 @@ fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<StoredJob>> {
             started_ms: row.get(7)?,
             timeout_secs: u64::try_from(timeout).unwrap_or(0),
         },
-        state: row.get(9)?,
+        state,
         exit_code: row.get(10)?,
         reason: row.get(11)?,
     }))
