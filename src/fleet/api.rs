@@ -118,6 +118,11 @@ pub struct Capabilities {
     /// source and its ready clones): a tool naming one asks [`FleetApi::kept`] first. Only
     /// these names cost that question, so a command on any other machine is still one request.
     pub kept_name_prefixes: &'static [&'static str],
+    /// A base shows as frozen in this fleet's listings (its own state): a listing with no
+    /// frozen machine has no base in it, and needs no look at the record of bases. A fleet
+    /// whose states say nothing of it (the cloud documents no frozen state) has the record read
+    /// at every listing.
+    pub shows_frozen: bool,
 }
 
 impl Capabilities {

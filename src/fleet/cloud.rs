@@ -124,6 +124,9 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     branches_queue: true,
     host_ports: HostPorts::Fleet,
     kept_name_prefixes: &[],
+    // The published spec documents no frozen state (a base made of a cloud machine is one the
+    // record names).
+    shows_frozen: false,
 };
 
 /// What opening a cloud machine's published port takes: its ingress and the connect bridge

@@ -49,6 +49,8 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     branches_queue: false,
     host_ports: HostPorts::Caller,
     kept_name_prefixes: &[POOL_SOURCE_PREFIX, POOL_WORKER_PREFIX],
+    // A frozen source is `frozen` in the engine's listing (docs/bases-engine.md).
+    shows_frozen: true,
 };
 /// Each stream of an exec is capped at this many bytes in the guest agent: past it the VM path
 /// answers 500 "command output exceeded ..." ("command output exceeded " / " bytes and was

@@ -36,6 +36,7 @@ static TINY: Capabilities = Capabilities {
     branches_queue: false,
     host_ports: HostPorts::Fleet,
     kept_name_prefixes: &[],
+    shows_frozen: false,
 };
 
 /// Every request the policy made of it, as `operation machine`.
@@ -436,4 +437,31 @@ async fn what_a_third_fleet_lacks_is_refused_in_its_own_words_before_anything_is
         text.starts_with("UNSUPPORTED: branch: the tiny fleet cannot branch"),
         "{text}"
     );
+}
+
+/// What a listing shows of bases is decided by whether the fleet's states show a base
+/// (`shows_frozen`), not by which fleet answers: the tiny fleet, in the local fleet's place,
+/// says nothing of frozen, so its base (recorded, its state `running`) is named as a base in
+/// list-machines. Decided by the slot's kind, as it was, the record was read only for a frozen
+/// machine there, and the base went unnamed.
+#[tokio::test]
+async fn a_fleet_whose_states_say_nothing_of_bases_has_its_bases_named_in_listings() {
+    let (h, _tiny) = tiny_harness().await;
+    h.ok("create-machine", json!({"name": "t1", "image": "alpine"}))
+        .await;
+    h.protocol
+        .process()
+        .base_to_be_made(FleetKind::Local, "t1", "t1", "", "alpine".into())
+        .await
+        .unwrap();
+    let listed = h.ok("list-machines", json!({})).await;
+    let t1 = listed["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "t1")
+        .cloned()
+        .unwrap();
+    assert_eq!(t1["state"], "running", "{t1}");
+    assert!(t1["base"].is_object(), "{t1}");
 }

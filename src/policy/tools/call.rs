@@ -334,7 +334,18 @@ impl<'a> Call<'a> {
             Tool::StopMachine | Tool::DeleteMachine | Tool::ListMachines
         ) || names.iter().all(Option::is_none)
             || !credentials.has_supplied().await
-            || self.fleet_kind(target).ok() != Some(FleetKind::Local)
+        {
+            return Ok(());
+        }
+        // A fleet that supplies no values has none of them (a wrong target is refused where the
+        // fleet is asked for).
+        let Ok(kind) = self.fleet_kind(target) else {
+            return Ok(());
+        };
+        if !self
+            .process()
+            .capabilities(kind)
+            .offers(Feature::Credentials)
         {
             return Ok(());
         }

@@ -25,11 +25,11 @@ pub(super) async fn list_machines(
                 .await?
         }
     };
-    // The record says which are bases; only the caller's machines are listed at all. A local
-    // base is always frozen: a local listing with no frozen machine reads no record (a file
-    // read and parse a list, +0.04 ms p50 measured beside ba70d7a). The cloud documents no
-    // frozen state, and its round trip dwarfs the read.
-    let bases = if fleet.kind() == FleetKind::Cloud
+    // The record says which are bases; only the caller's machines are listed at all. Where a
+    // base shows as frozen, a listing with no frozen machine reads no record (a file read and
+    // parse a list, +0.04 ms p50 measured beside ba70d7a); a fleet whose states say nothing of
+    // it (the cloud: its round trip dwarfs the read) has it read every time.
+    let bases = if !fleet.capabilities().shows_frozen
         || machines.iter().any(|m| m.phase() == Phase::Frozen)
     {
         call.process().bases(fleet.kind()).await
