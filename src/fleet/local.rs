@@ -52,6 +52,24 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     // A frozen source is `frozen` in the engine's listing (docs/bases-engine.md).
     shows_frozen: true,
 };
+/// The engine's pause refusals, with what the agent can do instead. 1.32.2 refuses a capture
+/// that would carry "host mounts" (staged ones too), and "cannot pause a machine while branches
+/// depend on its live state" (the words of its checkpoint code, `strings smol-vmm`).
+fn pause_refused(mut e: FleetError) -> FleetError {
+    if e.message.contains("mount") {
+        e.message.push_str(
+            "\nA machine with host mounts cannot be paused: stop-machine keeps its disk, or \
+             create one without mounts (copy files in with write-file).",
+        );
+    } else if e.message.contains("branch") || e.message.contains("fork") {
+        e.message.push_str(
+            "\nA branch source with live children cannot be paused: delete its children \
+             first.",
+        );
+    }
+    e
+}
+
 /// Each stream of an exec is capped at this many bytes in the guest agent: past it the VM path
 /// answers 500 "command output exceeded ..." ("command output exceeded " / " bytes and was
 /// truncated. Use streaming exec (exec_stream / execStream) for large output." in the 1.32.2
@@ -556,7 +574,7 @@ impl FleetApi for LocalFleet {
                 Err(e) if e.status == Some(408) || e.kind == ErrorKind::Timeout => {
                     tracing::info!(machine = %name, "the pause outlasted the engine's request deadline; following the machine's state");
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(pause_refused(e)),
             }
             loop {
                 tokio::time::sleep(PAUSE_POLL).await;

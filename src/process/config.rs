@@ -1248,16 +1248,19 @@ fn default_workspace_dir(env: &BTreeMap<String, String>, runtime_dir: &Path) -> 
     }
 }
 
+/// Environment variables as the settings read them, from pairs: for the tests of the modules
+/// that read settings.
+#[cfg(test)]
+pub(crate) fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn with_file(text: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();

@@ -738,14 +738,8 @@ pub type Shared = Arc<Supplier>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::config::env;
     use serde_json::json;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn bindings_are_checked_as_the_engine_would_and_name_what_is_wrong() {

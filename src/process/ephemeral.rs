@@ -112,6 +112,27 @@ impl Lease {
     }
 }
 
+#[cfg(test)]
+impl Entry {
+    /// A local machine `name` of `session`, owned by `pid`, nothing else set: for tests.
+    pub(crate) fn for_test(name: &str, pid: u32, session: &str) -> Entry {
+        Entry {
+            fleet: FleetKind::Local,
+            name: name.into(),
+            id: name.into(),
+            owner_pid: pid,
+            owner: None,
+            session: session.into(),
+            parent: None,
+            recorded_at: 0,
+            lease: None,
+            engine: None,
+            kept_until: None,
+            base: None,
+        }
+    }
+}
+
 impl Entry {
     /// Whether the process that owned the machine is gone and nobody may still use it: a dead
     /// owner's leased machine stays until its lease runs out, for the next server to adopt.
@@ -455,6 +476,16 @@ impl Record {
         self.book.entries().await
     }
 
+    /// The entries `keep` keeps.
+    async fn entries_where(
+        &self,
+        keep: impl Fn(&Entry) -> bool,
+    ) -> Result<Vec<Entry>, RecordError> {
+        let mut entries = self.entries().await?;
+        entries.retain(keep);
+        Ok(entries)
+    }
+
     pub async fn add(&self, entry: Entry) -> Result<(), RecordError> {
         let mut entry = entry;
         self.stamp(&mut entry);
@@ -581,12 +612,8 @@ impl Record {
         engine: &str,
     ) -> Result<Vec<Entry>, RecordError> {
         let orphaned = self.orphaned_now(now_secs()).await;
-        Ok(self
-            .entries()
-            .await?
-            .into_iter()
-            .filter(|e| e.fleet == fleet && e.made_on(engine) && orphaned(e))
-            .collect())
+        self.entries_where(|e| e.fleet == fleet && e.made_on(engine) && orphaned(e))
+            .await
     }
 
     /// This process as the record's book names owners beside its pid, if it does.
@@ -606,12 +633,8 @@ impl Record {
         engine: &str,
     ) -> Result<Vec<Entry>, RecordError> {
         let orphaned = self.orphaned_now(now_secs()).await;
-        Ok(self
-            .entries()
-            .await?
-            .into_iter()
-            .filter(|e| e.fleet == fleet && !e.made_on(engine) && orphaned(e))
-            .collect())
+        self.entries_where(|e| e.fleet == fleet && !e.made_on(engine) && orphaned(e))
+            .await
     }
 
     /// Renews the lease of every leased machine called `name_or_id` (on either fleet: a call
@@ -811,22 +834,13 @@ impl Record {
 
     /// The bases on `fleet`.
     pub async fn bases(&self, fleet: FleetKind) -> Result<Vec<Entry>, RecordError> {
-        Ok(self
-            .entries()
-            .await?
-            .into_iter()
-            .filter(|e| e.fleet == fleet && e.base.is_some())
-            .collect())
+        self.entries_where(|e| e.fleet == fleet && e.base.is_some())
+            .await
     }
 
     /// Kept machines, whether expired or not.
     pub async fn kept(&self) -> Result<Vec<Entry>, RecordError> {
-        Ok(self
-            .entries()
-            .await?
-            .into_iter()
-            .filter(|e| e.kept_until.is_some())
-            .collect())
+        self.entries_where(|e| e.kept_until.is_some()).await
     }
 
     /// The leased machines of `owner` on `fleet` whose lease has run out.
@@ -836,17 +850,13 @@ impl Record {
         fleet: FleetKind,
         now: u64,
     ) -> Result<Vec<Entry>, RecordError> {
-        Ok(self
-            .entries()
-            .await?
-            .into_iter()
-            .filter(|e| {
-                e.fleet == fleet
-                    && e.owner_pid == owner
-                    && e.owner == self.book.me()
-                    && e.lease.is_some_and(|l| l.expired(now))
-            })
-            .collect())
+        self.entries_where(|e| {
+            e.fleet == fleet
+                && e.owner_pid == owner
+                && e.owner == self.book.me()
+                && e.lease.is_some_and(|l| l.expired(now))
+        })
+        .await
     }
 }
 
@@ -855,20 +865,7 @@ mod tests {
     use super::*;
 
     fn entry(name: &str, pid: u32, session: &str) -> Entry {
-        Entry {
-            fleet: FleetKind::Local,
-            name: name.into(),
-            id: name.into(),
-            owner_pid: pid,
-            owner: None,
-            session: session.into(),
-            parent: None,
-            recorded_at: 0,
-            lease: None,
-            engine: None,
-            kept_until: None,
-            base: None,
-        }
+        Entry::for_test(name, pid, session)
     }
 
     #[test]

@@ -227,22 +227,11 @@ pub async fn delete_all(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::FleetKind;
 
     fn entry(name: &str, parent: Option<&str>) -> Entry {
         Entry {
-            fleet: FleetKind::Local,
-            name: name.into(),
-            id: name.into(),
-            owner_pid: 1,
-            owner: None,
-            session: "s".into(),
             parent: parent.map(Into::into),
-            recorded_at: 0,
-            lease: None,
-            engine: None,
-            kept_until: None,
-            base: None,
+            ..Entry::for_test(name, 1, "s")
         }
     }
 

@@ -498,6 +498,31 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A call of `tool` that waits until `ct` is cancelled, then says so on `cleaned_up` (its
+    /// clean-up) and ends cancelled.
+    fn until_cancelled(
+        tool: Tool,
+        ct: CancellationToken,
+        bound: Duration,
+        cleaned_up: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> DetachedCall {
+        let call_ct = ct.clone();
+        DetachedCall {
+            tool,
+            ct,
+            stop: CancellationToken::new(),
+            activity: Arc::default(),
+            bound,
+            work: Box::pin(async move {
+                call_ct.cancelled().await;
+                if let Some(cleaned_up) = cleaned_up {
+                    let _ = cleaned_up.send(());
+                }
+                Err(ToolError::cancelled())
+            }),
+        }
+    }
+
     /// A store in a directory of the test's own (kept until the process ends: a task's
     /// record may be written after the test's last line).
     fn store() -> Arc<dyn crate::store::Store> {
@@ -519,19 +544,12 @@ mod tests {
         let tasks = Tasks::new(64, 50, store());
         let ct = CancellationToken::new();
         let (cleaned_up, mut cleaned_up_rx) = tokio::sync::oneshot::channel();
-        let call_ct = ct.clone();
-        let call = DetachedCall {
-            tool: Tool::RunCommand,
-            ct,
-            stop: CancellationToken::new(),
-            activity: Arc::default(),
-            bound: Duration::from_millis(100),
-            work: Box::pin(async move {
-                call_ct.cancelled().await;
-                let _ = cleaned_up.send(());
-                Err(ToolError::cancelled())
-            }),
-        };
+        let call = until_cancelled(
+            Tool::RunCommand,
+            ct.clone(),
+            Duration::from_millis(100),
+            Some(cleaned_up),
+        );
         let response = tasks
             .call_or_task(
                 call,
@@ -564,20 +582,13 @@ mod tests {
     async fn a_handler_dropped_before_the_threshold_cancels_its_call() {
         let tasks = Tasks::new(64, 50, store());
         let ct = CancellationToken::new();
-        let call_ct = ct.clone();
         let (cleaned_up, cleaned_up_rx) = tokio::sync::oneshot::channel();
-        let call = DetachedCall {
-            tool: Tool::RunOnce,
-            ct,
-            stop: CancellationToken::new(),
-            activity: Arc::default(),
-            bound: Duration::from_secs(60),
-            work: Box::pin(async move {
-                call_ct.cancelled().await;
-                let _ = cleaned_up.send(());
-                Err(ToolError::cancelled())
-            }),
-        };
+        let call = until_cancelled(
+            Tool::RunOnce,
+            ct.clone(),
+            Duration::from_secs(60),
+            Some(cleaned_up),
+        );
         let request_ct = CancellationToken::new();
         let operator = crate::policy::user::User::operator();
         let handler = tasks.call_or_task(
@@ -604,16 +615,8 @@ mod tests {
     async fn a_user_holds_only_their_share_of_tasks() {
         use crate::policy::user::User;
         let tasks = Tasks::new(4, 50, store());
-        let waiting = |ct: CancellationToken| DetachedCall {
-            tool: Tool::RunCommand,
-            ct: ct.clone(),
-            stop: CancellationToken::new(),
-            activity: Arc::default(),
-            bound: Duration::from_secs(60),
-            work: Box::pin(async move {
-                ct.cancelled().await;
-                Err(ToolError::cancelled())
-            }),
+        let waiting = |ct: CancellationToken| {
+            until_cancelled(Tool::RunCommand, ct, Duration::from_secs(60), None)
         };
         let stop = CancellationToken::new();
         let start = |user: User| {
@@ -662,18 +665,7 @@ mod tests {
     async fn calls_past_max_tasks_are_refused_naming_the_setting_until_one_ends() {
         let tasks = Tasks::new(1, 50, store());
         let call = |ct: CancellationToken| {
-            let call_ct = ct.clone();
-            DetachedCall {
-                tool: Tool::RunCommand,
-                ct,
-                stop: CancellationToken::new(),
-                activity: Arc::default(),
-                bound: Duration::from_secs(60),
-                work: Box::pin(async move {
-                    call_ct.cancelled().await;
-                    Err(ToolError::cancelled())
-                }),
-            }
+            until_cancelled(Tool::RunCommand, ct, Duration::from_secs(60), None)
         };
         let first_ct = CancellationToken::new();
         let first = tasks

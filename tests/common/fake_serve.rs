@@ -1007,6 +1007,19 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
             if json_body.get("image").is_none() {
                 info["image"] = Value::Null;
             }
+            // Mounts as MountInfo answers them: a tag each, read-only unless said otherwise.
+            if let Some(mounts) = json_body["mounts"].as_array() {
+                info["mounts"] = mounts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        json!({
+                            "source": m["source"], "target": m["target"], "tag": format!("smol{i}"),
+                            "readonly": m["readonly"].as_bool().unwrap_or(true), "staged": false,
+                        })
+                    })
+                    .collect();
+            }
             st.machines.insert(name, info.clone());
             axum::Json(info).into_response()
         }
@@ -1118,6 +1131,16 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                     "CONFLICT",
                     format!("machine '{name}' must be running"),
                 ),
+                // 1.32.2 refuses to capture what it cannot carry, "host mounts" first among them
+                // (its checkpoint code's list, `strings smol-vmm`; the sentence around it is
+                // this fake's).
+                ("POST", ["pause"]) if info["mounts"].as_array().is_some_and(|m| !m.is_empty()) => {
+                    api_error(
+                        StatusCode::CONFLICT,
+                        "CONFLICT",
+                        format!("machine '{name}' cannot be checkpointed: it has host mounts"),
+                    )
+                }
                 ("POST", ["pause"]) if info["forkable"] != json!(true) => api_error(
                     StatusCode::CONFLICT,
                     "CONFLICT",

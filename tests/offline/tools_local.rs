@@ -1238,6 +1238,27 @@ async fn mounts_need_the_operators_allow_list_and_are_read_only_by_default() {
     let mounts = &create["body"]["mounts"];
     assert_eq!(mounts[0]["readonly"], true, "{mounts}");
     assert_eq!(mounts[1].get("readonly"), None, "{mounts}");
+    // The engine will not pause a machine with mounts; the local fleet says what to do instead.
+    h.ok(
+        "create-machine",
+        json!({"image": "a", "name": "mounted-live", "branchable": true, "mounts": [
+            {"source": allow, "target": "/ro"}
+        ]}),
+    )
+    .await;
+    let refused = h
+        .err(
+            "stop-machine",
+            json!({"name": "mounted-live", "pause": true}),
+        )
+        .await;
+    assert!(
+        refused.contains("host mounts")
+            && refused.contains(
+                "A machine with host mounts cannot be paused: stop-machine keeps its disk"
+            ),
+        "{refused}"
+    );
 }
 
 /// A machine this server has seen is not asked for before each command: the exec goes alone,

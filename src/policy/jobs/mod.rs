@@ -98,6 +98,18 @@ pub struct State {
     pub ended: Option<SystemTime>,
 }
 
+impl State {
+    /// A job as it starts (or is taken over): running, nothing read yet.
+    fn running() -> watch::Sender<State> {
+        watch::Sender::new(State {
+            phase: Phase::Running,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+            ended: None,
+        })
+    }
+}
+
 /// One background job.
 pub struct Job {
     pub id: String,
@@ -231,12 +243,7 @@ impl Job {
             timeout: Duration::from_secs(record.timeout_secs),
             run_id: record.run_id,
             started_at: now.checked_sub(age).unwrap_or(now),
-            state: watch::Sender::new(State {
-                phase: Phase::Running,
-                stdout_bytes: 0,
-                stderr_bytes: 0,
-                ended: None,
-            }),
+            state: State::running(),
             stop_watching: CancellationToken::new(),
             recorded: watch::Sender::new(false),
             looking: tokio::sync::Mutex::new(()),
@@ -638,12 +645,7 @@ impl Jobs {
             started: SystemTime::now(),
             started_at: Instant::now(),
             timeout: start.timeout,
-            state: watch::Sender::new(State {
-                phase: Phase::Running,
-                stdout_bytes: 0,
-                stderr_bytes: 0,
-                ended: None,
-            }),
+            state: State::running(),
             stop_watching: CancellationToken::new(),
             recorded: watch::Sender::new(false),
             looking: tokio::sync::Mutex::new(()),

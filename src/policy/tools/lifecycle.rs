@@ -663,21 +663,7 @@ async fn pause_machine(
             None,
             Box::pin(call.cancellable(fleet.pause(name))),
         )
-        .await
-        .map_err(|mut e| {
-            if e.message.contains("mount") {
-                e.message.push_str(
-                    "\nA machine with host mounts cannot be paused: stop-machine keeps its \
-                     disk, or create one without mounts (copy files in with write-file).",
-                );
-            } else if e.message.contains("branch") || e.message.contains("fork") {
-                e.message.push_str(
-                    "\nA branch source with live children cannot be paused: delete its \
-                     children first.",
-                );
-            }
-            e
-        })?;
+        .await?;
     Ok(results::Stopped { machine: paused })
 }
 
