@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# Calls a second through `smol-mcp-http`, measured from outside by wrk, for two builds of the
-# server side by side in one run: sessionless (2026-07-28) list-machines with the static token,
-# the real pinned `smolvm serve` behind both (no machine boots), the builds alternated A B A B
-# so that the host's drift falls on both.
+# Calls a second through `smol-mcp-http`, measured from outside by wrk, for several builds of
+# the server side by side in one run, and the engine's own rate in the same run: sessionless
+# (2026-07-28) list-machines with the static token, the real pinned `smolvm serve` behind
+# every build (no machine boots), the builds alternated round by round so that the host's
+# drift falls on all of them.
 #
-#   scripts/bench-http-calls.sh BEFORE_BIN AFTER_BIN [SECONDS] [CONNECTIONS]
+#   scripts/bench-http-calls.sh LABEL=BIN [LABEL=BIN ...]
 #
-# ROUNDS (default 2) pairs are run. BEFORE_BIN and AFTER_BIN are smol-mcp-http binaries (release builds: `cargo build --release`
-# in a checkout of each). Prints one line a round and the median of each build; needs wrk
-# (Debian's package) and the engine scripts/fetch-smolvm.sh installs.
+# BIN is a smol-mcp-http binary (a release build: `cargo build --release` in a checkout of
+# each). Settings, from the environment:
+#   ROUNDS       rounds, each measuring every build once (default 2)
+#   SECS         seconds a measured run lasts (default 10)
+#   CONNECTIONS  wrk's connections (default 20)
+#   RAW=0        leaves out the engine's own rate (`GET /api/v1/machines` on the serve's
+#                socket, through socat, the request list-machines sends), measured by default
+# Prints one line a run (calls/s, p50, p95, p99) and, at the end, each build's mean, its ratio
+# to the first build and to the engine's own rate. Needs wrk and socat (Debian's packages)
+# and the engine scripts/fetch-smolvm.sh installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-before="${1:?the smol-mcp-http binary of the build before}"
-after="${2:?the smol-mcp-http binary of the build after}"
-secs="${3:-10}"
-conns="${4:-20}"
-command -v wrk >/dev/null || { echo "bench-http-calls: wrk is needed (apt-get install wrk)" >&2; exit 1; }
+[ "$#" -ge 1 ] || { echo "usage: scripts/bench-http-calls.sh LABEL=BIN [LABEL=BIN ...]" >&2; exit 2; }
+secs="${SECS:-10}"
+conns="${CONNECTIONS:-20}"
+raw="${RAW:-1}"
+for tool in wrk socat curl; do
+  command -v "$tool" >/dev/null || { echo "bench-http-calls: $tool is needed (apt-get install $tool)" >&2; exit 1; }
+done
+labels=()
+bins=()
+for pair in "$@"; do
+  label="${pair%%=*}"
+  bin="${pair#*=}"
+  [ "$label" != "$pair" ] && [ -x "$bin" ] || { echo "bench-http-calls: $pair is not LABEL=an executable" >&2; exit 2; }
+  [ "$label" != raw ] || { echo "bench-http-calls: the label raw is the engine's own" >&2; exit 2; }
+  labels+=("$label")
+  bins+=("$bin")
+done
 engine=".smolvm/1.32.2/smol-vmm"
 [ -x "$engine" ] || scripts/fetch-smolvm.sh 1.32.2 >/dev/null
 work="$(mktemp -d)"
@@ -31,7 +51,12 @@ SMOLVM_VM_UID_DROP=off "$engine" serve start --listen "unix://$work/api.sock" \
   --state-dir "$work/state" --guest-rollout-port "$((20000 + RANDOM % 10000))" >/dev/null 2>"$work/serve.log" &
 serve_pid=$!
 for _ in $(seq 100); do [ -S "$work/api.sock" ] && break; sleep 0.1; done
-cat > "$work/call.lua" <<'LUA'
+# wrk's own summary has no p95; its `done` hook prints it in microseconds.
+percentiles='
+done = function(summary, latency, requests)
+  io.write(string.format("p %d %d %d\n", latency:percentile(50), latency:percentile(95), latency:percentile(99)))
+end'
+cat > "$work/call.lua" <<LUA
 wrk.method = "POST"
 wrk.headers["authorization"] = "Bearer bench-token"
 wrk.headers["content-type"] = "application/json"
@@ -40,8 +65,25 @@ wrk.headers["mcp-protocol-version"] = "2026-07-28"
 wrk.headers["mcp-method"] = "tools/call"
 wrk.headers["mcp-name"] = "list-machines"
 wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list-machines","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"0"}}}}'
+$percentiles
+LUA
+cat > "$work/raw.lua" <<LUA
+wrk.method = "GET"
+$percentiles
 LUA
 port=18791
+raw_port=18792
+measure() {
+  local label="$1" script="$2" url="$3" out rate p
+  wrk -t2 -c"$conns" -d2s -s "$script" "$url" >/dev/null
+  out="$(wrk -t2 -c"$conns" -d"${secs}s" -s "$script" "$url")"
+  if grep -q "Non-2xx" <<<"$out"; then
+    echo "bench-http-calls: $label answered errors:" >&2; echo "$out" >&2; exit 1
+  fi
+  rate="$(awk '/^Requests\/sec/ {print $2}' <<<"$out")"
+  p="$(awk '$1 == "p" {printf "%.2f %.2f %.2f", $2/1000, $3/1000, $4/1000}' <<<"$out")"
+  echo "$label $rate $p"
+}
 round() {
   local label="$1" bin="$2"
   SMOL_MCP_RUNTIME_DIR="$work/rt-$label" SMOL_MCP_AUTH_TOKEN=bench-token \
@@ -49,30 +91,38 @@ round() {
     "$bin" --port "$port" >/dev/null 2>"$work/$label.log" &
   server_pid=$!
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
-  # A warm-up, then the measured run.
-  wrk -t2 -c"$conns" -d2s -s "$work/call.lua" "http://127.0.0.1:$port/mcp" >/dev/null
-  local out rate p50 p99
-  out="$(wrk -t2 -c"$conns" -d"${secs}s" --latency -s "$work/call.lua" "http://127.0.0.1:$port/mcp")"
-  rate="$(awk '/^Requests\/sec/ {print $2}' <<<"$out")"
-  p50="$(awk '$1 == "50%" {print $2}' <<<"$out")"
-  p99="$(awk '$1 == "99%" {print $2}' <<<"$out")"
-  if grep -q "Non-2xx" <<<"$out"; then
-    echo "bench-http-calls: $label answered errors:" >&2; echo "$out" >&2; exit 1
-  fi
-  echo "$label $rate $p50 $p99"
+  measure "$label" "$work/call.lua" "http://127.0.0.1:$port/mcp"
   kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""
 }
-echo "# $(date -u +%Y-%m-%d) wrk -c$conns -d${secs}s, sessionless list-machines, real smolvm serve 1.32.2 behind"
-echo "# build calls/s p50 p99"
+raw_round() {
+  socat "TCP-LISTEN:$raw_port,reuseaddr,fork,bind=127.0.0.1" "UNIX-CONNECT:$work/api.sock" &
+  server_pid=$!
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$raw_port/api/v1/machines" && break; sleep 0.1; done
+  measure raw "$work/raw.lua" "http://127.0.0.1:$raw_port/api/v1/machines"
+  kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""
+}
+echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, wrk -c$conns -d${secs}s, sessionless list-machines, real smolvm serve 1.32.2 behind, $(nproc) cores"
+echo "# build calls/s p50 p95 p99 (ms)"
 results=()
 for _ in $(seq "${ROUNDS:-2}"); do
-  results+=("$(round before "$before")")
-  echo "${results[-1]}"
-  results+=("$(round after "$after")")
-  echo "${results[-1]}"
+  for i in "${!labels[@]}"; do
+    results+=("$(round "${labels[$i]}" "${bins[$i]}")")
+    echo "${results[-1]}"
+  done
+  if [ "$raw" = 1 ]; then
+    results+=("$(raw_round)")
+    echo "${results[-1]}"
+  fi
 done
-printf '%s\n' "${results[@]}" | awk '
-  { rate[$1] += $2; n[$1]++ }
-  END { printf "mean calls/s: before %.0f, after %.0f, after/before %.3f\n",
-        rate["before"]/n["before"], rate["after"]/n["after"],
-        (rate["after"]/n["after"]) / (rate["before"]/n["before"]) }'
+printf '%s\n' "${results[@]}" | awk -v first="${labels[0]}" -v order="${labels[*]}" '
+  { rate[$1] += $2; p95[$1] += $4; n[$1]++ }
+  END {
+    k = split(order, names, " ")
+    for (i = 1; i <= k; i++) {
+      l = names[i]; m = rate[l] / n[l]
+      line = sprintf("%s: mean %.0f calls/s, mean p95 %.2f ms, %.3f of %s", l, m, p95[l] / n[l], m / (rate[first] / n[first]), first)
+      if (n["raw"]) line = line sprintf(", %.3f of raw", m / (rate["raw"] / n["raw"]))
+      print line
+    }
+    if (n["raw"]) printf "raw: mean %.0f calls/s, mean p95 %.2f ms\n", rate["raw"] / n["raw"], p95["raw"] / n["raw"]
+  }'

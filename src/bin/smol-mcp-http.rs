@@ -10,6 +10,11 @@ mod http;
 
 use std::process::ExitCode;
 
+/// mimalloc: a sessionless call allocates and frees often enough that glibc's malloc was a
+/// quarter of its instructions (docs/benchmarks.md, "Where an HTTP call's time goes").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(clap::Parser)]
 #[command(
     name = "smol-mcp-http",

@@ -308,7 +308,7 @@ impl LocalFleet {
                     }
                 }
             }
-        });
+        }.in_current_span());
     }
 
     fn forget(&self, name: &str) {
@@ -553,7 +553,7 @@ impl FleetApi for LocalFleet {
                 }
                 Err(e) => tracing::warn!(%machine, error = %e, "a start not waited for ended"),
             }
-        });
+        }.in_current_span());
         self.get(name).await
     }
 

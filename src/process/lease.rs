@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// Which machine names tool calls are using right now, with how many calls use each.
 #[derive(Debug)]
@@ -192,12 +193,15 @@ impl Leases {
         {
             let (record, in_use, names) =
                 (self.record.clone(), self.in_use.clone(), names.to_vec());
-            runtime.spawn(async move {
-                if let Err(e) = record.renew(&names, now_secs()).await {
-                    tracing::warn!(error = %e, "could not renew the lease of {names:?}");
+            runtime.spawn(
+                async move {
+                    if let Err(e) = record.renew(&names, now_secs()).await {
+                        tracing::warn!(error = %e, "could not renew the lease of {names:?}");
+                    }
+                    in_use.let_go(&names);
                 }
-                in_use.let_go(&names);
-            });
+                .in_current_span(),
+            );
             return;
         }
         self.in_use.let_go(names);

@@ -28,6 +28,10 @@ pub struct Protocol {
     /// Long calls carried on as MCP tasks; here because they outlive the handler of their
     /// request (over HTTP rmcp builds one for every 2026-07-28 request).
     pub tasks: tasks::Tasks,
+    /// What `get_info` answers, made once: it depends on the settings alone, and rmcp asks
+    /// for it on every sessionless request (building it, instructions included, was 4% of
+    /// such a call's time under wrk: docs/benchmarks.md).
+    pub(crate) server_info: std::sync::OnceLock<rmcp::model::ServerConfig>,
 }
 
 impl Protocol {
@@ -41,6 +45,7 @@ impl Protocol {
                 policy.store.clone(),
             ),
             policy,
+            server_info: std::sync::OnceLock::new(),
         }
     }
 

@@ -893,3 +893,89 @@ async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
         }
     }
 }
+
+/// A sessionless (2026-07-28) tools/call, its meta as that lifecycle has it.
+fn sessionless_call(id: u64, tool: &str, args: Value, progress: Option<&str>) -> Value {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
+    });
+    if let Some(token) = progress {
+        meta["progressToken"] = json!(token);
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": tool, "arguments": args, "_meta": meta}})
+}
+
+/// A sessionless call whose answer is all it sends gets the answer as one JSON body; one that
+/// reports progress first gets an event stream, its progress before its answer, none lost.
+#[tokio::test]
+async fn a_sessionless_call_answers_in_json_unless_it_reports_progress_first() {
+    let fake = FakeServe::start().await;
+    fake.state.lock().unwrap().stream_gap = Some(Duration::from_millis(100));
+    let rt = tempfile::tempdir().unwrap();
+    let server = spawn(rt.path(), &fake, &[]).await;
+    let http = reqwest::Client::new();
+    let send = |body: Value, tool: &'static str| {
+        http.post(&server.url)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .json(&body)
+            .send()
+    };
+    let created = send(
+        sessionless_call(1, "create-machine", json!({"name": "box"}), None),
+        "create-machine",
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.status(), 200);
+    let kind = created.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(kind.starts_with("application/json"), "{kind}");
+    let created: Value = created.json().await.unwrap();
+    assert_eq!(created["id"], 1, "{created}");
+    assert_eq!(created["result"]["isError"], false, "{created}");
+
+    let run = send(
+        sessionless_call(
+            2,
+            "run-command",
+            json!({"name": "box", "command": "printf 'one\\ntwo\\nthree\\n'"}),
+            Some("lines"),
+        ),
+        "run-command",
+    )
+    .await
+    .unwrap();
+    assert_eq!(run.status(), 200);
+    let kind = run.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("text/event-stream"), "{kind}");
+    let text = run.text().await.unwrap();
+    let messages: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    let last = messages.last().expect("messages in the stream");
+    assert_eq!(last["id"], 2, "{text}");
+    assert_eq!(last["result"]["isError"], false, "{text}");
+    let progress: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert!(!progress.is_empty(), "{text}");
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "lines"),
+        "{text}"
+    );
+}

@@ -449,8 +449,14 @@ fn body_refusal(error: BodyError, within: Duration) -> Response {
     }
 }
 
-/// Whether a body is an `initialize` request (a batch is not: rmcp refuses those).
+/// Whether a body is an `initialize` request (a batch is not: rmcp refuses those). A body in
+/// which neither the word nor an escape (`\u0069nitialize` is the same JSON string) appears
+/// is none, without parsing it: every sessionless call comes this way.
 fn is_initialize(body: &[u8]) -> bool {
+    let may_be = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
+    if !may_be(b"initialize") && !may_be(b"\\u") {
+        return false;
+    }
     #[derive(serde::Deserialize)]
     struct Method<'a> {
         #[serde(borrow)]
@@ -572,11 +578,11 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
         .extensions
         .get::<listener::Connection>()
         .map(listener::Connection::serving);
-    // Only a POST without a session can open one; the others are not parsed twice.
-    let initialize = parts.method == Method::POST
-        && !parts.headers.contains_key(SESSION_HEADER)
-        && is_initialize(&body);
-    let params_refusal = if parts.method == Method::POST {
+    // Only a POST without a session can open one, and only one within a session has its
+    // params checked here (`route` answers no other with it); the others are not parsed twice.
+    let in_session = parts.headers.contains_key(SESSION_HEADER);
+    let initialize = parts.method == Method::POST && !in_session && is_initialize(&body);
+    let params_refusal = if parts.method == Method::POST && in_session {
         invalid_params(&body)
     } else {
         None
@@ -786,6 +792,11 @@ fn app(
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown.child_token())
         .with_max_request_body_bytes(MAX_BODY)
+        // A sessionless call whose first message is its answer gets it as one JSON body; one
+        // that reports progress first still gets an event stream (rmcp falls back to it).
+        // The stream's machinery (its keep-alive timer, its cancel-on-drop wrapper, the
+        // framing) was spent on every call that sends nothing but its answer.
+        .with_json_response(true)
         // Checked in `guard`, with a JSON-RPC body and the listener's port in the default.
         .disable_allowed_origins();
     // Kept on in rmcp behind the guard's own check, which is stricter (see the module's doc).
@@ -876,6 +887,25 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word's pre-check must not let an initialize through uncounted: one whose method is
+    /// spelled with an escape is still one (and so still held to the session bound).
+    #[test]
+    fn an_initialize_is_seen_however_its_method_is_spelled() {
+        let initialize = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+        let escaped = br#"{"jsonrpc":"2.0","id":1,"method":"\u0069nitialize","params":{}}"#;
+        let all_escaped =
+            br#"{"jsonrpc":"2.0","id":1,"method":"\u0069\u006eitialize","params":{}}"#;
+        assert!(is_initialize(initialize));
+        assert!(is_initialize(escaped));
+        assert!(is_initialize(all_escaped));
+        let call =
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list-machines"}}"#;
+        let naming_it = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run-command","arguments":{"command":"initialize \u0041"}}}"#;
+        assert!(!is_initialize(call));
+        assert!(!is_initialize(naming_it));
+        assert!(!is_initialize(b"not json initialize"));
+    }
 
     #[test]
     fn secrets_compare_whole() {

@@ -132,28 +132,10 @@ impl SmolMcp {
         self.instructions_with(kept_now)
     }
 
-    fn instructions_with(&self, kept_now: Vec<String>) -> String {
-        let process = self.protocol.process();
-        let mut text = instructions::instructions(
-            self.protocol.mode(),
-            process.credentials.bindings(),
-            !self.protocol.config().mount_allow.is_empty(),
-            self.protocol.config().agent_network,
-            &instructions::Temporary {
-                session_end: self.protocol.config().session_end,
-                kept_secs: self.protocol.config().kept_machine_secs,
-                kept_now,
-            },
-        );
-        text.push_str("\n\n");
-        text.push_str(&crate::protocol::skills::pointer(self.skills_offered()));
-        text
-    }
-}
-
-impl ServerHandler for SmolMcp {
+    /// The server's capabilities, name and instructions (without the machines kept now: see
+    /// `instructions`), as `get_info` answers them for the process's life.
     #[allow(deprecated)] // logging: see set_level
-    fn get_info(&self) -> ServerConfig {
+    fn made_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
@@ -177,6 +159,33 @@ impl ServerHandler for SmolMcp {
         )
         .with_server_info(Implementation::new("smol-mcp", env!("CARGO_PKG_VERSION")))
         .with_instructions(self.instructions_with(Vec::new()))
+    }
+
+    fn instructions_with(&self, kept_now: Vec<String>) -> String {
+        let process = self.protocol.process();
+        let mut text = instructions::instructions(
+            self.protocol.mode(),
+            process.credentials.bindings(),
+            !self.protocol.config().mount_allow.is_empty(),
+            self.protocol.config().agent_network,
+            &instructions::Temporary {
+                session_end: self.protocol.config().session_end,
+                kept_secs: self.protocol.config().kept_machine_secs,
+                kept_now,
+            },
+        );
+        text.push_str("\n\n");
+        text.push_str(&crate::protocol::skills::pointer(self.skills_offered()));
+        text
+    }
+}
+
+impl ServerHandler for SmolMcp {
+    fn get_info(&self) -> ServerConfig {
+        self.protocol
+            .server_info
+            .get_or_init(|| self.made_info())
+            .clone()
     }
 
     /// As rmcp's, but the MCP Apps extension is declared only to a client that declared it
