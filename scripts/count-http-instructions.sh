@@ -56,9 +56,9 @@ for pair in "$@"; do
   pids+=("$server")
   for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.2; done
   wrk -t1 -c4 -d4s -s "$work/call.lua" "http://127.0.0.1:$port/mcp" >/dev/null
-  callgrind_control -z "$server" >/dev/null
+  callgrind_control -z "$server" >/dev/null 2>&1
   run="$(wrk -t1 -c4 -d10s -s "$work/call.lua" "http://127.0.0.1:$port/mcp")"
-  callgrind_control -d "$server" >/dev/null
+  callgrind_control -d "$server" >/dev/null 2>&1
   if grep -q "Non-2xx" <<<"$run"; then
     echo "count-http-instructions: $label answered errors:" >&2; echo "$run" >&2; exit 1
   fi

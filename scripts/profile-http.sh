@@ -57,6 +57,7 @@ echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, $(git rev-parse --short HEAD), $bin un
 echo "## own time (self), top 40"
 perf report -i target/bench/perf-http.data --no-children --sort symbol --stdio -g none --percent-limit 0.5 2>/dev/null \
   | grep -v '^#' | grep -v '^$' | sed 's/  *-  *-  *$//' | cut -c1-160 | head -40
-echo "## time under (children), top 60"
-perf report -i target/bench/perf-http.data --children --sort symbol --stdio -g none --percent-limit 2 2>/dev/null \
-  | grep -v '^#' | grep -v '^$' | sed 's/  *-  *-  *$//' | cut -c1-160 | head -60
+echo "## time under (children): the server's own frames and its libraries', top 40"
+perf report -i target/bench/perf-http.data --children --sort symbol --stdio -g none --percent-limit 1 2>/dev/null \
+  | grep -E '\] <?(smol_mcp|rmcp|hyper|reqwest|serde_json)' | grep -v '(inlined)' \
+  | sed 's/  *-  *-  *$//' | cut -c1-160 | head -40
