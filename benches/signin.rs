@@ -28,11 +28,8 @@ mod guest_shell;
 #[allow(dead_code)]
 mod real_serve;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use common::issuer::Issuer;
 use common::{answer, env_number};
-use ring::rand::SystemRandom;
-use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,60 +37,6 @@ use tokio::process::Command;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const STATIC_TOKEN: &str = "signin-bench-token";
-
-/// The bench's issuer: its metadata and key set served on loopback, its tokens signed here.
-struct Issuer {
-    url: String,
-    key: EcdsaKeyPair,
-}
-
-impl Issuer {
-    async fn start() -> Issuer {
-        let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
-            .unwrap();
-        let point = key.public_key().as_ref().to_vec();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-        let metadata = json!({"issuer": url, "jwks_uri": format!("{url}/jwks")});
-        let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "bench", "alg": "ES256",
-            "x": URL_SAFE_NO_PAD.encode(&point[1..33]), "y": URL_SAFE_NO_PAD.encode(&point[33..65])}]});
-        let router = axum::Router::new()
-            .route(
-                "/.well-known/oauth-authorization-server",
-                axum::routing::get(move || {
-                    let m = metadata.clone();
-                    async move { axum::Json(m) }
-                }),
-            )
-            .route(
-                "/jwks",
-                axum::routing::get(move || {
-                    let k = jwks.clone();
-                    async move { axum::Json(k) }
-                }),
-            );
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        Issuer { url, key }
-    }
-
-    fn token(&self, user: &str, audience: &str) -> String {
-        let header = json!({"alg": "ES256", "kid": "bench", "typ": "at+jwt"});
-        let claims = json!({"iss": self.url, "aud": audience, "sub": user, "scope": "machines",
-            "exp": chrono::Utc::now().timestamp() + 3600});
-        let signed = format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(header.to_string()),
-            URL_SAFE_NO_PAD.encode(claims.to_string())
-        );
-        let sig = self
-            .key
-            .sign(&SystemRandom::new(), signed.as_bytes())
-            .unwrap();
-        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
-    }
-}
 
 /// One sessionless tool call; its result, or `None` when it was not answered.
 async fn call(

@@ -1,7 +1,9 @@
-//! What the HTTP benchmarks share: their shape from the environment, and a JSON-RPC answer
-//! read from a reply whether it came as JSON or as an event stream.
+//! What the HTTP benchmarks share: their shape from the environment, a JSON-RPC answer read
+//! from a reply whether it came as JSON or as an event stream, and an OAuth issuer of their own.
 
 #![allow(dead_code)]
+
+pub mod issuer;
 
 use serde_json::Value;
 

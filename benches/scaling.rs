@@ -1,0 +1,712 @@
+//! How `smol-mcp-http` scales across processes sharing one PostgreSQL store, each process held
+//! to the same CPU quota in a cgroup of its own: one process behind HAProxy against three behind
+//! it, in one run and under the same load. The engine is the real `smolvm serve` 1.32.2 and the
+//! calls are signed in (the bench's own issuer, several users): C concurrent clients, each as
+//! one of the users on its own keep-alive connection, make M pairs of sessionless (2026-07-28)
+//! create-machine with `start: false` (no machine boots) and delete-machine of that machine.
+//! Prints a table, the ratio three to one and the CPU each part used; writes
+//! target/bench/scaling.json.
+//!
+//! Run with `scripts/bench-scaling.sh` as root (starts the project's PostgreSQL, installs
+//! HAProxy). `LOAD_CLIENTS` (default 12), `LOAD_CALLS` (default 40 pairs a client),
+//! `SCALING_USERS` (default 6) and `SERVER_CPU_QUOTA_PERCENT` (default 10, of one core, for each
+//! server process) shape it. The quota is what makes the shapes comparable on a host of few
+//! cores: unbounded, one process would take the cores the other two would have used. It is 10
+//! rather than 25 because the engine costs several times what the server does for each of these
+//! calls: on two cores, at 25% one process already drives the engine past one core, and three
+//! were never throttled, waiting on the engine instead (0.97x to 1.10x); at 10% the three
+//! processes' load still fits beside the engine, so what is compared is the servers. Not a test:
+//! it fails when a reply is lost or refused, or a machine is left on the engine.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+#[path = "../tests/common/balancer.rs"]
+mod balancer_script;
+#[path = "../tests/common/real_serve.rs"]
+#[allow(dead_code)]
+mod real_serve;
+
+use common::issuer::Issuer;
+use common::{answer, env_number};
+use serde_json::{Value, json};
+use smol_mcp::fleet::FleetApi;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
+const PERIOD_US: u64 = 100_000;
+
+/// Which cgroup hierarchy holds the cpu controller, and where.
+#[derive(Clone, Copy)]
+enum Hierarchy {
+    V1,
+    V2,
+}
+
+impl Hierarchy {
+    fn root(self) -> &'static Path {
+        match self {
+            Hierarchy::V1 => Path::new("/sys/fs/cgroup/cpu"),
+            Hierarchy::V2 => Path::new("/sys/fs/cgroup"),
+        }
+    }
+
+    fn find() -> Hierarchy {
+        if Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists() {
+            Hierarchy::V1
+        } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            Hierarchy::V2
+        } else {
+            panic!(
+                "no cpu controller: neither cgroup v1 (/sys/fs/cgroup/cpu) nor v2 \
+                 (/sys/fs/cgroup/cgroup.controllers) is mounted"
+            )
+        }
+    }
+}
+
+/// The server processes' cgroups, each with the same CPU quota; removed when dropped (a panic
+/// included), their processes moved back to the root first, since a cgroup with a process in it
+/// cannot be removed.
+struct Cgroups {
+    hierarchy: Hierarchy,
+    quota_us: u64,
+    made: Vec<PathBuf>,
+}
+
+impl Cgroups {
+    /// Refuses, saying why, when a cgroup with a quota cannot be made here (not root, a
+    /// read-only cgroup mount): the figures would otherwise be of unbounded processes.
+    fn new(quota_us: u64) -> Cgroups {
+        let mut groups = Cgroups {
+            hierarchy: Hierarchy::find(),
+            quota_us,
+            made: Vec::new(),
+        };
+        if let Err(e) = groups.make("probe") {
+            panic!(
+                "cannot make a cgroup with a CPU quota under {} ({e}): run as root on a host \
+                 whose cgroup mount is writable",
+                groups.hierarchy.root().display()
+            );
+        }
+        groups.remove_all();
+        groups
+    }
+
+    fn make(&mut self, name: &str) -> std::io::Result<PathBuf> {
+        let root = self.hierarchy.root();
+        let dir = root.join(format!("smol-scaling-{name}"));
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        self.made.push(dir.clone());
+        match self.hierarchy {
+            Hierarchy::V1 => {
+                std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
+                std::fs::write(dir.join("cpu.cfs_quota_us"), self.quota_us.to_string())?;
+            }
+            Hierarchy::V2 => {
+                // A child's cpu.max exists only once the parent hands the controller down.
+                std::fs::write(root.join("cgroup.subtree_control"), "+cpu")?;
+                std::fs::write(
+                    dir.join("cpu.max"),
+                    format!("{} {PERIOD_US}", self.quota_us),
+                )?;
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Puts `pid` in a new cgroup of its own named `name`.
+    fn hold(&mut self, name: &str, pid: u32) -> PathBuf {
+        let dir = self.make(name).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        dir
+    }
+
+    fn remove_all(&mut self) {
+        let root_procs = self.hierarchy.root().join("cgroup.procs");
+        for dir in self.made.drain(..) {
+            for _ in 0..100 {
+                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.split_whitespace() {
+                    let _ = std::fs::write(&root_procs, pid);
+                }
+                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if dir.exists() {
+                eprintln!("scaling: could not remove {}", dir.display());
+            }
+        }
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        self.remove_all();
+    }
+}
+
+/// The throttling a cgroup saw: (periods, periods throttled, seconds throttled).
+fn throttling(dir: &Path, hierarchy: Hierarchy) -> (u64, u64, f64) {
+    let stat = std::fs::read_to_string(dir.join("cpu.stat")).unwrap_or_default();
+    let get = |key: &str| {
+        stat.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    match hierarchy {
+        Hierarchy::V1 => (
+            get("nr_periods "),
+            get("nr_throttled "),
+            get("throttled_time ") as f64 / 1e9,
+        ),
+        Hierarchy::V2 => (
+            get("nr_periods "),
+            get("nr_throttled "),
+            get("throttled_usec ") as f64 / 1e6,
+        ),
+    }
+}
+
+/// CPU seconds a process has used (user and system), with those of its children it has reaped
+/// when `reaped`: PostgreSQL's backends come and go, and the postmaster reaps them.
+fn cpu_seconds(pid: u32, reaped: bool) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The fields after the command name, which may hold spaces, start after its last ')'.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // utime, stime, cutime, cstime are fields 14 to 17; `rest` starts at field 3.
+    let ticks = fields[11] + fields[12] + if reaped { fields[13] + fields[14] } else { 0 };
+    ticks as f64 / 100.0
+}
+
+/// Processes whose command line holds `needle`.
+fn pids_with(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline)
+            .replace('\0', " ")
+            .contains(needle)
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The PostgreSQL server's processes: its postmaster (whose reaped children count with it) and
+/// the live backends, found by the data directory the postmaster was started with.
+fn postgres_cpu(postmaster: Option<u32>) -> f64 {
+    let Some(postmaster) = postmaster else {
+        return f64::NAN;
+    };
+    let mut total = cpu_seconds(postmaster, true);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if parent == Some(postmaster) {
+            total += cpu_seconds(pid, false);
+        }
+    }
+    total
+}
+
+/// The postmaster of the project's cluster (scripts/postgres.sh: target/postgres unless
+/// `SMOL_PG_DIR` moves it), from its pid file.
+fn postmaster() -> Option<u32> {
+    let dir = std::env::var_os("SMOL_PG_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/postgres"));
+    std::fs::read_to_string(dir.join("data/postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+async fn database() -> String {
+    let server = std::env::var("SMOL_TEST_PG_URL")
+        .expect("SMOL_TEST_PG_URL: run through scripts/bench-scaling.sh");
+    let name = format!("smolbench_{:016x}", rand::random::<u64>());
+    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
+    format!("{base}/{name}")
+}
+
+struct Server {
+    child: Child,
+    pid: u32,
+    port: u16,
+    cgroup: PathBuf,
+    _runtime: tempfile::TempDir,
+}
+
+async fn start_server(
+    cgroups: &mut Cgroups,
+    name: &str,
+    engine: &str,
+    store: &str,
+    issuer: &str,
+    resource: &str,
+) -> Server {
+    let runtime = tempfile::tempdir().unwrap();
+    let port = real_serve::free_port();
+    let child = Command::new(SERVER)
+        .env_clear()
+        .envs([
+            ("PATH", std::env::var("PATH").unwrap_or_default()),
+            ("HOME", runtime.path().display().to_string()),
+            (
+                "XDG_CONFIG_HOME",
+                runtime.path().join("config").display().to_string(),
+            ),
+            (
+                "SMOL_MCP_RUNTIME_DIR",
+                runtime.path().join("rt").display().to_string(),
+            ),
+            ("SMOL_LOCAL_URL", engine.to_owned()),
+            ("SMOL_MCP_STORE_URL", store.to_owned()),
+            ("SMOL_MCP_AUTH_ISSUER", issuer.to_owned()),
+            // Every process names the balancer as the audience: a token is for the service,
+            // whichever process answers it.
+            ("SMOL_MCP_AUTH_RESOURCE", resource.to_owned()),
+            ("SMOL_MCP_AUTH_SCOPES", "machines".to_owned()),
+            ("SMOL_MCP_HTTP_PORT", port.to_string()),
+            ("SMOL_MCP_LOG", "error".to_owned()),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let cgroup = cgroups.hold(name, pid);
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "not listening");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Server {
+        child,
+        pid,
+        port,
+        cgroup,
+        _runtime: runtime,
+    }
+}
+
+/// One sessionless tool call; whether it was answered without an error.
+async fn call(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    tool: &str,
+    arguments: Value,
+) -> bool {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+    "name": tool, "arguments": arguments, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+    }}});
+    let Ok(response) = http
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .json(&body)
+        .send()
+        .await
+    else {
+        return false;
+    };
+    let ok = response.status().is_success();
+    let text = response.text().await.unwrap_or_default();
+    let answered = ok && answer(&text)["result"]["isError"] == false;
+    if !answered {
+        eprintln!("scaling: {tool} not answered: {}", text.trim());
+    }
+    answered
+}
+
+/// The calls of one client: create-machine then delete-machine of that machine, `pairs` times;
+/// each call's time when it was answered, and how many were not.
+async fn pairs(
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    prefix: String,
+    pairs: usize,
+) -> (Vec<Duration>, usize) {
+    let mut times = Vec::with_capacity(pairs * 2);
+    let mut lost = 0;
+    for i in 0..pairs {
+        let name = format!("{prefix}-{i}");
+        for (tool, arguments) in [
+            ("create-machine", json!({"name": name, "start": false})),
+            ("delete-machine", json!({"name": name})),
+        ] {
+            let t = Instant::now();
+            if call(&http, &url, &token, tool, arguments).await {
+                times.push(t.elapsed());
+            } else {
+                lost += 1;
+            }
+        }
+    }
+    (times, lost)
+}
+
+/// CPU seconds of each part of the run so far.
+struct Readings {
+    servers: Vec<f64>,
+    postgres: f64,
+    engine: f64,
+    haproxy: f64,
+    bench: f64,
+}
+
+fn read_cpu(servers: &[Server], engine: &[u32], haproxy: Option<u32>) -> Readings {
+    Readings {
+        servers: servers.iter().map(|s| cpu_seconds(s.pid, false)).collect(),
+        postgres: postgres_cpu(postmaster()),
+        engine: engine.iter().map(|p| cpu_seconds(*p, true)).sum(),
+        haproxy: haproxy.map_or(f64::NAN, |p| cpu_seconds(p, false)),
+        bench: cpu_seconds(std::process::id(), false),
+    }
+}
+
+struct Shape<'a> {
+    name: &'a str,
+    label: &'a str,
+    processes: usize,
+}
+
+struct Setting<'a> {
+    cgroups: &'a mut Cgroups,
+    engine: &'a real_serve::RealServe,
+    engine_pids: &'a [u32],
+    issuer: &'a Issuer,
+    users: usize,
+    clients: usize,
+    calls: usize,
+}
+
+async fn shape(shape: Shape<'_>, s: Setting<'_>) -> Value {
+    let engine_url = format!("unix://{}", s.engine.socket().display());
+    let store = database().await;
+    let lb_dir = tempfile::tempdir().unwrap();
+    let lb_port = real_serve::free_port();
+    let url = format!("http://127.0.0.1:{lb_port}/mcp");
+    let mut servers = Vec::new();
+    for n in 0..shape.processes {
+        servers.push(
+            start_server(
+                s.cgroups,
+                &format!("{}-{n}", shape.label),
+                &engine_url,
+                &store,
+                &s.issuer.url,
+                &url,
+            )
+            .await,
+        );
+    }
+    let mut args = vec!["up".to_owned(), lb_port.to_string()];
+    args.extend(servers.iter().map(|s| s.port.to_string()));
+    balancer_script::run(lb_dir.path(), &args);
+    let haproxy = std::fs::read_to_string(lb_dir.path().join("haproxy.pid"))
+        .ok()
+        .and_then(|p| p.lines().next()?.trim().parse().ok());
+
+    let tokens: Vec<String> = (0..s.users)
+        .map(|u| s.issuer.token(&format!("bench-user-{u}"), &url))
+        .collect();
+    let mut connections = Vec::new();
+    for c in 0..s.clients {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .timeout(Duration::from_secs(120))
+            .build()
+            .unwrap();
+        // Warm: the connection made, the issuer's keys fetched and each process's first
+        // create and delete done before the clock.
+        let token = tokens[c % s.users].clone();
+        let (_, lost) = pairs(
+            http.clone(),
+            url.clone(),
+            token,
+            format!("{}-w{c}", shape.label),
+            1,
+        )
+        .await;
+        assert_eq!(lost, 0, "{}: the warm-up calls were refused", shape.name);
+        connections.push(http);
+    }
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(s.clients + 1));
+    let mut tasks = Vec::new();
+    for (c, http) in connections.into_iter().enumerate() {
+        let (barrier, url, token) = (barrier.clone(), url.clone(), tokens[c % s.users].clone());
+        let (prefix, calls) = (format!("{}-c{c}", shape.label), s.calls);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            pairs(http, url, token, prefix, calls).await
+        }));
+    }
+    let before = read_cpu(&servers, s.engine_pids, haproxy);
+    barrier.wait().await;
+    let started = Instant::now();
+    let (mut times, mut lost) = (Vec::new(), 0);
+    for t in tasks {
+        let (t, l) = t.await.unwrap();
+        times.extend(t);
+        lost += l;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let after = read_cpu(&servers, s.engine_pids, haproxy);
+    let left = smol_mcp::fleet::LocalFleet::new(s.engine.endpoint.clone())
+        .unwrap()
+        .list()
+        .await
+        .map_or(-1, |m| m.len() as i64);
+
+    times.sort();
+    let at = |p: f64| {
+        times
+            .get(((times.len().max(1) - 1) as f64 * p).round() as usize)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+    };
+    // Each part's CPU over the load's wall time, in percent of one core.
+    let share = |b: f64, a: f64| (a - b) / wall * 100.0;
+    let processes: Vec<Value> = servers
+        .iter()
+        .zip(before.servers.iter().zip(&after.servers))
+        .map(|(server, (b, a))| {
+            let (periods, throttled, throttled_secs) =
+                throttling(&server.cgroup, s.cgroups.hierarchy);
+            json!({
+                "cpuPercent": share(*b, *a),
+                "periods": periods,
+                "throttledPeriods": throttled,
+                "throttledSecs": throttled_secs,
+            })
+        })
+        .collect();
+    balancer_script::run(lb_dir.path(), &["down".into()]);
+    for mut server in servers {
+        let _ = server.child.kill().await;
+    }
+    json!({
+        "shape": shape.name,
+        "processes": shape.processes,
+        "calls": times.len() + lost,
+        "answered": times.len(),
+        "lost": lost,
+        "seconds": wall,
+        "callsPerSec": times.len() as f64 / wall,
+        "p50Ms": at(0.5),
+        "p99Ms": at(0.99),
+        "machinesLeft": left,
+        "cpuPercent": {
+            "servers": processes,
+            "postgres": share(before.postgres, after.postgres),
+            "engine": share(before.engine, after.engine),
+            "haproxy": share(before.haproxy, after.haproxy),
+            "benchClients": share(before.bench, after.bench),
+        },
+    })
+}
+
+async fn run() -> Value {
+    let clients = env_number("LOAD_CLIENTS", 12);
+    let calls = env_number("LOAD_CALLS", 40);
+    let users = env_number("SCALING_USERS", 6).max(1);
+    let quota_percent = env_number("SERVER_CPU_QUOTA_PERCENT", 10);
+    let quota_us = quota_percent as u64 * PERIOD_US / 100;
+    assert!(quota_us >= 1000, "SERVER_CPU_QUOTA_PERCENT: at least 1");
+    let mut cgroups = Cgroups::new(quota_us);
+    let engine = real_serve::RealServe::start().await;
+    let engine_pids = pids_with(&engine.dir.path().display().to_string());
+    let issuer = Issuer::start().await;
+    let mut runs = Vec::new();
+    for (name, label, processes) in [
+        ("1 process behind HAProxy", "one", 1),
+        ("3 processes behind HAProxy", "three", 3),
+    ] {
+        runs.push(
+            shape(
+                Shape {
+                    name,
+                    label,
+                    processes,
+                },
+                Setting {
+                    cgroups: &mut cgroups,
+                    engine: &engine,
+                    engine_pids: &engine_pids,
+                    issuer: &issuer,
+                    users,
+                    clients,
+                    calls,
+                },
+            )
+            .await,
+        );
+    }
+    drop(cgroups);
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    json!({
+        "at": chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        "commit": commit,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "serverCpuQuotaPercent": quota_percent,
+        "serverCpuQuotaUs": quota_us,
+        "serverCpuPeriodUs": PERIOD_US,
+        "clients": clients,
+        "pairsPerClient": calls,
+        "users": users,
+        "runs": runs,
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = runtime.block_on(run());
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "smol-mcp-http across processes on one PostgreSQL store, {} {} ({} cores)",
+        report["at"].as_str().unwrap_or(""),
+        report["commit"].as_str().unwrap_or(""),
+        report["cores"]
+    );
+    println!(
+        "{} clients as {} signed-in users x {} sessionless create-machine (start: false) + \
+         delete-machine pairs, smolvm serve 1.32.2; each server process {}% of one core \
+         (cfs quota {} us / {} us)",
+        report["clients"],
+        report["users"],
+        report["pairsPerClient"],
+        report["serverCpuQuotaPercent"],
+        report["serverCpuQuotaUs"],
+        report["serverCpuPeriodUs"]
+    );
+    println!();
+    println!("| shape | calls/s | p50 / p99 ms | lost | machines left |");
+    println!("|---|---|---|---|---|");
+    let runs = report["runs"].as_array().unwrap();
+    for r in runs {
+        println!(
+            "| {} | {:.1} | {:.1} / {:.1} | {} of {} | {} |",
+            r["shape"].as_str().unwrap_or(""),
+            f(&r["callsPerSec"]),
+            f(&r["p50Ms"]),
+            f(&r["p99Ms"]),
+            r["lost"],
+            r["calls"],
+            r["machinesLeft"]
+        );
+    }
+    let ratio = f(&runs[1]["callsPerSec"]) / f(&runs[0]["callsPerSec"]);
+    println!(
+        "\nthree processes / one process, each held to {}% of a core: {ratio:.2}x",
+        report["serverCpuQuotaPercent"]
+    );
+    println!("\nCPU used during the load, % of one core:");
+    println!(
+        "| shape | each server (throttled periods) | PostgreSQL | engine | HAProxy | bench clients |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in runs {
+        let cpu = &r["cpuPercent"];
+        let servers: Vec<String> = cpu["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{:.0} ({}/{})",
+                    f(&s["cpuPercent"]),
+                    s["throttledPeriods"],
+                    s["periods"]
+                )
+            })
+            .collect();
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            r["shape"].as_str().unwrap_or(""),
+            servers.join(", "),
+            f(&cpu["postgres"]),
+            f(&cpu["engine"]),
+            f(&cpu["haproxy"]),
+            f(&cpu["benchClients"])
+        );
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("scaling.json"),
+        serde_json::to_string_pretty(&report).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        runs.iter()
+            .all(|r| r["lost"] == 0 && r["machinesLeft"] == 0),
+        "a reply was lost or refused, or a machine was left on the engine: {report}"
+    );
+}
