@@ -19,13 +19,14 @@
 # and the engine scripts/fetch-smolvm.sh installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+load_name=bench-http-calls
+# shellcheck source=scripts/lib/http-load.sh
+. scripts/lib/http-load.sh
 [ "$#" -ge 1 ] || { echo "usage: scripts/bench-http-calls.sh LABEL=BIN [LABEL=BIN ...]" >&2; exit 2; }
 secs="${SECS:-10}"
 conns="${CONNECTIONS:-20}"
 raw="${RAW:-1}"
-for tool in wrk socat curl; do
-  command -v "$tool" >/dev/null || { echo "bench-http-calls: $tool is needed (apt-get install $tool)" >&2; exit 1; }
-done
+load_need wrk socat curl
 labels=()
 bins=()
 for pair in "$@"; do
@@ -36,41 +37,15 @@ for pair in "$@"; do
   labels+=("$label")
   bins+=("$bin")
 done
-engine=".smolvm/1.32.2/smol-vmm"
-[ -x "$engine" ] || scripts/fetch-smolvm.sh 1.32.2 >/dev/null
-work="$(mktemp -d)"
-serve_pid=""
-server_pid=""
-cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
-  [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-SMOLVM_VM_UID_DROP=off "$engine" serve start --listen "unix://$work/api.sock" \
-  --state-dir "$work/state" --guest-rollout-port "$((20000 + RANDOM % 10000))" >/dev/null 2>"$work/serve.log" &
-serve_pid=$!
-for _ in $(seq 100); do [ -S "$work/api.sock" ] && break; sleep 0.1; done
+trap load_cleanup EXIT
+load_start_serve
 # wrk's own summary has no p95; its `done` hook prints it in microseconds.
 percentiles='
 done = function(summary, latency, requests)
   io.write(string.format("p %d %d %d\n", latency:percentile(50), latency:percentile(95), latency:percentile(99)))
 end'
-cat > "$work/call.lua" <<LUA
-wrk.method = "POST"
-wrk.headers["authorization"] = "Bearer bench-token"
-wrk.headers["content-type"] = "application/json"
-wrk.headers["accept"] = "application/json, text/event-stream"
-wrk.headers["mcp-protocol-version"] = "2026-07-28"
-wrk.headers["mcp-method"] = "tools/call"
-wrk.headers["mcp-name"] = "list-machines"
-wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list-machines","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"0"}}}}'
-$percentiles
-LUA
-cat > "$work/raw.lua" <<LUA
-wrk.method = "GET"
-$percentiles
-LUA
+load_call_script "$load_work/call.lua" "$percentiles"
+printf 'wrk.method = "GET"\n%s\n' "$percentiles" > "$load_work/raw.lua"
 port=18791
 raw_port=18792
 measure() {
@@ -86,20 +61,17 @@ measure() {
 }
 round() {
   local label="$1" bin="$2"
-  SMOL_MCP_RUNTIME_DIR="$work/rt-$label" SMOL_MCP_AUTH_TOKEN=bench-token \
-    SMOL_LOCAL_URL="unix://$work/api.sock" SMOL_MCP_LOG=warn \
-    "$bin" --port "$port" >/dev/null 2>"$work/$label.log" &
-  server_pid=$!
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
-  measure "$label" "$work/call.lua" "http://127.0.0.1:$port/mcp"
-  kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""
+  load_start_server "$label" "$port" "$bin"
+  measure "$label" "$load_work/call.lua" "http://127.0.0.1:$port/mcp"
+  load_stop_server
 }
 raw_round() {
-  socat "TCP-LISTEN:$raw_port,reuseaddr,fork,bind=127.0.0.1" "UNIX-CONNECT:$work/api.sock" &
-  server_pid=$!
+  socat "TCP-LISTEN:$raw_port,reuseaddr,fork,bind=127.0.0.1" "UNIX-CONNECT:$load_work/api.sock" &
+  load_server=$!
+  load_pids+=("$load_server")
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$raw_port/api/v1/machines" && break; sleep 0.1; done
-  measure raw "$work/raw.lua" "http://127.0.0.1:$raw_port/api/v1/machines"
-  kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""
+  measure raw "$load_work/raw.lua" "http://127.0.0.1:$raw_port/api/v1/machines"
+  load_stop_server
 }
 echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, wrk -c$conns -d${secs}s, sessionless list-machines, real smolvm serve 1.32.2 behind, $(nproc) cores"
 echo "# build calls/s p50 p95 p99 (ms)"
