@@ -40,22 +40,6 @@ use tokio::process::{Child, Command};
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "balanced-token";
 
-async fn database() -> String {
-    let server = std::env::var("SMOL_TEST_PG_URL")
-        .expect("SMOL_TEST_PG_URL: run through scripts/bench-balanced.sh");
-    let name = format!("smolbench_{:016x}", rand::random::<u64>());
-    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
-    format!("{base}/{name}")
-}
-
 async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u16) {
     let port = real_serve::free_port();
     let child = Command::new(SERVER)
@@ -82,14 +66,7 @@ async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < Duration::from_secs(15), "not listening");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_listening(port, Duration::from_secs(15)).await;
     (child, port)
 }
 
@@ -183,7 +160,7 @@ async fn run() -> Value {
     }
     let mut runs = Vec::new();
 
-    let store = database().await;
+    let store = common::database("scripts/bench-balanced.sh").await;
     let rt = tempfile::tempdir().unwrap();
     let (one, one_port) = start_server(rt.path(), &fake.url(), &store).await;
     runs.push(
@@ -206,7 +183,7 @@ async fn run() -> Value {
     balancer_script::run(lb_dir.path(), &["down".into()]);
     drop(one);
 
-    let store = database().await;
+    let store = common::database("scripts/bench-balanced.sh").await;
     let mut children = Vec::new();
     let mut ports = Vec::new();
     let mut dirs = Vec::new();

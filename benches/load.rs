@@ -74,14 +74,7 @@ impl Server {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let start = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(start.elapsed() < Duration::from_secs(10), "not listening");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        common::wait_listening(port, Duration::from_secs(10)).await;
         Server {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
@@ -174,14 +167,6 @@ impl Session {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
-}
-
 /// N sessions, each creating one ephemeral machine when `create` (the fake only: the real serve
 /// would boot a VM), then M list-machines calls, then DELETE.
 async fn load(name: &str, local_url: &str, create: bool, sessions: usize, calls: usize) -> Value {
@@ -245,10 +230,10 @@ async fn load(name: &str, local_url: &str, create: bool, sessions: usize, calls:
         "answered": times.len(),
         "lost": lost,
         "callsPerSec": times.len() as f64 / wall.as_secs_f64(),
-        "p50Ms": percentile(&times, 0.50),
-        "p95Ms": percentile(&times, 0.95),
-        "p99Ms": percentile(&times, 0.99),
-        "maxMs": percentile(&times, 1.0),
+        "p50Ms": common::percentile_ms(&times, 0.50),
+        "p95Ms": common::percentile_ms(&times, 0.95),
+        "p99Ms": common::percentile_ms(&times, 0.99),
+        "maxMs": common::percentile_ms(&times, 1.0),
         "peakRssMiB": rss as f64 / 1024.0,
         "deleteStatuses": close_statuses.iter().copied().collect::<std::collections::BTreeSet<u16>>(),
     })

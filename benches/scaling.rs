@@ -257,22 +257,6 @@ fn postmaster() -> Option<u32> {
         .ok()
 }
 
-async fn database() -> String {
-    let server = std::env::var("SMOL_TEST_PG_URL")
-        .expect("SMOL_TEST_PG_URL: run through scripts/bench-scaling.sh");
-    let name = format!("smolbench_{:016x}", rand::random::<u64>());
-    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
-    format!("{base}/{name}")
-}
-
 struct Server {
     child: Child,
     pid: u32,
@@ -321,14 +305,7 @@ async fn start_server(
         .unwrap();
     let pid = child.id().unwrap();
     let cgroup = cgroups.hold(name, pid);
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < Duration::from_secs(30), "not listening");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_listening(port, Duration::from_secs(30)).await;
     Server {
         child,
         pid,
@@ -439,7 +416,7 @@ struct Setting<'a> {
 
 async fn shape(shape: Shape<'_>, s: Setting<'_>) -> Value {
     let engine_url = format!("unix://{}", s.engine.socket().display());
-    let store = database().await;
+    let store = common::database("scripts/bench-scaling.sh").await;
     let lb_dir = tempfile::tempdir().unwrap();
     let lb_port = real_serve::free_port();
     let url = format!("http://127.0.0.1:{lb_port}/mcp");

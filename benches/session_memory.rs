@@ -35,16 +35,8 @@ use tokio::process::{Child, Command};
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "session-memory-token";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn start(runtime: &std::path::Path, local_url: &str, max_sessions: usize) -> (Child, u16) {
-    let port = free_port();
+    let port = common::free_port();
     let child = Command::new(SERVER)
         .env_clear()
         .envs([
@@ -69,14 +61,7 @@ async fn start(runtime: &std::path::Path, local_url: &str, max_sessions: usize) 
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(started.elapsed() < Duration::from_secs(10), "not listening");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_listening(port, Duration::from_secs(10)).await;
     (child, port)
 }
 

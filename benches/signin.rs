@@ -168,14 +168,7 @@ async fn run() -> Value {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(start.elapsed() < Duration::from_secs(15), "not listening");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_listening(port, Duration::from_secs(15)).await;
     let user_token = issuer.token("bench-user", &url);
     let http = reqwest::Client::new();
     for (token, name) in [

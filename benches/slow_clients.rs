@@ -39,16 +39,8 @@ use tokio_util::sync::CancellationToken;
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "slow-clients-token";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn start(runtime: &std::path::Path, local_url: &str) -> (Child, u16) {
-    let port = free_port();
+    let port = common::free_port();
     let child = Command::new(SERVER)
         .env_clear()
         .envs([
@@ -72,14 +64,7 @@ async fn start(runtime: &std::path::Path, local_url: &str) -> (Child, u16) {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(started.elapsed() < Duration::from_secs(10), "not listening");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_listening(port, Duration::from_secs(10)).await;
     (child, port)
 }
 
@@ -193,14 +178,6 @@ async fn slow(port: u16, body: bool, stop: CancellationToken, connected: Arc<Ato
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
-}
-
 fn summary(name: &str, mut times: Vec<Duration>, failed: &[String], calls: usize) -> Value {
     times.sort();
     let mut statuses: Vec<String> = failed.to_vec();
@@ -210,9 +187,9 @@ fn summary(name: &str, mut times: Vec<Duration>, failed: &[String], calls: usize
         "run": name,
         "calls": calls,
         "answered": times.len(),
-        "p50Ms": percentile(&times, 0.50),
-        "p95Ms": percentile(&times, 0.95),
-        "maxMs": percentile(&times, 1.0),
+        "p50Ms": common::percentile_ms(&times, 0.50),
+        "p95Ms": common::percentile_ms(&times, 0.95),
+        "maxMs": common::percentile_ms(&times, 1.0),
         "failures": statuses,
     })
 }

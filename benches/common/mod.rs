@@ -1,11 +1,14 @@
 //! What the HTTP benchmarks share: their shape from the environment, a JSON-RPC answer read
-//! from a reply whether it came as JSON or as an event stream, and an OAuth issuer of their own.
+//! from a reply whether it came as JSON or as an event stream, a free port and the wait for a
+//! server to listen on it, a percentile, a database of their own on the project's PostgreSQL,
+//! and an OAuth issuer of their own.
 
 #![allow(dead_code)]
 
 pub mod issuer;
 
 use serde_json::Value;
+use std::time::{Duration, Instant};
 
 /// `name` from the environment as a number, else `default`.
 pub fn env_number(name: &str, default: usize) -> usize {
@@ -26,4 +29,52 @@ pub fn answer(text: &str) -> Value {
         .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
         .find(|v| v.get("id").is_some())
         .unwrap_or(Value::Null)
+}
+
+/// A port free on loopback now (the server binds it a moment later).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until something listens on `port`, for at most `within`.
+pub async fn wait_listening(port: u16, within: Duration) {
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < within, "not listening on {port}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The `p` quantile of `sorted` in milliseconds (NaN for none).
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// A database of the bench's own on the server `SMOL_TEST_PG_URL` names (which `script`
+/// exports), its URL.
+pub async fn database(script: &str) -> String {
+    let server = std::env::var("SMOL_TEST_PG_URL")
+        .unwrap_or_else(|_| panic!("SMOL_TEST_PG_URL: run through {script}"));
+    let name = format!("smolbench_{:016x}", rand::random::<u64>());
+    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
+    format!("{base}/{name}")
 }
