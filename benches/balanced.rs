@@ -44,17 +44,8 @@ async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u
     let port = real_serve::free_port();
     let child = Command::new(SERVER)
         .env_clear()
+        .envs(common::isolated_env(runtime))
         .envs([
-            ("PATH", std::env::var("PATH").unwrap_or_default()),
-            ("HOME", runtime.display().to_string()),
-            (
-                "XDG_CONFIG_HOME",
-                runtime.join("config").display().to_string(),
-            ),
-            (
-                "SMOL_MCP_RUNTIME_DIR",
-                runtime.join("rt").display().to_string(),
-            ),
             ("SMOL_LOCAL_URL", local_url.to_owned()),
             ("SMOL_MCP_STORE_URL", store.to_owned()),
             ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
@@ -210,11 +201,7 @@ async fn run() -> Value {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime.block_on(run());
+    let report = common::block_on(run());
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     println!(
         "smol-mcp-http behind HAProxy ({} cores, {} clients x {} sessionless list-machines calls, fake serve, PostgreSQL store)",
@@ -236,13 +223,7 @@ fn main() {
     }
     let ratio = f(&runs[2]["callsPerSec"]) / f(&runs[0]["callsPerSec"]);
     println!("\nthree processes behind the balancer / one process direct: {ratio:.2}x");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("balanced.json"),
-        serde_json::to_string_pretty(&report).unwrap(),
-    )
-    .unwrap();
+    common::write_report("balanced.json", &report);
     assert!(
         runs.iter().all(|r| r["lost"] == 0),
         "a reply was lost: {report}"

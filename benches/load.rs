@@ -53,17 +53,8 @@ impl Server {
         let port = real_serve::free_port();
         let child = Command::new(server_binary())
             .env_clear()
+            .envs(common::isolated_env(runtime))
             .envs([
-                ("PATH", std::env::var("PATH").unwrap_or_default()),
-                ("HOME", runtime.display().to_string()),
-                (
-                    "XDG_CONFIG_HOME",
-                    runtime.join("config").display().to_string(),
-                ),
-                (
-                    "SMOL_MCP_RUNTIME_DIR",
-                    runtime.join("rt").display().to_string(),
-                ),
                 ("SMOL_LOCAL_URL", local_url.to_owned()),
                 ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
                 ("SMOL_MCP_HTTP_PORT", port.to_string()),
@@ -309,10 +300,7 @@ fn main() {
         );
         failed |= r["lost"] != 0 || r["machinesLeft"] != 0;
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("load.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    let path = common::write_report("load.json", &report);
     println!("\nfigures written to {}", path.display());
     assert!(!failed, "a reply was lost or a machine leaked");
 }

@@ -277,17 +277,8 @@ async fn start_server(
     let port = real_serve::free_port();
     let child = Command::new(SERVER)
         .env_clear()
+        .envs(common::isolated_env(runtime.path()))
         .envs([
-            ("PATH", std::env::var("PATH").unwrap_or_default()),
-            ("HOME", runtime.path().display().to_string()),
-            (
-                "XDG_CONFIG_HOME",
-                runtime.path().join("config").display().to_string(),
-            ),
-            (
-                "SMOL_MCP_RUNTIME_DIR",
-                runtime.path().join("rt").display().to_string(),
-            ),
             ("SMOL_LOCAL_URL", engine.to_owned()),
             ("SMOL_MCP_STORE_URL", store.to_owned()),
             ("SMOL_MCP_AUTH_ISSUER", issuer.to_owned()),
@@ -600,11 +591,7 @@ async fn run() -> Value {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime.block_on(run());
+    let report = common::block_on(run());
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     println!(
         "smol-mcp-http across processes on one PostgreSQL store, {} {} ({} cores)",
@@ -674,13 +661,7 @@ fn main() {
             f(&cpu["benchClients"])
         );
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("scaling.json"),
-        serde_json::to_string_pretty(&report).unwrap(),
-    )
-    .unwrap();
+    common::write_report("scaling.json", &report);
     assert!(
         runs.iter()
             .all(|r| r["lost"] == 0 && r["machinesLeft"] == 0),

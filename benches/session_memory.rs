@@ -39,17 +39,8 @@ async fn start(runtime: &std::path::Path, local_url: &str, max_sessions: usize) 
     let port = common::free_port();
     let child = Command::new(SERVER)
         .env_clear()
+        .envs(common::isolated_env(runtime))
         .envs([
-            ("PATH", std::env::var("PATH").unwrap_or_default()),
-            ("HOME", runtime.display().to_string()),
-            (
-                "XDG_CONFIG_HOME",
-                runtime.join("config").display().to_string(),
-            ),
-            (
-                "SMOL_MCP_RUNTIME_DIR",
-                runtime.join("rt").display().to_string(),
-            ),
             ("SMOL_LOCAL_URL", local_url.to_owned()),
             ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
             ("SMOL_MCP_HTTP_PORT", port.to_string()),
@@ -209,9 +200,6 @@ fn main() {
         );
     }
     println!("\npeak RSS (VmHWM) {:.1} MiB", f(&report["peakRssMiB"]));
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("session_memory.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    let path = common::write_report("session_memory.json", &report);
     println!("figures written to {}", path.display());
 }

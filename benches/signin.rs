@@ -146,17 +146,8 @@ async fn run() -> Value {
     let url = format!("http://127.0.0.1:{port}/mcp");
     let _server = Command::new(SERVER)
         .env_clear()
+        .envs(common::isolated_env(rt.path()))
         .envs([
-            ("PATH", std::env::var("PATH").unwrap_or_default()),
-            ("HOME", rt.path().display().to_string()),
-            (
-                "XDG_CONFIG_HOME",
-                rt.path().join("config").display().to_string(),
-            ),
-            (
-                "SMOL_MCP_RUNTIME_DIR",
-                rt.path().join("rt").display().to_string(),
-            ),
             ("SMOL_LOCAL_URL", fake.url()),
             ("SMOL_MCP_AUTH_TOKEN", STATIC_TOKEN.to_owned()),
             ("SMOL_MCP_AUTH_ISSUER", issuer.url.clone()),
@@ -208,11 +199,7 @@ async fn run() -> Value {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime.block_on(run());
+    let report = common::block_on(run());
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     println!(
         "smol-mcp-http, static token against sign-in ({} cores, {} clients x {} sessionless calls, fake serve, SQLite store)",
@@ -244,11 +231,5 @@ fn main() {
             f(&pair[1]["callsPerSec"]) / f(&pair[0]["callsPerSec"])
         );
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("signin.json"),
-        serde_json::to_string_pretty(&report).unwrap(),
-    )
-    .unwrap();
+    common::write_report("signin.json", &report);
 }

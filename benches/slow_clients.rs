@@ -43,17 +43,8 @@ async fn start(runtime: &std::path::Path, local_url: &str) -> (Child, u16) {
     let port = common::free_port();
     let child = Command::new(SERVER)
         .env_clear()
+        .envs(common::isolated_env(runtime))
         .envs([
-            ("PATH", std::env::var("PATH").unwrap_or_default()),
-            ("HOME", runtime.display().to_string()),
-            (
-                "XDG_CONFIG_HOME",
-                runtime.join("config").display().to_string(),
-            ),
-            (
-                "SMOL_MCP_RUNTIME_DIR",
-                runtime.join("rt").display().to_string(),
-            ),
             ("SMOL_LOCAL_URL", local_url.to_owned()),
             ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
             ("SMOL_MCP_HTTP_PORT", port.to_string()),
@@ -276,9 +267,6 @@ fn main() {
         "\np95 under slow clients / alone: {:.2}x",
         f(&runs[1]["p95Ms"]) / f(&runs[0]["p95Ms"])
     );
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("slow_clients.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    let path = common::write_report("slow_clients.json", &report);
     println!("figures written to {}", path.display());
 }

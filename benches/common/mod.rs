@@ -78,3 +78,38 @@ pub async fn database(script: &str) -> String {
     let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
     format!("{base}/{name}")
 }
+
+/// The start of a server's environment, which a bench clears first: PATH, and a home, a
+/// config folder and a runtime directory of its own under `runtime`.
+pub fn isolated_env(runtime: &std::path::Path) -> [(&'static str, String); 4] {
+    [
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", runtime.display().to_string()),
+        (
+            "XDG_CONFIG_HOME",
+            runtime.join("config").display().to_string(),
+        ),
+        (
+            "SMOL_MCP_RUNTIME_DIR",
+            runtime.join("rt").display().to_string(),
+        ),
+    ]
+}
+
+/// Runs a bench's `run` on a runtime of its own.
+pub fn block_on(run: impl std::future::Future<Output = Value>) -> Value {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run)
+}
+
+/// Writes `report` to target/bench/`file`, and says where.
+pub fn write_report(file: &str, report: &Value) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(file);
+    std::fs::write(&path, serde_json::to_string_pretty(report).unwrap()).unwrap();
+    path
+}
