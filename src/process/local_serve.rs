@@ -753,19 +753,15 @@ mod tests {
     #[test]
     fn the_installed_engine_and_the_readme_venv_are_found_without_variables() {
         let empty_path = std::ffi::OsStr::new("/nonexistent");
+        let find = |home: &std::path::Path, data: Option<&std::path::Path>| {
+            locate_engine_from("smolvm", Some(empty_path), Some(home), None, data, None)
+        };
         let home = tempfile::tempdir().unwrap();
         let venv = home
             .path()
             .join(".local/share/smol-mcp/venv/lib/python3.11/site-packages/smol/smol-vmm");
         touch(&venv);
-        let found = locate_engine_from(
-            "smolvm",
-            Some(empty_path),
-            Some(home.path()),
-            None,
-            None,
-            None,
-        );
+        let found = find(home.path(), None);
         assert_eq!(
             found.path, venv,
             "the README's virtualenv, with no VIRTUAL_ENV"
@@ -778,14 +774,7 @@ mod tests {
             .join(".local/share/smol-mcp/engine/1.32.2/smol-vmm");
         touch(&older);
         touch(&newer);
-        let found = locate_engine_from(
-            "smolvm",
-            Some(empty_path),
-            Some(home.path()),
-            None,
-            None,
-            None,
-        );
+        let found = find(home.path(), None);
         assert_eq!(
             found.path, newer,
             "install-engine.sh's newest release, by number"
@@ -794,14 +783,7 @@ mod tests {
         let data = tempfile::tempdir().unwrap();
         let elsewhere = data.path().join("smol-mcp/engine/1.32.2/smol-vmm");
         touch(&elsewhere);
-        let found = locate_engine_from(
-            "smolvm",
-            Some(empty_path),
-            Some(home.path()),
-            None,
-            Some(data.path()),
-            None,
-        );
+        let found = find(home.path(), Some(data.path()));
         assert_eq!(
             found.path, elsewhere,
             "XDG_DATA_HOME moves the data directory"
@@ -811,14 +793,7 @@ mod tests {
             .path()
             .join("Library/Python/3.12/lib/python/site-packages/smol/smol-vmm");
         touch(&mac);
-        let found = locate_engine_from(
-            "smolvm",
-            Some(empty_path),
-            Some(mac_home.path()),
-            None,
-            None,
-            None,
-        );
+        let found = find(mac_home.path(), None);
         assert_eq!(found.path, mac, "pip --user on macOS");
     }
 
