@@ -1,7 +1,8 @@
 //! smol-mcp: an MCP server that gives an AI agent smol machines to work in.
 //!
 //! The crate is built in floors, and a module uses only modules on its own floor or below
-//! (tests/offline/layering.rs reads the sources and fails otherwise; docs/architecture.md draws it):
+//! (tests/offline/floors.rs has the compiler check each floor without the floors above it;
+//! docs/architecture.md draws it):
 //!
 //! 1. `generated` (the raw progenitor clients) and `spec` (the pipeline build.rs runs to make
 //!    them; build.rs compiles it too, through `#[path]`, so it depends on nothing but serde);

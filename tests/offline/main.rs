@@ -16,7 +16,8 @@
 //! - http_hardening: `smol-mcp-http`'s idle rule, Origin and Host, limits, body deadline
 //! - job_wrapper: the shell a background job runs in (wrapper, probe, reads, marker kill)
 //! - jobs: background jobs through an MCP client on both fleets (request snapshots)
-//! - layering: no module of src/ uses one on a higher floor or is in an import circle
+//! - floors: each floor of src/ compiles without the floors above it (the compiler keeps them)
+//! - layering: no file or folder of src/ is in a circle of uses
 //! - ledger: the run ledger's rows, redaction, restart, pruning, breakage and smol://runs
 //! - local_requests: every request the local fleet sends, pinned (request snapshots)
 //! - overrides: every spec override holds, and a stale one stops the build's pipeline
@@ -57,6 +58,7 @@ mod credentials;
 mod egress_ask;
 mod fake_pools;
 mod fleet_capabilities;
+mod floors;
 mod fuzz;
 mod generated_in_sync;
 mod guest_shell;
