@@ -219,6 +219,25 @@ pub trait KeyRepository: Send + Sync {
     async fn holder_alive(&self, record: &KeyRecord) -> bool;
 }
 
+/// The machine `name` (its name, or on cloud its id) on `fleet` as `user` holds it: the key of
+/// an owner's row and whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub fleet: FleetKind,
+    pub name: String,
+    pub user: String,
+}
+
+impl Hold {
+    pub fn new(fleet: FleetKind, name: impl Into<String>, user: impl Into<String>) -> Hold {
+        Hold {
+            fleet,
+            name: name.into(),
+            user: user.into(),
+        }
+    }
+}
+
 /// Which signed-in user holds which machine (each fleet's names are one namespace), and what a
 /// user's deleted cloud machines cost by UTC day. A machine no row names is the operator's.
 ///
@@ -234,22 +253,14 @@ pub trait OwnerRepository: Send + Sync {
     /// one at a time among all processes, and two users racing for a name never both get it.
     async fn claim(
         &self,
-        fleet: FleetKind,
-        name: &str,
-        user: &str,
+        hold: Hold,
         pending_after_ms: i64,
     ) -> Result<MachineClaim, StoreUnavailable>;
     /// The fleet made `name` for `user`: held as made from now on (the claim is taken over if
     /// it was let go meanwhile, the fleet having made it for this user all the same).
-    async fn made(&self, fleet: FleetKind, name: &str, user: &str) -> Result<(), StoreUnavailable>;
-    /// `user`'s machine `name` answers to `id` as well (a cloud machine's own id).
-    async fn alias(
-        &self,
-        fleet: FleetKind,
-        id: &str,
-        name: &str,
-        user: &str,
-    ) -> Result<(), StoreUnavailable>;
+    async fn made(&self, hold: Hold) -> Result<(), StoreUnavailable>;
+    /// The held machine answers to `id` as well (a cloud machine's own id).
+    async fn alias(&self, id: &str, hold: Hold) -> Result<(), StoreUnavailable>;
     /// Who holds the machine `name` (its name, or on cloud its id) names, once made: a name
     /// in the making is held by no one yet.
     async fn holder(
@@ -261,12 +272,7 @@ pub trait OwnerRepository: Send + Sync {
     async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable>;
     /// `user` no longer holds the machine `name` (its name or its id) names: deleted, or its
     /// create failed.
-    async fn release(
-        &self,
-        fleet: FleetKind,
-        name: &str,
-        user: &str,
-    ) -> Result<(), StoreUnavailable>;
+    async fn release(&self, hold: Hold) -> Result<(), StoreUnavailable>;
     /// Every held machine of `fleet` (made or in the making) with when it was first held,
     /// whoever holds it: for [`OwnerRepository::forget`] to find the ones deleted behind the
     /// holder's back, and claims a process that died left in the making.

@@ -17,9 +17,9 @@ mod records;
 pub mod sqlite;
 
 pub use api::{
-    Backend, EgressGrantRepository, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository, Lifecycle,
-    OwnerRepository, REQUEST_STATES_MAX, RequestStateRepository, RunRepository, RunRetention,
-    Sharing, SpendRepository, Store, StoreUnavailable, Taken, TaskRepository,
+    Backend, EgressGrantRepository, Hold, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository,
+    Lifecycle, OwnerRepository, REQUEST_STATES_MAX, RequestStateRepository, RunRepository,
+    RunRetention, Sharing, SpendRepository, Store, StoreUnavailable, Taken, TaskRepository,
 };
 pub use records::{
     EgressGrant, HeldName, Holding, JobEnd, JobRecord, JobState, KeyClaim, KeyRecord, MachineClaim,

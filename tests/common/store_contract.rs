@@ -10,9 +10,9 @@
 use futures::future::BoxFuture;
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::store::{
-    EgressGrant, HeldName, JobEnd, JobRecord, JobState, KeyClaim, KeyRecord, MachineClaim, NewRun,
-    REQUEST_STATES_MAX, RunCommand, RunEnd, RunOutcome, SpendReading, Store, StreamRecord, Taken,
-    TaskRecord,
+    EgressGrant, HeldName, Hold, JobEnd, JobRecord, JobState, KeyClaim, KeyRecord, MachineClaim,
+    NewRun, REQUEST_STATES_MAX, RunCommand, RunEnd, RunOutcome, SpendReading, Store, StreamRecord,
+    Taken, TaskRecord,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -367,11 +367,14 @@ pub async fn machine_names(open: Open<'_>) {
             claims.push(tokio::spawn(async move {
                 let owners = store.owners();
                 let claim = owners
-                    .claim(FleetKind::Local, &name, &user, 0)
+                    .claim(Hold::new(FleetKind::Local, &name, &user), 0)
                     .await
                     .unwrap();
                 if matches!(claim, MachineClaim::Claimed { .. }) {
-                    owners.made(FleetKind::Local, &name, &user).await.unwrap();
+                    owners
+                        .made(Hold::new(FleetKind::Local, &name, &user))
+                        .await
+                        .unwrap();
                 }
                 (name, user, claim)
             }));
@@ -421,7 +424,7 @@ pub async fn machine_names(open: Open<'_>) {
         "user-0"
     };
     owners(1)
-        .release(FleetKind::Local, &name, stranger)
+        .release(Hold::new(FleetKind::Local, &name, stranger))
         .await
         .unwrap();
     let now_held = owners(2).holder(FleetKind::Local, &name).await.unwrap();
@@ -431,7 +434,7 @@ pub async fn machine_names(open: Open<'_>) {
         "a stranger's release frees nothing"
     );
     owners(1)
-        .release(FleetKind::Local, &name, &holder)
+        .release(Hold::new(FleetKind::Local, &name, &holder))
         .await
         .unwrap();
     assert_eq!(
@@ -440,7 +443,7 @@ pub async fn machine_names(open: Open<'_>) {
     );
 
     let web = owners(0)
-        .claim(FleetKind::Cloud, "web", "user-2", 0)
+        .claim(Hold::new(FleetKind::Cloud, "web", "user-2"), 0)
         .await
         .unwrap();
     let mine = vec![HeldName {
@@ -451,7 +454,7 @@ pub async fn machine_names(open: Open<'_>) {
     let making = owners(1).holder(FleetKind::Cloud, "web").await.unwrap();
     assert_eq!(making, None, "in the making: no one's machine yet");
     let again = owners(1)
-        .claim(FleetKind::Cloud, "web", "user-2", 0)
+        .claim(Hold::new(FleetKind::Cloud, "web", "user-2"), 0)
         .await
         .unwrap();
     assert_eq!(
@@ -460,11 +463,11 @@ pub async fn machine_names(open: Open<'_>) {
         "held, not claimed anew"
     );
     owners(2)
-        .made(FleetKind::Cloud, "web", "user-2")
+        .made(Hold::new(FleetKind::Cloud, "web", "user-2"))
         .await
         .unwrap();
     owners(0)
-        .alias(FleetKind::Cloud, "mach-1", "web", "user-2")
+        .alias("mach-1", Hold::new(FleetKind::Cloud, "web", "user-2"))
         .await
         .unwrap();
     let by_id = owners(1).holder(FleetKind::Cloud, "mach-1").await.unwrap();
@@ -478,7 +481,7 @@ pub async fn machine_names(open: Open<'_>) {
     let since = owners(1).held_since(FleetKind::Cloud).await.unwrap();
     assert!(since.iter().any(|h| h.machine == "web"), "{since:?}");
     owners(1)
-        .release(FleetKind::Cloud, "mach-1", "user-2")
+        .release(Hold::new(FleetKind::Cloud, "mach-1", "user-2"))
         .await
         .unwrap();
     assert_eq!(
@@ -487,11 +490,11 @@ pub async fn machine_names(open: Open<'_>) {
     );
 
     owners(0)
-        .claim(FleetKind::Local, "gone", "user-1", 0)
+        .claim(Hold::new(FleetKind::Local, "gone", "user-1"), 0)
         .await
         .unwrap();
     owners(0)
-        .made(FleetKind::Local, "gone", "user-1")
+        .made(Hold::new(FleetKind::Local, "gone", "user-1"))
         .await
         .unwrap();
     owners(1).forget(FleetKind::Local, "gone").await.unwrap();
@@ -528,7 +531,7 @@ pub async fn one_users_claims(open: Open<'_>) {
             let name = format!("u-{i}");
             store
                 .owners()
-                .claim(FleetKind::Local, &name, "erin", 0)
+                .claim(Hold::new(FleetKind::Local, &name, "erin"), 0)
                 .await
                 .unwrap()
         }));
@@ -560,13 +563,13 @@ pub async fn one_users_claims(open: Open<'_>) {
     );
     stores[0]
         .owners()
-        .made(FleetKind::Local, "u-0", "erin")
+        .made(Hold::new(FleetKind::Local, "u-0", "erin"))
         .await
         .unwrap();
     let later = now_ms() + 3_600_000;
     let claim = stores[1]
         .owners()
-        .claim(FleetKind::Local, "u-new", "erin", later);
+        .claim(Hold::new(FleetKind::Local, "u-new", "erin"), later);
     let MachineClaim::Claimed { mut theirs } = claim.await.unwrap() else {
         panic!("u-new was held");
     };

@@ -11,7 +11,7 @@ use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::config;
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::protocol::Protocol;
-use smol_mcp::store::MachineClaim;
+use smol_mcp::store::{Hold, MachineClaim};
 
 #[tokio::test]
 async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
@@ -32,19 +32,22 @@ async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
     for name in ["live-box", "gone-box"] {
         assert!(matches!(
             owners
-                .claim(FleetKind::Local, name, "alice", 0)
+                .claim(Hold::new(FleetKind::Local, name, "alice"), 0)
                 .await
                 .unwrap(),
             MachineClaim::Claimed { .. }
         ));
-        owners.made(FleetKind::Local, name, "alice").await.unwrap();
+        owners
+            .made(Hold::new(FleetKind::Local, name, "alice"))
+            .await
+            .unwrap();
     }
     // A claim left in the making (its process died, or could not let it go) on the name of a
     // machine that exists: that machine is not the claimer's.
     fake.add_machine("raced-box", "running");
     assert!(matches!(
         owners
-            .claim(FleetKind::Local, "raced-box", "bob", 0)
+            .claim(Hold::new(FleetKind::Local, "raced-box", "bob"), 0)
             .await
             .unwrap(),
         MachineClaim::Claimed { .. }
@@ -369,7 +372,7 @@ async fn one_users_claims_each_see_every_claim_before_them() {
         async move {
             store
                 .owners()
-                .claim(FleetKind::Local, &format!("n-{i}"), "erin", 0)
+                .claim(Hold::new(FleetKind::Local, format!("n-{i}"), "erin"), 0)
                 .await
                 .unwrap()
         }
@@ -403,7 +406,7 @@ async fn one_users_claims_each_see_every_claim_before_them() {
     );
     store
         .owners()
-        .made(FleetKind::Local, "n-3", "erin")
+        .made(Hold::new(FleetKind::Local, "n-3", "erin"))
         .await
         .unwrap();
     assert_eq!(

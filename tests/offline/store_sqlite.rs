@@ -30,8 +30,8 @@ async fn file_backing() -> crate::common::store_contract::Backing {
 crate::store_contract_tests!(file_backing);
 
 /// A stored job naming no fleet this server knows is refused: not read (get, others) and not
-/// taken over, never read as a local job; one in a state this server does not know is not read
-/// either.
+/// taken over, never read as a local job; one in a state this server does not know, or with a
+/// negative timeout, is not read either.
 #[tokio::test]
 async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     let dir = tempfile::tempdir().unwrap();
@@ -44,6 +44,7 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     store.jobs().started(job("known", "serve-a"));
     store.jobs().started(job("strange", "serve-a"));
     store.jobs().started(job("odd", "serve-a"));
+    store.jobs().started(job("negative", "serve-a"));
     store.flush().await;
     // Both as a process that has ended had left them running.
     let mut ended = std::process::Command::new("true").spawn().unwrap();
@@ -55,11 +56,14 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
         .unwrap();
     db.execute("UPDATE jobs SET state = 'dormant' WHERE id = 'odd'", [])
         .unwrap();
+    db.execute("UPDATE jobs SET timeout_secs = -1 WHERE id = 'negative'", [])
+        .unwrap();
     drop(db);
     let reader = SqliteStore::new(path, retention, Events::default());
     assert!(reader.jobs().get("known").await.unwrap().is_some());
     assert!(reader.jobs().get("strange").await.unwrap().is_none());
     assert!(reader.jobs().get("odd").await.unwrap().is_none());
+    assert!(reader.jobs().get("negative").await.unwrap().is_none());
     let others: Vec<String> = reader
         .jobs()
         .others(100)

@@ -445,8 +445,8 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
 }
 
 /// A stored job naming no fleet this server knows is refused: not read (get, others) and not
-/// taken over, never read as a local job; one in a state this server does not know is not read
-/// either. (SQLite: tests/offline/store_sqlite.rs.)
+/// taken over, never read as a local job; one in a state this server does not know, or with a
+/// negative timeout, is not read either. (SQLite: tests/offline/store_sqlite.rs.)
 #[tokio::test]
 async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     let db = TestDatabase::new().await;
@@ -454,6 +454,7 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     writer.jobs().started(job("known", "serve-a"));
     writer.jobs().started(job("strange", "serve-a"));
     writer.jobs().started(job("odd", "serve-a"));
+    writer.jobs().started(job("negative", "serve-a"));
     writer.flush().await;
     let raw = db.client().await;
     raw.execute("UPDATE jobs SET fleet = 'mars' WHERE id = 'strange'", &[])
@@ -462,10 +463,14 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     raw.execute("UPDATE jobs SET state = 'dormant' WHERE id = 'odd'", &[])
         .await
         .unwrap();
+    raw.execute("UPDATE jobs SET timeout_secs = -1 WHERE id = 'negative'", &[])
+        .await
+        .unwrap();
     let reader = ready_store(&db).await;
     assert!(reader.jobs().get("known").await.unwrap().is_some());
     assert!(reader.jobs().get("strange").await.unwrap().is_none());
     assert!(reader.jobs().get("odd").await.unwrap().is_none());
+    assert!(reader.jobs().get("negative").await.unwrap().is_none());
     let others: Vec<String> = reader
         .jobs()
         .others(100)

@@ -18,7 +18,7 @@ use crate::fleet::{ErrorKind, Fleet, FleetKind, Machine};
 use crate::policy::Policy;
 use crate::policy::error::{ToolError, ToolErrorKind, quote};
 use crate::policy::user::User;
-use crate::store::{HeldName, MachineClaim, StoreUnavailable};
+use crate::store::{HeldName, Hold, MachineClaim, StoreUnavailable};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;
@@ -202,7 +202,7 @@ impl Call<'_> {
         }
         let pending_after = chrono::Utc::now().timestamp_millis() - crate::policy::HELD_AT_LEAST_MS;
         match owners
-            .claim(kind, name, user, pending_after)
+            .claim(Hold::new(kind, name, user), pending_after)
             .await
             .map_err(store_error)?
         {
@@ -228,13 +228,11 @@ impl Call<'_> {
         }
         let (kind, user) = (fleet.kind(), self.caller.user.id());
         let owners = self.policy.store.owners();
-        owners.made(kind, name, user).await.map_err(store_error)?;
+        let hold = Hold::new(kind, name, user);
+        owners.made(hold.clone()).await.map_err(store_error)?;
         self.unclaimed(kind, name);
         if fleet.capabilities().ids_apart_from_names && id != name {
-            owners
-                .alias(kind, id, name, user)
-                .await
-                .map_err(store_error)?;
+            owners.alias(id, hold).await.map_err(store_error)?;
         }
         Ok(())
     }
@@ -248,7 +246,7 @@ impl Call<'_> {
             .policy
             .store
             .owners()
-            .release(kind, name, self.caller.user.id())
+            .release(Hold::new(kind, name, self.caller.user.id()))
             .await
         {
             tracing::warn!(machine = %name, error = %e, "could not let go of a machine's name");
@@ -263,7 +261,7 @@ impl Call<'_> {
                 .policy
                 .store
                 .owners()
-                .release(kind, &name, self.caller.user.id())
+                .release(Hold::new(kind, name.as_str(), self.caller.user.id()))
                 .await
             {
                 tracing::warn!(machine = %name, error = %e, "could not let go of a machine's name");
@@ -279,7 +277,7 @@ impl Call<'_> {
         }
         let owners = self.policy.store.owners();
         let user = self.caller.user.id();
-        if let Err(e) = owners.release(kind, name, user).await {
+        if let Err(e) = owners.release(Hold::new(kind, name, user)).await {
             tracing::warn!(machine = %name, error = %e, "could not let go of a deleted machine's name");
         }
         if let Some(cost) = cost_micros.filter(|c| *c > 0)

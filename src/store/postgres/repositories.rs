@@ -6,10 +6,10 @@ use super::schema::NOW_MS;
 use super::writes::{self, Write};
 use crate::fleet::FleetKind;
 use crate::store::{
-    EgressGrant, EgressGrantRepository, JobEnd, JobRecord, JobRepository, KeyClaim, KeyRecord,
-    KeyRepository, NewRun, REQUEST_STATES_MAX, RunDetail, RunEnd, RunPage, RunRepository,
-    RunSummary, ServedEngine, SpendReading, SpendRepository, StoreUnavailable, StreamRecord, Taken,
-    TaskRecord, TaskRepository,
+    EgressGrant, EgressGrantRepository, Hold, JobEnd, JobRecord, JobRepository, KeyClaim,
+    KeyRecord, KeyRepository, NewRun, REQUEST_STATES_MAX, RunDetail, RunEnd, RunPage,
+    RunRepository, RunSummary, ServedEngine, SpendReading, SpendRepository, StoreUnavailable,
+    StreamRecord, Taken, TaskRecord, TaskRepository,
 };
 use tokio_postgres::Row;
 
@@ -410,12 +410,11 @@ const CLAIM_LOCK_CLASS: i32 = 0x736d_6f6c;
 impl crate::store::OwnerRepository for PgStore {
     async fn claim(
         &self,
-        fleet: FleetKind,
-        name: &str,
-        user: &str,
+        hold: Hold,
         pending_after_ms: i64,
     ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
         use crate::store::{HeldName, MachineClaim};
+        let Hold { fleet, name, user } = &hold;
         self.in_claim_transaction(async |db| {
             // One user's claims one at a time, in every process: the names read below are
             // then all the user held, none committed unseen between the insert and the read.
@@ -466,7 +465,8 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn made(&self, fleet: FleetKind, name: &str, user: &str) -> Result<(), StoreUnavailable> {
+    async fn made(&self, hold: Hold) -> Result<(), StoreUnavailable> {
+        let Hold { fleet, name, user } = &hold;
         self.read(async |db| {
             db.execute(
                 &format!(
@@ -483,13 +483,8 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn alias(
-        &self,
-        fleet: FleetKind,
-        id: &str,
-        name: &str,
-        user: &str,
-    ) -> Result<(), StoreUnavailable> {
+    async fn alias(&self, id: &str, hold: Hold) -> Result<(), StoreUnavailable> {
+        let Hold { fleet, name, user } = &hold;
         self.read(async |db| {
             db.execute(
                 &format!(
@@ -535,12 +530,8 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn release(
-        &self,
-        fleet: FleetKind,
-        name: &str,
-        user: &str,
-    ) -> Result<(), StoreUnavailable> {
+    async fn release(&self, hold: Hold) -> Result<(), StoreUnavailable> {
+        let Hold { fleet, name, user } = &hold;
         self.read(async |db| {
             db.execute(
                 "DELETE FROM machine_owners WHERE fleet = $1 AND user_id = $3 AND machine IN \

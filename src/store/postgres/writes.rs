@@ -355,13 +355,17 @@ impl Writer<'_> {
 /// A job as the columns `id, run_id, fleet, engine, machine, command, base, started_ms,
 /// timeout_secs`, then (at `user_at`) `user_id` give it.
 /// `None`, said in the log, for a row naming no fleet this server knows (`as_str` wrote every
-/// one): such a row is refused, never taken for a fleet it may not be.
+/// one) or a negative timeout: such a row is refused, never taken for what it may not be.
 pub(super) fn job(row: &Row, user_at: usize) -> Option<JobRecord> {
     let fleet: String = row.get(2);
     let timeout: i64 = row.get(8);
     let id: String = row.get(0);
     let Some(fleet) = crate::fleet::FleetKind::parse(&fleet) else {
         tracing::warn!(job = %id, %fleet, "a stored job names no fleet this server knows; it is left unread");
+        return None;
+    };
+    let Ok(timeout_secs) = u64::try_from(timeout) else {
+        tracing::warn!(job = %id, timeout, "a stored job's timeout is negative; it is left unread");
         return None;
     };
     Some(JobRecord {
@@ -374,7 +378,7 @@ pub(super) fn job(row: &Row, user_at: usize) -> Option<JobRecord> {
         command: row.get(5),
         base: row.get(6),
         started_ms: row.get(7),
-        timeout_secs: u64::try_from(timeout).unwrap_or(0),
+        timeout_secs,
     })
 }
 

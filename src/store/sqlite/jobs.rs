@@ -73,32 +73,12 @@ pub(super) fn take_over(
 ) -> rusqlite::Result<Vec<JobRecord>> {
     let me = std::process::id();
     let candidates: Vec<(JobRecord, i64)> = conn
-        .prepare_cached(
-            "SELECT id, run_id, pid, fleet, engine, machine, command, base, started_ms, \
-             timeout_secs, user_id FROM jobs WHERE state = 'running' ORDER BY started_ms",
-        )?
+        .prepare_cached(&format!(
+            "SELECT {STORED_COLUMNS}, pid FROM jobs WHERE state = 'running' ORDER BY started_ms"
+        ))?
         .query_map([], |row| {
-            let fleet: String = row.get(3)?;
-            let timeout: i64 = row.get(9)?;
-            let id: String = row.get(0)?;
-            let Some(fleet) = known_fleet(&id, &fleet) else {
-                return Ok(None);
-            };
-            Ok(Some((
-                JobRecord {
-                    id,
-                    user: row.get(10)?,
-                    run_id: row.get(1)?,
-                    fleet,
-                    engine: row.get(4)?,
-                    machine: row.get(5)?,
-                    command: row.get(6)?,
-                    base: row.get(7)?,
-                    started_ms: row.get(8)?,
-                    timeout_secs: u64::try_from(timeout).unwrap_or(0),
-                },
-                row.get::<_, i64>(2)?,
-            )))
+            let pid: i64 = row.get(13)?;
+            Ok(stored(row)?.map(|job| (job.record, pid)))
         })?
         .filter_map(Result::transpose)
         .collect::<rusqlite::Result<_>>()?;
@@ -149,6 +129,10 @@ fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<StoredJob>> {
     let Some(state) = crate::store::records::known_job_state(&id, &state) else {
         return Ok(None);
     };
+    let Ok(timeout_secs) = u64::try_from(timeout) else {
+        tracing::warn!(job = %id, timeout, "a stored job's timeout is negative; it is left unread");
+        return Ok(None);
+    };
     Ok(Some(StoredJob {
         record: JobRecord {
             id,
@@ -160,7 +144,7 @@ fn stored(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<StoredJob>> {
             command: row.get(5)?,
             base: row.get(6)?,
             started_ms: row.get(7)?,
-            timeout_secs: u64::try_from(timeout).unwrap_or(0),
+            timeout_secs,
         },
         state,
         exit_code: row.get(10)?,

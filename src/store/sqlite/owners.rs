@@ -2,7 +2,7 @@
 //! what each user's deleted cloud machines cost by day.
 
 use crate::fleet::FleetKind;
-use crate::store::{HeldName, Holding, MachineClaim};
+use crate::store::{HeldName, Hold, Holding, MachineClaim};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Claims `name` for `user`, in the making, unless someone holds it; in the writer's
@@ -10,12 +10,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 /// time, in this process and any other on the file).
 pub(super) fn claim(
     conn: &Connection,
-    fleet: FleetKind,
-    name: &str,
-    user: &str,
+    hold: &Hold,
     now_ms: i64,
     pending_after_ms: i64,
 ) -> rusqlite::Result<MachineClaim> {
+    let Hold { fleet, name, user } = hold;
     let inserted = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO machine_owners (fleet, name, machine, user_id, made_ms, made) \
@@ -51,13 +50,8 @@ pub(super) fn claim(
 
 /// The machine `name` was made for `user`: held as made (taken over if the claim was let go
 /// meanwhile by a racing create of the same user's that failed).
-pub(super) fn made(
-    conn: &Connection,
-    fleet: FleetKind,
-    name: &str,
-    user: &str,
-    now_ms: i64,
-) -> rusqlite::Result<()> {
+pub(super) fn made(conn: &Connection, hold: &Hold, now_ms: i64) -> rusqlite::Result<()> {
+    let Hold { fleet, name, user } = hold;
     conn.prepare_cached(
         "INSERT INTO machine_owners (fleet, name, machine, user_id, made_ms, made) \
          VALUES (?1, ?2, ?2, ?3, ?4, 1) ON CONFLICT (fleet, name) \
@@ -67,14 +61,8 @@ pub(super) fn made(
     Ok(())
 }
 
-pub(super) fn alias(
-    conn: &Connection,
-    fleet: FleetKind,
-    id: &str,
-    name: &str,
-    user: &str,
-    now_ms: i64,
-) -> rusqlite::Result<()> {
+pub(super) fn alias(conn: &Connection, id: &str, hold: &Hold, now_ms: i64) -> rusqlite::Result<()> {
+    let Hold { fleet, name, user } = hold;
     conn.prepare_cached(
         "INSERT OR IGNORE INTO machine_owners (fleet, name, machine, user_id, made_ms) \
          VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -104,12 +92,8 @@ pub(super) fn held(conn: &Connection, fleet: FleetKind) -> rusqlite::Result<Vec<
     .collect()
 }
 
-pub(super) fn release(
-    conn: &Connection,
-    fleet: FleetKind,
-    name: &str,
-    user: &str,
-) -> rusqlite::Result<()> {
+pub(super) fn release(conn: &Connection, hold: &Hold) -> rusqlite::Result<()> {
+    let Hold { fleet, name, user } = hold;
     conn.prepare_cached(
         "DELETE FROM machine_owners WHERE fleet = ?1 AND user_id = ?3 AND machine IN \
          (SELECT machine FROM machine_owners WHERE fleet = ?1 AND name = ?2 AND user_id = ?3)",

@@ -6,10 +6,10 @@ use super::schema::now_ms;
 use super::{SqliteStore, grants, jobs, keys, owners, runs, spend, states, tasks};
 use crate::fleet::FleetKind;
 use crate::store::{
-    EgressGrant, EgressGrantRepository, JobEnd, JobRecord, JobRepository, KeyClaim, KeyRecord,
-    KeyRepository, NewRun, RequestStateRepository, RunDetail, RunEnd, RunPage, RunRepository,
-    ServedEngine, SpendReading, SpendRepository, StoreUnavailable, Taken, TaskRecord,
-    TaskRepository,
+    EgressGrant, EgressGrantRepository, Hold, JobEnd, JobRecord, JobRepository, KeyClaim,
+    KeyRecord, KeyRepository, NewRun, RequestStateRepository, RunDetail, RunEnd, RunPage,
+    RunRepository, ServedEngine, SpendReading, SpendRepository, StoreUnavailable, Taken,
+    TaskRecord, TaskRepository,
 };
 
 #[async_trait::async_trait]
@@ -213,38 +213,24 @@ impl RequestStateRepository for SqliteStore {
 impl crate::store::OwnerRepository for SqliteStore {
     async fn claim(
         &self,
-        fleet: FleetKind,
-        name: &str,
-        user: &str,
+        hold: Hold,
         pending_after_ms: i64,
     ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
-        let (name, user) = (name.to_owned(), user.to_owned());
         self.ask(true, move |conn| {
-            owners::claim(conn, fleet, &name, &user, now_ms(), pending_after_ms)
+            owners::claim(conn, &hold, now_ms(), pending_after_ms)
         })
         .await
     }
 
-    async fn made(&self, fleet: FleetKind, name: &str, user: &str) -> Result<(), StoreUnavailable> {
-        let (name, user) = (name.to_owned(), user.to_owned());
-        self.ask(true, move |conn| {
-            owners::made(conn, fleet, &name, &user, now_ms())
-        })
-        .await
+    async fn made(&self, hold: Hold) -> Result<(), StoreUnavailable> {
+        self.ask(true, move |conn| owners::made(conn, &hold, now_ms()))
+            .await
     }
 
-    async fn alias(
-        &self,
-        fleet: FleetKind,
-        id: &str,
-        name: &str,
-        user: &str,
-    ) -> Result<(), StoreUnavailable> {
-        let (id, name, user) = (id.to_owned(), name.to_owned(), user.to_owned());
-        self.ask(true, move |conn| {
-            owners::alias(conn, fleet, &id, &name, &user, now_ms())
-        })
-        .await
+    async fn alias(&self, id: &str, hold: Hold) -> Result<(), StoreUnavailable> {
+        let id = id.to_owned();
+        self.ask(true, move |conn| owners::alias(conn, &id, &hold, now_ms()))
+            .await
     }
 
     async fn holder(
@@ -261,17 +247,9 @@ impl crate::store::OwnerRepository for SqliteStore {
         self.read(move |conn| owners::held(conn, fleet)).await
     }
 
-    async fn release(
-        &self,
-        fleet: FleetKind,
-        name: &str,
-        user: &str,
-    ) -> Result<(), StoreUnavailable> {
-        let (name, user) = (name.to_owned(), user.to_owned());
-        self.ask(false, move |conn| {
-            owners::release(conn, fleet, &name, &user)
-        })
-        .await
+    async fn release(&self, hold: Hold) -> Result<(), StoreUnavailable> {
+        self.ask(false, move |conn| owners::release(conn, &hold))
+            .await
     }
 
     async fn held_since(
