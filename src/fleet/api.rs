@@ -36,8 +36,33 @@ pub trait CredentialValues: Send + Sync + std::fmt::Debug {
     async fn forget(&self, machine: &str);
 }
 
-/// A handle on one fleet; cheap to clone.
-pub type Fleet = std::sync::Arc<dyn FleetApi>;
+/// A handle on one fleet where the process placed it: the target it answers for (which the
+/// fleet itself does not say: a fleet is what it can do, and any make of fleet may answer for
+/// a target) and the fleet. Cheap to clone; derefs to the fleet.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    kind: FleetKind,
+    api: std::sync::Arc<dyn FleetApi>,
+}
+
+impl Fleet {
+    pub fn new(kind: FleetKind, api: std::sync::Arc<dyn FleetApi>) -> Fleet {
+        Fleet { kind, api }
+    }
+
+    /// The target this fleet answers for in this process.
+    pub fn kind(&self) -> FleetKind {
+        self.kind
+    }
+}
+
+impl std::ops::Deref for Fleet {
+    type Target = dyn FleetApi;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.api
+    }
+}
 
 /// Something a fleet may or may not do beyond what every fleet does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,9 +133,9 @@ pub struct Capabilities {
     /// A machine also answers to an id of the fleet's own (a cloud `mach-` id), which may stand
     /// for a recorded name.
     pub ids_apart_from_names: bool,
-    /// A branch the caller gave up waiting for may still come up later (the fleet queues
-    /// branches of a source).
-    pub branches_queue: bool,
+    /// A machine whose create or branch the caller gave up waiting for (it never answered) may
+    /// still come up later: the fleet queues them (the cloud's per-source queue).
+    pub arrives_late: bool,
     /// Who places the outside side of a published port: the caller (a host port it names) or
     /// the fleet itself (the cloud allocates its own and gives an ingress address).
     pub host_ports: HostPorts,
@@ -142,8 +167,6 @@ impl Capabilities {
 /// What every fleet does, in the shared vocabulary.
 #[async_trait::async_trait]
 pub trait FleetApi: Send + Sync + std::fmt::Debug {
-    fn kind(&self) -> FleetKind;
-
     /// What this fleet can do beyond what every fleet does.
     fn capabilities(&self) -> &'static Capabilities;
 
@@ -237,15 +260,8 @@ pub trait FleetApi: Send + Sync + std::fmt::Debug {
     /// Writes a whole file and answers the bytes written.
     async fn write_file(&self, machine: &str, path: &str, bytes: Vec<u8>) -> FleetResult<u64>;
 
-    /// Copies a running branchable machine into a new child; `freeze_source` keeps the source
-    /// paused as an unchanging base for later branches (it runs nothing more).
-    async fn branch(
-        &self,
-        source: &str,
-        child: &str,
-        branchable: bool,
-        freeze_source: bool,
-    ) -> FleetResult<Machine>;
+    /// Copies a running branchable machine into a new child.
+    async fn branch(&self, spec: BranchSpec<'_>) -> FleetResult<Machine>;
 
     /// The last `tail` lines of the machine's log `source`, or what arrived since `cursor`.
     async fn logs(

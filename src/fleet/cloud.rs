@@ -6,7 +6,7 @@ use super::api::{BranchableAt, Capabilities, Feature, HostPorts, PortAddress};
 use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
-    Account, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
+    Account, BranchSpec, CreateSpec, Deleted, Egress, ExecOutput, ExecSpec, LogPage, LogSource,
     Machine, MachineNetwork, PortMapping, PublishedPort, Usage,
 };
 use super::upstream::{from_response, map_error, retry_read, send, snippet, transport, within};
@@ -121,7 +121,7 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     metered: true,
     exec_boots_silently: false,
     ids_apart_from_names: true,
-    branches_queue: true,
+    arrives_late: true,
     host_ports: HostPorts::Fleet,
     kept_name_prefixes: &[],
     // The published spec documents no frozen state (a base made of a cloud machine is one the
@@ -419,10 +419,6 @@ impl CloudFleet {
 
 #[async_trait::async_trait]
 impl FleetApi for CloudFleet {
-    fn kind(&self) -> FleetKind {
-        FleetKind::Cloud
-    }
-
     fn capabilities(&self) -> &'static Capabilities {
         &CAPABILITIES
     }
@@ -651,20 +647,14 @@ impl FleetApi for CloudFleet {
 
     /// Branches a running branchable machine. Control planes from before the branch vocabulary
     /// only have `/fork` (same body), so a 404 on `/branches` is retried there.
-    async fn branch(
-        &self,
-        source: &str,
-        child: &str,
-        branchable: bool,
-        freeze_source: bool,
-    ) -> FleetResult<Machine> {
-        let id = self.resolve(source).await?;
-        let ctx = format!("branch machine {source} into {child}");
+    async fn branch(&self, spec: BranchSpec<'_>) -> FleetResult<Machine> {
+        let id = self.resolve(spec.source).await?;
+        let ctx = format!("branch machine {} into {}", spec.source, spec.child);
         let body = types::BranchRequest {
-            branchable: branchable.then_some(true),
-            freeze_source: freeze_source.then_some(true),
+            branchable: spec.branchable.then_some(true),
+            freeze_source: spec.freeze_source.then_some(true),
             labels: None,
-            name: child.to_owned(),
+            name: spec.child.to_owned(),
             ports: Vec::new(),
         };
         let limit = self.deadlines.branch;

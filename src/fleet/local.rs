@@ -5,8 +5,8 @@ use super::api::{BranchableAt, Capabilities, HostPorts, PortAddress};
 use super::error::{ErrorKind, FleetError, FleetResult};
 use super::file_stream::FileStream;
 use super::model::{
-    CreateSpec, Deleted, Egress, EgressDenial, ExecOutput, ExecSpec, FleetKind, LogPage, LogSource,
-    Machine, MachineNetwork, MachineState, PortMapping, PublishedPort, PulledImage,
+    BranchSpec, CreateSpec, Deleted, Egress, EgressDenial, ExecOutput, ExecSpec, LogPage,
+    LogSource, Machine, MachineNetwork, MachineState, PortMapping, PublishedPort, PulledImage,
     epoch_to_rfc3339,
 };
 use super::model::{PoolLease, PoolSetup, PoolStatus};
@@ -46,7 +46,7 @@ pub static CAPABILITIES: Capabilities = Capabilities {
     // nothing for the 20 s or so that takes.
     exec_boots_silently: true,
     ids_apart_from_names: false,
-    branches_queue: false,
+    arrives_late: false,
     host_ports: HostPorts::Caller,
     kept_name_prefixes: &[POOL_SOURCE_PREFIX, POOL_WORKER_PREFIX],
     // A frozen source is `frozen` in the engine's listing (docs/bases-engine.md).
@@ -343,10 +343,6 @@ impl LocalFleet {
 
 #[async_trait::async_trait]
 impl FleetApi for LocalFleet {
-    fn kind(&self) -> FleetKind {
-        FleetKind::Local
-    }
-
     fn capabilities(&self) -> &'static Capabilities {
         &CAPABILITIES
     }
@@ -841,13 +837,13 @@ impl FleetApi for LocalFleet {
         Ok(u64::try_from(answer.size).unwrap_or(len))
     }
 
-    async fn branch(
-        &self,
-        source: &str,
-        child: &str,
-        branchable: bool,
-        freeze_source: bool,
-    ) -> FleetResult<Machine> {
+    async fn branch(&self, spec: BranchSpec<'_>) -> FleetResult<Machine> {
+        let BranchSpec {
+            source,
+            child,
+            branchable,
+            freeze_source,
+        } = spec;
         let ctx = format!("branch machine {source} into {child}");
         let body = types::ForkRequest {
             branchable: branchable.then_some(true),

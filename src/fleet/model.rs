@@ -353,6 +353,17 @@ pub struct Mount {
     pub readonly: bool,
 }
 
+/// A branch to make: `child`, a copy of the running branchable machine `source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BranchSpec<'a> {
+    pub source: &'a str,
+    pub child: &'a str,
+    /// The child can be branched in turn.
+    pub branchable: bool,
+    /// The source stays paused as an unchanging base for later branches (it runs nothing more).
+    pub freeze_source: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateSpec {
     pub name: String,

@@ -22,7 +22,8 @@ pub mod workspaces;
 pub use sweep::Cleanup;
 
 use crate::fleet::{
-    Backstop, Capabilities, CloudFleet, ErrorKind, Fleet, FleetError, FleetKind, FleetResult,
+    Backstop, Capabilities, CloudFleet, ErrorKind, Fleet, FleetApi, FleetError, FleetKind,
+    FleetResult,
 };
 use crate::process::config::{Config, SessionEnd, TargetsSetting};
 use ephemeral::{Entry, Record, RecordError, ensure_runtime_dir};
@@ -69,7 +70,7 @@ pub struct Process {
     /// Which local engine this process uses, found on first need (`engine`).
     local_engine: std::sync::OnceLock<String>,
     /// A fleet given in place of what a kind would reach (`use_fleet`).
-    given: std::sync::OnceLock<(FleetKind, Fleet)>,
+    given: std::sync::OnceLock<Fleet>,
     /// Which machines have a workspace, and the server's copies of them.
     pub workspaces: Arc<workspaces::Workspaces>,
 }
@@ -181,15 +182,12 @@ impl Process {
     /// Makes `fleet`, whatever implements it, the one that answers for `kind` in this process,
     /// unless one was given already; answers whether it was taken. How a fleet of another
     /// make is tested against the whole tool table.
-    pub fn use_fleet(&self, kind: FleetKind, fleet: Fleet) -> bool {
-        self.given.set((kind, fleet)).is_ok()
+    pub fn use_fleet(&self, kind: FleetKind, fleet: Arc<dyn FleetApi>) -> bool {
+        self.given.set(Fleet::new(kind, fleet)).is_ok()
     }
 
     fn given(&self, kind: FleetKind) -> Option<&Fleet> {
-        self.given
-            .get()
-            .filter(|(given, _)| *given == kind)
-            .map(|(_, fleet)| fleet)
+        self.given.get().filter(|given| given.kind() == kind)
     }
 
     /// What the fleet that answers for `kind` can do, known without reaching it.
@@ -258,13 +256,13 @@ impl Process {
         }
         match kind {
             FleetKind::Cloud => match self.cloud.get() {
-                Some(Ok(cloud)) => Some(cloud.clone() as Fleet),
+                Some(Ok(cloud)) => Some(Fleet::new(kind, cloud.clone())),
                 _ => None,
             },
             FleetKind::Local => {
                 let mut local = self.local.lock().await;
                 let serve = local.as_mut()?;
-                (!serve.exited()).then(|| serve.fleet.clone() as Fleet)
+                (!serve.exited()).then(|| Fleet::new(kind, serve.fleet.clone()))
             }
         }
     }
@@ -276,7 +274,7 @@ impl Process {
         }
         match kind {
             FleetKind::Cloud => match self.cloud() {
-                Some(cloud) => Ok(cloud? as Fleet),
+                Some(cloud) => Ok(Fleet::new(kind, cloud?)),
                 None => Err(FleetError::new(
                     ErrorKind::Unsupported,
                     "cloud fleet",
@@ -287,7 +285,7 @@ impl Process {
                 let mut local = self.local.lock().await;
                 if let Some(serve) = local.as_mut() {
                     if !serve.exited() {
-                        return Ok(serve.fleet.clone() as Fleet);
+                        return Ok(Fleet::new(kind, serve.fleet.clone()));
                     }
                     // Noticed before any request is sent, so this call goes to the new serve
                     // instead of failing on the dead one's socket.
@@ -306,7 +304,7 @@ impl Process {
                 let serve =
                     Box::pin(LocalServe::acquire(&self.config, self.credentials.clone())).await?;
                 self.events.publish(serve_event(&serve));
-                let fleet: Fleet = serve.fleet.clone();
+                let fleet = Fleet::new(kind, serve.fleet.clone());
                 *local = Some(serve);
                 drop(local);
                 // A first local call is also when a crashed predecessor's machines can be
@@ -532,13 +530,13 @@ impl Process {
     pub async fn answering_fleets(&self) -> Vec<Fleet> {
         let mut fleets = Vec::new();
         if let Some(Ok(cloud)) = self.cloud() {
-            fleets.push(cloud as Fleet);
+            fleets.push(Fleet::new(FleetKind::Cloud, cloud));
         }
         if let Ok(fleet) =
             local_serve::local_endpoint(&self.config).and_then(crate::fleet::LocalFleet::new)
             && fleet.health().await.is_ok()
         {
-            fleets.push(Arc::new(fleet) as Fleet);
+            fleets.push(Fleet::new(FleetKind::Local, Arc::new(fleet)));
         }
         fleets
     }
@@ -551,7 +549,8 @@ impl Process {
             .await
             .is_ok_and(|o| !o.is_empty());
         if has_cloud_orphans && let Some(Ok(cloud)) = self.cloud() {
-            let cleanup = sweep(&self.record, &(cloud as Fleet), &cloud_engine, None).await;
+            let cloud = Fleet::new(FleetKind::Cloud, cloud);
+            let cleanup = sweep(&self.record, &cloud, &cloud_engine, None).await;
             self.workspaces
                 .forget_all(FleetKind::Cloud, &cleanup.deleted);
             publish_orphan_sweep(&self.events, FleetKind::Cloud, &cleanup);
@@ -569,7 +568,7 @@ impl Process {
         {
             let cleanup = sweep(
                 &self.record,
-                &(Arc::new(fleet) as Fleet),
+                &Fleet::new(FleetKind::Local, Arc::new(fleet)),
                 &local_engine,
                 None,
             )
@@ -589,10 +588,10 @@ impl Process {
         let mut fleets: Vec<Fleet> = Vec::with_capacity(2);
         // Only a fleet that was used has machines of this session.
         if let Some(Ok(cloud)) = self.cloud.get() {
-            fleets.push(cloud.clone());
+            fleets.push(Fleet::new(FleetKind::Cloud, cloud.clone()));
         }
         if let Some(serve) = self.local.lock().await.as_ref() {
-            fleets.push(serve.fleet.clone());
+            fleets.push(Fleet::new(FleetKind::Local, serve.fleet.clone()));
         }
         let mut total = Cleanup::default();
         for fleet in fleets {
@@ -753,7 +752,7 @@ impl Process {
     async fn stop_local(&self) {
         if let Some(serve) = self.local.lock().await.take() {
             if !self.pools.is_empty() {
-                let fleet: Fleet = serve.fleet.clone();
+                let fleet = Fleet::new(FleetKind::Local, serve.fleet.clone());
                 self.pools.tear_down(&fleet).await;
             }
             serve.stop().await;

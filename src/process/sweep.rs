@@ -100,7 +100,7 @@ async fn delete_one(
         // deletes what a dead process left), until it is a day old.
         Err(e)
             if e.kind == ErrorKind::NotFound
-                && kind == FleetKind::Cloud
+                && fleet.capabilities().arrives_late
                 && entry.id == entry.name
                 && ephemeral::now_secs().saturating_sub(entry.recorded_at) < PENDING_SECS =>
         {

@@ -4,7 +4,7 @@
 
 use crate::common::real_serve::{PINNED_SMOLVM, RealServe};
 use smol_mcp::fleet::ErrorKind;
-use smol_mcp::fleet::FleetApi;
+use smol_mcp::fleet::{BranchSpec, FleetApi};
 use smol_mcp::fleet::{CreateSpec, Egress, LocalFleet, LogSource, PortMapping};
 
 fn spec(name: &str) -> CreateSpec {
@@ -95,7 +95,12 @@ async fn refusals_carry_the_engine_message() {
     assert_eq!(conflict.message, "machine 'it-twice' already exists");
 
     let not_branchable = fleet
-        .branch("it-twice", "child", false, false)
+        .branch(BranchSpec {
+            source: "it-twice",
+            child: "child",
+            branchable: false,
+            freeze_source: false,
+        })
         .await
         .unwrap_err();
     assert_eq!(not_branchable.kind, ErrorKind::Conflict);

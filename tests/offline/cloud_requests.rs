@@ -2,7 +2,7 @@
 //! headers that matter, body), against the wiremock fake that behaves like the service.
 
 use crate::common::fake_cloud::{FakeCloud, TEXT_CAP, TOKEN, exec_answer, short_deadlines};
-use smol_mcp::fleet::{Backstop, FleetApi, LogSource};
+use smol_mcp::fleet::{Backstop, BranchSpec, FleetApi, LogSource};
 use std::time::Duration;
 
 /// What the server gives ephemeral machines by default (ephemeralTtlSecs, ephemeralAutoStopSecs).
@@ -239,19 +239,37 @@ async fn branch_and_its_fork_fallback() {
     let (fake, fleet) = fleet().await;
     let src = fake.add_machine("src", "started");
     let refused = fleet
-        .branch(&src, "child-0", false, false)
+        .branch(BranchSpec {
+            source: &src,
+            child: "child-0",
+            branchable: false,
+            freeze_source: false,
+        })
         .await
         .unwrap_err();
     assert_eq!(refused.kind, ErrorKind::Conflict);
     assert!(refused.message.contains("is not branchable"), "{refused}");
     fake.with(|st| st.machines.get_mut(&src).unwrap()["branchable"] = serde_json::json!(true));
-    let child = fleet.branch(&src, "child-1", true, false).await.unwrap();
+    let child = fleet
+        .branch(BranchSpec {
+            source: &src,
+            child: "child-1",
+            branchable: true,
+            freeze_source: false,
+        })
+        .await
+        .unwrap();
     assert_eq!(child.name, "child-1");
     assert!(child.branchable);
     fake.with(|st| st.branches_route_missing = true);
     assert_eq!(
         fleet
-            .branch(&src, "child-2", false, false)
+            .branch(BranchSpec {
+                source: &src,
+                child: "child-2",
+                branchable: false,
+                freeze_source: false
+            })
             .await
             .unwrap()
             .name,
@@ -438,7 +456,15 @@ async fn error_bodies_of_every_shape_keep_their_code_and_message() {
         (ErrorKind::NotFound, Some("not_found"), "machine not found")
     );
     let src = fake.add_machine("src", "started");
-    let err = fleet.branch(&src, "kid", false, false).await.unwrap_err();
+    let err = fleet
+        .branch(BranchSpec {
+            source: &src,
+            child: "kid",
+            branchable: false,
+            freeze_source: false,
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Conflict);
     assert_eq!(err.upstream_code.as_deref(), Some("conflict"));
     assert!(err.message.contains("is not branchable"), "{err}");

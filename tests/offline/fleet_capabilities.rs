@@ -1,15 +1,16 @@
 //! A third fleet, written here and nowhere in `src/`: an in-memory fleet that offers little
 //! (no mounts, credentials, egress report or widening, pools, log sources or image pulls; it
-//! needs an image and takes at most 1 KiB a write). Put in the local fleet's place, it runs the
+//! needs an image and takes at most 1 KiB a write). Placed to answer for the `local` target (a
+//! fleet does not say what it is: the process says which target it answers for), it runs the
 //! whole tool table: what it does works, and what it lacks is refused before anything is sent,
 //! in its own words, because the policy asks a fleet's capabilities, never which fleet it is.
 
 use crate::common::mcp::Harness;
 use serde_json::json;
 use smol_mcp::fleet::{
-    BranchableAt, Capabilities, Command, CreateSpec, Deleted, ErrorKind, ExecOutput, ExecSpec,
-    Feature, FileStream, FleetApi, FleetError, FleetKind, FleetResult, HostPorts, LogPage,
-    LogSource, Machine, PortAddress, PortMapping, PublishedPort,
+    BranchSpec, BranchableAt, Capabilities, Command, CreateSpec, Deleted, ErrorKind, ExecOutput,
+    ExecSpec, Feature, FileStream, FleetApi, FleetError, FleetKind, FleetResult, HostPorts,
+    LogPage, LogSource, Machine, PortAddress, PortMapping, PublishedPort,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -33,7 +34,7 @@ static TINY: Capabilities = Capabilities {
     metered: false,
     exec_boots_silently: false,
     ids_apart_from_names: false,
-    branches_queue: false,
+    arrives_late: false,
     host_ports: HostPorts::Fleet,
     kept_name_prefixes: &[],
     shows_frozen: false,
@@ -77,10 +78,6 @@ impl TinyFleet {
 
 #[async_trait::async_trait]
 impl FleetApi for TinyFleet {
-    fn kind(&self) -> FleetKind {
-        FleetKind::Local
-    }
-
     fn capabilities(&self) -> &'static Capabilities {
         &TINY
     }
@@ -193,14 +190,8 @@ impl FleetApi for TinyFleet {
         Ok(len)
     }
 
-    async fn branch(
-        &self,
-        source: &str,
-        _child: &str,
-        _branchable: bool,
-        _freeze_source: bool,
-    ) -> FleetResult<Machine> {
-        self.note("branch", source);
+    async fn branch(&self, spec: BranchSpec<'_>) -> FleetResult<Machine> {
+        self.note("branch", spec.source);
         Err(FleetError::new(
             ErrorKind::Unsupported,
             "branch",

@@ -3,7 +3,7 @@
 
 use crate::common::fake_serve::{FakeServe, exec_response};
 use serde_json::json;
-use smol_mcp::fleet::FleetApi;
+use smol_mcp::fleet::{BranchSpec, FleetApi};
 use smol_mcp::fleet::{
     Command, CreateSpec, Egress, ExecSpec, LocalFleet, LogSource, Mount, PortMapping,
 };
@@ -181,7 +181,12 @@ async fn branchable_is_asked_for_at_start_and_branch_names_the_child() {
     let started = fleet.start("m-src", Some(true)).await.unwrap();
     assert!(started.branchable);
     let child = fleet
-        .branch("m-src", "m-child", false, false)
+        .branch(BranchSpec {
+            source: "m-src",
+            child: "m-child",
+            branchable: false,
+            freeze_source: false,
+        })
         .await
         .unwrap();
     assert_eq!(child.name, "m-child");

@@ -7,8 +7,8 @@ use super::provisional::Provisional;
 use super::results;
 use super::{Call, Tool, ToolError, ToolErrorKind};
 use crate::fleet::{
-    BranchableAt, Capabilities, CreateSpec, Deleted, Egress, ErrorKind, Feature, Fleet, FleetError,
-    FleetKind, Machine, Mount, Phase, PortMapping,
+    BranchSpec, BranchableAt, Capabilities, CreateSpec, Deleted, Egress, ErrorKind, Feature, Fleet,
+    FleetError, FleetKind, Machine, Mount, Phase, PortMapping,
 };
 use crate::process::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
 use crate::process::made::MachineSlot;
@@ -915,8 +915,12 @@ async fn branch_one<'c>(
     let mut provisional =
         Provisional::begin_child(call, fleet, child_name, ephemeral, Some(&named)).await?;
     let waiting_for = format!("waiting for the branch {child_name} of {}", &named);
-    let branching =
-        Box::pin(call.cancellable(fleet.branch(&named, child_name, a.branchable, freeze_source)));
+    let branching = Box::pin(call.cancellable(fleet.branch(BranchSpec {
+        source: &named,
+        child: child_name,
+        branchable: a.branchable,
+        freeze_source,
+    })));
     let child = match call
         .caller
         .progress
@@ -939,7 +943,7 @@ async fn branch_one<'c>(
         // The child may not exist yet (it is still in the source's queue), so a delete now would
         // find nothing and the record would forget a machine that comes up later. It stays
         // recorded under its name instead, for the session's clean-up to find.
-        Err(mut e) if fleet.capabilities().branches_queue && gave_up_waiting(&e) => {
+        Err(mut e) if fleet.capabilities().arrives_late && gave_up_waiting(&e) => {
             e.message.push_str(&format!(
                 "\nThe branch may still be made: the service queues branches of a source and can \
                  take minutes, so {child_name} may come up after this call gave up. list-machines \
