@@ -26,13 +26,10 @@ pub enum Asked {
 }
 
 /// Someone who can answer for the user (the protocol floor implements it per request).
+#[async_trait::async_trait]
 pub trait Consent: Send + Sync {
     /// Asks whether `machine` may reach each of `destinations` (host names or addresses).
-    fn ask_egress<'a>(
-        &'a self,
-        machine: &'a str,
-        destinations: &'a [String],
-    ) -> Pin<Box<dyn Future<Output = Asked> + Send + 'a>>;
+    async fn ask_egress(&self, machine: &str, destinations: &[String]) -> Asked;
 
     /// A question was put off to the client's next attempt of this call (`Asked::Deferred`):
     /// this call's answer is not its last.

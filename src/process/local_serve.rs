@@ -721,25 +721,15 @@ mod tests {
                 .path()
                 .join(".local/lib/python3.11/site-packages/smol/smol-vmm"),
         );
-        let found = locate_engine_from(
-            "smolvm",
-            Some(path_dir.path().as_os_str()),
-            Some(home.path()),
-            None,
-            None,
-            Some(env.path()),
-        );
+        let with_server_in = |prefix: &std::path::Path| {
+            let path = Some(path_dir.path().as_os_str());
+            locate_engine_from("smolvm", path, Some(home.path()), None, None, Some(prefix))
+        };
+        let found = with_server_in(env.path());
         assert_eq!(found.path, beside, "the environment's own, newest Python");
         assert_eq!(found.found_by, EngineSource::InstalledWith);
         let elsewhere = tempfile::tempdir().unwrap();
-        let found = locate_engine_from(
-            "smolvm",
-            Some(path_dir.path().as_os_str()),
-            Some(home.path()),
-            None,
-            None,
-            Some(elsewhere.path()),
-        );
+        let found = with_server_in(elsewhere.path());
         assert_eq!(
             found.found_by,
             EngineSource::Path,

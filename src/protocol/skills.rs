@@ -33,42 +33,25 @@ enum Needs {
     LocalCredentials,
 }
 
+/// A skill of `src/protocol/skills/NAME/SKILL.md` and what it needs.
+macro_rules! skill {
+    ($name:literal, $needs:ident) => {
+        SkillText {
+            name: $name,
+            text: include_str!(concat!("skills/", $name, "/SKILL.md")),
+            needs: Needs::$needs,
+        }
+    };
+}
+
 const SKILLS: &[SkillText] = &[
-    SkillText {
-        name: "set-up-once-fork-many",
-        text: include_str!("skills/set-up-once-fork-many/SKILL.md"),
-        needs: Needs::Nothing,
-    },
-    SkillText {
-        name: "workspace-in",
-        text: include_str!("skills/workspace-in/SKILL.md"),
-        needs: Needs::HostDirectories,
-    },
-    SkillText {
-        name: "fan-out-compare-keep",
-        text: include_str!("skills/fan-out-compare-keep/SKILL.md"),
-        needs: Needs::Nothing,
-    },
-    SkillText {
-        name: "egress-the-user-widens",
-        text: include_str!("skills/egress-the-user-widens/SKILL.md"),
-        needs: Needs::Nothing,
-    },
-    SkillText {
-        name: "credentials-unseen",
-        text: include_str!("skills/credentials-unseen/SKILL.md"),
-        needs: Needs::LocalCredentials,
-    },
-    SkillText {
-        name: "long-jobs-and-tasks",
-        text: include_str!("skills/long-jobs-and-tasks/SKILL.md"),
-        needs: Needs::Nothing,
-    },
-    SkillText {
-        name: "terminals-and-services",
-        text: include_str!("skills/terminals-and-services/SKILL.md"),
-        needs: Needs::Nothing,
-    },
+    skill!("set-up-once-fork-many", Nothing),
+    skill!("workspace-in", HostDirectories),
+    skill!("fan-out-compare-keep", Nothing),
+    skill!("egress-the-user-widens", Nothing),
+    skill!("credentials-unseen", LocalCredentials),
+    skill!("long-jobs-and-tasks", Nothing),
+    skill!("terminals-and-services", Nothing),
 ];
 
 /// The most bytes one skill's text may have, and all of them together: a skill is read by a

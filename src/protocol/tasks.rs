@@ -523,6 +523,21 @@ mod tests {
         }
     }
 
+    /// `call` as the operator's, on a request of its own, made a task at once (threshold 0).
+    async fn as_task_at_once(tasks: &Tasks, call: DetachedCall) -> CallToolResponse {
+        let operator = crate::policy::user::User::operator();
+        let request_ct = CancellationToken::new();
+        tasks
+            .call_or_task(call, Duration::ZERO, &request_ct, STATELESS, &operator)
+            .await
+    }
+
+    /// The call's clean-up ran, within two seconds.
+    async fn cleaned_up_soon(cleaned_up: tokio::sync::oneshot::Receiver<()>) {
+        let within = tokio::time::timeout(Duration::from_secs(2), cleaned_up).await;
+        assert!(matches!(within, Ok(Ok(()))), "no clean-up within 2 s");
+    }
+
     /// A store in a directory of the test's own (kept until the process ends: a task's
     /// record may be written after the test's last line).
     fn store() -> Arc<dyn crate::store::Store> {
@@ -550,16 +565,7 @@ mod tests {
             Duration::from_millis(100),
             Some(cleaned_up),
         );
-        let response = tasks
-            .call_or_task(
-                call,
-                Duration::ZERO,
-                &CancellationToken::new(),
-                STATELESS,
-                &crate::policy::user::User::operator(),
-            )
-            .await;
-        let CallToolResponse::Task(created) = response else {
+        let CallToolResponse::Task(created) = as_task_at_once(&tasks, call).await else {
             panic!("not a task");
         };
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -570,10 +576,7 @@ mod tests {
         // rmcp sweeps on its entry points: this get finds the TTL passed.
         let got = tasks.get(&created.task.task_id, STATELESS).await.unwrap();
         assert_eq!(got.task.status(), rmcp::model::TaskStatus::Failed);
-        tokio::time::timeout(Duration::from_secs(2), cleaned_up_rx)
-            .await
-            .unwrap()
-            .unwrap();
+        cleaned_up_soon(cleaned_up_rx).await;
     }
 
     /// A request's handler dropped while its call runs (before the threshold) cancels the
@@ -603,10 +606,7 @@ mod tests {
                 .await
                 .is_err()
         );
-        tokio::time::timeout(Duration::from_secs(2), cleaned_up_rx)
-            .await
-            .unwrap()
-            .unwrap();
+        cleaned_up_soon(cleaned_up_rx).await;
     }
 
     /// A signed-in user holds at most their share of `maxTasks` (`userSharePercent`): alice's
@@ -668,27 +668,11 @@ mod tests {
             until_cancelled(Tool::RunCommand, ct, Duration::from_secs(60), None)
         };
         let first_ct = CancellationToken::new();
-        let first = tasks
-            .call_or_task(
-                call(first_ct.clone()),
-                Duration::ZERO,
-                &CancellationToken::new(),
-                STATELESS,
-                &crate::policy::user::User::operator(),
-            )
-            .await;
+        let first = as_task_at_once(&tasks, call(first_ct.clone())).await;
         let CallToolResponse::Task(created) = first else {
             panic!("not a task");
         };
-        let refused = tasks
-            .call_or_task(
-                call(CancellationToken::new()),
-                Duration::ZERO,
-                &CancellationToken::new(),
-                STATELESS,
-                &crate::policy::user::User::operator(),
-            )
-            .await;
+        let refused = as_task_at_once(&tasks, call(CancellationToken::new())).await;
         let CallToolResponse::Complete(refused) = refused else {
             panic!("a second task past maxTasks 1");
         };
@@ -712,15 +696,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let again = tasks
-            .call_or_task(
-                call(CancellationToken::new()),
-                Duration::ZERO,
-                &CancellationToken::new(),
-                STATELESS,
-                &crate::policy::user::User::operator(),
-            )
-            .await;
+        let again = as_task_at_once(&tasks, call(CancellationToken::new())).await;
         assert!(
             matches!(again, CallToolResponse::Task(_)),
             "the slot came back"

@@ -86,30 +86,23 @@ fn answer_of(result: &ElicitResult, destinations: &[String]) -> Option<EgressAns
     Some(answer)
 }
 
+#[async_trait::async_trait]
 impl Consent for SessionConsent {
-    fn ask_egress<'a>(
-        &'a self,
-        machine: &'a str,
-        destinations: &'a [String],
-    ) -> Pin<Box<dyn Future<Output = Asked> + Send + 'a>> {
-        Box::pin(async move {
-            let Some(params) = egress_form(machine, destinations) else {
-                return Asked::NoAnswer;
-            };
-            match self
-                .peer
-                .create_elicitation_with_timeout(params, Some(ANSWER_WITHIN))
-                .await
-            {
-                Ok(result) => {
-                    answer_of(&result, destinations).map_or(Asked::NoAnswer, Asked::Answered)
-                }
-                Err(e) => {
-                    tracing::info!(error = %e, %machine, "the egress question got no answer");
-                    Asked::NoAnswer
-                }
+    async fn ask_egress(&self, machine: &str, destinations: &[String]) -> Asked {
+        let Some(params) = egress_form(machine, destinations) else {
+            return Asked::NoAnswer;
+        };
+        match self
+            .peer
+            .create_elicitation_with_timeout(params, Some(ANSWER_WITHIN))
+            .await
+        {
+            Ok(result) => answer_of(&result, destinations).map_or(Asked::NoAnswer, Asked::Answered),
+            Err(e) => {
+                tracing::info!(error = %e, %machine, "the egress question got no answer");
+                Asked::NoAnswer
             }
-        })
+        }
     }
 }
 
@@ -120,16 +113,13 @@ pub struct Deferred {
     question: Mutex<Option<(String, Vec<String>)>>,
 }
 
+#[async_trait::async_trait]
 impl Consent for Deferred {
-    fn ask_egress<'a>(
-        &'a self,
-        machine: &'a str,
-        destinations: &'a [String],
-    ) -> Pin<Box<dyn Future<Output = Asked> + Send + 'a>> {
+    async fn ask_egress(&self, machine: &str, destinations: &[String]) -> Asked {
         if let Ok(mut question) = self.question.lock() {
             *question = Some((machine.to_owned(), destinations.to_vec()));
         }
-        Box::pin(async { Asked::Deferred })
+        Asked::Deferred
     }
 
     fn awaits_answer(&self) -> bool {
@@ -251,26 +241,21 @@ impl ViewConsent {
     }
 }
 
+#[async_trait::async_trait]
 impl Consent for ViewConsent {
-    fn ask_egress<'a>(
-        &'a self,
-        machine: &'a str,
-        destinations: &'a [String],
-    ) -> Pin<Box<dyn Future<Output = Asked> + Send + 'a>> {
-        Box::pin(async move {
-            let mut posted = match self.policy.board.post(&self.user, machine, destinations) {
-                Ok(posted) => posted,
-                Err(full) => {
-                    tracing::info!(?full, %machine, "the egress question was not posted: the board is full");
-                    return Asked::NoAnswer;
-                }
-            };
-            match tokio::time::timeout(ANSWER_WITHIN, &mut posted.answer).await {
-                Ok(Ok(answer)) => Asked::Answered(answer),
-                _ => Asked::NoAnswer,
+    async fn ask_egress(&self, machine: &str, destinations: &[String]) -> Asked {
+        let mut posted = match self.policy.board.post(&self.user, machine, destinations) {
+            Ok(posted) => posted,
+            Err(full) => {
+                tracing::info!(?full, %machine, "the egress question was not posted: the board is full");
+                return Asked::NoAnswer;
             }
-            // Dropping `posted` (here or when the call is cancelled) takes the question down.
-        })
+        };
+        match tokio::time::timeout(ANSWER_WITHIN, &mut posted.answer).await {
+            Ok(Ok(answer)) => Asked::Answered(answer),
+            _ => Asked::NoAnswer,
+        }
+        // Dropping `posted` (here or when the call is cancelled) takes the question down.
     }
 }
 
