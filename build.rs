@@ -25,7 +25,50 @@ fn run() -> Result<(), String> {
     for api in spec::VENDORED_APIS {
         generate(&out, api)?;
     }
+    order_startup_functions();
     Ok(())
+}
+
+/// The stdio server's start-up functions laid out together (src/bin/startup-order.txt, written
+/// by scripts/startup-order.sh): the kernel maps the pages around each page of code a process
+/// touches, so start-up's code spread over the binary made most of its memory at rest (11.0 MiB
+/// linked in the default order, 7.6 in this one; docs/benchmarks.md). The option is rust-lld's,
+/// the linker rustc uses by default on x86_64 Linux since 1.90; for any other (a configured
+/// one, such as the wheel's Zig, which refuses the option, or an older rustc's system `cc`)
+/// nothing is added and the default order stays.
+fn order_startup_functions() {
+    const ORDER: &str = "src/bin/startup-order.txt";
+    println!("cargo::rerun-if-changed={ORDER}");
+    println!("cargo::rerun-if-env-changed=RUSTC_LINKER");
+    let env = |name: &str| std::env::var(name).unwrap_or_default();
+    let rustc_minor = std::process::Command::new(env("RUSTC"))
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|out| {
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let version = text.split_whitespace().nth(1)?.to_owned();
+            version.split('.').nth(1)?.parse::<u32>().ok()
+        });
+    let flags = env("CARGO_ENCODED_RUSTFLAGS");
+    let default_linker = env("RUSTC_LINKER").is_empty()
+        && !["linker", "-fuse-ld"].iter().any(|f| flags.contains(f))
+        && rustc_minor.is_some_and(|minor| minor >= 90);
+    let path = Path::new(&env("CARGO_MANIFEST_DIR")).join(ORDER);
+    if env("TARGET") == "x86_64-unknown-linux-gnu"
+        && env("PROFILE") == "release"
+        && default_linker
+        && path.is_file()
+        // `-Wl,` splits its argument at commas.
+        && !path.to_string_lossy().contains(',')
+    {
+        println!(
+            "cargo::rustc-link-arg-bin=smol-mcp=-Wl,--symbol-ordering-file={}",
+            path.display()
+        );
+        // Names the build no longer has (a stale order) are skipped, not reported one by one.
+        println!("cargo::rustc-link-arg-bin=smol-mcp=-Wl,--no-warn-symbol-ordering");
+    }
 }
 
 fn generate(out: &Path, api: spec::VendoredApi) -> Result<(), String> {
