@@ -14,51 +14,25 @@
 
 mod common;
 
-#[path = "../tests/common/balancer.rs"]
-mod balancer_script;
-#[path = "../tests/common/fake_serve.rs"]
-#[allow(dead_code)]
-mod fake_serve;
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
-#[path = "../tests/common/guest_shell.rs"]
-#[allow(dead_code)]
-mod guest_shell;
-#[path = "../tests/common/real_serve.rs"]
-#[allow(dead_code)]
-mod real_serve;
+use common::{balancer as balancer_script, fake_serve, real_serve};
 
 use common::{answer, env_number};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "balanced-token";
 
 async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u16) {
-    let port = real_serve::free_port();
-    let child = Command::new(SERVER)
-        .env_clear()
-        .envs(common::isolated_env(runtime))
-        .envs([
-            ("SMOL_LOCAL_URL", local_url.to_owned()),
-            ("SMOL_MCP_STORE_URL", store.to_owned()),
-            ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
-            ("SMOL_MCP_HTTP_PORT", port.to_string()),
-            ("SMOL_MCP_LOG", "error".to_owned()),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    common::wait_listening(port, Duration::from_secs(15)).await;
-    (child, port)
+    let env = [
+        ("SMOL_LOCAL_URL", local_url.to_owned()),
+        ("SMOL_MCP_STORE_URL", store.to_owned()),
+        ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
+    ];
+    common::http_server(SERVER, runtime, &env, Duration::from_secs(15)).await
 }
 
 /// One sessionless list-machines call; whether it was answered with a listing.

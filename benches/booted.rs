@@ -43,9 +43,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/nested.rs"]
-#[allow(dead_code)]
-mod nested;
+mod common;
+
+use common::nested;
+use common::stdio_client::{Client, now_us};
 
 #[path = "booted/bases.rs"]
 mod bases;
@@ -55,9 +56,8 @@ use smol_mcp::fleet::exec_stream::SseParser;
 use std::io::{Read, Write};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp");
 const FIRST_OUTPUT_RUNS: usize = 3;
@@ -81,13 +81,6 @@ fn stream_script() -> String {
     format!(
         "{STAMP_FN}; i=0; while [ $i -lt {STREAM_LINES} ]; do st $i; sleep 0.3; i=$((i+1)); done"
     )
-}
-
-fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
 }
 
 fn ms(d: Duration) -> f64 {
@@ -129,100 +122,9 @@ impl Drop for Leftovers {
     }
 }
 
-/// A JSON-RPC client of the stdio server: one line per message, each stamped on arrival.
-struct Client {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-    next_id: u64,
-}
-
-impl Client {
-    async fn spawn(env: &[(String, String)], stderr: Stdio) -> Client {
-        Client::spawn_binary(SERVER, env, stderr).await
-    }
-
-    async fn spawn_binary(binary: &str, env: &[(String, String)], stderr: Stdio) -> Client {
-        let mut child = Command::new(binary)
-            .env_clear()
-            .envs(env.iter().cloned())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut client = Client {
-            child,
-            stdin,
-            lines,
-            next_id: 1,
-        };
-        client
-            .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}))
-            .await;
-        client
-            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        client
-    }
-
-    async fn send(&mut self, message: Value) {
-        self.stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .unwrap();
-        self.stdin.flush().await.unwrap();
-    }
-
-    /// The next message and when it arrived (µs since the epoch).
-    async fn next(&mut self) -> (Value, i64) {
-        let line = tokio::time::timeout(Duration::from_secs(900), self.lines.next_line())
-            .await
-            .expect("no message from the server in 900 s")
-            .unwrap()
-            .expect("the server closed stdout");
-        let at = now_us();
-        (serde_json::from_str(&line).unwrap(), at)
-    }
-
-    fn id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    async fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.id();
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
-        loop {
-            let (v, _) = self.next().await;
-            if v["id"] == json!(id) {
-                return v;
-            }
-        }
-    }
-
-    /// A tool call's result (`isError` and all), panicking only on a JSON-RPC error.
-    async fn tool(&mut self, name: &str, args: Value) -> Value {
-        let answer = self
-            .request("tools/call", json!({"name": name, "arguments": args}))
-            .await;
-        assert!(answer.get("error").is_none(), "{name}: {answer}");
-        answer["result"].clone()
-    }
-
-    async fn close(mut self) {
-        drop(self.stdin);
-        let _ = tokio::time::timeout(Duration::from_secs(120), self.child.wait()).await;
-    }
-}
-
 /// create-machine with `args` through `c`: the machine's name, noted for the clean-up.
 async fn create_machine(c: &mut Client, args: Value) -> String {
-    let created = c.tool("create-machine", args).await;
+    let created = c.tool_result("create-machine", args).await;
     assert!(ok(&created), "{created}");
     let machine = created["structuredContent"]["machine"]["name"]
         .as_str()
@@ -350,7 +252,7 @@ struct FirstOutput {
 
 async fn server_first_output(c: &mut Client) -> Result<FirstOutput, String> {
     let t = Instant::now();
-    let created = c.tool("create-machine", json!({})).await;
+    let created = c.tool_result("create-machine", json!({})).await;
     let ready = t.elapsed();
     if !ok(&created) {
         return Err(format!("create-machine: {created}"));
@@ -361,7 +263,7 @@ async fn server_first_output(c: &mut Client) -> Result<FirstOutput, String> {
         .to_owned();
     made(&name);
     let ran = c
-        .tool(
+        .tool_result(
             "run-command",
             json!({"name": name, "command": ["echo", "first"]}),
         )
@@ -377,7 +279,7 @@ async fn server_first_output(c: &mut Client) -> Result<FirstOutput, String> {
     } else {
         Err(format!("run-command: {ran}"))
     };
-    let deleted = c.tool("delete-machine", json!({"name": name})).await;
+    let deleted = c.tool_result("delete-machine", json!({"name": name})).await;
     if ok(&deleted) {
         gone(&name);
     } else {
@@ -554,18 +456,19 @@ async fn contenders(url: &str, rt: &std::path::Path, out_dir: &std::path::Path) 
     let stderr = std::fs::File::create(&path).unwrap();
     let mut all = vec![Contender {
         label: "this build".into(),
-        client: Client::spawn_binary(
+        client: Client::spawn(
             SERVER,
             &server_env(&rt.join("this"), url, "warn,smol_mcp::fleet::hooks=debug"),
             stderr.into(),
         )
-        .await,
+        .await
+        .0,
         log: Some(DebugLog { path, read: 0 }),
     }];
     for (label, binary) in baselines() {
         let env = server_env(&rt.join(&label), url, "warn");
         all.push(Contender {
-            client: Client::spawn_binary(&binary, &env, Stdio::null()).await,
+            client: Client::spawn(&binary, &env, Stdio::null()).await.0,
             label,
             log: None,
         });
@@ -577,7 +480,7 @@ async fn round_trip(raw: &Raw, machine: &str, contenders: &mut [Contender]) -> V
     let args = json!({"name": machine, "command": ["true"], "timeoutSecs": 30});
     let server_once = async |c: &mut Client| {
         let t = Instant::now();
-        let r = c.tool("run-command", args.clone()).await;
+        let r = c.tool_result("run-command", args.clone()).await;
         let took = ms(t.elapsed());
         assert!(
             ok(&r) && r["structuredContent"]["exitCode"] == 0,
@@ -1254,12 +1157,14 @@ async fn requests_per_call(url: &str, rt: &std::path::Path, out_dir: &std::path:
     let log_path = out_dir.join("booted-server-debug.log");
     let stderr = std::fs::File::create(&log_path).unwrap();
     let mut c = Client::spawn(
+        SERVER,
         &server_env(rt, &relayed, "info,rmcp=warn,smol_mcp=debug"),
         stderr.into(),
     )
-    .await;
+    .await
+    .0;
     let mut calls = Vec::new();
-    let r = c.tool("list-machines", json!({})).await;
+    let r = c.tool_result("list-machines", json!({})).await;
     assert!(ok(&r), "{r}");
     calls.push(json!({"call": "list-machines (the session's first call)",
                       "requests": take_requests(&log, "")}));
@@ -1268,11 +1173,13 @@ async fn requests_per_call(url: &str, rt: &std::path::Path, out_dir: &std::path:
     calls
         .push(json!({"call": "create-machine (no image, an allow list: each command below first reads the egress refusals)", "requests": take_requests(&log, &name)}));
     let run = |command: Value| json!({"name": name, "command": command, "timeoutSecs": 30});
-    let r = c.tool("run-command", run(json!(["echo", "first"]))).await;
+    let r = c
+        .tool_result("run-command", run(json!(["echo", "first"])))
+        .await;
     assert!(ok(&r), "{r}");
     calls.push(json!({"call": "run-command echo first", "requests": take_requests(&log, &name)}));
     for i in 0..3 {
-        let r = c.tool("run-command", run(json!(["true"]))).await;
+        let r = c.tool_result("run-command", run(json!(["true"]))).await;
         assert!(ok(&r), "{r}");
         calls.push(json!({"call": format!("run-command true ({})", i + 1),
                           "requests": take_requests(&log, &name)}));
@@ -1289,12 +1196,12 @@ async fn requests_per_call(url: &str, rt: &std::path::Path, out_dir: &std::path:
         json!({"call": "run-command echo streamed (with a progress token)",
                       "requests": take_requests(&log, &name)}),
     );
-    let r = c.tool("delete-machine", json!({"name": name})).await;
+    let r = c.tool_result("delete-machine", json!({"name": name})).await;
     if ok(&r) {
         gone(&name);
     }
     calls.push(json!({"call": "delete-machine", "requests": take_requests(&log, &name)}));
-    c.close().await;
+    c.close(Duration::from_secs(120)).await;
     json!({"calls": calls, "serverLog": log_path.display().to_string()})
 }
 
@@ -1343,12 +1250,14 @@ async fn run(out_dir: &std::path::Path) -> Value {
     );
     let rt = tempfile::tempdir().unwrap();
     let mut c = Client::spawn(
+        SERVER,
         &server_env(&rt.path().join("a"), &nested.url, "warn"),
         Stdio::inherit(),
     )
-    .await;
+    .await
+    .0;
     // The session's first local call finds the engine: done before anything is timed.
-    let r = c.tool("list-machines", json!({})).await;
+    let r = c.tool_result("list-machines", json!({})).await;
     assert!(ok(&r), "{r}");
 
     // BOOTED_BENCH_ONLY=stream: only the streamed-output figures (3), on one machine: the
@@ -1371,7 +1280,7 @@ async fn run(out_dir: &std::path::Path) -> Value {
         let mut servers = contenders(&nested.url, rt.path(), out_dir).await;
         let trips = round_trip(&raw, &machine, &mut servers).await;
         for s in servers {
-            s.client.close().await;
+            s.client.close(Duration::from_secs(120)).await;
         }
         for s in trips["servers"].as_array().into_iter().flatten() {
             eprintln!(
@@ -1381,7 +1290,9 @@ async fn run(out_dir: &std::path::Path) -> Value {
                 trips["raw"]["p50Ms"].as_f64().unwrap_or(f64::NAN)
             );
         }
-        let r = c.tool("delete-machine", json!({"name": machine})).await;
+        let r = c
+            .tool_result("delete-machine", json!({"name": machine}))
+            .await;
         if ok(&r) {
             gone(&machine);
         }
@@ -1398,13 +1309,15 @@ async fn run(out_dir: &std::path::Path) -> Value {
         let stream = streamed(&mut c, &raw, &machine).await;
         eprintln!("booted bench: streamed output on one clock, on {machine}");
         let one_clock = one_clock(&mut c, &raw, &machine).await;
-        let r = c.tool("delete-machine", json!({"name": machine})).await;
+        let r = c
+            .tool_result("delete-machine", json!({"name": machine}))
+            .await;
         if ok(&r) {
             gone(&machine);
         }
         (stream, one_clock)
     };
-    c.close().await;
+    c.close(Duration::from_secs(120)).await;
 
     let requests = if only_stream || only_trips {
         Value::Null
@@ -1465,7 +1378,7 @@ async fn pool_full(raw: &Raw, limit: Duration) -> bool {
 /// create-machine then run-command `echo first`: (total ms, the pool the machine came from).
 async fn create_and_echo(c: &mut Client, args: Value) -> Result<(f64, Value), String> {
     let t = Instant::now();
-    let created = c.tool("create-machine", args).await;
+    let created = c.tool_result("create-machine", args).await;
     if !ok(&created) {
         return Err(format!("create-machine: {created}"));
     }
@@ -1475,14 +1388,14 @@ async fn create_and_echo(c: &mut Client, args: Value) -> Result<(f64, Value), St
         .to_owned();
     made(&name);
     let ran = c
-        .tool(
+        .tool_result(
             "run-command",
             json!({"name": name, "command": ["echo", "first"]}),
         )
         .await;
     let total = ms(t.elapsed());
     let pool = created["structuredContent"]["pool"].clone();
-    let deleted = c.tool("delete-machine", json!({"name": name})).await;
+    let deleted = c.tool_result("delete-machine", json!({"name": name})).await;
     if ok(&deleted) {
         gone(&name);
     }
@@ -1507,9 +1420,9 @@ async fn warm_pool() -> Value {
     ));
     env.push(("SMOL_MCP_READY_TIMEOUT_SECS".into(), "300".into()));
     let before_mb = available_mb(&raw).await;
-    let mut c = Client::spawn(&env, Stdio::inherit()).await;
+    let mut c = Client::spawn(SERVER, &env, Stdio::inherit()).await.0;
     let t = Instant::now();
-    let r = c.tool("list-machines", json!({})).await;
+    let r = c.tool_result("list-machines", json!({})).await;
     assert!(ok(&r), "{r}");
     assert!(
         pool_full(&raw, Duration::from_secs(600)).await,
@@ -1550,7 +1463,7 @@ async fn warm_pool() -> Value {
             cold.last()
         );
     }
-    c.close().await;
+    c.close(Duration::from_secs(120)).await;
     let gone_after_close = pool_info(&raw).await.is_none();
     json!({
         "host": host,

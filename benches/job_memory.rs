@@ -11,18 +11,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/fake_serve.rs"]
-#[allow(dead_code)]
-mod fake_serve;
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
-#[path = "../tests/common/guest_shell.rs"]
-#[allow(dead_code)]
-mod guest_shell;
-#[path = "../tests/common/stdio.rs"]
-#[allow(dead_code)]
-mod stdio;
+mod common;
+
+use common::{fake_serve, status_kib, stdio};
 
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -30,15 +21,6 @@ use std::time::{Duration, Instant};
 /// How often the client reads, and the job's line rate: 100 lines of 100 bytes a second
 /// (10 KB/s, 6 MB in ten minutes), under one job-output's budget per read.
 const READ_EVERY: Duration = Duration::from_secs(2);
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
 
 #[tokio::main]
 async fn main() {

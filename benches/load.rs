@@ -12,27 +12,15 @@
 
 mod common;
 
-#[path = "../tests/common/fake_serve.rs"]
-#[allow(dead_code)]
-mod fake_serve;
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
-#[path = "../tests/common/guest_shell.rs"]
-#[allow(dead_code)]
-mod guest_shell;
-#[path = "../tests/common/real_serve.rs"]
-#[allow(dead_code)]
-mod real_serve;
+use common::{fake_serve, real_serve};
 
 use common::{answer, env_number};
 use serde_json::{Value, json};
 use smol_mcp::fleet::FleetApi as _;
 use smol_mcp::fleet::transport::LocalEndpoint;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 
@@ -50,22 +38,12 @@ struct Server {
 
 impl Server {
     async fn start(runtime: &std::path::Path, local_url: &str) -> Server {
-        let port = real_serve::free_port();
-        let child = Command::new(server_binary())
-            .env_clear()
-            .envs(common::isolated_env(runtime))
-            .envs([
-                ("SMOL_LOCAL_URL", local_url.to_owned()),
-                ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
-                ("SMOL_MCP_HTTP_PORT", port.to_string()),
-                ("SMOL_MCP_LOG", "error".to_owned()),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        common::wait_listening(port, Duration::from_secs(10)).await;
+        let env = [
+            ("SMOL_LOCAL_URL", local_url.to_owned()),
+            ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
+        ];
+        let (child, port) =
+            common::http_server(&server_binary(), runtime, &env, Duration::from_secs(10)).await;
         Server {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
@@ -73,14 +51,7 @@ impl Server {
     }
 
     fn peak_rss_kib(&self) -> u64 {
-        let pid = self.child.id().unwrap();
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        common::status_kib(self.child.id().unwrap(), "VmHWM:")
     }
 }
 
@@ -266,12 +237,7 @@ async fn run() -> Value {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime.block_on(run());
+    let report = common::block_on(run());
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     println!(
         "smol-mcp-http load ({}, smolvm {})",

@@ -8,25 +8,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/fake_serve.rs"]
-#[allow(dead_code)]
-mod fake_serve;
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
-#[path = "../tests/common/guest_shell.rs"]
-#[allow(dead_code)]
-mod guest_shell;
-#[path = "../tests/common/real_serve.rs"]
-#[allow(dead_code)]
-mod real_serve;
+mod common;
+
+use common::stdio_client::Client;
+use common::{fake_serve, real_serve};
 
 use serde_json::{Value, json};
 use smol_mcp::fleet::transport::LocalEndpoint;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp");
 
@@ -35,95 +25,6 @@ const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp");
 /// build), else the bench build's own.
 fn server() -> String {
     std::env::var("SMOL_MCP_BENCH_SERVER").unwrap_or_else(|_| SERVER.to_owned())
-}
-
-/// A minimal JSON-RPC client of the stdio server: one line per message.
-struct Client {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-    next_id: u64,
-}
-
-impl Client {
-    /// Spawns the server and completes the handshake; returns the time from spawn to the
-    /// initialize response.
-    async fn spawn(env: &[(String, String)]) -> (Client, Duration) {
-        Client::spawn_binary(&server(), env).await
-    }
-
-    /// The same with another build of the server (the baseline of a before/after run).
-    async fn spawn_binary(binary: &str, env: &[(String, String)]) -> (Client, Duration) {
-        let start = Instant::now();
-        let mut child = Command::new(binary)
-            .env_clear()
-            .envs(env.iter().cloned())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut client = Client {
-            child,
-            stdin,
-            lines,
-            next_id: 1,
-        };
-        client
-            .request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}))
-            .await;
-        let took = start.elapsed();
-        client
-            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        (client, took)
-    }
-
-    async fn send(&mut self, message: Value) {
-        self.stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .unwrap();
-        self.stdin.flush().await.unwrap();
-    }
-
-    async fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
-        loop {
-            let line = self.lines.next_line().await.unwrap().unwrap();
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if v["id"] == json!(id) {
-                return v;
-            }
-        }
-    }
-
-    async fn tool(&mut self, name: &str, args: Value) -> Value {
-        self.request("tools/call", json!({"name": name, "arguments": args}))
-            .await
-    }
-
-    fn peak_rss_kib(&self) -> u64 {
-        let pid = self.child.id().unwrap();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    }
-
-    async fn close(mut self) {
-        drop(self.stdin);
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
-    }
 }
 
 #[derive(Clone, Copy, serde::Serialize)]
@@ -230,12 +131,12 @@ async fn run() -> Value {
     // Cold start: spawn to initialize response.
     let mut cold = Vec::new();
     for _ in 0..10 {
-        let (client, took) = Client::spawn(&real_env).await;
+        let (client, took) = Client::spawn(&server(), &real_env, Stdio::null()).await;
         cold.push(took);
-        client.close().await;
+        client.close(Duration::from_secs(10)).await;
     }
 
-    let (mut c, _) = Client::spawn(&real_env).await;
+    let (mut c, _) = Client::spawn(&server(), &real_env, Stdio::null()).await;
     let mut list_tools = Vec::new();
     // What a client sends its model on every turn: the tools/list result, compact, for this
     // single-fleet server; the both-fleets figure adds the target argument to every tool.
@@ -249,6 +150,8 @@ async fn run() -> Value {
         let bare = smol_mcp::policy::tools::schema::Offers {
             host_dirs: false,
             credentials: false,
+            // The bench's client declares no MCP Apps support, so view-state is not listed.
+            views: false,
             ..smol_mcp::policy::tools::schema::Offers::ALL
         };
         let offered = smol_mcp::policy::tools::Tool::ALL
@@ -327,7 +230,7 @@ async fn run() -> Value {
         r.bytes().await.unwrap();
         raw_create.push(t.elapsed());
     }
-    c.close().await;
+    c.close(Duration::from_secs(10)).await;
 
     // read-file throughput over a 64 MiB file on the fake, beside its raw files route.
     const SIZE: usize = 64 * 1024 * 1024;
@@ -358,7 +261,7 @@ async fn run() -> Value {
     // A page is at most maxOutputBytes (64 KiB by default, what fits a model's context); the
     // throughput of large pages is what this row measures.
     fake_env.push(("SMOL_MCP_MAX_OUTPUT_BYTES".into(), PAGE.to_string()));
-    let (mut c, _) = Client::spawn(&fake_env).await;
+    let (mut c, _) = Client::spawn(&server(), &fake_env, Stdio::null()).await;
     let mut tool_secs = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
@@ -434,7 +337,7 @@ async fn run() -> Value {
         }
         cancel_times.push(t.elapsed());
     }
-    c.close().await;
+    c.close(Duration::from_secs(10)).await;
 
     let ledger = ledger_cost(&fake).await;
     let mut builds = builds_side_by_side(&real_env).await;
@@ -485,19 +388,19 @@ async fn builds_side_by_side(env: &[(String, String)]) -> Value {
     for _round in 0..5 {
         for (i, (_, binary)) in builds.iter().enumerate() {
             for _ in 0..2 {
-                let (client, took) = Client::spawn_binary(binary, env).await;
+                let (client, took) = Client::spawn(binary, env, Stdio::null()).await;
                 cold[i].push(took);
-                client.close().await;
+                client.close(Duration::from_secs(10)).await;
             }
-            let (mut c, _) = Client::spawn_binary(binary, env).await;
+            let (mut c, _) = Client::spawn(binary, env, Stdio::null()).await;
             for _ in 0..20 {
                 let t = Instant::now();
                 c.request("tools/list", json!({})).await;
                 tools_list[i].push(t.elapsed());
             }
             rss_list_tools[i].push(c.peak_rss_kib());
-            c.close().await;
-            let (mut c, _) = Client::spawn_binary(binary, env).await;
+            c.close(Duration::from_secs(10)).await;
+            let (mut c, _) = Client::spawn(binary, env, Stdio::null()).await;
             for _ in 0..50 {
                 let t = Instant::now();
                 let r = c.tool("list-machines", json!({})).await;
@@ -505,7 +408,7 @@ async fn builds_side_by_side(env: &[(String, String)]) -> Value {
                 assert_eq!(r["result"]["isError"], false, "{r}");
             }
             rss_list_machines[i].push(c.peak_rss_kib());
-            c.close().await;
+            c.close(Duration::from_secs(10)).await;
         }
     }
     let median_mib = |kib: &mut Vec<u64>| {
@@ -543,7 +446,8 @@ async fn job_starts_side_by_side(builds: &mut Value) {
         for (i, row) in rows.iter().enumerate() {
             let binary = row["binary"].as_str().unwrap().to_owned();
             let rt = tempfile::tempdir().unwrap();
-            let (mut c, _) = Client::spawn_binary(&binary, &base_env(rt.path(), &fake.url())).await;
+            let (mut c, _) =
+                Client::spawn(&binary, &base_env(rt.path(), &fake.url()), Stdio::null()).await;
             for _ in 0..10 {
                 let t = Instant::now();
                 let r = c
@@ -555,7 +459,7 @@ async fn job_starts_side_by_side(builds: &mut Value) {
                 starts[i].push(t.elapsed());
                 assert_eq!(r["result"]["isError"], false, "{r}");
             }
-            c.close().await;
+            c.close(Duration::from_secs(10)).await;
         }
     }
     for (i, row) in rows.iter_mut().enumerate() {
@@ -628,10 +532,15 @@ async fn ledger_cost(fake: &fake_serve::FakeServe) -> Value {
     fake.set_exec(fake_serve::default_exec);
     fake.add_machine("bench-run", "running");
     let (on_dir, off_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (mut on, _) = Client::spawn(&base_env(on_dir.path(), &fake.url())).await;
+    let (mut on, _) = Client::spawn(
+        &server(),
+        &base_env(on_dir.path(), &fake.url()),
+        Stdio::null(),
+    )
+    .await;
     let mut off_env = base_env(off_dir.path(), &fake.url());
     off_env.push(("SMOL_MCP_LEDGER_MAX_RUNS".into(), "0".into()));
-    let (mut off, _) = Client::spawn(&off_env).await;
+    let (mut off, _) = Client::spawn(&server(), &off_env, Stdio::null()).await;
     let args =
         json!({"name": "bench-run", "command": ["echo", "hello"], "env": {"TOKEN": "not-kept"}});
     for c in [&mut on, &mut off] {
@@ -656,8 +565,8 @@ async fn ledger_cost(fake: &fake_serve::FakeServe) -> Value {
     let recorded = serde_json::from_str::<Value>(text).unwrap()["runs"]
         .as_array()
         .map_or(0, Vec::len);
-    on.close().await;
-    off.close().await;
+    on.close(Duration::from_secs(10)).await;
+    off.close(Duration::from_secs(10)).await;
 
     // In-process: begin and end a run 20,000 times, letting the writer catch up (untimed) every
     // 500 so that the queue never fills and every record is really queued.
@@ -800,12 +709,7 @@ fn print_ledger(l: &Value) {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime.block_on(run());
+    let report = common::block_on(run());
     print_table(&report);
     print_ledger(&report["ledger"]);
     print_builds(&report["builds"]);

@@ -22,11 +22,7 @@
 
 mod common;
 
-#[path = "../tests/common/balancer.rs"]
-mod balancer_script;
-#[path = "../tests/common/real_serve.rs"]
-#[allow(dead_code)]
-mod real_serve;
+use common::{balancer as balancer_script, real_serve};
 
 use common::issuer::Issuer;
 use common::{answer, env_number};

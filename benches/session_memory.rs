@@ -15,56 +15,24 @@
 
 mod common;
 
-#[path = "../tests/common/fake_serve.rs"]
-#[allow(dead_code)]
-mod fake_serve;
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
-#[path = "../tests/common/guest_shell.rs"]
-#[allow(dead_code)]
-mod guest_shell;
+use common::fake_serve;
 
-use common::env_number;
+use common::{env_number, status_kib};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "session-memory-token";
 
 async fn start(runtime: &std::path::Path, local_url: &str, max_sessions: usize) -> (Child, u16) {
-    let port = common::free_port();
-    let child = Command::new(SERVER)
-        .env_clear()
-        .envs(common::isolated_env(runtime))
-        .envs([
-            ("SMOL_LOCAL_URL", local_url.to_owned()),
-            ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
-            ("SMOL_MCP_HTTP_PORT", port.to_string()),
-            ("SMOL_MCP_HTTP_MAX_SESSIONS", max_sessions.to_string()),
-            ("SMOL_MCP_LOG", "error".to_owned()),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    common::wait_listening(port, Duration::from_secs(10)).await;
-    (child, port)
-}
-
-fn status_kib(child: &Child, field: &str) -> u64 {
-    let pid = child.id().unwrap();
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    let env = [
+        ("SMOL_LOCAL_URL", local_url.to_owned()),
+        ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
+        ("SMOL_MCP_HTTP_MAX_SESSIONS", max_sessions.to_string()),
+    ];
+    common::http_server(SERVER, runtime, &env, Duration::from_secs(10)).await
 }
 
 fn mib(kib: u64) -> f64 {
@@ -122,7 +90,7 @@ async fn run() -> Value {
     let url = format!("http://127.0.0.1:{port}/mcp");
     let http = reqwest::Client::new();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let idle = status_kib(&server, "VmRSS:");
+    let idle = status_kib(server.id().unwrap(), "VmRSS:");
     let mut rows = Vec::new();
     for round in 1..=rounds {
         let started = Instant::now();
@@ -138,7 +106,7 @@ async fn run() -> Value {
                 .await;
             let ids: Vec<String> = ids.into_iter().flatten().collect();
             assert_eq!(ids.len(), wave, "round {round}: sessions not opened");
-            most_open = most_open.max(status_kib(&server, "VmRSS:"));
+            most_open = most_open.max(status_kib(server.id().unwrap(), "VmRSS:"));
             let ended: Vec<bool> = futures::stream::iter(ids.iter())
                 .map(|id| end(&http, &url, id))
                 .buffer_unordered(concurrency)
@@ -148,7 +116,7 @@ async fn run() -> Value {
         }
         // What an ended session releases is released by its own tasks as they wind down.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let ended_rss = status_kib(&server, "VmRSS:");
+        let ended_rss = status_kib(server.id().unwrap(), "VmRSS:");
         rows.push(json!({
             "round": round,
             "seconds": started.elapsed().as_secs_f64(),
@@ -161,18 +129,13 @@ async fn run() -> Value {
         "sessions": count,
         "held": held,
         "idleRssMiB": mib(idle),
-        "peakRssMiB": mib(status_kib(&server, "VmHWM:")),
+        "peakRssMiB": mib(status_kib(server.id().unwrap(), "VmHWM:")),
         "rounds": rows,
     })
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime.block_on(run());
+    let report = common::block_on(run());
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     println!(
         "smol-mcp-http sessions opened and ended ({}, {} sessions a round, {} open at once; idle {:.1} MiB)",

@@ -15,25 +15,13 @@
 
 mod common;
 
-#[path = "../tests/common/fake_serve.rs"]
-#[allow(dead_code)]
-mod fake_serve;
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
-#[path = "../tests/common/guest_shell.rs"]
-#[allow(dead_code)]
-mod guest_shell;
-#[path = "../tests/common/real_serve.rs"]
-#[allow(dead_code)]
-mod real_serve;
+use common::fake_serve;
 
 use common::issuer::Issuer;
 use common::{answer, env_number};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::process::Command;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const STATIC_TOKEN: &str = "signin-bench-token";
@@ -142,24 +130,15 @@ async fn run() -> Value {
     }
     let issuer = Issuer::start().await;
     let rt = tempfile::tempdir().unwrap();
-    let port = real_serve::free_port();
+    let env = [
+        ("SMOL_LOCAL_URL", fake.url()),
+        ("SMOL_MCP_AUTH_TOKEN", STATIC_TOKEN.to_owned()),
+        ("SMOL_MCP_AUTH_ISSUER", issuer.url.clone()),
+        ("SMOL_MCP_AUTH_SCOPES", "machines".to_owned()),
+    ];
+    let (_server, port) =
+        common::http_server(SERVER, rt.path(), &env, Duration::from_secs(15)).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let _server = Command::new(SERVER)
-        .env_clear()
-        .envs(common::isolated_env(rt.path()))
-        .envs([
-            ("SMOL_LOCAL_URL", fake.url()),
-            ("SMOL_MCP_AUTH_TOKEN", STATIC_TOKEN.to_owned()),
-            ("SMOL_MCP_AUTH_ISSUER", issuer.url.clone()),
-            ("SMOL_MCP_AUTH_SCOPES", "machines".to_owned()),
-            ("SMOL_MCP_HTTP_PORT", port.to_string()),
-            ("SMOL_MCP_LOG", "error".to_owned()),
-        ])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    common::wait_listening(port, Duration::from_secs(15)).await;
     let user_token = issuer.token("bench-user", &url);
     let http = reqwest::Client::new();
     for (token, name) in [

@@ -16,47 +16,26 @@
 
 mod common;
 
-#[path = "../tests/common/fake_serve.rs"]
-#[allow(dead_code)]
-mod fake_serve;
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
-#[path = "../tests/common/guest_shell.rs"]
-#[allow(dead_code)]
-mod guest_shell;
+use common::fake_serve;
 
 use common::{answer, env_number};
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt as _;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const TOKEN: &str = "slow-clients-token";
 
 async fn start(runtime: &std::path::Path, local_url: &str) -> (Child, u16) {
-    let port = common::free_port();
-    let child = Command::new(SERVER)
-        .env_clear()
-        .envs(common::isolated_env(runtime))
-        .envs([
-            ("SMOL_LOCAL_URL", local_url.to_owned()),
-            ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
-            ("SMOL_MCP_HTTP_PORT", port.to_string()),
-            ("SMOL_MCP_LOG", "error".to_owned()),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    common::wait_listening(port, Duration::from_secs(10)).await;
-    (child, port)
+    let env = [
+        ("SMOL_LOCAL_URL", local_url.to_owned()),
+        ("SMOL_MCP_AUTH_TOKEN", TOKEN.to_owned()),
+    ];
+    common::http_server(SERVER, runtime, &env, Duration::from_secs(10)).await
 }
 
 fn post(http: &reqwest::Client, url: &str, session: &str, body: Value) -> reqwest::RequestBuilder {
@@ -233,12 +212,7 @@ async fn run() -> Value {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime.block_on(run());
+    let report = common::block_on(run());
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     println!(
         "smol-mcp-http beside slow clients ({}; {} slow-body and {} slow-header connections, {} made in all)",

@@ -9,18 +9,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/common/fake_serve.rs"]
-#[allow(dead_code)]
-mod fake_serve;
-#[path = "../tests/common/fake_stream.rs"]
-#[allow(dead_code)]
-mod fake_stream;
-#[path = "../tests/common/guest_shell.rs"]
-#[allow(dead_code)]
-mod guest_shell;
-#[path = "../tests/common/stdio.rs"]
-#[allow(dead_code)]
-mod stdio;
+mod common;
+
+use common::{fake_serve, fake_stream, stdio};
 
 use fake_stream::{StreamStep, epoch};
 use serde_json::{Value, json};

@@ -82,7 +82,7 @@ fn project(dir: &std::path::Path) {
 async fn cold_with_setup(c: &mut Client, repo: &str) -> Result<(f64, String), String> {
     let t = Instant::now();
     let created = c
-        .tool(
+        .tool_result(
             "create-machine",
             json!({"cpus": 1, "memoryMb": 256, "branchable": true, "workspace": repo}),
         )
@@ -96,10 +96,10 @@ async fn cold_with_setup(c: &mut Client, repo: &str) -> Result<(f64, String), St
         .to_owned();
     made(&name);
     let setup = c
-        .tool("run-command", json!({"name": name, "command": SETUP}))
+        .tool_result("run-command", json!({"name": name, "command": SETUP}))
         .await;
     let first = c
-        .tool(
+        .tool_result(
             "run-command",
             json!({"name": name, "command": ["echo", "first"]}),
         )
@@ -125,7 +125,7 @@ async fn children_of(
     if freeze {
         args["freezeSource"] = json!(true);
     }
-    let branched = c.tool("branch-machine", args).await;
+    let branched = c.tool_result("branch-machine", args).await;
     if !ok(&branched) {
         return Err(format!("branch-machine: {branched}"));
     }
@@ -140,7 +140,7 @@ async fn children_of(
     // One client: the commands go out in turn, each answered in about a round trip.
     for name in &children {
         let first = c
-            .tool(
+            .tool_result(
                 "run-command",
                 json!({"name": name, "command": ["echo", "first"]}),
             )
@@ -186,7 +186,7 @@ async fn raw_forks(
 
 async fn delete_all(c: &mut Client, names: &[String]) {
     for name in names {
-        let r = c.tool("delete-machine", json!({"name": name})).await;
+        let r = c.tool_result("delete-machine", json!({"name": name})).await;
         if ok(&r) {
             gone(name);
         }
@@ -313,7 +313,7 @@ async fn serve_dir(dir: &std::path::Path) -> Result<(tokio::process::Child, u16)
 /// `command` in `name` as a background job, followed to its end: its stdout, or why not.
 async fn job(c: &mut Client, name: &str, command: &str) -> Result<String, String> {
     let started = c
-        .tool(
+        .tool_result(
             "run-command",
             json!({"name": name, "command": command, "background": true, "timeoutSecs": 3600}),
         )
@@ -329,7 +329,7 @@ async fn job(c: &mut Client, name: &str, command: &str) -> Result<String, String
         if !cursor.is_null() {
             args["cursor"] = cursor.clone();
         }
-        let read = c.tool("job-output", args).await;
+        let read = c.tool_result("job-output", args).await;
         if !ok(&read) {
             return Err(format!("job-output: {read}"));
         }
@@ -350,7 +350,7 @@ async fn toolchain(c: &mut Client, port: u16, failures: &mut Vec<String>) -> Val
     let install = ZIG_INSTALL.replace("PORT", &port.to_string());
     let t = Instant::now();
     let created = c
-        .tool(
+        .tool_result(
             "create-machine",
             json!({"cpus": 1, "memoryMb": 512, "branchable": true, "allowCidrs": ["10.0.2.2/32"]}),
         )
@@ -373,7 +373,7 @@ async fn toolchain(c: &mut Client, port: u16, failures: &mut Vec<String>) -> Val
     };
     let built_ms = ms(t.elapsed());
     let first = c
-        .tool(
+        .tool_result(
             "run-command",
             json!({"name": name, "command": ["echo", "first"]}),
         )
@@ -464,8 +464,8 @@ pub async fn bases() -> Value {
         "SMOL_MCP_WORKSPACE_DIR".into(),
         rt.path().join("copies").display().to_string(),
     ));
-    let mut c = Client::spawn(&env, Stdio::inherit()).await;
-    let r = c.tool("list-machines", json!({})).await;
+    let mut c = Client::spawn(super::SERVER, &env, Stdio::inherit()).await.0;
+    let r = c.tool_result("list-machines", json!({})).await;
     assert!(ok(&r), "{r}");
     let mut failures: Vec<String> = Vec::new();
 
@@ -485,7 +485,7 @@ pub async fn bases() -> Value {
         }
     }
     let Some(base) = set_up else {
-        c.close().await;
+        c.close(Duration::from_secs(120)).await;
         return json!({"host": host, "failures": failures});
     };
     let making = match children_of(&mut c, &base, "bench-base-first", 1, true).await {
@@ -573,14 +573,14 @@ pub async fn bases() -> Value {
     };
     let base_memory = machine_memory(&raw, &[base.clone(), raw_source.to_owned()]).await;
     for name in [base.as_str(), raw_source] {
-        let r = c.tool("delete-machine", json!({"name": name})).await;
+        let r = c.tool_result("delete-machine", json!({"name": name})).await;
         if ok(&r) {
             gone(name);
         } else {
             failures.push(format!("delete {name}: {r}"));
         }
     }
-    c.close().await;
+    c.close(Duration::from_secs(120)).await;
     json!({
         "host": host,
         "engine": {"url": nested.url, "smolvm": "1.32.2",

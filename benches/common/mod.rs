@@ -6,6 +6,23 @@
 #![allow(dead_code)]
 
 pub mod issuer;
+pub mod stdio_client;
+
+// The fakes and helpers the tests have, shared with the benchmarks from tests/common.
+#[path = "../../tests/common/balancer.rs"]
+pub mod balancer;
+#[path = "../../tests/common/fake_serve.rs"]
+pub mod fake_serve;
+#[path = "../../tests/common/fake_stream.rs"]
+pub mod fake_stream;
+#[path = "../../tests/common/guest_shell.rs"]
+pub mod guest_shell;
+#[path = "../../tests/common/nested.rs"]
+pub mod nested;
+#[path = "../../tests/common/real_serve.rs"]
+pub mod real_serve;
+#[path = "../../tests/common/stdio.rs"]
+pub mod stdio;
 
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -96,9 +113,46 @@ pub fn isolated_env(runtime: &std::path::Path) -> [(&'static str, String); 4] {
     ]
 }
 
-/// Runs a bench's `run` on a runtime of its own.
+/// `binary` (a build of `smol-mcp-http`) on a free port, in the isolated environment of
+/// `runtime` with `env` beside it (`SMOL_MCP_LOG` error unless `env` says otherwise), once it
+/// listens (within `within`).
+pub async fn http_server(
+    binary: &str,
+    runtime: &std::path::Path,
+    env: &[(&str, String)],
+    within: Duration,
+) -> (tokio::process::Child, u16) {
+    let port = free_port();
+    let child = tokio::process::Command::new(binary)
+        .env_clear()
+        .envs(isolated_env(runtime))
+        .env("SMOL_MCP_LOG", "error")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("SMOL_MCP_HTTP_PORT", port.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_listening(port, within).await;
+    (child, port)
+}
+
+/// A field of `/proc/PID/status` in KiB (`VmRSS:`, `VmHWM:`); 0 when it cannot be read.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs a bench's `run` on a runtime of its own, of two workers whatever the host (the
+/// figures in docs/benchmarks.md are of two).
 pub fn block_on(run: impl std::future::Future<Output = Value>) -> Value {
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
