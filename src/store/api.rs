@@ -20,6 +20,9 @@ pub const KEY_ANSWERS_MAX_BYTES: i64 = 64 * 1024 * 1024;
 /// a state is not taken (its call is asked again) until one ages out.
 pub const REQUEST_STATES_MAX: i64 = 4096;
 
+/// What a store call answers: its value, or why the store could not answer.
+pub type StoreResult<T> = Result<T, StoreUnavailable>;
+
 /// Why the store could not answer: a write or claim a limit depends on, or a read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreUnavailable {
@@ -57,7 +60,7 @@ pub trait Lifecycle: Send + Sync {
     /// answers its first call. The SQLite file answers at once: it opens at its first use
     /// (SQLite and its writer cost about 2 MiB that a session running no command should not
     /// pay), and a file that cannot be used is said then, the tools going on without it.
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreUnavailable>>;
+    fn ready(&self) -> BoxFuture<'_, StoreResult<()>>;
     /// Whether server processes on other hosts share this store, and so answer as one
     /// server: what one started, another may read and end.
     fn is_shared(&self) -> bool;
@@ -67,7 +70,7 @@ pub trait Lifecycle: Send + Sync {
     /// read once ready, for every process sharing it (an input-required answer given through
     /// one completes through another); the file's, a key random to the process, never
     /// written down (a question outlives no process there).
-    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable>;
+    fn sealing_key(&self) -> StoreResult<Vec<u8>>;
 }
 
 /// The process's store as its users see it: one repository per kind of record, and its
@@ -129,20 +132,15 @@ impl<B: Backend> Store for B {
 pub trait RunRepository: Send + Sync {
     /// Queues a run's start and gives its id (increasing, unique among the processes sharing
     /// the store); or why it will not be recorded, told to the clients once by the backend.
-    fn begin(&self, run: NewRun) -> Result<i64, StoreUnavailable>;
+    fn begin(&self, run: NewRun) -> StoreResult<i64>;
     fn end(&self, end: RunEnd);
     /// What run `id` cost its machine (a JSON object), measured after it ended.
     fn cost(&self, id: i64, usage_json: String);
     /// Up to `limit` runs older than `before` (all when `None`), newest first.
     /// `user`'s runs only (the empty id: the operator's).
-    async fn page(
-        &self,
-        before: Option<i64>,
-        limit: usize,
-        user: &str,
-    ) -> Result<RunPage, StoreUnavailable>;
+    async fn page(&self, before: Option<i64>, limit: usize, user: &str) -> StoreResult<RunPage>;
     /// Run `id` if it is `user`'s.
-    async fn get(&self, id: i64, user: &str) -> Result<Option<RunDetail>, StoreUnavailable>;
+    async fn get(&self, id: i64, user: &str) -> StoreResult<Option<RunDetail>>;
 }
 
 /// Background jobs while they run, so that a later process can take them over.
@@ -156,10 +154,10 @@ pub trait JobRepository: Send + Sync {
     /// serves; none when the store cannot say.
     async fn take_over(&self, served: Vec<ServedEngine>) -> Vec<JobRecord>;
     /// Job `id` as its watcher (any process sharing the store) last wrote it.
-    async fn get(&self, id: &str) -> Result<Option<StoredJob>, StoreUnavailable>;
+    async fn get(&self, id: &str) -> StoreResult<Option<StoredJob>>;
     /// The jobs of the last day that another process than this one started or watches,
     /// newest first, at most `limit`.
-    async fn others(&self, limit: usize) -> Result<Vec<StoredJob>, StoreUnavailable>;
+    async fn others(&self, limit: usize) -> StoreResult<Vec<StoredJob>>;
 }
 
 /// MCP tasks, so that a process after this one can say what became of one.
@@ -167,7 +165,7 @@ pub trait JobRepository: Send + Sync {
 pub trait TaskRepository: Send + Sync {
     fn created(&self, task: TaskRecord);
     fn ended(&self, id: &str, outcome: &'static str);
-    async fn get(&self, id: &str) -> Result<Option<TaskRecord>, StoreUnavailable>;
+    async fn get(&self, id: &str) -> StoreResult<Option<TaskRecord>>;
     /// The task as `tasks/get` answers it now in its process (see [`TaskRecord::detail`]).
     fn answered_as(&self, id: &str, detail: String);
     /// tasks/cancel reached another process than the one running the task: it is asked to.
@@ -183,15 +181,8 @@ pub trait TaskRepository: Send + Sync {
 #[async_trait::async_trait]
 pub trait EgressGrantRepository: Send + Sync {
     fn add(&self, grant: EgressGrant);
-    /// Everything the user allowed `machine` on `fleet`, by any process, oldest first, each
-    /// once.
-    /// What `user` allowed `machine`.
-    async fn for_machine(
-        &self,
-        fleet: FleetKind,
-        machine: &str,
-        user: &str,
-    ) -> Result<Vec<String>, StoreUnavailable>;
+    /// Everything the holder allowed the machine, by any process, oldest first, each once.
+    async fn for_machine(&self, hold: Hold) -> StoreResult<Vec<String>>;
 }
 
 /// The cloud spend's day marks, shared by every process on the store.
@@ -199,7 +190,7 @@ pub trait EgressGrantRepository: Send + Sync {
 pub trait SpendRepository: Send + Sync {
     /// The account's period cost at the first reading of the reading's UTC day (this reading's
     /// when it is the first), written before it answers.
-    async fn day_mark(&self, reading: SpendReading) -> Result<i64, StoreUnavailable>;
+    async fn day_mark(&self, reading: SpendReading) -> StoreResult<i64>;
 }
 
 /// Idempotency keys: which call holds a key, and its answer once it succeeded.
@@ -207,12 +198,12 @@ pub trait SpendRepository: Send + Sync {
 pub trait KeyRepository: Send + Sync {
     /// Claims `claim.key` unless a call of the last day holds it; written before it answers,
     /// so that two processes sharing the store never both claim a key.
-    async fn claim(&self, claim: KeyRecord) -> Result<KeyClaim, StoreUnavailable>;
+    async fn claim(&self, claim: KeyRecord) -> StoreResult<KeyClaim>;
     /// The call holding `key` in this process succeeded; a repeat within a day gets `answer`.
     fn answered(&self, key: &str, answer: String);
     /// The call holding `key` in this process failed: a retry with it runs again.
     fn released(&self, key: &str);
-    async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable>;
+    async fn get(&self, key: &str) -> StoreResult<Option<KeyRecord>>;
     /// Whether the process holding `record`'s key is this one or still lives: a holder that
     /// ended before it answered cut its call off. On one host a pid and its start time tell;
     /// a store shared by hosts asks whom it has heard from.
@@ -251,37 +242,29 @@ pub trait OwnerRepository: Send + Sync {
     /// claim took it (with all the user held on the fleet then: names made, and those in the
     /// making claimed since `pending_after_ms`) or who held it. One user's claims are taken
     /// one at a time among all processes, and two users racing for a name never both get it.
-    async fn claim(
-        &self,
-        hold: Hold,
-        pending_after_ms: i64,
-    ) -> Result<MachineClaim, StoreUnavailable>;
+    async fn claim(&self, hold: Hold, pending_after_ms: i64) -> StoreResult<MachineClaim>;
     /// The fleet made `name` for `user`: held as made from now on (the claim is taken over if
     /// it was let go meanwhile, the fleet having made it for this user all the same).
-    async fn made(&self, hold: Hold) -> Result<(), StoreUnavailable>;
+    async fn made(&self, hold: Hold) -> StoreResult<()>;
     /// The held machine answers to `id` as well (a cloud machine's own id).
-    async fn alias(&self, id: &str, hold: Hold) -> Result<(), StoreUnavailable>;
+    async fn alias(&self, id: &str, hold: Hold) -> StoreResult<()>;
     /// Who holds the machine `name` (its name, or on cloud its id) names, once made: a name
     /// in the making is held by no one yet.
-    async fn holder(
-        &self,
-        fleet: FleetKind,
-        name: &str,
-    ) -> Result<Option<String>, StoreUnavailable>;
+    async fn holder(&self, fleet: FleetKind, name: &str) -> StoreResult<Option<String>>;
     /// Every machine of `fleet` made for a user, by its name: (name, user).
-    async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable>;
+    async fn held(&self, fleet: FleetKind) -> StoreResult<Vec<(String, String)>>;
     /// `user` no longer holds the machine `name` (its name or its id) names: deleted, or its
     /// create failed.
-    async fn release(&self, hold: Hold) -> Result<(), StoreUnavailable>;
+    async fn release(&self, hold: Hold) -> StoreResult<()>;
     /// Every held machine of `fleet` (made or in the making) with when it was first held,
     /// whoever holds it: for [`OwnerRepository::forget`] to find the ones deleted behind the
     /// holder's back, and claims a process that died left in the making.
-    async fn held_since(&self, fleet: FleetKind) -> Result<Vec<Holding>, StoreUnavailable>;
+    async fn held_since(&self, fleet: FleetKind) -> StoreResult<Vec<Holding>>;
     /// No one holds `machine` any more (it is gone from its fleet), under any of its words.
-    async fn forget(&self, fleet: FleetKind, machine: &str) -> Result<(), StoreUnavailable>;
+    async fn forget(&self, fleet: FleetKind, machine: &str) -> StoreResult<()>;
     /// Adds what a deleted machine of `user`'s cost to `day`'s total.
-    async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable>;
-    async fn settled(&self, user: &str, day: &str) -> Result<i64, StoreUnavailable>;
+    async fn settle(&self, user: &str, day: &str, micros: i64) -> StoreResult<()>;
+    async fn settled(&self, user: &str, day: &str) -> StoreResult<i64>;
 }
 
 /// How long the store keeps what it keeps, from the settings: these govern runs only; the
@@ -301,12 +284,7 @@ pub trait RequestStateRepository: Send + Sync {
     /// Takes `nonce` (hex) for good for `user` (an id; the operator's is empty): `Now` the
     /// first time any process takes it. Nonces go after `lifetime_ms` (a state older than that
     /// no longer opens). Bounded by [`REQUEST_STATES_MAX`].
-    async fn take(
-        &self,
-        nonce: &str,
-        lifetime_ms: i64,
-        user: &str,
-    ) -> Result<Taken, StoreUnavailable>;
+    async fn take(&self, nonce: &str, lifetime_ms: i64, user: &str) -> StoreResult<Taken>;
 }
 
 /// What taking a state's nonce found.

@@ -19,7 +19,8 @@ pub mod sqlite;
 pub use api::{
     Backend, EgressGrantRepository, Hold, JobRepository, KEY_ANSWERS_MAX_BYTES, KeyRepository,
     Lifecycle, OwnerRepository, REQUEST_STATES_MAX, RequestStateRepository, RunRepository,
-    RunRetention, Sharing, SpendRepository, Store, StoreUnavailable, Taken, TaskRepository,
+    RunRetention, Sharing, SpendRepository, Store, StoreResult, StoreUnavailable, Taken,
+    TaskRepository,
 };
 pub use records::{
     EgressGrant, HeldName, Holding, JobEnd, JobRecord, JobState, KeyClaim, KeyRecord, MachineClaim,

@@ -240,16 +240,20 @@ pub async fn egress_grants(open: Open<'_>) {
         .add(grant("bob", &["evil.example"], now + 2));
     a.flush().await;
     b.flush().await;
-    let operators = b.egress_grants().for_machine(FleetKind::Local, "box", "");
+    let operators = b
+        .egress_grants()
+        .for_machine(Hold::new(FleetKind::Local, "box", ""));
     assert_eq!(
         operators.await.unwrap(),
         ["pypi.org", "github.com", "crates.io"]
     );
     let bobs = a
         .egress_grants()
-        .for_machine(FleetKind::Local, "box", "bob");
+        .for_machine(Hold::new(FleetKind::Local, "box", "bob"));
     assert_eq!(bobs.await.unwrap(), ["evil.example"]);
-    let cloud = a.egress_grants().for_machine(FleetKind::Cloud, "box", "");
+    let cloud = a
+        .egress_grants()
+        .for_machine(Hold::new(FleetKind::Cloud, "box", ""));
     assert!(cloud.await.unwrap().is_empty());
 }
 

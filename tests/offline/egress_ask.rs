@@ -150,7 +150,11 @@ async fn the_user_allows_one_refused_host_live_and_declines_another_for_good() {
         .policy
         .store
         .egress_grants()
-        .for_machine(smol_mcp::fleet::FleetKind::Local, "asks", "")
+        .for_machine(smol_mcp::store::Hold::new(
+            smol_mcp::fleet::FleetKind::Local,
+            "asks",
+            "",
+        ))
         .await
         .unwrap();
     assert_eq!(kept, ["pypi.org"]);

@@ -56,8 +56,11 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
         .unwrap();
     db.execute("UPDATE jobs SET state = 'dormant' WHERE id = 'odd'", [])
         .unwrap();
-    db.execute("UPDATE jobs SET timeout_secs = -1 WHERE id = 'negative'", [])
-        .unwrap();
+    db.execute(
+        "UPDATE jobs SET timeout_secs = -1 WHERE id = 'negative'",
+        [],
+    )
+    .unwrap();
     drop(db);
     let reader = SqliteStore::new(path, retention, Events::default());
     assert!(reader.jobs().get("known").await.unwrap().is_some());

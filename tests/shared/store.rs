@@ -463,9 +463,12 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     raw.execute("UPDATE jobs SET state = 'dormant' WHERE id = 'odd'", &[])
         .await
         .unwrap();
-    raw.execute("UPDATE jobs SET timeout_secs = -1 WHERE id = 'negative'", &[])
-        .await
-        .unwrap();
+    raw.execute(
+        "UPDATE jobs SET timeout_secs = -1 WHERE id = 'negative'",
+        &[],
+    )
+    .await
+    .unwrap();
     let reader = ready_store(&db).await;
     assert!(reader.jobs().get("known").await.unwrap().is_some());
     assert!(reader.jobs().get("strange").await.unwrap().is_none());

@@ -12,6 +12,7 @@ use crate::fleet::{
 };
 use crate::process::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
 use crate::process::made::MachineSlot;
+use crate::store::Hold;
 
 pub(super) async fn list_machines(
     call: &Call<'_>,
@@ -100,7 +101,7 @@ async fn learned_egress(
         .policy
         .store
         .egress_grants()
-        .for_machine(kind, earlier, call.caller.user.id())
+        .for_machine(Hold::new(kind, earlier, call.caller.user.id()))
         .await
         .map_err(|e| ToolError::argument("allowHostsFrom", format!("the store cannot say: {e}")))?;
     if learned.is_empty() {

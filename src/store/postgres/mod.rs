@@ -22,7 +22,7 @@ mod writes;
 
 use crate::process::config::Secret;
 use crate::process::events::{Events, ServerEvent};
-use crate::store::api::{Backend, Lifecycle, RunRetention, Sharing, StoreUnavailable};
+use crate::store::api::{Backend, Lifecycle, RunRetention, Sharing, StoreResult, StoreUnavailable};
 use connection::{connect, shown};
 pub use instances::STALE;
 use instances::{InstanceRow, Me, heartbeat};
@@ -281,7 +281,7 @@ impl PgStore {
     }
 
     /// Queues `write`, or says why it was not.
-    fn queue(&self, write: Write) -> Result<(), StoreUnavailable> {
+    fn queue(&self, write: Write) -> StoreResult<()> {
         if let Some(Err(reason)) = self.opened.get() {
             return Err(self.unusable(reason.clone()));
         }
@@ -307,10 +307,7 @@ impl PgStore {
     }
 
     /// Queues an ask and waits for its answer, written.
-    async fn ask<T>(
-        &self,
-        make: impl FnOnce(writes::Answer<T>) -> Write,
-    ) -> Result<T, StoreUnavailable> {
+    async fn ask<T>(&self, make: impl FnOnce(writes::Answer<T>) -> Write) -> StoreResult<T> {
         if let Some(broken) = self.broken() {
             return Err(broken);
         }
@@ -334,7 +331,7 @@ impl PgStore {
     }
 
     /// The read connection, connecting (again) when it has none or lost it.
-    async fn reader(&self) -> Result<Arc<Client>, StoreUnavailable> {
+    async fn reader(&self) -> StoreResult<Arc<Client>> {
         let opened = match self.opened.get() {
             Some(Ok(opened)) => opened,
             _ => return Err(self.broken().unwrap_or_else(|| self.unusable("unknown"))),
@@ -356,7 +353,7 @@ impl PgStore {
     async fn in_claim_transaction<T>(
         &self,
         claim: impl AsyncFnOnce(&tokio_postgres::Transaction<'_>) -> Result<T, tokio_postgres::Error>,
-    ) -> Result<T, StoreUnavailable> {
+    ) -> StoreResult<T> {
         self.flush_queued().await;
         let opened = match self.opened.get() {
             Some(Ok(opened)) => opened.clone(),
@@ -384,7 +381,7 @@ impl PgStore {
     async fn read<T>(
         &self,
         read: impl AsyncFnOnce(&Client) -> Result<T, tokio_postgres::Error>,
-    ) -> Result<T, StoreUnavailable> {
+    ) -> StoreResult<T> {
         self.flush_queued().await;
         let client = self.reader().await?;
         read(&client)
@@ -422,7 +419,7 @@ impl Lifecycle for PgStore {
     fn is_shared(&self) -> bool {
         true
     }
-    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable> {
+    fn sealing_key(&self) -> StoreResult<Vec<u8>> {
         match self.opened.get() {
             Some(Ok(opened)) => Ok(opened.sealing_key.clone()),
             _ => Err(self
@@ -443,7 +440,7 @@ impl Lifecycle for PgStore {
             }),
         }
     }
-    fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
+    fn ready(&self) -> futures::future::BoxFuture<'_, StoreResult<()>> {
         Box::pin(async {
             match self.opened.get_or_init(|| self.open()).await {
                 Ok(_) => Ok(()),

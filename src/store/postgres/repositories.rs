@@ -8,7 +8,7 @@ use crate::fleet::FleetKind;
 use crate::store::{
     EgressGrant, EgressGrantRepository, Hold, JobEnd, JobRecord, JobRepository, KeyClaim,
     KeyRecord, KeyRepository, NewRun, REQUEST_STATES_MAX, RunDetail, RunEnd, RunPage,
-    RunRepository, RunSummary, ServedEngine, SpendReading, SpendRepository, StoreUnavailable,
+    RunRepository, RunSummary, ServedEngine, SpendReading, SpendRepository, StoreResult,
     StreamRecord, Taken, TaskRecord, TaskRepository,
 };
 use tokio_postgres::Row;
@@ -42,7 +42,7 @@ impl PgStore {
 
 #[async_trait::async_trait]
 impl RunRepository for PgStore {
-    fn begin(&self, run: NewRun) -> Result<i64, StoreUnavailable> {
+    fn begin(&self, run: NewRun) -> StoreResult<i64> {
         let slot = match self.opened() {
             Some(opened) => opened.slot,
             None => {
@@ -65,12 +65,7 @@ impl RunRepository for PgStore {
         self.record(Write::RunCost(id, usage_json));
     }
 
-    async fn page(
-        &self,
-        before: Option<i64>,
-        limit: usize,
-        user: &str,
-    ) -> Result<RunPage, StoreUnavailable> {
+    async fn page(&self, before: Option<i64>, limit: usize, user: &str) -> StoreResult<RunPage> {
         let fetch = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
         let before = before.unwrap_or(i64::MAX);
         let mut runs: Vec<RunSummary> = self
@@ -92,7 +87,7 @@ impl RunRepository for PgStore {
         Ok(RunPage { runs, more })
     }
 
-    async fn get(&self, id: i64, user: &str) -> Result<Option<RunDetail>, StoreUnavailable> {
+    async fn get(&self, id: i64, user: &str) -> StoreResult<Option<RunDetail>> {
         self.read(async |db| {
             let row = db
                 .query_opt(
@@ -172,7 +167,7 @@ impl JobRepository for PgStore {
             .unwrap_or_default()
     }
 
-    async fn get(&self, id: &str) -> Result<Option<crate::store::StoredJob>, StoreUnavailable> {
+    async fn get(&self, id: &str) -> StoreResult<Option<crate::store::StoredJob>> {
         self.read(async |db| {
             let row = db
                 .query_opt(
@@ -185,7 +180,7 @@ impl JobRepository for PgStore {
         .await
     }
 
-    async fn others(&self, limit: usize) -> Result<Vec<crate::store::StoredJob>, StoreUnavailable> {
+    async fn others(&self, limit: usize) -> StoreResult<Vec<crate::store::StoredJob>> {
         let me = self.me.instance.clone();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(async |db| {
@@ -229,7 +224,7 @@ impl TaskRepository for PgStore {
         self.record(Write::TaskEnded(id.to_owned(), outcome));
     }
 
-    async fn get(&self, id: &str) -> Result<Option<TaskRecord>, StoreUnavailable> {
+    async fn get(&self, id: &str) -> StoreResult<Option<TaskRecord>> {
         self.read(async |db| {
             let row = db
                 .query_opt(
@@ -288,12 +283,12 @@ impl EgressGrantRepository for PgStore {
         }
     }
 
-    async fn for_machine(
-        &self,
-        fleet: FleetKind,
-        machine: &str,
-        user: &str,
-    ) -> Result<Vec<String>, StoreUnavailable> {
+    async fn for_machine(&self, hold: Hold) -> StoreResult<Vec<String>> {
+        let Hold {
+            fleet,
+            name: machine,
+            user,
+        } = &hold;
         self.read(async |db| {
             let rows = db
                 .query(
@@ -310,14 +305,14 @@ impl EgressGrantRepository for PgStore {
 
 #[async_trait::async_trait]
 impl SpendRepository for PgStore {
-    async fn day_mark(&self, reading: SpendReading) -> Result<i64, StoreUnavailable> {
+    async fn day_mark(&self, reading: SpendReading) -> StoreResult<i64> {
         self.ask(|answer| Write::DayMark(reading, answer)).await
     }
 }
 
 #[async_trait::async_trait]
 impl KeyRepository for PgStore {
-    async fn claim(&self, claim: KeyRecord) -> Result<KeyClaim, StoreUnavailable> {
+    async fn claim(&self, claim: KeyRecord) -> StoreResult<KeyClaim> {
         self.ask(|answer| Write::ClaimKey(Box::new(claim), answer))
             .await
     }
@@ -330,7 +325,7 @@ impl KeyRepository for PgStore {
         self.record(Write::KeyReleased(key.to_owned()));
     }
 
-    async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable> {
+    async fn get(&self, key: &str) -> StoreResult<Option<KeyRecord>> {
         self.read(async |db| writes::key(db, key).await).await
     }
 
@@ -358,12 +353,7 @@ impl crate::store::RequestStateRepository for PgStore {
     /// One statement inserts unless a bound is reached; a second tells a nonce taken before
     /// from a full table. Processes inserting at the same instant may each pass the count
     /// before the other's row is seen: the bound holds to within the processes sharing it.
-    async fn take(
-        &self,
-        nonce: &str,
-        lifetime_ms: i64,
-        user: &str,
-    ) -> Result<Taken, StoreUnavailable> {
+    async fn take(&self, nonce: &str, lifetime_ms: i64, user: &str) -> StoreResult<Taken> {
         let db = self.reader().await?;
         let now = super::schema::NOW_MS;
         let unusable = |e: tokio_postgres::Error| self.unusable(e.to_string());
@@ -412,7 +402,7 @@ impl crate::store::OwnerRepository for PgStore {
         &self,
         hold: Hold,
         pending_after_ms: i64,
-    ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
+    ) -> StoreResult<crate::store::MachineClaim> {
         use crate::store::{HeldName, MachineClaim};
         let Hold { fleet, name, user } = &hold;
         self.in_claim_transaction(async |db| {
@@ -465,7 +455,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn made(&self, hold: Hold) -> Result<(), StoreUnavailable> {
+    async fn made(&self, hold: Hold) -> StoreResult<()> {
         let Hold { fleet, name, user } = &hold;
         self.read(async |db| {
             db.execute(
@@ -483,7 +473,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn alias(&self, id: &str, hold: Hold) -> Result<(), StoreUnavailable> {
+    async fn alias(&self, id: &str, hold: Hold) -> StoreResult<()> {
         let Hold { fleet, name, user } = &hold;
         self.read(async |db| {
             db.execute(
@@ -499,11 +489,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn holder(
-        &self,
-        fleet: FleetKind,
-        name: &str,
-    ) -> Result<Option<String>, StoreUnavailable> {
+    async fn holder(&self, fleet: FleetKind, name: &str) -> StoreResult<Option<String>> {
         self.read(async |db| {
             let row = db
                 .query_opt(
@@ -516,7 +502,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable> {
+    async fn held(&self, fleet: FleetKind) -> StoreResult<Vec<(String, String)>> {
         self.read(async |db| {
             let rows = db
                 .query(
@@ -530,7 +516,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn release(&self, hold: Hold) -> Result<(), StoreUnavailable> {
+    async fn release(&self, hold: Hold) -> StoreResult<()> {
         let Hold { fleet, name, user } = &hold;
         self.read(async |db| {
             db.execute(
@@ -545,10 +531,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn held_since(
-        &self,
-        fleet: FleetKind,
-    ) -> Result<Vec<crate::store::Holding>, StoreUnavailable> {
+    async fn held_since(&self, fleet: FleetKind) -> StoreResult<Vec<crate::store::Holding>> {
         self.read(async |db| {
             let rows = db
                 .query(
@@ -569,7 +552,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn forget(&self, fleet: FleetKind, machine: &str) -> Result<(), StoreUnavailable> {
+    async fn forget(&self, fleet: FleetKind, machine: &str) -> StoreResult<()> {
         self.read(async |db| {
             db.execute(
                 "DELETE FROM machine_owners WHERE fleet = $1 AND machine = $2",
@@ -581,7 +564,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable> {
+    async fn settle(&self, user: &str, day: &str, micros: i64) -> StoreResult<()> {
         self.read(async |db| {
             db.execute(
                 "INSERT INTO user_spend (user_id, day, settled_micros) VALUES ($1, $2, $3) \
@@ -595,7 +578,7 @@ impl crate::store::OwnerRepository for PgStore {
         .await
     }
 
-    async fn settled(&self, user: &str, day: &str) -> Result<i64, StoreUnavailable> {
+    async fn settled(&self, user: &str, day: &str) -> StoreResult<i64> {
         self.read(async |db| {
             let row = db
                 .query_opt(

@@ -1,8 +1,7 @@
 //! The `egress_grants` table: what the user allowed a machine to reach, listed for it later.
 
 use super::schema::days_ms;
-use crate::fleet::FleetKind;
-use crate::store::EgressGrant;
+use crate::store::{EgressGrant, Hold};
 use rusqlite::{Connection, params};
 
 /// A grant goes this many days after it was given: a machine kept for lasting work keeps the
@@ -42,12 +41,12 @@ pub(super) fn insert(conn: &Connection, grant: &EgressGrant) -> rusqlite::Result
     Ok(())
 }
 
-pub(super) fn for_machine(
-    conn: &Connection,
-    fleet: FleetKind,
-    machine: &str,
-    user: &str,
-) -> rusqlite::Result<Vec<String>> {
+pub(super) fn for_machine(conn: &Connection, hold: &Hold) -> rusqlite::Result<Vec<String>> {
+    let Hold {
+        fleet,
+        name: machine,
+        user,
+    } = hold;
     conn.prepare_cached(
         "SELECT destination FROM egress_grants WHERE machine = ?1 AND fleet = ?2 \
          AND user_id = ?3 GROUP BY destination ORDER BY MIN(granted_ms), MIN(rowid)",

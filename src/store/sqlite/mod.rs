@@ -21,7 +21,7 @@ mod tasks;
 mod writer;
 
 use crate::process::events::Events;
-use crate::store::api::{Backend, Lifecycle, RunRetention, Sharing, StoreUnavailable};
+use crate::store::api::{Backend, Lifecycle, RunRetention, Sharing, StoreResult, StoreUnavailable};
 use queue::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -99,7 +99,7 @@ impl SqliteStore {
     }
 
     /// Queues `write`, or says why it was not.
-    fn queue(&self, write: Write) -> Result<(), StoreUnavailable> {
+    fn queue(&self, write: Write) -> StoreResult<()> {
         let Some(queue) = self.started() else {
             let reason = self.shared.broken.get().cloned();
             return Err(self
@@ -146,7 +146,7 @@ impl SqliteStore {
         &self,
         adds_record: bool,
         statement: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, StoreUnavailable> {
+    ) -> StoreResult<T> {
         let (done, answer) = tokio::sync::oneshot::channel();
         let shared = self.shared.clone();
         self.queue(Write::answered(adds_record, statement, move |written| {
@@ -183,7 +183,7 @@ impl SqliteStore {
     async fn read<T: Send + 'static>(
         &self,
         read: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, StoreUnavailable> {
+    ) -> StoreResult<T> {
         // A read is a first use too: the writer opens (and prunes) the file, then the flush
         // waits for that and for what was queued before.
         self.started();
@@ -223,7 +223,7 @@ impl Lifecycle for SqliteStore {
     fn flush(&self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(self.flush_queued())
     }
-    fn ready(&self) -> futures::future::BoxFuture<'_, Result<(), StoreUnavailable>> {
+    fn ready(&self) -> futures::future::BoxFuture<'_, StoreResult<()>> {
         Box::pin(async { Ok(()) })
     }
     fn is_shared(&self) -> bool {
@@ -232,7 +232,7 @@ impl Lifecycle for SqliteStore {
     fn sharing(&self) -> Sharing {
         Sharing::OneHost
     }
-    fn sealing_key(&self) -> Result<Vec<u8>, StoreUnavailable> {
+    fn sealing_key(&self) -> StoreResult<Vec<u8>> {
         Ok(self.sealing_key.to_vec())
     }
 }
@@ -397,7 +397,7 @@ mod tests {
         assert_eq!(
             store
                 .egress_grants()
-                .for_machine(FleetKind::Local, "box", "")
+                .for_machine(crate::store::Hold::new(FleetKind::Local, "box", ""))
                 .await
                 .unwrap(),
             ["example.com"]

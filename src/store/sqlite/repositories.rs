@@ -8,13 +8,13 @@ use crate::fleet::FleetKind;
 use crate::store::{
     EgressGrant, EgressGrantRepository, Hold, JobEnd, JobRecord, JobRepository, KeyClaim,
     KeyRecord, KeyRepository, NewRun, RequestStateRepository, RunDetail, RunEnd, RunPage,
-    RunRepository, ServedEngine, SpendReading, SpendRepository, StoreUnavailable, Taken,
-    TaskRecord, TaskRepository,
+    RunRepository, ServedEngine, SpendReading, SpendRepository, StoreResult, Taken, TaskRecord,
+    TaskRepository,
 };
 
 #[async_trait::async_trait]
 impl RunRepository for SqliteStore {
-    fn begin(&self, run: NewRun) -> Result<i64, StoreUnavailable> {
+    fn begin(&self, run: NewRun) -> StoreResult<i64> {
         if self.started().is_none() || self.shared.broken.get().is_some() {
             self.shared.announce_if_broken();
             let reason = self.shared.broken.get().cloned().unwrap_or_default();
@@ -35,18 +35,13 @@ impl RunRepository for SqliteStore {
         }));
     }
 
-    async fn page(
-        &self,
-        before: Option<i64>,
-        limit: usize,
-        user: &str,
-    ) -> Result<RunPage, StoreUnavailable> {
+    async fn page(&self, before: Option<i64>, limit: usize, user: &str) -> StoreResult<RunPage> {
         let user = user.to_owned();
         self.read(move |conn| runs::page(conn, before, limit, &user))
             .await
     }
 
-    async fn get(&self, id: i64, user: &str) -> Result<Option<RunDetail>, StoreUnavailable> {
+    async fn get(&self, id: i64, user: &str) -> StoreResult<Option<RunDetail>> {
         let user = user.to_owned();
         self.read(move |conn| runs::one(conn, id, &user)).await
     }
@@ -76,12 +71,12 @@ impl JobRepository for SqliteStore {
         .unwrap_or_default()
     }
 
-    async fn get(&self, id: &str) -> Result<Option<crate::store::StoredJob>, StoreUnavailable> {
+    async fn get(&self, id: &str) -> StoreResult<Option<crate::store::StoredJob>> {
         let id = id.to_owned();
         self.read(move |conn| jobs::one(conn, &id)).await
     }
 
-    async fn others(&self, limit: usize) -> Result<Vec<crate::store::StoredJob>, StoreUnavailable> {
+    async fn others(&self, limit: usize) -> StoreResult<Vec<crate::store::StoredJob>> {
         self.read(move |conn| jobs::others(conn, now_ms(), limit))
             .await
     }
@@ -100,7 +95,7 @@ impl TaskRepository for SqliteStore {
         }));
     }
 
-    async fn get(&self, id: &str) -> Result<Option<TaskRecord>, StoreUnavailable> {
+    async fn get(&self, id: &str) -> StoreResult<Option<TaskRecord>> {
         let id = id.to_owned();
         self.read(move |conn| tasks::one(conn, &id)).await
     }
@@ -142,21 +137,15 @@ impl EgressGrantRepository for SqliteStore {
         }
     }
 
-    async fn for_machine(
-        &self,
-        fleet: FleetKind,
-        machine: &str,
-        user: &str,
-    ) -> Result<Vec<String>, StoreUnavailable> {
-        let (machine, user) = (machine.to_owned(), user.to_owned());
-        self.read(move |conn| grants::for_machine(conn, fleet, &machine, &user))
+    async fn for_machine(&self, hold: Hold) -> StoreResult<Vec<String>> {
+        self.read(move |conn| grants::for_machine(conn, &hold))
             .await
     }
 }
 
 #[async_trait::async_trait]
 impl SpendRepository for SqliteStore {
-    async fn day_mark(&self, reading: SpendReading) -> Result<i64, StoreUnavailable> {
+    async fn day_mark(&self, reading: SpendReading) -> StoreResult<i64> {
         self.ask(false, move |conn| spend::day_mark(conn, &reading))
             .await
     }
@@ -164,7 +153,7 @@ impl SpendRepository for SqliteStore {
 
 #[async_trait::async_trait]
 impl KeyRepository for SqliteStore {
-    async fn claim(&self, claim: KeyRecord) -> Result<KeyClaim, StoreUnavailable> {
+    async fn claim(&self, claim: KeyRecord) -> StoreResult<KeyClaim> {
         self.ask(true, move |conn| keys::claim(conn, &claim, now_ms()))
             .await
     }
@@ -181,7 +170,7 @@ impl KeyRepository for SqliteStore {
         self.record(Write::record(false, move |conn| keys::release(conn, &key)));
     }
 
-    async fn get(&self, key: &str) -> Result<Option<KeyRecord>, StoreUnavailable> {
+    async fn get(&self, key: &str) -> StoreResult<Option<KeyRecord>> {
         let key = key.to_owned();
         self.read(move |conn| keys::one(conn, &key)).await
     }
@@ -195,12 +184,7 @@ impl KeyRepository for SqliteStore {
 
 #[async_trait::async_trait]
 impl RequestStateRepository for SqliteStore {
-    async fn take(
-        &self,
-        nonce: &str,
-        lifetime_ms: i64,
-        user: &str,
-    ) -> Result<Taken, StoreUnavailable> {
+    async fn take(&self, nonce: &str, lifetime_ms: i64, user: &str) -> StoreResult<Taken> {
         let (nonce, user) = (nonce.to_owned(), user.to_owned());
         self.ask(false, move |conn| {
             states::take(conn, &nonce, lifetime_ms, &user, now_ms())
@@ -215,63 +199,56 @@ impl crate::store::OwnerRepository for SqliteStore {
         &self,
         hold: Hold,
         pending_after_ms: i64,
-    ) -> Result<crate::store::MachineClaim, StoreUnavailable> {
+    ) -> StoreResult<crate::store::MachineClaim> {
         self.ask(true, move |conn| {
             owners::claim(conn, &hold, now_ms(), pending_after_ms)
         })
         .await
     }
 
-    async fn made(&self, hold: Hold) -> Result<(), StoreUnavailable> {
+    async fn made(&self, hold: Hold) -> StoreResult<()> {
         self.ask(true, move |conn| owners::made(conn, &hold, now_ms()))
             .await
     }
 
-    async fn alias(&self, id: &str, hold: Hold) -> Result<(), StoreUnavailable> {
+    async fn alias(&self, id: &str, hold: Hold) -> StoreResult<()> {
         let id = id.to_owned();
         self.ask(true, move |conn| owners::alias(conn, &id, &hold, now_ms()))
             .await
     }
 
-    async fn holder(
-        &self,
-        fleet: FleetKind,
-        name: &str,
-    ) -> Result<Option<String>, StoreUnavailable> {
+    async fn holder(&self, fleet: FleetKind, name: &str) -> StoreResult<Option<String>> {
         let name = name.to_owned();
         self.read(move |conn| owners::holder(conn, fleet, &name))
             .await
     }
 
-    async fn held(&self, fleet: FleetKind) -> Result<Vec<(String, String)>, StoreUnavailable> {
+    async fn held(&self, fleet: FleetKind) -> StoreResult<Vec<(String, String)>> {
         self.read(move |conn| owners::held(conn, fleet)).await
     }
 
-    async fn release(&self, hold: Hold) -> Result<(), StoreUnavailable> {
+    async fn release(&self, hold: Hold) -> StoreResult<()> {
         self.ask(false, move |conn| owners::release(conn, &hold))
             .await
     }
 
-    async fn held_since(
-        &self,
-        fleet: FleetKind,
-    ) -> Result<Vec<crate::store::Holding>, StoreUnavailable> {
+    async fn held_since(&self, fleet: FleetKind) -> StoreResult<Vec<crate::store::Holding>> {
         self.read(move |conn| owners::held_since(conn, fleet)).await
     }
 
-    async fn forget(&self, fleet: FleetKind, machine: &str) -> Result<(), StoreUnavailable> {
+    async fn forget(&self, fleet: FleetKind, machine: &str) -> StoreResult<()> {
         let machine = machine.to_owned();
         self.ask(false, move |conn| owners::forget(conn, fleet, &machine))
             .await
     }
 
-    async fn settle(&self, user: &str, day: &str, micros: i64) -> Result<(), StoreUnavailable> {
+    async fn settle(&self, user: &str, day: &str, micros: i64) -> StoreResult<()> {
         let (user, day) = (user.to_owned(), day.to_owned());
         self.ask(false, move |conn| owners::settle(conn, &user, &day, micros))
             .await
     }
 
-    async fn settled(&self, user: &str, day: &str) -> Result<i64, StoreUnavailable> {
+    async fn settled(&self, user: &str, day: &str) -> StoreResult<i64> {
         let (user, day) = (user.to_owned(), day.to_owned());
         self.read(move |conn| owners::settled(conn, &user, &day))
             .await
