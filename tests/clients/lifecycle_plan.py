@@ -16,9 +16,7 @@ import json
 import sys
 
 from mcp import Client, types
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from plan_transport import transport_of
 
 
 async def main() -> None:
@@ -31,11 +29,7 @@ async def main() -> None:
             return types.ElicitResult(action="decline")
         return types.ElicitResult(action="accept", content={"fleet": plan["answer"]})
 
-    if "url" in plan:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {plan['token']}"})
-        transport = streamable_http_client(plan["url"], http_client=http)
-    else:
-        transport = StdioServerParameters(command=plan["server"], args=[], env=plan.get("env"))
+    transport = transport_of(plan)
     options = {"mode": plan.get("mode", "auto")}
     if plan.get("answer"):
         options["elicitation_callback"] = answer

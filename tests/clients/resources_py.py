@@ -12,10 +12,8 @@ import json
 import sys
 
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.subscriptions import ResourceUpdated
+from plan_transport import transport_of
 
 
 def say(step: dict) -> None:
@@ -30,11 +28,7 @@ async def expect(word: str) -> None:
 
 async def main() -> None:
     plan = json.loads(sys.argv[1])
-    if "url" in plan:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {plan['token']}"})
-        transport = streamable_http_client(plan["url"], http_client=http)
-    else:
-        transport = StdioServerParameters(command=plan["server"], args=[], env=plan.get("env"))
+    transport = transport_of(plan)
     uri = plan["uri"]
     async with Client(transport) as client:
         targets = await client.read_resource("smol://targets")

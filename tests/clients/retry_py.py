@@ -17,19 +17,13 @@ import time
 from typing import Any
 
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from plan_transport import transport_of
 
 
 async def main() -> None:
     plan = json.loads(sys.argv[1])
-    if "url" in plan:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {plan['token']}"})
-        transport = streamable_http_client(plan["url"], http_client=http)
-    else:
-        transport = StdioServerParameters(command=plan["server"], args=[], env=plan.get("env"))
+    transport = transport_of(plan)
     out: dict[str, Any] = {"calls": [], "reads": {}}
     async with Client(transport) as client:
         out["protocol"] = client.protocol_version

@@ -19,11 +19,9 @@ import sys
 from typing import Any, Literal
 
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PaginatedRequest, Request, RequestParams, Result
+from plan_transport import transport_of
 
 SKILLS = "io.modelcontextprotocol/skills"
 
@@ -60,11 +58,7 @@ async def error_of(client: Client, uri: str) -> dict[str, Any] | None:
 
 async def main() -> None:
     plan = json.loads(sys.argv[1])
-    if "url" in plan:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {plan['token']}"})
-        transport = streamable_http_client(plan["url"], http_client=http)
-    else:
-        transport = StdioServerParameters(command=plan["server"], args=[], env=plan.get("env"))
+    transport = transport_of(plan)
     out: dict[str, Any] = {}
     async with Client(transport, mode=plan["mode"]) as client:
         out["protocol"] = client.protocol_version

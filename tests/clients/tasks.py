@@ -19,10 +19,8 @@ from typing import Any, Literal
 
 from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CallToolResult, Request, RequestParams, Result
+from plan_transport import transport_of
 
 TASKS = "io.modelcontextprotocol/tasks"
 
@@ -95,11 +93,7 @@ class Tasks(ClientExtension):
 
 async def main() -> None:
     plan = json.loads(sys.argv[1])
-    if "url" in plan:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {plan['token']}"})
-        transport = streamable_http_client(plan["url"], http_client=http)
-    else:
-        transport = StdioServerParameters(command=plan["server"], args=[], env=plan.get("env"))
+    transport = transport_of(plan)
     tasks = Tasks()
     out: dict[str, Any] = {"calls": []}
     async with Client(transport, extensions=[tasks], read_timeout_seconds=plan["timeout"]) as client:
