@@ -513,7 +513,7 @@ async fn the_python_client_over_http_gets_the_report() {
     let mut server =
         clients::HttpServer::spawn(rt.path(), token, &[("SMOL_LOCAL_URL", &fake.url())]).await;
     let plan = json!({"url": server.url, "token": token, "mode": "auto", "calls": failing_calls()});
-    check_failing_calls(&clients::run_python("http_plan.py", &plan).await);
+    check_failing_calls(&clients::run_python("tool_plan.py", &plan).await);
     server.child.start_kill().unwrap();
     server.child.wait().await.unwrap();
 }

@@ -18,7 +18,7 @@ async fn spawn(rt: &std::path::Path, local_url: &str) -> HttpServer {
 
 async fn python_http(url: &str, mode: &str, calls: Value) -> Value {
     let plan = json!({"url": url, "token": TOKEN, "mode": mode, "calls": calls});
-    run_python("http_plan.py", &plan).await
+    run_python("tool_plan.py", &plan).await
 }
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {

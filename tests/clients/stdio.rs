@@ -28,7 +28,7 @@ async fn python_plan(env: Vec<(String, String)>, calls: Value) -> Value {
         .map(|(k, v)| (k, Value::String(v)))
         .collect();
     let plan = json!({"server": SERVER, "env": env, "calls": calls});
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/stdio_plan.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/tool_plan.py");
     let out = tokio::process::Command::new(python())
         .arg(script)
         .arg(plan.to_string())

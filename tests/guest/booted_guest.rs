@@ -2177,7 +2177,7 @@ async fn client_makes_a_child_of(runtime: &std::path::Path, base: &str, transpor
                           "env": crate::common::clients::env_object(env), "calls": calls});
         crate::common::clients::run_client_for(
             "python",
-            "stdio_plan.py",
+            "tool_plan.py",
             &plan,
             Duration::from_secs(300),
         )

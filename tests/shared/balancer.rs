@@ -115,13 +115,13 @@ async fn the_python_client_is_served_through_the_balancer_on_both_lifecycles() {
     let cluster = Cluster::start(3, TOKEN, &[]).await;
 
     // A 2025-11-25 session lives in one process: every request of it lands there.
-    let report = run_python("http_plan.py", &plan(&cluster, "legacy", "sticky-box")).await;
+    let report = run_python("tool_plan.py", &plan(&cluster, "legacy", "sticky-box")).await;
     all_answered(&report);
     let ran = cluster.processes_that_ran("sticky-box-").await;
     assert_eq!(ran.len(), 1, "one session, one process: {ran:?}");
 
     // 2026-07-28 requests go round-robin and are answered as one server.
-    let report = run_python("http_plan.py", &plan(&cluster, "auto", "spread-box")).await;
+    let report = run_python("tool_plan.py", &plan(&cluster, "auto", "spread-box")).await;
     all_answered(&report);
     let ran = cluster.processes_that_ran("spread-box-").await;
     assert!(ran.len() >= 2, "round-robin over the processes: {ran:?}");

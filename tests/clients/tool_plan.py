@@ -1,9 +1,11 @@
-"""Drives the smol-mcp stdio server with the official Python MCP client.
+"""Drives smol-mcp with the official Python MCP client, over stdio or Streamable HTTP.
 
-Usage: stdio_plan.py PLAN_JSON
-PLAN_JSON: {"server": path, "env": {...}, "mode": "auto"|"legacy", "calls": [{"tool": ..., "args": {...}}]}
+Usage: tool_plan.py PLAN_JSON
+PLAN_JSON: {"server": path, "env": {...}} (stdio) or {"url": ..., "token": ...} (HTTP), with
+"mode": "auto"|"legacy" and "calls": [{"tool": ..., "args": {...}}]
 Prints one JSON object: the server's name, the tool names, and each call's isError, structured
-content and text. Assertions live in the Rust test that runs this.
+content and text. Assertions live in the Rust test that runs this. Leaving the client ends an
+HTTP session.
 """
 
 import asyncio
@@ -11,14 +13,13 @@ import json
 import sys
 
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from plan_transport import transport_of
 
 
 async def main() -> None:
     plan = json.loads(sys.argv[1])
-    params = StdioServerParameters(command=plan["server"], args=[], env=plan.get("env"))
     out = {"tools": [], "calls": []}
-    async with Client(params, mode=plan.get("mode", "auto")) as client:
+    async with Client(transport_of(plan), mode=plan.get("mode", "auto")) as client:
         out["server"] = client.server_info.name if client.server_info else None
         listed = await client.list_tools()
         out["tools"] = [tool.name for tool in listed.tools]
