@@ -37,21 +37,8 @@ async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u
 
 /// One sessionless list-machines call; whether it was answered with a listing.
 async fn list_machines(http: &reqwest::Client, url: &str, id: usize) -> bool {
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-    "name": "list-machines", "arguments": {},
-    "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
-    }}});
-    let Ok(response) = http
-        .post(url)
-        .bearer_auth(TOKEN)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "list-machines")
-        .json(&body)
+    let body = common::sessionless::body(id as u64, "list-machines", json!({}), "bench");
+    let Ok(response) = common::sessionless::post(http, url, TOKEN, "list-machines", &body)
         .send()
         .await
     else {

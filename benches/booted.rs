@@ -140,20 +140,7 @@ fn ok(result: &Value) -> bool {
 
 /// The server's environment: only what is named here.
 fn server_env(runtime: &std::path::Path, url: &str, log: &str) -> Vec<(String, String)> {
-    vec![
-        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
-        ("HOME".into(), runtime.display().to_string()),
-        (
-            "XDG_CONFIG_HOME".into(),
-            runtime.join("config").display().to_string(),
-        ),
-        (
-            "SMOL_MCP_RUNTIME_DIR".into(),
-            runtime.join("rt").display().to_string(),
-        ),
-        ("SMOL_LOCAL_URL".into(), url.into()),
-        ("SMOL_MCP_LOG".into(), log.into()),
-    ]
+    common::stdio_env(runtime, url, log)
 }
 
 /// The engine's REST API, spoken to directly.

@@ -72,20 +72,7 @@ fn versus(name: &str, tool: &[Duration], raw: &[Duration]) -> Versus {
 }
 
 fn base_env(runtime: &std::path::Path, local_url: &str) -> Vec<(String, String)> {
-    vec![
-        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
-        ("HOME".into(), runtime.display().to_string()),
-        (
-            "XDG_CONFIG_HOME".into(),
-            runtime.join("config").display().to_string(),
-        ),
-        (
-            "SMOL_MCP_RUNTIME_DIR".into(),
-            runtime.join("rt").display().to_string(),
-        ),
-        ("SMOL_LOCAL_URL".into(), local_url.into()),
-        ("SMOL_MCP_LOG".into(), "error".into()),
-    ]
+    common::stdio_env(runtime, local_url, "error")
 }
 
 fn url_of(endpoint: &LocalEndpoint) -> String {

@@ -34,20 +34,8 @@ async fn call(
     tool: &str,
     arguments: Value,
 ) -> Option<Value> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-    "name": tool, "arguments": arguments, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
-    }}});
-    let response = http
-        .post(url)
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .json(&body)
+    let body = common::sessionless::body(1, tool, arguments, "bench");
+    let response = common::sessionless::post(http, url, token, tool, &body)
         .send()
         .await
         .ok()?;

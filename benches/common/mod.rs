@@ -21,6 +21,8 @@ pub mod guest_shell;
 pub mod nested;
 #[path = "../../tests/common/real_serve.rs"]
 pub mod real_serve;
+#[path = "../../tests/common/sessionless.rs"]
+pub mod sessionless;
 #[path = "../../tests/common/stdio.rs"]
 pub mod stdio;
 
@@ -38,24 +40,11 @@ pub fn env_number(name: &str, default: usize) -> usize {
 /// The JSON-RPC answer in a reply (a JSON body, or the event of an SSE stream that carries an
 /// id); `Null` when there is none.
 pub fn answer(text: &str) -> Value {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return v;
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
-        .unwrap_or(Value::Null)
+    sessionless::answer_in(text).unwrap_or(Value::Null)
 }
 
 /// A port free on loopback now (the server binds it a moment later).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use real_serve::free_port;
 
 /// Waits until something listens on `port`, for at most `within`.
 pub async fn wait_listening(port: u16, within: Duration) {
@@ -111,6 +100,18 @@ pub fn isolated_env(runtime: &std::path::Path) -> [(&'static str, String); 4] {
             runtime.join("rt").display().to_string(),
         ),
     ]
+}
+
+/// The stdio server's whole environment: the isolated one of `runtime`, the local engine at
+/// `local_url` and the log filter `log`.
+pub fn stdio_env(runtime: &std::path::Path, local_url: &str, log: &str) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = isolated_env(runtime)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    env.push(("SMOL_LOCAL_URL".into(), local_url.into()));
+    env.push(("SMOL_MCP_LOG".into(), log.into()));
+    env
 }
 
 /// `binary` (a build of `smol-mcp-http`) on a free port, in the isolated environment of

@@ -180,13 +180,7 @@ struct Session {
 
 /// The JSON-RPC answer in a reply, whether it came as JSON or as an event stream.
 fn answer(text: &str) -> Value {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return v;
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
+    crate::common::sessionless::answer_in(text)
         .unwrap_or_else(|| panic!("no JSON-RPC answer in {text:?}"))
 }
 
@@ -338,26 +332,12 @@ async fn an_idle_session_is_kept_while_its_job_runs_and_closed_after() {
 
 /// A raw 2026-07-28 (sessionless) tools/call over HTTP; answers the structured result.
 async fn stateless_call(http: &reqwest::Client, url: &str, tool: &str, args: Value) -> Value {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": tool, "arguments": args, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "raw-jobs", "version": "0"}}}});
-    let text = http
-        .post(url)
-        .bearer_auth(TOKEN)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .json(&body)
+    use crate::common::sessionless;
+    let body = sessionless::body(1, tool, args, "raw-jobs");
+    let reply = sessionless::post(http, url, TOKEN, tool, &body)
         .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let message = answer(&text);
+        .await;
+    let message = answer(&reply.unwrap().text().await.unwrap());
     assert_eq!(message["result"]["isError"], false, "{tool}: {message}");
     message["result"]["structuredContent"].clone()
 }

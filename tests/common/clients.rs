@@ -206,25 +206,10 @@ pub async fn stateless_request_to(
         .unwrap_or("")
         .to_owned();
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let text = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method)
-        .header("mcp-name", name)
-        .json(&body)
+    let http = reqwest::Client::new();
+    let reply = super::sessionless::request(&http, url, token, (method, &name), &body)
         .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
-            .find(|m| m["id"] == 1)
-            .unwrap_or_else(|| panic!("no answer in {text}"))
-    })
+        .await;
+    let text = reply.unwrap().text().await.unwrap();
+    super::sessionless::answer_in(&text).unwrap_or_else(|| panic!("no answer in {text}"))
 }

@@ -41,13 +41,7 @@ fn post(
 
 /// The JSON-RPC answer in a reply, whether it came as JSON or as an event stream.
 fn answer(text: &str) -> Value {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return v;
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
+    crate::common::sessionless::answer_in(text)
         .unwrap_or_else(|| panic!("no JSON-RPC answer in {text:?}"))
 }
 
@@ -896,16 +890,11 @@ async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
 
 /// A sessionless (2026-07-28) tools/call, its meta as that lifecycle has it.
 fn sessionless_call(id: u64, tool: &str, args: Value, progress: Option<&str>) -> Value {
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
-    });
+    let mut body = crate::common::sessionless::body(id, tool, args, "test");
     if let Some(token) = progress {
-        meta["progressToken"] = json!(token);
+        body["params"]["_meta"]["progressToken"] = json!(token);
     }
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-           "params": {"name": tool, "arguments": args, "_meta": meta}})
+    body
 }
 
 /// A sessionless call whose answer is all it sends gets the answer as one JSON body; one that
@@ -918,15 +907,7 @@ async fn a_sessionless_call_answers_in_json_unless_it_reports_progress_first() {
     let server = spawn(rt.path(), &fake, &[]).await;
     let http = reqwest::Client::new();
     let send = |body: Value, tool: &'static str| {
-        http.post(&server.url)
-            .bearer_auth(TOKEN)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", tool)
-            .json(&body)
-            .send()
+        crate::common::sessionless::post(&http, &server.url, TOKEN, tool, &body).send()
     };
     let created = send(
         sessionless_call(1, "create-machine", json!({"name": "box"}), None),

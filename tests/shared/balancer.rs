@@ -161,33 +161,17 @@ async fn the_conformance_suite_passes_through_the_balancer_on_the_stateless_life
 /// One 2026-07-28 tools/call through the balancer; `None` when the request itself failed (the
 /// process answering it was killed under it).
 async fn sessionless_call(url: &str, tool: &str, arguments: Value) -> Option<Value> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-    "name": tool, "arguments": arguments, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "killed-mid-call", "version": "0"},
-    }}});
-    let response = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(TOKEN)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .json(&body)
+    use crate::common::sessionless;
+    let body = sessionless::body(1, tool, arguments, "killed-mid-call");
+    let http = reqwest::Client::new();
+    let response = sessionless::post(&http, url, TOKEN, tool, &body)
         .send()
         .await
         .ok()?;
     if !response.status().is_success() {
         return None;
     }
-    let text = response.text().await.ok()?;
-    let answer: Value = serde_json::from_str(&text).ok().or_else(|| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|v| v.get("id").is_some())
-    })?;
+    let answer = sessionless::answer_in(&response.text().await.ok()?)?;
     Some(answer["result"].clone())
 }
 
