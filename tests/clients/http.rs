@@ -286,14 +286,7 @@ async fn python_client_sessions_over_http_clean_up_when_they_end() {
         .unwrap()
         .unwrap();
     assert_eq!(status.code(), Some(0), "a clean stop exits 0");
-    let left: Vec<String> = fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let left: Vec<String> = fake.machine_names();
     assert_eq!(
         left,
         ["kept-auto", "kept-legacy"],

@@ -616,15 +616,7 @@ async fn a_stateless_machine_is_reaped_after_its_lease_and_kept_during_a_call() 
         .as_str()
         .unwrap()
         .to_owned();
-    let deletes = |fake: &FakeServe| {
-        fake.state
-            .lock()
-            .unwrap()
-            .requests
-            .iter()
-            .filter(|r| r["method"] == "DELETE")
-            .count()
-    };
+    let deletes = |fake: &FakeServe| fake.requests_of("DELETE");
     assert_eq!(
         deletes(&fake),
         0,
@@ -684,15 +676,7 @@ async fn a_restarted_server_adopts_live_leases_and_deletes_expired_ones() {
 
     let local_url = fake.url();
     let server = spawn_http(rt.path(), &[("SMOL_LOCAL_URL", &local_url)]).await;
-    let machines = |fake: &FakeServe| -> Vec<String> {
-        fake.state
-            .lock()
-            .unwrap()
-            .machines
-            .keys()
-            .cloned()
-            .collect()
-    };
+    let machines = |fake: &FakeServe| -> Vec<String> { fake.machine_names() };
     until(
         "the expired and the session orphans are deleted",
         Duration::from_secs(10),

@@ -204,14 +204,7 @@ async fn stdin_eof_deletes_the_session_s_machines_and_ends_the_process() {
         "ended promptly: {:?}",
         start.elapsed()
     );
-    let machines: Vec<String> = fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let machines: Vec<String> = fake.machine_names();
     assert_eq!(
         machines,
         ["stays"],
@@ -449,14 +442,7 @@ async fn a_sigkilled_server_s_machines_are_deleted_by_the_next_start() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let machines: Vec<String> = fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let machines: Vec<String> = fake.machine_names();
     assert_eq!(machines, ["named-survives"]);
     second.close_stdin();
     second.child.wait().await.unwrap();

@@ -414,6 +414,27 @@ impl FakeServe {
         std::mem::take(&mut self.state.lock().unwrap().requests)
     }
 
+    /// The names of the machines the fake holds now.
+    pub fn machine_names(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .unwrap()
+            .machines
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// How many requests of `method` it has recorded (and not yet taken).
+    pub fn requests_of(&self, method: &str) -> usize {
+        let state = self.state.lock().unwrap();
+        state
+            .requests
+            .iter()
+            .filter(|r| r["method"] == method)
+            .count()
+    }
+
     pub fn add_machine(&self, name: &str, state: &str) {
         self.state
             .lock()

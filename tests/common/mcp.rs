@@ -82,6 +82,27 @@ impl Harness {
         }
     }
 
+    /// `tool` called with `args` and not waited for: the handle cancels it.
+    pub async fn start_call(
+        &self,
+        tool: &str,
+        args: Value,
+    ) -> rmcp::service::RequestHandle<RoleClient> {
+        let Value::Object(map) = args else {
+            panic!("arguments must be an object")
+        };
+        let request =
+            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+                CallToolRequestParams::new(tool.to_owned()).with_arguments(map),
+            ));
+        let options = rmcp::service::PeerRequestOptions::no_options();
+        self.client
+            .peer()
+            .send_cancellable_request(request, options)
+            .await
+            .unwrap()
+    }
+
     pub async fn call(&self, tool: &str, args: Value) -> Answer {
         let Value::Object(map) = args else {
             panic!("arguments must be an object")

@@ -1242,26 +1242,12 @@ async fn a_paused_machine_keeps_its_processes_and_the_next_command_resumes_it() 
 /// A cancelled run-command's command, and what it started, is killed in the guest.
 #[tokio::test]
 async fn a_cancelled_command_is_killed_in_the_guest() {
-    use rmcp::model::{CallToolRequest, ClientRequest};
-    use rmcp::service::PeerRequestOptions;
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
     let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     let name = created["machine"]["name"].as_str().unwrap().to_owned();
-    let Value::Object(args) =
-        json!({"name": name, "command": "sleep 271 & sleep 272", "timeoutSecs": 280})
-    else {
-        panic!()
-    };
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-        CallToolRequestParams::new("run-command").with_arguments(args),
-    ));
-    let handle = h
-        .client
-        .peer()
-        .send_cancellable_request(request, PeerRequestOptions::no_options())
-        .await
-        .unwrap();
+    let args = json!({"name": name, "command": "sleep 271 & sleep 272", "timeoutSecs": 280});
+    let handle = h.start_call("run-command", args).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     handle.cancel(Some("test".into())).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);

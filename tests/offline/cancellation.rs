@@ -3,24 +3,11 @@
 
 use crate::common::fake_serve::{FakeServe, exec_response};
 use crate::common::mcp::Harness;
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
-use rmcp::service::PeerRequestOptions;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 async fn call_then_cancel(h: &Harness, tool: &str, args: serde_json::Value, after: Duration) {
-    let serde_json::Value::Object(map) = args else {
-        panic!()
-    };
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-        CallToolRequestParams::new(tool.to_owned()).with_arguments(map),
-    ));
-    let handle = h
-        .client
-        .peer()
-        .send_cancellable_request(request, PeerRequestOptions::no_options())
-        .await
-        .unwrap();
+    let handle = h.start_call(tool, args).await;
     tokio::time::sleep(after).await;
     handle.cancel(Some("test".into())).await.unwrap();
 }

@@ -172,14 +172,7 @@ async fn pool_fills_leases_refills_and_deletes() {
     let gone = api.call("DELETE", "pools/p1?force=true", Value::Null).await;
     assert_eq!(gone, (200, json!({"deleted": "p1"})));
     assert!(fake.pool("p1").is_none() && fake.lease(fourth["id"].as_str().unwrap()).is_none());
-    let names: Vec<String> = fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let names: Vec<String> = fake.machine_names();
     assert_eq!(names, ["src", "stopped"]);
     assert_eq!(api.call("GET", "pools/p1", Value::Null).await.0, 404);
 }

@@ -410,15 +410,8 @@ fn tool_arguments_fuzz_answers_every_call_leaks_nothing_and_stays_in_the_operati
             // The session ends as the stdio binary ends one at EOF.
             let cleanup = h.protocol.policy.shutdown(&h.session).await;
             prop_assert!(cleanup.failed.is_empty(), "{:?}", cleanup.failed);
-            let left: Vec<String> = fake
-                .state
-                .lock()
-                .unwrap()
-                .machines
-                .keys()
-                .filter(|name| name.starts_with("mcp-"))
-                .cloned()
-                .collect();
+            let mut left = fake.machine_names();
+            left.retain(|name| name.starts_with("mcp-"));
             prop_assert!(left.is_empty(), "ephemeral machines left: {left:?}");
             for request in fake.take_requests() {
                 let method = request["method"].as_str().unwrap_or_default();

@@ -330,25 +330,12 @@ async fn cloud_a_streamed_command_sends_its_output_as_it_comes() {
 /// the shell is faithful enough for the server's cancellation path.
 #[tokio::test]
 async fn a_cancelled_run_command_is_really_killed_by_the_servers_marker_kill() {
-    use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
-    use rmcp::service::PeerRequestOptions;
     let (fake, _fleet) = local().await;
     let url = fake.url();
     let h = crate::common::mcp::Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
-    let serde_json::Value::Object(args) =
-        serde_json::json!({"name": "m1", "command": "sleep 60; echo never", "timeoutSecs": 120})
-    else {
-        unreachable!()
-    };
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-        CallToolRequestParams::new("run-command").with_arguments(args),
-    ));
-    let handle = h
-        .client
-        .peer()
-        .send_cancellable_request(request, PeerRequestOptions::no_options())
-        .await
-        .unwrap();
+    let args =
+        serde_json::json!({"name": "m1", "command": "sleep 60; echo never", "timeoutSecs": 120});
+    let handle = h.start_call("run-command", args).await;
     eventually("the command runs", || {
         !fake.guest_processes("m1").is_empty()
     })

@@ -262,14 +262,7 @@ async fn branch_children_with_the_prefix_are_ephemeral() {
     );
     let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.deleted, ["mcp-child"]);
-    let machines: Vec<String> = fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let machines: Vec<String> = fake.machine_names();
     assert_eq!(machines, ["plain", "src"], "named machines persist");
 }
 
@@ -395,14 +388,7 @@ async fn session_cleanup_deletes_only_ephemeral_machines() {
     ];
     expected.sort();
     assert_eq!(deleted, expected);
-    let machines: Vec<String> = fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let machines: Vec<String> = fake.machine_names();
     assert_eq!(machines, ["persistent"]);
 }
 
@@ -686,14 +672,7 @@ async fn session_cleanup_never_cascades_into_a_clone_it_does_not_own() {
     assert_eq!(cleanup.deleted, Vec::<String>::new());
     assert_eq!(cleanup.failed.len(), 1);
     assert!(cleanup.failed[0].1.contains("keep-me"), "{cleanup:?}");
-    let machines: Vec<String> = fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let machines: Vec<String> = fake.machine_names();
     assert_eq!(machines, ["keep-me", "mcp-src"]);
 }
 

@@ -287,14 +287,6 @@ async fn a_process_killed_with_calls_in_flight_leaves_nothing_behind() {
     for server in &mut cluster.servers[1..] {
         server.terminate().await;
     }
-    let left: Vec<String> = cluster
-        .fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let left: Vec<String> = cluster.fake.machine_names();
     assert!(left.is_empty(), "machines leaked: {left:?}");
 }

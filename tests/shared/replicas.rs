@@ -318,14 +318,7 @@ async fn a_killed_process_s_machine_and_job_move_to_a_sibling_and_nothing_leaks(
             .unwrap();
         assert!(status.success(), "{status}");
     }
-    let left: Vec<String> = fake
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .keys()
-        .cloned()
-        .collect();
+    let left: Vec<String> = fake.machine_names();
     assert!(left.is_empty(), "machines leaked: {left:?}");
 }
 
