@@ -154,7 +154,7 @@ async fn run() -> Value {
     drop(children);
 
     json!({
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cores": common::cores(),
         "clients": clients,
         "callsPerClient": calls,
         "runs": runs,
@@ -163,7 +163,7 @@ async fn run() -> Value {
 
 fn main() {
     let report = common::block_on(run());
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     println!(
         "smol-mcp-http behind HAProxy ({} cores, {} clients x {} sessionless list-machines calls, fake serve, PostgreSQL store)",
         report["cores"], report["clients"], report["callsPerClient"]

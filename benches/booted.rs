@@ -1210,7 +1210,7 @@ fn host_info() -> Value {
         .collect::<Vec<_>>()
         .join(" ");
     json!({
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cores": common::cores(),
         "cpu": cpu,
         "loadAverage": load,
     })
@@ -1469,7 +1469,7 @@ async fn warm_pool() -> Value {
 }
 
 fn print_pool(r: &Value) {
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     let (w, c) = (&r["warm"], &r["cold"]);
     println!(
         "warm pool on the nested engine ({} cores, load {}): pool of two set up in {:.1} s",
@@ -1521,7 +1521,7 @@ fn print_pool(r: &Value) {
 }
 
 fn print_table(r: &Value) {
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     let h = &r["host"];
     println!(
         "smol-mcp on a booted guest: nested (TCG) figures on this host, {} cores ({}), load \

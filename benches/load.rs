@@ -230,7 +230,7 @@ async fn run() -> Value {
     real_run["machinesLeft"] = json!(after.saturating_sub(before));
 
     json!({
-        "machine": format!("{} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)),
+        "machine": format!("{} cores", common::cores()),
         "smolvm": real_serve::PINNED_SMOLVM,
         "runs": [fake_run, real_run],
     })
@@ -238,7 +238,7 @@ async fn run() -> Value {
 
 fn main() {
     let report = common::block_on(run());
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     println!(
         "smol-mcp-http load ({}, smolvm {})",
         report["machine"].as_str().unwrap_or(""),

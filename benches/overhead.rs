@@ -455,7 +455,7 @@ async fn job_starts_side_by_side(builds: &mut Value) {
 }
 
 fn print_builds(builds: &Value) {
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     let rows = builds.as_array().unwrap();
     println!();
     println!(
@@ -610,7 +610,7 @@ async fn ledger_cost(fake: &fake_serve::FakeServe) -> Value {
 }
 
 fn print_table(r: &Value) {
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     println!(
         "smol-mcp overhead benchmark on {} (smolvm {})",
         r["machine"].as_str().unwrap_or(""),
@@ -676,7 +676,7 @@ fn print_table(r: &Value) {
 }
 
 fn print_ledger(l: &Value) {
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     println!(
         "| run-command with the ledger vs without (same run, in turn): p50 / p95 | {:.3} / {:.3} ms vs {:.3} / {:.3} ms: {:+.3} / {:+.3} ms ({} runs in smol://runs?limit=500 after) | <= 0.1 ms p50 |",
         f(&l["withLedgerMs"]["p50_ms"]),

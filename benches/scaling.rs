@@ -563,7 +563,7 @@ async fn run() -> Value {
     json!({
         "at": chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string(),
         "commit": commit,
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cores": common::cores(),
         "serverCpuQuotaPercent": quota_percent,
         "serverCpuQuotaUs": quota_us,
         "serverCpuPeriodUs": PERIOD_US,
@@ -576,7 +576,7 @@ async fn run() -> Value {
 
 fn main() {
     let report = common::block_on(run());
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     println!(
         "smol-mcp-http across processes on one PostgreSQL store, {} {} ({} cores)",
         report["at"].as_str().unwrap_or(""),

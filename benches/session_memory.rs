@@ -125,7 +125,7 @@ async fn run() -> Value {
         }));
     }
     json!({
-        "machine": format!("{} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)),
+        "machine": format!("{} cores", common::cores()),
         "sessions": count,
         "held": held,
         "idleRssMiB": mib(idle),
@@ -136,7 +136,7 @@ async fn run() -> Value {
 
 fn main() {
     let report = common::block_on(run());
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     println!(
         "smol-mcp-http sessions opened and ended ({}, {} sessions a round, {} open at once; idle {:.1} MiB)",
         report["machine"].as_str().unwrap_or(""),

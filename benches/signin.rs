@@ -158,7 +158,7 @@ async fn run() -> Value {
         runs.push(load(&shape, &url, token, tool, arguments, clients, calls).await);
     }
     json!({
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cores": common::cores(),
         "clients": clients,
         "callsPerClient": calls,
         "runs": runs,
@@ -167,7 +167,7 @@ async fn run() -> Value {
 
 fn main() {
     let report = common::block_on(run());
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     println!(
         "smol-mcp-http, static token against sign-in ({} cores, {} clients x {} sessionless calls, fake serve, SQLite store)",
         report["cores"], report["clients"], report["callsPerClient"]

@@ -203,7 +203,7 @@ async fn run() -> Value {
         let _ = a.await;
     }
     json!({
-        "machine": format!("{} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)),
+        "machine": format!("{} cores", common::cores()),
         "slowBody": slow_body,
         "slowHeader": slow_header,
         "slowConnectionsMade": slow_connections,
@@ -213,7 +213,7 @@ async fn run() -> Value {
 
 fn main() {
     let report = common::block_on(run());
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let f = common::figure;
     println!(
         "smol-mcp-http beside slow clients ({}; {} slow-body and {} slow-header connections, {} made in all)",
         report["machine"].as_str().unwrap_or(""),

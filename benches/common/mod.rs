@@ -149,6 +149,16 @@ pub fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The cores this host offers the run (0 when it cannot tell), as every report states them.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get())
+}
+
+/// A report's figure as a number to print; NaN where the report has none.
+pub fn figure(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
 /// Runs a bench's `run` on a runtime of its own, of two workers whatever the host (the
 /// figures in docs/benchmarks.md are of two).
 pub fn block_on(run: impl std::future::Future<Output = Value>) -> Value {
