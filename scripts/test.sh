@@ -258,6 +258,9 @@ if [ "$#" -eq 0 ]; then
   echo "test.sh: scripts/check-engine-index.sh, check-user-path.sh, then check-package.sh, run beside the tests (log at the end)" >&2
 fi
 log="$(mktemp)"
+# Where the run's time goes, for CI's 45 minutes: the tests' own lines say how long each target
+# ran, these say when the build and the targets began and ended.
+echo "test.sh: ${SECONDS} s in, the tests' build and run begin" >&2
 if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
   for attempt in 1 2; do
     # Every failed target as cargo names it (`--test x`, `--lib`, `--bin x`, `--doc`).
@@ -278,7 +281,7 @@ if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
     scripts/nested-engine.sh down >/dev/null 2>&1 || true
     scripts/nested-engine.sh up
     eval "$(scripts/nested-engine.sh env)"
-    if [ -n "${SMOL_NESTED_PAUSE_URL:-}" ] && echo "$failed" | grep -qE ' (booted_guest::a_paused_|\*$)'; then
+    if [ -n "${SMOL_NESTED_PAUSE_URL:-}" ] && echo "$failed" | grep -qE ' (booted_guest::a_128_mib_machine_paused_|\*$)'; then
       pause_engine down >/dev/null 2>&1 || true
       pause_engine_up
     fi
@@ -300,6 +303,7 @@ if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
   done
 fi
 rm -f "$log"
+echo "test.sh: ${SECONDS} s in, the tests ended" >&2
 if [ -n "$user_path_pid" ]; then
   user_path_status=0
   wait "$user_path_pid" || user_path_status=$?
