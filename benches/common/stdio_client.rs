@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 pub struct Client {
@@ -31,17 +31,10 @@ impl Client {
         stderr: Stdio,
     ) -> (Client, Duration) {
         let start = Instant::now();
-        let mut child = Command::new(binary)
-            .env_clear()
-            .envs(env.iter().cloned())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (child, stdin, lines) = super::stdio::spawn_speaking(
+            Command::new(binary).env_clear().envs(env.iter().cloned()),
+            stderr,
+        );
         let mut client = Client {
             child,
             stdin,

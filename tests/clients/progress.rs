@@ -8,7 +8,7 @@ use crate::common::clients::{HttpServer, env_object, run_node, run_python};
 
 use crate::common::fake_serve::{FakeServe, default_exec, exec_response};
 use crate::common::mcp::config;
-use crate::common::stdio::{SERVER, server_env};
+use crate::common::stdio::{SERVER, server_env, spawn_speaking};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientRequest, LoggingLevel,
     LoggingMessageNotificationParam, ProgressNotificationParam, ServerResult,
@@ -25,7 +25,7 @@ use smol_mcp::protocol::server::SmolMcp;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 
 /// A pid no process has (above the kernel's pid_max): the owner of an orphan.
 const DEAD_PID: u32 = 4_194_303;
@@ -344,17 +344,10 @@ impl Raw {
     }
 
     fn spawn_with(env: Vec<(String, String)>) -> Raw {
-        let mut child = tokio::process::Command::new(SERVER)
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (child, stdin, lines) = spawn_speaking(
+            tokio::process::Command::new(SERVER).env_clear().envs(env),
+            Stdio::inherit(),
+        );
         Raw {
             child,
             stdin,

@@ -6,11 +6,11 @@
 
 use crate::common::clients::{HttpServer, clients_dir, env_object, python};
 use crate::common::fake_serve::FakeServe;
-use crate::common::stdio::{SERVER, server_env};
+use crate::common::stdio::{SERVER, server_env, spawn_speaking};
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 
 const URI: &str = "smol://machine/local/box/logs";
 
@@ -65,15 +65,7 @@ async fn http_server(fake: &FakeServe) -> Served {
 async fn follow_with(mut command: tokio::process::Command, fake: &FakeServe) -> Vec<Value> {
     fake.add_machine("box", "running");
     fake.push_log("box", "before the subscription");
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut stdin, mut lines) = spawn_speaking(&mut command, Stdio::inherit());
     let mut steps = Vec::new();
     let mut next = async || -> Value {
         let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())

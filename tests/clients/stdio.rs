@@ -4,7 +4,7 @@
 
 use crate::common::fake_serve::FakeServe;
 use crate::common::real_serve::RealServe;
-use crate::common::stdio::{SERVER, StdioServer, server_env};
+use crate::common::stdio::{SERVER, StdioServer, exit_with_stdin_open, server_env, spawn_speaking};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -499,21 +499,7 @@ async fn run_with_stdin_open(
     extra: &[(&str, &str)],
 ) -> (Option<i32>, String, String) {
     let rt = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(SERVER)
-        .args(args)
-        .env_clear()
-        .envs(server_env(rt.path(), extra))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let _stdin = child.stdin.take();
-    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-        .await
-        .expect("exits without waiting on stdin")
-        .unwrap();
+    let out = exit_with_stdin_open(args, server_env(rt.path(), extra)).await;
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -710,7 +696,7 @@ async fn reading_a_page_of_a_huge_file_holds_the_page_not_the_file() {
 async fn a_client_that_never_reads_its_answers_stalls_its_writes_not_the_servers_memory() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
     const CALLS: u64 = 5_000;
     let fake = FakeServe::start().await;
     // Answers of some size, as a real fleet's list is.
@@ -719,18 +705,13 @@ async fn a_client_that_never_reads_its_answers_stalls_its_writes_not_the_servers
     }
     let rt = tempfile::tempdir().unwrap();
     let url = fake.url();
-    let mut child = tokio::process::Command::new(SERVER)
-        .env_clear()
-        .envs(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)]))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let (mut child, mut stdin, mut lines) = spawn_speaking(
+        tokio::process::Command::new(SERVER)
+            .env_clear()
+            .envs(server_env(rt.path(), &[("SMOL_LOCAL_URL", &url)])),
+        std::process::Stdio::inherit(),
+    );
     let pid = child.id().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "never-reads", "version": "0"}}});

@@ -28,6 +28,46 @@ pub fn server_env(runtime_dir: &std::path::Path, extra: &[(&str, &str)]) -> Vec<
     env
 }
 
+/// Starts `command` with stdin and stdout piped to the test, killed when its handle is dropped.
+pub fn spawn_piped(command: &mut Command, stderr: Stdio) -> Child {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Starts `command` as a process spoken to one line at a time: the child, its stdin, and its
+/// stdout read by line.
+pub fn spawn_speaking(
+    command: &mut Command,
+    stderr: Stdio,
+) -> (Child, ChildStdin, Lines<BufReader<ChildStdout>>) {
+    let mut child = spawn_piped(command, stderr);
+    let stdin = child.stdin.take().unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, stdin, lines)
+}
+
+/// Runs the server with `args` and `env` to its exit with stdin held open, so that it has to
+/// end without waiting for the client to go away; fails the test after 10 s.
+pub async fn exit_with_stdin_open(
+    args: &[&str],
+    env: Vec<(String, String)>,
+) -> std::process::Output {
+    let mut child = spawn_piped(
+        Command::new(SERVER).args(args).env_clear().envs(env),
+        Stdio::piped(),
+    );
+    let _stdin = child.stdin.take();
+    tokio::time::timeout(std::time::Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("the server exits without waiting on stdin")
+        .unwrap()
+}
+
 pub struct StdioServer {
     pub child: Child,
     stdin: Option<ChildStdin>,
@@ -38,8 +78,15 @@ pub struct StdioServer {
 
 impl StdioServer {
     pub async fn spawn(env: Vec<(String, String)>) -> StdioServer {
-        let mut server = StdioServer::spawn_uninitialized(env).await;
-        let init = server
+        StdioServer::spawn_uninitialized(env)
+            .await
+            .initialized()
+            .await
+    }
+
+    /// The session opened: initialize answered by smol-mcp, and initialized sent.
+    async fn initialized(mut self) -> StdioServer {
+        let init = self
             .request(
                 0,
                 "initialize",
@@ -50,8 +97,8 @@ impl StdioServer {
             )
             .await;
         assert_eq!(init["result"]["serverInfo"]["name"], "smol-mcp");
-        server.notify("notifications/initialized").await;
-        server
+        self.notify("notifications/initialized").await;
+        self
     }
 
     /// The server with no session opened: for 2026-07-28 requests, each carrying its own
@@ -66,37 +113,18 @@ impl StdioServer {
         path: &std::path::Path,
     ) -> StdioServer {
         let log = std::fs::File::create(path).unwrap();
-        let mut server = StdioServer::spawn_uninitialized_with(env, Stdio::from(log)).await;
-        let init = server
-            .request(
-                0,
-                "initialize",
-                json!({
-                    "protocolVersion": "2025-06-18", "capabilities": {},
-                    "clientInfo": {"name": "smol-mcp-tests", "version": "0"}
-                }),
-            )
-            .await;
-        assert_eq!(init["result"]["serverInfo"]["name"], "smol-mcp");
-        server.notify("notifications/initialized").await;
-        server
+        StdioServer::spawn_uninitialized_with(env, Stdio::from(log))
+            .await
+            .initialized()
+            .await
     }
 
     async fn spawn_uninitialized_with(env: Vec<(String, String)>, stderr: Stdio) -> StdioServer {
-        let mut child = Command::new(SERVER)
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (child, stdin, lines) =
+            spawn_speaking(Command::new(SERVER).env_clear().envs(env), stderr);
         StdioServer {
             child,
-            stdin,
+            stdin: Some(stdin),
             lines,
             seen: Vec::new(),
         }

@@ -3,7 +3,7 @@
 //! token, checked against the minimum version, and stopped when the server exits.
 
 use crate::common::real_serve::{free_port, smolvm_binary};
-use crate::common::stdio::{StdioServer, server_env};
+use crate::common::stdio::{StdioServer, exit_with_stdin_open, server_env};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
@@ -150,24 +150,12 @@ async fn an_engine_below_the_minimum_version_is_refused_and_stopped() {
 #[tokio::test]
 async fn a_non_loopback_serve_address_is_refused() {
     let rt = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(crate::common::stdio::SERVER)
-        .env_clear()
-        .envs(server_env(
-            rt.path(),
-            &[("SMOL_LOCAL_URL", "http://192.0.2.10:8080")],
-        ))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    // Held open: the refusal must not wait for the client to go away.
-    let _stdin = child.stdin.take();
-    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-        .await
-        .expect("the server exits without waiting on stdin")
-        .unwrap();
+    // Stdin held open: the refusal must not wait for the client to go away.
+    let out = exit_with_stdin_open(
+        &[],
+        server_env(rt.path(), &[("SMOL_LOCAL_URL", "http://192.0.2.10:8080")]),
+    )
+    .await;
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     insta::assert_snapshot!(
