@@ -210,17 +210,15 @@ pub fn rest() -> reqwest::Client {
         .unwrap()
 }
 
+/// The JSON body of the answer to `request`, failing the test if it cannot be sent or read.
+pub async fn json_answer(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// The host memory the engine at `url` reports available (`/capacity`), in MiB; NaN when it
 /// says nothing of it.
 pub async fn host_memory_available_mb(url: &str) -> f64 {
-    let capacity: serde_json::Value = rest()
-        .get(format!("{url}/capacity"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let capacity = json_answer(rest().get(format!("{url}/capacity"))).await;
     capacity["host_memory_available_mb"]
         .as_f64()
         .or(capacity["hostMemoryAvailableMb"].as_f64())

@@ -7,6 +7,7 @@
 //! upload to an unknown machine. A difference here is a fake to fix.
 
 use crate::common::fake_serve::FakeServe;
+use crate::common::nested::json_answer;
 use crate::common::real_serve::RealServe;
 use serde_json::{Value, json};
 use smol_mcp::fleet::transport::LocalEndpoint;
@@ -284,14 +285,8 @@ async fn the_fake_answers_as_the_real_serve_where_no_guest_is_needed() {
         let endpoint = endpoint.clone();
         async move {
             let http = endpoint.http_client().unwrap();
-            let v: Value = http
-                .get(format!("{}/api/v1/machines/held", endpoint.base_url()))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let v = json_answer(http.get(format!("{}/api/v1/machines/held", endpoint.base_url())))
+                .await;
             v["state"].clone()
         }
     };

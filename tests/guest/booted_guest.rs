@@ -11,7 +11,7 @@
 //! which use the busybox archive the script builds from packages.
 
 use crate::common::mcp::Harness;
-use crate::common::nested::{nested, serial};
+use crate::common::nested::{json_answer, nested, serial};
 use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
@@ -69,14 +69,7 @@ async fn engine_listing() -> Value {
 }
 
 async fn engine_listing_at(url: &str) -> Value {
-    crate::common::nested::rest()
-        .get(format!("{url}/api/v1/machines"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    json_answer(crate::common::nested::rest().get(format!("{url}/api/v1/machines"))).await
 }
 
 /// One machine's entry in the engine's own listing (its state, process and memory figures).
@@ -1693,15 +1686,11 @@ async fn credentials_reach_only_their_hosts_on_the_real_guest() {
         .unwrap();
     assert!(started.status().is_success(), "{started:?}");
     let before = server.events().len();
-    let answer: Value = rest
-        .post(format!("{url}/api/v1/machines/{bare}/exec"))
-        .json(&json!({"command": ["sh", "-c", format!("{hosts}; {}", request("creds.smol.test", "novalue"))], "timeoutSecs": 60}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = json_answer(
+        rest.post(format!("{url}/api/v1/machines/{bare}/exec"))
+            .json(&json!({"command": ["sh", "-c", format!("{hosts}; {}", request("creds.smol.test", "novalue"))], "timeoutSecs": 60})),
+    )
+    .await;
     assert!(
         answer["stdout"].as_str().unwrap().contains("502"),
         "{answer}"

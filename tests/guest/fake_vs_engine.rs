@@ -5,7 +5,7 @@
 //! (`scripts/nested-engine.sh`), on a bare machine (exec directly in the VM).
 
 use crate::common::fake_serve::FakeServe;
-use crate::common::nested::{nested, serial};
+use crate::common::nested::{json_answer, nested, serial};
 use serde_json::{Value, json};
 use smol_mcp::fleet::transport::LocalEndpoint;
 
@@ -447,22 +447,8 @@ async fn the_fake_answers_as_the_engine_does_on_a_booted_guest() {
         .unwrap();
     assert_eq!(wget.status().as_u16(), 200);
     let events_path = format!("/api/v1/machines/{machine}/egress-events");
-    let real: Value = engine_client
-        .get(format!("{engine}{events_path}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let faked: Value = fake_client
-        .get(format!("{fake_base}{events_path}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let real = json_answer(engine_client.get(format!("{engine}{events_path}"))).await;
+    let faked = json_answer(fake_client.get(format!("{fake_base}{events_path}"))).await;
     eprintln!("egress refusals: {real}");
     if refusals_seen(&real) != refusals_seen(&faked) {
         drift.push(format!(
