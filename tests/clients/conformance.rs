@@ -225,10 +225,7 @@ async fn prompts_are_declared_empty_and_cacheable() {
         .send()
         .await
         .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = crate::common::session_id(&init);
     let init = answer(&init.text().await.unwrap());
     assert!(
         init["result"]["capabilities"]["prompts"].is_object(),
@@ -300,11 +297,7 @@ async fn an_unknown_resource_names_its_uri() {
         .send()
         .await
         .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    init.text().await.unwrap();
+    let session = crate::common::opened_session(init).await;
     let in_session = |body: Value| {
         http.post(&url)
             .header("content-type", "application/json")

@@ -256,11 +256,7 @@ async fn python_client_sessions_over_http_clean_up_when_they_end() {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}))
         .await
         .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    init.text().await.unwrap();
+    let session = crate::common::opened_session(init).await;
     rpc(
         Some(session.clone()),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
@@ -320,11 +316,7 @@ async fn sighup_stops_the_server_cleanly_deleting_the_sessions_machines() {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}))
         .await
         .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    init.text().await.unwrap();
+    let session = crate::common::opened_session(init).await;
     post(
         Some(&session),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),

@@ -199,12 +199,7 @@ impl Session {
             .send()
             .await
             .unwrap();
-        assert_eq!(init.status(), 200);
-        let id = init.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        init.text().await.unwrap();
+        let id = crate::common::opened_session(init).await;
         let session = Session {
             http,
             url: server.url.clone(),
@@ -247,17 +242,6 @@ impl Session {
     }
 }
 
-fn deletes(fake: &FakeServe) -> Vec<String> {
-    fake.state
-        .lock()
-        .unwrap()
-        .requests
-        .iter()
-        .filter(|r| r["method"] == "DELETE")
-        .map(|r| r["path"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// Watches `machine` while its job runs: it must stay, undeleted, until the guest shell no
 /// longer runs the job. Answers how long the job ran.
 async fn kept_while_the_job_runs(fake: &FakeServe, machine: &str) -> Duration {
@@ -265,7 +249,7 @@ async fn kept_while_the_job_runs(fake: &FakeServe, machine: &str) -> Duration {
     loop {
         // The deletion is looked at before the job's processes: deleting the machine kills them.
         assert!(
-            !deletes(fake).iter().any(|p| p.ends_with(machine)),
+            !fake.deleted_paths().iter().any(|p| p.ends_with(machine)),
             "{machine} deleted under its job after {:?}",
             start.elapsed()
         );
@@ -315,7 +299,7 @@ async fn an_idle_session_is_kept_while_its_job_runs_and_closed_after() {
     until(
         "the session closed and its machine deleted after the job",
         Duration::from_secs(10),
-        || deletes(&fake).iter().any(|p| p.ends_with(&machine)),
+        || fake.deleted_paths().iter().any(|p| p.ends_with(&machine)),
     )
     .await;
     assert!(
@@ -381,7 +365,7 @@ async fn a_leased_machine_is_kept_while_its_job_runs_and_reaped_after() {
         || !fake.state.lock().unwrap().machines.contains_key(&machine),
     )
     .await;
-    assert!(deletes(&fake).iter().any(|p| p.ends_with(&machine)));
+    assert!(fake.deleted_paths().iter().any(|p| p.ends_with(&machine)));
 }
 
 /// Twenty job-output calls at once, each waiting for its job's end, on four jobs started by

@@ -525,23 +525,9 @@ async fn a_session_is_its_users_alone() {
     let alice = issuer.token("alice", &server.url, SCOPE).await;
     let bob = issuer.token("bob", &server.url, SCOPE).await;
     let http = reqwest::Client::new();
-    let open = http
-        .post(&server.url)
-        .bearer_auth(&alice)
-        .header("accept", "application/json, text/event-stream")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}}),
-        )
-        .send()
-        .await
-        .unwrap();
+    let open = initialize_as(&server.url, &alice).await;
     assert_eq!(open.status(), 200);
-    let session = open.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = crate::common::session_id(&open);
     let list = |token: &str| {
         http.post(&server.url)
             .bearer_auth(token)
@@ -564,22 +550,8 @@ async fn a_session_is_its_users_alone() {
     )
     .await;
     assert_eq!(made["result"]["isError"], false, "{made}");
-    let open = http
-        .post(&server.url)
-        .bearer_auth(&bob)
-        .header("accept", "application/json, text/event-stream")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    let his = open.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let open = initialize_as(&server.url, &bob).await;
+    let his = crate::common::session_id(&open);
     for (method, uri) in [
         (
             "resources/subscribe",

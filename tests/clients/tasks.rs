@@ -593,10 +593,7 @@ impl SessionClient {
             .send()
             .await
             .unwrap();
-        let session = response.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let session = crate::common::session_id(&response);
         let initialized = answer(&response.text().await.unwrap(), 0);
         assert!(initialized["result"].is_object(), "{initialized}");
         let client = SessionClient {

@@ -425,6 +425,18 @@ impl FakeServe {
             .collect()
     }
 
+    /// The paths of the DELETE requests it has recorded (and not yet taken), in order.
+    pub fn deleted_paths(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|r| r["method"] == "DELETE")
+            .map(|r| r["path"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     /// How many requests of `method` it has recorded (and not yet taken).
     pub fn requests_of(&self, method: &str) -> usize {
         let state = self.state.lock().unwrap();

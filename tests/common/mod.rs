@@ -31,6 +31,22 @@ pub fn offered_without_settings() -> usize {
         .count()
 }
 
+/// The session an HTTP initialize opened, as its answer names it in `mcp-session-id`.
+pub fn session_id(response: &reqwest::Response) -> String {
+    response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The session an HTTP initialize opened (answered 200), its answer read to the end.
+pub async fn opened_session(init: reqwest::Response) -> String {
+    assert_eq!(init.status(), 200);
+    let session = session_id(&init);
+    init.text().await.unwrap();
+    session
+}
+
 /// Runs the host's git in `dir` as a user would (a user's identity for the commits it makes),
 /// and answers its trimmed output; a failure fails the test, with what git said.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {

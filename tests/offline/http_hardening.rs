@@ -51,12 +51,7 @@ async fn open_session(http: &reqwest::Client, url: &str) -> String {
         .send()
         .await
         .unwrap();
-    assert_eq!(init.status(), 200);
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    init.text().await.unwrap();
+    let session = crate::common::opened_session(init).await;
     let r = post(
         http,
         url,
@@ -85,17 +80,6 @@ async fn call(http: &reqwest::Client, url: &str, session: &str, tool: &str, args
     let text = r.text().await.unwrap();
     assert_eq!(status, 200, "{tool}: {text}");
     answer(&text)
-}
-
-fn deletes(fake: &FakeServe) -> Vec<String> {
-    fake.state
-        .lock()
-        .unwrap()
-        .requests
-        .iter()
-        .filter(|r| r["method"] == "DELETE")
-        .map(|r| r["path"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 #[tokio::test]
@@ -143,7 +127,7 @@ async fn a_call_in_flight_keeps_its_session_and_idle_sessions_are_reaped() {
     };
     // B sends nothing more: it is reaped, and its machine deleted, while A's call runs.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !deletes(&fake).iter().any(|p| p.ends_with(&ephemeral)) {
+    while !fake.deleted_paths().iter().any(|p| p.ends_with(&ephemeral)) {
         assert!(
             Instant::now() < deadline,
             "the idle session B was not reaped"
