@@ -1715,11 +1715,7 @@ fn print_table(r: &Value) {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = common::runtime();
     let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&out_dir).unwrap();
     if std::env::var("BOOTED_BENCH_ONLY").is_ok_and(|v| v == "bases") {

@@ -76,11 +76,7 @@ async fn measure(run: &Run) -> (Vec<f64>, usize) {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = common::runtime();
     epoch();
     let runs = [
         Run {

@@ -159,15 +159,18 @@ pub fn figure(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
-/// Runs a bench's `run` on a runtime of its own, of two workers whatever the host (the
-/// figures in docs/benchmarks.md are of two).
+/// Runs a bench's `run` on a [`runtime`] of its own.
 pub fn block_on(run: impl std::future::Future<Output = Value>) -> Value {
+    runtime().block_on(run)
+}
+
+/// A runtime of two workers whatever the host (the figures in docs/benchmarks.md are of two).
+pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(run)
 }
 
 /// Writes `report` to target/bench/`file`, and says where.
