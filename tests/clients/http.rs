@@ -274,7 +274,7 @@ async fn python_client_sessions_over_http_clean_up_when_they_end() {
     .await
     .unwrap();
     assert!(created.contains("\"ready\":true"), "{created}");
-    assert!(fake.state.lock().unwrap().machines.contains_key("mcp-open"));
+    assert!(fake.has_machine("mcp-open"));
     let pid = nix::unistd::Pid::from_raw(server.child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = tokio::time::timeout(Duration::from_secs(15), server.child.wait())
@@ -342,7 +342,7 @@ async fn sighup_stops_the_server_cleanly_deleting_the_sessions_machines() {
         .unwrap();
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(
-        !fake.state.lock().unwrap().machines.contains_key("mcp-hup"),
+        !fake.has_machine("mcp-hup"),
         "the session's machine is deleted"
     );
 }

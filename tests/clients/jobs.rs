@@ -253,7 +253,7 @@ async fn kept_while_the_job_runs(fake: &FakeServe, machine: &str) -> Duration {
             "{machine} deleted under its job after {:?}",
             start.elapsed()
         );
-        assert!(fake.state.lock().unwrap().machines.contains_key(machine));
+        assert!(fake.has_machine(machine));
         if fake.guest_processes(machine).is_empty() {
             break;
         }
@@ -307,7 +307,7 @@ async fn an_idle_session_is_kept_while_its_job_runs_and_closed_after() {
         "closed only once idle again for the limit, not at the job's end ({:?})",
         ended.elapsed()
     );
-    assert!(!fake.state.lock().unwrap().machines.contains_key(&machine));
+    assert!(!fake.has_machine(&machine));
     let r = session
         .post(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
         .await;
@@ -362,7 +362,7 @@ async fn a_leased_machine_is_kept_while_its_job_runs_and_reaped_after() {
     until(
         "the leased machine reaped after its job",
         Duration::from_secs(10),
-        || !fake.state.lock().unwrap().machines.contains_key(&machine),
+        || !fake.has_machine(&machine),
     )
     .await;
     assert!(fake.deleted_paths().iter().any(|p| p.ends_with(&machine)));

@@ -117,12 +117,7 @@ impl Session {
         ))
         .unwrap();
         let server = SmolMcp::new(protocol, "fleet-choice");
-        let (server_io, client_io) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            if let Ok(running) = server.serve(server_io).await {
-                let _ = running.waiting().await;
-            }
-        });
+        let client_io = crate::common::mcp::serve_in_memory(server, 1 << 20);
         let chooser = Chooser {
             answer,
             asked: Arc::default(),
@@ -215,7 +210,7 @@ async fn a_session_that_chooses_local_loses_target_once_asked() {
     );
     assert_eq!(s.asked.load(Ordering::SeqCst), 1, "asked once");
     assert_eq!(s.changed.load(Ordering::SeqCst), 1);
-    assert!(s.fake.state.lock().unwrap().machines.contains_key("mcp-a"));
+    assert!(s.fake.has_machine("mcp-a"));
 }
 
 #[tokio::test]
@@ -279,12 +274,7 @@ impl Stateless {
         ))
         .unwrap();
         let server = SmolMcp::new(protocol, "stdio-like");
-        let (server_io, client_io) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            if let Ok(running) = server.serve(server_io).await {
-                let _ = running.waiting().await;
-            }
-        });
+        let client_io = crate::common::mcp::serve_in_memory(server, 1 << 20);
         let (read, write) = tokio::io::split(client_io);
         Stateless {
             to_server: write,
@@ -583,7 +573,7 @@ async fn python_default_mode_answers_the_fleet_question_over_http() {
         .as_str()
         .unwrap();
     assert!(
-        fake.state.lock().unwrap().machines.contains_key(name),
+        fake.has_machine(name),
         "leased to the server: the client leaving does not delete it"
     );
 }
@@ -622,11 +612,11 @@ async fn a_stateless_machine_is_reaped_after_its_lease_and_kept_during_a_call() 
         0,
         "not deleted during the 8 s call on a 3 s lease (renewed when it ended)"
     );
-    assert!(fake.state.lock().unwrap().machines.contains_key(&name));
+    assert!(fake.has_machine(&name));
     until(
         "the leased machine is reaped once unused",
         Duration::from_secs(10),
-        || !fake.state.lock().unwrap().machines.contains_key(&name),
+        || !fake.has_machine(&name),
     )
     .await;
     let record = rt.path().join("rt/ephemeral.json");

@@ -15,7 +15,7 @@ use rmcp::model::{
     SetLevelRequestParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::process::ephemeral::Entry;
@@ -97,14 +97,8 @@ async fn session(fake: &FakeServe) -> Session {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let protocol = Protocol::start(config(&env, &runtime.path().join("rt"))).unwrap();
     let server = SmolMcp::new(protocol.clone(), "progress-test");
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
     let recorder = Recorder::default();
-    let client = recorder.clone().serve(client_io).await.unwrap();
+    let client = crate::common::mcp::connect(server, recorder.clone()).await;
     Session {
         client,
         recorder,
@@ -315,14 +309,7 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
     assert_eq!(message.level, LoggingLevel::Info);
     assert_eq!(message.data["machines"], json!(["smol-orphan"]));
     assert_eq!(message.data["fleet"], "local");
-    assert!(
-        !fake
-            .state
-            .lock()
-            .unwrap()
-            .machines
-            .contains_key("smol-orphan")
-    );
+    assert!(!fake.has_machine("smol-orphan"));
 }
 
 /// The stdio binary spoken to with raw JSON-RPC lines, keeping what comes before each answer.

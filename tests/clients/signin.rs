@@ -366,14 +366,7 @@ async fn each_user_sees_and_acts_on_their_own_only() {
             "{tool}: {text}"
         );
     }
-    assert!(
-        fake.state
-            .lock()
-            .unwrap()
-            .machines
-            .contains_key("alice-box"),
-        "bob deleted nothing"
-    );
+    assert!(fake.has_machine("alice-box"), "bob deleted nothing");
     let taken = error_text(
         &call_as(
             &server,
@@ -477,14 +470,7 @@ async fn each_user_sees_and_acts_on_their_own_only() {
         third.starts_with("LIMIT_REACHED") && third.contains("maxMachinesPerUser"),
         "{third}"
     );
-    assert!(
-        !fake
-            .state
-            .lock()
-            .unwrap()
-            .machines
-            .contains_key("alice-three")
-    );
+    assert!(!fake.has_machine("alice-three"));
     // The refused name is not left held: bob may take it.
     let bobs = call_as(
         &server,

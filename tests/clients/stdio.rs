@@ -367,14 +367,7 @@ async fn another_engine_on_the_same_runtime_dir_leaves_the_first_engine_s_orphan
         )
         .await;
     first.child.kill().await.unwrap();
-    assert!(
-        first_engine
-            .state
-            .lock()
-            .unwrap()
-            .machines
-            .contains_key("mcp-orphan")
-    );
+    assert!(first_engine.has_machine("mcp-orphan"));
 
     // Another engine, same runtime directory: its local calls do not take the record's
     // entries of the first engine for its own.
@@ -392,13 +385,7 @@ async fn another_engine_on_the_same_runtime_dir_leaves_the_first_engine_s_orphan
         StdioServer::spawn(server_env(rt.path(), &[("SMOL_LOCAL_URL", &first_url)])).await;
     again.tool(3, "list-machines", json!({})).await;
     let start = Instant::now();
-    while first_engine
-        .state
-        .lock()
-        .unwrap()
-        .machines
-        .contains_key("mcp-orphan")
-    {
+    while first_engine.has_machine("mcp-orphan") {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "the first engine's orphan is deleted by a start on it"

@@ -12,7 +12,7 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam, ServerResult,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestHandle, RunningService};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 use smol_mcp::protocol::Protocol;
 use smol_mcp::protocol::server::SmolMcp;
@@ -110,14 +110,8 @@ async fn session(env: &[(&str, &str)]) -> Session {
     let runtime = tempfile::tempdir().unwrap();
     let protocol = Protocol::start(config(env, &runtime.path().join("rt"))).unwrap();
     let server = SmolMcp::new(protocol, "streaming-test");
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
     let recorder = Recorder::default();
-    let client = recorder.clone().serve(client_io).await.unwrap();
+    let client = crate::common::mcp::connect(server, recorder.clone()).await;
     Session {
         client,
         recorder,

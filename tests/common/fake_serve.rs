@@ -437,6 +437,11 @@ impl FakeServe {
             .collect()
     }
 
+    /// Whether the fake holds a machine of this name now.
+    pub fn has_machine(&self, name: &str) -> bool {
+        self.state.lock().unwrap().machines.contains_key(name)
+    }
+
     /// How many requests of `method` it has recorded (and not yet taken).
     pub fn requests_of(&self, method: &str) -> usize {
         let state = self.state.lock().unwrap();

@@ -47,6 +47,64 @@ pub fn config(env: &[(&str, &str)], runtime: &Path) -> Config {
     Config::from_sources(&vars, Path::new("/nonexistent/config.json")).unwrap()
 }
 
+/// Serves `server` over an in-memory pipe of `buffer` bytes each way, for as long as its client
+/// keeps the other end: that end.
+pub fn serve_in_memory(server: SmolMcp, buffer: usize) -> tokio::io::DuplexStream {
+    let (server_io, client_io) = tokio::io::duplex(buffer);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    client_io
+}
+
+/// `handler` as the client of `server`, the two joined in memory.
+pub async fn connect<H: rmcp::ClientHandler>(
+    server: SmolMcp,
+    handler: H,
+) -> RunningService<RoleClient, H> {
+    handler
+        .serve(serve_in_memory(server, 1 << 20))
+        .await
+        .unwrap()
+}
+
+/// A tool call's parameters: `args` must be a JSON object.
+pub fn tool_params(tool: &str, args: Value) -> CallToolRequestParams {
+    let Value::Object(map) = args else {
+        panic!("arguments must be an object")
+    };
+    CallToolRequestParams::new(tool.to_owned()).with_arguments(map)
+}
+
+/// Calls `tool` through `client` and answers what came back, tool error or not.
+pub async fn call_tool(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> Answer {
+    let result = client.call_tool(tool_params(tool, args)).await.unwrap();
+    let blocks: Vec<String> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect();
+    let images = result
+        .content
+        .iter()
+        .filter_map(|c| match c {
+            rmcp::model::ContentBlock::Image(image) => {
+                Some((image.mime_type.clone(), image.data.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    Answer {
+        is_error: result.is_error == Some(true),
+        structured: result.structured_content.unwrap_or(Value::Null),
+        text: blocks.join("\n"),
+        blocks,
+        images,
+    }
+}
+
 impl Harness {
     pub async fn start(env: &[(&str, &str)]) -> Harness {
         let runtime = tempfile::Builder::new()
@@ -67,13 +125,7 @@ impl Harness {
         let protocol = Protocol::start(config(env, &rt_dir)).unwrap();
         let session = format!("test-{:08x}", rand::random::<u32>());
         let server = SmolMcp::new(protocol.clone(), session.clone());
-        let (server_io, client_io) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            if let Ok(running) = server.serve(server_io).await {
-                let _ = running.waiting().await;
-            }
-        });
-        let client = ().serve(client_io).await.unwrap();
+        let client = connect(server, ()).await;
         Harness {
             client,
             protocol,
@@ -88,13 +140,9 @@ impl Harness {
         tool: &str,
         args: Value,
     ) -> rmcp::service::RequestHandle<RoleClient> {
-        let Value::Object(map) = args else {
-            panic!("arguments must be an object")
-        };
-        let request =
-            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
-                CallToolRequestParams::new(tool.to_owned()).with_arguments(map),
-            ));
+        let request = rmcp::model::ClientRequest::CallToolRequest(
+            rmcp::model::CallToolRequest::new(tool_params(tool, args)),
+        );
         let options = rmcp::service::PeerRequestOptions::no_options();
         self.client
             .peer()
@@ -104,36 +152,7 @@ impl Harness {
     }
 
     pub async fn call(&self, tool: &str, args: Value) -> Answer {
-        let Value::Object(map) = args else {
-            panic!("arguments must be an object")
-        };
-        let result = self
-            .client
-            .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
-            .await
-            .unwrap();
-        let blocks: Vec<String> = result
-            .content
-            .iter()
-            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-            .collect();
-        let images = result
-            .content
-            .iter()
-            .filter_map(|c| match c {
-                rmcp::model::ContentBlock::Image(image) => {
-                    Some((image.mime_type.clone(), image.data.clone()))
-                }
-                _ => None,
-            })
-            .collect();
-        Answer {
-            is_error: result.is_error == Some(true),
-            structured: result.structured_content.unwrap_or(Value::Null),
-            text: blocks.join("\n"),
-            blocks,
-            images,
-        }
+        call_tool(&self.client, tool, args).await
     }
 
     /// Calls a tool that must succeed and returns its structured result.

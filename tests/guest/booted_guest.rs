@@ -127,14 +127,8 @@ async fn recorded(
     env.extend_from_slice(extra);
     let protocol = Protocol::start(crate::common::mcp::config(&env, &runtime.join("rt"))).unwrap();
     let server = SmolMcp::new(protocol.clone(), "booted-recorded".to_owned());
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
     let recorder = Recorder::default();
-    let client = recorder.clone().serve(client_io).await.unwrap();
+    let client = crate::common::mcp::connect(server, recorder.clone()).await;
     (recorder, client, protocol)
 }
 
@@ -1749,12 +1743,7 @@ async fn the_user_widens_an_ask_machine_live_on_the_real_guest() {
     ))
     .unwrap();
     let server_side = SmolMcp::new(protocol.clone(), "booted-ask".to_owned());
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
-    tokio::spawn(async move {
-        if let Ok(running) = server_side.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
+    let client_io = crate::common::mcp::serve_in_memory(server_side, 1 << 20);
     let user = crate::common::asker::User::new(true, vec!["10.0.2.2"]);
     let questions = user.questions.clone();
     let client = user.serve(client_io).await.unwrap();

@@ -63,12 +63,7 @@ impl Session {
         ))
         .unwrap();
         let server = SmolMcp::new(protocol.clone(), "apps");
-        let (server_io, client_io) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            if let Ok(running) = server.serve(server_io).await {
-                let _ = running.waiting().await;
-            }
-        });
+        let client_io = crate::common::mcp::serve_in_memory(server, 1 << 20);
         Session {
             client: Host { shows_views }.serve(client_io).await.unwrap(),
             fake,

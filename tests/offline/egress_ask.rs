@@ -51,12 +51,7 @@ impl Session {
         env.extend_from_slice(settings);
         let protocol = Protocol::start(config(&env, &runtime.path().join("rt"))).unwrap();
         let server = SmolMcp::new(protocol.clone(), "ask");
-        let (server_io, client_io) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            if let Ok(running) = server.serve(server_io).await {
-                let _ = running.waiting().await;
-            }
-        });
+        let client_io = crate::common::mcp::serve_in_memory(server, 1 << 20);
         let mut user = User::new(can_be_asked, allow);
         user.thinks = thinks;
         let questions = user.questions.clone();

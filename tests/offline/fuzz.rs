@@ -747,12 +747,7 @@ fn subscription_fuzz_refuses_unknown_machines_names_the_limits_and_polls_once_pe
             ])
             .await;
             let server = smol_mcp::protocol::server::SmolMcp::new(h.protocol.clone(), "second");
-            let (server_io, client_io) = tokio::io::duplex(1 << 16);
-            tokio::spawn(async move {
-                if let Ok(running) = server.serve(server_io).await {
-                    let _ = running.waiting().await;
-                }
-            });
+            let client_io = crate::common::mcp::serve_in_memory(server, 1 << 16);
             let second = ().serve(client_io).await.unwrap();
             let clients = [h.client.peer().clone(), second.peer().clone()];
             let mut held: [BTreeSet<String>; 2] = [BTreeSet::new(), BTreeSet::new()];

@@ -134,7 +134,7 @@ async fn a_call_in_flight_keeps_its_session_and_idle_sessions_are_reaped() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!fake.state.lock().unwrap().machines.contains_key(&ephemeral));
+    assert!(!fake.has_machine(&ephemeral));
     let result = long.await.unwrap();
     assert!(started.elapsed() >= Duration::from_secs(6));
     assert_eq!(result["result"]["isError"], false, "{result}");
@@ -414,7 +414,7 @@ async fn delete_answers_404_for_unknown_sessions_and_200_for_a_good_one() {
     let r = delete(Some(&session)).await.unwrap();
     assert_eq!(r.status(), 200, "what the Python client expects");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while fake.state.lock().unwrap().machines.contains_key(&ephemeral) {
+    while fake.has_machine(&ephemeral) {
         assert!(
             Instant::now() < deadline,
             "the ended session's machine was not deleted"

@@ -6,9 +6,9 @@
 use crate::common::fake_cloud::{FakeCloud, TOKEN, exec_answer};
 use crate::common::fake_serve::{FakeServe, exec_response};
 use crate::common::mcp::config;
+use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ResourceContents};
 use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use smol_mcp::policy::ledger::FILE_NAME;
 use smol_mcp::protocol::Protocol;
@@ -27,35 +27,17 @@ struct Server {
 async fn serve(env: &[(&str, &str)], runtime: &Path) -> Server {
     let protocol = Protocol::start(config(env, runtime)).unwrap();
     let server = SmolMcp::new(protocol.clone(), "ledger-test");
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = ().serve(client_io).await.unwrap();
+    let client = crate::common::mcp::connect(server, ()).await;
     Server { client, protocol }
 }
 
 impl Server {
     async fn call(&self, tool: &str, args: Value) -> Result<Value, String> {
-        let Value::Object(map) = args else {
-            panic!("arguments must be an object")
-        };
-        let result = self
-            .client
-            .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
-            .await
-            .unwrap();
-        if result.is_error == Some(true) {
-            let text: Vec<String> = result
-                .content
-                .iter()
-                .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-                .collect();
-            return Err(text.join("\n"));
+        let answer = crate::common::mcp::call_tool(&self.client, tool, args).await;
+        if answer.is_error {
+            return Err(answer.text);
         }
-        Ok(result.structured_content.unwrap_or(Value::Null))
+        Ok(answer.structured)
     }
 
     async fn ok(&self, tool: &str, args: Value) -> Value {

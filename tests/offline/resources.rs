@@ -52,12 +52,7 @@ async fn connect(env: &[(&str, &str)]) -> Setup {
         .follow
         .set_poll_interval(Duration::from_millis(100));
     let server = SmolMcp::new(protocol.clone(), "resources-test");
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
+    let client_io = crate::common::mcp::serve_in_memory(server, 1 << 20);
     let (tx, updates) = mpsc::unbounded_channel();
     let client = Recorder { updated: tx }.serve(client_io).await.unwrap();
     Setup {
@@ -539,12 +534,7 @@ async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
     // A second session of the same process: the same poller.
     let protocol = first.protocol.clone();
     let server = SmolMcp::new(protocol.clone(), "second");
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
+    let client_io = crate::common::mcp::serve_in_memory(server, 1 << 16);
     let (tx, mut second_updates) = mpsc::unbounded_channel();
     let second = Recorder { updated: tx }.serve(client_io).await.unwrap();
     second
@@ -593,12 +583,7 @@ async fn a_listen_hears_of_new_lines_and_its_end_stops_the_polling() {
         .follow
         .set_poll_interval(Duration::from_millis(100));
     let server = SmolMcp::new(protocol.clone(), "listen-test");
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
+    let client_io = crate::common::mcp::serve_in_memory(server, 1 << 16);
     let (tx, _updates) = mpsc::unbounded_channel();
     let client = Recorder { updated: tx }
         .serve_with_lifecycle(
@@ -863,12 +848,7 @@ async fn discover_client(
         .follow
         .set_poll_interval(Duration::from_millis(100));
     let server = SmolMcp::new(protocol.clone(), "listen-bounds");
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
+    let client_io = crate::common::mcp::serve_in_memory(server, 1 << 16);
     let (tx, _updates) = mpsc::unbounded_channel();
     let client = Recorder { updated: tx }
         .serve_with_lifecycle(
@@ -965,12 +945,7 @@ async fn subscriptions_are_bounded_per_session_and_in_all_naming_the_limit() {
     // A second session of the same process meets the process's limit.
     let protocol = first.protocol.clone();
     let server = SmolMcp::new(protocol.clone(), "second");
-    let (server_io, client_io) = tokio::io::duplex(1 << 16);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
+    let client_io = crate::common::mcp::serve_in_memory(server, 1 << 16);
     let (tx, _second_updates) = mpsc::unbounded_channel();
     let second = Recorder { updated: tx }.serve(client_io).await.unwrap();
     second

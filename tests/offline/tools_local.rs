@@ -225,7 +225,7 @@ async fn a_failed_start_deletes_an_unnamed_machine_and_keeps_a_named_one() {
         )
         .await;
     assert!(err.contains("keep-me was created and is left"), "{err}");
-    assert!(fake.state.lock().unwrap().machines.contains_key("keep-me"));
+    assert!(fake.has_machine("keep-me"));
 }
 
 #[tokio::test]

@@ -240,10 +240,7 @@ async fn a_pool_of_the_operators_machine_clones_it_and_leaves_it() {
         .unwrap();
     h.protocol.process().pools.tear_down(&fleet).await;
     assert!(fake.pool("smolmcp-prep").is_none());
-    assert!(
-        fake.state.lock().unwrap().machines.contains_key("prepared"),
-        "the source stays"
-    );
+    assert!(fake.has_machine("prepared"), "the source stays");
 }
 
 /// A pool's source and its ready machines are the server's: every tool that names one is

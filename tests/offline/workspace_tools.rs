@@ -821,7 +821,7 @@ async fn the_copies_of_all_workspaces_together_stay_within_their_bound() {
     assert!(full.contains("workspaceTotalMaxBytes"), "{full}");
     assert!(full.contains("nothing of them was written"), "{full}");
     assert!(
-        !fake.state.lock().unwrap().machines.contains_key("c"),
+        !fake.has_machine("c"),
         "refused before any machine was made"
     );
     let seeds = std::fs::read_dir(copies.join("seeds")).unwrap().count();

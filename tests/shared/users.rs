@@ -120,15 +120,7 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
         let text = runs["result"]["contents"][0]["text"].as_str().unwrap();
         assert!(!text.contains("alice-ran"), "bob sees alice's run: {text}");
     }
-    assert!(
-        cluster
-            .fake
-            .state
-            .lock()
-            .unwrap()
-            .machines
-            .contains_key("alice-box")
-    );
+    assert!(cluster.fake.has_machine("alice-box"));
 
     // Alice meanwhile, on every process: her machine, her job running, her run.
     for _ in 0..3 {
@@ -214,15 +206,7 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
             .contains("allowed"),
         "{theirs}"
     );
-    assert!(
-        !cluster
-            .fake
-            .state
-            .lock()
-            .unwrap()
-            .machines
-            .contains_key("bob-learns")
-    );
+    assert!(!cluster.fake.has_machine("bob-learns"));
     let hers = call(
         &url,
         &alice,
