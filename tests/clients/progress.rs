@@ -17,7 +17,6 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
-use smol_mcp::fleet::FleetKind;
 use smol_mcp::process::ephemeral::Entry;
 use smol_mcp::process::events::ServerEvent;
 use smol_mcp::protocol::Protocol;
@@ -288,20 +287,12 @@ async fn machines_a_dead_process_left_are_reported_when_the_first_local_call_del
     s.protocol
         .process()
         .record
-        .add_new(Entry {
-            fleet: FleetKind::Local,
-            name: "smol-orphan".into(),
-            id: "smol-orphan".into(),
-            owner_pid: DEAD_PID,
-            owner: None,
-            session: "gone".into(),
-            parent: None,
-            recorded_at: 0,
-            lease: None,
-            engine: None,
-            kept_until: None,
-            base: None,
-        })
+        .add_new(
+            // As the record file has it: what it does not name is unset.
+            serde_json::from_value::<Entry>(json!({"fleet": "local", "name": "smol-orphan",
+                "id": "smol-orphan", "ownerPid": DEAD_PID, "session": "gone"}))
+            .unwrap(),
+        )
         .await
         .unwrap();
     list_machines(&s).await;

@@ -184,6 +184,17 @@ pub async fn stateless_request(
     stateless_request_to(&server.url, token, method, capabilities, params).await
 }
 
+/// A 2026-07-28 request to `server` as `token`'s user, declaring the tasks extension.
+pub async fn task_request(
+    server: &HttpServer,
+    token: &str,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    let tasks = serde_json::json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    stateless_request(server, token, method, tasks, params).await
+}
+
 /// The same to the MCP endpoint at `url` (a balancer's, say).
 #[allow(dead_code)]
 pub async fn stateless_request_to(

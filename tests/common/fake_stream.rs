@@ -113,6 +113,15 @@ struct Watch {
 }
 
 impl Watch {
+    /// Counts a stream begun, and watches it to its end.
+    fn begin(counts: Arc<StreamCounts>) -> Watch {
+        counts.begun.fetch_add(1, Ordering::SeqCst);
+        Watch {
+            counts,
+            done: false,
+        }
+    }
+
     fn finish(&mut self) {
         self.done = true;
     }
@@ -136,11 +145,7 @@ pub fn sse_response(
     gap: Option<Duration>,
     counts: Arc<StreamCounts>,
 ) -> axum::response::Response {
-    counts.begun.fetch_add(1, Ordering::SeqCst);
-    let watch = Watch {
-        counts,
-        done: false,
-    };
+    let watch = Watch::begin(counts);
     let body = async_stream_of(steps, gap, watch);
     (
         [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
@@ -228,11 +233,7 @@ pub fn live_sse_response(
     events: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
     counts: Arc<StreamCounts>,
 ) -> axum::response::Response {
-    counts.begun.fetch_add(1, Ordering::SeqCst);
-    let watch = Watch {
-        counts,
-        done: false,
-    };
+    let watch = Watch::begin(counts);
     let body = futures::stream::unfold((events, watch), |(mut events, mut watch)| async move {
         match events.recv().await {
             Some((event, data)) => Some((

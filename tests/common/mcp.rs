@@ -47,6 +47,21 @@ pub fn config(env: &[(&str, &str)], runtime: &Path) -> Config {
     Config::from_sources(&vars, Path::new("/nonexistent/config.json")).unwrap()
 }
 
+/// A server that signs users in (an issuer set) on the fake engine, with `extra` settings.
+pub async fn signed_in_server(
+    fake: &super::fake_serve::FakeServe,
+    runtime: &Path,
+    extra: &[(&str, &str)],
+) -> Arc<Protocol> {
+    let url = fake.url();
+    let mut env = vec![
+        ("SMOL_LOCAL_URL", url.as_str()),
+        ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
+    ];
+    env.extend_from_slice(extra);
+    Protocol::start(config(&env, &runtime.join("rt"))).unwrap()
+}
+
 /// Serves `server` over an in-memory pipe of `buffer` bytes each way, for as long as its client
 /// keeps the other end: that end.
 pub fn serve_in_memory(server: SmolMcp, buffer: usize) -> tokio::io::DuplexStream {

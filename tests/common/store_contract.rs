@@ -183,6 +183,33 @@ pub async fn jobs(open: Open<'_>) {
     assert!(b.jobs().get("j3").await.unwrap().is_none());
 }
 
+/// Writes the jobs `known`, `strange`, `odd` and `negative`, all running: a test then spoils
+/// all but `known` behind the store's back (see [`only_the_known_job_is_read`]).
+pub async fn four_jobs(writer: &dyn Store) {
+    for id in ["known", "strange", "odd", "negative"] {
+        writer.jobs().started(job(id, "serve-a"));
+    }
+    writer.flush().await;
+}
+
+/// Of [`four_jobs`], only `known` is read, by its id and among other processes' jobs: the
+/// rest were spoiled (a fleet no server knows, a state it does not know, a negative timeout).
+pub async fn only_the_known_job_is_read(reader: &dyn Store) {
+    assert!(reader.jobs().get("known").await.unwrap().is_some());
+    assert!(reader.jobs().get("strange").await.unwrap().is_none());
+    assert!(reader.jobs().get("odd").await.unwrap().is_none());
+    assert!(reader.jobs().get("negative").await.unwrap().is_none());
+    let others: Vec<String> = reader
+        .jobs()
+        .others(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.record.id)
+        .collect();
+    assert_eq!(others, ["known"]);
+}
+
 /// Tasks: created, answered and ended by one process, read by another; a cancel asked through
 /// one is wanted by the other; the holder of a task this process runs lives.
 pub async fn tasks(open: Open<'_>) {

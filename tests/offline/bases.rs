@@ -6,10 +6,9 @@
 
 use crate::common::fake_cloud::{FakeCloud, TOKEN};
 use crate::common::fake_serve::FakeServe;
-use crate::common::mcp::{Harness, call_as, config};
+use crate::common::mcp::{Harness, call_as, signed_in_server};
 use serde_json::{Value, json};
 use smol_mcp::policy::tools::Tool;
-use smol_mcp::protocol::Protocol;
 
 fn record(h: &Harness) -> Vec<Value> {
     let text = std::fs::read_to_string(h.record_path()).unwrap_or_else(|_| "{}".into());
@@ -290,15 +289,7 @@ async fn an_idle_base_goes_once_no_child_depends_on_it() {
 async fn a_base_is_its_makers_alone() {
     let fake = FakeServe::start().await;
     let runtime = tempfile::tempdir().unwrap();
-    let url = fake.url();
-    let protocol = Protocol::start(config(
-        &[
-            ("SMOL_LOCAL_URL", url.as_str()),
-            ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
-        ],
-        &runtime.path().join("rt"),
-    ))
-    .unwrap();
+    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
     let policy = &protocol.policy;
     call_as(
         policy,

@@ -8,7 +8,6 @@
 //! way) is kept, and a claim never made is forgotten after it even if a machine has its name.
 
 use crate::common::fake_serve::FakeServe;
-use crate::common::mcp::config;
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::protocol::Protocol;
 use smol_mcp::store::{Hold, MachineClaim};
@@ -18,15 +17,7 @@ async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
     let fake = FakeServe::start().await;
     fake.add_machine("live-box", "running");
     let runtime = tempfile::tempdir().unwrap();
-    let url = fake.url();
-    let protocol = Protocol::start(config(
-        &[
-            ("SMOL_LOCAL_URL", url.as_str()),
-            ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
-        ],
-        &runtime.path().join("rt"),
-    ))
-    .unwrap();
+    let protocol = signed_in_server(&fake, runtime.path(), &[]).await;
     let policy = &protocol.policy;
     let owners = policy.store.owners();
     for name in ["live-box", "gone-box"] {
@@ -81,7 +72,7 @@ async fn who_held_a_machine_gone_from_its_fleet_is_forgotten_after_an_hour() {
     );
 }
 
-use crate::common::mcp::{call_as, naming};
+use crate::common::mcp::{call_as, naming, signed_in_server};
 use serde_json::{Value, json};
 use smol_mcp::policy::tools::Tool;
 use smol_mcp::policy::user::User;
@@ -98,20 +89,6 @@ fn touching(requests: &[Value], name: &str) -> Vec<String> {
                 .then(|| format!("{} {path}", r["method"].as_str().unwrap_or("")))
         })
         .collect()
-}
-
-async fn signed_in_server(
-    fake: &FakeServe,
-    runtime: &std::path::Path,
-    extra: &[(&str, &str)],
-) -> Arc<Protocol> {
-    let url = fake.url();
-    let mut env = vec![
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_AUTH_ISSUER", "https://id.example"),
-    ];
-    env.extend_from_slice(extra);
-    Protocol::start(config(&env, &runtime.join("rt"))).unwrap()
 }
 
 /// A signed-in server on the fake engine holding the operator's `op-box` and alice's

@@ -84,19 +84,25 @@ fn job_in<'a>(list: &'a Value, job: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{job} is not listed: {list}"))
 }
 
+/// A server process on `runtime` with the machine `name` made (as request 1).
+async fn with_machine(fake: &FakeServe, runtime: &Path, name: &str) -> StdioServer {
+    let mut server = StdioServer::spawn(env(runtime, fake)).await;
+    server
+        .tool(
+            1,
+            "create-machine",
+            json!({"name": name, "image": "alpine"}),
+        )
+        .await;
+    server
+}
+
 #[tokio::test]
 async fn a_job_started_by_one_process_is_read_to_its_end_and_another_cancelled_by_the_next() {
     let fake = FakeServe::start_guest_shell().await;
     let runtime = tempfile::tempdir().unwrap();
 
-    let mut first = StdioServer::spawn(env(runtime.path(), &fake)).await;
-    first
-        .tool(
-            1,
-            "create-machine",
-            json!({"name": "kept", "image": "alpine"}),
-        )
-        .await;
+    let mut first = with_machine(&fake, runtime.path(), "kept").await;
     let (finite, finite_run) = start_job(
         &mut first,
         2,
@@ -186,14 +192,7 @@ async fn a_job_whose_machine_went_meanwhile_is_lost_with_why_and_a_live_process_
     let fake = FakeServe::start_guest_shell().await;
     let runtime = tempfile::tempdir().unwrap();
 
-    let mut first = StdioServer::spawn(env(runtime.path(), &fake)).await;
-    first
-        .tool(
-            1,
-            "create-machine",
-            json!({"name": "gone", "image": "alpine"}),
-        )
-        .await;
+    let mut first = with_machine(&fake, runtime.path(), "gone").await;
     let (job, _) = start_job(&mut first, 2, "gone", "sleep 600").await;
 
     // While the first process lives, another one leaves its job alone.
@@ -235,14 +234,7 @@ const TOKEN: &str = "restart-token";
 
 /// A 2026-07-28 request to `server`, declaring the tasks extension.
 async fn request(server: &HttpServer, method: &str, params: Value) -> Value {
-    crate::common::clients::stateless_request(
-        server,
-        TOKEN,
-        method,
-        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
-        params,
-    )
-    .await
+    crate::common::clients::task_request(server, TOKEN, method, params).await
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! store of its own on one file, and its refusals of what it cannot read (PostgreSQL's:
 //! tests/shared/store.rs).
 
-use crate::common::store_contract::job;
+use crate::common::store_contract;
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::process::events::Events;
 use smol_mcp::store::sqlite::{FILE_NAME, SqliteStore};
@@ -41,11 +41,7 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
         max_days: 30,
     };
     let store = SqliteStore::new(path.clone(), retention, Events::default());
-    store.jobs().started(job("known", "serve-a"));
-    store.jobs().started(job("strange", "serve-a"));
-    store.jobs().started(job("odd", "serve-a"));
-    store.jobs().started(job("negative", "serve-a"));
-    store.flush().await;
+    store_contract::four_jobs(&store).await;
     // Both as a process that has ended had left them running.
     let mut ended = std::process::Command::new("true").spawn().unwrap();
     let dead = ended.id();
@@ -63,19 +59,7 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     .unwrap();
     drop(db);
     let reader = SqliteStore::new(path, retention, Events::default());
-    assert!(reader.jobs().get("known").await.unwrap().is_some());
-    assert!(reader.jobs().get("strange").await.unwrap().is_none());
-    assert!(reader.jobs().get("odd").await.unwrap().is_none());
-    assert!(reader.jobs().get("negative").await.unwrap().is_none());
-    let others: Vec<String> = reader
-        .jobs()
-        .others(100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|j| j.record.id)
-        .collect();
-    assert_eq!(others, ["known"]);
+    store_contract::only_the_known_job_is_read(&reader).await;
     let served = vec![ServedEngine {
         fleet: FleetKind::Local,
         engine: "serve-a".into(),

@@ -528,14 +528,7 @@ async fn a_job_started_through_one_process_is_read_and_cancelled_through_others(
 
 /// A 2026-07-28 request declaring the tasks extension.
 async fn task_request(server: &HttpServer, method: &str, params: Value) -> Value {
-    stateless_request(
-        server,
-        TOKEN,
-        method,
-        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
-        params,
-    )
-    .await
+    crate::common::clients::task_request(server, TOKEN, method, params).await
 }
 
 /// A task created through one process is polled through others to its result (each answers

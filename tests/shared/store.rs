@@ -5,7 +5,7 @@
 //! older than the store's bound on another.
 
 use super::database::TestDatabase;
-use crate::common::store_contract::{job, key_claim, new_run, now_ms};
+use crate::common::store_contract::{self, job, key_claim, new_run, now_ms};
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::process::config::Secret;
 use smol_mcp::process::events::Events;
@@ -451,11 +451,7 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
 async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     let db = TestDatabase::new().await;
     let writer = ready_store(&db).await;
-    writer.jobs().started(job("known", "serve-a"));
-    writer.jobs().started(job("strange", "serve-a"));
-    writer.jobs().started(job("odd", "serve-a"));
-    writer.jobs().started(job("negative", "serve-a"));
-    writer.flush().await;
+    store_contract::four_jobs(&*writer).await;
     let raw = db.client().await;
     raw.execute("UPDATE jobs SET fleet = 'mars' WHERE id = 'strange'", &[])
         .await
@@ -470,19 +466,7 @@ async fn a_job_naming_no_known_fleet_is_refused_not_read_as_local() {
     .await
     .unwrap();
     let reader = ready_store(&db).await;
-    assert!(reader.jobs().get("known").await.unwrap().is_some());
-    assert!(reader.jobs().get("strange").await.unwrap().is_none());
-    assert!(reader.jobs().get("odd").await.unwrap().is_none());
-    assert!(reader.jobs().get("negative").await.unwrap().is_none());
-    let others: Vec<String> = reader
-        .jobs()
-        .others(100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|j| j.record.id)
-        .collect();
-    assert_eq!(others, ["known"]);
+    store_contract::only_the_known_job_is_read(&*reader).await;
 }
 
 /// A shared document waited on in the database (its row locked by another process) holds no
