@@ -14,8 +14,7 @@ use std::time::{Duration, SystemTime};
 
 async fn setup() -> (FakeServe, Harness) {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     (fake, h)
 }
 

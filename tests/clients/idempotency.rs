@@ -134,8 +134,7 @@ async fn a_python_client_retrying_after_its_timeout_makes_one_machine_and_one_ru
 #[tokio::test]
 async fn a_keyed_call_that_failed_runs_again_when_retried() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     let args = json!({"name": "later", "path": "/tmp/x", "content": "hi", "idempotencyKey": "w-1"});
     let first = h.err("write-file", args.clone()).await;
     assert!(first.contains("NOT_FOUND"), "{first}");
@@ -157,8 +156,7 @@ async fn a_keyed_call_that_failed_runs_again_when_retried() {
 #[tokio::test]
 async fn a_bad_key_is_refused_naming_the_argument() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     let text = h
         .err("create-machine", json!({"idempotencyKey": "two words"}))
         .await;

@@ -12,6 +12,7 @@ use crate::common::clients::{HttpServer, env_object, run_node, run_python};
 use crate::common::fake_cloud::FakeCloud;
 use crate::common::fake_serve::FakeServe;
 use crate::common::stdio::{SERVER, server_env};
+use crate::common::until;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,17 +31,6 @@ const REQUEST_TIMEOUT: i64 = -32001;
 
 fn expected(prefix: &str) -> String {
     (1..=25).map(|i| format!("{prefix}-{i}\n")).collect()
-}
-
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < limit,
-            "{what} did not happen in {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// What the client plans share: the long command, run first in the foreground (expecting the

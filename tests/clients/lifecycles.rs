@@ -4,6 +4,7 @@
 //! an input-required result on 2026-07-28); and the Origin check on both lifecycles.
 
 use crate::common::clients::{HttpServer, env_object, run_node, run_python};
+use crate::common::until;
 
 use crate::common::fake_cloud::FakeCloud;
 use crate::common::fake_serve::FakeServe;
@@ -21,18 +22,10 @@ use smol_mcp::protocol::server::SmolMcp;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const TOKEN: &str = "lifecycles-token";
-
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// Both fleets: local on the fake serve, cloud on the fake cloud.
 fn both_fleets<'a>(fake: &'a str, cloud: &'a str) -> Vec<(&'a str, &'a str)> {

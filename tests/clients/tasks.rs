@@ -8,6 +8,7 @@ use crate::common::clients::{HttpServer, env_object, run_python};
 use crate::common::fake_serve::{FakeServe, exec_response};
 use crate::common::fake_stream::StreamStep;
 use crate::common::stdio::{SERVER, server_env};
+use crate::common::until;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -140,17 +141,6 @@ fn answer(body: &str, id: u64) -> Value {
         .unwrap_or_else(|| panic!("no answer to {id} in {body}"))
 }
 
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < limit,
-            "{what} did not happen in {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// The fake serve with machine `m` running, and `smol-mcp-http` in front of it answering a
 /// call as a task after 300 ms.
 async fn setup() -> (FakeServe, HttpServer, tempfile::TempDir) {
@@ -168,18 +158,6 @@ async fn setup() -> (FakeServe, HttpServer, tempfile::TempDir) {
     )
     .await;
     (fake, server, rt)
-}
-
-/// The kill exec's script (run-command's marker kill), once the fake has seen it.
-fn kill_script(fake: &FakeServe) -> Option<String> {
-    fake.state
-        .lock()
-        .unwrap()
-        .requests
-        .iter()
-        .filter(|r| r["path"].as_str().unwrap().ends_with("/exec"))
-        .filter_map(|r| r["body"]["command"][2].as_str().map(str::to_owned))
-        .find(|script| script.contains("SMOL_MCP_RUN="))
 }
 
 fn sorted_keys(value: &Value) -> Vec<String> {
@@ -337,7 +315,7 @@ async fn cancelling_a_task_kills_its_command() {
         .await;
     let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
     assert!(
-        kill_script(&fake).is_none(),
+        fake.kill_script().is_none(),
         "nothing killed before the cancel"
     );
     // No task of this server asks for input: tasks/update is acknowledged and changes nothing.
@@ -353,10 +331,10 @@ async fn cancelling_a_task_kills_its_command() {
     assert_eq!(acked["result"]["resultType"], "complete", "{acked}");
     assert!(acked["result"].get("status").is_none(), "{acked}");
     until("the marker kill exec", Duration::from_secs(5), || {
-        kill_script(&fake).is_some()
+        fake.kill_script().is_some()
     })
     .await;
-    assert!(kill_script(&fake).unwrap().contains("kill -9"));
+    assert!(fake.kill_script().unwrap().contains("kill -9"));
     let polls = client
         .poll_until_done(&task_id, Duration::from_secs(5))
         .await;
@@ -378,7 +356,7 @@ async fn cancelling_a_keyed_task_kills_its_command_and_frees_the_key() {
     let task_id = created["result"]["taskId"].as_str().unwrap().to_owned();
     client.cancel(&task_id).await;
     until("the marker kill exec", Duration::from_secs(5), || {
-        kill_script(&fake).is_some()
+        fake.kill_script().is_some()
     })
     .await;
     let polls = client

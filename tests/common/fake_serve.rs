@@ -437,6 +437,18 @@ impl FakeServe {
             .collect()
     }
 
+    /// The script of the exec that kills a run (run-command's marker kill), once one was sent.
+    pub fn kill_script(&self) -> Option<String> {
+        self.state
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|r| r["path"].as_str().unwrap().ends_with("/exec"))
+            .filter_map(|r| r["body"]["command"][2].as_str().map(str::to_owned))
+            .find(|script| script.contains("SMOL_MCP_RUN="))
+    }
+
     /// Whether the fake holds a machine of this name now.
     pub fn has_machine(&self, name: &str) -> bool {
         self.state.lock().unwrap().machines.contains_key(name)

@@ -129,6 +129,14 @@ impl Harness {
         Harness::start_in(env, Arc::new(runtime)).await
     }
 
+    /// A server on the fake engine (its local fleet), with `extra` settings.
+    pub async fn on_fake(fake: &super::fake_serve::FakeServe, extra: &[(&str, &str)]) -> Harness {
+        let url = fake.url();
+        let mut env = vec![("SMOL_LOCAL_URL", url.as_str())];
+        env.extend_from_slice(extra);
+        Harness::start(&env).await
+    }
+
     /// Another server process on the same runtime directory (so the same machine record), as
     /// a server started again after this one, with its own settings and session.
     pub async fn next_process(&self, env: &[(&str, &str)]) -> Harness {
@@ -147,6 +155,16 @@ impl Harness {
             session,
             runtime,
         }
+    }
+
+    /// What the process's end does with the warm pools it set up on the local fleet.
+    pub async fn tear_down_local_pools(&self) {
+        let process = self.protocol.process();
+        let fleet = process
+            .fleet(smol_mcp::fleet::FleetKind::Local)
+            .await
+            .unwrap();
+        process.pools.tear_down(&fleet).await;
     }
 
     /// `tool` called with `args` and not waited for: the handle cancels it.

@@ -47,6 +47,24 @@ pub async fn opened_session(init: reqwest::Response) -> String {
     session
 }
 
+/// Polls `done` every 20 ms until it holds, failing the test naming `what` once `limit` has
+/// passed without it; answers how long it took.
+pub async fn until(
+    what: &str,
+    limit: std::time::Duration,
+    mut done: impl FnMut() -> bool,
+) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not happen within {limit:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    start.elapsed()
+}
+
 /// Runs the host's git in `dir` as a user would (a user's identity for the commits it makes),
 /// and answers its trimmed output; a failure fails the test, with what git said.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {

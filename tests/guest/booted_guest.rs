@@ -1942,13 +1942,7 @@ async fn warm_machines_come_from_the_pool_and_go_back() {
     until_pool_ready("smolmcp-bt", 2, Duration::from_secs(120)).await;
 
     cleanup(&h).await;
-    let fleet = h
-        .protocol
-        .process()
-        .fleet(smol_mcp::fleet::FleetKind::Local)
-        .await
-        .unwrap();
-    h.protocol.process().pools.tear_down(&fleet).await;
+    h.tear_down_local_pools().await;
     assert!(engine_pool("smolmcp-bt").await.is_none());
     assert!(
         !engine_machines()
@@ -2378,13 +2372,7 @@ async fn a_base_outlives_its_session_and_server_and_its_children_start_where_set
     assert!(ended.failed.is_empty(), "{ended:?}");
     // What the process's end does with the pools it set up; the base, the operator's named
     // source, stays.
-    let fleet = third
-        .protocol
-        .process()
-        .fleet(smol_mcp::fleet::FleetKind::Local)
-        .await
-        .unwrap();
-    third.protocol.process().pools.tear_down(&fleet).await;
+    third.tear_down_local_pools().await;
     // The engine retires a pool's workers before the pool goes.
     let deadline = Instant::now() + Duration::from_secs(120);
     while engine_pool("smolmcp-from-base").await.is_some() {

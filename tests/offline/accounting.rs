@@ -27,8 +27,7 @@ fn creates_sent(requests: &[Value], path: &str) -> usize {
 #[tokio::test]
 async fn a_run_answers_with_what_it_cost_and_the_ledger_keeps_it() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     h.ok(
         "create-machine",
         json!({"name": "meter", "network": "open"}),
@@ -68,12 +67,7 @@ async fn a_run_answers_with_what_it_cost_and_the_ledger_keeps_it() {
 #[tokio::test]
 async fn a_machine_past_the_session_limit_is_refused_before_anything_is_sent() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1")]).await;
     // Made by someone else: not this session's.
     fake.add_machine("theirs", "running");
     h.ok("create-machine", json!({"name": "first"})).await;
@@ -110,12 +104,7 @@ async fn a_machine_past_the_session_limit_is_refused_before_anything_is_sent() {
 #[tokio::test]
 async fn a_machine_past_the_fleet_limit_is_refused() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MAX_MACHINES", "2"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_MAX_MACHINES", "2")]).await;
     fake.add_machine("theirs", "running");
     h.ok("create-machine", json!({"name": "mine"})).await;
     let text = h.err("create-machine", json!({"name": "more"})).await;
@@ -144,12 +133,7 @@ fn slow_creates(fake: &FakeServe) {
 async fn ten_creates_at_once_in_one_session_make_only_the_sessions_limit() {
     let fake = FakeServe::start().await;
     slow_creates(&fake);
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "2"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_MAX_MACHINES_PER_SESSION", "2")]).await;
     let (made, refusals) = ten_at_once(&h, "burst-").await;
     assert_eq!(made, 2, "{refusals:?}");
     let sent = fake.take_requests();
@@ -183,12 +167,13 @@ async fn ten_creates_at_once_make_only_the_fleets_limit_in_all() {
 #[tokio::test]
 async fn a_failed_create_frees_its_place_in_the_count() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1"),
-        ("SMOL_MCP_MAX_MACHINES", "2"),
-    ])
+    let h = Harness::on_fake(
+        &fake,
+        &[
+            ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1"),
+            ("SMOL_MCP_MAX_MACHINES", "2"),
+        ],
+    )
     .await;
     // The engine fails the create: nothing was made, and nothing stays counted.
     fake.state.lock().unwrap().create_failure = Some("no space left on device".into());
@@ -353,8 +338,7 @@ async fn a_daily_ceiling_that_cannot_be_read_refuses_the_work() {
 #[tokio::test]
 async fn a_key_that_cannot_be_claimed_refuses_the_call() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     let store = h.record_path().with_file_name("runs.sqlite");
     std::fs::create_dir_all(store.join("in-the-way")).unwrap();
     let text = h
@@ -379,12 +363,7 @@ async fn a_key_that_cannot_be_claimed_refuses_the_call() {
 #[tokio::test]
 async fn a_jobs_cost_comes_with_its_end() {
     let fake = FakeServe::start_guest_shell().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_JOB_POLL_MILLIS", "100")]).await;
     h.ok("create-machine", json!({"name": "jobbed"})).await;
     let started = h
         .ok(

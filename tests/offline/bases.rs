@@ -166,11 +166,7 @@ async fn a_base_outlives_its_session_and_its_server_and_is_branched_again() {
 async fn bases_are_bounded_per_user_and_per_server_before_anything_is_sent() {
     let fake = FakeServe::start().await;
     let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MAX_BASES_PER_USER", "1"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_MAX_BASES_PER_USER", "1")]).await;
     for name in ["one", "two"] {
         h.ok(
             "create-machine",
@@ -250,12 +246,7 @@ async fn bases_are_bounded_per_user_and_per_server_before_anything_is_sent() {
 #[tokio::test]
 async fn an_idle_base_goes_once_no_child_depends_on_it() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_BASE_IDLE_SECS", "1"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_BASE_IDLE_SECS", "1")]).await;
     h.ok(
         "create-machine",
         json!({"image": "alpine", "branchable": true, "name": "idle-base"}),
@@ -382,8 +373,7 @@ async fn a_cloud_base_is_made_with_freeze_source_and_branched_by_a_later_process
 #[tokio::test]
 async fn create_machine_with_a_base_makes_a_child_of_it() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     h.ok(
         "create-machine",
         json!({"image": "alpine", "branchable": true, "name": "prepared"}),

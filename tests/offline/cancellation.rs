@@ -3,8 +3,9 @@
 
 use crate::common::fake_serve::{FakeServe, exec_response};
 use crate::common::mcp::Harness;
+use crate::common::until;
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 async fn call_then_cancel(h: &Harness, tool: &str, args: serde_json::Value, after: Duration) {
     let handle = h.start_call(tool, args).await;
@@ -12,27 +13,10 @@ async fn call_then_cancel(h: &Harness, tool: &str, args: serde_json::Value, afte
     handle.cancel(Some("test".into())).await.unwrap();
 }
 
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < limit,
-            "{what} did not happen within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    start.elapsed()
-}
-
 #[tokio::test]
 async fn cancelling_a_readiness_wait_ends_it_and_deletes_the_unnamed_machine() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_READY_TIMEOUT_SECS", "120"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_READY_TIMEOUT_SECS", "120")]).await;
     // The machine never becomes ready.
     fake.set_exec(|_| exec_response(1, b"", b"still booting"));
     call_then_cancel(
@@ -62,8 +46,7 @@ async fn cancelling_a_readiness_wait_ends_it_and_deletes_the_unnamed_machine() {
 #[tokio::test]
 async fn cancelling_a_command_ends_run_once_and_its_machine_goes() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     fake.state.lock().unwrap().exec_delay = Some(Duration::from_secs(60));
     call_then_cancel(
         &h,
@@ -88,8 +71,7 @@ async fn cancelling_a_command_ends_run_once_and_its_machine_goes() {
 async fn a_cancelled_command_is_killed_in_the_guest() {
     let fake = FakeServe::start().await;
     fake.add_machine("m", "running");
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     // An ordinary command first: every run-command carries a marker of its own.
     h.ok("run-command", json!({"name": "m", "command": ["true"]}))
         .await;
@@ -119,15 +101,7 @@ async fn a_cancelled_command_is_killed_in_the_guest() {
         "a kill exec after the cancel",
         Duration::from_secs(5),
         || {
-            kill_script = fake
-                .state
-                .lock()
-                .unwrap()
-                .requests
-                .iter()
-                .filter(|r| r["path"].as_str().unwrap().ends_with("/exec"))
-                .filter_map(|r| r["body"]["command"][2].as_str().map(str::to_owned))
-                .find(|script| script.contains("SMOL_MCP_RUN="));
+            kill_script = fake.kill_script();
             kill_script.is_some()
         },
     )

@@ -331,8 +331,7 @@ async fn cloud_a_streamed_command_sends_its_output_as_it_comes() {
 #[tokio::test]
 async fn a_cancelled_run_command_is_really_killed_by_the_servers_marker_kill() {
     let (fake, _fleet) = local().await;
-    let url = fake.url();
-    let h = crate::common::mcp::Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = crate::common::mcp::Harness::on_fake(&fake, &[]).await;
     let args =
         serde_json::json!({"name": "m1", "command": "sleep 60; echo never", "timeoutSecs": 120});
     let handle = h.start_call("run-command", args).await;

@@ -6,6 +6,7 @@
 use crate::common::fake_cloud::{FakeCloud, TOKEN};
 use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::Harness;
+use crate::common::until;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -109,14 +110,6 @@ async fn ledger_end(h: &Harness, run: i64) -> Value {
             Instant::now() < deadline,
             "the job's end never reached the ledger"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -111,11 +111,13 @@ async fn a_stopped_machine_outlives_its_session_and_a_later_process_takes_it_bac
 async fn a_kept_machine_goes_when_its_time_is_up_and_can_no_longer_be_taken() {
     let fake = FakeServe::start().await;
     let url = fake.url();
-    let first = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_SESSION_END", "stop"),
-        ("SMOL_MCP_KEPT_MACHINE_SECS", "1"),
-    ])
+    let first = Harness::on_fake(
+        &fake,
+        &[
+            ("SMOL_MCP_SESSION_END", "stop"),
+            ("SMOL_MCP_KEPT_MACHINE_SECS", "1"),
+        ],
+    )
     .await;
     let a = first.ok("create-machine", json!({"image": "alpine"})).await;
     let a = a["machine"]["name"].as_str().unwrap().to_owned();
@@ -254,12 +256,13 @@ async fn pause_keeps_a_branchable_machine_paused_and_stops_the_others() {
 #[tokio::test]
 async fn a_lease_that_runs_out_keeps_its_machine_like_a_session_end() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_SESSION_END", "stop"),
-        ("SMOL_MCP_MACHINE_LEASE_SECS", "1"),
-    ])
+    let h = Harness::on_fake(
+        &fake,
+        &[
+            ("SMOL_MCP_SESSION_END", "stop"),
+            ("SMOL_MCP_MACHINE_LEASE_SECS", "1"),
+        ],
+    )
     .await;
     let process = h.protocol.process();
     process

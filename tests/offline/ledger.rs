@@ -907,8 +907,7 @@ async fn a_value_across_the_cuts_of_the_kept_output_is_in_no_ledger_file() {
 #[tokio::test]
 async fn an_environment_past_its_bounds_is_refused_before_anything_is_kept() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = crate::common::mcp::Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = crate::common::mcp::Harness::on_fake(&fake, &[]).await;
     h.ok("create-machine", json!({"name": "m"})).await;
     fake.take_requests();
     let env_of = |vars: Vec<(String, String)>| -> Value {

@@ -16,12 +16,7 @@ fn state(fake: &FakeServe, name: &str) -> String {
 #[tokio::test]
 async fn idle_machines_are_parked_and_the_next_call_brings_them_back() {
     let fake = FakeServe::start_guest_shell().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_PARK_IDLE_SECS", "1"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_PARK_IDLE_SECS", "1")]).await;
     let name_of = |v: serde_json::Value| v["machine"]["name"].as_str().unwrap().to_owned();
     let pausable = name_of(
         h.ok(
@@ -87,7 +82,7 @@ async fn idle_machines_are_parked_and_the_next_call_brings_them_back() {
 async fn when_machines_were_last_named_is_kept_only_for_parking_and_only_for_living_machines() {
     let fake = FakeServe::start_guest_shell().await;
     let url = fake.url();
-    let off = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let off = Harness::on_fake(&fake, &[]).await;
     let made = off.ok("create-machine", json!({"image": "alpine"})).await;
     let name = made["machine"]["name"].as_str().unwrap().to_owned();
     off.ok("run-command", json!({"name": name, "command": "true"}))

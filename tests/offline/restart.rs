@@ -11,6 +11,7 @@
 use crate::common::clients::HttpServer;
 use crate::common::fake_serve::FakeServe;
 use crate::common::stdio::{StdioServer, server_env};
+use crate::common::until;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -23,14 +24,6 @@ fn env(runtime: &Path, fake: &FakeServe) -> Vec<(String, String)> {
             ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
         ],
     )
-}
-
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Starts a background job; answers its id and ledger row.

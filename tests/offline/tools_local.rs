@@ -6,8 +6,7 @@ use serde_json::json;
 
 async fn setup() -> (FakeServe, Harness) {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     (fake, h)
 }
 
@@ -120,12 +119,7 @@ async fn create_run_files_logs_delete() {
 #[tokio::test]
 async fn output_past_the_budget_keeps_head_and_tail_and_spills_the_rest() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MAX_OUTPUT_BYTES", "300"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_MAX_OUTPUT_BYTES", "300")]).await;
     fake.add_machine("big", "running");
     let long: Vec<u8> = (0..4096).map(|i| b'a' + (i % 26) as u8).collect();
     let expected_tail = String::from_utf8(long[long.len() - 100..].to_vec()).unwrap();
@@ -920,13 +914,8 @@ async fn a_machine_in_every_engine_state_reads_sensibly() {
 #[tokio::test]
 async fn a_base_is_refused_at_once_by_what_would_run_in_it() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
     // Two minutes to wait for readiness, as by default: a refusal that waited would show.
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_READY_TIMEOUT_SECS", "120"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_READY_TIMEOUT_SECS", "120")]).await;
     fake.add_machine("frozen-base", "frozen");
     fake.state
         .lock()
@@ -1163,12 +1152,13 @@ async fn mounts_need_the_operators_allow_list_and_are_read_only_by_default() {
     let runtime = tempfile::tempdir().unwrap();
     let allow = shared.path().display().to_string();
     let rw = writable.display().to_string();
-    let url = fake.url();
-    let h = crate::common::mcp::Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
-        ("SMOL_MCP_MOUNT_WRITABLE", rw.as_str()),
-    ])
+    let h = crate::common::mcp::Harness::on_fake(
+        &fake,
+        &[
+            ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+            ("SMOL_MCP_MOUNT_WRITABLE", rw.as_str()),
+        ],
+    )
     .await;
     drop(runtime);
     let outside = |source: &str| {
@@ -1326,12 +1316,7 @@ async fn an_image_is_read_as_an_image_the_model_sees() {
     use base64::Engine as _;
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_MAX_IMAGE_BYTES", "100"),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_MAX_IMAGE_BYTES", "100")]).await;
     fake.add_machine("m", "running");
     let gif = b"GIF89a\x01\0\x01\0\x80\0\0\xff\0\0\0\0\0,\0\0\0\0\x01\0\x01\0\0\x02\x02D\x01\0;";
     let jpeg_head = b"\xff\xd8\xff\xe0\0\x10JFIF\0\x01\x01\0\0\x01\0\x01\0\0\xff\xd9";
@@ -1438,7 +1423,7 @@ fn port_sets(requests: &[serde_json::Value]) -> Vec<serde_json::Value> {
 async fn a_port_is_published_once_something_listens_and_keeps_the_machines_other_ports() {
     let fake = FakeServe::start_guest_shell().await;
     let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     fake.add_machine("web", "running");
     let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let guest = service.local_addr().unwrap().port();
@@ -1539,12 +1524,7 @@ async fn published_ports_stay_within_the_operators_range_and_the_per_machine_bou
     };
     let range = format!("{first}-{}", first + 1);
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_PUBLISH_PORTS", range.as_str()),
-    ])
-    .await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_PUBLISH_PORTS", range.as_str())]).await;
     for name in ["a", "b", "c"] {
         fake.add_machine(name, "running");
     }
@@ -1906,8 +1886,7 @@ async fn a_paused_machine_is_resumed_by_the_next_call_and_says_so() {
 #[tokio::test]
 async fn without_publish_ports_the_host_ports_stay_above_the_ephemeral_range() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let h = Harness::on_fake(&fake, &[]).await;
     fake.add_machine("svc", "running");
     for asked in [22, 80, 5432, 40000] {
         let err = h

@@ -59,8 +59,7 @@ fn pool_requests(requests: &[Value]) -> Vec<Value> {
 #[tokio::test]
 async fn a_matching_create_leases_a_warm_machine_and_delete_completes_it() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str()), ("SMOL_MCP_POOLS", POOLS)]).await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_POOLS", POOLS)]).await;
     h.ok("list-machines", json!({})).await;
     pool_ready(&fake, "smolmcp-py").await;
     let listed = h.ok("list-machines", json!({})).await;
@@ -145,8 +144,7 @@ async fn a_matching_create_leases_a_warm_machine_and_delete_completes_it() {
 #[tokio::test]
 async fn an_empty_pool_means_a_cold_machine() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str()), ("SMOL_MCP_POOLS", POOLS)]).await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_POOLS", POOLS)]).await;
     h.ok("list-machines", json!({})).await;
     pool_ready(&fake, "smolmcp-py").await;
     fake.state.lock().unwrap().pool_fill_delay = Some(Duration::from_secs(60));
@@ -232,13 +230,7 @@ async fn a_pool_of_the_operators_machine_clones_it_and_leaves_it() {
     // The fake's machine: image alpine, 2 CPUs, 2048 MiB, no network (the defaults).
     let warm = h.ok("create-machine", json!({"image": "alpine"})).await;
     assert_eq!(warm["pool"], "prep", "{warm}");
-    let fleet = h
-        .protocol
-        .process()
-        .fleet(smol_mcp::fleet::FleetKind::Local)
-        .await
-        .unwrap();
-    h.protocol.process().pools.tear_down(&fleet).await;
+    h.tear_down_local_pools().await;
     assert!(fake.pool("smolmcp-prep").is_none());
     assert!(fake.has_machine("prepared"), "the source stays");
 }
@@ -250,8 +242,7 @@ async fn a_pool_of_the_operators_machine_clones_it_and_leaves_it() {
 #[tokio::test]
 async fn every_tool_refuses_a_pools_source_and_its_ready_machines() {
     let fake = FakeServe::start().await;
-    let url = fake.url();
-    let h = Harness::start(&[("SMOL_LOCAL_URL", url.as_str()), ("SMOL_MCP_POOLS", POOLS)]).await;
+    let h = Harness::on_fake(&fake, &[("SMOL_MCP_POOLS", POOLS)]).await;
     h.ok("list-machines", json!({})).await;
     pool_ready(&fake, "smolmcp-py").await;
     let ready = fake
@@ -352,7 +343,7 @@ async fn every_tool_refuses_a_pools_source_and_its_ready_machines() {
 async fn a_pool_over_a_base_leases_clones_of_it() {
     let fake = FakeServe::start().await;
     let url = fake.url();
-    let first = Harness::start(&[("SMOL_LOCAL_URL", url.as_str())]).await;
+    let first = Harness::on_fake(&fake, &[]).await;
     first
         .ok(
             "create-machine",
