@@ -142,16 +142,11 @@ async fn the_typescript_client_follows_a_job_past_its_request_timeout_over_http(
 async fn the_python_client_follows_a_cloud_job_past_its_request_timeout_over_http() {
     let cloud = FakeCloud::start_guest_shell().await;
     let rt = tempfile::tempdir().unwrap();
-    let url = cloud.url();
-    let server = HttpServer::spawn(
+    let server = HttpServer::on_fake_cloud(
         rt.path(),
         TOKEN,
-        &[
-            ("SMOL_CLOUD_URL", &url),
-            ("SMOL_CLOUD_TOKEN", crate::common::fake_cloud::TOKEN),
-            ("SMOL_MCP_TARGETS", "cloud"),
-            ("SMOL_MCP_JOB_POLL_MILLIS", "100"),
-        ],
+        &cloud,
+        &[("SMOL_MCP_JOB_POLL_MILLIS", "100")],
     )
     .await;
     let report = run_python("job_py.py", &http_plan(&server, "cloudy")).await;

@@ -549,19 +549,17 @@ async fn a_session_is_its_users_alone() {
             "smol://machine/local/alice-logs/file/etc/hostname",
         ),
     ] {
-        let text = http
-            .post(&server.url)
-            .bearer_auth(&bob)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-session-id", &his)
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": {"uri": uri}}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = crate::common::text_answer(
+            http.post(&server.url)
+                .bearer_auth(&bob)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &his)
+                .header("mcp-protocol-version", "2025-11-25")
+                .json(
+                    &json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": {"uri": uri}}),
+                ),
+        )
+        .await;
         assert!(
             text.contains("\"error\"")
                 && text.contains("alice-logs")

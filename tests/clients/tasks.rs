@@ -587,20 +587,17 @@ impl SessionClient {
     }
 
     async fn post(&self, body: Value) -> String {
-        self.http
-            .post(&self.url)
-            .bearer_auth(TOKEN)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-session-id", &self.session)
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        crate::common::text_answer(
+            self.http
+                .post(&self.url)
+                .bearer_auth(TOKEN)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &self.session)
+                .header("mcp-protocol-version", "2025-11-25")
+                .json(&body),
+        )
+        .await
     }
 
     async fn request(&mut self, method: &str, params: Value) -> Value {
@@ -761,16 +758,11 @@ async fn a_long_cloud_command_becomes_a_task_too() {
         steps
     });
     let rt = tempfile::tempdir().unwrap();
-    let url = cloud.url();
-    let server = HttpServer::spawn(
+    let server = HttpServer::on_fake_cloud(
         rt.path(),
         TOKEN,
-        &[
-            ("SMOL_CLOUD_URL", &url),
-            ("SMOL_CLOUD_TOKEN", crate::common::fake_cloud::TOKEN),
-            ("SMOL_MCP_TARGETS", "cloud"),
-            ("SMOL_MCP_TASK_AFTER_MILLIS", "300"),
-        ],
+        &cloud,
+        &[("SMOL_MCP_TASK_AFTER_MILLIS", "300")],
     )
     .await;
     let mut client = Client::new(&server, true, Duration::from_secs(1));

@@ -115,6 +115,22 @@ impl HttpServer {
         HttpServer::spawn_with(runtime_dir, token, extra, |_| {}).await
     }
 
+    /// The server whose one fleet is the fake `cloud`, with `extra` settings.
+    pub async fn on_fake_cloud(
+        runtime_dir: &Path,
+        token: &str,
+        cloud: &super::fake_cloud::FakeCloud,
+        extra: &[(&str, &str)],
+    ) -> HttpServer {
+        let url = cloud.url();
+        HttpServer::spawn(
+            runtime_dir,
+            token,
+            &super::fake_cloud::only_fleet(&url, extra),
+        )
+        .await
+    }
+
     /// The same, with `adjust` applied to the command last: to unset a variable of the test
     /// environment, or to take the server's stderr.
     pub async fn spawn_with(

@@ -28,6 +28,18 @@ pub const TOKEN: &str = "smk_test_token";
 
 pub type CloudExecHook = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
 
+/// A server's settings with the fake cloud at `url` (with [`TOKEN`]) its one fleet, then
+/// `extra`.
+pub fn only_fleet<'a>(url: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut env = vec![
+        ("SMOL_CLOUD_URL", url),
+        ("SMOL_CLOUD_TOKEN", TOKEN),
+        ("SMOL_MCP_TARGETS", "cloud"),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
 /// The server's cloud deadlines cut short enough to watch a call outlast them against this fake
 /// when it takes its time (a boot, a queue): 0.5 s for a start or a branch, boot allowance 3 s.
 pub fn short_deadlines() -> smol_mcp::fleet::Deadlines {

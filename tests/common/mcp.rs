@@ -137,6 +137,15 @@ impl Harness {
         Harness::start(&env).await
     }
 
+    /// A server whose one fleet is the fake cloud, with `extra` settings.
+    pub async fn on_fake_cloud(
+        cloud: &super::fake_cloud::FakeCloud,
+        extra: &[(&str, &str)],
+    ) -> Harness {
+        let url = cloud.url();
+        Harness::start(&super::fake_cloud::only_fleet(&url, extra)).await
+    }
+
     /// Another server process on the same runtime directory (so the same machine record), as
     /// a server started again after this one, with its own settings and session.
     pub async fn next_process(&self, env: &[(&str, &str)]) -> Harness {

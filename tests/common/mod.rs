@@ -65,6 +65,11 @@ pub async fn until(
     start.elapsed()
 }
 
+/// The body of the answer to `request`, failing the test if it cannot be sent or read.
+pub async fn text_answer(request: reqwest::RequestBuilder) -> String {
+    request.send().await.unwrap().text().await.unwrap()
+}
+
 /// Runs the host's git in `dir` as a user would (a user's identity for the commits it makes),
 /// and answers its trimmed output; a failure fails the test, with what git said.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {

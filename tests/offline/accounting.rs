@@ -223,14 +223,7 @@ async fn ten_sessionless_creates_at_once_make_only_the_limit() {
 }
 
 async fn cloud_harness(cloud: &FakeCloud, ceiling: (&str, &str)) -> Harness {
-    let url = cloud.url();
-    Harness::start(&[
-        ("SMOL_CLOUD_URL", url.as_str()),
-        ("SMOL_CLOUD_TOKEN", crate::common::fake_cloud::TOKEN),
-        ("SMOL_MCP_TARGETS", "cloud"),
-        ceiling,
-    ])
-    .await
+    Harness::on_fake_cloud(cloud, &[ceiling]).await
 }
 
 /// The fake cloud's usage route answers 1812 micros for every machine.
@@ -291,14 +284,13 @@ async fn cloud_work_past_the_daily_spend_ceiling_is_refused() {
 #[tokio::test]
 async fn the_daily_ceiling_holds_with_no_runs_kept() {
     let cloud = FakeCloud::start().await;
-    let url = cloud.url();
-    let h = Harness::start(&[
-        ("SMOL_CLOUD_URL", url.as_str()),
-        ("SMOL_CLOUD_TOKEN", crate::common::fake_cloud::TOKEN),
-        ("SMOL_MCP_TARGETS", "cloud"),
-        ("SMOL_MCP_CLOUD_SPEND_PER_DAY_MICROS", "1000"),
-        ("SMOL_MCP_LEDGER_MAX_RUNS", "0"),
-    ])
+    let h = Harness::on_fake_cloud(
+        &cloud,
+        &[
+            ("SMOL_MCP_CLOUD_SPEND_PER_DAY_MICROS", "1000"),
+            ("SMOL_MCP_LEDGER_MAX_RUNS", "0"),
+        ],
+    )
     .await;
     h.ok(
         "create-machine",

@@ -352,13 +352,7 @@ async fn replies_on_a_keep_alive_connection_do_not_wait_for_nagle() {
     let session = open_session(&http, &server.url).await;
     let list = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"});
     // One warm-up, then the measure.
-    post(&http, &server.url, Some(&session), &list)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    crate::common::text_answer(post(&http, &server.url, Some(&session), &list)).await;
     let mut times = Vec::new();
     for _ in 0..20 {
         let started = Instant::now();

@@ -14,13 +14,7 @@ const fn ms(n: u64) -> Duration {
 
 async fn setup() -> (FakeCloud, Harness) {
     let cloud = FakeCloud::start().await;
-    let url = cloud.url();
-    let h = Harness::start(&[
-        ("SMOL_CLOUD_URL", url.as_str()),
-        ("SMOL_CLOUD_TOKEN", TOKEN),
-        ("SMOL_MCP_TARGETS", "cloud"),
-    ])
-    .await;
+    let h = Harness::on_fake_cloud(&cloud, &[]).await;
     (cloud, h)
 }
 
@@ -543,13 +537,7 @@ async fn an_ephemeral_machine_the_ttl_sweep_deleted_is_not_found_and_counts_as_c
 async fn the_readiness_wait_is_bounded_by_ready_timeout_even_while_a_probe_boots_the_machine() {
     let cloud = FakeCloud::start().await;
     let url = cloud.url();
-    let h = Harness::start(&[
-        ("SMOL_CLOUD_URL", url.as_str()),
-        ("SMOL_CLOUD_TOKEN", TOKEN),
-        ("SMOL_MCP_TARGETS", "cloud"),
-        ("SMOL_MCP_READY_TIMEOUT_SECS", "1"),
-    ])
-    .await;
+    let h = Harness::on_fake_cloud(&cloud, &[("SMOL_MCP_READY_TIMEOUT_SECS", "1")]).await;
     let backstop = Backstop {
         ttl_secs: 3600,
         auto_stop_secs: 900,

@@ -575,19 +575,18 @@ async fn a_plain_directory_comes_back_as_a_patch_the_user_applies() {
 /// the guest's tar commands, the archive read back), and the change lands as a branch.
 #[tokio::test]
 async fn on_cloud_the_workspace_goes_by_the_files_route_and_the_bodies_are_pinned() {
-    use crate::common::fake_cloud::{FakeCloud, TOKEN};
+    use crate::common::fake_cloud::FakeCloud;
     let tmp = tempfile::tempdir().unwrap();
     let (allow, store) = workspace_env(&tmp);
     let repo = tmp.path().join("projects/app");
     let cloud = FakeCloud::start_guest_root().await;
-    let url = cloud.url();
-    let h = Harness::start(&[
-        ("SMOL_CLOUD_URL", url.as_str()),
-        ("SMOL_CLOUD_TOKEN", TOKEN),
-        ("SMOL_MCP_TARGETS", "cloud"),
-        ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
-        ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
-    ])
+    let h = Harness::on_fake_cloud(
+        &cloud,
+        &[
+            ("SMOL_MCP_MOUNT_ALLOW", allow.as_str()),
+            ("SMOL_MCP_WORKSPACE_DIR", store.as_str()),
+        ],
+    )
     .await;
     let created = h
         .ok(
