@@ -2,46 +2,17 @@
 //! tests/clients/requirements.txt, installed by scripts/test.sh), and by raw JSON-RPC to check
 //! what happens when a client goes away or the process is killed.
 
+use crate::common::clients::{env_object, run_python};
 use crate::common::fake_serve::FakeServe;
 use crate::common::real_serve::RealServe;
 use crate::common::stdio::{SERVER, StdioServer, exit_with_stdin_open, server_env, spawn_speaking};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-fn python() -> PathBuf {
-    let path = std::env::var_os("SMOL_MCP_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
-    assert!(
-        path.exists(),
-        "no Python MCP client at {}: run scripts/test.sh",
-        path.display()
-    );
-    path
-}
 
 /// Runs a plan through the Python client and returns its report.
 async fn python_plan(env: Vec<(String, String)>, calls: Value) -> Value {
-    let env: serde_json::Map<String, Value> = env
-        .into_iter()
-        .map(|(k, v)| (k, Value::String(v)))
-        .collect();
-    let plan = json!({"server": SERVER, "env": env, "calls": calls});
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/tool_plan.py");
-    let out = tokio::process::Command::new(python())
-        .arg(script)
-        .arg(plan.to_string())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the Python client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let plan = json!({"server": SERVER, "env": env_object(env), "calls": calls});
+    run_python("tool_plan.py", &plan).await
 }
 
 #[tokio::test]

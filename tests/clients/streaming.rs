@@ -3,6 +3,7 @@
 //! batched, whole characters, all before the result; without a token the plain exec is used;
 //! a cancelled call ends the stream and the command at once.
 
+use crate::common::clients::{env_object, run_node};
 use crate::common::fake_cloud::{FakeCloud, TOKEN};
 use crate::common::fake_serve::FakeServe;
 use crate::common::fake_stream::{StreamCounts, StreamStep};
@@ -540,11 +541,6 @@ async fn a_cancelled_run_once_ends_its_stream_and_deletes_its_machine() {
 /// printing every 0.5 s for 5 s: the output notifications keep the call alive and it completes.
 #[tokio::test]
 async fn the_typescript_sdk_outlasts_its_request_timeout_on_output() {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
-    assert!(
-        dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
-        "the TypeScript clients are not installed: run scripts/test.sh"
-    );
     let fake = FakeServe::start().await;
     fake.add_machine("m", "running");
     fake.set_stream(|_| {
@@ -556,25 +552,10 @@ async fn the_typescript_sdk_outlasts_its_request_timeout_on_output() {
     });
     fake.state.lock().unwrap().stream_gap = Some(Duration::from_millis(500));
     let rt = tempfile::tempdir().unwrap();
-    let env: serde_json::Map<String, Value> =
-        server_env(rt.path(), &[("SMOL_LOCAL_URL", &fake.url())])
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect();
+    let env = env_object(server_env(rt.path(), &[("SMOL_LOCAL_URL", &fake.url())]));
     let plan =
         json!({"server": crate::common::stdio::SERVER, "env": env, "name": "m", "timeoutMs": 2000});
-    let out = tokio::process::Command::new("node")
-        .arg(dir.join("ts_stream.mjs"))
-        .arg(plan.to_string())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the TypeScript client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = run_node("ts_stream.mjs", &plan).await;
     assert_eq!(report["result"]["isError"], false, "{report}");
     let expected: String = (0..10).map(|i| format!("step {i}\n")).collect();
     assert_eq!(

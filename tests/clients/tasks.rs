@@ -290,14 +290,7 @@ async fn an_unknown_task_id_is_an_invalid_params_error() {
             .await
             .unwrap(),
     ] {
-        assert_eq!(answered["error"]["code"], -32602, "{answered}");
-        assert!(
-            answered["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("no-such-task"),
-            "{answered}"
-        );
+        crate::common::assert_invalid_params(&answered, "no-such-task");
     }
 }
 

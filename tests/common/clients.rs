@@ -29,10 +29,16 @@ pub fn clients_dir() -> PathBuf {
     dir
 }
 
-/// The Python with the pinned `mcp` package.
+/// The Python with the pinned `mcp` package: `SMOL_MCP_PYTHON` where it is set, else .venv's.
 pub fn python() -> PathBuf {
-    let python = repo().join(".venv/bin/python");
-    assert!(python.exists(), "no Python MCP client: run scripts/test.sh");
+    let python = std::env::var_os("SMOL_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin/python"));
+    assert!(
+        python.exists(),
+        "no Python MCP client at {}: run scripts/test.sh",
+        python.display()
+    );
     python
 }
 

@@ -70,6 +70,13 @@ pub async fn text_answer(request: reqwest::RequestBuilder) -> String {
     request.send().await.unwrap().text().await.unwrap()
 }
 
+/// A JSON-RPC answer refused as invalid params (-32602), its message saying `says`.
+pub fn assert_invalid_params(answer: &serde_json::Value, says: &str) {
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains(says), "{answer}");
+}
+
 /// Runs the host's git in `dir` as a user would (a user's identity for the commits it makes),
 /// and answers its trimmed output; a failure fails the test, with what git said.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {

@@ -28,17 +28,23 @@ fn serves_on(socket: &str) -> Vec<u32> {
 
 /// A server's environment that runs the pinned engine on a guest-rollout port of its own (and, as
 /// root, with the UID drop off, as the engine asks), plus `extra`.
-fn engine_env(rt: &std::path::Path, port: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+fn engine_env(rt: &std::path::Path, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let bin = smolvm_binary().display().to_string();
+    let port = free_port().to_string();
     let mut vars = vec![
         ("SMOLVM", bin.as_str()),
-        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port),
+        ("SMOLVM_GUEST_ROLLOUT_HOST_PORT", port.as_str()),
     ];
     if crate::common::real_serve::is_root() {
         vars.push(("SMOLVM_VM_UID_DROP", "off"));
     }
     vars.extend_from_slice(extra);
     server_env(rt, &vars)
+}
+
+/// Where the serve a server on `rt` starts listens.
+fn serve_socket(rt: &tempfile::TempDir) -> String {
+    rt.path().join("rt/api.sock").display().to_string()
 }
 
 /// Closes the server's stdin and waits for it to exit, then until no serve listens on `socket`.
@@ -86,10 +92,8 @@ async fn until_no_serve(socket: &str, why: &str) {
 #[tokio::test]
 async fn the_serve_starts_on_the_first_local_call_and_stops_at_exit() {
     let rt = tempfile::tempdir().unwrap();
-    let port = free_port().to_string();
     let env = engine_env(
         rt.path(),
-        &port,
         &[
             ("SMOL_CLOUD_TOKEN", "smk_must_not_reach_the_serve"),
             ("SMOL_MCP_TARGETS", "local"),
@@ -129,8 +133,7 @@ async fn the_serve_starts_on_the_first_local_call_and_stops_at_exit() {
 #[tokio::test]
 async fn an_engine_below_the_minimum_version_is_refused_and_stopped() {
     let rt = tempfile::tempdir().unwrap();
-    let port = free_port().to_string();
-    let env = engine_env(rt.path(), &port, &[("SMOL_MCP_MIN_SMOLVM", "99.0")]);
+    let env = engine_env(rt.path(), &[("SMOL_MCP_MIN_SMOLVM", "99.0")]);
     let mut server = StdioServer::spawn(env).await;
     let answer = server
         .request(
@@ -141,7 +144,7 @@ async fn an_engine_below_the_minimum_version_is_refused_and_stopped() {
         .await;
     let text = answer["result"]["content"][0]["text"].as_str().unwrap();
     insta::assert_snapshot!(text, @"UNSUPPORTED: local fleet: smolvm serve reports version 1.32.2 and this server needs at least 99.0: upgrade smolvm, or set SMOL_MCP_MIN_SMOLVM to accept the older engine (an empty value turns the check off)");
-    let socket = rt.path().join("rt/api.sock").display().to_string();
+    let socket = serve_socket(&rt);
     until_no_serve(&socket, "the refused serve is stopped").await;
     exit(&mut server).await;
 }
@@ -169,9 +172,8 @@ async fn a_non_loopback_serve_address_is_refused() {
 #[tokio::test]
 async fn a_serve_left_by_a_killed_server_is_taken_over_and_stopped() {
     let rt = tempfile::tempdir().unwrap();
-    let port = free_port().to_string();
-    let env = engine_env(rt.path(), &port, &[("SMOL_MCP_TARGETS", "local")]);
-    let socket = rt.path().join("rt/api.sock").display().to_string();
+    let env = engine_env(rt.path(), &[("SMOL_MCP_TARGETS", "local")]);
+    let socket = serve_socket(&rt);
     let mut first = StdioServer::spawn(env.clone()).await;
     first.tool(1, "list-machines", json!({})).await;
     let pids = serves_on(&socket);
@@ -199,9 +201,8 @@ async fn a_serve_left_by_a_killed_server_is_taken_over_and_stopped() {
 #[tokio::test]
 async fn a_serve_whose_owner_lives_is_not_stopped_by_another_server() {
     let rt = tempfile::tempdir().unwrap();
-    let port = free_port().to_string();
-    let env = engine_env(rt.path(), &port, &[("SMOL_MCP_TARGETS", "local")]);
-    let socket = rt.path().join("rt/api.sock").display().to_string();
+    let env = engine_env(rt.path(), &[("SMOL_MCP_TARGETS", "local")]);
+    let socket = serve_socket(&rt);
     let mut first = StdioServer::spawn(env.clone()).await;
     first.tool(1, "list-machines", json!({})).await;
     let mut second = StdioServer::spawn(env).await;
@@ -231,13 +232,8 @@ async fn a_named_serve_that_does_not_answer_is_never_replaced() {
     // The user's socket file is there, but nothing answers on it (a serve that is down).
     std::fs::write(&socket, b"").unwrap();
     let url = format!("unix://{}", socket.display());
-    let port = free_port().to_string();
-    let mut server = StdioServer::spawn(engine_env(
-        rt.path(),
-        &port,
-        &[("SMOL_LOCAL_URL", url.as_str())],
-    ))
-    .await;
+    let mut server =
+        StdioServer::spawn(engine_env(rt.path(), &[("SMOL_LOCAL_URL", url.as_str())])).await;
     let answer = server
         .request(
             2,
@@ -322,7 +318,7 @@ async fn the_call_after_its_serve_was_killed_starts_another_and_succeeds() {
         ],
     ))
     .await;
-    let socket = rt.path().join("rt/api.sock").display().to_string();
+    let socket = serve_socket(&rt);
     server.tool(1, "list-machines", json!({})).await;
     let first = serves_on(&socket);
     assert_eq!(first.len(), 1, "the first local call started a serve");
@@ -359,11 +355,10 @@ async fn the_call_after_its_serve_was_killed_starts_another_and_succeeds() {
 #[tokio::test]
 async fn doctor_says_what_this_host_is_before_any_boot() {
     let rt = tempfile::tempdir().unwrap();
-    let port = crate::common::real_serve::free_port().to_string();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_smol-mcp"))
         .args(["doctor", "--quick"])
         .env_clear()
-        .envs(engine_env(rt.path(), &port, &[]))
+        .envs(engine_env(rt.path(), &[]))
         .output()
         .await
         .unwrap();

@@ -406,27 +406,13 @@ async fn a_sessionless_client_gets_the_question_as_input_required_and_its_answer
     yes_after_no["inputResponses"] =
         json!({"egress": {"action": "accept", "content": {"allow0": true, "allow1": true}}});
     let refused = stateless_call(&server, yes_after_no).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("used already"),
-        "{refused}"
-    );
+    crate::common::assert_invalid_params(&refused, "used already");
     // A state sealed for this call does not open for another (here: other arguments), and a
     // made-up one is refused: the agent's side cannot forge a yes.
     let mut replayed = retry.clone();
     replayed["arguments"]["command"] = json!("exit 8");
     let refused = stateless_call(&server, replayed).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("requestState"),
-        "{refused}"
-    );
+    crate::common::assert_invalid_params(&refused, "requestState");
     let mut forged = retry;
     forged["requestState"] = json!("made-up");
     let refused = stateless_call(&server, forged).await;

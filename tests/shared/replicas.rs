@@ -385,14 +385,7 @@ async fn an_input_required_answer_completes_through_another_process_once() {
     yes_after_no["inputResponses"] =
         json!({"egress": {"action": "accept", "content": {"allow0": true, "allow1": true}}});
     let refused = asking(&c, yes_after_no).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("used already"),
-        "{refused}"
-    );
+    crate::common::assert_invalid_params(&refused, "used already");
     // A state with one character changed, through c: it does not open.
     fake.deny_on_exec("asks", "resolve", "other.example");
     let fresh = asking(&a, run.clone()).await;
@@ -409,14 +402,7 @@ async fn an_input_required_answer_completes_through_another_process_once() {
     tampered["inputResponses"] =
         json!({"egress": {"action": "accept", "content": {"allow0": true, "allow1": true}}});
     let refused = asking(&c, tampered).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("requestState is not the one"),
-        "{refused}"
-    );
+    crate::common::assert_invalid_params(&refused, "requestState is not the one");
     assert!(
         egress_posts().is_empty(),
         "nothing widened by a replay or a forgery"

@@ -174,14 +174,7 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
     echoed["inputResponses"] = json!({"egress": {"action": "accept", "content": {"allow0": true}}});
     let refused =
         stateless_request_to(&url, &bob, "tools/call", asking.clone(), echoed.clone()).await;
-    assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("requestState is not the one"),
-        "{refused}"
-    );
+    crate::common::assert_invalid_params(&refused, "requestState is not the one");
 
     // Alice answers her own question (through whichever process): pypi.org is hers to carry
     // to a later machine, not bob's.
