@@ -20,7 +20,7 @@ use common::{answer, env_number};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::process::Child;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
@@ -37,10 +37,8 @@ async fn start_server(runtime: &Path, local_url: &str, store: &str) -> (Child, u
 
 /// One sessionless list-machines call; whether it was answered with a listing.
 async fn list_machines(http: &reqwest::Client, url: &str, id: usize) -> bool {
-    let body = common::sessionless::body(id as u64, "list-machines", json!({}), "bench");
-    let Ok(response) = common::sessionless::post(http, url, TOKEN, "list-machines", &body)
-        .send()
-        .await
+    let Some(response) =
+        common::sessionless_reply(http, url, TOKEN, id as u64, "list-machines", json!({})).await
     else {
         return false;
     };
@@ -51,10 +49,7 @@ async fn list_machines(http: &reqwest::Client, url: &str, id: usize) -> bool {
 async fn load(name: &str, url: &str, clients: usize, calls: usize) -> Value {
     let mut connections = Vec::new();
     for _ in 0..clients {
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(1)
-            .build()
-            .unwrap();
+        let http = common::one_connection_client();
         // Warm: the connection made and the process's first answer given before the clock.
         list_machines(&http, url, 0).await;
         connections.push(http);
@@ -65,51 +60,17 @@ async fn load(name: &str, url: &str, clients: usize, calls: usize) -> Value {
         let (barrier, url) = (barrier.clone(), url.to_owned());
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            let mut times = Vec::with_capacity(calls);
-            let mut lost = 0usize;
-            for i in 0..calls {
-                let t = Instant::now();
-                if list_machines(&http, &url, i + 1).await {
-                    times.push(t.elapsed());
-                } else {
-                    lost += 1;
-                }
-            }
-            (times, lost)
+            common::timed_calls(calls, async |i| list_machines(&http, &url, i + 1).await).await
         }));
     }
-    barrier.wait().await;
-    let started = Instant::now();
-    let (mut times, mut lost) = (Vec::new(), 0);
-    for t in tasks {
-        let (t, l) = t.await.unwrap();
-        times.extend(t);
-        lost += l;
-    }
-    let wall = started.elapsed();
-    times.sort();
-    let at = |p: f64| {
-        times
-            .get(((times.len().max(1) - 1) as f64 * p).round() as usize)
-            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
-    };
-    json!({
-        "shape": name,
-        "answered": times.len(),
-        "lost": lost,
-        "callsPerSec": times.len() as f64 / wall.as_secs_f64(),
-        "p50Ms": at(0.5),
-        "p99Ms": at(0.99),
-    })
+    let (times, lost, wall) = common::release_and_gather(&barrier, tasks).await;
+    common::load_figures(name, &times, lost, wall)
 }
 
 async fn run() -> Value {
     let clients = env_number("LOAD_CLIENTS", 24);
     let calls = env_number("LOAD_CALLS", 150);
-    let fake = fake_serve::FakeServe::start().await;
-    for i in 0..10 {
-        fake.add_machine(&format!("m{i}"), "running");
-    }
+    let fake = common::fake_of_ten_machines().await;
     let mut runs = Vec::new();
 
     let store = common::database("scripts/bench-balanced.sh").await;
@@ -153,20 +114,16 @@ async fn run() -> Value {
     balancer_script::run(lb_dir.path(), &["down".into()]);
     drop(children);
 
-    json!({
-        "cores": common::cores(),
-        "clients": clients,
-        "callsPerClient": calls,
-        "runs": runs,
-    })
+    common::load_report(clients, calls, runs)
 }
 
 fn main() {
     let report = common::block_on(run());
     let f = common::figure;
-    println!(
-        "smol-mcp-http behind HAProxy ({} cores, {} clients x {} sessionless list-machines calls, fake serve, PostgreSQL store)",
-        report["cores"], report["clients"], report["callsPerClient"]
+    common::print_load_heading(
+        &report,
+        "smol-mcp-http behind HAProxy",
+        "sessionless list-machines calls, fake serve, PostgreSQL store",
     );
     println!();
     println!("| shape | calls/s | p50 / p99 ms | lost |");

@@ -155,15 +155,11 @@ async fn load(name: &str, local_url: &str, create: bool, sessions: usize, calls:
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            let mut times = Vec::with_capacity(calls);
-            let mut lost = 0usize;
-            for i in 0..calls {
-                let t = Instant::now();
-                match s.tool(10 + i, "list-machines", json!({})).await {
-                    Some(v) if v["machines"].is_array() => times.push(t.elapsed()),
-                    _ => lost += 1,
-                }
-            }
+            let (times, lost) = common::timed_calls(calls, async |i| {
+                matches!(s.tool(10 + i, "list-machines", json!({})).await,
+                    Some(v) if v["machines"].is_array())
+            })
+            .await;
             (s, times, lost)
         }));
     }

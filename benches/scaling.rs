@@ -25,7 +25,7 @@ mod common;
 use common::{balancer as balancer_script, real_serve};
 
 use common::issuer::Issuer;
-use common::{answer, env_number};
+use common::env_number;
 use serde_json::{Value, json};
 use smol_mcp::fleet::FleetApi;
 use std::path::{Path, PathBuf};
@@ -302,28 +302,13 @@ async fn start_server(
     }
 }
 
-/// One sessionless tool call; whether it was answered without an error.
-async fn call(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    tool: &str,
-    arguments: Value,
-) -> bool {
-    let body = common::sessionless::body(1, tool, arguments, "bench");
-    let Ok(response) = common::sessionless::post(http, url, token, tool, &body)
-        .send()
+/// One sessionless tool call; whether it was answered without an error (what was, if not, is
+/// printed).
+async fn call(http: &reqwest::Client, url: &str, token: &str, tool: &str, args: Value) -> bool {
+    common::sessionless_call(http, url, token, tool, args)
         .await
-    else {
-        return false;
-    };
-    let ok = response.status().is_success();
-    let text = response.text().await.unwrap_or_default();
-    let answered = ok && answer(&text)["result"]["isError"] == false;
-    if !answered {
-        eprintln!("scaling: {tool} not answered: {}", text.trim());
-    }
-    answered
+        .inspect_err(|text| eprintln!("scaling: {tool} not answered: {text}"))
+        .is_ok()
 }
 
 /// The calls of one client: create-machine then delete-machine of that machine, `pairs` times;
@@ -452,15 +437,8 @@ async fn shape(shape: Shape<'_>, s: Setting<'_>) -> Value {
         }));
     }
     let before = read_cpu(&servers, s.engine_pids, haproxy);
-    barrier.wait().await;
-    let started = Instant::now();
-    let (mut times, mut lost) = (Vec::new(), 0);
-    for t in tasks {
-        let (t, l) = t.await.unwrap();
-        times.extend(t);
-        lost += l;
-    }
-    let wall = started.elapsed().as_secs_f64();
+    let (times, lost, wall) = common::release_and_gather(&barrier, tasks).await;
+    let wall = wall.as_secs_f64();
     let after = read_cpu(&servers, s.engine_pids, haproxy);
     let left = smol_mcp::fleet::LocalFleet::new(s.engine.endpoint.clone())
         .unwrap()
@@ -468,12 +446,6 @@ async fn shape(shape: Shape<'_>, s: Setting<'_>) -> Value {
         .await
         .map_or(-1, |m| m.len() as i64);
 
-    times.sort();
-    let at = |p: f64| {
-        times
-            .get(((times.len().max(1) - 1) as f64 * p).round() as usize)
-            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
-    };
     // Each part's CPU over the load's wall time, in percent of one core.
     let share = |b: f64, a: f64| (a - b) / wall * 100.0;
     let processes: Vec<Value> = servers
@@ -502,8 +474,8 @@ async fn shape(shape: Shape<'_>, s: Setting<'_>) -> Value {
         "lost": lost,
         "seconds": wall,
         "callsPerSec": times.len() as f64 / wall,
-        "p50Ms": at(0.5),
-        "p99Ms": at(0.99),
+        "p50Ms": common::percentile_ms(&times, 0.5),
+        "p99Ms": common::percentile_ms(&times, 0.99),
         "machinesLeft": left,
         "cpuPercent": {
             "servers": processes,

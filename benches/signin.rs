@@ -17,30 +17,27 @@ mod common;
 
 use common::fake_serve;
 
+use common::env_number;
 use common::issuer::Issuer;
-use common::{answer, env_number};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 const STATIC_TOKEN: &str = "signin-bench-token";
 
-/// One sessionless tool call; its result, or `None` when it was not answered.
+/// One sessionless tool call; its result, or `None` when it was not answered (or was a tool
+/// error).
 async fn call(
     http: &reqwest::Client,
     url: &str,
     token: &str,
     tool: &str,
-    arguments: Value,
+    args: Value,
 ) -> Option<Value> {
-    let body = common::sessionless::body(1, tool, arguments, "bench");
-    let response = common::sessionless::post(http, url, token, tool, &body)
-        .send()
+    common::sessionless_call(http, url, token, tool, args)
         .await
-        .ok()?;
-    let result = answer(&response.text().await.ok()?)["result"].clone();
-    (result["isError"] == false).then_some(result)
+        .ok()
 }
 
 async fn load(
@@ -55,10 +52,7 @@ async fn load(
     let barrier = Arc::new(tokio::sync::Barrier::new(clients + 1));
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(1)
-            .build()
-            .unwrap();
+        let http = common::one_connection_client();
         assert!(
             call(&http, url, token, tool, arguments.clone())
                 .await
@@ -74,48 +68,26 @@ async fn load(
         );
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            let mut times = Vec::with_capacity(calls);
-            for _ in 0..calls {
-                let t = Instant::now();
+            common::timed_calls(calls, async |_| {
                 assert!(
                     call(&http, &url, &token, &tool, arguments.clone())
                         .await
                         .is_some(),
                     "a call was lost or refused"
                 );
-                times.push(t.elapsed());
-            }
-            times
+                true
+            })
+            .await
         }));
     }
-    barrier.wait().await;
-    let started = Instant::now();
-    let mut times = Vec::new();
-    for t in tasks {
-        times.extend(t.await.unwrap());
-    }
-    let wall = started.elapsed();
-    times.sort();
-    let at = |p: f64| {
-        times
-            .get(((times.len().max(1) - 1) as f64 * p).round() as usize)
-            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
-    };
-    json!({
-        "shape": shape,
-        "callsPerSec": times.len() as f64 / wall.as_secs_f64(),
-        "p50Ms": at(0.5),
-        "p99Ms": at(0.99),
-    })
+    let (times, lost, wall) = common::release_and_gather(&barrier, tasks).await;
+    common::load_figures(shape, &times, lost, wall)
 }
 
 async fn run() -> Value {
     let clients = env_number("LOAD_CLIENTS", 8);
     let calls = env_number("LOAD_CALLS", 200);
-    let fake = fake_serve::FakeServe::start().await;
-    for i in 0..10 {
-        fake.add_machine(&format!("m{i}"), "running");
-    }
+    let fake = common::fake_of_ten_machines().await;
     let issuer = Issuer::start().await;
     let rt = tempfile::tempdir().unwrap();
     let env = [
@@ -157,20 +129,16 @@ async fn run() -> Value {
         let shape = format!("{tool}, {who}");
         runs.push(load(&shape, &url, token, tool, arguments, clients, calls).await);
     }
-    json!({
-        "cores": common::cores(),
-        "clients": clients,
-        "callsPerClient": calls,
-        "runs": runs,
-    })
+    common::load_report(clients, calls, runs)
 }
 
 fn main() {
     let report = common::block_on(run());
     let f = common::figure;
-    println!(
-        "smol-mcp-http, static token against sign-in ({} cores, {} clients x {} sessionless calls, fake serve, SQLite store)",
-        report["cores"], report["clients"], report["callsPerClient"]
+    common::print_load_heading(
+        &report,
+        "smol-mcp-http, static token against sign-in",
+        "sessionless calls, fake serve, SQLite store",
     );
     println!(
         "{:<32} {:>10} {:>9} {:>9}",

@@ -67,6 +67,133 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1000.0
 }
 
+/// One sessionless call of `tool` as `token`'s user: its reply, or `None` when it was not
+/// answered at all.
+pub async fn sessionless_reply(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    id: u64,
+    tool: &str,
+    arguments: Value,
+) -> Option<reqwest::Response> {
+    let body = sessionless::body(id, tool, arguments, "bench");
+    sessionless::post(http, url, token, tool, &body)
+        .send()
+        .await
+        .ok()
+}
+
+/// One sessionless call of `tool` as `token`'s user: its result when it was answered (a 2xx)
+/// without a tool error; else what came back, or that nothing did.
+pub async fn sessionless_call(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    tool: &str,
+    arguments: Value,
+) -> Result<Value, String> {
+    let Some(response) = sessionless_reply(http, url, token, 1, tool, arguments).await else {
+        return Err("no reply".to_owned());
+    };
+    let ok = response.status().is_success();
+    let text = response.text().await.unwrap_or_default();
+    let result = answer(&text)["result"].clone();
+    if ok && result["isError"] == false {
+        Ok(result)
+    } else {
+        Err(text.trim().to_owned())
+    }
+}
+
+/// A client of one kept connection, as one user's client is.
+pub fn one_connection_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap()
+}
+
+/// Makes `calls` calls with `call` (given each one's number from 0), timing each: the times of
+/// those it answers true, and how many it answered false (lost).
+pub async fn timed_calls(
+    calls: usize,
+    mut call: impl AsyncFnMut(usize) -> bool,
+) -> (Vec<Duration>, usize) {
+    let mut times = Vec::with_capacity(calls);
+    let mut lost = 0;
+    for i in 0..calls {
+        let t = Instant::now();
+        if call(i).await {
+            times.push(t.elapsed());
+        } else {
+            lost += 1;
+        }
+    }
+    (times, lost)
+}
+
+/// Lets the clients waiting at `barrier` go, and gathers what each timed: every answered call's
+/// time, sorted; how many calls were lost; and the wall time from the start to the last end.
+pub async fn release_and_gather(
+    barrier: &tokio::sync::Barrier,
+    clients: Vec<tokio::task::JoinHandle<(Vec<Duration>, usize)>>,
+) -> (Vec<Duration>, usize, Duration) {
+    barrier.wait().await;
+    let started = Instant::now();
+    let (mut times, mut lost) = (Vec::new(), 0);
+    for client in clients {
+        let (t, l) = client.await.unwrap();
+        times.extend(t);
+        lost += l;
+    }
+    let wall = started.elapsed();
+    times.sort();
+    (times, lost, wall)
+}
+
+/// A load run's figures: the calls answered and lost, the answered calls a second over `wall`,
+/// and the median and 99th percentile of `sorted`.
+pub fn load_figures(shape: &str, sorted: &[Duration], lost: usize, wall: Duration) -> Value {
+    serde_json::json!({
+        "shape": shape,
+        "answered": sorted.len(),
+        "lost": lost,
+        "callsPerSec": sorted.len() as f64 / wall.as_secs_f64(),
+        "p50Ms": percentile_ms(sorted, 0.5),
+        "p99Ms": percentile_ms(sorted, 0.99),
+    })
+}
+
+/// The fake engine holding ten running machines, `m0` to `m9`: a listing of some size.
+pub async fn fake_of_ten_machines() -> fake_serve::FakeServe {
+    let fake = fake_serve::FakeServe::start().await;
+    for i in 0..10 {
+        fake.add_machine(&format!("m{i}"), "running");
+    }
+    fake
+}
+
+/// A load bench's report: the host's cores, its `clients` making `calls` calls each, and its
+/// `runs` (each of [`load_figures`]).
+pub fn load_report(clients: usize, calls: usize, runs: Vec<Value>) -> Value {
+    serde_json::json!({
+        "cores": cores(),
+        "clients": clients,
+        "callsPerClient": calls,
+        "runs": runs,
+    })
+}
+
+/// Prints a [`load_report`]'s heading: `title`, then the cores and the clients with their
+/// calls (`calls` says of what).
+pub fn print_load_heading(report: &Value, title: &str, calls: &str) {
+    println!(
+        "{title} ({} cores, {} clients x {} {calls})",
+        report["cores"], report["clients"], report["callsPerClient"]
+    );
+}
+
 /// A database of the bench's own on the server `SMOL_TEST_PG_URL` names (which `script`
 /// exports), its URL.
 pub async fn database(script: &str) -> String {
