@@ -10,7 +10,7 @@
 // host.js), "chromium", "shots", "hostPort" (a service on the host the guest reaches at
 // 10.0.2.2), "machine"}. Prints one JSON report: {"ok", "problems": [...], ...what it saw}.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { stdioTransport } from './ts_stdio.mjs';
 import { chromium } from 'playwright-core';
 import { createServer } from 'node:http';
 import { readFileSync, mkdirSync } from 'node:fs';
@@ -31,12 +31,7 @@ const client = new Client(
   { name: 'smol-mcp-apps-host', version: '0' },
   { capabilities: { extensions: { [UI]: { mimeTypes: ['text/html;profile=mcp-app'] } } } },
 );
-await client.connect(new StdioClientTransport({
-  command: plan.server,
-  args: [],
-  env: plan.env,
-  stderr: 'inherit',
-}));
+await client.connect(stdioTransport(plan, 'inherit'));
 report.serverDeclares = client.getServerCapabilities()?.extensions?.[UI] !== undefined;
 
 const hostScript = readFileSync(plan.hostPage, 'utf8');

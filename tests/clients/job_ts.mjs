@@ -6,7 +6,7 @@
 // "timeout": the request timeout in seconds; "machine" (and "image"), "command", "waitSecs" and
 // "foreground" as in job_py.py. Prints one JSON object of the same shape as job_py.py's.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { stdioTransport } from "./ts_stdio.mjs";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 
@@ -17,7 +17,7 @@ const transport = plan.url
   ? new StreamableHTTPClientTransport(new URL(plan.url), {
       requestInit: { headers: { Authorization: `Bearer ${plan.token}` } },
     })
-  : new StdioClientTransport({ command: plan.server, args: [], env: plan.env, stderr: "ignore" });
+  : stdioTransport(plan);
 await client.connect(transport);
 
 function structured(result) {

@@ -5,7 +5,7 @@
 // Prints one JSON report: whether target was listed before and after the calls, the questions
 // asked, whether tools/list_changed arrived, and each call's isError and text.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { stdioTransport } from "./ts_stdio.mjs";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { ElicitRequestSchema, ToolListChangedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
@@ -31,7 +31,7 @@ const transport = plan.url
   ? new StreamableHTTPClientTransport(new URL(plan.url), {
       requestInit: { headers: { Authorization: `Bearer ${plan.token}` } },
     })
-  : new StdioClientTransport({ command: plan.server, args: [], env: plan.env, stderr: "ignore" });
+  : stdioTransport(plan);
 await client.connect(transport);
 const listsTarget = async () =>
   (await client.listTools()).tools.some((t) => "target" in (t.inputSchema.properties ?? {}));

@@ -6,7 +6,7 @@
 // unsubscribing. Each step prints one JSON line; the test answers "pushed" on stdin after it
 // wrote a log line into the fake serve.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { stdioTransport } from "./ts_stdio.mjs";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { ResourceUpdatedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 import readline from "node:readline";
@@ -29,7 +29,7 @@ const transport = plan.url
   ? new StreamableHTTPClientTransport(new URL(plan.url), {
       requestInit: { headers: { Authorization: `Bearer ${plan.token}` } },
     })
-  : new StdioClientTransport({ command: plan.server, args: [], env: plan.env, stderr: "ignore" });
+  : stdioTransport(plan);
 await client.connect(transport);
 
 const targets = await client.readResource({ uri: "smol://targets" });

@@ -4,7 +4,7 @@
 // and "calls": [{"tool": ..., "args": {...}}]. Prints one JSON report; the SDK validates every
 // structured result against the tool's output schema, so a schema mismatch fails the call.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { stdioTransport } from "./ts_stdio.mjs";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const plan = JSON.parse(process.argv[2]);
@@ -13,7 +13,7 @@ const transport = plan.url
   ? new StreamableHTTPClientTransport(new URL(plan.url), {
       requestInit: { headers: { Authorization: `Bearer ${plan.token}` } },
     })
-  : new StdioClientTransport({ command: plan.server, args: [], env: plan.env, stderr: "ignore" });
+  : stdioTransport(plan);
 await client.connect(transport);
 const out = { server: client.getServerVersion()?.name ?? null, tools: [], calls: [] };
 out.tools = (await client.listTools()).tools.map((t) => t.name);

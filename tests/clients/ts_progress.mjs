@@ -3,7 +3,7 @@
 // Usage: node ts_progress.mjs PLAN_JSON, PLAN_JSON: {"server": path, "env": {...}, "name": machine}.
 // Prints one JSON report: {result, progress: [{progress, total, message}], logs: [{level, logger, data}]}.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { stdioTransport } from "./ts_stdio.mjs";
 import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const plan = JSON.parse(process.argv[2]);
@@ -12,13 +12,7 @@ const logs = [];
 client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
   logs.push({ level: n.params.level, logger: n.params.logger ?? null, data: n.params.data });
 });
-const transport = new StdioClientTransport({
-  command: plan.server,
-  args: [],
-  env: plan.env,
-  stderr: "ignore",
-});
-await client.connect(transport);
+await client.connect(stdioTransport(plan));
 const progress = [];
 const r = await client.callTool(
   { name: "create-machine", arguments: { image: "alpine", name: plan.name } },

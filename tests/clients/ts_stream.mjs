@@ -4,17 +4,11 @@
 // Usage: node ts_stream.mjs PLAN_JSON, PLAN_JSON: {"server": path, "env": {...}, "name": machine,
 // "timeoutMs": n}. Prints one JSON report: {result, progress: [{progress, message}], elapsedMs}.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { stdioTransport } from "./ts_stdio.mjs";
 
 const plan = JSON.parse(process.argv[2]);
 const client = new Client({ name: "smol-mcp-ts-stream", version: "0" }, { capabilities: {} });
-const transport = new StdioClientTransport({
-  command: plan.server,
-  args: [],
-  env: plan.env,
-  stderr: "ignore",
-});
-await client.connect(transport);
+await client.connect(stdioTransport(plan));
 const progress = [];
 const began = Date.now();
 let result;
