@@ -449,6 +449,16 @@ impl FakeServe {
             .find(|script| script.contains("SMOL_MCP_RUN="))
     }
 
+    /// The state of the machine of this name, if the fake holds one.
+    pub fn machine_state(&self, name: &str) -> Option<String> {
+        self.state
+            .lock()
+            .unwrap()
+            .machines
+            .get(name)
+            .map(|m| m["state"].as_str().unwrap_or_default().to_owned())
+    }
+
     /// Whether the fake holds a machine of this name now.
     pub fn has_machine(&self, name: &str) -> bool {
         self.state.lock().unwrap().machines.contains_key(name)

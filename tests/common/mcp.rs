@@ -204,6 +204,12 @@ impl Harness {
         answer.structured
     }
 
+    /// Makes a machine with create-machine, which must succeed: its name.
+    pub async fn create(&self, args: Value) -> String {
+        let created = self.ok("create-machine", args).await;
+        created["machine"]["name"].as_str().unwrap().to_owned()
+    }
+
     /// Reads a page with read-file: the structured result, and the page (the second block).
     pub async fn read(&self, args: Value) -> (Value, String) {
         let answer = self.call("read-file", args).await;
@@ -245,6 +251,13 @@ impl Harness {
 
     pub fn record_path(&self) -> std::path::PathBuf {
         self.runtime.path().join("rt").join("ephemeral.json")
+    }
+
+    /// The machines in the record file (none while there is no file).
+    pub fn record(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.record_path()).unwrap_or_else(|_| "{}".into());
+        let file: Value = serde_json::from_str(&text).unwrap();
+        file["machines"].as_array().cloned().unwrap_or_default()
     }
 }
 

@@ -10,21 +10,6 @@ use crate::common::mcp::{Harness, call_as, signed_in_server};
 use serde_json::{Value, json};
 use smol_mcp::policy::tools::Tool;
 
-fn record(h: &Harness) -> Vec<Value> {
-    let text = std::fs::read_to_string(h.record_path()).unwrap_or_else(|_| "{}".into());
-    let file: Value = serde_json::from_str(&text).unwrap();
-    file["machines"].as_array().cloned().unwrap_or_default()
-}
-
-fn state(fake: &FakeServe, name: &str) -> Option<String> {
-    fake.state
-        .lock()
-        .unwrap()
-        .machines
-        .get(name)
-        .map(|m| m["state"].as_str().unwrap_or_default().to_owned())
-}
-
 fn listed(list: &Value, name: &str) -> Value {
     list["machines"]
         .as_array()
@@ -48,13 +33,9 @@ async fn a_base_outlives_its_session_and_its_server_and_is_branched_again() {
     let url = fake.url();
     let env = [("SMOL_LOCAL_URL", url.as_str())];
     let first = Harness::start(&env).await;
-    let made = first
-        .ok(
-            "create-machine",
-            json!({"image": "alpine", "branchable": true}),
-        )
+    let source = first
+        .create(json!({"image": "alpine", "branchable": true}))
         .await;
-    let source = made["machine"]["name"].as_str().unwrap().to_owned();
     assert!(source.starts_with("mcp-"), "an ephemeral source: {source}");
     first
         .ok(
@@ -62,7 +43,7 @@ async fn a_base_outlives_its_session_and_its_server_and_is_branched_again() {
             json!({"name": source, "childName": "mcp-first-try", "freezeSource": true}),
         )
         .await;
-    assert_eq!(state(&fake, &source).as_deref(), Some("frozen"));
+    assert_eq!(fake.machine_state(&source).as_deref(), Some("frozen"));
     let list = first.ok("list-machines", json!({})).await;
     let base = listed(&list, &source);
     assert_eq!(base["state"], "frozen", "{base}");
@@ -94,7 +75,7 @@ async fn a_base_outlives_its_session_and_its_server_and_is_branched_again() {
         vec!["mcp-first-try".to_owned()],
         "{cleanup:?}"
     );
-    assert_eq!(state(&fake, &source).as_deref(), Some("frozen"));
+    assert_eq!(fake.machine_state(&source).as_deref(), Some("frozen"));
 
     // A later server process lists it, and branches it three times at once.
     let second = first.next_process(&env).await;
@@ -128,8 +109,9 @@ async fn a_base_outlives_its_session_and_its_server_and_is_branched_again() {
     // Its session ends: the children go, the base stays; a session never takes a base back.
     let cleanup = second.protocol.policy.shutdown(&second.session).await;
     assert_eq!(cleanup.deleted.len(), 3, "{cleanup:?}");
-    assert_eq!(state(&fake, &source).as_deref(), Some("frozen"));
-    let entry = record(&second)
+    assert_eq!(fake.machine_state(&source).as_deref(), Some("frozen"));
+    let entry = second
+        .record()
         .into_iter()
         .find(|e| e["name"] == source.as_str())
         .unwrap();
@@ -148,14 +130,14 @@ async fn a_base_outlives_its_session_and_its_server_and_is_branched_again() {
         err.starts_with("CONFLICT") && err.contains("kept-child"),
         "{err}"
     );
-    assert_eq!(state(&fake, &source).as_deref(), Some("frozen"));
+    assert_eq!(fake.machine_state(&source).as_deref(), Some("frozen"));
     third
         .ok("delete-machine", json!({"name": "kept-child"}))
         .await;
     third.ok("delete-machine", json!({"name": source})).await;
-    assert_eq!(state(&fake, &source), None);
+    assert_eq!(fake.machine_state(&source), None);
     assert!(
-        !record(&third).iter().any(|e| e["name"] == source.as_str()),
+        !third.record().iter().any(|e| e["name"] == source.as_str()),
         "forgotten with its machine"
     );
 }
@@ -195,8 +177,8 @@ async fn bases_are_bounded_per_user_and_per_server_before_anything_is_sent() {
         0,
         "refused before anything was sent"
     );
-    assert_eq!(state(&fake, "two").as_deref(), Some("running"));
-    assert!(!record(&h).iter().any(|e| e["name"] == "two"), "no mark");
+    assert_eq!(fake.machine_state("two").as_deref(), Some("running"));
+    assert!(!h.record().iter().any(|e| e["name"] == "two"), "no mark");
     // A freeze again of the base is no new base; a plain branch of the other is no base.
     h.ok(
         "branch-machine",
@@ -239,7 +221,7 @@ async fn bases_are_bounded_per_user_and_per_server_before_anything_is_sent() {
             json!({"name": "plain", "childName": "plain-kid", "freezeSource": true}),
         )
         .await;
-    assert!(!record(&h).iter().any(|e| e["name"] == "plain"), "no mark");
+    assert!(!h.record().iter().any(|e| e["name"] == "plain"), "no mark");
 }
 
 /// A base no branch was made of for `baseIdleSecs` goes, once no child depends on it.
@@ -267,12 +249,12 @@ async fn an_idle_base_goes_once_no_child_depends_on_it() {
             .any(|(name, why)| name == "idle-base" && why.contains("its-child")),
         "the engine refuses while a child depends on it: {reaped:?}"
     );
-    assert_eq!(state(&fake, "idle-base").as_deref(), Some("frozen"));
+    assert_eq!(fake.machine_state("idle-base").as_deref(), Some("frozen"));
     h.ok("delete-machine", json!({"name": "its-child"})).await;
     let reaped = h.protocol.process().reap_expired_kept().await;
     assert_eq!(reaped.deleted, vec!["idle-base".to_owned()], "{reaped:?}");
-    assert_eq!(state(&fake, "idle-base"), None);
-    assert!(record(&h).is_empty(), "{:?}", record(&h));
+    assert_eq!(fake.machine_state("idle-base"), None);
+    assert!(h.record().is_empty(), "{:?}", h.record());
 }
 
 /// A base is its maker's: another user neither sees it listed nor branches or deletes it.
@@ -325,8 +307,8 @@ async fn a_base_is_its_makers_alone() {
         let err = call_as(policy, "bob", tool, args).await.unwrap_err();
         assert!(err.starts_with("NOT_FOUND"), "{tool:?}: {err}");
     }
-    assert_eq!(state(&fake, "alice-base").as_deref(), Some("frozen"));
-    assert!(state(&fake, "bob-kid").is_none());
+    assert_eq!(fake.machine_state("alice-base").as_deref(), Some("frozen"));
+    assert!(fake.machine_state("bob-kid").is_none());
 }
 
 /// On cloud a base is made with the branch's `freezeSource` (pinned below), recorded and
@@ -439,5 +421,5 @@ async fn create_machine_with_a_base_makes_a_child_of_it() {
     assert_eq!(r["exitCode"], 0);
     let cleanup = h.protocol.policy.shutdown(&h.session).await;
     assert_eq!(cleanup.deleted, vec![temp], "{cleanup:?}");
-    assert_eq!(state(&fake, "prepared").as_deref(), Some("frozen"));
+    assert_eq!(fake.machine_state("prepared").as_deref(), Some("frozen"));
 }

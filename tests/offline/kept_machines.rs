@@ -7,23 +7,8 @@ use crate::common::mcp::Harness;
 use serde_json::{Value, json};
 use smol_mcp::process::ephemeral::CLAIMED;
 
-fn record(h: &Harness) -> Vec<Value> {
-    let text = std::fs::read_to_string(h.record_path()).unwrap_or_else(|_| "{}".into());
-    let file: Value = serde_json::from_str(&text).unwrap();
-    file["machines"].as_array().cloned().unwrap_or_default()
-}
-
 fn entry(h: &Harness, name: &str) -> Option<Value> {
-    record(h).into_iter().find(|e| e["name"] == name)
-}
-
-fn state(fake: &FakeServe, name: &str) -> Option<String> {
-    fake.state
-        .lock()
-        .unwrap()
-        .machines
-        .get(name)
-        .map(|m| m["state"].as_str().unwrap_or_default().to_owned())
+    h.record().into_iter().find(|e| e["name"] == name)
 }
 
 fn instructions(h: &Harness) -> String {
@@ -37,18 +22,13 @@ fn instructions(h: &Harness) -> String {
 async fn a_stopped_machine_outlives_its_session_and_a_later_process_takes_it_back() {
     let fake = FakeServe::start().await;
     let url = fake.url();
-    let keep = [
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_SESSION_END", "stop"),
-    ];
-    let first = Harness::start(&keep).await;
+    let first = Harness::on_fake(&fake, &[("SMOL_MCP_SESSION_END", "stop")]).await;
     assert!(
         instructions(&first).contains("they are stopped (disk kept) and kept for 1 day"),
         "{}",
         instructions(&first)
     );
-    let created = first.ok("create-machine", json!({"image": "alpine"})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = first.create(json!({"image": "alpine"})).await;
     first
         .ok(
             "write-file",
@@ -63,7 +43,7 @@ async fn a_stopped_machine_outlives_its_session_and_a_later_process_takes_it_bac
     assert!(cleanup.deleted.is_empty(), "{cleanup:?}");
     assert_eq!(cleanup.kept.len(), 1, "{cleanup:?}");
     assert_eq!(cleanup.kept[0].0, name);
-    assert_eq!(state(&fake, &name).as_deref(), Some("stopped"));
+    assert_eq!(fake.machine_state(&name).as_deref(), Some("stopped"));
     let kept = entry(&first, &name).expect("still recorded");
     assert_eq!(kept["session"], "", "it belongs to no session: {kept}");
     let until = kept["keptUntil"].as_u64().expect("a time to go");
@@ -102,8 +82,8 @@ async fn a_stopped_machine_outlives_its_session_and_a_later_process_takes_it_bac
     let cleanup = second.protocol.policy.shutdown(&second.session).await;
     assert_eq!(cleanup.deleted, std::slice::from_ref(&name), "{cleanup:?}");
     assert!(cleanup.kept.is_empty(), "{cleanup:?}");
-    assert_eq!(state(&fake, &name), None);
-    assert_eq!(state(&fake, "mine").as_deref(), Some("running"));
+    assert_eq!(fake.machine_state(&name), None);
+    assert_eq!(fake.machine_state("mine").as_deref(), Some("running"));
     assert!(entry(&second, &name).is_none());
 }
 
@@ -119,10 +99,8 @@ async fn a_kept_machine_goes_when_its_time_is_up_and_can_no_longer_be_taken() {
         ],
     )
     .await;
-    let a = first.ok("create-machine", json!({"image": "alpine"})).await;
-    let a = a["machine"]["name"].as_str().unwrap().to_owned();
-    let b = first.ok("create-machine", json!({"image": "alpine"})).await;
-    let b = b["machine"]["name"].as_str().unwrap().to_owned();
+    let a = first.create(json!({"image": "alpine"})).await;
+    let b = first.create(json!({"image": "alpine"})).await;
     let cleanup = first.protocol.policy.shutdown(&first.session).await;
     assert_eq!(cleanup.kept.len(), 2, "{cleanup:?}");
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
@@ -162,7 +140,7 @@ async fn a_kept_machine_goes_when_its_time_is_up_and_can_no_longer_be_taken() {
         }
         (None, Some(after)) => panic!("back in the record after it was gone: {after}"),
         (_, None) => assert_eq!(
-            state(&fake, &a),
+            fake.machine_state(&a),
             None,
             "gone from the record, so from the engine"
         ),
@@ -180,14 +158,16 @@ async fn a_kept_machine_goes_when_its_time_is_up_and_can_no_longer_be_taken() {
         "{reaped:?}"
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while (state(&fake, &a).is_some() || state(&fake, &b).is_some() || !record(&later).is_empty())
+    while (fake.machine_state(&a).is_some()
+        || fake.machine_state(&b).is_some()
+        || !later.record().is_empty())
         && std::time::Instant::now() < deadline
     {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(state(&fake, &a), None);
-    assert_eq!(state(&fake, &b), None);
-    assert!(record(&later).is_empty(), "{:?}", record(&later));
+    assert_eq!(fake.machine_state(&a), None);
+    assert_eq!(fake.machine_state(&b), None);
+    assert!(later.record().is_empty(), "{:?}", later.record());
 }
 
 #[tokio::test]
@@ -200,16 +180,10 @@ async fn pause_keeps_a_branchable_machine_paused_and_stops_the_others() {
     ];
     let first = Harness::start(&env).await;
     let branchable = first
-        .ok(
-            "create-machine",
-            json!({"image": "alpine", "branchable": true}),
-        )
+        .create(json!({"image": "alpine", "branchable": true}))
         .await;
-    let branchable = branchable["machine"]["name"].as_str().unwrap().to_owned();
-    let plain = first.ok("create-machine", json!({"image": "alpine"})).await;
-    let plain = plain["machine"]["name"].as_str().unwrap().to_owned();
-    let stopped = first.ok("create-machine", json!({"image": "alpine"})).await;
-    let stopped = stopped["machine"]["name"].as_str().unwrap().to_owned();
+    let plain = first.create(json!({"image": "alpine"})).await;
+    let stopped = first.create(json!({"image": "alpine"})).await;
     first.ok("stop-machine", json!({"name": stopped})).await;
 
     let cleanup = first.protocol.policy.shutdown(&first.session).await;
@@ -221,8 +195,8 @@ async fn pause_keeps_a_branchable_machine_paused_and_stops_the_others() {
     assert_eq!(how[&branchable], "Paused", "{how:?}");
     assert_eq!(how[&plain], "Stopped", "not started branchable: {how:?}");
     assert_eq!(how[&stopped], "AsItWas", "{how:?}");
-    assert_eq!(state(&fake, &branchable).as_deref(), Some("paused"));
-    assert_eq!(state(&fake, &plain).as_deref(), Some("stopped"));
+    assert_eq!(fake.machine_state(&branchable).as_deref(), Some("paused"));
+    assert_eq!(fake.machine_state(&plain).as_deref(), Some("stopped"));
     assert_eq!(
         fake.state.lock().unwrap().pauses,
         [format!("pause {branchable}")]
@@ -238,7 +212,7 @@ async fn pause_keeps_a_branchable_machine_paused_and_stops_the_others() {
         )
         .await;
     assert_eq!(ran["startedMachine"], true, "{ran}");
-    assert_eq!(state(&fake, &branchable).as_deref(), Some("running"));
+    assert_eq!(fake.machine_state(&branchable).as_deref(), Some("running"));
     let cleanup = second.protocol.policy.shutdown(&second.session).await;
     assert_eq!(
         cleanup
@@ -249,8 +223,8 @@ async fn pause_keeps_a_branchable_machine_paused_and_stops_the_others() {
         std::slice::from_ref(&branchable),
         "only what the second session took: {cleanup:?}"
     );
-    assert_eq!(state(&fake, &branchable).as_deref(), Some("paused"));
-    assert_eq!(record(&second).len(), 3, "{:?}", record(&second));
+    assert_eq!(fake.machine_state(&branchable).as_deref(), Some("paused"));
+    assert_eq!(second.record().len(), 3, "{:?}", second.record());
 }
 
 #[tokio::test]
@@ -286,7 +260,7 @@ async fn a_lease_that_runs_out_keeps_its_machine_like_a_session_end() {
     let reaped = process.reap_expired_leases().await;
     assert!(reaped.deleted.is_empty(), "{reaped:?}");
     assert_eq!(reaped.kept.len(), 1, "{reaped:?}");
-    assert_eq!(state(&fake, "mcp-leased").as_deref(), Some("stopped"));
+    assert_eq!(fake.machine_state("mcp-leased").as_deref(), Some("stopped"));
     let kept = entry(&h, "mcp-leased").unwrap();
     assert!(
         kept["keptUntil"].is_u64() && kept.get("lease").is_none(),
@@ -306,13 +280,8 @@ async fn a_lease_that_runs_out_keeps_its_machine_like_a_session_end() {
 async fn a_kept_machine_taken_back_still_asks_about_its_egress() {
     let fake = FakeServe::start().await;
     let url = fake.url();
-    let keep = [
-        ("SMOL_LOCAL_URL", url.as_str()),
-        ("SMOL_MCP_SESSION_END", "stop"),
-    ];
-    let first = Harness::start(&keep).await;
-    let created = first.ok("create-machine", json!({"network": "ask"})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let first = Harness::on_fake(&fake, &[("SMOL_MCP_SESSION_END", "stop")]).await;
+    let name = first.create(json!({"network": "ask"})).await;
     let cleanup = first.protocol.policy.shutdown(&first.session).await;
     assert_eq!(cleanup.kept.len(), 1, "{cleanup:?}");
 

@@ -100,8 +100,7 @@ async fn when_machines_were_last_named_is_kept_only_for_parking_and_only_for_liv
     .await;
     let mut names = Vec::new();
     for _ in 0..3 {
-        let made = on.ok("create-machine", json!({"image": "alpine"})).await;
-        let name = made["machine"]["name"].as_str().unwrap().to_owned();
+        let name = on.create(json!({"image": "alpine"})).await;
         on.ok("run-command", json!({"name": name, "command": "true"}))
             .await;
         names.push(name);
