@@ -182,8 +182,7 @@ async fn progress_comes_while_a_machine_gets_ready_when_the_request_carries_a_to
 async fn no_progress_is_sent_without_a_token() {
     // Raw JSON-RPC, as rmcp's own client always sends a token.
     let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let mut server = Raw::spawn(&fake, rt.path());
+    let mut server = Raw::spawn(&fake);
     server.initialize().await;
     slow_readiness(&fake, Duration::from_secs(3));
     let (before, answer) = server
@@ -308,17 +307,23 @@ struct Raw {
     child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    /// The runtime directory of its own that [`Raw::spawn`] made, kept while it runs.
+    _runtime: Option<tempfile::TempDir>,
 }
 
 impl Raw {
-    fn spawn(fake: &FakeServe, runtime: &std::path::Path) -> Raw {
-        Raw::spawn_with(server_env(
-            runtime,
+    /// A fresh process on the fake, in a runtime directory of its own.
+    fn spawn(fake: &FakeServe) -> Raw {
+        let runtime = tempfile::tempdir().unwrap();
+        let mut raw = Raw::spawn_with(server_env(
+            runtime.path(),
             &[
                 ("SMOL_LOCAL_URL", &fake.url()),
                 ("SMOL_MCP_READY_TIMEOUT_SECS", "30"),
             ],
-        ))
+        ));
+        raw._runtime = Some(runtime);
+        raw
     }
 
     fn spawn_with(env: Vec<(String, String)>) -> Raw {
@@ -330,6 +335,7 @@ impl Raw {
             child,
             stdin,
             lines,
+            _runtime: None,
         }
     }
 
@@ -402,8 +408,7 @@ fn of_method<'a>(messages: &'a [Value], method: &str) -> Vec<&'a Value> {
 #[tokio::test]
 async fn a_2026_07_28_request_gets_the_events_of_its_own_call_at_its_own_level() {
     let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let mut server = Raw::spawn(&fake, rt.path());
+    let mut server = Raw::spawn(&fake);
     let (before, result) = server
         .call(
             1,
@@ -422,8 +427,7 @@ async fn a_2026_07_28_request_gets_the_events_of_its_own_call_at_its_own_level()
 
     // A request that asks for warnings and above, in a fresh process (the serve is found again
     // at its first local call): the info event is not sent.
-    let rt = tempfile::tempdir().unwrap();
-    let mut server = Raw::spawn(&fake, rt.path());
+    let mut server = Raw::spawn(&fake);
     let (before, result) = server
         .call(
             1,
@@ -440,8 +444,7 @@ async fn a_2026_07_28_request_gets_the_events_of_its_own_call_at_its_own_level()
     server.child.start_kill().unwrap();
 
     // And without a level, nothing.
-    let rt = tempfile::tempdir().unwrap();
-    let mut server = Raw::spawn(&fake, rt.path());
+    let mut server = Raw::spawn(&fake);
     let (before, _) = server.call(1, "list-machines", json!({}), json!({})).await;
     assert!(
         of_method(&before, "notifications/message").is_empty(),
@@ -452,8 +455,7 @@ async fn a_2026_07_28_request_gets_the_events_of_its_own_call_at_its_own_level()
 #[tokio::test]
 async fn a_2026_07_28_request_gets_progress_on_its_own_reply() {
     let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let mut server = Raw::spawn(&fake, rt.path());
+    let mut server = Raw::spawn(&fake);
     slow_readiness(&fake, Duration::from_secs(3));
     let (before, result) = server
         .call(
