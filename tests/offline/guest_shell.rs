@@ -32,6 +32,29 @@ fn shell(script: &str) -> ExecSpec {
     ExecSpec::new(Command::Shell(script.into()))
 }
 
+/// Runs `script`, which prints "first" and sleeps 2 s before it goes on, streamed on `machine`:
+/// its first piece must come while it runs, not with the rest at the end. Answers the whole.
+async fn streamed_first_line_early(
+    fleet: Arc<dyn FleetApi>,
+    machine: &str,
+    script: &str,
+) -> smol_mcp::fleet::ExecOutput {
+    let (sender, mut pieces) = tokio::sync::mpsc::unbounded_channel();
+    let running = {
+        let (machine, spec) = (machine.to_owned(), shell(script));
+        tokio::spawn(async move { fleet.exec_streamed(&machine, &spec, &sender).await })
+    };
+    let first = pieces.recv().await.unwrap();
+    assert_eq!(first.text, "first\n");
+    let first_seen = Instant::now();
+    let out = running.await.unwrap().unwrap();
+    assert!(
+        first_seen.elapsed() >= Duration::from_millis(1500),
+        "the first line came while it ran, not with the rest at the end"
+    );
+    out
+}
+
 /// Whether a process is alive (signal 0 reaches it, and it is not a zombie awaiting its reaper).
 fn alive(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -205,27 +228,12 @@ async fn local_a_timeout_kills_the_command_and_answers_124_with_the_output_so_fa
 #[tokio::test]
 async fn local_a_streamed_command_sends_its_output_as_it_comes() {
     let (_fake, fleet) = local().await;
-    let (sender, mut pieces) = tokio::sync::mpsc::unbounded_channel();
-    let running = {
-        let fleet = fleet.clone();
-        tokio::spawn(async move {
-            fleet
-                .exec_streamed(
-                    "m1",
-                    &shell("echo first; sleep 2; echo second >&2; exit 5"),
-                    &sender,
-                )
-                .await
-        })
-    };
-    let first = pieces.recv().await.unwrap();
-    assert_eq!(first.text, "first\n");
-    let first_seen = Instant::now();
-    let out = running.await.unwrap().unwrap();
-    assert!(
-        first_seen.elapsed() >= Duration::from_millis(1500),
-        "the first line came while it ran, not with the rest at the end"
-    );
+    let out = streamed_first_line_early(
+        Arc::new(fleet),
+        "m1",
+        "echo first; sleep 2; echo second >&2; exit 5",
+    )
+    .await;
     assert_eq!(out.exit_code, 5);
     assert_eq!(out.stdout, b"first\n");
     assert_eq!(out.stderr, b"second\n");
@@ -300,27 +308,8 @@ async fn cloud_a_timeout_answers_124_saying_so() {
 #[tokio::test]
 async fn cloud_a_streamed_command_sends_its_output_as_it_comes() {
     let (_fake, fleet, id) = cloud().await;
-    let (sender, mut pieces) = tokio::sync::mpsc::unbounded_channel();
-    let running = {
-        let fleet = fleet.clone();
-        tokio::spawn(async move {
-            fleet
-                .exec_streamed(
-                    &id,
-                    &shell("echo first; sleep 2; echo second; exit 4"),
-                    &sender,
-                )
-                .await
-        })
-    };
-    let first = pieces.recv().await.unwrap();
-    assert_eq!(first.text, "first\n");
-    let first_seen = Instant::now();
-    let out = running.await.unwrap().unwrap();
-    assert!(
-        first_seen.elapsed() >= Duration::from_millis(1500),
-        "the first line came while it ran, not with the rest at the end"
-    );
+    let out =
+        streamed_first_line_early(fleet, &id, "echo first; sleep 2; echo second; exit 4").await;
     assert_eq!(out.exit_code, 4);
     assert_eq!(out.stdout, b"first\nsecond\n");
 }
