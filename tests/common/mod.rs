@@ -77,6 +77,16 @@ pub fn assert_invalid_params(answer: &serde_json::Value, says: &str) {
     assert!(message.contains(says), "{answer}");
 }
 
+/// The items of a JSON array of strings, failing the test on anything else.
+pub fn strings(array: &serde_json::Value) -> Vec<&str> {
+    array
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item.as_str().unwrap())
+        .collect()
+}
+
 /// Runs the host's git in `dir` as a user would (a user's identity for the commits it makes),
 /// and answers its trimmed output; a failure fails the test, with what git said.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {

@@ -318,12 +318,7 @@ async fn a_bare_machine_runs_commands_files_logs_and_run_once() {
             json!({"name": name, "source": "engine", "tail": 10000}),
         )
         .await;
-    let lines: Vec<&str> = engine["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap())
-        .collect();
+    let lines = crate::common::strings(&engine["lines"]);
     assert!(
         lines.iter().any(|l| l.contains("head -c 12582912")),
         "the agent's own commands are in the engine's log: {lines:?}"
@@ -873,12 +868,7 @@ async fn a_terminal_answers_the_screen_vi_and_top_painted_on_the_real_guest() {
         "booted_guest: vi's screen as the agent receives it:\n{}",
         serde_json::to_string_pretty(screen).unwrap()
     );
-    let rows: Vec<&str> = screen["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap())
-        .collect();
+    let rows = crate::common::strings(&screen["rows"]);
     assert_eq!(rows.len(), 24, "{screen}");
     assert_eq!(
         &rows[..3],

@@ -1651,12 +1651,7 @@ async fn a_terminal_is_typed_into_read_by_cursor_resized_and_ended() {
         )
         .await;
     let screen = &painted["screen"];
-    let rows: Vec<&str> = screen["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap())
-        .collect();
+    let rows = crate::common::strings(&screen["rows"]);
     assert_eq!(rows.len(), 30, "{painted}");
     assert_eq!(
         &rows[..4],
