@@ -66,6 +66,25 @@ fn tokio_runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// `smol-mcp-http` on the fake for a fuzz: its log at error only, room for a thousand sessions,
+/// and `extra`; the fake and the runtime directory it needs, kept with it.
+fn fuzzed_http_server(
+    rt: &tokio::runtime::Runtime,
+    extra: &[(&str, &str)],
+) -> (FakeServe, tempfile::TempDir, HttpServer) {
+    let fake = rt.block_on(FakeServe::start());
+    let dir = tempfile::tempdir().unwrap();
+    let local_url = fake.url();
+    let mut env = vec![
+        ("SMOL_LOCAL_URL", local_url.as_str()),
+        ("SMOL_MCP_LOG", "error"),
+        ("SMOL_MCP_HTTP_MAX_SESSIONS", "1000"),
+    ];
+    env.extend_from_slice(extra);
+    let server = rt.block_on(HttpServer::spawn(dir.path(), HTTP_TOKEN, &env));
+    (fake, dir, server)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tool arguments
 
@@ -129,12 +148,9 @@ fn valid_looking(key: &str, schema: &Value) -> BoxedStrategy<Value> {
         return proptest::sample::select(values.clone()).boxed();
     }
     match (key, schema["type"].as_str()) {
-        ("name" | "childName", Some("string")) => prop_oneof![
-            Just(json!("fz-a")),
-            Just(json!("fz-b")),
-            "[a-z][a-z0-9-]{0,12}".prop_map(Value::from),
-        ]
-        .boxed(),
+        ("name" | "childName", Some("string")) => {
+            fixed_or_like(&["fz-a", "fz-b"], "[a-z][a-z0-9-]{0,12}")
+        }
         ("image", Some("string")) => prop_oneof![
             Just(json!("alpine")),
             Just(json!("python:3.12-alpine")),
@@ -184,17 +200,10 @@ fn valid_looking(key: &str, schema: &Value) -> BoxedStrategy<Value> {
             "\\PC{0,24}".prop_map(Value::from),
         ]
         .boxed(),
-        ("path", Some("string")) => prop_oneof![
-            Just(json!("/work/a.txt")),
-            "/[a-z]{1,6}(/[a-z.]{1,6}){0,2}".prop_map(Value::from),
-        ]
-        .boxed(),
-        ("command", Some("string")) => prop_oneof![
-            Just(json!("echo hi")),
-            Just(json!("exit 3")),
-            "\\PC{0,16}".prop_map(Value::from),
-        ]
-        .boxed(),
+        ("path", Some("string")) => {
+            fixed_or_like(&["/work/a.txt"], "/[a-z]{1,6}(/[a-z.]{1,6}){0,2}")
+        }
+        ("command", Some("string")) => fixed_or_like(&["echo hi", "exit 3"], "\\PC{0,16}"),
         (_, Some("string")) => "\\PC{0,64}".prop_map(Value::from).boxed(),
         (_, Some("boolean")) => any::<bool>().prop_map(Value::from).boxed(),
         (_, Some("integer")) => {
@@ -213,6 +222,17 @@ fn valid_looking(key: &str, schema: &Value) -> BoxedStrategy<Value> {
             .boxed(),
         _ => hostile(),
     }
+}
+
+/// One of `fixed` or a string matching `pattern`, each of them as likely (as `prop_oneof!` of
+/// them all would give).
+fn fixed_or_like(fixed: &[&str], pattern: &'static str) -> BoxedStrategy<Value> {
+    let mut arms: Vec<BoxedStrategy<Value>> = fixed
+        .iter()
+        .map(|s| Just(Value::from(*s)).boxed())
+        .collect();
+    arms.push(pattern.prop_map(Value::from).boxed());
+    Union::new(arms).boxed()
 }
 
 /// Argument objects for one tool: half of them of the schema's shapes throughout (so that calls
@@ -1034,18 +1054,7 @@ fn json_rpc_refusal(answer: &str, naming: &[&str]) -> Result<(), TestCaseError> 
 #[test]
 fn http_host_and_origin_fuzz_serves_only_one_allowed_host_and_origin() {
     let rt = tokio_runtime();
-    let fake = rt.block_on(FakeServe::start());
-    let dir = tempfile::tempdir().unwrap();
-    let local_url = fake.url();
-    let server = rt.block_on(HttpServer::spawn(
-        dir.path(),
-        HTTP_TOKEN,
-        &[
-            ("SMOL_LOCAL_URL", local_url.as_str()),
-            ("SMOL_MCP_LOG", "error"),
-            ("SMOL_MCP_HTTP_MAX_SESSIONS", "1000"),
-        ],
-    ));
+    let (_fake, _dir, server) = fuzzed_http_server(&rt, &[]);
     let port = server.port;
     let cases = (
         proptest::collection::vec(header_value(GOOD_HOSTS.len(), BAD_HOSTS.len()), 0..3),
@@ -1112,19 +1121,8 @@ fn dribble() -> impl Strategy<Value = Dribble> {
 #[test]
 fn http_body_fuzz_serves_bodies_in_time_and_closes_late_ones_with_408() {
     let rt = tokio_runtime();
-    let fake = rt.block_on(FakeServe::start());
-    let dir = tempfile::tempdir().unwrap();
-    let local_url = fake.url();
-    let server = rt.block_on(HttpServer::spawn(
-        dir.path(),
-        HTTP_TOKEN,
-        &[
-            ("SMOL_LOCAL_URL", local_url.as_str()),
-            ("SMOL_MCP_LOG", "error"),
-            ("SMOL_MCP_HTTP_BODY_TIMEOUT_SECS", "2"),
-            ("SMOL_MCP_HTTP_MAX_SESSIONS", "1000"),
-        ],
-    ));
+    let (_fake, _dir, server) =
+        fuzzed_http_server(&rt, &[("SMOL_MCP_HTTP_BODY_TIMEOUT_SECS", "2")]);
     let port = server.port;
     let mut runner = runner("http bodies", 16);
     let result = runner.run(&dribble(), |d| {
