@@ -246,6 +246,30 @@ async fn call_as(server: &HttpServer, token: &str, tool: &str, arguments: Value)
     .await
 }
 
+/// `call_as` of a call that must succeed: the answer.
+async fn ok_as(server: &HttpServer, token: &str, tool: &str, arguments: Value) -> Value {
+    let answer = call_as(server, token, tool, arguments).await;
+    assert_eq!(answer["result"]["isError"], false, "{tool}: {answer}");
+    answer
+}
+
+/// A server signing users in with `issuer` on `fake`, with the static `token` (empty: none)
+/// and `extra` settings, and alice's and bob's tokens for it.
+async fn alice_and_bob(
+    issuer: &Issuer,
+    fake: &FakeServe,
+    token: &str,
+    extra: &[(&str, &str)],
+) -> (HttpServer, tempfile::TempDir, String, String) {
+    let url = fake.url();
+    let mut settings = vec![("SMOL_LOCAL_URL", url.as_str())];
+    settings.extend_from_slice(extra);
+    let (server, rt) = signed_in(issuer, token, &settings).await;
+    let alice = issuer.token("alice", &server.url, SCOPE).await;
+    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    (server, rt, alice, bob)
+}
+
 fn error_text(answer: &Value) -> String {
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     answer["result"]["content"][0]["text"]
@@ -262,27 +286,22 @@ fn error_text(answer: &Value) -> String {
 async fn each_user_sees_and_acts_on_their_own_only() {
     let issuer = Issuer::start().await;
     let fake = FakeServe::start_guest_shell().await;
-    let (server, _rt) = signed_in(
+    let (server, _rt, alice, bob) = alice_and_bob(
         &issuer,
+        &fake,
         "operator-token",
-        &[
-            ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_MAX_MACHINES_PER_USER", "2"),
-        ],
+        &[("SMOL_MCP_MAX_MACHINES_PER_USER", "2")],
     )
     .await;
-    let alice = issuer.token("alice", &server.url, SCOPE).await;
-    let bob = issuer.token("bob", &server.url, SCOPE).await;
 
     // Alice makes a machine, runs a command (a run), starts a job, with a key.
-    let made = call_as(
+    ok_as(
         &server,
         &alice,
         "create-machine",
         json!({"name": "alice-box"}),
     )
     .await;
-    assert_eq!(made["result"]["isError"], false, "{made}");
     let ran = call_as(
         &server,
         &alice,
@@ -399,8 +418,7 @@ async fn each_user_sees_and_acts_on_their_own_only() {
     .await;
     assert!(run["error"].is_object(), "{run}");
     // The same key from bob on his own machine is his own call, not a replay of hers.
-    let made = call_as(&server, &bob, "create-machine", json!({"name": "bob-box"})).await;
-    assert_eq!(made["result"]["isError"], false, "{made}");
+    ok_as(&server, &bob, "create-machine", json!({"name": "bob-box"})).await;
     let his = call_as(
         &server,
         &bob,
@@ -449,14 +467,13 @@ async fn each_user_sees_and_acts_on_their_own_only() {
     );
 
     // Her limit is hers: a second machine passes, a third does not; bob's one is not counted.
-    let second = call_as(
+    ok_as(
         &server,
         &alice,
         "create-machine",
         json!({"name": "alice-two"}),
     )
     .await;
-    assert_eq!(second["result"]["isError"], false, "{second}");
     let third = error_text(
         &call_as(
             &server,
@@ -472,33 +489,29 @@ async fn each_user_sees_and_acts_on_their_own_only() {
     );
     assert!(!fake.has_machine("alice-three"));
     // The refused name is not left held: bob may take it.
-    let bobs = call_as(
+    ok_as(
         &server,
         &bob,
         "create-machine",
         json!({"name": "alice-three"}),
     )
     .await;
-    assert_eq!(bobs["result"]["isError"], false, "{bobs}");
     // Deleted, her name is free again (for bob, at his own limit of two until he deletes one).
-    let his_gone = call_as(&server, &bob, "delete-machine", json!({"name": "bob-box"})).await;
-    assert_eq!(his_gone["result"]["isError"], false, "{his_gone}");
-    let gone = call_as(
+    ok_as(&server, &bob, "delete-machine", json!({"name": "bob-box"})).await;
+    ok_as(
         &server,
         &alice,
         "delete-machine",
         json!({"name": "alice-two"}),
     )
     .await;
-    assert_eq!(gone["result"]["isError"], false, "{gone}");
-    let reused = call_as(
+    ok_as(
         &server,
         &bob,
         "create-machine",
         json!({"name": "alice-two"}),
     )
     .await;
-    assert_eq!(reused["result"]["isError"], false, "{reused}");
 }
 
 /// A session a user opened is that user's: another signed-in user's request on its id is
@@ -507,9 +520,7 @@ async fn each_user_sees_and_acts_on_their_own_only() {
 async fn a_session_is_its_users_alone() {
     let issuer = Issuer::start().await;
     let fake = FakeServe::start().await;
-    let (server, _rt) = signed_in_server(&issuer, &fake, "").await;
-    let alice = issuer.token("alice", &server.url, SCOPE).await;
-    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    let (server, _rt, alice, bob) = alice_and_bob(&issuer, &fake, "", &[]).await;
     let http = reqwest::Client::new();
     let open = initialize_as(&server.url, &alice).await;
     assert_eq!(open.status(), 200);
@@ -528,14 +539,13 @@ async fn a_session_is_its_users_alone() {
 
     // In a session of his own, bob can neither follow nor read the log or files of alice's
     // machine: the resource answers as for a machine that does not exist.
-    let made = call_as(
+    ok_as(
         &server,
         &alice,
         "create-machine",
         json!({"name": "alice-logs"}),
     )
     .await;
-    assert_eq!(made["result"]["isError"], false, "{made}");
     let open = initialize_as(&server.url, &bob).await;
     let his = crate::common::session_id(&open);
     for (method, uri) in [
@@ -649,19 +659,17 @@ async fn each_users_cloud_spend_is_their_own() {
         refused.starts_with("LIMIT_REACHED") && refused.contains("cloudSpendPerUserMicros"),
         "{refused}"
     );
-    let bobs = call_as(
+    ok_as(
         &server,
         &bob,
         "run-command",
         json!({"name": "bob-a", "command": "true"}),
     )
     .await;
-    assert_eq!(bobs["result"]["isError"], false, "{bobs}");
 
     // Her deletes are let through, and what they cost stays on her day.
     for name in ["alice-b", "alice-a"] {
-        let gone = call_as(&server, &alice, "delete-machine", json!({"name": name})).await;
-        assert_eq!(gone["result"]["isError"], false, "{gone}");
+        ok_as(&server, &alice, "delete-machine", json!({"name": name})).await;
     }
     let again = error_text(&make(&server, &alice, "alice-c").await);
     assert!(
@@ -680,19 +688,9 @@ async fn each_users_cloud_spend_is_their_own() {
 async fn a_task_is_its_users_alone() {
     let issuer = Issuer::start().await;
     let fake = FakeServe::start().await;
-    let (server, _rt) = signed_in(
-        &issuer,
-        "",
-        &[
-            ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_TASK_AFTER_MILLIS", "0"),
-        ],
-    )
-    .await;
-    let alice = issuer.token("alice", &server.url, SCOPE).await;
-    let bob = issuer.token("bob", &server.url, SCOPE).await;
-    let made = call_as(&server, &alice, "create-machine", json!({"name": "tasked"})).await;
-    assert_eq!(made["result"]["isError"], false, "{made}");
+    let (server, _rt, alice, bob) =
+        alice_and_bob(&issuer, &fake, "", &[("SMOL_MCP_TASK_AFTER_MILLIS", "0")]).await;
+    ok_as(&server, &alice, "create-machine", json!({"name": "tasked"})).await;
     let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
     let ask = |token: &str, method: &str, params: Value| {
         let (server, token, method, tasks) =
@@ -781,20 +779,15 @@ async fn the_python_client_signs_in_by_itself_on_both_lifecycles() {
 async fn each_users_sessionless_machines_are_their_own_lease_session() {
     let issuer = Issuer::start().await;
     let fake = FakeServe::start().await;
-    let (server, _rt) = signed_in(
+    let (server, _rt, alice, bob) = alice_and_bob(
         &issuer,
+        &fake,
         "",
-        &[
-            ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1"),
-        ],
+        &[("SMOL_MCP_MAX_MACHINES_PER_SESSION", "1")],
     )
     .await;
-    let alice = issuer.token("alice", &server.url, SCOPE).await;
-    let bob = issuer.token("bob", &server.url, SCOPE).await;
     let temporary = json!({"start": false});
-    let made = call_as(&server, &alice, "create-machine", temporary.clone()).await;
-    assert_eq!(made["result"]["isError"], false, "{made}");
+    ok_as(&server, &alice, "create-machine", temporary.clone()).await;
     let made = call_as(&server, &bob, "create-machine", temporary.clone()).await;
     assert_eq!(
         made["result"]["isError"], false,
@@ -832,17 +825,8 @@ async fn initialize_as(url: &str, token: &str) -> reqwest::Response {
 async fn racing_initializes_of_one_user_get_only_their_share() {
     let issuer = Issuer::start().await;
     let fake = FakeServe::start_guest_shell().await;
-    let (server, _rt) = signed_in(
-        &issuer,
-        "",
-        &[
-            ("SMOL_LOCAL_URL", &fake.url()),
-            ("SMOL_MCP_HTTP_MAX_SESSIONS", "8"),
-        ],
-    )
-    .await;
-    let alice = issuer.token("alice", &server.url, SCOPE).await;
-    let bob = issuer.token("bob", &server.url, SCOPE).await;
+    let (server, _rt, alice, bob) =
+        alice_and_bob(&issuer, &fake, "", &[("SMOL_MCP_HTTP_MAX_SESSIONS", "8")]).await;
     let statuses = futures::future::join_all(
         (0..16).map(|_| async { initialize_as(&server.url, &alice).await.status() }),
     )
@@ -866,18 +850,16 @@ async fn each_user_holds_only_their_share_of_sessions_and_jobs() {
     let issuer = Issuer::start().await;
     let fake = FakeServe::start_guest_shell().await;
     fake.add_machine("alice-box", "running");
-    let (server, _rt) = signed_in(
+    let (server, _rt, alice, bob) = alice_and_bob(
         &issuer,
+        &fake,
         "",
         &[
-            ("SMOL_LOCAL_URL", &fake.url()),
             ("SMOL_MCP_HTTP_MAX_SESSIONS", "2"),
             ("SMOL_MCP_MAX_RUNNING_JOBS", "2"),
         ],
     )
     .await;
-    let alice = issuer.token("alice", &server.url, SCOPE).await;
-    let bob = issuer.token("bob", &server.url, SCOPE).await;
     assert_eq!(initialize_as(&server.url, &alice).await.status(), 200);
     let refused = initialize_as(&server.url, &alice).await;
     assert_eq!(refused.status(), 503);
@@ -890,14 +872,13 @@ async fn each_user_holds_only_their_share_of_sessions_and_jobs() {
     );
 
     for (user, token) in [("alice", &alice), ("bob", &bob)] {
-        let made = call_as(
+        ok_as(
             &server,
             token,
             "create-machine",
             json!({"name": format!("{user}-jobs")}),
         )
         .await;
-        assert_eq!(made["result"]["isError"], false, "{made}");
     }
     let job = |token: String, name: &'static str| {
         let server = &server;
