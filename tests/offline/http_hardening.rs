@@ -19,6 +19,17 @@ async fn spawn(rt: &std::path::Path, fake: &FakeServe, extra: &[(&str, &str)]) -
     HttpServer::spawn(rt, TOKEN, &env).await
 }
 
+/// `smol-mcp-http` on a fake of its own with `extra` settings, the runtime directory it needs,
+/// and a client for it.
+async fn served(
+    extra: &[(&str, &str)],
+) -> (FakeServe, tempfile::TempDir, HttpServer, reqwest::Client) {
+    let fake = FakeServe::start().await;
+    let rt = tempfile::tempdir().unwrap();
+    let server = spawn(rt.path(), &fake, extra).await;
+    (fake, rt, server, reqwest::Client::new())
+}
+
 fn post(
     http: &reqwest::Client,
     url: &str,
@@ -65,6 +76,39 @@ async fn open_session(http: &reqwest::Client, url: &str) -> String {
     session
 }
 
+/// A session opened and a temporary machine made in it: the session and the machine's name.
+async fn session_with_a_machine(http: &reqwest::Client, url: &str) -> (String, String) {
+    let session = open_session(http, url).await;
+    let created = call(
+        http,
+        url,
+        &session,
+        "create-machine",
+        json!({"image": "alpine"}),
+    )
+    .await;
+    let machine = created["result"]["structuredContent"]["machine"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    (session, machine)
+}
+
+/// One more connection to the server at `port`, sending `request`: what it answers within
+/// `within`, which must be something (past a limit, the server still answers it).
+async fn answer_past_the_limit(port: u16, request: &[u8], within: Duration) -> String {
+    let mut extra = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    extra.write_all(request).await.unwrap();
+    read_all(&mut extra, within)
+        .await
+        .expect("no answer past the limit")
+}
+
+/// The JSON body of a raw HTTP answer.
+fn json_body(answer: &str) -> Value {
+    serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap()
+}
+
 async fn call(http: &reqwest::Client, url: &str, session: &str, tool: &str, args: Value) -> Value {
     let r = post(
         http,
@@ -95,19 +139,7 @@ async fn a_call_in_flight_keeps_its_session_and_idle_sessions_are_reaped() {
     .await;
     let http = reqwest::Client::new();
 
-    let b = open_session(&http, &server.url).await;
-    let created = call(
-        &http,
-        &server.url,
-        &b,
-        "create-machine",
-        json!({"image": "alpine"}),
-    )
-    .await;
-    let ephemeral = created["result"]["structuredContent"]["machine"]["name"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{created}"))
-        .to_owned();
+    let (b, ephemeral) = session_with_a_machine(&http, &server.url).await;
 
     fake.state.lock().unwrap().exec_delay = Some(Duration::from_secs(6));
     let a = open_session(&http, &server.url).await;
@@ -230,16 +262,10 @@ async fn read_all(stream: &mut TcpStream, within: Duration) -> Option<String> {
 
 #[tokio::test]
 async fn connections_are_bounded_and_timed_out() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(
-        rt.path(),
-        &fake,
-        &[
-            ("SMOL_MCP_HTTP_MAX_CONNECTIONS", "8"),
-            ("SMOL_MCP_HTTP_HEADER_TIMEOUT_SECS", "2"),
-        ],
-    )
+    let (fake, _rt, server, _) = served(&[
+        ("SMOL_MCP_HTTP_MAX_CONNECTIONS", "8"),
+        ("SMOL_MCP_HTTP_HEADER_TIMEOUT_SECS", "2"),
+    ])
     .await;
     // A half-sent request is closed after the header timeout.
     let mut half = TcpStream::connect(("127.0.0.1", server.port))
@@ -267,16 +293,12 @@ async fn connections_are_bounded_and_timed_out() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut extra = TcpStream::connect(("127.0.0.1", server.port))
-        .await
-        .unwrap();
-    extra
-        .write_all(b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let served = read_all(&mut extra, Duration::from_secs(2))
-        .await
-        .expect("no answer past the limit");
+    let served = answer_past_the_limit(
+        server.port,
+        b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n",
+        Duration::from_secs(2),
+    )
+    .await;
     assert!(served.starts_with("HTTP/1.1 401"), "{served}");
     assert_eq!(
         read_all(&mut idle[0], Duration::from_secs(1))
@@ -314,22 +336,18 @@ async fn connections_are_bounded_and_timed_out() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut extra = TcpStream::connect(("127.0.0.1", server.port))
-        .await
-        .unwrap();
-    extra
-        .write_all(b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-        .await
-        .unwrap();
-    let refused = read_all(&mut extra, Duration::from_secs(1))
-        .await
-        .expect("no answer past the limit");
+    let refused = answer_past_the_limit(
+        server.port,
+        b"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n",
+        Duration::from_secs(1),
+    )
+    .await;
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
     assert!(
         refused.to_ascii_lowercase().contains("retry-after: 1"),
         "{refused}"
     );
-    let body: Value = serde_json::from_str(refused.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let body: Value = json_body(&refused);
     insta::assert_snapshot!(
         body["error"]["message"].as_str().unwrap_or_default(),
         @"too many connections: this server holds at most 8 at once (httpMaxConnections), all of them serving requests; retry shortly"
@@ -345,10 +363,7 @@ async fn connections_are_bounded_and_timed_out() {
 
 #[tokio::test]
 async fn replies_on_a_keep_alive_connection_do_not_wait_for_nagle() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(rt.path(), &fake, &[]).await;
-    let http = reqwest::Client::new();
+    let (_fake, _rt, server, http) = served(&[]).await;
     let session = open_session(&http, &server.url).await;
     let list = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"});
     // One warm-up, then the measure.
@@ -375,10 +390,7 @@ async fn replies_on_a_keep_alive_connection_do_not_wait_for_nagle() {
 
 #[tokio::test]
 async fn delete_answers_404_for_unknown_sessions_and_200_for_a_good_one() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(rt.path(), &fake, &[]).await;
-    let http = reqwest::Client::new();
+    let (fake, _rt, server, http) = served(&[]).await;
     let delete = |session: Option<&str>| {
         let mut r = http
             .delete(&server.url)
@@ -392,19 +404,7 @@ async fn delete_answers_404_for_unknown_sessions_and_200_for_a_good_one() {
     assert_eq!(delete(None).await.unwrap().status(), 404, "no session id");
     assert_eq!(delete(Some("no-such-session")).await.unwrap().status(), 404);
 
-    let session = open_session(&http, &server.url).await;
-    let created = call(
-        &http,
-        &server.url,
-        &session,
-        "create-machine",
-        json!({"image": "alpine"}),
-    )
-    .await;
-    let ephemeral = created["result"]["structuredContent"]["machine"]["name"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{created}"))
-        .to_owned();
+    let (session, ephemeral) = session_with_a_machine(&http, &server.url).await;
     let r = delete(Some(&session)).await.unwrap();
     assert_eq!(r.status(), 200, "what the Python client expects");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -435,14 +435,7 @@ fn head(port: u16, length: usize, extra: &str) -> String {
 
 #[tokio::test]
 async fn a_body_that_does_not_arrive_in_time_is_answered_408_and_closed() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(
-        rt.path(),
-        &fake,
-        &[("SMOL_MCP_HTTP_BODY_TIMEOUT_SECS", "2")],
-    )
-    .await;
+    let (_fake, _rt, server, _) = served(&[("SMOL_MCP_HTTP_BODY_TIMEOUT_SECS", "2")]).await;
     let mut slow = TcpStream::connect(("127.0.0.1", server.port))
         .await
         .unwrap();
@@ -459,7 +452,7 @@ async fn a_body_that_does_not_arrive_in_time_is_answered_408_and_closed() {
         answer.to_ascii_lowercase().contains("connection: close"),
         "{answer}"
     );
-    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let body: Value = json_body(&answer);
     assert_eq!(body["jsonrpc"], "2.0", "{answer}");
     insta::assert_snapshot!(
         body["error"]["message"].as_str().unwrap_or_default(),
@@ -485,17 +478,11 @@ async fn a_body_that_does_not_arrive_in_time_is_answered_408_and_closed() {
 
 #[tokio::test]
 async fn slow_connections_do_not_starve_a_client() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(
-        rt.path(),
-        &fake,
-        &[
-            ("SMOL_MCP_HTTP_MAX_CONNECTIONS", "16"),
-            ("SMOL_MCP_HTTP_HEADER_TIMEOUT_SECS", "60"),
-            ("SMOL_MCP_HTTP_BODY_TIMEOUT_SECS", "60"),
-        ],
-    )
+    let (_fake, _rt, server, _) = served(&[
+        ("SMOL_MCP_HTTP_MAX_CONNECTIONS", "16"),
+        ("SMOL_MCP_HTTP_HEADER_TIMEOUT_SECS", "60"),
+        ("SMOL_MCP_HTTP_BODY_TIMEOUT_SECS", "60"),
+    ])
     .await;
     // Twice the limit of connections that never finish: half their headers, half their bodies.
     let mut slow = Vec::new();
@@ -527,10 +514,7 @@ async fn slow_connections_do_not_starve_a_client() {
 
 #[tokio::test]
 async fn sessions_are_bounded_and_one_more_initialize_is_refused() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(rt.path(), &fake, &[("SMOL_MCP_HTTP_MAX_SESSIONS", "3")]).await;
-    let http = reqwest::Client::new();
+    let (_fake, _rt, server, http) = served(&[("SMOL_MCP_HTTP_MAX_SESSIONS", "3")]).await;
     let mut open = Vec::new();
     for _ in 0..3 {
         open.push(open_session(&http, &server.url).await);
@@ -577,9 +561,7 @@ async fn raw(port: u16, request: &str) -> String {
 
 #[tokio::test]
 async fn a_host_with_userinfo_and_repeated_host_or_origin_are_refused() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(rt.path(), &fake, &[]).await;
+    let (_fake, _rt, server, _) = served(&[]).await;
     let port = server.port;
     let request = |headers: String| {
         format!(
@@ -644,10 +626,7 @@ fn rss_mib(server: &HttpServer) -> f64 {
 #[tokio::test]
 async fn initializes_past_the_bound_keep_memory_bounded() {
     use futures::StreamExt as _;
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(rt.path(), &fake, &[]).await;
-    let http = reqwest::Client::new();
+    let (_fake, _rt, server, http) = served(&[]).await;
     let init: Value = serde_json::from_str(INITIALIZE).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle = rss_mib(&server);
@@ -704,10 +683,7 @@ async fn initializes_past_the_bound_keep_memory_bounded() {
 /// on stdio (rmcp alone took it for an unknown method, -32601); an unknown method stays -32601.
 #[tokio::test]
 async fn bad_params_of_a_served_method_answer_invalid_params_with_the_id() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(rt.path(), &fake, &[]).await;
-    let http = reqwest::Client::new();
+    let (_fake, _rt, server, http) = served(&[]).await;
     let session = open_session(&http, &server.url).await;
     for (id, method, params, code) in [
         (2, "resources/read", json!({"uri": 5}), -32602),
@@ -743,10 +719,7 @@ async fn bad_params_of_a_served_method_answer_invalid_params_with_the_id() {
 /// JSON, on both lifecycles (rmcp alone answered 415 with a line of text).
 #[tokio::test]
 async fn a_body_that_is_not_json_is_a_parse_error() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(rt.path(), &fake, &[]).await;
-    let http = reqwest::Client::new();
+    let (_fake, _rt, server, http) = served(&[]).await;
     for (body, version) in [
         ("{\"jsonrpc\":\"2.0\",", "2026-07-28"),
         ("garbage", "2025-11-25"),
@@ -809,9 +782,7 @@ async fn response_head(stream: &mut TcpStream) -> String {
 /// connection, which answers the next request.
 #[tokio::test]
 async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
-    let fake = FakeServe::start().await;
-    let rt = tempfile::tempdir().unwrap();
-    let server = spawn(rt.path(), &fake, &[]).await;
+    let (_fake, _rt, server, _) = served(&[]).await;
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
         "x".repeat(100_000)
