@@ -147,6 +147,35 @@ async fn both_fleets(runtime: &Path, extra: &[(&str, &str)]) -> (FakeServe, Fake
     (fake, cloud, server)
 }
 
+/// The ledger's files in `runtime` (the database and those SQLite keeps beside it): each one's
+/// name and bytes.
+fn ledger_files(runtime: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(runtime).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with(FILE_NAME) {
+            files.push((name, std::fs::read(&path).unwrap()));
+        }
+    }
+    files
+}
+
+/// The fake engine with one running machine, `box`.
+async fn fake_with_a_box() -> FakeServe {
+    let fake = FakeServe::start().await;
+    fake.add_machine("box", "running");
+    fake
+}
+
+/// A server on `fake` (its local fleet) with `extra` settings, on `runtime`.
+async fn serve_on(fake: &FakeServe, extra: &[(&str, &str)], runtime: &Path) -> Server {
+    let url = fake.url();
+    let mut env = vec![("SMOL_LOCAL_URL", url.as_str())];
+    env.extend_from_slice(extra);
+    serve(&env, runtime).await
+}
+
 /// A runtime directory that does not exist yet (the server makes it, mode 0700).
 fn runtime_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::Builder::new()
@@ -284,15 +313,8 @@ async fn no_environment_value_is_in_the_ledger_files() {
         .await;
     assert_eq!(s.all_runs().await.len(), 5);
 
-    let mut files = 0;
-    for entry in std::fs::read_dir(&rt).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with(FILE_NAME) {
-            continue;
-        }
-        files += 1;
-        let bytes = std::fs::read(&path).unwrap();
+    let files = ledger_files(&rt);
+    for (name, bytes) in &files {
         assert!(
             !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
             "{name} holds an environment value"
@@ -302,7 +324,7 @@ async fn no_environment_value_is_in_the_ledger_files() {
             assert!(bytes.windows(5).any(|w| w == b"TOKEN"), "{name}");
         }
     }
-    assert!(files >= 2, "the database and its WAL");
+    assert!(files.len() >= 2, "the database and its WAL");
 }
 
 #[tokio::test]
@@ -356,10 +378,9 @@ async fn the_ledger_is_kept_across_a_restart_and_open_runs_of_a_dead_process_are
 #[tokio::test]
 async fn retention_prunes_at_start_by_count_and_by_age() {
     let (_dir, rt) = runtime_dir();
-    let fake = FakeServe::start().await;
+    let fake = fake_with_a_box().await;
     let url = fake.url();
-    fake.add_machine("box", "running");
-    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+    let s = serve_on(&fake, &[], &rt).await;
     for n in 0..5 {
         s.ok(
             "run-command",
@@ -422,17 +443,8 @@ async fn retention_prunes_at_start_by_count_and_by_age() {
 #[tokio::test]
 async fn a_process_that_lives_on_keeps_to_its_retention() {
     let (_dir, rt) = runtime_dir();
-    let fake = FakeServe::start().await;
-    let url = fake.url();
-    fake.add_machine("box", "running");
-    let s = serve(
-        &[
-            ("SMOL_LOCAL_URL", url.as_str()),
-            ("SMOL_MCP_LEDGER_MAX_RUNS", "3"),
-        ],
-        &rt,
-    )
-    .await;
+    let fake = fake_with_a_box().await;
+    let s = serve_on(&fake, &[("SMOL_MCP_LEDGER_MAX_RUNS", "3")], &rt).await;
     // The ledger prunes again after every 256 records it adds, not only at a process's start.
     for n in 0..256 {
         s.ok(
@@ -472,10 +484,8 @@ async fn broken_ledger(
     let (dir, rt) = runtime_dir();
     make_runtime_dir(&rt);
     prepare(&rt.join(FILE_NAME));
-    let fake = FakeServe::start().await;
-    let url = fake.url();
-    fake.add_machine("box", "running");
-    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+    let fake = fake_with_a_box().await;
+    let s = serve_on(&fake, &[], &rt).await;
     let mut events = s.protocol.process().events.subscribe();
     for _ in 0..3 {
         let r = s
@@ -533,10 +543,8 @@ async fn an_unwritable_ledger_path_leaves_the_tools_working_and_is_reported_once
 #[tokio::test]
 async fn the_runs_resources_page_newest_first_and_refuse_bad_uris() {
     let (_dir, rt) = runtime_dir();
-    let fake = FakeServe::start().await;
-    let url = fake.url();
-    fake.add_machine("box", "running");
-    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+    let fake = fake_with_a_box().await;
+    let s = serve_on(&fake, &[], &rt).await;
 
     let listed = s.client.list_all_resources().await.unwrap();
     assert!(listed.iter().any(|r| r.uri == "smol://runs"), "{listed:?}");
@@ -618,17 +626,8 @@ async fn the_runs_resources_page_newest_first_and_refuse_bad_uris() {
 #[tokio::test]
 async fn with_no_runs_kept_none_are_offered() {
     let (_dir, rt) = runtime_dir();
-    let fake = FakeServe::start().await;
-    let url = fake.url();
-    fake.add_machine("box", "running");
-    let s = serve(
-        &[
-            ("SMOL_LOCAL_URL", url.as_str()),
-            ("SMOL_MCP_LEDGER_MAX_RUNS", "0"),
-        ],
-        &rt,
-    )
-    .await;
+    let fake = fake_with_a_box().await;
+    let s = serve_on(&fake, &[("SMOL_MCP_LEDGER_MAX_RUNS", "0")], &rt).await;
     s.ok("run-command", json!({"name": "box", "command": "true"}))
         .await;
     let listed = s.client.list_all_resources().await.unwrap();
@@ -648,9 +647,7 @@ async fn with_no_runs_kept_none_are_offered() {
 #[tokio::test]
 async fn long_output_keeps_its_head_and_tail_and_counts_what_fell_between() {
     let (_dir, rt) = runtime_dir();
-    let fake = FakeServe::start().await;
-    let url = fake.url();
-    fake.add_machine("box", "running");
+    let fake = fake_with_a_box().await;
     let long: Vec<u8> = (0..10_000).map(|i| b'a' + (i % 26) as u8).collect();
     let expected = long.clone();
     fake.set_exec(move |req| {
@@ -659,7 +656,7 @@ async fn long_output_keeps_its_head_and_tail_and_counts_what_fell_between() {
         }
         exec_response(0, &expected, b"")
     });
-    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+    let s = serve_on(&fake, &[], &rt).await;
     s.ok("run-command", json!({"name": "box", "command": "yes"}))
         .await;
     let runs = s.all_runs().await;
@@ -679,10 +676,8 @@ async fn a_cancelled_run_and_a_failed_one_are_recorded_as_such() {
     use rmcp::model::{CallToolRequest, ClientRequest};
     use rmcp::service::PeerRequestOptions;
     let (_dir, rt) = runtime_dir();
-    let fake = FakeServe::start().await;
-    let url = fake.url();
-    fake.add_machine("box", "running");
-    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+    let fake = fake_with_a_box().await;
+    let s = serve_on(&fake, &[], &rt).await;
 
     let Value::Object(args) = json!({"name": "box", "command": "sleep 60", "timeoutSecs": 120})
     else {
@@ -755,10 +750,8 @@ async fn a_cancelled_run_and_a_failed_one_are_recorded_as_such() {
 #[tokio::test]
 async fn the_ledger_is_opened_at_the_first_run_not_at_start() {
     let (_dir, rt) = runtime_dir();
-    let fake = FakeServe::start().await;
-    let url = fake.url();
-    fake.add_machine("box", "running");
-    let s = serve(&[("SMOL_LOCAL_URL", url.as_str())], &rt).await;
+    let fake = fake_with_a_box().await;
+    let s = serve_on(&fake, &[], &rt).await;
     s.ok("list-machines", json!({})).await;
     assert!(rt.is_dir() && !rt.join(FILE_NAME).exists());
     s.ok("run-command", json!({"name": "box", "command": "true"}))
@@ -863,15 +856,8 @@ async fn a_value_across_the_cuts_of_the_kept_output_is_in_no_ledger_file() {
     }
     let runs = s.all_runs().await;
     assert_eq!(runs.len(), cases);
-    let mut files = 0;
-    for entry in std::fs::read_dir(&rt).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with(FILE_NAME) {
-            continue;
-        }
-        files += 1;
-        let bytes = std::fs::read(&path).unwrap();
+    let files = ledger_files(&rt);
+    for (name, bytes) in &files {
         for value in [SHORT, LONG] {
             let count = bytes
                 .windows(value.len())
@@ -880,7 +866,7 @@ async fn a_value_across_the_cuts_of_the_kept_output_is_in_no_ledger_file() {
             assert_eq!(count, 0, "{name} holds {value} {count} times");
         }
     }
-    assert!(files >= 2, "the database and its WAL");
+    assert!(files.len() >= 2, "the database and its WAL");
     for run in &runs {
         let detail = s.read(run["uri"].as_str().unwrap()).await.unwrap();
         for stream in ["stdout", "stderr"] {
