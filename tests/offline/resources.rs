@@ -45,12 +45,43 @@ struct Setup {
     _runtime: tempfile::TempDir,
 }
 
-async fn connect(env: &[(&str, &str)]) -> Setup {
+/// A protocol on `env` in a runtime directory of its own, polling followed logs every 100 ms.
+fn following_protocol(env: &[(&str, &str)]) -> (tempfile::TempDir, Arc<Protocol>) {
     let runtime = tempfile::tempdir().unwrap();
     let protocol = Protocol::start(config(env, &runtime.path().join("rt"))).unwrap();
     protocol
         .follow
         .set_poll_interval(Duration::from_millis(100));
+    (runtime, protocol)
+}
+
+/// The local fleet's targets as a single-fleet server gathers them with `cfg` on `host`, and
+/// doctor's rendering of them.
+async fn local_doctor(
+    cfg: &smol_mcp::process::config::Config,
+    host: &smol_mcp::process::targets::Host,
+) -> (smol_mcp::process::targets::Targets, String) {
+    let t = smol_mcp::process::targets::gather(
+        cfg,
+        smol_mcp::process::Mode::Single(smol_mcp::fleet::FleetKind::Local),
+        None,
+        host,
+    )
+    .await;
+    let rendered = smol_mcp::app::doctor::render(&t);
+    (t, rendered)
+}
+
+/// The fake with machine `box` running, `line` in its log so far.
+async fn fake_with_logging_box(line: &str) -> FakeServe {
+    let fake = FakeServe::start().await;
+    fake.add_machine("box", "running");
+    fake.push_log("box", line);
+    fake
+}
+
+async fn connect(env: &[(&str, &str)]) -> Setup {
+    let (runtime, protocol) = following_protocol(env);
     let server = SmolMcp::new(protocol.clone(), "resources-test");
     let client_io = crate::common::mcp::serve_in_memory(server, 1 << 20);
     let (tx, updates) = mpsc::unbounded_channel();
@@ -202,15 +233,8 @@ async fn a_named_serve_that_does_not_answer_is_the_problem_not_the_engine_or_kvm
         kvm_device: runtime.path().join("no-kvm"),
         virtual_host: None,
     };
-    let t = smol_mcp::process::targets::gather(
-        &cfg,
-        smol_mcp::process::Mode::Single(smol_mcp::fleet::FleetKind::Local),
-        None,
-        &host,
-    )
-    .await;
+    let (t, rendered) = local_doctor(&cfg, &host).await;
     assert!(!t.usable);
-    let rendered = smol_mcp::app::doctor::render(&t);
     assert!(
         rendered.contains("the serve named by SMOL_LOCAL_URL (http://127.0.0.1:9) does not answer"),
         "{rendered}"
@@ -235,15 +259,8 @@ async fn a_missing_kvm_device_is_a_problem_with_advice() {
         kvm_device: runtime.path().join("no-kvm"),
         virtual_host: None,
     };
-    let t = smol_mcp::process::targets::gather(
-        &cfg,
-        smol_mcp::process::Mode::Single(smol_mcp::fleet::FleetKind::Local),
-        None,
-        &host,
-    )
-    .await;
+    let (t, rendered) = local_doctor(&cfg, &host).await;
     assert!(!t.usable);
-    let rendered = smol_mcp::app::doctor::render(&t);
     assert!(rendered.contains("does not exist"), "{rendered}");
     assert!(rendered.contains("nested virtualization"), "{rendered}");
     assert!(rendered.contains("No served fleet is usable"), "{rendered}");
@@ -262,14 +279,7 @@ async fn a_kvm_that_opens_on_a_paravirtual_host_is_named_for_what_it_is() {
         kvm_device: device,
         virtual_host: Some(smol_mcp::fleet::diagnosis::VirtualHost::Paravirtual),
     };
-    let t = smol_mcp::process::targets::gather(
-        &cfg,
-        smol_mcp::process::Mode::Single(smol_mcp::fleet::FleetKind::Local),
-        None,
-        &host,
-    )
-    .await;
-    let rendered = smol_mcp::app::doctor::render(&t);
+    let (_, rendered) = local_doctor(&cfg, &host).await;
     let kvm_row = rendered
         .lines()
         .find(|line| line.starts_with("local  KVM"))
@@ -520,10 +530,8 @@ async fn a_subscription_hears_of_new_lines_and_unsubscribing_stops_the_polling()
 
 #[tokio::test]
 async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
-    let fake = FakeServe::start().await;
+    let fake = fake_with_logging_box("start").await;
     let url = fake.url();
-    fake.add_machine("box", "running");
-    fake.push_log("box", "start");
     let first = connect(&[("SMOL_LOCAL_URL", url.as_str())]).await;
     let uri = "smol://machine/local/box/logs";
     first
@@ -567,33 +575,11 @@ async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
 
 #[tokio::test]
 async fn a_listen_hears_of_new_lines_and_its_end_stops_the_polling() {
-    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
-    let fake = FakeServe::start().await;
+    use rmcp::model::{ServerNotification, SubscriptionFilter};
+    use rmcp::service::ClientServiceExt;
+    let fake = fake_with_logging_box("old line").await;
     let url = fake.url();
-    fake.add_machine("box", "running");
-    fake.push_log("box", "old line");
-    let runtime = tempfile::tempdir().unwrap();
-    let protocol = Protocol::start(config(
-        &[("SMOL_LOCAL_URL", url.as_str())],
-        &runtime.path().join("rt"),
-    ))
-    .unwrap();
-    protocol
-        .follow
-        .set_poll_interval(Duration::from_millis(100));
-    let server = SmolMcp::new(protocol.clone(), "listen-test");
-    let client_io = crate::common::mcp::serve_in_memory(server, 1 << 16);
-    let (tx, _updates) = mpsc::unbounded_channel();
-    let client = Recorder { updated: tx }
-        .serve_with_lifecycle(
-            client_io,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .unwrap();
+    let (client, protocol, _runtime) = discover_client(&[("SMOL_LOCAL_URL", url.as_str())]).await;
     let uri = "smol://machine/local/box/logs";
     // Only logs URIs are accepted: smol://targets is left out of the acknowledgment.
     let mut sub = client
@@ -842,11 +828,7 @@ async fn discover_client(
 ) {
     use rmcp::model::ProtocolVersion;
     use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
-    let runtime = tempfile::tempdir().unwrap();
-    let protocol = Protocol::start(config(env, &runtime.path().join("rt"))).unwrap();
-    protocol
-        .follow
-        .set_poll_interval(Duration::from_millis(100));
+    let (runtime, protocol) = following_protocol(env);
     let server = SmolMcp::new(protocol.clone(), "listen-bounds");
     let client_io = crate::common::mcp::serve_in_memory(server, 1 << 16);
     let (tx, _updates) = mpsc::unbounded_channel();
@@ -1020,10 +1002,8 @@ async fn a_listen_naming_more_uris_than_the_limit_is_refused_naming_it() {
 
 #[tokio::test]
 async fn one_poller_per_machine_whatever_the_spelling_of_its_uri() {
-    let fake = FakeServe::start().await;
+    let fake = fake_with_logging_box("old").await;
     let url = fake.url();
-    fake.add_machine("box", "running");
-    fake.push_log("box", "old");
     // The same machine, five spellings (the name segment is percent-decoded).
     let spellings = [
         "smol://machine/local/box/logs",
