@@ -58,6 +58,12 @@ async fn create(h: &Harness, args: Value) -> Value {
     h.ok("create-machine", args).await
 }
 
+/// [`create`], answering the machine's name.
+async fn created_name(h: &Harness, args: Value) -> String {
+    let created = create(h, args).await;
+    created["machine"]["name"].as_str().unwrap().to_owned()
+}
+
 async fn cleanup(h: &Harness) {
     let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed.len(), 0, "{:?}", cleanup.failed);
@@ -168,8 +174,7 @@ async fn call_with_progress(
 async fn a_305_s_command_past_the_engines_300_s_request_deadline_answers_whole() {
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     let plain = h.call(
         "run-command",
         json!({"name": name, "command": "sleep 305; echo plain done", "timeoutSecs": 330, "stdin": ""}),
@@ -370,8 +375,7 @@ async fn an_image_machine_s_cut_output_and_fake_pulls_are_errors() {
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
     let image = nested().busybox_image;
-    let created = create(&h, json!({"image": image, "cpus": 1, "memoryMb": 512})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"image": image, "cpus": 1, "memoryMb": 512})).await;
     let r = h
         .ok(
             "run-command",
@@ -515,8 +519,7 @@ async fn a_stopped_machine_reports_its_boot_and_starts_without_waiting() {
 async fn background_jobs_run_are_read_cancelled_and_recorded() {
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     let started = h
         .ok(
             "run-command",
@@ -640,8 +643,7 @@ async fn refused_egress_is_reported_to_the_command_that_made_it() {
 async fn a_branch_copies_disk_and_processes_and_the_session_end_deletes_both() {
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 256, "branchable": true})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"cpus": 1, "memoryMb": 256, "branchable": true})).await;
     h.ok(
         "run-command",
         json!({"name": name, "command": "echo state > /root/s; echo tmp > /tmp/t"}),
@@ -775,8 +777,7 @@ async fn a_published_port_carries_a_websocket_from_this_host() {
     let port = nested().publish_ports[1];
     let range = format!("{port}-{port}");
     let h = harness(&[("SMOL_MCP_PUBLISH_PORTS", range.as_str())]).await;
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     h.ok(
         "write-file",
         json!({"name": name, "path": "/tmp/ws.sh", "content": WEBSOCKET_SERVICE}),
@@ -850,8 +851,7 @@ async fn a_published_port_carries_a_websocket_from_this_host() {
 async fn a_terminal_answers_the_screen_vi_and_top_painted_on_the_real_guest() {
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     h.ok(
         "write-file",
         json!({"name": name, "path": "/root/plan.txt", "content": "first step\nsecond step\nthird step\n"}),
@@ -972,8 +972,7 @@ async fn type_into(h: &Harness, machine: &str, terminal: &str, args: Value) -> V
 async fn a_terminal_drives_prompts_and_vi_on_the_real_guest() {
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     h.ok(
         "write-file",
         json!({"name": name, "path": "/root/ask.sh", "content":
@@ -1226,8 +1225,7 @@ async fn a_128_mib_machine_paused_keeps_its_processes_and_the_next_command_resum
 async fn a_cancelled_command_is_killed_in_the_guest() {
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     let args = json!({"name": name, "command": "sleep 271 & sleep 272", "timeoutSecs": 280});
     let handle = h.start_call("run-command", args).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -1258,8 +1256,7 @@ async fn the_engines_exec_stream_is_live() {
     use smol_mcp::fleet::{Command, ExecSpec, FleetApi, LocalFleet};
     let _one_at_a_time = serial().await;
     let h = harness(&[]).await;
-    let created = create(&h, json!({"cpus": 1, "memoryMb": 256})).await;
-    let name = created["machine"]["name"].as_str().unwrap().to_owned();
+    let name = created_name(&h, json!({"cpus": 1, "memoryMb": 256})).await;
     let fleet = LocalFleet::new(LocalEndpoint::parse(&nested().url).unwrap()).unwrap();
     let (sender, mut pieces) = tokio::sync::mpsc::unbounded_channel();
     let spec = ExecSpec::new(Command::Shell(
