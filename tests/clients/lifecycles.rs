@@ -537,7 +537,7 @@ async fn python_default_mode_answers_the_fleet_question_over_stdio() {
     .await;
     check_python_default_mode(&report);
     // On stdio the process owns the machine, as a session would: gone when it exits.
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
     let declined = python(json!({"server": SERVER, "env": env, "answer": "decline",
         "calls": [{"tool": "list-machines", "args": {}}]}))
     .await;
@@ -719,7 +719,7 @@ async fn a_stopping_server_deletes_the_leased_machines_it_adopted() {
         .await
         .unwrap()
         .unwrap();
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
     assert!(
         !std::fs::read_to_string(&record_path)
             .unwrap()

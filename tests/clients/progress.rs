@@ -109,12 +109,15 @@ async fn session(fake: &FakeServe) -> Session {
 /// Readiness probes fail until `ready_after` has passed since this is called: a machine that
 /// takes that long to boot.
 fn slow_readiness(fake: &FakeServe, ready_after: Duration) {
-    let ready_at = Instant::now() + ready_after;
+    // Counted from the first readiness probe, not from now: a client slow to start (a Python
+    // interpreter under CI's load took over a second) found the machine ready after one
+    // progress notification where the test waits for two.
+    let first_probe = std::sync::OnceLock::new();
     fake.set_exec(move |request| {
         let probe = request["command"][1]
             .as_str()
             .is_some_and(|a| a.starts_with("ready-"));
-        if probe && Instant::now() < ready_at {
+        if probe && first_probe.get_or_init(Instant::now).elapsed() < ready_after {
             // The guest agent is not up yet: the engine answers the exec, and no nonce comes back.
             exec_response(1, b"", b"agent not ready")
         } else {

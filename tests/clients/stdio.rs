@@ -142,7 +142,7 @@ async fn python_client_worked_flow_against_the_fake() {
     assert_eq!(pages, [("abcd", false), ("efgh", false), ("ij", true)]);
     assert_eq!(c[6]["structured"]["lines"], json!(["ready"]));
     assert_eq!(c[7]["structured"]["deleted"], "mcp-flow");
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
 }
 
 #[tokio::test]
@@ -313,7 +313,7 @@ async fn sigterm_sighup_and_sigint_clean_up_and_exit_zero() {
             .unwrap();
         assert_eq!(status.code(), Some(0), "{signal}: {status}");
         assert!(
-            fake.state.lock().unwrap().machines.is_empty(),
+            fake.has_no_machines(),
             "{signal}: the ephemeral machine is deleted"
         );
     }

@@ -129,8 +129,5 @@ async fn the_inspector_cli_finds_the_schemas_portable() {
     );
     let called: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(called["structuredContent"]["exitCode"], 0, "{called}");
-    assert!(
-        fake.state.lock().unwrap().machines.is_empty(),
-        "run-once left nothing"
-    );
+    assert!(fake.has_no_machines(), "run-once left nothing");
 }

@@ -459,6 +459,11 @@ impl FakeServe {
             .map(|m| m["state"].as_str().unwrap_or_default().to_owned())
     }
 
+    /// Whether the fake holds no machine at all now.
+    pub fn has_no_machines(&self) -> bool {
+        self.state.lock().unwrap().machines.is_empty()
+    }
+
     /// Whether the fake holds a machine of this name now.
     pub fn has_machine(&self, name: &str) -> bool {
         self.state.lock().unwrap().machines.contains_key(name)

@@ -34,7 +34,7 @@ async fn cancelling_a_readiness_wait_ends_it_and_deletes_the_unnamed_machine() {
     let took = until(
         "deleting the machine after the cancel",
         Duration::from_secs(3),
-        || fake.state.lock().unwrap().machines.is_empty(),
+        || fake.has_no_machines(),
     )
     .await;
     assert!(
@@ -58,7 +58,7 @@ async fn cancelling_a_command_ends_run_once_and_its_machine_goes() {
     until(
         "run-once's machine to be deleted after the cancel",
         Duration::from_secs(3),
-        || fake.state.lock().unwrap().machines.is_empty(),
+        || fake.has_no_machines(),
     )
     .await;
     let record = std::fs::read_to_string(h.record_path()).unwrap();

@@ -171,7 +171,7 @@ async fn run_once_deletes_its_machine_on_every_path() {
         .await;
     assert_eq!(r["stdout"], "hello\n");
     assert!(r["machine"].as_str().unwrap().starts_with("mcp-once-"));
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
 
     fake.set_exec(|req| {
         if req["command"][0] == "echo" {
@@ -188,7 +188,7 @@ async fn run_once_deletes_its_machine_on_every_path() {
         .await;
     assert_eq!(timed["timedOut"], true);
     assert_eq!(timed["exitCode"], 124);
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
 
     // A start that fails: the machine still goes.
     fake.set_exec(|_| exec_response(1, b"", b"not ready"));
@@ -196,7 +196,7 @@ async fn run_once_deletes_its_machine_on_every_path() {
         .err("run-once", json!({"image": "alpine", "command": "true"}))
         .await;
     assert!(err.starts_with("NOT_READY"), "{err}");
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
     let record = std::fs::read_to_string(h.record_path()).unwrap();
     assert!(!record.contains("mcp-once-"), "{record}");
 }
@@ -210,7 +210,7 @@ async fn a_failed_start_deletes_an_unnamed_machine_and_keeps_a_named_one() {
         err.starts_with("NOT_READY") && err.contains("was deleted again"),
         "{err}"
     );
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
 
     let err = h
         .err(
@@ -617,7 +617,7 @@ async fn session_cleanup_deletes_a_branch_child_before_its_source() {
     let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed, []);
     assert_eq!(cleanup.deleted, ["mcp-kid", "mcp-src"]);
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
     let record = std::fs::read_to_string(h.record_path()).unwrap();
     assert!(!record.contains("mcp-"), "{record}");
 }
@@ -639,7 +639,7 @@ async fn session_cleanup_of_a_record_without_parents_still_deletes_both() {
     let cleanup = h.protocol.process().cleanup_session(&h.session).await;
     assert_eq!(cleanup.failed, []);
     assert_eq!(cleanup.deleted, ["mcp-kid", "mcp-src"]);
-    assert!(fake.state.lock().unwrap().machines.is_empty());
+    assert!(fake.has_no_machines());
     let deletes: Vec<serde_json::Value> = fake
         .take_requests()
         .into_iter()

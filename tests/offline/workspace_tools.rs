@@ -684,10 +684,7 @@ async fn a_workspace_past_its_bound_and_a_fan_out_past_the_session_limit_are_ref
         big.contains("over the 16 a workspace may (workspaceMaxBytes)"),
         "{big}"
     );
-    assert!(
-        fake.state.lock().unwrap().machines.is_empty(),
-        "no machine made"
-    );
+    assert!(fake.has_no_machines(), "no machine made");
 
     h.ok("create-machine", json!({"name": "src", "branchable": true}))
         .await;
@@ -915,10 +912,7 @@ async fn run_once_runs_in_the_workspace_and_leaves_nothing() {
         "{ran}"
     );
     assert!(ran["stdout"].as_str().unwrap().contains("src"), "{ran}");
-    assert!(
-        s.fake.state.lock().unwrap().machines.is_empty(),
-        "the machine went"
-    );
+    assert!(s.fake.has_no_machines(), "the machine went");
     let seeds = s.tmp.path().join("copies/seeds");
     assert_eq!(
         std::fs::read_dir(&seeds).map(|d| d.count()).unwrap_or(0),

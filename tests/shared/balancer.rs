@@ -125,7 +125,7 @@ async fn the_python_client_is_served_through_the_balancer_on_both_lifecycles() {
     all_answered(&report);
     let ran = cluster.processes_that_ran("spread-box-").await;
     assert!(ran.len() >= 2, "round-robin over the processes: {ran:?}");
-    assert!(cluster.fake.state.lock().unwrap().machines.is_empty());
+    assert!(cluster.fake.has_no_machines());
 }
 
 async fn conformance_through_the_balancer(spec_version: &str, must_pass: &[&str]) {

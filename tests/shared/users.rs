@@ -216,5 +216,5 @@ async fn two_users_through_the_balancer_each_keep_to_their_own() {
         let gone = call(&url, &alice, "delete-machine", json!({"name": name})).await;
         assert_eq!(gone["result"]["isError"], false, "{gone}");
     }
-    assert!(cluster.fake.state.lock().unwrap().machines.is_empty());
+    assert!(cluster.fake.has_no_machines());
 }
