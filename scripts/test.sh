@@ -281,7 +281,7 @@ if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
     scripts/nested-engine.sh down >/dev/null 2>&1 || true
     scripts/nested-engine.sh up
     eval "$(scripts/nested-engine.sh env)"
-    if [ -n "${SMOL_NESTED_PAUSE_URL:-}" ] && echo "$failed" | grep -qE ' (booted_guest::a_128_mib_machine_paused_|\*$)'; then
+    if [ -n "${SMOL_NESTED_PAUSE_URL:-}" ] && echo "$failed" | grep -qE ' (booted_guest::a_paused_|\*$)'; then
       pause_engine down >/dev/null 2>&1 || true
       pause_engine_up
     fi

@@ -1125,13 +1125,8 @@ async fn count_in(h: &Harness, name: &str) -> (u64, bool) {
 /// scripts/test.sh gives this test a nested engine of its own (`SMOL_NESTED_PAUSE_URL`), where
 /// it runs beside the other guest tests instead of holding them up. Without one it takes the
 /// first engine, in turn with the others.
-///
-/// Its name sorts it second of the target's tests ("a_128" before "a_305"), so libtest starts it
-/// at once on its second thread. Named as it was before, it waited until five serialised tests
-/// had each taken and then left a thread, some 9 minutes, and the target ran for that much
-/// longer than its longest test.
 #[tokio::test]
-async fn a_128_mib_machine_paused_keeps_its_processes_and_the_next_command_resumes_it() {
+async fn a_paused_machine_keeps_its_processes_and_the_next_command_resumes_it() {
     let own_engine = std::env::var("SMOL_NESTED_PAUSE_URL")
         .ok()
         .filter(|u| !u.is_empty());
