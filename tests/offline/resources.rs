@@ -576,7 +576,6 @@ async fn two_subscribers_share_one_poller_and_the_session_end_stops_it() {
 #[tokio::test]
 async fn a_listen_hears_of_new_lines_and_its_end_stops_the_polling() {
     use rmcp::model::{ServerNotification, SubscriptionFilter};
-    use rmcp::service::ClientServiceExt;
     let fake = fake_with_logging_box("old line").await;
     let url = fake.url();
     let (client, protocol, _runtime) = discover_client(&[("SMOL_LOCAL_URL", url.as_str())]).await;

@@ -6,7 +6,7 @@ use crate::common::store_contract;
 use smol_mcp::fleet::FleetKind;
 use smol_mcp::process::events::Events;
 use smol_mcp::store::sqlite::{FILE_NAME, SqliteStore};
-use smol_mcp::store::{Lifecycle, RunRetention, ServedEngine, Store};
+use smol_mcp::store::{RunRetention, ServedEngine, Store};
 use std::sync::Arc;
 
 /// A file in a directory of its own (kept while the closure lives); each call of the closure

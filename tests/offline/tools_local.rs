@@ -1422,7 +1422,6 @@ fn port_sets(requests: &[serde_json::Value]) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn a_port_is_published_once_something_listens_and_keeps_the_machines_other_ports() {
     let fake = FakeServe::start_guest_shell().await;
-    let url = fake.url();
     let h = Harness::on_fake(&fake, &[]).await;
     fake.add_machine("web", "running");
     let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
