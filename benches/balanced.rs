@@ -60,7 +60,8 @@ async fn load(name: &str, url: &str, clients: usize, calls: usize) -> Value {
         let (barrier, url) = (barrier.clone(), url.to_owned());
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            common::timed_calls(calls, async |i| list_machines(&http, &url, i + 1).await).await
+            let (http, url) = (&http, &url);
+            common::timed_calls(calls, move |i| list_machines(http, url, i + 1)).await
         }));
     }
     let (times, lost, wall) = common::release_and_gather(&barrier, tasks).await;

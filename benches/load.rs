@@ -155,8 +155,9 @@ async fn load(name: &str, local_url: &str, create: bool, sessions: usize, calls:
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            let (times, lost) = common::timed_calls(calls, async |i| {
-                matches!(s.tool(10 + i, "list-machines", json!({})).await,
+            let session = &s;
+            let (times, lost) = common::timed_calls(calls, move |i| async move {
+                matches!(session.tool(10 + i, "list-machines", json!({})).await,
                     Some(v) if v["machines"].is_array())
             })
             .await;

@@ -68,9 +68,10 @@ async fn load(
         );
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            common::timed_calls(calls, async |_| {
+            let (http, url, token, tool, arguments) = (&http, &url, &token, &tool, &arguments);
+            common::timed_calls(calls, move |_| async move {
                 assert!(
-                    call(&http, &url, &token, &tool, arguments.clone())
+                    call(http, url, token, tool, arguments.clone())
                         .await
                         .is_some(),
                     "a call was lost or refused"

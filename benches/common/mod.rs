@@ -116,10 +116,11 @@ pub fn one_connection_client() -> reqwest::Client {
 
 /// Makes `calls` calls with `call` (given each one's number from 0), timing each: the times of
 /// those it answers true, and how many it answered false (lost).
-pub async fn timed_calls(
-    calls: usize,
-    mut call: impl AsyncFnMut(usize) -> bool,
-) -> (Vec<Duration>, usize) {
+pub async fn timed_calls<F, Fut>(calls: usize, mut call: F) -> (Vec<Duration>, usize)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let mut times = Vec::with_capacity(calls);
     let mut lost = 0;
     for i in 0..calls {
