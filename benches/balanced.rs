@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{balancer as balancer_script, fake_serve, real_serve};
+use common::{balancer as balancer_script, real_serve};
 
 use common::{answer, env_number};
 use serde_json::{Value, json};

@@ -15,8 +15,6 @@
 
 mod common;
 
-use common::fake_serve;
-
 use common::env_number;
 use common::issuer::Issuer;
 use serde_json::{Value, json};
