@@ -24,8 +24,8 @@ mod common;
 
 use common::{balancer as balancer_script, real_serve};
 
-use common::issuer::Issuer;
 use common::env_number;
+use common::issuer::Issuer;
 use serde_json::{Value, json};
 use smol_mcp::fleet::FleetApi;
 use std::path::{Path, PathBuf};
