@@ -7,7 +7,7 @@
 //! What the real engine does with the value is checked on the nested guest
 //! (tests/guest/booted_guest.rs).
 
-use crate::common::fake_cloud::{FakeCloud, TOKEN};
+use crate::common::fake_cloud::FakeCloud;
 use crate::common::fake_serve::FakeServe;
 use crate::common::mcp::Harness;
 use crate::common::stdio::{StdioServer, server_env};
@@ -66,6 +66,17 @@ async fn stdio_setup(
     (fake, file, runtime, env)
 }
 
+/// A server on `fake` with the three bindings, and the file credential's file it reads.
+async fn with_bindings(fake: &FakeServe) -> (tempfile::NamedTempFile, Harness) {
+    let file = secret_file();
+    let credentials = bindings(file.path());
+    let extra = [
+        ("SMOL_MCP_CREDENTIALS", credentials.as_str()),
+        ("SMOL_TEST_GH", SECRET),
+    ];
+    (file, Harness::on_fake(fake, &extra).await)
+}
+
 /// Fails when `value` appears anywhere in `haystack`.
 fn assert_nowhere(what: &str, haystack: &str) {
     for secret in [SECRET, FILE_SECRET] {
@@ -86,15 +97,7 @@ fn puts(fake: &FakeServe) -> Vec<Value> {
 #[tokio::test]
 async fn a_machine_made_with_credentials_sees_placeholders_and_gets_the_values_at_each_boot() {
     let fake = FakeServe::start_guest_shell().await;
-    let file = secret_file();
-    let url = fake.url();
-    let credentials = bindings(file.path());
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", &url),
-        ("SMOL_MCP_CREDENTIALS", &credentials),
-        ("SMOL_TEST_GH", SECRET),
-    ])
-    .await;
+    let (_file, h) = with_bindings(&fake).await;
     let created = h
         .ok(
             "create-machine",
@@ -207,15 +210,7 @@ async fn a_machine_made_with_credentials_sees_placeholders_and_gets_the_values_a
 #[tokio::test]
 async fn credentials_are_refused_by_name_with_what_to_do() {
     let fake = FakeServe::start().await;
-    let file = secret_file();
-    let url = fake.url();
-    let credentials = bindings(file.path());
-    let h = Harness::start(&[
-        ("SMOL_LOCAL_URL", &url),
-        ("SMOL_MCP_CREDENTIALS", &credentials),
-        ("SMOL_TEST_GH", SECRET),
-    ])
-    .await;
+    let (_file, h) = with_bindings(&fake).await;
     let unknown = h
         .err("create-machine", json!({"credentials": ["gitlab"]}))
         .await;
@@ -245,7 +240,7 @@ async fn credentials_are_refused_by_name_with_what_to_do() {
     );
 
     // A server without bindings says it has none.
-    let plain = Harness::start(&[("SMOL_LOCAL_URL", &url)]).await;
+    let plain = Harness::on_fake(&fake, &[]).await;
     let none = plain
         .err("create-machine", json!({"credentials": ["github"]}))
         .await;
@@ -255,16 +250,15 @@ async fn credentials_are_refused_by_name_with_what_to_do() {
 #[tokio::test]
 async fn the_cloud_fleet_refuses_credentials_and_says_why() {
     let fake = FakeCloud::start().await;
-    let url = fake.url();
     let file = secret_file();
     let credentials = bindings(file.path());
-    let h = Harness::start(&[
-        ("SMOL_CLOUD_URL", &url),
-        ("SMOL_CLOUD_TOKEN", TOKEN),
-        ("SMOL_MCP_TARGETS", "cloud"),
-        ("SMOL_MCP_CREDENTIALS", &credentials),
-        ("SMOL_TEST_GH", SECRET),
-    ])
+    let h = Harness::on_fake_cloud(
+        &fake,
+        &[
+            ("SMOL_MCP_CREDENTIALS", &credentials),
+            ("SMOL_TEST_GH", SECRET),
+        ],
+    )
     .await;
     let refused = h
         .err(
