@@ -432,6 +432,17 @@ class Check:
                 found.add(path.removeprefix("src/"))
         return found
 
+    def call_named_files(self):
+        """The src/ files outside policy/tools/call/ whose code names the `Call` type: a handler
+        that did would be handed the whole call rather than the parts its signature names."""
+        found = set()
+        for path, code in self.tree.rust.items():
+            if path.startswith("src/policy/tools/call"):
+                continue
+            if re.search(r"\bCall\s*<|\bcall::Call\b|\buse\s+call::Call\b", code):
+                found.add(path.removeprefix("src/"))
+        return found
+
     def list_kinds(self):
         """Each list the page may mark: which of its backticked names are items, what they must
         be, and where that comes from."""
@@ -446,6 +457,8 @@ class Check:
             "scripts": (lambda t: re.fullmatch(r"[\w.*-]+/?", t), scripts, "scripts/"),
             "fleet-kind-named": (lambda t: t.endswith(".rs"), self.fleet_kind_files(),
                                  "the files above floor 3 naming FleetKind::Local or ::Cloud"),
+            "call-named": (lambda t: t.endswith(".rs"), self.call_named_files(),
+                           "the files outside policy/tools/call/ naming the Call type"),
         }
 
     def list_items(self):
@@ -519,6 +532,8 @@ def self_check(tree):
         ("a count", "<!-- count: test-binaries -->five<", "<!-- count: test-binaries -->four<"),
         ("a listed test binary", "`shared`<!-- /list -->", "`sharing`<!-- /list -->"),
         ("a listed script", "`load.sh`", "`loads.sh`"),
+        ("a file naming Call", "`policy/tools/mod.rs`<!-- /list -->",
+         "`policy/tools/args.rs`<!-- /list -->"),
         ("a file of a floor", "`shadow.rs`", "`shadows.rs`"),
         ("a repository path", "`tests/offline/layering.rs`", "`tests/offline/layers.rs`"),
         ("a type's method", "`Process::fleet`", "`Process::fleets`"),

@@ -5,7 +5,7 @@
 use super::grammar::{
     AbsolutePath, CidrRanges, EnvVars, GrantsOf, HostNames, ImageRef, MachineName,
 };
-use super::owners::MachineRef;
+use super::owners::{MachineRef, Named};
 use super::tool::Tool;
 use crate::fleet::FleetKind;
 use crate::policy::error::{ToolError, quote};
@@ -766,14 +766,6 @@ tool_arguments! {
 /// Every tool's arguments name the fleet they go to (`target`).
 pub trait Targeted {
     fn target(&self) -> Option<FleetKind>;
-}
-
-/// A machine a call's arguments name: one to act on, which the ownership check opens before
-/// the tool runs, or the new name of one the tool makes (claimed when it is made).
-#[derive(Debug, Clone, Copy)]
-pub enum Named<'a> {
-    Existing(&'a MachineRef),
-    New(&'a str),
 }
 
 pub trait CallArgs: Targeted {

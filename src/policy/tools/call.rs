@@ -1,6 +1,9 @@
 //! What every tool call shares: the fleet it goes to, cancellation by the client, waiting until a
 //! machine runs commands, and deleting a machine whatever the client does meanwhile.
 
+pub mod owners;
+pub mod parts;
+
 use super::Tool;
 use crate::fleet::{
     Capabilities, Command, CreateSpec, ErrorKind, ExecSpec, Feature, Fleet, FleetKind, Machine,
@@ -105,8 +108,8 @@ impl Caller {
 /// One tool call as its handler sees it: who made it (`Caller`, as the protocol built it) and
 /// what the call itself learns as it runs.
 pub struct Call<'a> {
-    pub policy: &'a Arc<Policy>,
-    pub caller: Caller,
+    policy: &'a Arc<Policy>,
+    caller: Caller,
     /// The fleet this call went to, once chosen, and once reached.
     used: OnceLock<FleetKind>,
     reached: OnceLock<Fleet>,
@@ -115,7 +118,7 @@ pub struct Call<'a> {
     /// The names this call claimed for its user (`owners`), let go if it fails.
     claims: std::sync::Mutex<Vec<(FleetKind, String)>>,
     /// The machines the ownership check passed for this call, which its handler may act on.
-    owned: super::owners::owned::KeptOwned,
+    owned: owners::owned::KeptOwned,
 }
 
 /// Which fleets a call may name: those of the process, or the one its session chose when
@@ -161,7 +164,7 @@ fn spend_unknown(kind: ToolErrorKind, setting: &str, why: String) -> ToolError {
 }
 
 /// Micros as dollars, the way a person reads them ($0.0418 for 41,800).
-pub(super) fn dollars(micros: i64) -> String {
+fn dollars(micros: i64) -> String {
     format!("${:.4} ({micros} micros)", micros as f64 / 1_000_000.0)
 }
 
@@ -171,16 +174,16 @@ pub(super) fn random_hex() -> String {
 
 impl<'a> Call<'a> {
     /// The process this call runs in: its fleets, record and leases.
-    pub fn process(&self) -> &Process {
+    fn process(&self) -> &Process {
         &self.policy.process
     }
 
     /// The process's settings.
-    pub fn config(&self) -> &Config {
+    fn config(&self) -> &Config {
         &self.policy.process.config
     }
 
-    pub fn new(policy: &'a Arc<Policy>, caller: Caller) -> Self {
+    pub(super) fn new(policy: &'a Arc<Policy>, caller: Caller) -> Self {
         caller.progress.redacting(&policy.process.credentials);
         Call {
             policy,
@@ -193,12 +196,23 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// After the handler: a fleet that stopped answering is looked for again next time, the
+    /// fleet's own words are added to its error, and a failed call lets go of the names it
+    /// claimed.
+    pub(super) async fn finish<T>(&self, result: Result<T, ToolError>) -> Result<T, ToolError> {
+        let result = self.after(result).await;
+        if result.is_err() {
+            self.release_claims().await;
+        }
+        result
+    }
+
     /// The machines the ownership check passed for this call.
-    pub(super) fn owned(&self) -> &super::owners::owned::KeptOwned {
+    fn owned(&self) -> &owners::owned::KeptOwned {
         &self.owned
     }
 
-    pub(super) fn claimed(&self, kind: FleetKind, name: &str) {
+    fn claimed(&self, kind: FleetKind, name: &str) {
         if let Ok(mut claims) = self.claims.lock() {
             claims.push((kind, name.to_owned()));
         }
@@ -206,7 +220,7 @@ impl<'a> Call<'a> {
 
     /// `name` is no longer this call's claim to let go (made, or let go already): whether it
     /// was.
-    pub(super) fn unclaimed(&self, kind: FleetKind, name: &str) -> bool {
+    fn unclaimed(&self, kind: FleetKind, name: &str) -> bool {
         self.claims.lock().is_ok_and(|mut claims| {
             let before = claims.len();
             claims.retain(|(k, n)| !(*k == kind && n == name));
@@ -214,7 +228,7 @@ impl<'a> Call<'a> {
         })
     }
 
-    pub(super) fn take_claims(&self) -> Vec<(FleetKind, String)> {
+    fn take_claims(&self) -> Vec<(FleetKind, String)> {
         self.claims
             .lock()
             .map(|mut c| std::mem::take(&mut *c))
@@ -222,18 +236,13 @@ impl<'a> Call<'a> {
     }
 
     /// Who owns the machines this call makes: its session, or the process's lease holder.
-    pub fn session(&self) -> &str {
+    fn session(&self) -> &str {
         &self.caller.owner
-    }
-
-    /// Tells the client what a long wait is waiting for, when it asked (a progress token).
-    pub fn progress(&self) -> &Progress {
-        &self.caller.progress
     }
 
     /// When an ephemeral machine this call makes goes: with the session, or, for a sessionless
     /// (2026-07-28) HTTP request, when its lease runs out.
-    pub fn ephemeral_end(&self) -> String {
+    fn ephemeral_end(&self) -> String {
         if self.process().is_lease_session(self.session()) {
             format!(
                 "once no call has used it for {} s (the lease of a client without a session)",
@@ -255,7 +264,7 @@ impl<'a> Call<'a> {
 
     /// Marks `name` as used by this call until it ends, renewing its lease if it has one. A
     /// machine kept from an earlier session (`sessionEnd`) becomes this session's own.
-    pub async fn hold(&self, name: &str) {
+    async fn hold(&self, name: &str) {
         let newly = match self.held.lock() {
             Ok(mut held) if !held.iter().any(|n| n == name) => {
                 held.push(name.to_owned());
@@ -271,7 +280,7 @@ impl<'a> Call<'a> {
 
     /// After the call: a fleet that stopped answering is looked for again next time, and the
     /// fleet adds to its own error what the agent should know of it.
-    pub(super) async fn after<T>(&self, mut result: Result<T, ToolError>) -> Result<T, ToolError> {
+    async fn after<T>(&self, mut result: Result<T, ToolError>) -> Result<T, ToolError> {
         if let Err(e) = &mut result {
             if e.is(ErrorKind::Transport)
                 && let Some(kind) = self.used.get()
@@ -286,17 +295,14 @@ impl<'a> Call<'a> {
     }
 
     /// What the fleet `target` names can do, known without reaching it.
-    pub fn capabilities(
-        &self,
-        target: Option<FleetKind>,
-    ) -> Result<&'static Capabilities, ToolError> {
+    fn capabilities(&self, target: Option<FleetKind>) -> Result<&'static Capabilities, ToolError> {
         Ok(self.process().capabilities(self.fleet_kind(target)?))
     }
 
     /// A machine its fleet keeps for its own use (a warm pool's source or ready clone) is
     /// refused by every tool, before the tool sends anything about it: a process run or a file
     /// written in a ready clone would be in the machine the next lease hands out.
-    pub async fn refuse_kept(
+    async fn refuse_kept(
         &self,
         target: Option<FleetKind>,
         names: [Option<&str>; 2],
@@ -322,7 +328,7 @@ impl<'a> Call<'a> {
     /// Refuses a call that could show output or files of a named machine holding a credential
     /// value this process does not know (supplied before the value changed): it could not be
     /// redacted. Stopping, deleting and describing the machine stay open.
-    pub async fn refuse_unknown_values(
+    async fn refuse_unknown_values(
         &self,
         tool: Tool,
         target: Option<FleetKind>,
@@ -363,7 +369,7 @@ impl<'a> Call<'a> {
     }
 
     /// The fleet a call goes to: its `target` when both fleets are served, else the one fleet.
-    pub async fn fleet(&self, target: Option<FleetKind>) -> Result<Fleet, ToolError> {
+    async fn fleet(&self, target: Option<FleetKind>) -> Result<Fleet, ToolError> {
         let kind = self.fleet_kind(target)?;
         let _ = self.used.set(kind);
         let fleet = match self.process().reaching_waits_for(kind) {
@@ -381,7 +387,7 @@ impl<'a> Call<'a> {
     }
 
     /// Which fleet `target` means here, without reaching it.
-    pub fn fleet_kind(&self, target: Option<FleetKind>) -> Result<FleetKind, ToolError> {
+    fn fleet_kind(&self, target: Option<FleetKind>) -> Result<FleetKind, ToolError> {
         let mode = match self.caller.scope {
             Scope::Chosen(chosen) => {
                 return match target {
@@ -421,7 +427,7 @@ impl<'a> Call<'a> {
     }
 
     /// Runs `work` unless the client cancels first; dropping `work` cancels its HTTP request.
-    pub async fn cancellable<T, E: Into<ToolError>>(
+    async fn cancellable<T, E: Into<ToolError>>(
         &self,
         work: impl Future<Output = Result<T, E>>,
     ) -> Result<T, ToolError> {
@@ -433,7 +439,7 @@ impl<'a> Call<'a> {
 
     /// Creates a machine, telling the client what it waits for: the cloud pulls the image at
     /// create (facts 3.4), so this can take a while there.
-    pub async fn create_reported(
+    async fn create_reported(
         &self,
         fleet: &Fleet,
         spec: &CreateSpec,
@@ -468,7 +474,7 @@ impl<'a> Call<'a> {
     /// A machine of the operator's warm pool that holds what `spec` asks for, leased: `None`
     /// when no pool holds it, none is set up yet, or none has a machine ready (the caller then
     /// makes it cold). Only the local engine keeps pools.
-    pub async fn lease_warm(
+    async fn lease_warm(
         &self,
         fleet: &Fleet,
         spec: &CreateSpec,
@@ -508,11 +514,7 @@ impl<'a> Call<'a> {
     /// Refused with the limit, the count and the setting that raises it. Admitted, the machine
     /// holds a slot in both counts until its create answers ([`MachineSlot::fill`]) or fails
     /// (the slot dropped), so that creates sent at once cannot all pass one count.
-    pub async fn admit_machine(
-        &self,
-        fleet: &Fleet,
-        name: &str,
-    ) -> Result<MachineSlot<'_>, ToolError> {
+    async fn admit_machine(&self, fleet: &Fleet, name: &str) -> Result<MachineSlot<'_>, ToolError> {
         let config = self.config();
         let (per_session, in_all) = (config.max_machines_per_session, config.max_machines);
         let kind = fleet.kind();
@@ -584,7 +586,7 @@ impl<'a> Call<'a> {
     /// Before a create or a command on cloud: the operator's spend ceilings, per session (what
     /// the cloud machines this session made have cost, by the cloud's usage figures) and per UTC
     /// day (the growth of the account's period cost since the day's first reading).
-    pub async fn admit_spend(&self, fleet: &Fleet) -> Result<(), ToolError> {
+    async fn admit_spend(&self, fleet: &Fleet) -> Result<(), ToolError> {
         let config = self.config();
         let (per_session, per_day) = (
             config.cloud_spend_per_session_micros,
@@ -682,7 +684,7 @@ impl<'a> Call<'a> {
 
     /// Starts a machine, telling the client what it waits for: on the local fleet the first
     /// start pulls the image and boots the guest (docs/tools.md: Egress), which can take minutes.
-    pub async fn start_reported(
+    async fn start_reported(
         &self,
         fleet: &Fleet,
         machine: &str,
@@ -706,11 +708,7 @@ impl<'a> Call<'a> {
     }
 
     /// Resumes a paused machine, telling the client what it waits for.
-    pub async fn resume_reported(
-        &self,
-        fleet: &Fleet,
-        machine: &str,
-    ) -> Result<Machine, ToolError> {
+    async fn resume_reported(&self, fleet: &Fleet, machine: &str) -> Result<Machine, ToolError> {
         self.caller
             .progress
             .during(
@@ -724,7 +722,7 @@ impl<'a> Call<'a> {
     /// Brings a machine up for what comes next: a paused one is resumed, a stopped (or
     /// starting) one waited for until it runs commands. Answers whether the call started or
     /// resumed it (`startedMachine`).
-    pub async fn ensure_running(&self, fleet: &Fleet, machine: &str) -> Result<bool, ToolError> {
+    async fn ensure_running(&self, fleet: &Fleet, machine: &str) -> Result<bool, ToolError> {
         match self.phase(fleet, machine).await? {
             Phase::Running => Ok(false),
             Phase::Paused => {
@@ -740,7 +738,7 @@ impl<'a> Call<'a> {
     }
 
     /// Pulls an image into a machine's cache, telling the client how long it has waited.
-    pub async fn pull_reported(
+    async fn pull_reported(
         &self,
         fleet: &Fleet,
         machine: &str,
@@ -758,7 +756,7 @@ impl<'a> Call<'a> {
 
     /// Waits until a command runs in the machine: an `echo` of a nonce, once a second, until the
     /// nonce comes back, the machine is gone, the deadline passes, or the client cancels.
-    pub async fn wait_ready(&self, fleet: &Fleet, machine: &str) -> Result<(), ToolError> {
+    async fn wait_ready(&self, fleet: &Fleet, machine: &str) -> Result<(), ToolError> {
         let limit = Duration::from_secs(self.config().ready_timeout_secs);
         self.caller
             .progress
@@ -829,12 +827,7 @@ impl<'a> Call<'a> {
 
     /// Deletes a machine whatever the client does meanwhile (clean-up is not cancellable), and
     /// forgets it in the ephemeral record once it is gone.
-    pub async fn delete_quietly(
-        &self,
-        fleet: &Fleet,
-        name: &str,
-        id: &str,
-    ) -> Result<(), ToolError> {
+    async fn delete_quietly(&self, fleet: &Fleet, name: &str, id: &str) -> Result<(), ToolError> {
         let kind = fleet.kind();
         match tokio::time::timeout(CLEANUP_DEADLINE, fleet.delete(id)).await {
             Ok(Ok(deleted)) => {
@@ -863,17 +856,13 @@ impl<'a> Call<'a> {
     /// one is not booted, but is not running commands either.
     /// What the machine's state leaves for a command, read or write; a base is refused here,
     /// at once, rather than after the engine's probe and a wait for readiness that never ends.
-    pub async fn phase(&self, fleet: &Fleet, machine: &str) -> Result<Phase, ToolError> {
+    async fn phase(&self, fleet: &Fleet, machine: &str) -> Result<Phase, ToolError> {
         Ok(self.machine_to_run_in(fleet, machine).await?.phase())
     }
 
     /// The machine a command, file or terminal is for, read from the fleet; a base is refused
     /// (the one place that refusal is decided).
-    pub async fn machine_to_run_in(
-        &self,
-        fleet: &Fleet,
-        machine: &str,
-    ) -> Result<Machine, ToolError> {
+    async fn machine_to_run_in(&self, fleet: &Fleet, machine: &str) -> Result<Machine, ToolError> {
         let m = self.cancellable(fleet.get(machine)).await?;
         if m.phase() == Phase::Frozen {
             return Err(base_runs_nothing(machine));

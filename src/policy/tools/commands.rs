@@ -1,17 +1,27 @@
 //! The tools that run commands: in an existing machine, or once in a throwaway one.
 
 use super::args;
+use super::call::parts::{Asking, Cancel, Fleets, JobTable, Making, Ownership, Session, Waits};
 use super::call::random_hex;
 use super::egress_report::{EgressWatch, refused_during};
-use super::lifecycle::{admitted, base_spec, with_egress_hint};
+use super::lifecycle::{Maker, admitted, base_spec, with_egress_hint};
 use super::provisional::Provisional;
 use super::results::{self, Overflow};
-use super::{Call, Tool, ToolError};
+use super::workspace::Transfer;
+use super::{Tool, ToolError};
 use crate::fleet::{ErrorKind, ExecOutput, ExecSpec, Phase};
+use crate::policy::consent::Questions;
 use crate::policy::jobs::guest;
-use crate::policy::ledger::RunStart;
+use crate::policy::ledger::{Ledger, RunStart};
 use crate::policy::output::head_tail;
+use crate::policy::progress::Progress;
+use crate::policy::user::User;
+use crate::process::config::Config;
+use crate::process::credentials::Supplier;
 use crate::process::redaction::Redactor;
+use crate::process::workspaces::Workspaces;
+use crate::store::Store;
+use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument as _;
 
@@ -33,7 +43,7 @@ fn consumption_beside(
 /// What the run cost, from the reading taken before it and one taken now; kept in the ledger.
 /// `None` when nothing was read before (the cost was not asked for).
 async fn run_cost(
-    call: &Call<'_>,
+    ledger: &Ledger,
     fleet: &crate::fleet::Fleet,
     machine: &str,
     before: Option<tokio::task::JoinHandle<Option<crate::fleet::Consumption>>>,
@@ -44,7 +54,7 @@ async fn run_cost(
     let before = before.await.ok().flatten();
     let cost = results::RunCost::between(before.as_ref(), after.as_ref());
     if let Some(cost) = &cost {
-        call.policy.ledger.run_usage(run_id, cost);
+        ledger.run_usage(run_id, cost);
     }
     cost
 }
@@ -145,12 +155,26 @@ fn shape(output: &ExecOutput, budget: usize, redactor: &Redactor) -> Shaped {
     }
 }
 
+/// What a command takes of the call: the machine named and brought up, the spend admitted, the
+/// run recorded and its output redacted; a refused egress put to the user; a background one's
+/// job started.
+type Running<'c> = (
+    Ownership<'c>,
+    Fleets<'c>,
+    Making<'c>,
+    Waits<'c>,
+    Cancel<'c>,
+    Session<'c>,
+    (&'c Progress, &'c Ledger, &'c User, &'c Config, &'c Supplier),
+    (Asking<'c>, &'c Questions, &'c dyn Store, JobTable<'c>),
+);
+
 pub(super) async fn run_command(
-    call: &Call<'_>,
+    parts: Running<'_>,
     a: args::RunCommandArgs,
 ) -> Result<results::RunCommandAnswer, ToolError> {
     if a.background != Some(true) {
-        return run_foreground(call, a)
+        return run_foreground(parts, a)
             .await
             .map(results::RunCommandAnswer::Finished);
     }
@@ -162,21 +186,27 @@ pub(super) async fn run_command(
              background",
         ));
     }
-    let spec = exec_spec(&a.run, TimeoutRule::background(call.config()))?;
-    call.admit_spend(&call.fleet(a.target).await?).await?;
-    super::jobs::start(call, &a, spec)
+    let (machines, fleets, making, waits, _, session, (_, _, user, config, _), (.., jobs)) = parts;
+    let spec = exec_spec(&a.run, TimeoutRule::background(config))?;
+    making.admit_spend(&fleets.reach(a.target).await?).await?;
+    let starting = (machines, fleets, waits, jobs, session, user, config);
+    super::jobs::start(starting, &a, spec)
         .await
         .map(results::RunCommandAnswer::Started)
 }
 
 async fn run_foreground(
-    call: &Call<'_>,
+    parts: Running<'_>,
     a: args::RunCommandArgs,
 ) -> Result<results::CommandRun, ToolError> {
-    let named = call.machine(&a.name)?;
-    let mut spec = exec_spec(&a.run, TimeoutRule::foreground(call.config()))?;
-    let fleet = call.fleet(a.target).await?;
-    call.admit_spend(&fleet).await?;
+    let (machines, fleets, making, waits, cancel, session, reporting, asking) = parts;
+    let (progress, ledger, user, config, credentials) = reporting;
+    let (asking, questions, store, _) = asking;
+    let granting = (questions, store, user, fleets);
+    let named = machines.machine(&a.name)?;
+    let mut spec = exec_spec(&a.run, TimeoutRule::foreground(config))?;
+    let fleet = fleets.reach(a.target).await?;
+    making.admit_spend(&fleet).await?;
     // A machine this server has seen is not asked for again before each command (a request
     // per command: +120-150 ms on the nested engine). Its network says whether to watch the
     // egress; whether it runs is left to the exec, sent without autoStart: a machine that is
@@ -188,22 +218,23 @@ async fn run_foreground(
             (network, false)
         }
         None => {
-            let machine = call.machine_to_run_in(&fleet, &named).await?;
+            let machine = waits.machine_to_run_in(&fleet, &named).await?;
             let paused = machine.phase() == Phase::Paused;
             if paused {
-                call.resume_reported(&fleet, &named).await?;
+                waits.resume_reported(&fleet, &named).await?;
             }
             let boots = paused || machine.phase().boots_on_use();
             if boots && !paused && fleet.capabilities().exec_boots_silently {
                 // The fleet's exec would boot the machine itself, saying nothing for as long as
                 // that takes: started first, the boot is reported as progress like any other
                 // start's.
-                call.start_reported(&fleet, &named, None, None).await?;
+                waits.start_reported(&fleet, &named, None, None).await?;
             }
             (machine.network, boots)
         }
     };
-    let prior = super::egress_report::apply_prior(call, &fleet, &named).await;
+    let prior =
+        super::egress_report::apply_prior((asking, credentials, granting), &fleet, &named).await;
     let watch = match network
         .egress()
         .and_then(|egress| EgressWatch::begin(fleet.capabilities(), egress))
@@ -216,9 +247,8 @@ async fn run_foreground(
     // seldom needs. A command is otherwise the one exec request.
     let before = (a.usage == Some(true)).then(|| consumption_beside(&fleet, &named));
     let began = Instant::now();
-    let run = call.policy.ledger.begin(
-        RunStart::new(Tool::RunCommand.name(), fleet.kind(), &named, &spec).by(&call.caller.user),
-    );
+    let run =
+        ledger.begin(RunStart::new(Tool::RunCommand.name(), fleet.kind(), &named, &spec).by(user));
     let run_id = run.id();
     // Neither engine can cancel an exec: dropping the request leaves the command running in the
     // guest. Every command carries a marker in its environment (children inherit it), so that a
@@ -226,22 +256,22 @@ async fn run_foreground(
     let marker = format!("{}-{}", std::process::id(), random_hex());
     spec.env
         .insert(guest::RUN_MARKER.to_owned(), marker.clone());
-    let attempt = call
-        .cancellable(async {
-            match super::streamed::exec(call, &fleet, &named, &spec).await {
+    let attempt = cancel
+        .run(async {
+            match super::streamed::exec(progress, &fleet, &named, &spec).await {
                 Err(e) if !spec.start_if_stopped && fleet.is_not_running(&e) => {
                     // Refused as not running: stopped (booted, its boot reported) or paused
                     // (the fleet's start resumes it, the same processes going on); a base is
                     // never started (its start is 409 and its exec never answers).
-                    if let Err(e) = call.start_reported(&fleet, &named, None, None).await {
+                    if let Err(e) = waits.start_reported(&fleet, &named, None, None).await {
                         if e.is(ErrorKind::Conflict) {
                             // A start refused as a conflict: a base is said to be one.
-                            call.machine_to_run_in(&fleet, &named).await?;
+                            waits.machine_to_run_in(&fleet, &named).await?;
                         }
                         return Err(e);
                     }
                     let sent_again = Instant::now();
-                    let output = super::streamed::exec(call, &fleet, &named, &spec).await?;
+                    let output = super::streamed::exec(progress, &fleet, &named, &spec).await?;
                     Ok::<_, ToolError>((output, Some(sent_again)))
                 }
                 other => Ok((other?, None)),
@@ -267,20 +297,17 @@ async fn run_foreground(
     let (output, sent) = output;
     let timed_out = output.timed_out(sent.elapsed(), spec.timeout_secs);
     run.exited(&output, timed_out);
-    let usage = run_cost(call, &fleet, &named, before, run_id).await;
+    let usage = run_cost(ledger, &fleet, &named, before, run_id).await;
     let failed = output.exit_code != 0 || timed_out;
-    let blocked_egress = refused_during(watch, call, &fleet, &named, failed).await;
+    let blocked_egress = refused_during(watch, cancel, &fleet, &named, failed).await;
     let egress_answer = match &blocked_egress {
-        Some(refused) if call.process().credentials.asks_egress(&named).await => {
-            Some(super::egress_report::ask_the_user(call, &fleet, &named, refused).await)
+        Some(refused) if credentials.asks_egress(&named).await => {
+            let asker = (asking, progress, cancel, session, granting);
+            Some(super::egress_report::ask_the_user(asker, &fleet, &named, refused).await)
         }
         _ => prior,
     };
-    let mut shaped = shape(
-        &output,
-        call.config().max_output_bytes,
-        &call.process().credentials.redactor(),
-    );
+    let mut shaped = shape(&output, config.max_output_bytes, &credentials.redactor());
     let mut overflow = Vec::new();
     if shaped.stdout.dropped > 0 || shaped.stderr.dropped > 0 {
         let stamp = random_hex();
@@ -292,8 +319,8 @@ async fn run_foreground(
                 continue;
             }
             let path = format!("/tmp/smol-mcp-{stamp}.{stream}");
-            match call
-                .cancellable(fleet.write_file(&named, &path, bytes.clone()))
+            match cancel
+                .run(fleet.write_file(&named, &path, bytes.clone()))
                 .await
             {
                 Ok(_) => {
@@ -327,11 +354,23 @@ async fn run_foreground(
     })
 }
 
+/// What run-once takes of the call: a machine made, run in once and deleted.
+type RunningOnce<'c> = (
+    Maker<'c>,
+    Ownership<'c>,
+    Waits<'c>,
+    Transfer<'c>,
+    (&'c Config, &'c User, &'c Supplier, &'c Ledger),
+    &'c Arc<Workspaces>,
+);
+
 pub(super) async fn run_once(
-    call: &Call<'_>,
+    (maker, machines, waits, transfer, reporting, workspaces): RunningOnce<'_>,
     a: args::RunOnceArgs,
 ) -> Result<results::RunOnce, ToolError> {
-    let config = &call.config();
+    let (config, user, credentials, ledger) = reporting;
+    let (fleets, making, records, session) = maker;
+    let (progress, cancel) = transfer;
     let name = format!("{}once-{}", config.machine_prefix, random_hex());
     if a.machine.network == Some(args::Network::Ask) {
         return Err(ToolError::argument(
@@ -340,7 +379,7 @@ pub(super) async fn run_once(
              what the user allowed; create-machine with network ask, then run-command",
         ));
     }
-    let mut spec = base_spec(call, &a.machine, name.clone(), config.run_once_network)?;
+    let mut spec = base_spec(config, &a.machine, name.clone(), config.run_once_network)?;
     spec.ephemeral = true;
     let mut exec = exec_spec(&a.run, TimeoutRule::foreground(config))?;
     let workspace = match &a.machine.workspace {
@@ -348,40 +387,41 @@ pub(super) async fn run_once(
             if exec.workdir.is_none() {
                 exec.workdir = Some(super::workspace::GUEST_PATH.to_owned());
             }
-            Some(super::workspace::prepare(call, dir).await?)
+            let dirs = (user, config, machines);
+            Some(super::workspace::prepare((dirs, workspaces), dir).await?)
         }
         None => None,
     };
-    let (fleet, bindings, slot) = admitted(call, a.target, &a.machine, &mut spec).await?;
-    let warm = call.lease_warm(&fleet, &spec, &slot).await;
+    let admitting = (fleets, making, credentials);
+    let (fleet, bindings, slot) = admitted(admitting, a.target, &a.machine, &mut spec).await?;
+    let warm = making.lease_warm(&fleet, &spec, &slot).await;
     let (name, pool) = match &warm {
         Some((pool, lease)) => (lease.machine.clone(), Some(pool.clone())),
         None => (name, None),
     };
-    let mut machine = Provisional::begin(call, &fleet, &name, true).await?;
+    let recording = (making, records, session);
+    let mut machine = Provisional::begin(recording, &fleet, &name, true).await?;
     let result = async {
         if warm.is_some() {
             machine.created(&name).await;
         } else {
-            let created = call
+            let created = making
                 .create_reported(&fleet, &spec, &slot)
                 .await
                 .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
             machine.created(&created.id).await;
             if !bindings.is_empty() {
-                call.process()
-                    .credentials
-                    .bind(machine.id(), &bindings)
-                    .await;
+                credentials.bind(machine.id(), &bindings).await;
             }
-            call.start_reported(&fleet, machine.id(), Some(false), spec.image.as_deref())
+            waits
+                .start_reported(&fleet, machine.id(), Some(false), spec.image.as_deref())
                 .await
                 .map_err(|e| with_egress_hint(e, &spec, Tool::RunOnce))?;
-            call.wait_ready(&fleet, machine.id()).await?;
+            waits.wait_ready(&fleet, machine.id()).await?;
         }
         if let Some(w) = workspace {
             // Gone with the machine: nothing of it is recorded.
-            super::workspace::send_in(call, &fleet, machine.id(), &w.seed).await?;
+            super::workspace::send_in(transfer, &fleet, machine.id(), &w.seed).await?;
         }
         let watch = match EgressWatch::begin(fleet.capabilities(), &spec.egress) {
             Some(watch) => Some(watch.with_baseline(&fleet, machine.id()).await),
@@ -390,12 +430,11 @@ pub(super) async fn run_once(
         // Its machine is made and deleted around it: one reading more costs it little.
         let before = Some(consumption_beside(&fleet, machine.id()));
         let began = Instant::now();
-        let run = call.policy.ledger.begin(
-            RunStart::new(Tool::RunOnce.name(), fleet.kind(), &name, &exec).by(&call.caller.user),
-        );
+        let run =
+            ledger.begin(RunStart::new(Tool::RunOnce.name(), fleet.kind(), &name, &exec).by(user));
         let run_id = run.id();
-        let output = match call
-            .cancellable(super::streamed::exec(call, &fleet, machine.id(), &exec))
+        let output = match cancel
+            .run(super::streamed::exec(progress, &fleet, machine.id(), &exec))
             .await
         {
             Ok(output) => output,
@@ -408,25 +447,21 @@ pub(super) async fn run_once(
         let timed_out = output.timed_out(elapsed, exec.timeout_secs);
         run.exited(&output, timed_out);
         // Asked before the machine goes: the engine's record of it goes with it.
-        let usage = run_cost(call, &fleet, machine.id(), before, run_id).await;
+        let usage = run_cost(ledger, &fleet, machine.id(), before, run_id).await;
         let failed = output.exit_code != 0 || timed_out;
-        let blocked_egress = refused_during(watch, call, &fleet, machine.id(), failed).await;
+        let blocked_egress = refused_during(watch, cancel, &fleet, machine.id(), failed).await;
         Ok::<_, ToolError>((output, elapsed, blocked_egress, usage))
     }
     .await;
     // Whatever happened, the machine goes (a cancelled call included).
     if !bindings.is_empty() {
-        call.process().credentials.forget_machine(&name).await;
+        credentials.forget_machine(&name).await;
     }
     if let Err(e) = machine.abandon().await {
         tracing::warn!(machine = %name, error = %e.message, "run-once could not delete its machine; it stays recorded for the session's clean-up");
     }
     let (output, elapsed, blocked_egress, usage) = result?;
-    let shaped = shape(
-        &output,
-        config.max_output_bytes,
-        &call.process().credentials.redactor(),
-    );
+    let shaped = shape(&output, config.max_output_bytes, &credentials.redactor());
     Ok(results::RunOnce {
         truncated: shaped.truncated,
         timed_out: output.timed_out(elapsed, exec.timeout_secs),

@@ -2,9 +2,9 @@
 //! named by the agent, put into the machine's spec. The values never pass here: the local fleet
 //! supplies them before each boot (`crate::process::credentials`).
 
-use super::Call;
 use crate::fleet::{Capabilities, CreateSpec, Egress, Feature};
 use crate::policy::error::ToolError;
+use crate::process::credentials::Supplier;
 
 /// Puts the bindings `names` asks for into `spec`, once they are known, their values are
 /// there to supply, and the fleet can take them; answers the names to record for the machine.
@@ -12,7 +12,7 @@ use crate::policy::error::ToolError;
 /// declared those hosts as where the value may go, and a request that cannot leave the
 /// machine would carry nothing.
 pub(super) fn apply(
-    call: &Call<'_>,
+    supplier: &Supplier,
     capabilities: &Capabilities,
     names: Option<&[String]>,
     spec: &mut CreateSpec,
@@ -24,7 +24,6 @@ pub(super) fn apply(
     if let Some(why) = capabilities.lacks(Feature::Credentials) {
         return Err(ToolError::argument("credentials", why));
     }
-    let supplier = &call.process().credentials;
     let bindings = supplier
         .resolve(names)
         .map_err(|why| ToolError::argument("credentials", why))?;

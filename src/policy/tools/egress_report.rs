@@ -9,10 +9,16 @@
 //! picked by their timestamps, less a baseline read before it when another command ran on the
 //! machine in the last seconds (whose refusals could carry the same second).
 
+use super::ToolError;
+use super::call::parts::{Asking, Cancel, Fleets, Session};
 use super::results::{BlockedEgress, EgressAnswer};
-use super::{Call, ToolError};
 use crate::fleet::{Capabilities, Egress, EgressDenial, Feature, Fleet};
 use crate::policy::consent::Asked;
+use crate::policy::consent::Questions;
+use crate::policy::progress::Progress;
+use crate::policy::user::User;
+use crate::process::credentials::Supplier;
+use crate::store::Store;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -64,14 +70,14 @@ impl EgressWatch {
 /// debug), never fails the call.
 pub async fn refused_during(
     watch: Option<EgressWatch>,
-    call: &Call<'_>,
+    cancel: Cancel<'_>,
     fleet: &Fleet,
     machine: &str,
     failed: bool,
 ) -> Option<Vec<BlockedEgress>> {
     let watch = watch.filter(|_| failed)?;
-    match call
-        .cancellable(fleet.egress_denials(machine, DENIALS_ASKED))
+    match cancel
+        .run(fleet.egress_denials(machine, DENIALS_ASKED))
         .await
     {
         Ok(denials) => {
@@ -168,8 +174,22 @@ fn host_and_port(dest: &str) -> (String, Option<u16>) {
 /// user, and adds those the user allows to the machine's allow list, live. The agent's word
 /// never widens it: only an answer through [`crate::policy::consent::Consent`] does. What was
 /// allowed is recorded in the run ledger, for a later machine's `allowHostsFrom`.
+/// What an answer about egress takes of the call: the answers kept, the grant recorded for
+/// the user under the fleet's engine.
+pub(super) type Granting<'c> = (&'c Questions, &'c dyn Store, &'c User, Fleets<'c>);
+
+/// What putting refused egress to the user takes of the call: someone to ask, a turn among the
+/// questions open, the wait reported and cancellable, the session's rate of questions.
+pub(super) type Asker<'c> = (
+    Asking<'c>,
+    &'c Progress,
+    Cancel<'c>,
+    Session<'c>,
+    Granting<'c>,
+);
+
 pub(super) async fn ask_the_user(
-    call: &Call<'_>,
+    (asking, progress, cancel, session, granting): Asker<'_>,
     fleet: &Fleet,
     machine: &str,
     refused: &[BlockedEgress],
@@ -185,7 +205,7 @@ pub(super) async fn ask_the_user(
             refused_to.push(destination);
         }
     }
-    let Some(consent) = &call.caller.consent else {
+    let Some(consent) = asking.consent() else {
         return not_asked(
             "this client cannot show the user a question (it has no form elicitation): the \
              user can allow hosts by name, in allowHosts of a new machine",
@@ -193,16 +213,14 @@ pub(super) async fn ask_the_user(
             refused_to,
         );
     };
-    let questions = &call.policy.questions;
+    let questions = granting.0;
     // One question open about a machine at a time: a command refused while one is open waits
     // for its answer, then asks only what that answer left undecided.
-    let turn = call
-        .caller
-        .progress
+    let turn = progress
         .during(
             &format!("waiting for the user's answer to an earlier question about {machine}"),
             None,
-            Box::pin(call.cancellable(async { Ok::<_, ToolError>(questions.turn(machine).await) })),
+            Box::pin(cancel.run(async { Ok::<_, ToolError>(questions.turn(machine).await) })),
         )
         .await;
     let Ok(_turn) = turn else {
@@ -235,7 +253,7 @@ pub(super) async fn ask_the_user(
             declined_before,
         );
     }
-    if let Err(wait) = questions.admit(call.session()) {
+    if let Err(wait) = questions.admit(session.id()) {
         let mut all = asked;
         all.extend(declined_before);
         return not_asked(
@@ -250,9 +268,7 @@ pub(super) async fn ask_the_user(
             all,
         );
     }
-    let answer = call
-        .caller
-        .progress
+    let answer = progress
         .during(
             &format!("waiting for the user to answer about {}", asked.join(", ")),
             None,
@@ -277,7 +293,7 @@ pub(super) async fn ask_the_user(
             );
         }
     };
-    let mut answered = apply(call, fleet, machine, answer, declined_before).await;
+    let mut answered = apply(granting, fleet, machine, answer, declined_before).await;
     answered.allowed.extend(allowed_before);
     answered
 }
@@ -285,33 +301,27 @@ pub(super) async fn ask_the_user(
 /// The answer to a question an earlier attempt of this call asked (a 2026-07-28 client's call
 /// made again with the user's answer): applied before the command runs again.
 pub(super) async fn apply_prior(
-    call: &Call<'_>,
+    (asking, credentials, granting): (Asking<'_>, &Supplier, Granting<'_>),
     fleet: &Fleet,
     machine: &str,
 ) -> Option<EgressAnswer> {
-    let prior = call
-        .caller
-        .prior_answer
-        .as_ref()
-        .filter(|p| p.machine == machine)?;
-    if !call.process().credentials.asks_egress(machine).await {
+    let prior = asking.prior_answer().filter(|p| p.machine == machine)?;
+    if !credentials.asks_egress(machine).await {
         return None;
     }
-    Some(apply(call, fleet, machine, prior.answer.clone(), Vec::new()).await)
+    Some(apply(granting, fleet, machine, prior.answer.clone(), Vec::new()).await)
 }
 
 /// What the user said, done: the allowed destinations added to the machine's list live and
 /// recorded, the declined ones not asked about again.
 async fn apply(
-    call: &Call<'_>,
+    (questions, store, user, fleets): Granting<'_>,
     fleet: &Fleet,
     machine: &str,
     answer: crate::policy::consent::EgressAnswer,
     declined_before: Vec<String>,
 ) -> EgressAnswer {
-    call.policy
-        .questions
-        .record(machine, &answer.declined, false);
+    questions.record(machine, &answer.declined, false);
     let mut declined = answer.declined;
     declined.extend(declined_before);
     if answer.allowed.is_empty() {
@@ -338,18 +348,15 @@ async fn apply(
         .collect();
     match fleet.allow_egress(machine, &hosts, &cidrs).await {
         Ok(_) => {
-            call.policy.questions.record(machine, &answer.allowed, true);
-            call.policy
-                .store
-                .egress_grants()
-                .add(crate::store::EgressGrant {
-                    user: call.caller.user.id().to_owned(),
-                    fleet: fleet.kind(),
-                    engine: call.process().engine(fleet.kind()),
-                    machine: machine.to_owned(),
-                    destinations: answer.allowed.clone(),
-                    granted_ms: chrono::Utc::now().timestamp_millis(),
-                });
+            questions.record(machine, &answer.allowed, true);
+            store.egress_grants().add(crate::store::EgressGrant {
+                user: user.id().to_owned(),
+                fleet: fleet.kind(),
+                engine: fleets.engine(fleet.kind()),
+                machine: machine.to_owned(),
+                destinations: answer.allowed.clone(),
+                granted_ms: chrono::Utc::now().timestamp_millis(),
+            });
             EgressAnswer {
                 allowed: answer.allowed,
                 declined,

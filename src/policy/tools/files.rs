@@ -3,13 +3,19 @@
 //! the same read (the same offset the last one ended at) continues it rather than downloading
 //! the file again.
 
+use super::ToolError;
 use super::args::{self, Encoding};
+use super::call::parts::{Cancel, Fleets, Ownership, Waits};
 use super::results;
-use super::{Call, ToolError};
 use crate::fleet::FileReader;
 use crate::policy::output::utf8_prefix_len;
+use crate::policy::progress::Progress;
 use crate::policy::reads::ParkedRead;
+use crate::policy::reads::ParkedReads;
+use crate::process::config::Config;
+use crate::process::credentials::Supplier;
 use crate::process::redaction::Ending;
+use crate::process::workspaces::Workspaces;
 use base64::Engine as _;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,18 +24,33 @@ use tracing::Instrument as _;
 /// How much of the next page is downloaded while a page travels to the client.
 const READ_AHEAD: usize = 4 * 1024 * 1024;
 
+/// What read-file takes of the call: the machine brought up, the read parked between pages,
+/// its bytes redacted; with `changes`, the workspace read back.
+type Reading<'c> = (
+    Ownership<'c>,
+    Fleets<'c>,
+    Waits<'c>,
+    Cancel<'c>,
+    &'c Config,
+    &'c Supplier,
+    &'c ParkedReads,
+    (&'c Arc<Workspaces>, &'c Progress),
+);
+
 pub(super) async fn read_file(
-    call: &Call<'_>,
+    (machines, fleets, waits, cancel, config, credentials, reads, (workspaces, progress)): Reading<
+        '_,
+    >,
     a: args::ReadFileArgs,
 ) -> Result<results::FileRead, ToolError> {
-    let named = call.machine(&a.name)?;
+    let named = machines.machine(&a.name)?;
     if a.length == Some(0) {
         return Err(ToolError::argument(
             "length",
             "give at least 1, or leave it out to read to the end",
         ));
     }
-    let budget = call.config().max_output_bytes;
+    let budget = config.max_output_bytes;
     // The page is held whole in memory on its way out: a length past the budget would have the
     // server buffer whatever the caller names (2^53 buffered a whole 1 GiB file).
     if let Some(length) = a.length.filter(|&l| l > budget as u64) {
@@ -42,7 +63,15 @@ pub(super) async fn read_file(
         ));
     }
     if a.changes == Some(true) {
-        return super::workspace::read_changes(call, a).await;
+        let parts = (
+            machines,
+            fleets,
+            waits,
+            config,
+            workspaces,
+            (progress, cancel),
+        );
+        return super::workspace::read_changes(parts, a).await;
     }
     // Left out, the encoding is utf8, but a whole file read that turns out to be an image
     // comes as an image content block instead: the model sees it, where base64 or mangled
@@ -54,8 +83,8 @@ pub(super) async fn read_file(
         Encoding::Utf8 => budget,
         Encoding::Base64 => budget / 4 * 3,
     };
-    let fleet = call.fleet(a.target).await?;
-    let started_machine = call.ensure_running(&fleet, &named).await?;
+    let fleet = fleets.reach(a.target).await?;
+    let started_machine = waits.ensure_running(&fleet, &named).await?;
     let want = a
         .length
         .map_or(page_max, |l| usize::try_from(l).unwrap_or(page_max));
@@ -63,17 +92,17 @@ pub(super) async fn read_file(
     let kind = fleet.kind();
     // A credential value crossing either edge of the page is replaced whole (and the page's
     // end moved past it): the page is read with a value's length less one on each side.
-    let redactor = call.process().credentials.redactor();
+    let redactor = credentials.redactor();
     let reach = redactor.longest().saturating_sub(1);
-    let (shared, behind) = match call.policy.reads.take(kind, &named, &a.path, offset) {
+    let (shared, behind) = match reads.take(kind, &named, &a.path, offset) {
         Some(parked) => parked,
         None => {
-            let stream = call.cancellable(fleet.read_file(&named, &a.path)).await?;
+            let stream = cancel.run(fleet.read_file(&named, &a.path)).await?;
             let mut reader = FileReader::new(stream);
             let before = offset.saturating_sub(reach as u64);
-            call.cancellable(reader.skip_to(before)).await?;
+            cancel.run(reader.skip_to(before)).await?;
             let behind_len = usize::try_from(offset - reader.position().min(offset)).unwrap_or(0);
-            call.cancellable(reader.peek(behind_len)).await?;
+            cancel.run(reader.peek(behind_len)).await?;
             let behind = reader.take(behind_len).to_vec();
             (Arc::new(tokio::sync::Mutex::new(reader)), behind)
         }
@@ -81,15 +110,16 @@ pub(super) async fn read_file(
     // A read-ahead still under way finishes first: it is on the way to this page.
     let mut reader = shared.lock().await;
     if image_wanted && reader.position() == 0 {
-        let head = call.cancellable(reader.peek(IMAGE_SIGNATURE_BYTES)).await?;
+        let head = cancel.run(reader.peek(IMAGE_SIGNATURE_BYTES)).await?;
         if let Some(image) = ImageType::of(head) {
-            return read_image(call, &mut reader, a.path.into(), image, started_machine).await;
+            let parts = (cancel, config, credentials);
+            return read_image(parts, &mut reader, a.path.into(), image, started_machine).await;
         }
     }
     let start = reader.position();
     // Three bytes past the page tell whether its end splits a character.
     let asked = want.saturating_add(3).saturating_add(reach);
-    let at_hand = call.cancellable(reader.peek(asked)).await?;
+    let at_hand = cancel.run(reader.peek(asked)).await?;
     let mut len = want.min(at_hand.len());
     if encoding == Encoding::Utf8 && len < at_hand.len() {
         // Never split a character across pages; the next page starts where this one ends.
@@ -118,11 +148,11 @@ pub(super) async fn read_file(
     let mut behind = behind;
     behind.extend_from_slice(&reader.take(len));
     let behind = behind.split_off(behind.len().saturating_sub(reach));
-    let size = call.cancellable(reader.size()).await?;
+    let size = cancel.run(reader.size()).await?;
     let eof = start + len as u64 >= size;
     if !eof && reader.can_continue() {
         drop(reader);
-        call.policy.reads.park(ParkedRead {
+        reads.park(ParkedRead {
             kind,
             machine: named.to_string(),
             path: a.path.to_string(),
@@ -205,18 +235,16 @@ impl ImageType {
 /// A whole image as one image content block, within `maxImageBytes`: held whole (a page of
 /// an image would not show), refused past the bound with its size and the ways to read it.
 async fn read_image(
-    call: &Call<'_>,
+    (cancel, config, credentials): (Cancel<'_>, &Config, &Supplier),
     reader: &mut FileReader,
     path: String,
     image: ImageType,
     started_machine: bool,
 ) -> Result<results::FileRead, ToolError> {
-    let bound = call.config().max_image_bytes;
-    let at_hand = call
-        .cancellable(reader.peek(bound.saturating_add(1)))
-        .await?;
+    let bound = config.max_image_bytes;
+    let at_hand = cancel.run(reader.peek(bound.saturating_add(1))).await?;
     if at_hand.len() > bound {
-        let size = call.cancellable(reader.size()).await?;
+        let size = cancel.run(reader.size()).await?;
         return Err(ToolError::argument(
             "encoding",
             format!(
@@ -229,7 +257,7 @@ async fn read_image(
     }
     // A credential value inside the bytes is replaced like anywhere else: an image that
     // no longer decodes is better than a value that leaves.
-    let redactor = call.process().credentials.redactor();
+    let redactor = credentials.redactor();
     let whole = at_hand.len();
     let bytes = redactor.window(at_hand, 0..whole, Ending::Final).bytes;
     Ok(results::FileRead {
@@ -247,29 +275,27 @@ async fn read_image(
 }
 
 pub(super) async fn write_file(
-    call: &Call<'_>,
+    (machines, fleets, waits, cancel): (Ownership<'_>, Fleets<'_>, Waits<'_>, Cancel<'_>),
     a: args::WriteFileArgs,
 ) -> Result<results::FileWritten, ToolError> {
-    let named = call.machine(&a.name)?;
+    let named = machines.machine(&a.name)?;
     let bytes = match a.encoding {
         Encoding::Utf8 => a.content.into_bytes(),
         Encoding::Base64 => base64::engine::general_purpose::STANDARD
             .decode(a.content.trim())
             .map_err(|e| ToolError::argument("content", format!("not valid base64 ({e})")))?,
     };
-    let fleet = call.fleet(a.target).await?;
+    let fleet = fleets.reach(a.target).await?;
     if let Some(why) = fleet.upload_refusal(bytes.len() as u64) {
         return Err(ToolError::argument("content", why));
     }
     // A file written before the workload's container is up lands under a mount that then
     // hides it; a command that has run means the container is up.
-    let started_machine = call.ensure_running(&fleet, &named).await?;
+    let started_machine = waits.ensure_running(&fleet, &named).await?;
     if !started_machine {
-        call.wait_ready(&fleet, &named).await?;
+        waits.wait_ready(&fleet, &named).await?;
     }
-    let size = call
-        .cancellable(fleet.write_file(&named, &a.path, bytes))
-        .await?;
+    let size = cancel.run(fleet.write_file(&named, &a.path, bytes)).await?;
     Ok(results::FileWritten {
         path: a.path.into(),
         size,

@@ -1,61 +1,76 @@
 //! The tools around background jobs (`crate::policy::jobs`): starting one from run-command, reading
 //! its output by cursor, cancelling it, listing them.
 
+use super::args;
+use super::call::parts::{Cancel, Fleets, JobTable, Ownership, Session, Waits};
 use super::results::{JobFiles, JobList, JobOutputAnswer, JobReport, JobStarted, JobSummary};
-use super::{Call, args};
 use crate::fleet::{ErrorKind, FleetKind};
 use crate::policy::error::{ToolError, ToolErrorKind};
 use crate::policy::jobs::{Cursor, Job, Phase, Start, StartError};
+use crate::policy::progress::Progress;
+use crate::policy::user::User;
+use crate::process::config::Config;
+use crate::process::credentials::Supplier;
+use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Which jobs a call may name: its user's, on the fleet its target names.
+type Theirs<'c> = (Fleets<'c>, JobTable<'c>, &'c User);
 
 /// How much of the command a listing shows.
 const COMMAND_SHOWN_CHARS: usize = 200;
 
+/// What starting a job takes of the call.
+pub(super) type Starting<'c> = (
+    Ownership<'c>,
+    Fleets<'c>,
+    Waits<'c>,
+    JobTable<'c>,
+    Session<'c>,
+    &'c User,
+    &'c Config,
+);
+
 pub(super) async fn start(
-    call: &Call<'_>,
+    (machines, fleets, waits, jobs, session, user, config): Starting<'_>,
     a: &args::RunCommandArgs,
     spec: crate::fleet::ExecSpec,
 ) -> Result<JobStarted, ToolError> {
-    let named = call.machine(&a.name)?;
-    let fleet = call.fleet(a.target).await?;
-    let machine = call.machine_to_run_in(&fleet, &named).await?;
+    let named = machines.machine(&a.name)?;
+    let fleet = fleets.reach(a.target).await?;
+    let machine = waits.machine_to_run_in(&fleet, &named).await?;
     let paused = machine.phase() == crate::fleet::Phase::Paused;
     if paused {
-        call.resume_reported(&fleet, &named).await?;
+        waits.resume_reported(&fleet, &named).await?;
     }
     let started_machine = paused || machine.phase().boots_on_use();
-    let timeout_secs = spec.timeout_secs.unwrap_or(call.config().max_job_secs);
+    let timeout_secs = spec.timeout_secs.unwrap_or(config.max_job_secs);
     let start = Start {
-        user: &call.caller.user,
+        user,
         fleet,
         machine: &named,
         spec,
         timeout: Duration::from_secs(timeout_secs),
-        session: call.caller.session_hold.clone(),
+        session: session.keep_open(),
         // The record read just above, before anything of the job ran.
         consumption_before: Some(machine.consumption),
     };
     // Not cancellable once sent: a job the engine started must be known here, or nothing
     // would ever watch or end it.
-    let job = call
-        .policy
-        .jobs
-        .start(&call.policy.process, &call.policy.ledger, start)
-        .await
-        .map_err(|e| match e {
-            StartError::Fleet(e) => ToolError::from(e),
-            StartError::Full(_) | StartError::UserFull(_) => {
-                ToolError::new(ToolErrorKind::Fleet(ErrorKind::RateLimited), e.to_string())
-            }
-            StartError::Refused(_) => ToolError::new(
-                ToolErrorKind::Fleet(ErrorKind::Upstream),
-                format!(
-                    "{e}. A job needs sh and a writable /tmp in the machine's image; \
+    let job = jobs.start(start).await.map_err(|e| match e {
+        StartError::Fleet(e) => ToolError::from(e),
+        StartError::Full(_) | StartError::UserFull(_) => {
+            ToolError::new(ToolErrorKind::Fleet(ErrorKind::RateLimited), e.to_string())
+        }
+        StartError::Refused(_) => ToolError::new(
+            ToolErrorKind::Fleet(ErrorKind::Upstream),
+            format!(
+                "{e}. A job needs sh and a writable /tmp in the machine's image; \
                      run-command without background does not."
-                ),
             ),
-        })?;
+        ),
+    })?;
     Ok(JobStarted {
         job: job.id.clone(),
         state: Phase::Running.word().into(),
@@ -104,24 +119,21 @@ fn summary(job: &Job) -> JobSummary {
 
 /// The job `id` on the fleet this call may use (taking over the jobs a process that ended left
 /// running first, so that an id from before a restart is found).
-async fn find(call: &Call<'_>, target: Option<FleetKind>, id: &str) -> Result<Arc<Job>, ToolError> {
-    let kind = call.fleet_kind(target)?;
-    call.policy.adopt_jobs().await;
-    let found = match call.policy.jobs.get(id) {
-        Some(job) => Some(job),
-        // Another process sharing the store watches it (it was started through that one).
-        None => {
-            call.policy
-                .jobs
-                .of_another(&call.policy.process, &call.policy.ledger, id)
-                .await?
-        }
-    };
+async fn find(
+    (fleets, jobs, user): Theirs<'_>,
+    target: Option<FleetKind>,
+    id: &str,
+) -> Result<Arc<Job>, ToolError> {
+    let kind = fleets.kind(target)?;
+    jobs.adopt().await;
+    // This process's, or one another process sharing the store watches (it was started
+    // through that one).
+    let found = jobs.find(id).await?;
     match found {
-        Some(job) if job.kind() == kind && job.user == call.caller.user.id() => Ok(job),
+        Some(job) if job.kind() == kind && job.user == user.id() => Ok(job),
         found => {
-            if found.is_some_and(|job| job.user != call.caller.user.id()) {
-                tracing::warn!(user = %call.caller.user, job = %id, "refused a call on another user's job");
+            if found.is_some_and(|job| job.user != user.id()) {
+                tracing::warn!(user = %user, job = %id, "refused a call on another user's job");
             }
             Err(ToolError::new(
                 ToolErrorKind::Fleet(ErrorKind::NotFound),
@@ -137,8 +149,18 @@ async fn find(call: &Call<'_>, target: Option<FleetKind>, id: &str) -> Result<Ar
     }
 }
 
+/// What reading a job's output takes of the call.
+type Reading<'c> = (
+    Theirs<'c>,
+    Session<'c>,
+    Cancel<'c>,
+    &'c Progress,
+    &'c Config,
+    &'c Supplier,
+);
+
 pub(super) async fn job_output(
-    call: &Call<'_>,
+    parts: Reading<'_>,
     a: args::JobOutputArgs,
 ) -> Result<JobOutputAnswer, ToolError> {
     let Some(id) = a.job.clone() else {
@@ -149,20 +171,22 @@ pub(super) async fn job_output(
                  leave all three out for the list of jobs",
             ));
         }
-        return list_jobs(call, a.target).await.map(JobOutputAnswer::List);
+        return list_jobs(parts.0, a.target)
+            .await
+            .map(JobOutputAnswer::List);
     };
-    report(call, a, id)
+    report(parts, a, id)
         .await
         .map(|r| JobOutputAnswer::Report(Box::new(r)))
 }
 
 async fn report(
-    call: &Call<'_>,
+    (theirs, session, cancel, progress, config, credentials): Reading<'_>,
     a: args::JobOutputArgs,
     id: String,
 ) -> Result<JobReport, ToolError> {
-    let job = find(call, a.target, &id).await?;
-    if let Some(why) = call.process().credentials.unknown_value(&job.machine).await {
+    let job = find(theirs, a.target, &id).await?;
+    if let Some(why) = credentials.unknown_value(&job.machine).await {
         return Err(ToolError::argument("job", why));
     }
     let from = match &a.cursor {
@@ -189,28 +213,28 @@ async fn report(
         ));
     }
     // Reading renews a leased machine's lease, like any call naming it.
-    call.hold(&job.machine).await;
+    session.hold(&job.machine).await;
     if wait > 0 {
         let limit = Duration::from_secs(wait);
         let waiting_for = format!("waiting for job {} to end", job.id);
-        call.cancellable(async {
-            let every = Duration::from_millis(call.config().job_poll_millis);
-            let ended = async {
-                if job.is_view() {
-                    job.wait_end_looking(limit, every).await;
-                } else {
-                    job.wait_end(limit).await;
-                }
-            };
-            call.caller
-                .progress
-                .during(&waiting_for, Some(limit), Box::pin(ended))
-                .await;
-            Ok::<_, ToolError>(())
-        })
-        .await?;
+        cancel
+            .run(async {
+                let every = Duration::from_millis(config.job_poll_millis);
+                let ended = async {
+                    if job.is_view() {
+                        job.wait_end_looking(limit, every).await;
+                    } else {
+                        job.wait_end(limit).await;
+                    }
+                };
+                progress
+                    .during(&waiting_for, Some(limit), Box::pin(ended))
+                    .await;
+                Ok::<_, ToolError>(())
+            })
+            .await?;
     }
-    let budget = call.config().max_output_bytes;
+    let budget = config.max_output_bytes;
     // A lost job's machine is stopped or gone: reading would start a stopped cloud machine
     // again (and bill it), so nothing is read.
     let (chunk, unavailable) = if let Phase::Lost(reason) = job.state().phase {
@@ -222,8 +246,8 @@ async fn report(
             )),
         )
     } else {
-        match call
-            .cancellable(job.read(from, budget, &call.process().credentials.redactor()))
+        match cancel
+            .run(job.read(from, budget, &credentials.redactor()))
             .await
         {
             Ok(chunk) => (Some(chunk), None),
@@ -261,9 +285,12 @@ async fn report(
 /// How long cancel-job waits for the job's end to be recorded before it answers anyway.
 const RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobSummary, ToolError> {
-    let job = find(call, a.target, &a.job).await?;
-    call.hold(&job.machine).await;
+pub(super) async fn cancel_job(
+    (theirs, session, store): (Theirs<'_>, Session<'_>, &dyn Store),
+    a: args::JobArgs,
+) -> Result<JobSummary, ToolError> {
+    let job = find(theirs, a.target, &a.job).await?;
+    session.hold(&job.machine).await;
     // Not cancellable: a kill half sent would leave the agent unsure whether the job runs.
     job.cancel().await?;
     // The watcher writes the end (the ledger's row, the job store): answered after it, a read
@@ -273,7 +300,7 @@ pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobS
     if job.is_view() {
         let deadline = std::time::Instant::now() + RECORD_WAIT;
         while std::time::Instant::now() < deadline {
-            let stored = call.policy.store.jobs().get(&job.id).await;
+            let stored = store.jobs().get(&job.id).await;
             if !matches!(&stored, Ok(Some(s)) if s.state == crate::store::JobState::Running) {
                 break;
             }
@@ -286,23 +313,17 @@ pub(super) async fn cancel_job(call: &Call<'_>, a: args::JobArgs) -> Result<JobS
 }
 
 async fn list_jobs(
-    call: &Call<'_>,
+    (fleets, jobs, user): Theirs<'_>,
     target: Option<crate::fleet::FleetKind>,
 ) -> Result<JobList, ToolError> {
-    let kind = call.fleet_kind(target)?;
-    call.policy.adopt_jobs().await;
-    let mut jobs = call.policy.jobs.list();
-    // Those other processes sharing the store watch, as the store has them.
-    jobs.extend(
-        call.policy
-            .jobs
-            .of_others(&call.policy.process, &call.policy.ledger)
-            .await,
-    );
+    let kind = fleets.kind(target)?;
+    jobs.adopt().await;
+    // With those other processes sharing the store watch, as the store has them.
+    let jobs = jobs.all().await;
     Ok(JobList {
         jobs: jobs
             .iter()
-            .filter(|job| job.kind() == kind && job.user == call.caller.user.id())
+            .filter(|job| job.kind() == kind && job.user == user.id())
             .map(|job| summary(job))
             .collect(),
     })

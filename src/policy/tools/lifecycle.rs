@@ -1,28 +1,57 @@
 //! The tools that make, find, start, stop, copy and remove machines.
 
 use super::args::{self, Network};
+use super::call::parts::{Cancel, Fleets, JobTable, Making, Ownership, Records, Session, Waits};
 use super::call::random_hex;
 use super::grammar::{CidrRanges, HostNames};
-use super::provisional::Provisional;
+use super::provisional::{Provisional, Recording};
 use super::results;
-use super::{Call, Tool, ToolError, ToolErrorKind};
+use super::workspace::{HostDirs, Transfer};
+use super::{Tool, ToolError, ToolErrorKind};
 use crate::fleet::{
     BranchSpec, BranchableAt, Capabilities, CreateSpec, Deleted, Egress, ErrorKind, Feature, Fleet,
     FleetError, FleetKind, Machine, Mount, Phase, PortMapping,
 };
-use crate::process::config::{MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
+use crate::policy::progress::Progress;
+use crate::policy::terminals::Terminals;
+use crate::policy::user::User;
+use crate::process::config::{Config, MAX_CPUS, MAX_MEMORY_MB, MIN_MEMORY_MB, NetworkDefault};
+use crate::process::credentials::Supplier;
 use crate::process::made::MachineSlot;
-use crate::store::Hold;
+use crate::process::workspaces::Workspaces;
+use crate::store::{Hold, Store};
+use std::sync::Arc;
+
+/// What making a machine takes of the call: the fleet reached, and the machine's limits,
+/// create, record and session.
+pub(super) type Maker<'c> = (Fleets<'c>, Making<'c>, Records<'c>, Session<'c>);
+
+/// What making a machine from another (a branch, a base's child) takes of the call.
+pub(super) type Branching<'c> = (
+    Maker<'c>,
+    Ownership<'c>,
+    Waits<'c>,
+    Transfer<'c>,
+    &'c Config,
+    &'c User,
+    &'c Arc<Workspaces>,
+    &'c Supplier,
+);
+
+fn recording<'c>((_, making, records, session): Maker<'c>) -> Recording<'c> {
+    (making, records, session)
+}
 
 pub(super) async fn list_machines(
-    call: &Call<'_>,
+    (fleets, ownership, cancel, records): (Fleets<'_>, Ownership<'_>, Cancel<'_>, Records<'_>),
     a: args::ListArgs,
 ) -> Result<results::MachineList, ToolError> {
-    let fleet = call.fleet(a.target).await?;
+    let fleet = fleets.reach(a.target).await?;
     let machines = match &a.name {
-        Some(name) => vec![call.cancellable(fleet.get(&call.machine(name)?)).await?],
+        Some(name) => vec![cancel.run(fleet.get(&ownership.machine(name)?)).await?],
         None => {
-            call.only_theirs(fleet.kind(), call.cancellable(fleet.list()).await?)
+            ownership
+                .only_theirs(fleet.kind(), cancel.run(fleet.list()).await?)
                 .await?
         }
     };
@@ -33,7 +62,7 @@ pub(super) async fn list_machines(
     let bases = if !fleet.capabilities().shows_frozen
         || machines.iter().any(|m| m.phase() == Phase::Frozen)
     {
-        call.process().bases(fleet.kind()).await
+        records.bases(fleet.kind()).await
     } else {
         Vec::new()
     };
@@ -85,23 +114,17 @@ fn egress(
 /// allow list: the next run of the same work needs no questions. Only what a user said yes to
 /// is taken, from the run ledger, so this widens nothing the user did not allow.
 async fn learned_egress(
-    call: &Call<'_>,
+    (fleets, store, user): (Fleets<'_>, &dyn Store, &User),
     kind: FleetKind,
     earlier: &str,
     spec: &mut CreateSpec,
 ) -> Result<(), ToolError> {
-    if let Some(why) = call
-        .process()
-        .capabilities(kind)
-        .lacks(Feature::EgressWidening)
-    {
+    if let Some(why) = fleets.capabilities_of(kind).lacks(Feature::EgressWidening) {
         return Err(ToolError::argument("allowHostsFrom", why));
     }
-    let learned = call
-        .policy
-        .store
+    let learned = store
         .egress_grants()
-        .for_machine(Hold::new(kind, earlier, call.caller.user.id()))
+        .for_machine(Hold::new(kind, earlier, user.id()))
         .await
         .map_err(|e| ToolError::argument("allowHostsFrom", format!("the store cannot say: {e}")))?;
     if learned.is_empty() {
@@ -189,12 +212,11 @@ pub(super) fn with_egress_hint(mut e: ToolError, spec: &CreateSpec, tool: Tool) 
 /// The spec of a machine made of `base` (what create-machine and run-once share), named `name`,
 /// kept running between commands. `default_network` applies when `base` asks for none.
 pub(super) fn base_spec(
-    call: &Call<'_>,
+    config: &Config,
     base: &args::MachineBase,
     name: String,
     default_network: NetworkDefault,
 ) -> Result<CreateSpec, ToolError> {
-    let config = &call.config();
     let mut spec = match &base.image {
         Some(image) => CreateSpec::new(name, &**image),
         None => CreateSpec::bare(name),
@@ -251,17 +273,17 @@ fn only_the_user_widens(base: &args::MachineBase) -> Result<(), ToolError> {
 /// that the arguments are known good), the image a fleet needs, and the operator's machine
 /// limits. Answers the fleet and the bindings to record for the machine.
 pub(super) async fn admitted<'c>(
-    call: &'c Call<'_>,
+    (fleets, making, credentials): (Fleets<'c>, Making<'c>, &Supplier),
     target: Option<FleetKind>,
     base: &args::MachineBase,
     spec: &mut CreateSpec,
 ) -> Result<(Fleet, Vec<String>, MachineSlot<'c>), ToolError> {
-    let capabilities = call.capabilities(target)?;
+    let capabilities = fleets.capabilities(target)?;
     let bindings =
-        super::credentials::apply(call, capabilities, base.credentials.as_deref(), spec)?;
-    let fleet = call.fleet(target).await?;
+        super::credentials::apply(credentials, capabilities, base.credentials.as_deref(), spec)?;
+    let fleet = fleets.reach(target).await?;
     require_image(capabilities, spec)?;
-    let slot = call.admit_machine(&fleet, &spec.name).await?;
+    let slot = making.admit_machine(&fleet, &spec.name).await?;
     Ok((fleet, bindings, slot))
 }
 
@@ -278,20 +300,20 @@ fn require_image(capabilities: &Capabilities, spec: &CreateSpec) -> Result<(), T
 /// for this call's user, and, for a writable mount, `mountWritable` too; refused otherwise,
 /// naming the setting.
 fn allowed_mount(
-    call: &Call<'_>,
+    dirs: HostDirs<'_>,
     i: usize,
     source: &str,
     readonly: bool,
 ) -> Result<String, ToolError> {
     let arg = format!("mounts[{i}].source");
     let resolved = super::workspace::allowed_host_dir(
-        call,
+        dirs,
         &arg,
         source,
         "mounts are off on this server: the operator has allowed no host directory \
          (mountAllow). Copy files in with write-file instead",
     )?;
-    let writable = super::workspace::host_dirs_for(call, &call.config().mount_writable);
+    let writable = super::workspace::host_dirs_for(dirs, &dirs.1.mount_writable);
     let under = |dirs: &[String]| {
         dirs.iter().any(|dir| {
             std::fs::canonicalize(dir).is_ok_and(|allowed| resolved.starts_with(allowed))
@@ -318,12 +340,12 @@ fn allowed_mount(
 /// is deleted again (it is not what was asked for), and the error says so.
 async fn with_workspace(
     prepared: super::workspace::Prepared,
-    call: &Call<'_>,
+    moving: (&Arc<Workspaces>, Transfer<'_>),
     fleet: &Fleet,
     machine: &Machine,
     provisional: Provisional<'_>,
 ) -> Result<results::WorkspaceIn, ToolError> {
-    match prepared.install(call, fleet, machine).await {
+    match prepared.install(moving, fleet, machine).await {
         Ok(w) => Ok(w),
         Err(mut e) => {
             match provisional.discard().await {
@@ -341,12 +363,13 @@ async fn with_workspace(
 }
 
 fn create_spec(
-    call: &Call<'_>,
+    (dirs, fleets): (HostDirs<'_>, Fleets<'_>),
     a: &args::CreateArgs,
     name: String,
     kind: FleetKind,
 ) -> Result<CreateSpec, ToolError> {
-    let mut spec = base_spec(call, &a.machine, name, call.config().network_default)?;
+    let config = dirs.1;
+    let mut spec = base_spec(config, &a.machine, name, config.network_default)?;
     let ports = a.ports.clone().unwrap_or_default();
     args::range("ports", ports.len() as u64, 0, 16)?;
     for (i, p) in ports.iter().enumerate() {
@@ -362,12 +385,8 @@ fn create_spec(
     for (i, m) in mounts.iter().enumerate() {
         let readonly = m.readonly.unwrap_or(true);
         // A fleet without host mounts (the cloud's) refuses them itself, in its own words.
-        let source = if call
-            .process()
-            .capabilities(kind)
-            .offers(Feature::HostMounts)
-        {
-            allowed_mount(call, i, &m.source, readonly)?
+        let source = if fleets.capabilities_of(kind).offers(Feature::HostMounts) {
+            allowed_mount(dirs, i, &m.source, readonly)?
         } else {
             m.source.to_string()
         };
@@ -393,21 +412,24 @@ fn create_spec(
 }
 
 pub(super) async fn create_machine(
-    call: &Call<'_>,
+    (branching, store): (Branching<'_>, &dyn Store),
     a: args::CreateArgs,
 ) -> Result<results::Created, ToolError> {
     if let Some(base) = &a.base {
-        return create_from_base(call, &a, base).await;
+        return create_from_base(branching, &a, base).await;
     }
-    let prefix = &call.config().machine_prefix;
+    let (maker, machines, waits, transfer, config, user, workspaces, credentials) = branching;
+    let (fleets, making, _, session) = maker;
+    let dirs = (user, config, machines);
+    let prefix = &config.machine_prefix;
     let named_by_caller = a.name.is_some();
     let name = a
         .name
         .clone()
         .map_or_else(|| format!("{prefix}{}", random_hex()), String::from);
     let ephemeral = name.starts_with(prefix.as_str());
-    let kind = call.fleet_kind(a.target)?;
-    let capabilities = call.process().capabilities(kind);
+    let kind = fleets.kind(a.target)?;
+    let capabilities = fleets.capabilities_of(kind);
     if a.start == Some(false) && a.branchable && capabilities.branchable_at == BranchableAt::Start {
         return Err(ToolError::argument(
             "branchable",
@@ -422,7 +444,7 @@ pub(super) async fn create_machine(
     if asks_egress && let Some(why) = capabilities.lacks(Feature::EgressWidening) {
         return Err(ToolError::argument("network", why));
     }
-    let mut spec = create_spec(call, &a, name.clone(), kind)?;
+    let mut spec = create_spec((dirs, fleets), &a, name.clone(), kind)?;
     spec.ephemeral = ephemeral;
     if a.machine.workspace.is_some() && a.start == Some(false) {
         return Err(ToolError::argument(
@@ -434,23 +456,28 @@ pub(super) async fn create_machine(
     // Every refusal of the workspace (outside mountAllow, a dirty repository, too large) comes
     // before a machine exists.
     let workspace = match &a.machine.workspace {
-        Some(dir) => Some(super::workspace::prepare(call, dir).await?),
+        Some(dir) => Some(super::workspace::prepare((dirs, workspaces), dir).await?),
         None => None,
     };
     if let Some(earlier) = &a.allow_hosts_from {
-        learned_egress(call, kind, earlier, &mut spec).await?;
+        learned_egress((fleets, store, user), kind, earlier, &mut spec).await?;
     }
-    let (fleet, bindings, slot) = admitted(call, a.target, &a.machine, &mut spec).await?;
+    let admitting = (fleets, making, credentials);
+    let (fleet, bindings, slot) = admitted(admitting, a.target, &a.machine, &mut spec).await?;
     // An unnamed machine may come warm: its name is then the pool's (the engine names them).
     if !named_by_caller
         && a.start != Some(false)
-        && let Some((pool, lease)) = call.lease_warm(&fleet, &spec, &slot).await
+        && let Some((pool, lease)) = making.lease_warm(&fleet, &spec, &slot).await
     {
-        let mut provisional = Provisional::begin(call, &fleet, &lease.machine, true).await?;
+        let mut provisional =
+            Provisional::begin(recording(maker), &fleet, &lease.machine, true).await?;
         provisional.created(&lease.machine).await;
-        let machine = call.cancellable(fleet.get(&lease.machine)).await?;
+        let machine = transfer.1.run(fleet.get(&lease.machine)).await?;
         let workspace = match workspace {
-            Some(w) => Some(with_workspace(w, call, &fleet, &machine, provisional).await?),
+            Some(w) => {
+                let moving = (workspaces, transfer);
+                Some(with_workspace(w, moving, &fleet, &machine, provisional).await?)
+            }
             None => None,
         };
         return Ok(results::Created {
@@ -461,8 +488,8 @@ pub(super) async fn create_machine(
             workspace,
         });
     }
-    let mut provisional = Provisional::begin(call, &fleet, &name, ephemeral).await?;
-    let machine = match call.create_reported(&fleet, &spec, &slot).await {
+    let mut provisional = Provisional::begin(recording(maker), &fleet, &name, ephemeral).await?;
+    let machine = match making.create_reported(&fleet, &spec, &slot).await {
         Ok(m) => m,
         Err(e) if e.is(ErrorKind::Conflict) => {
             provisional.refused().await;
@@ -476,14 +503,8 @@ pub(super) async fn create_machine(
     provisional.created(&machine.id).await;
     if fleet.capabilities().offers(Feature::Credentials) {
         // Before any start: the fleet supplies the values of what is recorded here.
-        call.process()
-            .credentials
-            .bind(&machine.id, &bindings)
-            .await;
-        call.process()
-            .credentials
-            .set_asks_egress(&machine.id, asks_egress)
-            .await;
+        credentials.bind(&machine.id, &bindings).await;
+        credentials.set_asks_egress(&machine.id, asks_egress).await;
     }
     if !a.start.unwrap_or(true) {
         return Ok(results::Created {
@@ -495,7 +516,7 @@ pub(super) async fn create_machine(
         });
     }
     let started = async {
-        let m = call
+        let m = waits
             .start_reported(
                 &fleet,
                 &machine.id,
@@ -503,14 +524,17 @@ pub(super) async fn create_machine(
                 spec.image.as_deref(),
             )
             .await?;
-        call.wait_ready(&fleet, &m.id).await?;
+        waits.wait_ready(&fleet, &m.id).await?;
         Ok::<Machine, ToolError>(m)
     }
     .await;
     match started {
         Ok(m) => {
             let workspace = match workspace {
-                Some(w) => Some(with_workspace(w, call, &fleet, &m, provisional).await?),
+                Some(w) => {
+                    let moving = (workspaces, transfer);
+                    Some(with_workspace(w, moving, &fleet, &m, provisional).await?)
+                }
                 None => None,
             };
             Ok(results::Created {
@@ -534,7 +558,7 @@ pub(super) async fn create_machine(
                     "\n{name} was created and is left as it is for you to inspect: start-machine \
                      tries again, delete-machine removes it{}.",
                     if ephemeral {
-                        format!(", and it is deleted {}", call.ephemeral_end())
+                        format!(", and it is deleted {}", session.ephemeral_end())
                     } else {
                         String::new()
                     }
@@ -545,7 +569,7 @@ pub(super) async fn create_machine(
                     Err(d) => e.message.push_str(&format!(
                         "\n{name} could not be deleted ({}); it stays recorded and is deleted {}.",
                         d.message,
-                        call.ephemeral_end()
+                        session.ephemeral_end()
                     )),
                 }
             }
@@ -562,18 +586,18 @@ fn gave_up_waiting(e: &ToolError) -> bool {
 }
 
 pub(super) async fn start_machine(
-    call: &Call<'_>,
+    (machines, fleets, waits, cancel): (Ownership<'_>, Fleets<'_>, Waits<'_>, Cancel<'_>),
     a: args::StartArgs,
 ) -> Result<results::Started, ToolError> {
-    let named = call.machine(&a.name)?;
-    let fleet = call.fleet(a.target).await?;
+    let named = machines.machine(&a.name)?;
+    let fleet = fleets.reach(a.target).await?;
     let wait = a.wait.unwrap_or(true);
     let started = if wait {
-        call.start_reported(&fleet, &named, a.branchable, None)
+        waits
+            .start_reported(&fleet, &named, a.branchable, None)
             .await
     } else {
-        call.cancellable(fleet.begin_start(&named, a.branchable))
-            .await
+        cancel.run(fleet.begin_start(&named, a.branchable)).await
     };
     let machine = match started {
         Ok(m) => m,
@@ -589,7 +613,7 @@ pub(super) async fn start_machine(
         Err(e) => return Err(e),
     };
     if wait {
-        call.wait_ready(&fleet, &machine.id).await?;
+        waits.wait_ready(&fleet, &machine.id).await?;
     }
     Ok(results::Started {
         machine,
@@ -598,34 +622,37 @@ pub(super) async fn start_machine(
 }
 
 pub(super) async fn stop_machine(
-    call: &Call<'_>,
+    (machines, fleets, cancel, progress, jobs): (
+        Ownership<'_>,
+        Fleets<'_>,
+        Cancel<'_>,
+        &Progress,
+        JobTable<'_>,
+    ),
     a: args::StopArgs,
 ) -> Result<results::Stopped, ToolError> {
-    let named = call.machine(&a.name)?;
-    let fleet = call.fleet(a.target).await?;
+    let named = machines.machine(&a.name)?;
+    let fleet = fleets.reach(a.target).await?;
     if a.pause {
-        return pause_machine(call, &fleet, &named).await;
+        return pause_machine((cancel, progress), &fleet, &named).await;
     }
     // Its jobs end first: a watcher's look sent after the stop would start a cloud machine
     // again (the cloud's exec always does).
-    call.policy
-        .jobs
-        .machine_stopping(fleet.kind(), &named)
-        .await;
-    let machine = call.cancellable(fleet.stop(&named)).await?;
+    jobs.machine_stopping(fleet.kind(), &named).await;
+    let machine = cancel.run(fleet.stop(&named)).await?;
     Ok(results::Stopped { machine })
 }
 
 /// A pause keeps the guest whole, jobs included: they go on after the resume.
 async fn pause_machine(
-    call: &Call<'_>,
+    (cancel, progress): (Cancel<'_>, &Progress),
     fleet: &Fleet,
     name: &str,
 ) -> Result<results::Stopped, ToolError> {
     if let Some(why) = fleet.capabilities().lacks(Feature::Pause) {
         return Err(ToolError::argument("pause", why));
     }
-    let machine = call.cancellable(fleet.get(name)).await?;
+    let machine = cancel.run(fleet.get(name)).await?;
     match machine.phase() {
         Phase::Paused => return Ok(results::Stopped { machine }),
         Phase::Running => {}
@@ -653,42 +680,54 @@ async fn pause_machine(
             ),
         ));
     }
-    let paused = call
-        .caller
-        .progress
+    let paused = progress
         .during(
             &format!(
                 "pausing machine {name}: saving its memory, processes and disk (minutes on an \
                  emulated host)"
             ),
             None,
-            Box::pin(call.cancellable(fleet.pause(name))),
+            Box::pin(cancel.run(fleet.pause(name))),
         )
         .await?;
     Ok(results::Stopped { machine: paused })
 }
 
+/// What deleting a machine takes of the call: the delete, and everything the server keeps of
+/// the machine let go.
+type Deleting<'c> = (
+    Ownership<'c>,
+    Fleets<'c>,
+    Cancel<'c>,
+    Making<'c>,
+    Records<'c>,
+    &'c Supplier,
+    &'c Terminals,
+    &'c Arc<Workspaces>,
+);
+
 pub(super) async fn delete_machine(
-    call: &Call<'_>,
+    (machines, fleets, cancel, making, records, credentials, terminals, workspaces): Deleting<'_>,
     a: args::MachineArgs,
 ) -> Result<Deleted, ToolError> {
-    let named = call.machine(&a.name)?;
-    let fleet = call.fleet(a.target).await?;
-    let deleted = call.cancellable(fleet.delete(&named)).await?;
-    call.released(fleet.kind(), &named, deleted.usage_micros)
+    let named = machines.machine(&a.name)?;
+    let fleet = fleets.reach(a.target).await?;
+    let deleted = cancel.run(fleet.delete(&named)).await?;
+    making
+        .released(fleet.kind(), &named, deleted.usage_micros)
         .await;
-    let made = &call.process().made;
+    let made = records.made();
     made.deleted(fleet.kind(), &named, deleted.usage_micros);
     if deleted.deleted != *named {
         made.deleted(fleet.kind(), &deleted.deleted, deleted.usage_micros);
     }
     if fleet.capabilities().offers(Feature::Credentials) {
-        call.process().credentials.forget_machine(&named).await;
+        credentials.forget_machine(&named).await;
     }
-    call.policy.terminals.close_machine(fleet.kind(), &named);
-    call.process().workspaces.forget(fleet.kind(), &named);
+    terminals.close_machine(fleet.kind(), &named);
+    workspaces.forget(fleet.kind(), &named);
     // Prefixed names and bases are recorded (a cloud id may stand for either).
-    call.process().forget(fleet.kind(), &named).await;
+    records.forget(fleet.kind(), &named).await;
     Ok(deleted)
 }
 
@@ -696,7 +735,7 @@ pub(super) async fn delete_machine(
 /// recorded, held, its workspace and credentials carried). What a child has of its base cannot
 /// be asked for as well, and is refused naming the argument.
 async fn create_from_base(
-    call: &Call<'_>,
+    branching: Branching<'_>,
     a: &args::CreateArgs,
     base: &super::owners::MachineRef,
 ) -> Result<results::Created, ToolError> {
@@ -727,14 +766,14 @@ async fn create_from_base(
         ));
     }
     let child = a.name.clone().map_or_else(
-        || format!("{}{}", call.config().machine_prefix, random_hex()),
+        || format!("{}{}", branching.4.machine_prefix, random_hex()),
         String::from,
     );
     let child_name: super::grammar::MachineName =
         serde_json::from_value(serde_json::Value::String(child))
             .map_err(|e| ToolError::argument("name", e.to_string()))?;
     let branched = branch_machine(
-        call,
+        branching,
         args::BranchArgs {
             target: a.target,
             name: base.clone(),
@@ -762,9 +801,11 @@ async fn create_from_base(
 const FORK_ENV_PATH: &str = "/etc/smol/branch-env";
 
 pub(super) async fn branch_machine(
-    call: &Call<'_>,
+    branching: Branching<'_>,
     a: args::BranchArgs,
 ) -> Result<results::Branched, ToolError> {
+    let ((fleets, _, records, _), machines, _, (_, cancel), config, user, workspaces, _) =
+        branching;
     let count = a.count.unwrap_or(1);
     args::range("count", count, 1, args::MAX_CHILDREN)?;
     let envs = a.env.clone().unwrap_or_default();
@@ -792,23 +833,23 @@ pub(super) async fn branch_machine(
             .map(|i| format!("{}-{i}", &*a.child_name))
             .collect()
     };
-    let fleet = call.fleet(a.target).await?;
-    let named = call.machine(&a.name)?;
+    let fleet = fleets.reach(a.target).await?;
+    let named = machines.machine(&a.name)?;
     let mut pending_base = match a.freeze_source {
-        Some(true) => base_to_be_made(call, &fleet, &named).await?,
+        Some(true) => base_to_be_made((cancel, records, workspaces), &fleet, &named).await?,
         _ => None,
     };
     let mut made: Vec<(Machine, Provisional<'_>)> = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let freeze = a.freeze_source == Some(true) && i + 1 == names.len();
         let env = envs.get(i).map(|e| e.clone().into_inner());
-        match branch_one(call, &fleet, &a, name, freeze, env).await {
+        match branch_one(branching, &fleet, &a, name, freeze, env).await {
             Ok(child) => made.push(child),
             Err(mut e) => {
                 // The freeze goes with the last child: a failure before or at it leaves the
                 // source what it was (running, and not a base).
                 if let Some(pending) = pending_base.take() {
-                    call.process().base_not_made(pending).await;
+                    records.base_not_made(pending).await;
                 }
                 // All or none: the children this call made before the failure go again.
                 let mut gone = Vec::new();
@@ -828,10 +869,10 @@ pub(super) async fn branch_machine(
         }
     }
     if pending_base.is_some() {
-        tracing::info!(machine = %named, user = call.caller.user.id(), "a machine became a base");
+        tracing::info!(machine = %named, user = user.id(), "a machine became a base");
     }
-    call.process().base_branched(fleet.kind(), &named).await;
-    let ephemeral = names[0].starts_with(&call.config().machine_prefix);
+    records.base_branched(fleet.kind(), &named).await;
+    let ephemeral = names[0].starts_with(&config.machine_prefix);
     let children = if count > 1 { names } else { Vec::new() };
     let mut machines = made.into_iter().map(|(machine, _)| machine);
     let Some(machine) = machines.next() else {
@@ -849,11 +890,11 @@ pub(super) async fn branch_machine(
 /// no session's end deletes it. `None` when it is a base already (a freeze again changes
 /// nothing).
 async fn base_to_be_made(
-    call: &Call<'_>,
+    (cancel, records, workspaces): (Cancel<'_>, Records<'_>, &Arc<Workspaces>),
     fleet: &Fleet,
     source: &str,
 ) -> Result<Option<crate::process::bases::PendingBase>, ToolError> {
-    let machine = call.cancellable(fleet.get(source)).await?;
+    let machine = cancel.run(fleet.get(source)).await?;
     if machine.phase() == Phase::Frozen {
         return Ok(None);
     }
@@ -861,21 +902,14 @@ async fn base_to_be_made(
         .image
         .clone()
         .unwrap_or_else(|| "a bare machine".to_owned());
-    if let Some(attached) = call.process().workspaces.of(fleet.kind(), source) {
+    if let Some(attached) = workspaces.of(fleet.kind(), source) {
         made_from.push_str(&format!(
             ", workspace at commit {}",
             attached.workspace.base
         ));
     }
-    let pending = call
-        .process()
-        .base_to_be_made(
-            fleet.kind(),
-            &machine.name,
-            &machine.id,
-            call.caller.user.id(),
-            made_from,
-        )
+    let pending = records
+        .base_to_be_made(fleet.kind(), &machine.name, &machine.id, made_from)
         .await
         .map_err(|refused| {
             let kind = match refused {
@@ -890,11 +924,11 @@ async fn base_to_be_made(
     // Frozen at a branchpoint, a base can also be a warm pool's source: the engine leases from
     // a frozen source only if it was (nested 1.32.2). Only the local engine has pools.
     if fleet.capabilities().offers(Feature::WarmPools)
-        && let Err(e) = call
-            .cancellable(crate::process::pools::declare_branchpoint(fleet, source))
+        && let Err(e) = cancel
+            .run(crate::process::pools::declare_branchpoint(fleet, source))
             .await
     {
-        call.process().base_not_made(pending).await;
+        records.base_not_made(pending).await;
         return Err(e);
     }
     Ok(Some(pending))
@@ -903,33 +937,30 @@ async fn base_to_be_made(
 /// One child of a branch-machine call, made, recorded and (unless the call said not to wait)
 /// ready, with its variables written.
 async fn branch_one<'c>(
-    call: &'c Call<'c>,
+    (maker, machines, waits, (progress, cancel), config, _, workspaces, credentials): Branching<'c>,
     fleet: &Fleet,
     a: &args::BranchArgs,
     child_name: &str,
     freeze_source: bool,
     env: Option<std::collections::BTreeMap<String, String>>,
 ) -> Result<(Machine, Provisional<'c>), ToolError> {
-    let named = call.machine(&a.name)?;
-    let ephemeral = child_name.starts_with(&call.config().machine_prefix);
-    let slot = call.admit_machine(fleet, child_name).await?;
+    let (_, making, _, session) = maker;
+    let named = machines.machine(&a.name)?;
+    let ephemeral = child_name.starts_with(&config.machine_prefix);
+    let slot = making.admit_machine(fleet, child_name).await?;
     let mut provisional =
-        Provisional::begin_child(call, fleet, child_name, ephemeral, Some(&named)).await?;
+        Provisional::begin_child(recording(maker), fleet, child_name, ephemeral, Some(&named))
+            .await?;
     let waiting_for = format!("waiting for the branch {child_name} of {}", &named);
-    let branching = Box::pin(call.cancellable(fleet.branch(BranchSpec {
+    let branching = Box::pin(cancel.run(fleet.branch(BranchSpec {
         source: &named,
         child: child_name,
         branchable: a.branchable,
         freeze_source,
     })));
-    let child = match call
-        .caller
-        .progress
-        .during(&waiting_for, None, branching)
-        .await
-    {
+    let child = match progress.during(&waiting_for, None, branching).await {
         Ok(c) => {
-            if let Err(e) = call.hold_made(fleet, &c.name, &c.id).await {
+            if let Err(e) = making.hold_made(fleet, &c.name, &c.id).await {
                 // Made, but held by no one: gone again rather than left the operator's.
                 provisional.created(&c.id).await;
                 let _ = provisional.discard().await;
@@ -950,7 +981,7 @@ async fn branch_one<'c>(
                  take minutes, so {child_name} may come up after this call gave up. list-machines \
                  {child_name} shows whether it exists; delete-machine removes it{}.",
                 if ephemeral {
-                    format!(", and it is deleted {}", call.ephemeral_end())
+                    format!(", and it is deleted {}", session.ephemeral_end())
                 } else {
                     String::new()
                 },
@@ -967,7 +998,6 @@ async fn branch_one<'c>(
     slot.fill(&child.id);
     // The child has its source's /workspace as it stood: its changes are read against the same
     // base as every other child's.
-    let workspaces = &call.process().workspaces;
     if let Some(source) = workspaces.of(fleet.kind(), &named)
         && let Err(why) = workspaces.attach(
             fleet.kind(),
@@ -983,17 +1013,18 @@ async fn branch_one<'c>(
         // A branch child keeps its source's bindings and placeholders (smolvm resolves the
         // values under the child's own name), so its next boots get the source's values; it
         // holds what the source was given too.
-        call.process().credentials.branched(&named, &child.id).await;
+        credentials.branched(&named, &child.id).await;
     }
     if a.wait.unwrap_or(true) {
         let ready = async {
-            call.wait_ready(fleet, &child.id).await?;
+            waits.wait_ready(fleet, &child.id).await?;
             if let Some(env) = env.filter(|e| !e.is_empty()) {
                 let text: String = env
                     .iter()
                     .map(|(k, v)| format!("{k}='{}'\n", v.replace('\'', r"'\''")))
                     .collect();
-                call.cancellable(fleet.write_file(&child.id, FORK_ENV_PATH, text.into_bytes()))
+                cancel
+                    .run(fleet.write_file(&child.id, FORK_ENV_PATH, text.into_bytes()))
                     .await?;
             }
             Ok::<(), ToolError>(())
@@ -1017,15 +1048,15 @@ async fn branch_one<'c>(
 }
 
 pub(super) async fn pull_image(
-    call: &Call<'_>,
+    (machines, fleets, waits): (Ownership<'_>, Fleets<'_>, Waits<'_>),
     a: args::PullArgs,
 ) -> Result<crate::fleet::PulledImage, ToolError> {
-    let named = call.machine(&a.name)?;
-    if let Some(why) = call.capabilities(a.target)?.lacks(Feature::ImagePull) {
+    let named = machines.machine(&a.name)?;
+    if let Some(why) = fleets.capabilities(a.target)?.lacks(Feature::ImagePull) {
         return Err(FleetError::new(ErrorKind::Unsupported, "pull-image", why).into());
     }
-    let fleet = call.fleet(a.target).await?;
-    call.pull_reported(&fleet, &named, &a.image).await
+    let fleet = fleets.reach(a.target).await?;
+    waits.pull_reported(&fleet, &named, &a.image).await
 }
 
 #[cfg(test)]

@@ -1,19 +1,21 @@
 //! A machine's log: locally what its workload printed, or the engine's own log of it; on cloud
 //! the control plane's event log.
 
+use super::ToolError;
 use super::args;
+use super::call::parts::{Cancel, Fleets, Ownership};
 use super::results;
-use super::{Call, ToolError};
 use crate::fleet::{Feature, LogSource};
+use crate::process::config::Config;
 
 pub(super) async fn machine_logs(
-    call: &Call<'_>,
+    (machines, fleets, cancel, config): (Ownership<'_>, Fleets<'_>, Cancel<'_>, &Config),
     a: args::LogsArgs,
 ) -> Result<results::Logs, ToolError> {
-    let named = call.machine(&a.name)?;
-    let tail = a.tail.unwrap_or(call.config().logs_tail as u64);
+    let named = machines.machine(&a.name)?;
+    let tail = a.tail.unwrap_or(config.logs_tail as u64);
     args::range("tail", tail, 1, args::MAX_LOG_TAIL)?;
-    let fleet = call.fleet(a.target).await?;
+    let fleet = fleets.reach(a.target).await?;
     let one_log = fleet.capabilities().lacks(Feature::LogSources);
     let source = match (a.source, one_log) {
         (None, _) => LogSource::Workload,
@@ -21,11 +23,11 @@ pub(super) async fn machine_logs(
         (Some(args::LogSourceArg::Workload), None) => LogSource::Workload,
         (Some(args::LogSourceArg::Engine), None) => LogSource::Engine,
     };
-    let page = call
-        .cancellable(fleet.logs(&named, tail as usize, a.cursor.as_deref(), source))
+    let page = cancel
+        .run(fleet.logs(&named, tail as usize, a.cursor.as_deref(), source))
         .await?;
     // Keep the newest lines that fit the budget.
-    let budget = call.config().max_output_bytes;
+    let budget = config.max_output_bytes;
     let mut used = 0;
     let mut keep = 0;
     for line in page.lines.iter().rev() {

@@ -19,8 +19,8 @@ pub mod grammar;
 mod jobs;
 mod lifecycle;
 mod logs;
-mod owners;
-pub use owners::{user_sees, users_machines};
+use call::owners;
+pub use call::owners::{user_sees, users_machines};
 mod ports;
 mod provisional;
 pub mod results;
@@ -44,8 +44,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How each tool is run. A row: `Variant { args, result, run }`, where `run` is an
-/// `async fn(&Call<'_>, Args) -> Result<Result, ToolError>`. Every variant of [`Tool`] needs a
-/// row (the matches are exhaustive).
+/// `async fn(Parts, Args) -> Result<Result, ToolError>`: `Parts` the parts of the call it uses
+/// (`call::parts::Part`: one, or a tuple of them), `Args` its typed arguments. Every variant of
+/// [`Tool`] needs a row (the matches are exhaustive).
 macro_rules! run_table {
     ($(
         $variant:ident {
@@ -101,7 +102,7 @@ macro_rules! run_table {
             ) -> futures::future::BoxFuture<'a, Result<results::Answer, ToolError>> {
                 match self {
                     $(Parsed::$variant(parsed) => Box::pin(async move {
-                        let result: $result = $handler(call, parsed).await?;
+                        let result: $result = $handler(call::parts::Part::of(call), parsed).await?;
                         results::answer(result)
                     }),)+
                 }
@@ -423,29 +424,7 @@ async fn call_now(
             let target = parsed.call_args().target();
             let named = parsed.call_args().machines();
             // Boxed: it may reach the fleet, whose start's future is large.
-            let checked = Box::pin(async {
-                // The machine to act on passes the ownership check first, or the call ends
-                // here: its lease is not renewed and nothing is sent about it.
-                let mut names: [Option<String>; 2] = [None, None];
-                for (slot, named) in names.iter_mut().zip(named) {
-                    *slot = match named {
-                        Some(args::Named::Existing(machine)) => {
-                            Some(call.check_owner(tool, target, machine).await?.to_string())
-                        }
-                        Some(args::Named::New(name)) => Some(name.to_owned()),
-                        None => None,
-                    };
-                }
-                let [name, child] = [names[0].as_deref(), names[1].as_deref()];
-                // Every machine the call names: its lease is renewed and the reaper waits for
-                // the call.
-                for held in [name, child].into_iter().flatten() {
-                    call.hold(held).await;
-                }
-                call.refuse_kept(target, [name, child]).await?;
-                call.refuse_unknown_values(tool, target, [name, child])
-                    .await
-            });
+            let checked = Box::pin(call.admit(tool, target, named));
             match checked.await {
                 // On the heap (`run` boxes it): the largest handler's future would otherwise be
                 // the size of every call's and sit on the stack of whoever polls the call (a
@@ -456,10 +435,7 @@ async fn call_now(
         }
         Err(refused) => Err(refused),
     };
-    let result = call.after(result).await;
-    if result.is_err() {
-        call.release_claims().await;
-    }
+    let result = call.finish(result).await;
     without_secrets(&policy.process.credentials, result)
 }
 

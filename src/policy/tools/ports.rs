@@ -6,13 +6,15 @@
 //! connect from outside proves nothing.
 
 use super::args;
+use super::call::parts::{Cancel, Fleets, Ownership, Waits};
 use super::results::PortPublished;
-use super::{Call, ToolError, ToolErrorKind};
+use super::{ToolError, ToolErrorKind};
 use crate::fleet::internal::marked_script;
 use crate::fleet::{
     Command, ErrorKind, ExecSpec, Fleet, FleetError, HostPorts, Machine, PortMapping,
 };
-use crate::process::config::PortRange;
+use crate::policy::progress::Progress;
+use crate::process::config::{Config, PortRange};
 use std::time::{Duration, Instant};
 
 /// The most ports one machine publishes: the cloud's own bound (facts 3.3, "at most 16"), kept
@@ -32,16 +34,23 @@ const LISTEN_PROBE_SECS: u64 = 10;
 static PORT_CHANGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 pub(super) async fn publish_port(
-    call: &Call<'_>,
+    (machines, fleets, waits, cancel, progress, config): (
+        Ownership<'_>,
+        Fleets<'_>,
+        Waits<'_>,
+        Cancel<'_>,
+        &Progress,
+        &Config,
+    ),
     a: args::PublishArgs,
 ) -> Result<PortPublished, ToolError> {
-    let named = call.machine(&a.name)?;
+    let named = machines.machine(&a.name)?;
     let guest = args::port("port", a.port)?;
     let asked_host = a.host_port.map(|h| args::port("hostPort", h)).transpose()?;
     let wait = Duration::from_secs(u64::from(a.wait_secs.unwrap_or(DEFAULT_WAIT_SECS)));
-    let fleet = call.fleet(a.target).await?;
+    let fleet = fleets.reach(a.target).await?;
     let placement = fleet.capabilities().host_ports;
-    let range = call.config().publish_ports;
+    let range = config.publish_ports;
     match (placement, asked_host) {
         (HostPorts::Fleet, Some(_)) => {
             return Err(ToolError::argument(
@@ -64,38 +73,41 @@ pub(super) async fn publish_port(
         }
         _ => {}
     }
-    let started_machine = call.ensure_running(&fleet, &named).await?;
+    let started_machine = waits.ensure_running(&fleet, &named).await?;
 
     let machine = {
         let _one_change_at_a_time = PORT_CHANGES.lock().await;
-        let current = call.cancellable(fleet.get(&named)).await?;
+        let current = cancel.run(fleet.get(&named)).await?;
         let already = current.ports.iter().find(|p| p.guest == guest);
         match already {
             // Publishing what is published answers it again: the call is idempotent.
             Some(p) if p.host.is_some() && (asked_host.is_none() || asked_host == p.host) => {
                 current
             }
-            _ => publish(call, &fleet, &current, guest, asked_host, placement, range).await?,
+            _ => {
+                let at = (cancel, config);
+                publish(at, &fleet, &current, guest, asked_host, placement, range).await?
+            }
         }
     };
 
     let listener = if wait.is_zero() {
         Listener::NotLooked
     } else {
-        call.progress()
+        progress
             .during(
                 &format!(
                     "waiting for something to listen on port {guest} in {}",
                     named
                 ),
                 Some(wait),
-                Box::pin(wait_for_listener(call, &fleet, &named, guest, wait)),
+                Box::pin(wait_for_listener(cancel, &fleet, &named, guest, wait)),
             )
             .await?
     };
     // The cloud names its ingress only once something accepts there (facts 3.13).
     let machine = if placement == HostPorts::Fleet && listener == Listener::Reachable {
-        call.cancellable(fleet.get(&named)).await?
+        cancel.run(fleet.get(&named)).await?
     } else {
         machine
     };
@@ -146,7 +158,7 @@ pub(super) async fn publish_port(
 /// places the host port and none was asked for, a port someone else holds is followed by
 /// another, up to [`HOST_PORT_TRIES`].
 async fn publish(
-    call: &Call<'_>,
+    (cancel, config): (Cancel<'_>, &Config),
     fleet: &Fleet,
     current: &Machine,
     guest: u16,
@@ -175,12 +187,12 @@ async fn publish(
     }
     if placement == HostPorts::Fleet {
         set.push(PortMapping { guest, host: None });
-        return call.cancellable(fleet.set_ports(&current.name, &set)).await;
+        return cancel.run(fleet.set_ports(&current.name, &set)).await;
     }
     let held: Vec<u16> = set.iter().filter_map(|p| p.host).collect();
     let candidates: Vec<u16> = match asked_host {
         Some(host) => vec![host],
-        None => host_port_candidates(call, range, &held)?,
+        None => host_port_candidates(config, range, &held)?,
     };
     let mut last_refusal = None;
     for host in candidates {
@@ -189,10 +201,8 @@ async fn publish(
             guest,
             host: Some(host),
         });
-        let sent = call
-            .cancellable(async {
-                Ok::<_, ToolError>(fleet.set_ports(&current.name, &attempt).await)
-            })
+        let sent = cancel
+            .run(async { Ok::<_, ToolError>(fleet.set_ports(&current.name, &attempt).await) })
             .await?;
         match sent {
             Ok(machine) => return Ok(machine),
@@ -229,7 +239,7 @@ async fn publish(
 /// here: the engine may run where this process's binds say nothing, as a nested engine does,
 /// and its 409 is the answer that counts), or ports this host's kernel gives as free now.
 fn host_port_candidates(
-    call: &Call<'_>,
+    config: &Config,
     range: Option<PortRange>,
     held: &[u16],
 ) -> Result<Vec<u16>, ToolError> {
@@ -242,7 +252,7 @@ fn host_port_candidates(
         ports.truncate(HOST_PORT_TRIES);
         return Ok(ports);
     }
-    let address = call.config().publish_address;
+    let address = config.publish_address;
     let mut ports = Vec::new();
     for _ in 0..HOST_PORT_TRIES {
         // Held open until all are found, so that the kernel gives different ones.
@@ -281,7 +291,7 @@ enum Listener {
 }
 
 async fn wait_for_listener(
-    call: &Call<'_>,
+    cancel: Cancel<'_>,
     fleet: &Fleet,
     machine: &str,
     port: u16,
@@ -296,8 +306,8 @@ async fn wait_for_listener(
     probe.timeout_secs = Some(LISTEN_PROBE_SECS);
     probe.start_if_stopped = false;
     loop {
-        let answer = call
-            .cancellable(async { Ok::<_, ToolError>(fleet.exec(machine, &probe).await) })
+        let answer = cancel
+            .run(async { Ok::<_, ToolError>(fleet.exec(machine, &probe).await) })
             .await?;
         let seen = match answer {
             Ok(out) if !out.stdout.is_empty() => {
@@ -314,11 +324,12 @@ async fn wait_for_listener(
         if seen == Listener::Reachable || Instant::now() >= deadline {
             return Ok(seen);
         }
-        call.cancellable(async {
-            tokio::time::sleep(LISTEN_POLL).await;
-            Ok::<_, ToolError>(())
-        })
-        .await?;
+        cancel
+            .run(async {
+                tokio::time::sleep(LISTEN_POLL).await;
+                Ok::<_, ToolError>(())
+            })
+            .await?;
     }
 }
 

@@ -4,11 +4,17 @@
 //! refused because the name is taken (`refused`), or the call gives it up (`abandon`). A guard
 //! dropped without an ending leaves the record as it is: the session's clean-up deletes the machine.
 
-use super::{Call, ToolError};
+use super::ToolError;
+use super::call::parts::{Making, Records, Session};
 use crate::fleet::Fleet;
 
+/// What a machine in the making takes of the call: its deletion, the process's record of it,
+/// and the session it is made in.
+pub type Recording<'c> = (Making<'c>, Records<'c>, Session<'c>);
+
 pub struct Provisional<'c> {
-    call: &'c Call<'c>,
+    making: Making<'c>,
+    records: Records<'c>,
     fleet: Fleet,
     name: String,
     /// What the fleet calls it, once create has answered (the name until then).
@@ -22,35 +28,34 @@ pub struct Provisional<'c> {
 impl<'c> Provisional<'c> {
     /// Before the create: records `name` if it is ephemeral.
     pub async fn begin(
-        call: &'c Call<'c>,
+        parts: Recording<'c>,
         fleet: &Fleet,
         name: &str,
         ephemeral: bool,
     ) -> Result<Self, ToolError> {
-        Self::begin_child(call, fleet, name, ephemeral, None).await
+        Self::begin_child(parts, fleet, name, ephemeral, None).await
     }
 
     /// Before a branch: records `name` if it is ephemeral, with the machine it is made from, so
     /// that the session's clean-up deletes it before its source (the engine refuses to delete
     /// a fork base while its clones live).
     pub async fn begin_child(
-        call: &'c Call<'c>,
+        (making, records, session): Recording<'c>,
         fleet: &Fleet,
         name: &str,
         ephemeral: bool,
         parent: Option<&str>,
     ) -> Result<Self, ToolError> {
         // The reaper of leased machines must not take one still being made by this call.
-        call.hold(name).await;
+        session.hold(name).await;
         let known_before = if ephemeral {
-            call.process()
-                .remember(fleet.kind(), name, call.session(), parent)
-                .await?
+            records.remember(fleet.kind(), name, parent).await?
         } else {
             false
         };
         Ok(Provisional {
-            call,
+            making,
+            records,
             fleet: fleet.clone(),
             name: name.to_owned(),
             id: name.to_owned(),
@@ -67,9 +72,8 @@ impl<'c> Provisional<'c> {
     pub async fn created(&mut self, id: &str) {
         id.clone_into(&mut self.id);
         if self.ephemeral {
-            self.call
-                .process()
-                .remember_created(self.fleet.kind(), &self.name, id, self.call.session())
+            self.records
+                .remember_created(self.fleet.kind(), &self.name, id)
                 .await;
         }
     }
@@ -77,10 +81,7 @@ impl<'c> Provisional<'c> {
     /// The create was refused because the name is taken: that machine is not this call's.
     pub async fn refused(self) {
         if self.ephemeral && !self.known_before {
-            self.call
-                .process()
-                .forget(self.fleet.kind(), &self.name)
-                .await;
+            self.records.forget(self.fleet.kind(), &self.name).await;
         }
     }
 
@@ -90,7 +91,7 @@ impl<'c> Provisional<'c> {
         if !self.ephemeral {
             return Ok(());
         }
-        self.call
+        self.making
             .delete_quietly(&self.fleet, &self.name, &self.id)
             .await
     }
@@ -99,7 +100,7 @@ impl<'c> Provisional<'c> {
     /// in, a sibling of a fan-out failed): deleted whatever its name, as a create that never
     /// happened.
     pub async fn discard(self) -> Result<(), ToolError> {
-        self.call
+        self.making
             .delete_quietly(&self.fleet, &self.name, &self.id)
             .await
     }

@@ -4,11 +4,14 @@
 //! ended, or the call's wait ran out; then it answers what was printed since the last read.
 
 use super::args;
+use super::call::parts::{Cancel, Fleets, Ownership, Session, Waits};
 use super::results::TerminalRead;
-use super::{Call, ToolError, ToolErrorKind};
+use super::{ToolError, ToolErrorKind};
 use crate::fleet::terminal::{TerminalInput, TerminalSpec};
 use crate::fleet::{Command, ErrorKind, Feature, FleetError};
-use crate::policy::terminals::{self, End, Refusal};
+use crate::policy::terminals::{self, End, Refusal, Terminals};
+use crate::process::config::Config;
+use crate::process::credentials::Supplier;
 use std::time::Duration;
 
 const DEFAULT_COLS: u16 = 80;
@@ -18,11 +21,23 @@ const DEFAULT_WAIT_MS: u32 = 2000;
 /// Output quiet this long after it changed counts as settled: a prompt is drawn at once.
 const QUIET: Duration = Duration::from_millis(300);
 
+/// What the terminal tool takes of the call.
+type TerminalParts<'c> = (
+    Ownership<'c>,
+    Fleets<'c>,
+    Waits<'c>,
+    Cancel<'c>,
+    Session<'c>,
+    &'c Config,
+    &'c Supplier,
+    &'c Terminals,
+);
+
 pub(super) async fn terminal(
-    call: &Call<'_>,
+    (machines, fleets, waits, cancel, session, config, credentials, terminals): TerminalParts<'_>,
     a: args::TerminalArgs,
 ) -> Result<TerminalRead, ToolError> {
-    let named = call.machine(&a.name)?;
+    let named = machines.machine(&a.name)?;
     let size = |arg: &str, value: Option<u32>| -> Result<Option<u16>, ToolError> {
         value
             .map(|v| {
@@ -32,7 +47,7 @@ pub(super) async fn terminal(
     };
     let (cols, rows) = (size("cols", a.cols)?, size("rows", a.rows)?);
     let keys = key_bytes(a.keys.as_deref())?;
-    let fleet = call.fleet(a.target).await?;
+    let fleet = fleets.reach(a.target).await?;
     let kind = fleet.kind();
     let mut started_machine = false;
     let terminal = match &a.terminal {
@@ -44,9 +59,7 @@ pub(super) async fn terminal(
                      another",
                 ));
             }
-            let found = call
-                .policy
-                .terminals
+            let found = terminals
                 .get(id)
                 .filter(|t| t.fleet == kind && t.machine == *named);
             found.ok_or_else(|| {
@@ -70,7 +83,7 @@ pub(super) async fn terminal(
             if let Some(why) = fleet.capabilities().lacks(Feature::Terminal) {
                 return Err(FleetError::new(ErrorKind::Unsupported, "terminal", why).into());
             }
-            match call.policy.terminals.refusal(call.session(), kind, &named) {
+            match terminals.refusal(session.id(), kind, &named) {
                 Some(Refusal::SessionFull) => {
                     return Err(ToolError::new(
                         ToolErrorKind::LimitReached,
@@ -94,7 +107,7 @@ pub(super) async fn terminal(
                 }
                 None => {}
             }
-            started_machine = call.ensure_running(&fleet, &named).await?;
+            started_machine = waits.ensure_running(&fleet, &named).await?;
             let argv = match &a.command {
                 None => vec!["sh".to_owned()],
                 Some(command) => match args::command("command", command)? {
@@ -107,10 +120,8 @@ pub(super) async fn terminal(
                 cols: cols.unwrap_or(DEFAULT_COLS),
                 rows: rows.unwrap_or(DEFAULT_ROWS),
             };
-            let link = call.cancellable(fleet.open_terminal(&named, &spec)).await?;
-            call.policy
-                .terminals
-                .add(kind, &named, call.session(), link, (spec.rows, spec.cols))
+            let link = cancel.run(fleet.open_terminal(&named, &spec)).await?;
+            terminals.add(kind, &named, session.id(), link, (spec.rows, spec.cols))
         }
     };
 
@@ -154,14 +165,15 @@ pub(super) async fn terminal(
             tracing::debug!(terminal = %terminal.id, "input to an ended terminal was dropped");
         }
         let wait = Duration::from_millis(u64::from(a.wait_ms.unwrap_or(DEFAULT_WAIT_MS)));
-        call.cancellable(async {
-            terminal.settle(before + typed, QUIET, wait).await;
-            Ok::<_, ToolError>(())
-        })
-        .await?;
+        cancel
+            .run(async {
+                terminal.settle(before + typed, QUIET, wait).await;
+                Ok::<_, ToolError>(())
+            })
+            .await?;
     }
 
-    let budget = call.config().max_output_bytes;
+    let budget = config.max_output_bytes;
     let page = terminal.read(a.cursor, budget);
     let text = String::from_utf8_lossy(&page.bytes);
     let mut output = if a.raw {
@@ -179,12 +191,7 @@ pub(super) async fn terminal(
         );
     }
     // The guest holds placeholders, not values; a value it printed anyway is replaced.
-    let output = call
-        .process()
-        .credentials
-        .redactor()
-        .text(&output)
-        .unwrap_or(output);
+    let output = credentials.redactor().text(&output).unwrap_or(output);
     Ok(TerminalRead {
         terminal: terminal.id.clone(),
         output,
@@ -200,7 +207,7 @@ pub(super) async fn terminal(
             .screen
             .then(|| terminal.painted())
             .flatten()
-            .map(|painted| within_budget(redacted(call, painted), budget)),
+            .map(|painted| within_budget(redacted(credentials, painted), budget)),
     })
 }
 
@@ -224,10 +231,10 @@ pub(super) fn key_bytes(keys: Option<&[String]>) -> Result<Vec<Vec<u8>>, ToolErr
 }
 
 pub(super) fn redacted(
-    call: &Call<'_>,
+    credentials: &Supplier,
     mut painted: crate::policy::screen::Painted,
 ) -> crate::policy::screen::Painted {
-    let redactor = call.process().credentials.redactor();
+    let redactor = credentials.redactor();
     for line in painted.rows.iter_mut().chain(painted.title.as_mut()) {
         if let Some(clean) = redactor.text(line) {
             *line = clean;

@@ -7,14 +7,18 @@
 //! machines listed, the board's questions, the screen the terminal's size.
 
 use super::args::{self, ViewName};
-use super::call::Call;
+use super::call::parts::{Asking, Cancel, Fleets, JobTable, Ownership, Session};
 use super::results::{
     EgressView, JobRow, MachineRow, MachinesView, PortLink, QuestionRow, TerminalView, ViewState,
 };
 use crate::fleet::terminal::TerminalInput;
-use crate::policy::consent::NotSettled;
-use crate::policy::terminals::End;
+use crate::policy::consent::{Board, NotSettled};
+use crate::policy::reads::ParkedReads;
+use crate::policy::terminals::{End, Terminals};
 use crate::policy::tools::{ToolError, ToolErrorKind};
+use crate::policy::user::User;
+use crate::process::config::Config;
+use crate::process::credentials::Supplier;
 use std::time::Duration;
 
 /// Machines the machines view lists; past it the answer counts the rest (`more`).
@@ -27,8 +31,32 @@ const TERMINAL_WAIT: Duration = Duration::from_secs(20);
 /// sends it in bursts, and a view shown mid-burst flickers.
 const QUIET: Duration = Duration::from_millis(60);
 
-pub(super) async fn view_state(call: &Call<'_>, a: args::ViewArgs) -> Result<ViewState, ToolError> {
-    let Some(seal) = call.caller.views.clone() else {
+/// What view-state takes of the call: the views' seal, and what each view shows.
+type ViewParts<'c> = (
+    Asking<'c>,
+    Ownership<'c>,
+    Fleets<'c>,
+    Cancel<'c>,
+    &'c User,
+    &'c Config,
+    (&'c Terminals, &'c Supplier, &'c ParkedReads),
+    (&'c Board, JobTable<'c>, Session<'c>),
+);
+
+pub(super) async fn view_state(
+    (
+        asking,
+        machines,
+        fleets,
+        cancel,
+        user,
+        config,
+        (terminals, credentials, reads),
+        (board, jobs, session),
+    ): ViewParts<'_>,
+    a: args::ViewArgs,
+) -> Result<ViewState, ToolError> {
+    let Some(seal) = asking.views() else {
         return Err(ToolError::new(
             ToolErrorKind::InvalidArgument,
             "view-state answers this server's views (MCP Apps) only, and this client did not \
@@ -61,28 +89,52 @@ pub(super) async fn view_state(call: &Call<'_>, a: args::ViewArgs) -> Result<Vie
         }
     }
     match a.view {
-        ViewName::Machines => machines(call, a.target).await.map(ViewState::Machines),
-        ViewName::Egress => egress(call, seal.as_ref(), a.answer)
+        ViewName::Machines => {
+            let parts = (fleets, machines, cancel, user, terminals, jobs, session);
+            machines_view(parts, a.target)
+                .await
+                .map(ViewState::Machines)
+        }
+        ViewName::Egress => egress((user, board), seal.as_ref(), a.answer)
             .await
             .map(ViewState::Egress),
-        ViewName::Terminal => terminal(call, a).await.map(ViewState::Terminal),
+        ViewName::Terminal => {
+            let parts = (
+                machines,
+                fleets,
+                cancel,
+                config,
+                terminals,
+                credentials,
+                reads,
+            );
+            terminal(parts, a).await.map(ViewState::Terminal)
+        }
     }
 }
 
-async fn machines(
-    call: &Call<'_>,
+async fn machines_view(
+    (fleets, machines, cancel, user, terminals, jobs, session): (
+        Fleets<'_>,
+        Ownership<'_>,
+        Cancel<'_>,
+        &User,
+        &Terminals,
+        JobTable<'_>,
+        Session<'_>,
+    ),
     target: Option<crate::fleet::FleetKind>,
 ) -> Result<MachinesView, ToolError> {
-    let fleet = call.fleet(target).await?;
+    let fleet = fleets.reach(target).await?;
     let kind = fleet.kind();
-    let mut listed = call
-        .only_theirs(kind, call.cancellable(fleet.list()).await?)
+    let mut listed = machines
+        .only_theirs(kind, cancel.run(fleet.list()).await?)
         .await?;
     listed.sort_by(|a, b| a.name.cmp(&b.name));
     let more = listed.len().saturating_sub(MACHINES_LISTED);
     listed.truncate(MACHINES_LISTED);
-    let user = call.caller.user.id();
-    let jobs = call.policy.jobs.list();
+    let user = user.id();
+    let jobs = jobs.here();
     let machines = listed
         .into_iter()
         .map(|machine| MachineRow {
@@ -94,10 +146,7 @@ async fn machines(
                     url: fleet.port_address(&machine, p.guest).map(|a| a.url),
                 })
                 .collect(),
-            terminals: call
-                .policy
-                .terminals
-                .open_of(call.session(), kind, &machine.name),
+            terminals: terminals.open_of(session.id(), kind, &machine.name),
             jobs: jobs
                 .iter()
                 .filter(|j| j.user == user && j.kind() == kind && j.machine == machine.name)
@@ -124,11 +173,11 @@ async fn machines(
 }
 
 async fn egress(
-    call: &Call<'_>,
+    (user, board): (&User, &Board),
     seal: &dyn crate::policy::consent::ViewSeal,
     answer: Option<args::ViewAnswer>,
 ) -> Result<EgressView, ToolError> {
-    let user = call.caller.user.id();
+    let user = user.id();
     let answered = match answer {
         None => None,
         Some(answer) => {
@@ -137,11 +186,7 @@ async fn egress(
             seal.open(&answer.question, &answer.state)
                 .await
                 .map_err(|why| ToolError::argument("answer.state", why))?;
-            match call
-                .policy
-                .board
-                .settle(user, &answer.question, &answer.allowed)
-            {
+            match board.settle(user, &answer.question, &answer.allowed) {
                 Ok(()) => Some(true),
                 Err(NotSettled::NotAsked(destination)) => {
                     return Err(ToolError::argument(
@@ -158,9 +203,7 @@ async fn egress(
             }
         }
     };
-    let questions = call
-        .policy
-        .board
+    let questions = board
         .open_for(user)
         .into_iter()
         .map(|q| QuestionRow {
@@ -177,7 +220,18 @@ async fn egress(
     })
 }
 
-async fn terminal(call: &Call<'_>, a: args::ViewArgs) -> Result<TerminalView, ToolError> {
+async fn terminal(
+    (machines, fleets, cancel, config, terminals, credentials, reads): (
+        Ownership<'_>,
+        Fleets<'_>,
+        Cancel<'_>,
+        &Config,
+        &Terminals,
+        &Supplier,
+        &ParkedReads,
+    ),
+    a: args::ViewArgs,
+) -> Result<TerminalView, ToolError> {
     let (Some(name), Some(id)) = (&a.name, &a.terminal) else {
         return Err(ToolError::argument(
             if a.name.is_none() { "name" } else { "terminal" },
@@ -185,11 +239,9 @@ async fn terminal(call: &Call<'_>, a: args::ViewArgs) -> Result<TerminalView, To
              terminal tool answered",
         ));
     };
-    let named = call.machine(name)?;
-    let kind = call.fleet_kind(a.target)?;
-    let terminal = call
-        .policy
-        .terminals
+    let named = machines.machine(name)?;
+    let kind = fleets.kind(a.target)?;
+    let terminal = terminals
         .get(id)
         .filter(|t| t.fleet == kind && t.machine == *named)
         .ok_or_else(|| {
@@ -202,7 +254,7 @@ async fn terminal(call: &Call<'_>, a: args::ViewArgs) -> Result<TerminalView, To
     let typed = a.input.as_deref().is_some_and(|i| !i.is_empty()) || !keys.is_empty();
     if typed {
         // The person typed: what the program does with it may change files a read kept.
-        call.policy.reads.forget_all();
+        reads.forget_all();
     }
     if let Some(input) = a.input.as_deref().filter(|i| !i.is_empty()) {
         terminal
@@ -215,22 +267,24 @@ async fn terminal(call: &Call<'_>, a: args::ViewArgs) -> Result<TerminalView, To
     if let Some(after) = a.after
         && !typed
     {
-        call.cancellable(async {
-            terminal.settle(after, QUIET, TERMINAL_WAIT).await;
-            Ok::<_, ToolError>(())
-        })
-        .await?;
+        cancel
+            .run(async {
+                terminal.settle(after, QUIET, TERMINAL_WAIT).await;
+                Ok::<_, ToolError>(())
+            })
+            .await?;
     } else if typed {
         let before = terminal.printed();
-        call.cancellable(async {
-            terminal.settle(before, QUIET, Duration::from_secs(2)).await;
-            Ok::<_, ToolError>(())
-        })
-        .await?;
+        cancel
+            .run(async {
+                terminal.settle(before, QUIET, Duration::from_secs(2)).await;
+                Ok::<_, ToolError>(())
+            })
+            .await?;
     }
-    let budget = call.config().max_output_bytes;
+    let budget = config.max_output_bytes;
     let screen = terminal.painted().map(|painted| {
-        super::terminal::within_budget(super::terminal::redacted(call, painted), budget)
+        super::terminal::within_budget(super::terminal::redacted(credentials, painted), budget)
     });
     Ok(TerminalView {
         terminal: terminal.id.clone(),

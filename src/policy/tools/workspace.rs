@@ -8,14 +8,27 @@
 //! has no mounts, and on the nested engine a staged mount of 10,000 files did not start within
 //! the agent's 180 s where the upload took 11 s (docs/benchmarks.md).
 
-use super::{Call, ToolError, ToolErrorKind};
+use super::call::parts::{Cancel, Fleets, Making, Ownership, Records, Waits};
+use super::{ToolError, ToolErrorKind};
 use crate::fleet::internal::marked_script;
 use crate::fleet::{Command, ExecSpec, Fleet};
+use crate::policy::progress::Progress;
+use crate::policy::terminals::Terminals;
+use crate::policy::user::User;
+use crate::process::config::Config;
+use crate::process::workspaces::Workspaces;
 use crate::process::workspaces::{Attached, OperationRoom};
 use crate::workspace::{self, Room, Unpacked, Workspace, WorkspaceError};
 use futures::StreamExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// What moving a workspace in or out takes of the call: its waits reported and cancellable.
+pub(super) type Transfer<'c> = (&'c Progress, Cancel<'c>);
+
+/// Whose host directories a call may reach: its user's, by the settings, and whether users
+/// are kept apart.
+pub(super) type HostDirs<'c> = (&'c User, &'c Config, Ownership<'c>);
 
 /// Where a machine's workspace is, on every fleet.
 pub const GUEST_PATH: &str = "/workspace";
@@ -75,7 +88,7 @@ fn guest_failure(what: &str, out: &crate::fleet::ExecOutput) -> ToolError {
 }
 
 async fn run_internal(
-    call: &Call<'_>,
+    (progress, cancel): Transfer<'_>,
     fleet: &Fleet,
     machine: &str,
     script: &str,
@@ -87,13 +100,8 @@ async fn run_internal(
         marked_script(script),
     ]));
     spec.timeout_secs = Some(GUEST_TAR_SECS);
-    let out = call
-        .progress()
-        .during(
-            what,
-            None,
-            Box::pin(call.cancellable(fleet.exec(machine, &spec))),
-        )
+    let out = progress
+        .during(what, None, Box::pin(cancel.run(fleet.exec(machine, &spec))))
         .await?;
     if out.exit_code != 0 {
         return Err(guest_failure(what, &out));
@@ -103,7 +111,7 @@ async fn run_internal(
 
 /// Sends the copy `ws` into the running machine `machine` at [`GUEST_PATH`].
 pub async fn send_in(
-    call: &Call<'_>,
+    transfer: Transfer<'_>,
     fleet: &Fleet,
     machine: &str,
     ws: &Workspace,
@@ -124,11 +132,12 @@ pub async fn send_in(
             i + 1,
             parts.len()
         );
-        call.progress()
+        let (progress, cancel) = transfer;
+        progress
             .during(
                 &what,
                 None,
-                Box::pin(call.cancellable(fleet.write_file(machine, &path, part.to_vec()))),
+                Box::pin(cancel.run(fleet.write_file(machine, &path, part.to_vec()))),
             )
             .await?;
     }
@@ -136,14 +145,14 @@ pub async fn send_in(
         "set -e; mkdir -p {GUEST_PATH}; cat {INCOMING}.* | tar -x -z -o -f - -C {GUEST_PATH}; \
          rm -f {INCOMING}.*"
     );
-    run_internal(call, fleet, machine, &script, "unpacking the workspace").await
+    run_internal(transfer, fleet, machine, &script, "unpacking the workspace").await
 }
 
 /// Reads the machine's [`GUEST_PATH`] back into its copy on the host (`attached`'s tree,
 /// replaced whole), bounded by `max_bytes` (workspaceMaxBytes) and by `room`, the server's
 /// room for all copies (workspaceTotalMaxBytes).
 pub async fn read_back(
-    call: &Call<'_>,
+    transfer: Transfer<'_>,
     fleet: &Fleet,
     machine: &str,
     attached: &Attached,
@@ -155,7 +164,7 @@ pub async fn read_back(
     let outgoing = format!("{OUTGOING}-{:08x}.tgz", rand::random::<u32>());
     let script = format!("set -e; cd {GUEST_PATH}; tar -c -z -f {outgoing} --exclude=./.git .");
     run_internal(
-        call,
+        transfer,
         fleet,
         machine,
         &script,
@@ -165,7 +174,7 @@ pub async fn read_back(
     let root = attached.workspace.root.clone();
     let archive_path = workspace::scratch_path(&root, "incoming.tgz");
     let fetched = fetch(
-        call,
+        transfer.1,
         fleet,
         machine,
         &outgoing,
@@ -176,7 +185,7 @@ pub async fn read_back(
     .await;
     // The archive is not left on the machine's disk, whatever happened to the download.
     let _ = run_internal(
-        call,
+        transfer,
         fleet,
         machine,
         &format!("rm -f {outgoing}"),
@@ -228,7 +237,7 @@ pub async fn read_back(
 /// Downloads the machine's archive to `to`, refusing one over `max_bytes`, each part taken
 /// from `room` before it is written.
 async fn fetch(
-    call: &Call<'_>,
+    cancel: Cancel<'_>,
     fleet: &Fleet,
     machine: &str,
     from: &str,
@@ -237,7 +246,7 @@ async fn fetch(
     room: &OperationRoom,
 ) -> Result<(), ToolError> {
     use tokio::io::AsyncWriteExt;
-    let stream = call.cancellable(fleet.read_file(machine, from)).await?;
+    let stream = cancel.run(fleet.read_file(machine, from)).await?;
     if stream.size.is_some_and(|s| s > max_bytes) {
         return Err(refused(
             "name",
@@ -250,8 +259,8 @@ async fn fetch(
         .map_err(|e| ToolError::new(ToolErrorKind::Internal, format!("{}: {e}", to.display())))?;
     let mut written = 0u64;
     loop {
-        let chunk = call
-            .cancellable(async { chunks.next().await.transpose() })
+        let chunk = cancel
+            .run(async { chunks.next().await.transpose() })
             .await?;
         let Some(chunk) = chunk else { break };
         written += chunk.len() as u64;
@@ -282,15 +291,14 @@ pub const USER_PLACEHOLDER: &str = "{user}";
 /// [`USER_PLACEHOLDER`], with their id in its place (an id that is not one plain path segment
 /// names none), and the operator only the entries without it; without sign-in, the one user
 /// is the operator.
-pub(super) fn host_dirs_for(call: &Call<'_>, entries: &[String]) -> Vec<String> {
-    let user = &call.caller.user;
+pub(super) fn host_dirs_for((user, _, machines): HostDirs<'_>, entries: &[String]) -> Vec<String> {
     entries
         .iter()
         .filter_map(|entry| {
             let per_user = entry.contains(USER_PLACEHOLDER);
             match (user.is_operator(), per_user) {
                 (true, false) => Some(entry.clone()),
-                (false, true) if call.users_apart() && plain_segment(user.id()) => {
+                (false, true) if machines.users_apart() && plain_segment(user.id()) => {
                     Some(entry.replace(USER_PLACEHOLDER, user.id()))
                 }
                 _ => None,
@@ -315,24 +323,24 @@ fn plain_segment(id: &str) -> bool {
 /// may reach ([`host_dirs_for`]); refused otherwise as `arg`, with `when_off` when the
 /// operator allows none.
 pub(super) fn allowed_host_dir(
-    call: &Call<'_>,
+    dirs: HostDirs<'_>,
     arg: &str,
     source: &str,
     when_off: &str,
 ) -> Result<std::path::PathBuf, ToolError> {
-    let config = call.config();
+    let (user, config, _) = dirs;
     if config.mount_allow.is_empty() {
         return Err(ToolError::argument(arg, when_off));
     }
-    let theirs = host_dirs_for(call, &config.mount_allow);
+    let theirs = host_dirs_for(dirs, &config.mount_allow);
     if theirs.is_empty() {
         return Err(ToolError::argument(
             arg,
-            if call.caller.user.is_operator() {
+            if user.is_operator() {
                 "the operator's mountAllow names only signed-in users' own directories (entries \
                  with {user}): copy files in with write-file instead"
                     .to_owned()
-            } else if plain_segment(call.caller.user.id()) {
+            } else if plain_segment(user.id()) {
                 "no host directory is allowed to you: the operator's mountAllow names none for \
                  signed-in users (an entry with {user} would). Copy files in with write-file \
                  instead"
@@ -355,7 +363,7 @@ pub(super) fn allowed_host_dir(
             arg,
             format!(
                 "{source} is not in a directory the operator allows mounting (mountAllow{}: {})",
-                if call.caller.user.is_operator() {
+                if user.is_operator() {
                     ""
                 } else {
                     ", as it applies to you"
@@ -387,17 +395,20 @@ impl Drop for Prepared {
 }
 
 /// Checks `dir` and makes the server's copy of it.
-pub async fn prepare(call: &Call<'_>, dir: &str) -> Result<Prepared, ToolError> {
+pub async fn prepare(
+    (dirs, workspaces): (HostDirs<'_>, &Arc<Workspaces>),
+    dir: &str,
+) -> Result<Prepared, ToolError> {
     let resolved = allowed_host_dir(
-        call,
+        dirs,
         "workspace",
         dir,
         "workspaces are off on this server: the operator has allowed no host directory \
          (mountAllow). Copy files in with write-file instead",
     )?;
-    let workspaces = call.process().workspaces.clone();
+    let workspaces = workspaces.clone();
     let seed_dir = workspaces.new_seed_dir();
-    let max_bytes = call.config().workspace_max_bytes;
+    let max_bytes = dirs.1.workspace_max_bytes;
     let seeded = {
         let seed_dir = seed_dir.clone();
         blocking(move || {
@@ -424,15 +435,14 @@ impl Prepared {
     /// caller deletes the machine; the seed goes here.
     pub async fn install(
         mut self,
-        call: &Call<'_>,
+        (workspaces, transfer): (&Arc<Workspaces>, Transfer<'_>),
         fleet: &Fleet,
         machine: &crate::fleet::Machine,
     ) -> Result<super::results::WorkspaceIn, ToolError> {
-        let workspaces = &call.process().workspaces;
         let attached =
             workspaces.attach(fleet.kind(), &machine.name, &machine.id, None, &self.seed);
         let sent = match attached {
-            Ok(_) => send_in(call, fleet, &machine.id, &self.seed).await,
+            Ok(_) => send_in(transfer, fleet, &machine.id, &self.seed).await,
             Err(why) => Err(ToolError::new(ToolErrorKind::Internal, why)),
         };
         if let Err(e) = sent {
@@ -473,8 +483,8 @@ impl Prepared {
 
 /// Room for one reading or keep among all the server's copies (the disk measured off the
 /// async threads).
-async fn room_for(call: &Call<'_>) -> Result<Arc<OperationRoom>, ToolError> {
-    let workspaces = call.process().workspaces.clone();
+async fn room_for(workspaces: &Arc<Workspaces>) -> Result<Arc<OperationRoom>, ToolError> {
+    let workspaces = workspaces.clone();
     tokio::task::spawn_blocking(move || workspaces.room())
         .await
         .map_err(|e| ToolError::new(ToolErrorKind::Internal, format!("a workspace task: {e}")))
@@ -497,10 +507,17 @@ fn no_workspace(name: &str) -> ToolError {
 /// (at offset 0; a later page reads the same reading), answered as a file whose content is the
 /// diff, with the changed files beside it.
 pub(super) async fn read_changes(
-    call: &Call<'_>,
+    (machines, fleets, waits, config, workspaces, transfer): (
+        Ownership<'_>,
+        Fleets<'_>,
+        Waits<'_>,
+        &Config,
+        &Arc<Workspaces>,
+        Transfer<'_>,
+    ),
     a: super::args::ReadFileArgs,
 ) -> Result<super::results::FileRead, ToolError> {
-    let named = call.machine(&a.name)?;
+    let named = machines.machine(&a.name)?;
     if a.path.trim_end_matches('/') != GUEST_PATH {
         return Err(ToolError::argument(
             "changes",
@@ -517,25 +534,19 @@ pub(super) async fn read_changes(
             "a diff is text: leave encoding out with changes (binary files are named, not shown)",
         ));
     }
-    let fleet = call.fleet(a.target).await?;
-    let attached = call
-        .process()
-        .workspaces
+    let fleet = fleets.reach(a.target).await?;
+    let attached = workspaces
         .of(fleet.kind(), &named)
         .ok_or_else(|| no_workspace(&named))?;
-    let _reading = call
-        .process()
-        .workspaces
-        .hold(fleet.kind(), &attached.name)
-        .await;
+    let _reading = workspaces.hold(fleet.kind(), &attached.name).await;
     let offset = a.offset.unwrap_or(0);
     let listed = attached.workspace.root.join("changes.json");
     let mut started_machine = false;
     let (mut files, diff_path, diff_bytes) = if offset == 0 || !listed.exists() {
-        started_machine = call.ensure_running(&fleet, &named).await?;
-        let max_bytes = call.config().workspace_max_bytes;
-        let room = room_for(call).await?;
-        read_back(call, &fleet, &named, &attached, max_bytes, &room).await?;
+        started_machine = waits.ensure_running(&fleet, &named).await?;
+        let max_bytes = config.workspace_max_bytes;
+        let room = room_for(workspaces).await?;
+        read_back(transfer, &fleet, &named, &attached, max_bytes, &room).await?;
         let ws = attached.workspace.clone();
         let changes = blocking(move || workspace::changes(&ws, room.as_ref()))
             .await
@@ -560,7 +571,7 @@ pub(super) async fn read_changes(
             format!("{offset} is past the diff's end ({diff_bytes} bytes)"),
         ));
     }
-    let budget = call.config().max_output_bytes;
+    let budget = config.max_output_bytes;
     let want = a
         .length
         .map_or(budget, |l| usize::try_from(l).unwrap_or(budget));
@@ -604,11 +615,24 @@ fn read_page(path: &std::path::Path, offset: u64, want: usize) -> std::io::Resul
 /// The longest commit message kept.
 const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 
+/// What keep-changes takes of the call: the workspace read back into the user's repository,
+/// and the siblings deleted as delete-machine deletes them.
+type Keeping<'c> = (
+    Ownership<'c>,
+    Fleets<'c>,
+    Waits<'c>,
+    &'c Config,
+    &'c User,
+    &'c Arc<Workspaces>,
+    Transfer<'c>,
+    (Making<'c>, Records<'c>, &'c Terminals),
+);
+
 pub(super) async fn keep_changes(
-    call: &Call<'_>,
+    (machines, fleets, waits, config, user, workspaces, transfer, (making, records, terminals)): Keeping<'_>,
     a: super::args::KeepArgs,
 ) -> Result<super::results::ChangesKept, ToolError> {
-    let named = call.machine(&a.name)?;
+    let named = machines.machine(&a.name)?;
     let message = a.message.trim().to_owned();
     if message.is_empty() || message.len() > MAX_MESSAGE_BYTES {
         return Err(ToolError::argument(
@@ -617,8 +641,7 @@ pub(super) async fn keep_changes(
         ));
     }
     workspace::check_message(&message).map_err(|e| refused("message", e))?;
-    let fleet = call.fleet(a.target).await?;
-    let workspaces = call.process().workspaces.clone();
+    let fleet = fleets.reach(a.target).await?;
     let attached = workspaces
         .of(fleet.kind(), &named)
         .ok_or_else(|| no_workspace(&named))?;
@@ -659,17 +682,17 @@ pub(super) async fn keep_changes(
         // with another mountAllow, or another user's entry).
         let origin = attached.workspace.origin.dir.display().to_string();
         allowed_host_dir(
-            call,
+            (user, config, machines),
             "name",
             &origin,
             "keeping changes is off on this server now: the operator allows no host directory \
              (mountAllow). Read them with read-file changes instead",
         )?;
     }
-    call.ensure_running(&fleet, &named).await?;
-    let max_bytes = call.config().workspace_max_bytes;
-    let room = room_for(call).await?;
-    read_back(call, &fleet, &named, &attached, max_bytes, &room).await?;
+    waits.ensure_running(&fleet, &named).await?;
+    let max_bytes = config.workspace_max_bytes;
+    let room = room_for(workspaces).await?;
+    read_back(transfer, &fleet, &named, &attached, max_bytes, &room).await?;
     let patch = workspaces.patch_path(&attached.name);
     let ws = attached.workspace.clone();
     let kept = blocking(move || workspace::keep(&ws, &branch, &message, &patch, room.as_ref()))
@@ -685,19 +708,16 @@ pub(super) async fn keep_changes(
     let mut deleted = Vec::new();
     for sibling in &siblings {
         // The siblings go only once the kept one's changes are safe in the user's repository.
-        match call.cancellable(fleet.delete(&sibling.id)).await {
+        match transfer.1.run(fleet.delete(&sibling.id)).await {
             Ok(gone) => {
-                call.released(fleet.kind(), &sibling.name, gone.usage_micros)
+                making
+                    .released(fleet.kind(), &sibling.name, gone.usage_micros)
                     .await;
                 workspaces.forget(fleet.kind(), &sibling.name);
-                call.process()
-                    .made
-                    .deleted(fleet.kind(), &sibling.name, None);
-                call.policy
-                    .terminals
-                    .close_machine(fleet.kind(), &sibling.name);
-                if sibling.name.starts_with(&call.config().machine_prefix) {
-                    call.process().forget(fleet.kind(), &sibling.name).await;
+                records.made().deleted(fleet.kind(), &sibling.name, None);
+                terminals.close_machine(fleet.kind(), &sibling.name);
+                if sibling.name.starts_with(&config.machine_prefix) {
+                    records.forget(fleet.kind(), &sibling.name).await;
                 }
                 deleted.push(sibling.name.clone());
             }

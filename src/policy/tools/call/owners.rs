@@ -11,12 +11,11 @@
 pub(super) mod owned;
 pub use owned::Owned;
 
-use super::Tool;
-use super::call::Call;
-use super::grammar;
+use super::Call;
 use crate::fleet::{ErrorKind, Fleet, FleetKind, Machine};
 use crate::policy::Policy;
 use crate::policy::error::{ToolError, ToolErrorKind, quote};
+use crate::policy::tools::{Tool, grammar};
 use crate::policy::user::User;
 use crate::store::{HeldName, Hold, MachineClaim, StoreUnavailable};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -57,8 +56,16 @@ impl JsonSchema for MachineRef {
     }
 }
 
+/// A machine a call's arguments name: one to act on, which the ownership check opens before
+/// the tool runs, or the new name of one the tool makes (claimed when it is made).
+#[derive(Debug, Clone, Copy)]
+pub enum Named<'a> {
+    Existing(&'a MachineRef),
+    New(&'a str),
+}
+
 /// The answer to a name this user may not see: the words of a machine that does not exist.
-pub(super) fn not_found(argument: &str, name: &str, kind: FleetKind) -> ToolError {
+fn not_found(argument: &str, name: &str, kind: FleetKind) -> ToolError {
     ToolError::new(
         ToolErrorKind::Fleet(ErrorKind::NotFound),
         format!(
@@ -117,12 +124,42 @@ pub async fn users_machines(
 
 impl Call<'_> {
     /// Whether this server keeps its users apart (sign-in is on).
-    pub fn users_apart(&self) -> bool {
+    pub(super) fn users_apart(&self) -> bool {
         !self.config().auth_issuer.is_empty()
     }
 
-    pub async fn sees(&self, kind: FleetKind, name: &str) -> Result<bool, ToolError> {
+    pub(super) async fn sees(&self, kind: FleetKind, name: &str) -> Result<bool, ToolError> {
         user_sees(self.policy, &self.caller.user, kind, name).await
+    }
+
+    /// Before the handler: the machines the arguments name pass the ownership check (or the
+    /// call ends here: no lease renewed, nothing sent about them), are held for the call, and
+    /// are refused if the fleet keeps them or they hold a credential value this process cannot
+    /// redact.
+    pub(in crate::policy::tools) async fn admit(
+        &self,
+        tool: Tool,
+        target: Option<FleetKind>,
+        named: [Option<Named<'_>>; 2],
+    ) -> Result<(), ToolError> {
+        let mut names: [Option<String>; 2] = [None, None];
+        for (slot, named) in names.iter_mut().zip(named) {
+            *slot = match named {
+                Some(Named::Existing(machine)) => {
+                    Some(self.check_owner(tool, target, machine).await?.to_string())
+                }
+                Some(Named::New(name)) => Some(name.to_owned()),
+                None => None,
+            };
+        }
+        let [name, child] = [names[0].as_deref(), names[1].as_deref()];
+        // Every machine the call names: its lease is renewed and the reaper waits for the call.
+        for held in [name, child].into_iter().flatten() {
+            self.hold(held).await;
+        }
+        self.refuse_kept(target, [name, child]).await?;
+        self.refuse_unknown_values(tool, target, [name, child])
+            .await
     }
 
     /// The ownership check of the machine a call names to act on, before the tool sends
@@ -167,7 +204,7 @@ impl Call<'_> {
     /// The machine `named`, for the handler: the ownership check passed it for this call.
     /// Anything else is the server's own mistake (a tool whose machine the dispatch did not
     /// check), refused rather than acted on.
-    pub fn machine(&self, named: &MachineRef) -> Result<Owned, ToolError> {
+    pub(super) fn machine(&self, named: &MachineRef) -> Result<Owned, ToolError> {
         self.owned().named(&named.0).ok_or_else(|| {
             ToolError::new(
                 ToolErrorKind::Internal,
@@ -185,7 +222,7 @@ impl Call<'_> {
     /// Refused when another holds it, or past the limit. A claim in the making gives no call
     /// the machine until [`Call::hold_made`], and is let go if the call fails
     /// ([`Call::release_claims`]).
-    pub async fn claim_name(&self, fleet: &Fleet, name: &str) -> Result<(), ToolError> {
+    pub(super) async fn claim_name(&self, fleet: &Fleet, name: &str) -> Result<(), ToolError> {
         if !self.users_apart() {
             return Ok(());
         }
@@ -222,7 +259,12 @@ impl Call<'_> {
     /// fleet whose machines answer to an id of their own as well, by either word), and it is
     /// no longer this call's to let go if the call fails later. An error means the machine is
     /// no one's: the caller deletes it.
-    pub async fn hold_made(&self, fleet: &Fleet, name: &str, id: &str) -> Result<(), ToolError> {
+    pub(super) async fn hold_made(
+        &self,
+        fleet: &Fleet,
+        name: &str,
+        id: &str,
+    ) -> Result<(), ToolError> {
         if !self.users_apart() || self.caller.user.is_operator() {
             return Ok(());
         }
@@ -271,7 +313,7 @@ impl Call<'_> {
 
     /// After a delete: the name is free again, and on a metered fleet what the machine cost is
     /// added to its user's day.
-    pub async fn released(&self, kind: FleetKind, name: &str, cost_micros: Option<i64>) {
+    pub(super) async fn released(&self, kind: FleetKind, name: &str, cost_micros: Option<i64>) {
         if !self.users_apart() || self.caller.user.is_operator() {
             return;
         }
@@ -288,7 +330,7 @@ impl Call<'_> {
     }
 
     /// The machines of a listing this call's user may see.
-    pub async fn only_theirs(
+    pub(super) async fn only_theirs(
         &self,
         kind: FleetKind,
         machines: Vec<Machine>,
@@ -327,7 +369,7 @@ impl Call<'_> {
     /// Before a create or a command on a metered fleet: what the signed-in user's machines
     /// cost today (those that exist, by the cloud's usage figures, and those deleted this UTC
     /// day), against `cloudSpendPerUserMicros`.
-    pub async fn admit_user_spend(&self, fleet: &Fleet) -> Result<(), ToolError> {
+    pub(super) async fn admit_user_spend(&self, fleet: &Fleet) -> Result<(), ToolError> {
         let limit = self.config().cloud_spend_per_user_micros;
         if limit == 0
             || !fleet.capabilities().metered
@@ -371,8 +413,8 @@ impl Call<'_> {
                      deleted today) and this server allows {} a user a day \
                      (cloudSpendPerUserMicros): nothing more is made or run on cloud for you \
                      until tomorrow (UTC)",
-                    super::call::dollars(spent),
-                    super::call::dollars(i64::try_from(limit).unwrap_or(i64::MAX))
+                    super::dollars(spent),
+                    super::dollars(i64::try_from(limit).unwrap_or(i64::MAX))
                 ),
             ));
         }
