@@ -97,7 +97,7 @@ fn puts(fake: &FakeServe) -> Vec<Value> {
 #[tokio::test]
 async fn a_machine_made_with_credentials_sees_placeholders_and_gets_the_values_at_each_boot() {
     let fake = FakeServe::start_guest_shell().await;
-    let (_file, h) = with_bindings(&fake).await;
+    let (file, h) = with_bindings(&fake).await;
     let created = h
         .ok(
             "create-machine",
