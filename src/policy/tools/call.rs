@@ -7,7 +7,7 @@ pub mod parts;
 use super::Tool;
 use crate::fleet::{
     Capabilities, Command, CreateSpec, ErrorKind, ExecSpec, Feature, Fleet, FleetKind, Machine,
-    Phase, PulledImage,
+    Phase,
 };
 use crate::policy::Policy;
 use crate::policy::error::{ToolError, ToolErrorKind};
@@ -682,31 +682,6 @@ impl<'a> Call<'a> {
         Ok(())
     }
 
-    /// Starts a machine, telling the client what it waits for: on the local fleet the first
-    /// start pulls the image and boots the guest (docs/tools.md: Egress), which can take minutes.
-    async fn start_reported(
-        &self,
-        fleet: &Fleet,
-        machine: &str,
-        branchable: Option<bool>,
-        image: Option<&str>,
-    ) -> Result<Machine, ToolError> {
-        let waiting_for = match image {
-            Some(image) => format!(
-                "waiting for machine {machine} to start (pulling {image} if not cached, then booting)"
-            ),
-            None => format!("waiting for machine {machine} to start"),
-        };
-        self.caller
-            .progress
-            .during(
-                &waiting_for,
-                None,
-                Box::pin(self.cancellable(fleet.start(machine, branchable))),
-            )
-            .await
-    }
-
     /// Resumes a paused machine, telling the client what it waits for.
     async fn resume_reported(&self, fleet: &Fleet, machine: &str) -> Result<Machine, ToolError> {
         self.caller
@@ -735,23 +710,6 @@ impl<'a> Call<'a> {
                 Ok(other.boots_on_use())
             }
         }
-    }
-
-    /// Pulls an image into a machine's cache, telling the client how long it has waited.
-    async fn pull_reported(
-        &self,
-        fleet: &Fleet,
-        machine: &str,
-        image: &str,
-    ) -> Result<PulledImage, ToolError> {
-        self.caller
-            .progress
-            .during(
-                &format!("waiting for {image} to be pulled into machine {machine}"),
-                None,
-                Box::pin(self.cancellable(fleet.pull_image(machine, image))),
-            )
-            .await
     }
 
     /// Waits until a command runs in the machine: an `echo` of a nonce, once a second, until the

@@ -21,20 +21,25 @@ const DEFAULT_WAIT_MS: u32 = 2000;
 /// Output quiet this long after it changed counts as settled: a prompt is drawn at once.
 const QUIET: Duration = Duration::from_millis(300);
 
-/// What the terminal tool takes of the call.
-type TerminalParts<'c> = (
+/// What reaching an open terminal takes of the call (the terminal tool's and the terminal
+/// view's): the machine's ownership checked, its fleet, the client's cancellation, the output
+/// budget, the terminals open, and the values its screen is redacted of.
+pub(super) type TerminalAccess<'c> = (
     Ownership<'c>,
     Fleets<'c>,
-    Waits<'c>,
     Cancel<'c>,
-    Session<'c>,
     &'c Config,
-    &'c Supplier,
     &'c Terminals,
+    &'c Supplier,
 );
 
+/// The terminal tool opens terminals too: it brings the machine up and counts the session's.
 pub(super) async fn terminal(
-    (machines, fleets, waits, cancel, session, config, credentials, terminals): TerminalParts<'_>,
+    ((machines, fleets, cancel, config, terminals, credentials), waits, session): (
+        TerminalAccess<'_>,
+        Waits<'_>,
+        Session<'_>,
+    ),
     a: args::TerminalArgs,
 ) -> Result<TerminalRead, ToolError> {
     let named = machines.machine(&a.name)?;

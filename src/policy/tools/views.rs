@@ -11,14 +11,13 @@ use super::call::parts::{Asking, Cancel, Fleets, JobTable, Ownership, Session};
 use super::results::{
     EgressView, JobRow, MachineRow, MachinesView, PortLink, QuestionRow, TerminalView, ViewState,
 };
+use super::terminal::TerminalAccess;
 use crate::fleet::terminal::TerminalInput;
 use crate::policy::consent::{Board, NotSettled};
 use crate::policy::reads::ParkedReads;
 use crate::policy::terminals::{End, Terminals};
 use crate::policy::tools::{ToolError, ToolErrorKind};
 use crate::policy::user::User;
-use crate::process::config::Config;
-use crate::process::credentials::Supplier;
 use std::time::Duration;
 
 /// Machines the machines view lists; past it the answer counts the rest (`more`).
@@ -34,26 +33,14 @@ const QUIET: Duration = Duration::from_millis(60);
 /// What view-state takes of the call: the views' seal, and what each view shows.
 type ViewParts<'c> = (
     Asking<'c>,
-    Ownership<'c>,
-    Fleets<'c>,
-    Cancel<'c>,
+    TerminalAccess<'c>,
     &'c User,
-    &'c Config,
-    (&'c Terminals, &'c Supplier, &'c ParkedReads),
+    &'c ParkedReads,
     (&'c Board, JobTable<'c>, Session<'c>),
 );
 
 pub(super) async fn view_state(
-    (
-        asking,
-        machines,
-        fleets,
-        cancel,
-        user,
-        config,
-        (terminals, credentials, reads),
-        (board, jobs, session),
-    ): ViewParts<'_>,
+    (asking, access, user, reads, (board, jobs, session)): ViewParts<'_>,
     a: args::ViewArgs,
 ) -> Result<ViewState, ToolError> {
     let Some(seal) = asking.views() else {
@@ -90,6 +77,7 @@ pub(super) async fn view_state(
     }
     match a.view {
         ViewName::Machines => {
+            let (machines, fleets, cancel, _, terminals, _) = access;
             let parts = (fleets, machines, cancel, user, terminals, jobs, session);
             machines_view(parts, a.target)
                 .await
@@ -98,18 +86,7 @@ pub(super) async fn view_state(
         ViewName::Egress => egress((user, board), seal.as_ref(), a.answer)
             .await
             .map(ViewState::Egress),
-        ViewName::Terminal => {
-            let parts = (
-                machines,
-                fleets,
-                cancel,
-                config,
-                terminals,
-                credentials,
-                reads,
-            );
-            terminal(parts, a).await.map(ViewState::Terminal)
-        }
+        ViewName::Terminal => terminal((access, reads), a).await.map(ViewState::Terminal),
     }
 }
 
@@ -221,13 +198,8 @@ async fn egress(
 }
 
 async fn terminal(
-    (machines, fleets, cancel, config, terminals, credentials, reads): (
-        Ownership<'_>,
-        Fleets<'_>,
-        Cancel<'_>,
-        &Config,
-        &Terminals,
-        &Supplier,
+    ((machines, fleets, cancel, config, terminals, credentials), reads): (
+        TerminalAccess<'_>,
         &ParkedReads,
     ),
     a: args::ViewArgs,

@@ -218,6 +218,8 @@ impl Waits<'_> {
         self.call.wait_ready(fleet, machine).await
     }
 
+    /// Starts a machine, telling the client what it waits for: on the local fleet the first
+    /// start pulls the image and boots the guest (docs/tools.md: Egress), which can take minutes.
     pub async fn start_reported(
         &self,
         fleet: &Fleet,
@@ -225,8 +227,17 @@ impl Waits<'_> {
         branchable: Option<bool>,
         image: Option<&str>,
     ) -> Result<Machine, ToolError> {
+        let waiting_for = match image {
+            Some(image) => format!(
+                "waiting for machine {machine} to start (pulling {image} if not cached, then booting)"
+            ),
+            None => format!("waiting for machine {machine} to start"),
+        };
+        let starting = self.call.cancellable(fleet.start(machine, branchable));
         self.call
-            .start_reported(fleet, machine, branchable, image)
+            .caller
+            .progress
+            .during(&waiting_for, None, Box::pin(starting))
             .await
     }
 
@@ -238,13 +249,20 @@ impl Waits<'_> {
         self.call.resume_reported(fleet, machine).await
     }
 
+    /// Pulls an image into a machine's cache, telling the client how long it has waited.
     pub async fn pull_reported(
         &self,
         fleet: &Fleet,
         machine: &str,
         image: &str,
     ) -> Result<PulledImage, ToolError> {
-        self.call.pull_reported(fleet, machine, image).await
+        let waiting_for = format!("waiting for {image} to be pulled into machine {machine}");
+        let pulling = self.call.cancellable(fleet.pull_image(machine, image));
+        self.call
+            .caller
+            .progress
+            .during(&waiting_for, None, Box::pin(pulling))
+            .await
     }
 
     /// The machine a command, file or terminal is for, read from the fleet; a base refused.
