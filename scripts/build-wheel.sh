@@ -7,7 +7,10 @@
 # `mcp-name:` marker the MCP registry looks for in the package's README. Prints the wheel's path
 # on stdout, progress on stderr.
 #
-#   scripts/build-wheel.sh [--out DIR]     # default DIR: target/wheels
+#   scripts/build-wheel.sh [--out DIR] [--keep-symbols]     # default DIR: target/wheels
+#
+# --keep-symbols: the servers keep their symbols (rustc's `-C strip=none` on the two binaries
+# alone, so every name stays as in the wheel users get), for scripts/startup-order.sh.
 #
 # The release workflow's Linux jobs (.github/workflows/release.yml) build the same way;
 # scripts/check-package.sh runs this one and installs what it makes. Needs a Rust toolchain
@@ -22,11 +25,13 @@ log() { echo "$prog: $*" >&2; }
 die() { log "$*"; exit 1; }
 
 out="$root/target/wheels"
+rustc_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ -n "${2:-}" ] || die "--out needs a directory"; out="$2"; shift 2 ;;
+    --keep-symbols) rustc_args=(-- -C strip=none); shift ;;
     -h|--help) sed -n '2,/^set -euo/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) die "unknown argument $1 (usage: $0 [--out DIR])" ;;
+    *) die "unknown argument $1 (usage: $0 [--out DIR] [--keep-symbols])" ;;
   esac
 done
 mkdir -p "$out"
@@ -61,7 +66,7 @@ started=$SECONDS
 log "building $tag with maturin and Zig (a release build: minutes)"
 PATH="$tools/bin:$PATH" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/wheel}" \
   maturin build --release --locked --zig --compatibility manylinux_2_28 --target "$triple" \
-  --out "$out" >&2
+  --out "$out" ${rustc_args[@]+"${rustc_args[@]}"} >&2
 [ -f "$wheel" ] || die "maturin left no $(basename "$wheel") in $out: $(ls "$out")"
 log "built $(basename "$wheel") in $((SECONDS - started)) s, $(stat -c %s "$wheel") bytes"
 

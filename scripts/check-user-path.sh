@@ -52,28 +52,7 @@ report, on the user's PATH"
 # tools/list, the median of five fresh processes, within 10 MiB (docs/benchmarks.md). Above it,
 # the order of start-up's functions (src/bin/startup-order.txt) has most likely gone stale:
 # scripts/startup-order.sh writes it again.
-rss_kib="$("${user_env[@]}" /usr/bin/python3 - "$home/.cargo/bin/smol-mcp" <<'PY'
-import json, statistics, subprocess, sys
-def at_rest(binary):
-    server = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
-    def call(id, method, params):
-        server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}) + "\n")
-        server.stdin.flush()
-        while json.loads(server.stdout.readline() or '{"id": "gone"}').get("id") not in (id, "gone"):
-            pass
-    call(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                           "clientInfo": {"name": "check-user-path", "version": "0"}})
-    server.stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
-    call(2, "tools/list", {})
-    with open(f"/proc/{server.pid}/status") as status:
-        peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    server.stdin.close()
-    server.wait(timeout=30)
-    return peak
-print(int(statistics.median(at_rest(sys.argv[1]) for _ in range(5))))
-PY
-)"
+rss_kib="$("${user_env[@]}" /usr/bin/python3 scripts/lib/rss-at-rest.py "$home/.cargo/bin/smol-mcp")"
 echo "check-user-path: the installed stdio server's peak RSS after initialize and tools/list: \
 $rss_kib KiB (median of 5)" >&2
 [ "$rss_kib" -le 10240 ] || die "the installed stdio server holds $rss_kib KiB at rest, over \

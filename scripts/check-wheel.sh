@@ -131,6 +131,20 @@ since="$(python3 -c "import time; print(time.time())")"
   || die "the README's wheel block failed on a PATH without compilers: $block"
 answer "$pipx_home" "pipx install (the README's wheel block)" "$since"
 
+# The stdio server's memory at rest, as for the `cargo install`ed server (scripts/check-user-path.sh):
+# within 10 MiB. Held where build.rs lays start-up's functions out together for the wheel's linker
+# (x86_64 glibc); printed only on other Linux wheels, and not measured without /proc (macOS).
+if [ -r /proc/self/status ]; then
+  rss_kib="$(user "$pipx_home" python3 "$root/scripts/lib/rss-at-rest.py" "$pipx_home/.local/bin/smol-mcp")"
+  echo "$check_name: figure: the wheel's stdio server's peak RSS after initialize and tools/list:" \
+    "$rss_kib KiB (median of 5)" >&2
+  case "${wheel##*/}" in
+    *-manylinux_*_x86_64.whl)
+      [ "$rss_kib" -le 10240 ] || die "the wheel's stdio server holds $rss_kib KiB at rest, over \
+10 MiB: run scripts/startup-order.sh (its start-up order has likely gone stale)" ;;
+  esac
+fi
+
 since="$(python3 -c "import time; print(time.time())")"
 (cd "$(dirname "$wheel")" && user "$uv_home" uv tool install --quiet "./${wheel##*/}" >&2) \
   || die "uv tool install failed on a PATH without compilers"

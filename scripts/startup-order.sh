@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # Writes src/bin/startup-order.txt: the functions the stdio server runs from spawn through
 # initialize, tools/list and 50 list-machines (the real pinned `smolvm serve` behind it), as
-# callgrind sees them run, by their mangled names. build.rs hands the file to the linker
-# (rust-lld's --symbol-ordering-file) so that those functions lie together in the binary's text:
-# the kernel maps the pages around every page of code a process touches, so code that start-up
-# touches scattered over the binary is what its memory at rest was made of (docs/benchmarks.md:
-# 11.0 MiB linked in the default order, 7.6 MiB in this one).
+# callgrind sees them run, by their mangled names, for each of the two builds users run:
+#  1. `cargo install`'s (the default linker, rust-lld, takes the list: --symbol-ordering-file);
+#  2. the portable wheel's (scripts/build-wheel.sh: maturin and Zig, whose linker takes a script
+#     that build.rs writes from the list). maturin's cargo gives every crate other metadata, so
+#     the same function has another name there (another hash); hence names of its own.
+# Each linker skips the names its build does not have. Laid out together, those functions touch
+# few pages: the kernel maps the pages around every page of code a process touches, so code that
+# start-up touches scattered over the binary is what its memory at rest was made of
+# (docs/benchmarks.md: 11.0 MiB linked in the default order, 7.6 MiB in this one).
 #
-#   scripts/startup-order.sh            # rewrite the file from this tree's release build
-#   scripts/startup-order.sh --check    # say how many of its names this tree's build still has
+#   scripts/startup-order.sh            # rewrite the file from this tree's two release builds
+#   scripts/startup-order.sh --check    # say how many of its names each build still has
 #
-# STARTUP_ORDER_BIN=PATH takes that build (release, symbols kept) instead of building one.
+# STARTUP_ORDER_BIN=PATH and STARTUP_ORDER_WHEEL_BIN=PATH take those builds (release, symbols
+# kept) instead of building them.
 #
 # Names go stale when a function is renamed or moved, or a dependency changes version; the
 # linker skips names it does not find, so a stale file costs memory, not correctness, and CI's
-# check of the installed server's memory (scripts/check-user-path.sh) says when to run this
-# again. Needs valgrind (Debian's package). Builds the release binary with its symbols kept
-# (`cargo rustc --release -- -C strip=none`: same profile, so the same mangled names as the
-# build users install; another profile would hash them differently).
+# checks of the servers' memory (scripts/check-user-path.sh, scripts/check-wheel.sh) say when to
+# run this again. Needs valgrind (Debian's package). Builds each with its symbols kept (rustc's
+# `-C strip=none` on the binaries alone, the same profile: the same mangled names as the builds
+# users install; another profile would hash them differently).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 load_name=startup-order
@@ -28,29 +33,44 @@ case "$mode" in write|--check) ;; *) load_die "unknown argument $mode (usage: $0
 load_need valgrind python3 nm
 order=src/bin/startup-order.txt
 
-bin="${STARTUP_ORDER_BIN:-}"
-if [ -z "$bin" ]; then
-  echo "$load_name: building the release binary with its symbols (minutes)" >&2
+install_bin="${STARTUP_ORDER_BIN:-}"
+if [ -z "$install_bin" ]; then
+  echo "$load_name: building cargo install's release binary with its symbols (minutes)" >&2
   cargo rustc --release --locked --quiet --bin smol-mcp -- -C strip=none >&2
-  bin=target/release/smol-mcp
+  install_bin=target/release/smol-mcp
 fi
-nm "$bin" >/dev/null 2>&1 || load_die "$bin has no symbols (build it with -C strip=none)"
+wheel_bin="${STARTUP_ORDER_WHEEL_BIN:-}"
+if [ -z "$wheel_bin" ]; then
+  echo "$load_name: building the portable wheel with its symbols (minutes)" >&2
+  wheels="$(mktemp -d)"
+  scripts/build-wheel.sh --keep-symbols --out "$wheels" >/dev/null
+  rm -rf "$wheels"
+  wheel_bin="${CARGO_TARGET_DIR:-target/wheel}/$(uname -m)-unknown-linux-gnu/release/smol-mcp"
+fi
+for bin in "$install_bin" "$wheel_bin"; do
+  nm "$bin" >/dev/null 2>&1 || load_die "$bin has no symbols (build it with -C strip=none)"
+done
 
 if [ "$mode" = --check ]; then
-  have="$(nm --defined-only "$bin" | awk '{print $3}' | sort -u)"
   wanted="$(grep -v '^#' "$order" | sort -u)"
-  total="$(wc -l <<<"$wanted")"
-  found="$(comm -12 <(echo "$have") <(echo "$wanted") | wc -l)"
-  echo "$order: $found of $total names are in this tree's build"
+  for bin in "$install_bin" "$wheel_bin"; do
+    have="$(nm --defined-only "$bin" | awk '{print $3}' | sort -u)"
+    found="$(comm -12 <(echo "$have") <(echo "$wanted") | wc -l)"
+    echo "$order: $found of its $(wc -l <<<"$wanted") names are in $bin"
+  done
   exit 0
 fi
 
 trap load_cleanup EXIT
 load_start_serve
-trace="$load_work/callgrind.out"
-SMOL_LOCAL_URL="unix://$load_work/api.sock" SMOL_MCP_RUNTIME_DIR="$load_work/rt" \
-  HOME="$load_work" XDG_CONFIG_HOME="$load_work/config" SMOL_MCP_LOG=error \
-  python3 - "$trace" "$bin" <<'PY'
+# trace BINARY OUT: the functions of BINARY that callgrind saw run, in the order it first names
+# them, one per line in OUT.
+trace() {
+  local bin="$1" out="$2" calls="$load_work/callgrind.out" abs_bin count
+  rm -f "$calls"*
+  SMOL_LOCAL_URL="unix://$load_work/api.sock" SMOL_MCP_RUNTIME_DIR="$load_work/rt" \
+    HOME="$load_work" XDG_CONFIG_HOME="$load_work/config" SMOL_MCP_LOG=error \
+    python3 - "$calls" "$bin" <<'PY'
 import json, subprocess, sys
 trace, binary = sys.argv[1:3]
 server = subprocess.Popen(
@@ -78,19 +98,26 @@ for n in range(50):
 server.stdin.close()
 server.wait(timeout=120)
 PY
-
-# callgrind writes `ob=` (the object) before the `fn=` lines of its functions; only the server's
-# own binary's functions are kept, in the order callgrind first names them.
-abs_bin="$(readlink -f "$bin")"
-{
-  echo "# The functions the stdio server runs from spawn through initialize, tools/list and 50"
-  echo "# list-machines; written by scripts/startup-order.sh, read by build.rs. Do not edit."
+  # callgrind writes `ob=` (the object) before the `fn=` lines of its functions; only the
+  # server's own binary's functions are kept.
+  abs_bin="$(readlink -f "$bin")"
   awk -v bin="$abs_bin" '
     /^ob=/ { ob = substr($0, 4); sub(/^\([0-9]+\) /, "", ob) }
     /^fn=/ && ob == bin { f = substr($0, 4); sub(/^\([0-9]+\) /, "", f); if (!(f in seen)) { seen[f] = 1; print f } }
-  ' "$trace"*
+  ' "$calls"* > "$out"
+  count="$(wc -l < "$out")"
+  [ "$count" -gt 100 ] || load_die "callgrind named only $count of $bin's functions; $order left as it was"
+}
+trace "$install_bin" "$load_work/install.names"
+trace "$wheel_bin" "$load_work/wheel.names"
+{
+  echo "# The functions the stdio server runs from spawn through initialize, tools/list and 50"
+  echo "# list-machines, in cargo install's build and then in the portable wheel's (names the"
+  echo "# first has are not repeated); written by scripts/startup-order.sh, read by build.rs."
+  echo "# Do not edit."
+  cat "$load_work/install.names"
+  grep -vxF -f "$load_work/install.names" "$load_work/wheel.names" || true
 } > "$order.new"
-count="$(grep -vc '^#' "$order.new")"
-[ "$count" -gt 100 ] || load_die "callgrind named only $count of the server's functions; $order left as it was"
 mv "$order.new" "$order"
-echo "$load_name: $order names $count functions" >&2
+echo "$load_name: $order names $(grep -vc '^#' "$order") functions ($(wc -l < "$load_work/install.names")" \
+  "in cargo install's build, $(wc -l < "$load_work/wheel.names") in the wheel's)" >&2
