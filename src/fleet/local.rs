@@ -561,7 +561,8 @@ impl FleetApi for LocalFleet {
 
     async fn pause(&self, name: &str) -> FleetResult<Machine> {
         let ctx = format!("pause machine {name}");
-        within(&ctx, PAUSE, async {
+        let mut last_seen = None;
+        let paused = within(&ctx, PAUSE, async {
             let request = self.client.pause_machine().name(name);
             match send(&ctx, ENGINE_REQUEST_DEADLINE.saturating_add(PAST_ENGINE_DEADLINE), request.send()).await {
                 Ok(info) => return Ok(self.seen(view(info))),
@@ -575,10 +576,15 @@ impl FleetApi for LocalFleet {
             loop {
                 tokio::time::sleep(PAUSE_POLL).await;
                 let machine = self.get(name).await?;
+                last_seen = Some(machine.state.clone());
                 match &machine.state {
                     MachineState::Paused => return Ok(machine),
-                    // Still saving (`running` until the save begins, then `pausing`).
-                    MachineState::Running | MachineState::Pausing => {}
+                    // Still saving: `running` until the save begins, then `pausing`. The save
+                    // stops the guest, whose agent then cannot answer the engine's health
+                    // check, so the engine may mark the machine `unreachable` meanwhile ("PID
+                    // alive but agent not responding"; seen on the nested engine in CI, the
+                    // save going on). The deadline above bounds a save that never ends.
+                    MachineState::Running | MachineState::Pausing | MachineState::Unreachable => {}
                     other => {
                         return Err(FleetError::new(
                             ErrorKind::Conflict,
@@ -589,7 +595,15 @@ impl FleetApi for LocalFleet {
                 }
             }
         })
-        .await
+        .await;
+        paused.map_err(|mut e| {
+            if let (ErrorKind::Timeout, Some(state)) = (e.kind, &last_seen) {
+                e.message.push_str(&format!(
+                    "; the machine was last {state}: list-machines shows when the save ends"
+                ));
+            }
+            e
+        })
     }
 
     async fn resume(&self, name: &str) -> FleetResult<Machine> {

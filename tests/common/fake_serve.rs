@@ -28,6 +28,15 @@ pub struct FakeState {
     pub terminal_log: Vec<String>,
     /// Every pause and resume the engine did, in order: `pause <machine>`, `resume <machine>`.
     pub pauses: Vec<String>,
+    /// Saves that outlast the engine's request deadline, as on the nested engine (TCG), by
+    /// machine: such a machine's pause is answered 408 at the deadline, and each later GET of
+    /// it reads the next of its states here (the last one stays). The engine reads `running`, then
+    /// `unreachable` while the save has stopped the guest's agent ("marked machine Unreachable:
+    /// PID alive but agent not responding", `strings smol-vmm`; seen in CI), then `pausing`,
+    /// then `paused`.
+    pub pause_save: BTreeMap<String, Vec<String>>,
+    /// The states still to come of each machine whose save is going on (see `pause_save`).
+    pub saving: BTreeMap<String, std::collections::VecDeque<String>>,
     pub machines: BTreeMap<String, Value>,
     /// With [`FakeServe::start_guest_root`]: each machine's disk as a host directory
     /// (`<root>/<machine>`), which the files routes and the guest shell both use, so that a
@@ -925,6 +934,30 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
         tokio::time::sleep(COMMAND_RUNS).await;
         count_consumption(&mut state.lock().unwrap(), path);
     }
+    if parts.method == Method::POST && parts.uri.path().ends_with("/pause") {
+        let saving = {
+            let mut st = state.lock().unwrap();
+            let name = parts.uri.path().split('/').nth(4).unwrap_or("").to_owned();
+            let saves = st.machines.get(&name).is_some_and(|m| {
+                m["state"] == json!("running")
+                    && m["forkable"] == json!(true)
+                    && m["mounts"].as_array().is_none_or(|m| m.is_empty())
+            });
+            let script = st.pause_save.get(&name).filter(|_| saves).cloned();
+            let armed = script.is_some();
+            if let Some(script) = script {
+                st.saving.insert(name.clone(), script.into());
+                st.pauses.push(format!("pause {name}"));
+                st.requests
+                    .push(envelope(&parts.method, &parts.uri, &parts.headers, &bytes));
+            }
+            armed
+        };
+        if saving {
+            // Answered by the deadline's 408 (`handle`), as the engine answers it.
+            std::future::pending::<()>().await;
+        }
+    }
     if parts.method == Method::POST && parts.uri.path() == "/api/v1/machines" {
         let delay = state.lock().unwrap().create_delay;
         if let Some(delay) = delay {
@@ -1144,7 +1177,20 @@ async fn answer(State(state): State<Arc<Mutex<FakeState>>>, request: Request) ->
                 .map(|r| r.splitn(2, '/').collect())
                 .unwrap_or_default();
             match (method, rest.as_slice()) {
-                ("GET", []) => axum::Json(info).into_response(),
+                ("GET", []) => {
+                    let Some(script) = st.saving.get_mut(&name) else {
+                        return axum::Json(info).into_response();
+                    };
+                    let next = script.pop_front();
+                    if script.is_empty() {
+                        st.saving.remove(&name);
+                    }
+                    let machine = st.machines.get_mut(&name).expect("looked up above");
+                    if let Some(next) = next {
+                        machine["state"] = json!(next);
+                    }
+                    axum::Json(machine.clone()).into_response()
+                }
                 // A fork base with live clones (stopped ones count too) is refused unless
                 // `cascade=true`, which deletes the clones first (smolvm
                 // src/api/handlers/machines.rs `delete_machine`; the message's pieces are in

@@ -1795,6 +1795,45 @@ async fn terminals_are_bounded_and_end_with_their_machine_and_session() {
     let _ = (argv, shell);
 }
 
+/// A save that outlasts the engine's request deadline (the fake's is 1 s here, the engine's
+/// 300 s; on the nested engine a save takes 10 to 16 minutes): the pause is answered 408, the
+/// machine reads `unreachable` while the save has stopped its guest, and stop-machine waits
+/// that out and answers it paused. A save that leaves the machine `failed` is the pause's
+/// error, naming the state.
+#[tokio::test]
+async fn a_pause_past_the_engines_deadline_waits_out_an_unreachable_machine() {
+    let (fake, h) = setup().await;
+    fake.add_forkable("slow");
+    fake.add_forkable("lost");
+    {
+        let mut st = fake.state.lock().unwrap();
+        st.request_deadline = Some(std::time::Duration::from_secs(1));
+        for (name, end) in [("slow", "paused"), ("lost", "failed")] {
+            let script = ["running", "unreachable", end].map(String::from).to_vec();
+            st.pause_save.insert(name.into(), script);
+        }
+    }
+    let (paused, err) = tokio::join!(
+        h.ok("stop-machine", json!({"name": "slow", "pause": true})),
+        h.err("stop-machine", json!({"name": "lost", "pause": true})),
+    );
+    assert_eq!(paused["machine"]["state"], "paused", "{paused}");
+    assert!(
+        err.starts_with("CONFLICT")
+            && err.contains("the pause did not finish: the machine is failed"),
+        "{err}"
+    );
+    let st = fake.state.lock().unwrap();
+    assert!(
+        st.saving.is_empty(),
+        "every state was read: {:?}",
+        st.saving
+    );
+    let mut pauses = st.pauses.clone();
+    pauses.sort();
+    assert_eq!(pauses, ["pause lost", "pause slow"]);
+}
+
 /// stop-machine with pause on the fake serve: refused before anything is sent for a machine not
 /// started branchable or not running, paused otherwise; the next command (by either of its
 /// paths), read, write or start resumes it and says so.
