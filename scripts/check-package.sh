@@ -17,6 +17,12 @@
 # figure: ..."): the wheels' sizes, the portable wheel's build time and its time from the file to
 # a first answered tool call, the clone's wheel's install time, and the README command's time.
 #
+#
+#   scripts/check-package.sh [--portable-wheel FILE]
+#
+# --portable-wheel: step 0 takes this wheel, made by scripts/build-wheel.sh, instead of building
+# it (scripts/test.sh builds it beside the other install checks' release build).
+#
 # Needs network access to PyPI, the Python MCP client in .venv, and Debian's python3,
 # python3-venv and pipx (scripts/test.sh installs them). The clone's two builds share
 # target/user-path with scripts/check-user-path.sh, so after it they compile nothing but what
@@ -28,6 +34,16 @@ cd "$root"
 check_name=check-package
 # shellcheck source=scripts/lib/user-path.sh
 . scripts/lib/user-path.sh
+
+portable=""
+case "${1:-}" in
+  "") ;;
+  --portable-wheel)
+    portable="${2:-}"
+    [ -f "$portable" ] || die "--portable-wheel takes a wheel that scripts/build-wheel.sh made, \
+not '$portable'" ;;
+  *) die "unknown argument $1 (usage: $0 [--portable-wheel FILE])" ;;
+esac
 
 command -v pipx >/dev/null || die "pipx is missing; the README installs with it: apt-get install pipx"
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || die "Debian's python3 has no venv module \
@@ -55,10 +71,12 @@ doctor_finds_its_engine() {
 # 0. The portable wheel (manylinux_2_28, built with maturin and Zig and checked by auditwheel:
 # scripts/build-wheel.sh), installed where no compiler is reachable, with pipx as the README's
 # wheel block says and with uv, and answering (scripts/check-wheel.sh).
-started=$SECONDS
-portable="$(scripts/build-wheel.sh)"
-echo "$check_name: figure: the portable wheel built in $((SECONDS - started)) s: ${portable##*/}," \
-  "$(stat -c %s "$portable") bytes" >&2
+if [ -z "$portable" ]; then
+  started=$SECONDS
+  portable="$(scripts/build-wheel.sh)"
+  echo "$check_name: figure: the portable wheel built in $((SECONDS - started)) s:" \
+    "${portable##*/}, $(stat -c %s "$portable") bytes" >&2
+fi
 scripts/check-wheel.sh "$portable"
 
 # 1. The wheel, built and installed from its file.

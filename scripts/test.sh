@@ -19,6 +19,23 @@
 # npm, and access to crates.io, PyPI and the npm registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A step of the run, said on stderr and, under .ci/run, kept for the timeline it prints last.
+mark() {
+  echo "test.sh: ${SECONDS} s in, $*" >&2
+  [ -z "${SMOL_CI_TIMELINE:-}" ] || echo "$(date +%s) $*" >> "$SMOL_CI_TIMELINE"
+}
+# Each test target's count and time, from cargo's log, for the timeline.
+target_times() {
+  awk '
+    /^     Running / {
+      t = ($2 == "unittests") ? $3 : $2
+      sub(/^(tests|src)\//, "", t); sub(/\/main\.rs$/, "", t); sub(/\.rs$/, "", t) }
+    /^test result: .* 0 passed; 0 failed;/ { t = "" }
+    /^test result: / && t != "" {
+      sub(/^test result: /, ""); sub(/; 0 ignored; 0 measured; [0-9]+ filtered out;/, ";")
+      print "  " t ": " $0; t = "" }
+  ' "$1"
+}
 # docs/architecture.md's names and counts against the tree: python3 alone, a second, so a stale
 # page fails the run before anything is installed or built (and with --self-check below).
 scripts/check-architecture.py
@@ -223,15 +240,21 @@ pause_engine_up() {
 if [ "$#" -eq 0 ]; then
   pause_engine_up
 fi
+mark "the services and nested engines are up"
 # The install ways on a clean home (scripts/check-engine-index.sh: the engine through pip from
 # an index of our own, and a changed wheel refused; scripts/check-user-path.sh: cargo install
-# and the engine apart; then scripts/check-package.sh: the wheel, and the README's `pipx install .`), only with
-# the whole suite: arguments select some tests, and these are not among them. They run one after
-# the other beside the tests at the lowest priority, in a target directory of their own (no lock
-# shared with the tests' builds, one release build shared between them): it is one long build,
-# and while the guest's tests run, QEMU keeps one core of two busy (one emulated CPU) and leaves
-# the other mostly idle. Their log is shown at the end.
+# and the engine apart; then scripts/check-package.sh: the portable wheel, and the README's
+# `pipx install .`), only with the whole suite: arguments select some tests, and these are not
+# among them. They run beside the tests at the lowest priority, in target directories of their
+# own (no lock shared with the tests' builds). Their two release builds run side by side: the
+# portable wheel's (scripts/build-wheel.sh, Zig's linker, target/wheel) beside cargo install's
+# (target/user-path, which the clone's wheel then shares). Each ends in fat-LTO links on one
+# core, and one after the other they were the run's last 8 to 15 minutes, on one core, after
+# the tests had ended. The checks themselves stay one after the other: each starts engines on
+# the default guest-rollout port, as a user's would. Their log is shown at the end.
 user_path_log="$(mktemp)"
+wheel_log="$(mktemp)"
+wheel_path="$(mktemp)"
 if [ "$#" -eq 0 ]; then
   # They run on Debian's own python3 (and make virtualenvs with it, and pipx), not the
   # toolchain's: python3, python3-venv and pipx from Debian's packages, installed when missing.
@@ -250,18 +273,37 @@ if [ "$#" -eq 0 ]; then
   # kernel groups sessions (sched_autogroup_enabled), and autogroups share the CPU equally
   # whatever their processes' nice: the group itself is niced (seen: at nice 19 alone the
   # build took half the CPU from the tests' build).
+  export -f mark
   setsid bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true
+    { built=0; nice -n 19 scripts/build-wheel.sh >"$2" 2>"$1" || built=$?
+      mark "the portable wheel'"'"'s build ended, status $built"; exit "$built"; } &
+    wheel=$!
+    # A failed check ends the wheel'"'"'s build with it (the whole session, this shell too).
     nice -n 19 scripts/check-engine-index.sh && nice -n 19 scripts/check-user-path.sh \
-      && exec nice -n 19 scripts/check-package.sh' \
-    >"$user_path_log" 2>&1 &
+      || kill -- "-$$"
+    mark "check-engine-index.sh and check-user-path.sh passed"
+    built=0
+    wait "$wheel" || built=$?
+    echo "test.sh: scripts/build-wheel.sh, run beside them, ended with status $built:"
+    cat "$1"
+    [ "$built" -eq 0 ] || exit 1
+    exec nice -n 19 scripts/check-package.sh --portable-wheel "$(cat "$2")"' \
+    _ "$wheel_log" "$wheel_path" >"$user_path_log" 2>&1 &
   user_path_pid=$!
-  echo "test.sh: scripts/check-engine-index.sh, check-user-path.sh, then check-package.sh, run beside the tests (log at the end)" >&2
+  echo "test.sh: scripts/check-engine-index.sh, check-user-path.sh, then check-package.sh, and build-wheel.sh, run beside the tests (log at the end)" >&2
 fi
 log="$(mktemp)"
 # Where the run's time goes, for CI's 45 minutes: the tests' own lines say how long each target
 # ran, these say when the build and the targets began and ended.
-echo "test.sh: ${SECONDS} s in, the tests' build and run begin" >&2
-if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
+mark "the tests' build and run begin"
+record_targets() {
+  local line
+  while IFS= read -r line; do mark "$line"; done < <(target_times "$1")
+}
+first_pass=0
+cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log" || first_pass=$?
+record_targets "$log"
+if [ "$first_pass" -ne 0 ]; then
   for attempt in 1 2; do
     # Every failed target as cargo names it (`--test x`, `--lib`, `--bin x`, `--doc`).
     targets="$(grep -oE '`--(test|lib|bin|bench|doc|example)[^`]*`' "$log" | tr -d '`' | sort -u)"
@@ -272,6 +314,7 @@ if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
       exit 1
     fi
     if engine_died; then why="the outer VM died or rebooted"; else why="the outer VM lived"; fi
+    mark "rerun $attempt of the guest's failed tests begins ($why)"
     echo "test.sh: only the guest's tests failed ($why); rerun $attempt of 2 on a fresh nested engine, of:" >&2
     echo "$failed" | sed 's/^/  /' >&2
     echo "test.sh: what the engine logged of its guests' deaths:" >&2
@@ -295,6 +338,7 @@ if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
       fi
       cargo test --locked --no-fail-fast --test "$target" "${names[@]}" 2>&1 | tee -a "$log" || ok=0
     done
+    record_targets "$log"
     [ "$ok" = 1 ] && break
     if [ "$attempt" = 2 ]; then
       rm -f "$log"
@@ -303,13 +347,13 @@ if ! cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log"; then
   done
 fi
 rm -f "$log"
-echo "test.sh: ${SECONDS} s in, the tests ended" >&2
+mark "the tests ended"
 if [ -n "$user_path_pid" ]; then
   user_path_status=0
   wait "$user_path_pid" || user_path_status=$?
   user_path_pid=""
-  echo "test.sh: the install checks ended after $((SECONDS - started)) s, status $user_path_status:" >&2
+  mark "the install checks ended after $((SECONDS - started)) s, status $user_path_status"
   cat "$user_path_log" >&2
-  rm -f "$user_path_log"
+  rm -f "$user_path_log" "$wheel_log" "$wheel_path"
   [ "$user_path_status" -eq 0 ] || exit 1
 fi
