@@ -11,7 +11,9 @@
 //!    warm up, each path first in its share of the rounds. Beside the difference of medians, each
 //!    pair's difference, and the server's own time: the call less the engine requests it made,
 //!    as its debug log times them (`fleet/hooks.rs`), which the guest's spread does not reach.
-//!    `BOOTED_BENCH_BASELINE=label=path[,label=path]` runs earlier builds in the same rounds.
+//!    `BOOTED_BENCH_BASELINE=label=path[,label=path]` runs earlier builds in the same rounds,
+//!    and in 1 and 3 too (in 1 in turn with this build and the raw API; in 3 on the same
+//!    machine, between this build's stream and the raw one, at the same clock offset).
 //! 3. streamed output: a run-command with a progress token whose command prints 20 lines about
 //!    300 ms apart, each stamped with the guest's clock, from the guest's print to the
 //!    notification's arrival; beside the raw exec/stream of the same command. The guest's clock
@@ -324,20 +326,22 @@ async fn failed_try(what: &str, n: usize, e: String, failures: &mut Vec<String>)
     tokio::time::sleep(Duration::from_secs(5)).await;
 }
 
-async fn server_run(c: &mut Client, i: usize, failures: &mut Vec<String>) -> FirstOutput {
+async fn server_run(
+    c: &mut Client,
+    label: &str,
+    i: usize,
+    failures: &mut Vec<String>,
+) -> FirstOutput {
+    let what = format!("server ({label}) create to output");
     let mut n = 0;
     let s = loop {
         match server_first_output(c).await {
             Ok(s) => break s,
-            Err(e) => failed_try("server create to output", n, e, failures).await,
+            Err(e) => failed_try(&what, n, e, failures).await,
         }
         n += 1;
     };
-    eprintln!(
-        "booted bench: server create to output {}: {:.0} ms",
-        i + 1,
-        s.total_ms
-    );
+    eprintln!("booted bench: {what} {}: {:.0} ms", i + 1, s.total_ms);
     s
 }
 
@@ -359,24 +363,39 @@ async fn raw_run(raw: &Raw, i: usize, failures: &mut Vec<String>) -> FirstOutput
     r
 }
 
-async fn first_output(c: &mut Client, raw: &Raw) -> Value {
+async fn first_output(c: &mut Client, earlier: &mut [Baseline], raw: &Raw) -> Value {
     let (mut server, mut direct, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    let mut theirs: Vec<Vec<FirstOutput>> = earlier.iter().map(|_| Vec::new()).collect();
+    // In turn, each path first in its share of the runs: this build (0), the raw API (1), then
+    // the earlier builds.
+    let paths = 2 + earlier.len();
     for i in 0..FIRST_OUTPUT_RUNS {
-        // In turn, and each first in every other pair.
-        if i % 2 == 0 {
-            server.push(server_run(c, i, &mut failures).await);
-            direct.push(raw_run(raw, i, &mut failures).await);
-        } else {
-            direct.push(raw_run(raw, i, &mut failures).await);
-            server.push(server_run(c, i, &mut failures).await);
+        for k in 0..paths {
+            match (i + k) % paths {
+                0 => server.push(server_run(c, "this build", i, &mut failures).await),
+                1 => direct.push(raw_run(raw, i, &mut failures).await),
+                b => {
+                    let Baseline { label, client } = &mut earlier[b - 2];
+                    theirs[b - 2].push(server_run(client, label, i, &mut failures).await);
+                }
+            }
         }
     }
     let totals = |v: &[FirstOutput]| v.iter().map(|s| s.total_ms).collect::<Vec<_>>();
     let (ts, tr) = (stats(&totals(&server)), stats(&totals(&direct)));
+    let baselines: Vec<Value> = earlier
+        .iter()
+        .zip(theirs)
+        .map(|(b, runs)| {
+            let bs = stats(&totals(&runs));
+            json!({"label": b.label, "stats": bs, "runs": runs, "ratioMedian": bs.p50_ms / tr.p50_ms})
+        })
+        .collect();
     json!({
         "server": {"stats": ts, "runs": server},
         "raw": {"stats": tr, "runs": direct},
         "ratioMedian": ts.p50_ms / tr.p50_ms,
+        "baselines": baselines,
         "failedTries": failures,
     })
 }
@@ -436,6 +455,26 @@ fn baselines() -> Vec<(String, String)> {
             (label.to_owned(), path.to_owned())
         })
         .collect()
+}
+
+/// An earlier build's stdio server for the create-to-output runs and the streamed lines
+/// (`BOOTED_BENCH_BASELINE`), a process apart from its round-trip contender.
+struct Baseline {
+    label: String,
+    client: Client,
+}
+
+async fn baseline_servers(url: &str, rt: &std::path::Path) -> Vec<Baseline> {
+    let mut all = Vec::new();
+    for (label, binary) in baselines() {
+        let env = server_env(&rt.join(format!("{label}-first")), url, "warn");
+        let mut client = Client::spawn(&binary, &env, Stdio::null()).await.0;
+        // Its first local call finds the engine, as this build's does before anything is timed.
+        let r = client.tool_result("list-machines", json!({})).await;
+        assert!(ok(&r), "{label}: {r}");
+        all.push(Baseline { label, client });
+    }
+    all
 }
 
 async fn contenders(url: &str, rt: &std::path::Path, out_dir: &std::path::Path) -> Vec<Contender> {
@@ -768,10 +807,21 @@ fn latencies(arrivals: &Arrivals, offset_ms: f64) -> Vec<f64> {
         .collect()
 }
 
-async fn streamed(c: &mut Client, raw: &Raw, machine: &str) -> Value {
+async fn streamed(c: &mut Client, earlier: &mut [Baseline], raw: &Raw, machine: &str) -> Value {
     let (execs_before, source) = exec_samples(raw, machine).await;
     let exchanged_before = exchanges(raw, machine, "before").await;
     let (server, notifications, server_sent) = server_stream(c, machine).await;
+    let mut theirs = Vec::new();
+    for b in earlier.iter_mut() {
+        let (arrivals, _, _) = server_stream(&mut b.client, machine).await;
+        assert_eq!(
+            arrivals.len(),
+            STREAM_LINES,
+            "lines in {}'s notifications",
+            b.label
+        );
+        theirs.push((b.label.clone(), arrivals));
+    }
     let (direct, raw_sent) = raw_stream(raw, machine).await;
     let exchanged_after = exchanges(raw, machine, "after").await;
     let (execs_after, _) = exec_samples(raw, machine).await;
@@ -809,6 +859,16 @@ async fn streamed(c: &mut Client, raw: &Raw, machine: &str) -> Value {
     let (s_high, r_high) = at_offset(high);
     let first_server = server.iter().min_by_key(|l| l.0).unwrap();
     let first_raw = direct.iter().min_by_key(|l| l.0).unwrap();
+    // The earlier builds' lines at the same offset: streamed between this build's and the raw
+    // stream's, on the same machine.
+    let baselines: Vec<Value> = theirs
+        .iter()
+        .map(|(label, arrivals)| {
+            let b = stats(&latencies(arrivals, offset));
+            json!({"label": label, "server": b, "diffP50Ms": b.p50_ms - r.p50_ms,
+                   "diffP90Ms": b.p90_ms - r.p90_ms})
+        })
+        .collect();
     json!({
         "lines": STREAM_LINES,
         "notifications": notifications,
@@ -826,6 +886,7 @@ async fn streamed(c: &mut Client, raw: &Raw, machine: &str) -> Value {
         "server": s, "raw": r,
         "diffP50Ms": s.p50_ms - r.p50_ms, "diffP90Ms": s.p90_ms - r.p90_ms,
         "diffMaxMs": s.max_ms - r.max_ms,
+        "baselines": baselines,
         "p50AtLowMs": {"server": s_low.p50_ms, "raw": r_low.p50_ms},
         "p50AtHighMs": {"server": s_high.p50_ms, "raw": r_high.p50_ms},
         "firstLineAfterSendMs": {
@@ -1252,10 +1313,17 @@ async fn run(out_dir: &std::path::Path) -> Value {
     // the round trips (2), to repeat them for their run-to-run spread.
     let only = std::env::var("BOOTED_BENCH_ONLY").unwrap_or_default();
     let (only_stream, only_trips) = (only == "stream", only == "roundtrip");
+    // The earlier builds (BOOTED_BENCH_BASELINE) beside this one in the create-to-output runs
+    // and the streamed lines; the round trips run them as contenders of their own.
+    let mut earlier = if only_trips {
+        Vec::new()
+    } else {
+        baseline_servers(&nested.url, rt.path()).await
+    };
     let first = if only_stream || only_trips {
         Value::Null
     } else {
-        first_output(&mut c, &raw).await
+        first_output(&mut c, &mut earlier, &raw).await
     };
 
     // A machine with no allow list: a command on it is the one exec request, nothing beside.
@@ -1293,7 +1361,7 @@ async fn run(out_dir: &std::path::Path) -> Value {
         // stream.
         let machine = create_machine(&mut c, json!({"allowCidrs": ["10.0.2.2/32"]})).await;
         eprintln!("booted bench: streamed output on {machine}");
-        let stream = streamed(&mut c, &raw, &machine).await;
+        let stream = streamed(&mut c, &mut earlier, &raw, &machine).await;
         eprintln!("booted bench: streamed output on one clock, on {machine}");
         let one_clock = one_clock(&mut c, &raw, &machine).await;
         let r = c
@@ -1305,6 +1373,9 @@ async fn run(out_dir: &std::path::Path) -> Value {
         (stream, one_clock)
     };
     c.close(Duration::from_secs(120)).await;
+    for b in earlier {
+        b.client.close(Duration::from_secs(120)).await;
+    }
 
     let requests = if only_stream || only_trips {
         Value::Null
@@ -1551,6 +1622,22 @@ fn print_table(r: &Value) {
         f(&fo["ratioMedian"]),
         f(&s["p50Ms"]) - f(&w["p50Ms"])
     );
+    for b in fo["baselines"].as_array().into_iter().flatten() {
+        let s = &b["stats"];
+        println!(
+            "| create to first output, {} (median / min / max of {}) | {:.0} / {:.0} / {:.0} ms | {:.0} / {:.0} / {:.0} ms | x{:.3} ({:+.0} ms) | no worse than this build's |",
+            b["label"].as_str().unwrap_or(""),
+            s["n"],
+            f(&s["p50Ms"]),
+            f(&s["minMs"]),
+            f(&s["maxMs"]),
+            f(&w["p50Ms"]),
+            f(&w["minMs"]),
+            f(&w["maxMs"]),
+            f(&b["ratioMedian"]),
+            f(&s["p50Ms"]) - f(&w["p50Ms"])
+        );
+    }
     let split = |runs: &Value, key: &str| {
         runs.as_array()
             .into_iter()
@@ -1624,6 +1711,20 @@ fn print_table(r: &Value) {
         f(&st["diffP90Ms"]),
         f(&st["diffMaxMs"])
     );
+    for b in st["baselines"].as_array().into_iter().flatten() {
+        println!(
+            "| streamed line, {}, at the same offset (p50 / p90 / max) | {:.1} / {:.1} / {:.1} ms | {:.1} / {:.1} / {:.1} ms | {:+.1} / {:+.1} ms | |",
+            b["label"].as_str().unwrap_or(""),
+            f(&b["server"]["p50Ms"]),
+            f(&b["server"]["p90Ms"]),
+            f(&b["server"]["maxMs"]),
+            f(&st["raw"]["p50Ms"]),
+            f(&st["raw"]["p90Ms"]),
+            f(&st["raw"]["maxMs"]),
+            f(&b["diffP50Ms"]),
+            f(&b["diffP90Ms"])
+        );
+    }
     let oc = &r["streamOneClock"];
     println!(
         "| streamed line on one clock: this host sends a line to the guest's `nc`, which prints it; sent to notification / SSE line, p50 / p90 / max of {} (an upper bound: the send's one-way leg is in it; that path's echo round trip p50 {:.1} ms) | {:.1} / {:.1} / {:.1} ms (p50 at least {:.1}) | {:.1} / {:.1} / {:.1} ms (p50 at least {:.1}) | {:+.1} ms | p50 under 50 ms |",
