@@ -437,6 +437,19 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Runs a fleet call the client can cancel, telling it meanwhile what it waits for.
+    async fn reported<T: Send, E: Into<ToolError> + Send>(
+        &self,
+        waiting_for: &str,
+        work: impl Future<Output = Result<T, E>> + Send,
+    ) -> Result<T, ToolError> {
+        let work = self.cancellable(work);
+        self.caller
+            .progress
+            .during(waiting_for, None, Box::pin(work))
+            .await
+    }
+
     /// Creates a machine, telling the client what it waits for: the cloud pulls the image at
     /// create (facts 3.4), so this can take a while there.
     async fn create_reported(
@@ -453,15 +466,7 @@ impl<'a> Call<'a> {
                 .as_deref()
                 .unwrap_or("the engine's bundled Alpine root file system")
         );
-        let machine = self
-            .caller
-            .progress
-            .during(
-                &waiting_for,
-                None,
-                Box::pin(self.cancellable(fleet.create(spec))),
-            )
-            .await?;
+        let machine = self.reported(&waiting_for, fleet.create(spec)).await?;
         slot.fill(&machine.id);
         if let Err(e) = self.hold_made(fleet, &machine.name, &machine.id).await {
             // Made, but held by no one: gone again rather than left the operator's.
@@ -684,14 +689,8 @@ impl<'a> Call<'a> {
 
     /// Resumes a paused machine, telling the client what it waits for.
     async fn resume_reported(&self, fleet: &Fleet, machine: &str) -> Result<Machine, ToolError> {
-        self.caller
-            .progress
-            .during(
-                &format!("waiting for paused machine {machine} to resume"),
-                None,
-                Box::pin(self.cancellable(fleet.resume(machine))),
-            )
-            .await
+        let waiting_for = format!("waiting for paused machine {machine} to resume");
+        self.reported(&waiting_for, fleet.resume(machine)).await
     }
 
     /// Brings a machine up for what comes next: a paused one is resumed, a stopped (or

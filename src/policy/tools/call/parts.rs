@@ -233,11 +233,8 @@ impl Waits<'_> {
             ),
             None => format!("waiting for machine {machine} to start"),
         };
-        let starting = self.call.cancellable(fleet.start(machine, branchable));
         self.call
-            .caller
-            .progress
-            .during(&waiting_for, None, Box::pin(starting))
+            .reported(&waiting_for, fleet.start(machine, branchable))
             .await
     }
 
@@ -257,11 +254,8 @@ impl Waits<'_> {
         image: &str,
     ) -> Result<PulledImage, ToolError> {
         let waiting_for = format!("waiting for {image} to be pulled into machine {machine}");
-        let pulling = self.call.cancellable(fleet.pull_image(machine, image));
         self.call
-            .caller
-            .progress
-            .during(&waiting_for, None, Box::pin(pulling))
+            .reported(&waiting_for, fleet.pull_image(machine, image))
             .await
     }
 
