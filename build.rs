@@ -58,8 +58,9 @@ fn order_startup_functions(out: &Path) -> Result<(), String> {
     let zig = Path::new(&configured_linker)
         .file_name()
         .is_some_and(|name| name.to_string_lossy().starts_with("zigcc-"));
-    if zig && !linker_flags {
-        let script = out.join("startup-order.ld");
+    // `-Wl,` splits its argument at commas: a path with one keeps the default order.
+    let script = out.join("startup-order.ld");
+    if zig && !linker_flags && !script.to_string_lossy().contains(',') {
         let names = std::fs::read_to_string(&path).map_err(|e| format!("{ORDER}: {e}"))?;
         std::fs::write(&script, startup_section_script(&names))
             .map_err(|e| format!("{}: {e}", script.display()))?;
@@ -80,7 +81,6 @@ fn order_startup_functions(out: &Path) -> Result<(), String> {
         });
     let default_linker =
         configured_linker.is_empty() && !linker_flags && rustc_minor.is_some_and(|m| m >= 90);
-    // `-Wl,` splits its argument at commas.
     if default_linker && !path.to_string_lossy().contains(',') {
         println!(
             "cargo::rustc-link-arg-bin=smol-mcp=-Wl,--symbol-ordering-file={}",
