@@ -139,6 +139,45 @@ offline *'
   scripts/check-architecture.py --self-check
   exit 0
 fi
+# What runs beside the tests is stopped with them, whichever way they end.
+nested_ours=""
+postgres_ours=""
+pause_ours=""
+user_path_pid=""
+build_pid=""
+on_exit() {
+  local status=$?
+  if [ -n "$build_pid" ]; then
+    kill "$build_pid" 2>/dev/null || true
+  fi
+  if [ -n "$user_path_pid" ]; then
+    kill -- "-$user_path_pid" 2>/dev/null || kill "$user_path_pid" 2>/dev/null || true
+  fi
+  if [ -n "$nested_ours" ]; then
+    # On a failure the outer VM's console (the serve's own log among it) is shown before it goes.
+    if [ "$status" -ne 0 ]; then
+      echo "--- the nested engine's console, last lines:" >&2
+      tail -n 60 target/nested-engine/serial.log >&2 2>/dev/null || true
+    fi
+    scripts/nested-engine.sh down >/dev/null 2>&1 || true
+  fi
+  if [ -n "$pause_ours" ]; then
+    pause_engine down >/dev/null 2>&1 || true
+  fi
+  if [ -n "$postgres_ours" ]; then
+    scripts/postgres.sh down >/dev/null 2>&1 || true
+  fi
+  exit "$status"
+}
+trap on_exit EXIT
+# The tests' build begins now, beside the downloads and the engines' boot below (which wait on
+# the network and on one emulated CPU: a core left idle for minutes), and is waited for before
+# the tests run.
+build_log="$(mktemp)"
+# Niced a little: the engines' boot has deadlines of its own, the build none.
+nice -n 10 cargo test --locked --no-run "$@" >"$build_log" 2>&1 &
+build_pid=$!
+mark "the tests' build begins, beside the downloads and the engines' boot"
 scripts/fetch-smolvm.sh 1.32.2 >/dev/null
 scripts/fetch-smolvm.sh 1.14.3 >/dev/null   # the older engine the spec-diff test compares with
 if ! .venv/bin/python -c 'import mcp' 2>/dev/null \
@@ -175,72 +214,6 @@ if ! node -e 'const v=(p)=>require("./tests/conformance/node_modules/"+p+"/packa
    || ! tests/conformance/node_modules/.bin/node --version >/dev/null 2>&1; then
   (cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error)
 fi
-# What runs beside the tests is stopped with them, whichever way they end.
-nested_ours=""
-postgres_ours=""
-pause_ours=""
-user_path_pid=""
-on_exit() {
-  local status=$?
-  if [ -n "$user_path_pid" ]; then
-    kill -- "-$user_path_pid" 2>/dev/null || kill "$user_path_pid" 2>/dev/null || true
-  fi
-  if [ -n "$nested_ours" ]; then
-    # On a failure the outer VM's console (the serve's own log among it) is shown before it goes.
-    if [ "$status" -ne 0 ]; then
-      echo "--- the nested engine's console, last lines:" >&2
-      tail -n 60 target/nested-engine/serial.log >&2 2>/dev/null || true
-    fi
-    scripts/nested-engine.sh down >/dev/null 2>&1 || true
-  fi
-  if [ -n "$pause_ours" ]; then
-    pause_engine down >/dev/null 2>&1 || true
-  fi
-  if [ -n "$postgres_ours" ]; then
-    scripts/postgres.sh down >/dev/null 2>&1 || true
-  fi
-  exit "$status"
-}
-trap on_exit EXIT
-# A real PostgreSQL from Debian's packages for the shared store's tests (`shared`), stopped and
-# removed at the end unless it was already up (a developer's).
-if ! scripts/postgres.sh status; then
-  postgres_ours=1
-  scripts/postgres.sh up
-fi
-eval "export $(scripts/postgres.sh env)"
-# HAProxy from Debian's packages for the balancer's tests (`shared`), which start and stop it
-# themselves (scripts/balancer.sh) in front of the processes each starts.
-scripts/balancer.sh install
-# The real engine with guests that boot, nested in QEMU (the `guest` tests use it); one outer
-# VM for the whole run, taken down at the end unless it was already up (a developer's).
-if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
-  nested_ours=1
-  scripts/nested-engine.sh up
-fi
-eval "$(scripts/nested-engine.sh env)"
-export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR SMOL_NESTED_PUBLISH_PORTS
-# A second nested engine, for the pause test alone (tests/guest/booted_guest.rs): under TCG the
-# engine's save of a paused machine keeps one emulated CPU busy for 11 to 16 minutes, which on
-# the first engine would hold every other guest test up for as long. On an outer VM of its own
-# it runs beside them, on the core QEMU leaves mostly idle. Its cache is the first engine's
-# (built by now), so it only boots. Whole runs only; otherwise the test uses the first engine.
-pause_engine() {
-  SMOL_NESTED_DIR="$PWD/target/nested-pause" SMOL_NESTED_CACHE="$PWD/target/nested-engine/cache" \
-    scripts/nested-engine.sh "$@"
-}
-pause_engine_up() {
-  if ! pause_engine status >/dev/null 2>&1; then
-    pause_ours=1
-    pause_engine up
-  fi
-  SMOL_NESTED_PAUSE_URL="$(pause_engine status)"
-  export SMOL_NESTED_PAUSE_URL
-}
-if [ "$#" -eq 0 ]; then
-  pause_engine_up
-fi
-mark "the services and nested engines are up"
 # The install ways on a clean home (scripts/check-engine-index.sh: the engine through pip from
 # an index of our own, and a changed wheel refused; scripts/check-user-path.sh: cargo install
 # and the engine apart; then scripts/check-package.sh: the portable wheel, and the README's
@@ -292,10 +265,55 @@ if [ "$#" -eq 0 ]; then
   user_path_pid=$!
   echo "test.sh: scripts/check-engine-index.sh, check-user-path.sh, then check-package.sh, and build-wheel.sh, run beside the tests (log at the end)" >&2
 fi
+# A real PostgreSQL from Debian's packages for the shared store's tests (`shared`), stopped and
+# removed at the end unless it was already up (a developer's).
+if ! scripts/postgres.sh status; then
+  postgres_ours=1
+  scripts/postgres.sh up
+fi
+eval "export $(scripts/postgres.sh env)"
+# HAProxy from Debian's packages for the balancer's tests (`shared`), which start and stop it
+# themselves (scripts/balancer.sh) in front of the processes each starts.
+scripts/balancer.sh install
+# The real engine with guests that boot, nested in QEMU (the `guest` tests use it); one outer
+# VM for the whole run, taken down at the end unless it was already up (a developer's).
+if ! scripts/nested-engine.sh status >/dev/null 2>&1; then
+  nested_ours=1
+  scripts/nested-engine.sh up
+fi
+eval "$(scripts/nested-engine.sh env)"
+export SMOL_NESTED_URL SMOL_NESTED_IMAGE_DIR SMOL_NESTED_BUSYBOX_IMAGE SMOL_NESTED_HOST_IMAGE_DIR SMOL_NESTED_PUBLISH_PORTS
+# A second nested engine, for the pause test alone (tests/guest/booted_guest.rs): under TCG the
+# engine's save of a paused machine keeps one emulated CPU busy for 11 to 16 minutes, which on
+# the first engine would hold every other guest test up for as long. On an outer VM of its own
+# it runs beside them, on the core QEMU leaves mostly idle. Its cache is the first engine's
+# (built by now), so it only boots. Whole runs only; otherwise the test uses the first engine.
+pause_engine() {
+  SMOL_NESTED_DIR="$PWD/target/nested-pause" SMOL_NESTED_CACHE="$PWD/target/nested-engine/cache" \
+    scripts/nested-engine.sh "$@"
+}
+pause_engine_up() {
+  if ! pause_engine status >/dev/null 2>&1; then
+    pause_ours=1
+    pause_engine up
+  fi
+  SMOL_NESTED_PAUSE_URL="$(pause_engine status)"
+  export SMOL_NESTED_PAUSE_URL
+}
+if [ "$#" -eq 0 ]; then
+  pause_engine_up
+fi
+mark "the services and nested engines are up"
+built=0
+wait "$build_pid" || built=$?
+build_pid=""
+cat "$build_log"
+rm -f "$build_log"
+[ "$built" -eq 0 ] || exit 1
 log="$(mktemp)"
 # Where the run's time goes, for CI's 45 minutes: the tests' own lines say how long each target
 # ran, these say when the build and the targets began and ended.
-mark "the tests' build and run begin"
+mark "the tests' build ended; the tests begin"
 record_targets() {
   local line
   while IFS= read -r line; do mark "$line"; done < <(target_times "$1")
