@@ -2,7 +2,7 @@
 //! `.venv`, the TypeScript SDK in `tests/clients/node_modules`, both installed by
 //! scripts/test.sh), and `smol-mcp-http` as a process on a free loopback port.
 
-use super::real_serve::free_port;
+use super::real_serve::{free_port, listening};
 use super::stdio::server_env;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -143,39 +143,48 @@ impl HttpServer {
         runtime_dir: &Path,
         token: &str,
         extra: &[(&str, &str)],
-        adjust: impl FnOnce(&mut Command),
+        adjust: impl Fn(&mut Command),
     ) -> HttpServer {
-        let port = free_port();
-        let port_text = port.to_string();
-        let mut vars = vec![
-            ("SMOL_MCP_AUTH_TOKEN", token),
-            ("SMOL_MCP_HTTP_PORT", port_text.as_str()),
-        ];
-        vars.extend_from_slice(extra);
-        let mut command = Command::new(HTTP_SERVER);
-        command
-            .env_clear()
-            .envs(server_env(runtime_dir, &vars))
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        adjust(&mut command);
-        let child = command.spawn().unwrap();
-        let start = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the HTTP server did not listen"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        // A port free when asked may be another listener's by the time the server binds it:
+        // then the server exits (or, were the check a connect, another server would answer);
+        // the server is taken once it is itself seen listening, with a new port up to 5 times.
+        for _ in 0..5 {
+            let port = free_port();
+            let port_text = port.to_string();
+            let mut vars = vec![
+                ("SMOL_MCP_AUTH_TOKEN", token),
+                ("SMOL_MCP_HTTP_PORT", port_text.as_str()),
+            ];
+            vars.extend_from_slice(extra);
+            let mut command = Command::new(HTTP_SERVER);
+            command
+                .env_clear()
+                .envs(server_env(runtime_dir, &vars))
+                .stdin(Stdio::null())
+                .kill_on_drop(true);
+            adjust(&mut command);
+            let mut child = command.spawn().unwrap();
+            let pid = child.id().unwrap();
+            let start = Instant::now();
+            loop {
+                if listening(pid, port) {
+                    return HttpServer {
+                        child,
+                        url: format!("http://127.0.0.1:{port}/mcp"),
+                        port,
+                    };
+                }
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "the HTTP server did not listen"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
-        HttpServer {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-            port,
-        }
+        panic!("the HTTP server exited five times before it listened (its port taken each time?)")
     }
 }
 

@@ -38,6 +38,34 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Whether process `pid` holds a socket listening on TCP `port` (IPv4, /proc/net/tcp and the
+/// process's descriptors). A port [`free_port`] found is free only when it is asked: another
+/// listener may take it before the server binds it, and a client that connects then reaches
+/// that other listener (seen: a restarted server's record read before it had started).
+pub fn listening(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let sockets: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = u16::from_str_radix(fields.get(1)?.rsplit(':').next()?, 16).ok()?;
+            let inode = fields.get(9)?;
+            // 0A: LISTEN.
+            (local_port == port && *fields.get(3)? == "0A").then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    descriptors
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
+}
+
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {

@@ -597,6 +597,10 @@ async fn an_ask_machine_adopted_by_a_restarted_server_still_asks() {
     first.child.wait().await.unwrap();
 
     let next = crate::common::clients::HttpServer::spawn(rt.path(), MRTR_TOKEN, &vars).await;
+    // The server binds its port before it adopts (a second one whose port is taken must not
+    // take the first one's machines), so the record is read once it has answered a call.
+    let listed = stateless_call(&next, json!({"name": "list-machines", "arguments": {}})).await;
+    assert!(listed["result"]["isError"] != json!(true), "{listed}");
     let record = walk_for(rt.path(), "ephemeral.json");
     let entries: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
     let entry = entries["machines"]
