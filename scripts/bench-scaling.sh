@@ -3,8 +3,8 @@
 # one PostgreSQL store and the real smolvm serve (benches/scaling.rs): starts the project's
 # PostgreSQL when it is not up (and stops it after), installs HAProxy when missing, fetches the
 # pinned engine when missing, builds the release server and prints the table. As root (the
-# cgroups, the engine). LOAD_CLIENTS, LOAD_CALLS, SCALING_USERS and SERVER_CPU_QUOTA_PERCENT
-# shape it.
+# cgroups, the engine). LOAD_CLIENTS, LOAD_CALLS, SCALING_USERS, SERVER_CPU_QUOTA_PERCENT and
+# SCALING_PERIOD_US shape it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench-scaling: run as root (cgroups, smolvm serve)" >&2; exit 1; }
