@@ -44,6 +44,8 @@ use tokio::process::{Child, Command};
 const SERVER: &str = env!("CARGO_BIN_EXE_smol-mcp-http");
 /// The shortest CFS period used: the kernel's default.
 const MIN_PERIOD_US: u64 = 100_000;
+/// The longest CFS period the kernel takes (one second).
+const MAX_PERIOD_US: u64 = 1_000_000;
 /// How many of the kernel's bandwidth slices a quota holds at least. A CPU takes its runtime
 /// from the group's quota a slice at a time (`sched_cfs_bandwidth_slice_us`, 5 ms by default),
 /// so a quota of one slice lets one core's thread take all of it while a thread ready on the
@@ -52,13 +54,14 @@ const MIN_PERIOD_US: u64 = 100_000;
 const SLICES_PER_QUOTA: u64 = 4;
 
 /// The CFS period for a quota of `percent` of one core: long enough that the quota holds
-/// `SLICES_PER_QUOTA` bandwidth slices, never shorter than the kernel's default.
+/// `SLICES_PER_QUOTA` bandwidth slices, within what the kernel takes and never shorter than its
+/// default (below 2%, a second's quota holds fewer slices).
 fn period_for(percent: u64) -> u64 {
     let slice_us = std::fs::read_to_string("/proc/sys/kernel/sched_cfs_bandwidth_slice_us")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(5_000);
-    (slice_us * SLICES_PER_QUOTA * 100 / percent.max(1)).max(MIN_PERIOD_US)
+    (slice_us * SLICES_PER_QUOTA * 100 / percent.max(1)).clamp(MIN_PERIOD_US, MAX_PERIOD_US)
 }
 
 /// Which cgroup hierarchy holds the cpu controller, and where.
