@@ -539,7 +539,17 @@ async fn run() -> Value {
         0 => period_for(quota_percent as u64),
         set => set as u64,
     };
+    assert!(
+        (1_000..=MAX_PERIOD_US).contains(&period_us),
+        "SCALING_PERIOD_US: from 1000 to {MAX_PERIOD_US} (microseconds), as the kernel takes"
+    );
     let quota_us = quota_percent as u64 * period_us / 100;
+    // The kernel refuses a quota under a millisecond.
+    assert!(
+        quota_us >= 1_000,
+        "SERVER_CPU_QUOTA_PERCENT of SCALING_PERIOD_US: at least 1000 us ({quota_percent}% of \
+         {period_us} us is {quota_us} us)"
+    );
     let mut cgroups = Cgroups::new(period_us, quota_us);
     let engine = real_serve::RealServe::start().await;
     let engine_pids = pids_with(&engine.dir.path().display().to_string());
