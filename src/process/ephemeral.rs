@@ -303,14 +303,55 @@ pub fn children_first(mut pending: Vec<Entry>) -> Vec<Entry> {
 /// a leased machine to adopt, a kept one to take back) is made by one process.
 #[async_trait::async_trait]
 pub trait RecordBook: Send + Sync {
-    /// Runs `change` on every entry under that lock, writing what it changed.
-    async fn update(&self, change: &mut EntriesChange<'_>) -> Result<(), RecordError>;
-    async fn entries(&self) -> Result<Vec<Entry>, RecordError>;
+    /// Runs `change` under that lock, writing what it changed. `change` is given at least the
+    /// entries `scope` covers (a book may give it every entry), and reads, changes, removes or
+    /// adds only entries `scope` covers: so a database can lock and rewrite those rows alone,
+    /// while two changes of different machines go on side by side.
+    async fn update(
+        &self,
+        scope: &Scope,
+        change: &mut EntriesChange<'_>,
+    ) -> Result<(), RecordError>;
+    /// The entries `scope` covers, in the order they were recorded.
+    async fn entries(&self, scope: &Scope) -> Result<Vec<Entry>, RecordError>;
     /// This process as the book names owners beside its pid (`Entry::owner`), if it does.
     fn me(&self) -> Option<String>;
     /// Who lives, as the book can tell now, for a change or a reading about to be made: the
     /// file's by pid; a database's by instance, read once for all the entries it is asked of.
     async fn liveness(&self) -> Liveness;
+}
+
+/// Which entries a change or a reading of the record concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every entry: a sweep's claim, a count of bases.
+    All,
+    /// The entries of the machines called any of `names` (by name or by the fleet's id), on
+    /// `fleet`, or on either fleet when a call names a machine before its fleet is known.
+    Named {
+        fleet: Option<FleetKind>,
+        names: Vec<String>,
+    },
+}
+
+impl Scope {
+    /// The machine `name` (or id) on `fleet`.
+    pub fn machine(fleet: FleetKind, name: &str) -> Scope {
+        Scope::Named {
+            fleet: Some(fleet),
+            names: vec![name.to_owned()],
+        }
+    }
+
+    pub fn covers(&self, entry: &Entry) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Named { fleet, names } => {
+                fleet.is_none_or(|f| f == entry.fleet)
+                    && names.iter().any(|n| *n == entry.name || *n == entry.id)
+            }
+        }
+    }
 }
 
 /// A change of the record's entries, made under the book's lock.
@@ -371,7 +412,11 @@ impl FileBook {
 impl RecordBook for FileBook {
     /// The lock, the read and the write (its fsync) on the blocking threads: another
     /// process may hold the lock, and a disk may be slow; the change itself between them.
-    async fn update(&self, change: &mut EntriesChange<'_>) -> Result<(), RecordError> {
+    async fn update(
+        &self,
+        _scope: &Scope,
+        change: &mut EntriesChange<'_>,
+    ) -> Result<(), RecordError> {
         let book = self.clone();
         let (lock, mut entries) = self
             .off_the_runtime(move || {
@@ -394,13 +439,16 @@ impl RecordBook for FileBook {
         .await
     }
 
-    async fn entries(&self) -> Result<Vec<Entry>, RecordError> {
+    async fn entries(&self, scope: &Scope) -> Result<Vec<Entry>, RecordError> {
         let book = self.clone();
-        self.off_the_runtime(move || {
-            let _lock = shared_file::lock_shared(&book.lock_path).map_err(|e| book.io(e))?;
-            book.read_unlocked()
-        })
-        .await
+        let mut entries = self
+            .off_the_runtime(move || {
+                let _lock = shared_file::lock_shared(&book.lock_path).map_err(|e| book.io(e))?;
+                book.read_unlocked()
+            })
+            .await?;
+        entries.retain(|e| scope.covers(e));
+        Ok(entries)
     }
 
     fn me(&self) -> Option<String> {
@@ -439,15 +487,17 @@ impl Record {
         Record { book }
     }
 
-    /// Runs `change` on the record under the book's lock (several processes share it).
+    /// Runs `change` on the record under the book's lock (several processes share it): on
+    /// the entries `scope` covers, which are all `change` may read or touch.
     async fn update<R: Send>(
         &self,
+        scope: Scope,
         change: impl FnOnce(&mut Vec<Entry>) -> R + Send,
     ) -> Result<R, RecordError> {
         let mut change = Some(change);
         let mut result = None;
         self.book
-            .update(&mut |entries| {
+            .update(&scope, &mut |entries| {
                 if let Some(change) = change.take() {
                     result = Some(change(entries));
                 }
@@ -473,7 +523,16 @@ impl Record {
     }
 
     pub async fn entries(&self) -> Result<Vec<Entry>, RecordError> {
-        self.book.entries().await
+        self.book.entries(&Scope::All).await
+    }
+
+    /// The entries of machines called `name_or_id`, on either fleet.
+    pub async fn entries_named(&self, name_or_id: &str) -> Result<Vec<Entry>, RecordError> {
+        let scope = Scope::Named {
+            fleet: None,
+            names: vec![name_or_id.to_owned()],
+        };
+        self.book.entries(&scope).await
     }
 
     /// The entries `keep` keeps.
@@ -489,7 +548,7 @@ impl Record {
     pub async fn add(&self, entry: Entry) -> Result<(), RecordError> {
         let mut entry = entry;
         self.stamp(&mut entry);
-        self.update(|entries| {
+        self.update(Scope::machine(entry.fleet, &entry.name), |entries| {
             entries.retain(|e| !(e.fleet == entry.fleet && e.name == entry.name));
             entries.push(entry);
         })
@@ -500,7 +559,7 @@ impl Record {
     pub async fn add_new(&self, entry: Entry) -> Result<bool, RecordError> {
         let mut entry = entry;
         self.stamp(&mut entry);
-        self.update(|entries| {
+        self.update(Scope::machine(entry.fleet, &entry.name), |entries| {
             let known = entries
                 .iter()
                 .any(|e| e.fleet == entry.fleet && e.name == entry.name);
@@ -518,7 +577,7 @@ impl Record {
         let mut created = created.clone();
         self.stamp(&mut created);
         let created = &created;
-        self.update(|entries| {
+        self.update(Scope::machine(created.fleet, &created.name), |entries| {
             for e in entries
                 .iter_mut()
                 .filter(|e| e.fleet == created.fleet && e.name == created.name)
@@ -533,7 +592,7 @@ impl Record {
 
     /// Removes a machine by name or id (delete-machine may be given either).
     pub async fn remove(&self, fleet: FleetKind, name_or_id: &str) -> Result<(), RecordError> {
-        self.update(|entries| {
+        self.update(Scope::machine(fleet, name_or_id), |entries| {
             entries.retain(|e| !(e.fleet == fleet && (e.name == name_or_id || e.id == name_or_id)))
         })
         .await
@@ -577,7 +636,7 @@ impl Record {
         let me = self.book.me();
         let orphaned = self.orphaned_now(now).await;
         let alive = self.book.liveness().await;
-        self.update(|entries| {
+        self.update(Scope::All, |entries| {
             let mut claimed = Vec::new();
             for e in entries
                 .iter_mut()
@@ -640,7 +699,11 @@ impl Record {
     /// Renews the lease of every leased machine called `name_or_id` (on either fleet: a call
     /// names a machine before its fleet is known, and renewing one too many is harmless).
     pub async fn renew(&self, names: &[String], now: u64) -> Result<(), RecordError> {
-        self.update(|entries| {
+        let scope = Scope::Named {
+            fleet: None,
+            names: names.to_vec(),
+        };
+        self.update(scope, |entries| {
             for e in entries
                 .iter_mut()
                 .filter(|e| names.iter().any(|n| *n == e.name || *n == e.id))
@@ -663,7 +726,7 @@ impl Record {
     ) -> Result<Vec<Entry>, RecordError> {
         let me = self.book.me();
         let alive = self.book.liveness().await;
-        self.update(|entries| {
+        self.update(Scope::All, |entries| {
             let mut adopted = Vec::new();
             for e in entries.iter_mut().filter(|e| {
                 e.kept_until.is_none() && e.lease.is_some_and(|l| !l.expired(now)) && !alive(e)
@@ -691,7 +754,7 @@ impl Record {
         which: impl Fn(&Entry) -> bool + Send + Sync,
         until: impl Fn(&Entry) -> u64 + Send + Sync,
     ) -> Result<Vec<Entry>, RecordError> {
-        self.update(|entries| {
+        self.update(Scope::All, |entries| {
             let mut kept = Vec::new();
             for e in entries
                 .iter_mut()
@@ -719,7 +782,11 @@ impl Record {
         now: u64,
     ) -> Result<Vec<Entry>, RecordError> {
         let me = self.book.me();
-        self.update(|entries| {
+        let scope = Scope::Named {
+            fleet: None,
+            names: vec![name_or_id.to_owned()],
+        };
+        self.update(scope, |entries| {
             let mut taken = Vec::new();
             for e in entries.iter_mut().filter(|e| {
                 (e.name == name_or_id || e.id == name_or_id) && e.kept_at(now) && e.base.is_none()
@@ -749,7 +816,8 @@ impl Record {
     ) -> Result<Result<Option<Entry>, BaseBound>, RecordError> {
         let mut machine = machine;
         self.stamp(&mut machine);
-        self.update(|entries| {
+        // All: the bases already kept are counted against the bounds.
+        self.update(Scope::All, |entries| {
             let Some(mark) = machine.base.clone() else {
                 return Ok(None);
             };
@@ -799,7 +867,13 @@ impl Record {
         machine: &str,
         was: Option<Entry>,
     ) -> Result<(), RecordError> {
-        self.update(|entries| {
+        let mut names = vec![machine.to_owned()];
+        names.extend(was.as_ref().map(|e| e.name.clone()));
+        let scope = Scope::Named {
+            fleet: Some(fleet),
+            names,
+        };
+        self.update(scope, |entries| {
             entries.retain(|e| !(e.fleet == fleet && e.name == machine));
             entries.extend(was);
         })
@@ -815,7 +889,7 @@ impl Record {
         now: u64,
         idle_secs: u64,
     ) -> Result<bool, RecordError> {
-        self.update(|entries| {
+        self.update(Scope::machine(fleet, name_or_id), |entries| {
             let mut found = false;
             for e in entries.iter_mut().filter(|e| {
                 e.fleet == fleet && (e.name == name_or_id || e.id == name_or_id) && e.base.is_some()

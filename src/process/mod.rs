@@ -647,12 +647,19 @@ impl Process {
         }
         let now = ephemeral::now_secs();
         // A read first: most calls name a machine nobody kept, and need no write lock.
-        let kept_on = self.record.entries().await.ok().and_then(|entries| {
-            entries
-                .iter()
-                .find(|e| (e.name == name || e.id == name) && e.kept_at(now) && e.base.is_none())
-                .map(|e| e.fleet)
-        });
+        let kept_on = self
+            .record
+            .entries_named(name)
+            .await
+            .ok()
+            .and_then(|entries| {
+                entries
+                    .iter()
+                    .find(|e| {
+                        (e.name == name || e.id == name) && e.kept_at(now) && e.base.is_none()
+                    })
+                    .map(|e| e.fleet)
+            });
         let Some(fleet) = kept_on else {
             return false;
         };

@@ -12,6 +12,7 @@ pub mod mcp;
 pub mod nested;
 pub mod oidc;
 pub mod real_serve;
+pub mod record_contract;
 pub mod sessionless;
 pub mod stdio;
 pub mod store_contract;

@@ -29,6 +29,17 @@ async fn file_backing() -> crate::common::store_contract::Backing {
 
 crate::store_contract_tests!(file_backing);
 
+/// The machine record in a runtime directory of its own; each call opens it once more.
+async fn record_file_backing() -> crate::common::record_contract::RecordBacking {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    Box::new(move || {
+        let record = smol_mcp::process::ephemeral::Record::new(dir.path());
+        Box::pin(async move { record })
+    })
+}
+
+crate::record_contract_tests!(record_file_backing);
+
 /// A stored job naming no fleet this server knows is refused: not read (get, others) and not
 /// taken over, never read as a local job; one in a state this server does not know, or with a
 /// negative timeout, is not read either.

@@ -279,19 +279,14 @@ async fn a_killed_process_s_machine_and_job_move_to_a_sibling_and_nothing_leaks(
         Duration::from_secs(20),
         async || {
             let text: String = client
-                .query_one(
-                    "SELECT body FROM documents WHERE name = 'ephemeral-machines'",
-                    &[],
+                .query_opt(
+                    "SELECT body::text FROM ephemeral_machines WHERE name = $1",
+                    &[&machine],
                 )
                 .await
-                .unwrap()
+                .unwrap()?
                 .get(0);
-            let entries: Value = serde_json::from_str(&text).unwrap();
-            let entry = entries
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["name"] == machine.as_str())?;
+            let entry: Value = serde_json::from_str(&text).unwrap();
             let owner = u32::try_from(entry["ownerPid"].as_u64()?).ok()?;
             siblings.contains(&owner).then_some(())
         },

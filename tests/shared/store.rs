@@ -73,6 +73,24 @@ async fn database_backing() -> crate::common::store_contract::Backing {
 
 crate::store_contract_tests!(database_backing);
 
+/// The machine record in a database of its own; each call opens one more process's store.
+async fn record_database_backing() -> crate::common::record_contract::RecordBacking {
+    let db = Arc::new(TestDatabase::new().await);
+    Box::new(move || {
+        let db = db.clone();
+        Box::pin(async move {
+            match ready_store(&db).await.sharing() {
+                Sharing::Hosts { machine_record, .. } => {
+                    smol_mcp::process::ephemeral::Record::in_book(machine_record)
+                }
+                Sharing::OneHost => panic!("a database is shared by hosts"),
+            }
+        })
+    })
+}
+
+crate::record_contract_tests!(record_database_backing);
+
 /// What the contract does not say, since only a database has instances: each process writes
 /// as an instance of its own, and a task's and a key's holder is that instance; only a key's
 /// holder answers or releases it (on one host's file, a pid: the test's "processes" share it).
@@ -315,6 +333,98 @@ async fn processes_starting_together_migrate_once_and_a_newer_schema_is_refused(
     );
     // A store that could not open refuses what a limit asks, rather than letting it through.
     assert!(newer.keys().claim(key_claim("k")).await.is_err());
+}
+
+/// A database whose schema stops before migration 8, its machine record the one document
+/// every create and delete rewrote (`text`, when given).
+async fn before_the_record_had_rows(db: &TestDatabase, text: Option<&str>) {
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "DELETE FROM smol_mcp_schema WHERE version = 8; DROP TABLE ephemeral_machines; \
+             DELETE FROM documents WHERE name = 'ephemeral-machines'",
+        )
+        .await
+        .unwrap();
+    if let Some(text) = text {
+        client
+            .execute(
+                "INSERT INTO documents (name, body) VALUES ('ephemeral-machines', $1)",
+                &[&text],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Migration 8 moves the machine record's document into rows, in the order it was written,
+/// and drops the document; a document that is no machine record stops the migration (the
+/// server refuses to start) with the way to reset it, as every change of it was refused before.
+#[tokio::test]
+async fn an_older_machine_record_moves_into_rows_and_a_broken_one_is_refused_with_its_reset() {
+    use smol_mcp::process::ephemeral::Record;
+    let db = TestDatabase::new().await;
+    ready_store(&db).await;
+    let mut cloud = machine("mcp-second", Some("i-elsewhere"));
+    cloud.fleet = FleetKind::Cloud;
+    cloud.id = "mach-9".into();
+    let written = vec![
+        machine("mcp-first", None),
+        cloud,
+        machine("mcp-third", None),
+    ];
+    before_the_record_had_rows(&db, Some(&serde_json::to_string(&written).unwrap())).await;
+
+    let store = ready_store(&db).await;
+    let Sharing::Hosts { machine_record, .. } = store.sharing() else {
+        panic!("a database is shared by hosts");
+    };
+    let record = Record::in_book(machine_record);
+    assert_eq!(record.entries().await.unwrap(), written);
+    assert_eq!(record.entries_named("mach-9").await.unwrap(), written[1..2]);
+    let client = db.client().await;
+    let documents = client
+        .query(
+            "SELECT 1 FROM documents WHERE name = 'ephemeral-machines'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(documents.is_empty(), "the document is gone once moved");
+
+    before_the_record_had_rows(&db, Some("{\"machines\": [")).await;
+    let refused = PgStore::new(&Secret::new(db.url.clone()), retention(), Events::default())
+        .ready()
+        .await
+        .unwrap_err();
+    let StoreUnavailable::Broken { reason, .. } = &refused else {
+        panic!("{refused:?}");
+    };
+    assert!(
+        reason.contains("bringing its schema up to version 8 failed")
+            && reason.contains("not a valid machine record")
+            && reason.contains("DELETE FROM documents WHERE name = 'ephemeral-machines'"),
+        "{reason}"
+    );
+    // Reset as the refusal says, the next start migrates.
+    client
+        .execute(
+            "DELETE FROM documents WHERE name = 'ephemeral-machines'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let store = ready_store(&db).await;
+    let Sharing::Hosts { machine_record, .. } = store.sharing() else {
+        panic!("a database is shared by hosts");
+    };
+    assert!(
+        Record::in_book(machine_record)
+            .entries()
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]

@@ -25,6 +25,24 @@ pub(super) fn shown(config: &tokio_postgres::Config) -> String {
     )
 }
 
+/// What went wrong, in the database's own words: tokio-postgres shows a database's refusal as
+/// "db error" alone and keeps the server's message in its source.
+pub(super) fn said(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let detail = db.detail().map(|d| format!(" ({d})")).unwrap_or_default();
+        return format!(
+            "{} {}: {}{detail}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        );
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
 pub(super) async fn connect(config: &tokio_postgres::Config) -> Result<Client, String> {
     let mut config = config.clone();
     if config.get_connect_timeout().is_none() {
@@ -36,10 +54,10 @@ pub(super) async fn connect(config: &tokio_postgres::Config) -> Result<Client, S
     let (client, connection) = config
         .connect(tokio_postgres::NoTls)
         .await
-        .map_err(|e| format!("could not connect: {e}"))?;
+        .map_err(|e| format!("could not connect: {}", said(&e)))?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "a connection to the store ended");
+            tracing::debug!(error = %said(&e), "a connection to the store ended");
         }
     });
     Ok(client)

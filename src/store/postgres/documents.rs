@@ -3,9 +3,10 @@
 //! its lock. One connection of their own serves them, one request at a time (a change holds
 //! the row's lock while its caller changes the text); a caller awaits it a bounded time, as it
 //! would a disk, and no thread waits meanwhile. The same connection answers who lives (the
-//! instances), which a change of the machine record asks before it is made.
+//! instances), which a change of the machine record asks before it is made, and serves that
+//! record's rows (`machines.rs`).
 
-use super::connection::connect;
+use super::connection::{connect, said};
 use super::instances::{InstanceRow, instances_query, stale_ms};
 use crate::process::shared_file::{SharedDocument, TextChange};
 use std::time::Duration;
@@ -32,7 +33,7 @@ impl Documents {
     }
 
     /// Runs `request` on the connection (made again when lost), within [`WAIT`].
-    async fn on_connection<T>(
+    pub(super) async fn on_connection<T>(
         &self,
         request: impl AsyncFnOnce(&mut Client) -> Result<T, String>,
     ) -> Result<T, String> {
@@ -63,7 +64,7 @@ impl Documents {
                 .await
                 // A row made for a first change that wrote nothing holds ''.
                 .map(|row| row.map(|r| r.get::<_, String>(0)).filter(|b| !b.is_empty()))
-                .map_err(|e| e.to_string())
+                .map_err(|e| said(&e))
         })
         .await
     }
@@ -82,7 +83,7 @@ impl Documents {
             db.query(&instances_query(""), &[&stale_ms()])
                 .await
                 .map(|rows| rows.iter().map(InstanceRow::of).collect())
-                .map_err(|e| e.to_string())
+                .map_err(|e| said(&e))
         })
         .await
     }
@@ -108,7 +109,7 @@ impl SharedDocument for DocumentBook {
 
 /// `change` on the document's text under its row's lock, written when it answers `Some`.
 async fn update(db: &mut Client, name: &str, change: &mut TextChange<'_>) -> Result<(), String> {
-    let failed = |e: tokio_postgres::Error| e.to_string();
+    let failed = |e: tokio_postgres::Error| said(&e);
     let transaction = db.transaction().await.map_err(failed)?;
     // The row exists before it is locked: a first change of a document has something to lock.
     transaction

@@ -2,7 +2,7 @@
 //! reused) and tells the database every [`HEARTBEAT`] that it lives; one not heard from for
 //! [`STALE`], or on this very host with its pid ended, is dead. Times are the database's.
 
-use super::connection::connect;
+use super::connection::{connect, said};
 use super::schema::NOW_MS;
 use std::time::Duration;
 use tokio_postgres::Client;
@@ -88,7 +88,9 @@ pub(super) async fn heartbeat(config: tokio_postgres::Config, instance: String) 
                  have taken over its jobs",
                 STALE.as_secs()
             ),
-            Err(e) => tracing::warn!(error = %e, "could not tell the store this process lives"),
+            Err(e) => {
+                tracing::warn!(error = %said(&e), "could not tell the store this process lives")
+            }
         }
     }
 }

@@ -23,7 +23,7 @@ mod writes;
 use crate::process::config::Secret;
 use crate::process::events::{Events, ServerEvent};
 use crate::store::api::{Backend, Lifecycle, RunRetention, Sharing, StoreResult, StoreUnavailable};
-use connection::{connect, shown};
+use connection::{connect, said, shown};
 pub use instances::STALE;
 use instances::{InstanceRow, Me, heartbeat};
 use schema::NOW_MS;
@@ -79,7 +79,8 @@ async fn register(
     pid: u32,
     pid_started: Option<i64>,
 ) -> Result<i64, String> {
-    let refused = |e: tokio_postgres::Error| format!("could not register this process: {e}");
+    let refused =
+        |e: tokio_postgres::Error| format!("could not register this process: {}", said(&e));
     let transaction = client.transaction().await.map_err(refused)?;
     transaction
         .execute("SELECT pg_advisory_xact_lock($1)", &[&SLOT_LOCK])
@@ -148,7 +149,7 @@ impl PgStore {
         let config = url
             .expose()
             .parse::<tokio_postgres::Config>()
-            .map_err(|e| format!("storeUrl is not a PostgreSQL connection URL: {e}"))
+            .map_err(|e| format!("storeUrl is not a PostgreSQL connection URL: {}", said(&e)))
             .and_then(|config| {
                 // No TLS is built in: a password sent in clear to another host is worse than
                 // a refusal. A Unix socket or loopback needs none; across hosts, a tunnel.
@@ -243,14 +244,14 @@ impl PgStore {
                 &[&offered],
             )
             .await
-            .map_err(|e| format!("could not agree on the requestState key: {e}"))?;
+            .map_err(|e| format!("could not agree on the requestState key: {}", said(&e)))?;
         let sealing_key: Vec<u8> = client
             .query_one(
                 "SELECT value FROM server_secrets WHERE name = 'request_state_key'",
                 &[],
             )
             .await
-            .map_err(|e| format!("could not read the requestState key: {e}"))?
+            .map_err(|e| format!("could not read the requestState key: {}", said(&e)))?
             .get(0);
         let receiver = self
             .receiver
@@ -374,7 +375,7 @@ impl PgStore {
             Ok::<T, tokio_postgres::Error>(answer)
         }
         .await;
-        answered.map_err(|e| self.unusable(e.to_string()))
+        answered.map_err(|e| self.unusable(said(&e)))
     }
 
     /// Runs `read` on the read connection after the writes queued so far are written.
@@ -384,9 +385,7 @@ impl PgStore {
     ) -> StoreResult<T> {
         self.flush_queued().await;
         let client = self.reader().await?;
-        read(&client)
-            .await
-            .map_err(|e| self.unusable(e.to_string()))
+        read(&client).await.map_err(|e| self.unusable(said(&e)))
     }
 
     /// Tells the clients, once, that a run goes unrecorded and why.
@@ -520,7 +519,7 @@ impl WriterTask {
     async fn write_records(&mut self, records: &[Write]) -> Result<(), String> {
         let instance = self.instance.clone();
         let client = self.client().await?;
-        let mut transaction = client.transaction().await.map_err(|e| e.to_string())?;
+        let mut transaction = client.transaction().await.map_err(|e| said(&e))?;
         let who = Writer {
             instance: &instance,
             pid: i64::from(std::process::id()),
@@ -528,22 +527,19 @@ impl WriterTask {
         let mut first_error = None;
         for record in records {
             // A record that fails is lost, the others of its batch kept: a savepoint each.
-            let savepoint = transaction
-                .savepoint("record")
-                .await
-                .map_err(|e| e.to_string());
+            let savepoint = transaction.savepoint("record").await.map_err(|e| said(&e));
             let Ok(savepoint) = savepoint else {
                 return Err("could not open a savepoint".to_owned());
             };
             match who.record(&savepoint, record).await {
-                Ok(()) => savepoint.commit().await.map_err(|e| e.to_string())?,
+                Ok(()) => savepoint.commit().await.map_err(|e| said(&e))?,
                 Err(e) => {
-                    first_error.get_or_insert(e.to_string());
-                    savepoint.rollback().await.map_err(|e| e.to_string())?;
+                    first_error.get_or_insert(said(&e));
+                    savepoint.rollback().await.map_err(|e| said(&e))?;
                 }
             }
         }
-        transaction.commit().await.map_err(|e| e.to_string())?;
+        transaction.commit().await.map_err(|e| said(&e))?;
         first_error.map_or(Ok(()), Err)
     }
 
@@ -567,7 +563,7 @@ impl WriterTask {
             Write::TakeOver(served, answer) => {
                 let opened = self.opened.clone();
                 let dead = match self.client().await {
-                    Ok(db) => dead_instances(db, &opened).await.map_err(|e| e.to_string()),
+                    Ok(db) => dead_instances(db, &opened).await.map_err(|e| said(&e)),
                     Err(e) => Err(e),
                 };
                 let answered = match dead {
@@ -594,7 +590,7 @@ impl WriterTask {
         let Some(db) = self.client.as_ref() else {
             return Err("no connection".to_owned());
         };
-        ask(&who, db).await.map_err(|e| e.to_string())
+        ask(&who, db).await.map_err(|e| said(&e))
     }
 
     /// Runs past the settings' bounds, and every other table past its own; runs a dead
@@ -604,9 +600,7 @@ impl WriterTask {
         let retention = self.retention;
         let opened = self.opened.clone();
         let db = self.client().await?;
-        let dead = dead_instances(db, &opened)
-            .await
-            .map_err(|e| e.to_string())?;
+        let dead = dead_instances(db, &opened).await.map_err(|e| said(&e))?;
         let day_ms: i64 = 86_400_000;
         let run_days = i64::try_from(retention.max_days).unwrap_or(i64::MAX / day_ms);
         let keep_runs = i64::try_from(retention.max_runs).unwrap_or(i64::MAX);
@@ -675,7 +669,7 @@ impl WriterTask {
                 .collect();
             db.execute(statement.as_str(), &params)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| said(&e))?;
         }
         db.execute(
             "DELETE FROM idempotency_keys WHERE key NOT IN \
@@ -683,7 +677,7 @@ impl WriterTask {
             &[&100_000_i64],
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| said(&e))?;
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 //! by it, reads on the read connection.
 
 use super::PgStore;
+use super::connection::said;
 use super::schema::NOW_MS;
 use super::writes::{self, Write};
 use crate::fleet::FleetKind;
@@ -356,7 +357,7 @@ impl crate::store::RequestStateRepository for PgStore {
     async fn take(&self, nonce: &str, lifetime_ms: i64, user: &str) -> StoreResult<Taken> {
         let db = self.reader().await?;
         let now = super::schema::NOW_MS;
-        let unusable = |e: tokio_postgres::Error| self.unusable(e.to_string());
+        let unusable = |e: tokio_postgres::Error| self.unusable(said(&e));
         db.execute(
             &format!("DELETE FROM taken_states WHERE taken_ms < {now} - $1"),
             &[&lifetime_ms],

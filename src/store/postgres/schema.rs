@@ -176,6 +176,39 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE taken_states ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
     CREATE INDEX taken_states_user ON taken_states (user_id);
     ",
+    // 8: the record of ephemeral machines as a row per machine, out of its document: every
+    // create and delete rewrote the one document under its row's lock, so the processes
+    // sharing the database took turns on every call. A change now locks the rows of the
+    // machines it names (and a lock per name, for a machine not yet recorded); a change of
+    // the whole record (a sweep's claim, a count of bases) locks the table. `seq` keeps the
+    // order machines were recorded in. A document that is not a valid record stops the
+    // migration, as it stopped every change of it before, saying how to reset it.
+    "
+    CREATE TABLE ephemeral_machines (
+        seq BIGSERIAL NOT NULL,
+        fleet TEXT NOT NULL,
+        name TEXT NOT NULL,
+        id TEXT NOT NULL,
+        body JSONB NOT NULL,
+        PRIMARY KEY (fleet, name)
+    );
+    CREATE INDEX ephemeral_machines_id ON ephemeral_machines (id);
+    DO $$
+    BEGIN
+        INSERT INTO ephemeral_machines (fleet, name, id, body)
+        SELECT e->>'fleet', e->>'name', e->>'id', e
+        FROM documents d, jsonb_array_elements(d.body::jsonb) WITH ORDINALITY AS x(e, i)
+        WHERE d.name = 'ephemeral-machines' AND d.body <> ''
+        ORDER BY i
+        ON CONFLICT (fleet, name) DO NOTHING;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION 'the shared document ephemeral-machines is not a valid machine record \
+(%). Machines this server created may still be running: list them, delete what is not \
+needed, then reset the record (DELETE FROM documents WHERE name = ''ephemeral-machines'')', \
+SQLERRM;
+    END $$;
+    DELETE FROM documents WHERE name = 'ephemeral-machines';
+    ",
 ];
 
 /// Why the database cannot be used as this server's store.
@@ -186,12 +219,12 @@ pub(super) enum SchemaError {
          smol-mcp has used this database; run that release, or give this one a database of its own"
     )]
     Newer { found: i32, known: usize },
-    #[error("bringing its schema up to version {version} failed: {source}")]
+    #[error("bringing its schema up to version {version} failed: {}", super::connection::said(.source))]
     Migration {
         version: usize,
         source: tokio_postgres::Error,
     },
-    #[error("{0}")]
+    #[error("{}", super::connection::said(.0))]
     Database(#[from] tokio_postgres::Error),
 }
 
