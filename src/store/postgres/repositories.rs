@@ -13,6 +13,7 @@ use crate::store::{
     StreamRecord, Taken, TaskRecord, TaskRepository,
 };
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 impl PgStore {
     /// Whether instance `id` is this process or still lives. When the database cannot say,
@@ -409,42 +410,43 @@ impl crate::store::OwnerRepository for PgStore {
         self.in_claim_transaction(async |db| {
             // One user's claims one at a time, in every process: the names read below are
             // then all the user held, none committed unseen between the insert and the read.
-            db.execute(
-                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-                &[&CLAIM_LOCK_CLASS, &format!("{}/{user}", fleet.as_str())],
-            )
-            .await?;
-            let claimed = db
-                .query_opt(
-                    &format!(
-                        "INSERT INTO machine_owners \
-                         (fleet, name, machine, user_id, made_ms, made) \
-                         VALUES ($1, $2, $2, $3, {NOW_MS}, false) \
-                         ON CONFLICT (fleet, name) DO NOTHING RETURNING user_id"
-                    ),
-                    &[&fleet.as_str(), &name, &user],
-                )
-                .await?;
-            if claimed.is_none() {
-                let holder = db
-                    .query_opt(
-                        "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2",
-                        &[&fleet.as_str(), &name],
-                    )
-                    .await?;
-                return Ok(MachineClaim::Held(
-                    holder.map_or_else(|| user.to_owned(), |row| row.get(0)),
-                ));
-            }
-            let theirs = db
-                .query(
+            // The four statements go together (the client pipelines them) and run in order,
+            // so the user's lock is held for one round trip, not four: a process that waits
+            // for the CPU holding it would hold up that user's creates in every process.
+            let lock_key = format!("{}/{user}", fleet.as_str());
+            let fleet = fleet.as_str();
+            let lock: [&(dyn ToSql + Sync); 2] = [&CLAIM_LOCK_CLASS, &lock_key];
+            let insert: [&(dyn ToSql + Sync); 3] = [&fleet, name, user];
+            let holder: [&(dyn ToSql + Sync); 2] = [&fleet, name];
+            let theirs: [&(dyn ToSql + Sync); 4] = [&fleet, user, &pending_after_ms, name];
+            let insert_sql = format!(
+                "INSERT INTO machine_owners (fleet, name, machine, user_id, made_ms, made) \
+                 VALUES ($1, $2, $2, $3, {NOW_MS}, false) \
+                 ON CONFLICT (fleet, name) DO NOTHING RETURNING user_id"
+            );
+            let (locked, claimed, holder, theirs) = futures::join!(
+                db.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &lock),
+                db.query(&insert_sql, &insert),
+                db.query(
+                    "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2",
+                    &holder,
+                ),
+                db.query(
                     "SELECT name, made FROM machine_owners WHERE fleet = $1 AND user_id = $2 \
                      AND name = machine AND (made OR made_ms >= $3 OR name = $4)",
-                    &[&fleet.as_str(), &user, &pending_after_ms, &name],
-                )
-                .await?;
+                    &theirs,
+                ),
+            );
+            locked?;
+            if claimed?.is_empty() {
+                return Ok(MachineClaim::Held(
+                    holder?
+                        .first()
+                        .map_or_else(|| user.to_owned(), |row| row.get(0)),
+                ));
+            }
             Ok(MachineClaim::Claimed {
-                theirs: theirs
+                theirs: theirs?
                     .iter()
                     .map(|row| HeldName {
                         name: row.get(0),
