@@ -176,6 +176,18 @@ pub(crate) struct Verified {
     pub expires_at: i64,
 }
 
+impl Verified {
+    /// Whether the token is still good at `now`: a token checked before is held to its expiry
+    /// again, as [`verify`] held it.
+    pub(crate) fn unexpired_at(&self, now: i64) -> bool {
+        unexpired(self.expires_at, now)
+    }
+}
+
+fn unexpired(expires_at: i64, now: i64) -> bool {
+    expires_at.saturating_add(LEEWAY_SECS) > now
+}
+
 struct Header {
     alg: String,
     kid: Option<String>,
@@ -317,7 +329,7 @@ fn check_claims(
     // Rounded to the stricter side: a token ends at the whole second before its exp and
     // starts at the whole second after its nbf.
     let expires_at = numeric_date(claims, "exp", f64::floor)?.ok_or(TokenError::NoExpiry)?;
-    if expires_at.saturating_add(LEEWAY_SECS) <= now {
+    if !unexpired(expires_at, now) {
         return Err(TokenError::Expired);
     }
     if let Some(not_before) = numeric_date(claims, "nbf", f64::ceil)?

@@ -13,7 +13,8 @@
 use super::jwt::{self, Expected, KeySet, TokenError};
 use crate::policy::user::User;
 use crate::process::config::Config;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 /// The shortest time between two fetches of the issuer's keys.
@@ -79,6 +80,45 @@ pub(crate) struct SignIn {
     client: reqwest::Client,
     loaded: RwLock<Loaded>,
     fetching: tokio::sync::Mutex<Fetching>,
+    checked: Mutex<CheckedTokens>,
+}
+
+/// How many tokens checked before are remembered. A client sends its token with every call,
+/// and the signature check is the costliest part of a signed-in call (ES256: about a twentieth
+/// of the server's CPU for a create or delete on the scaling bench).
+const TOKENS_KEPT: usize = 1024;
+
+/// Tokens whose signature and claims were checked, by their SHA-256, with the key set that
+/// checked them: a token is taken again without its signature checked only while that same
+/// set is in use (a rotation checks it anew) and it has not expired.
+#[derive(Default)]
+struct CheckedTokens {
+    by_digest: HashMap<[u8; 32], (Arc<KeySet>, jwt::Verified)>,
+}
+
+impl CheckedTokens {
+    fn get(&self, digest: &[u8; 32], keys: &Arc<KeySet>, now: i64) -> Option<jwt::Verified> {
+        let (checked_by, verified) = self.by_digest.get(digest)?;
+        (Arc::ptr_eq(checked_by, keys) && verified.unexpired_at(now)).then(|| verified.clone())
+    }
+
+    /// Kept within [`TOKENS_KEPT`]: the expired go first, then, should that not be enough,
+    /// all that were kept (each checks its signature once more).
+    fn keep(&mut self, digest: [u8; 32], keys: Arc<KeySet>, verified: jwt::Verified, now: i64) {
+        if self.by_digest.len() >= TOKENS_KEPT {
+            self.by_digest.retain(|_, (_, v)| v.unexpired_at(now));
+            if self.by_digest.len() >= TOKENS_KEPT {
+                self.by_digest.clear();
+            }
+        }
+        self.by_digest.insert(digest, (keys, verified));
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    let mut out = [0; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref());
+    out
 }
 
 fn is_loopback_host(url: &reqwest::Url) -> bool {
@@ -219,6 +259,7 @@ impl SignIn {
             client,
             loaded: RwLock::default(),
             fetching: tokio::sync::Mutex::default(),
+            checked: Mutex::default(),
         }))
     }
 
@@ -247,6 +288,10 @@ impl SignIn {
 
     /// The user an access token signs in, or why not.
     pub(crate) async fn check(&self, token: &str) -> Result<User, Refusal> {
+        self.check_at(token, chrono::Utc::now().timestamp()).await
+    }
+
+    async fn check_at(&self, token: &str, now: i64) -> Result<User, Refusal> {
         let kid = jwt::key_id(token).map_err(Refusal::Invalid)?;
         let (keys, fetched) = self.current_keys();
         let stale = fetched.is_some_and(|t| t.elapsed() > KEYS_KEPT);
@@ -259,8 +304,18 @@ impl SignIn {
         } else {
             keys
         };
-        let now = chrono::Utc::now().timestamp();
-        let verified = jwt::verify(token, &keys, &self.expected, now).map_err(Refusal::Invalid)?;
+        let digest = digest(token);
+        let kept = self.checked_tokens().get(&digest, &keys, now);
+        let verified = match kept {
+            Some(verified) => verified,
+            None => {
+                let verified =
+                    jwt::verify(token, &keys, &self.expected, now).map_err(Refusal::Invalid)?;
+                self.checked_tokens()
+                    .keep(digest, keys, verified.clone(), now);
+                verified
+            }
+        };
         let missing: Vec<String> = self
             .scopes
             .iter()
@@ -271,6 +326,10 @@ impl SignIn {
             return Err(Refusal::Scope(missing));
         }
         Ok(User::signed_in(&verified.user))
+    }
+
+    fn checked_tokens(&self) -> std::sync::MutexGuard<'_, CheckedTokens> {
+        self.checked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn current_keys(&self) -> (Arc<KeySet>, Option<Instant>) {
@@ -547,6 +606,81 @@ mod tests {
             );
         tokio::spawn(async move { axum::serve(listener, router).await });
         issuer
+    }
+
+    /// A token checked once is taken again without its signature checked, but only while it
+    /// is unexpired and the same key set is in use: after a rotation drops its key it is
+    /// refused. Scopes are asked of a remembered token too, and what is remembered is bounded.
+    #[tokio::test]
+    async fn a_checked_token_is_taken_again_only_unexpired_and_under_its_keys() {
+        let first = TestIssuer::new("k1");
+        let served = Arc::new(std::sync::Mutex::new(first.jwks()));
+        let issuer = {
+            let served = served.clone();
+            serve_issuer(
+                "127.0.0.1:0",
+                |issuer, _| format!("{issuer}/jwks"),
+                move || served.lock().unwrap().clone(),
+            )
+            .await
+        };
+        let c = config(&[
+            ("SMOL_MCP_AUTH_ISSUER", &issuer),
+            ("SMOL_MCP_AUTH_SCOPES", "machines"),
+        ]);
+        let s = SignIn::from_config(&c).unwrap().unwrap();
+        let now = chrono::Utc::now().timestamp();
+        let claims = |scope: &str, sub: &str| {
+            serde_json::json!({
+                "iss": issuer, "aud": "http://127.0.0.1:8080/mcp", "sub": sub,
+                "exp": now + 300, "scope": scope,
+            })
+        };
+        let token = first.sign(&claims("machines", "alice"));
+        assert_eq!(s.check_at(&token, now).await, Ok(User::signed_in("alice")));
+        assert_eq!(s.checked_tokens().by_digest.len(), 1, "remembered");
+        // A token of the same key with its signature spoilt is no token remembered.
+        let at = token.len() - 10;
+        let spoilt = if &token[at..=at] == "A" { "B" } else { "A" };
+        let forged = format!("{}{spoilt}{}", &token[..at], &token[at + 1..]);
+        assert!(s.check_at(&forged, now).await.is_err());
+        assert_eq!(
+            s.check_at(&token, now + 10).await,
+            Ok(User::signed_in("alice"))
+        );
+        assert_eq!(
+            s.check_at(&token, now + 300 + 61).await,
+            Err(Refusal::Invalid(TokenError::Expired)),
+            "past its expiry, remembered or not"
+        );
+        let narrow = first.sign(&claims("openid", "alice"));
+        for _ in 0..2 {
+            assert_eq!(
+                s.check_at(&narrow, now).await,
+                Err(Refusal::Scope(vec!["machines".into()]))
+            );
+        }
+        // The issuer rotates: k1 is gone. A token of k2 fetches the new set; alice's token,
+        // remembered under the old set, is checked again and refused.
+        let second = TestIssuer::new("k2");
+        *served.lock().unwrap() = second.jwks();
+        s.fetching.lock().await.last_attempt = Some(Instant::now() - REFETCH_AFTER);
+        assert_eq!(
+            s.check_at(&second.sign(&claims("machines", "bob")), now)
+                .await,
+            Ok(User::signed_in("bob"))
+        );
+        assert_eq!(
+            s.check_at(&token, now).await,
+            Err(Refusal::Invalid(TokenError::UnknownKey))
+        );
+        // Bounded: more tokens than are kept leave at most the bound.
+        for i in 0..TOKENS_KEPT + 5 {
+            let user = format!("user{i}");
+            let t = second.sign(&claims("machines", &user));
+            assert_eq!(s.check_at(&t, now).await, Ok(User::signed_in(&user)));
+        }
+        assert!(s.checked_tokens().by_digest.len() <= TOKENS_KEPT);
     }
 
     /// A key set served by a local listener: the first token fetches it, a token of an unknown
