@@ -636,21 +636,37 @@ impl Record {
         let me = self.book.me();
         let orphaned = self.orphaned_now(now).await;
         let alive = self.book.liveness().await;
-        self.update(Scope::All, |entries| {
+        // Claimed by this process before (a delete that failed, or a sweep of this process
+        // under way): this process's to delete still. Claimed by another live one: its own.
+        // Otherwise an orphan is claimed now.
+        let mine_before = |e: &Entry| e.session == CLAIMED && self.is_mine(e);
+        let claimable = |e: &Entry| orphaned(e) && !(e.session == CLAIMED && alive(e));
+        // Read first, then lock only the machines that may be claimed: a sweep runs every few
+        // seconds in every process and mostly finds nothing, and the whole record locked
+        // would hold every create and delete up meanwhile.
+        let candidates = self
+            .entries_where(|e| {
+                e.fleet == fleet && e.made_on(engine) && (mine_before(e) || claimable(e))
+            })
+            .await?;
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let scope = Scope::Named {
+            fleet: Some(fleet),
+            names: candidates.into_iter().map(|e| e.name).collect(),
+        };
+        self.update(scope.clone(), |entries| {
             let mut claimed = Vec::new();
             for e in entries
                 .iter_mut()
-                .filter(|e| e.fleet == fleet && e.made_on(engine))
+                .filter(|e| scope.covers(e) && e.made_on(engine))
             {
-                // Claimed by this process before (a delete that failed, or a sweep of this
-                // process under way): this process's to delete still. Claimed by another live
-                // one: its own. Otherwise an orphan is claimed now.
-                let claimed_before = e.session == CLAIMED;
-                if claimed_before && self.is_mine(e) {
+                if mine_before(e) {
                     claimed.push(e.clone());
                     continue;
                 }
-                if !orphaned(e) || (claimed_before && alive(e)) {
+                if !claimable(e) {
                     continue;
                 }
                 e.owner_pid = std::process::id();
@@ -726,11 +742,25 @@ impl Record {
     ) -> Result<Vec<Entry>, RecordError> {
         let me = self.book.me();
         let alive = self.book.liveness().await;
-        self.update(Scope::All, |entries| {
+        let adoptable = |e: &Entry| {
+            e.kept_until.is_none() && e.lease.is_some_and(|l| !l.expired(now)) && !alive(e)
+        };
+        // Read first, then lock only what may be adopted: every process looks every few
+        // seconds, and mostly finds nothing.
+        let candidates = self.entries_where(adoptable).await?;
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let scope = Scope::Named {
+            fleet: None,
+            names: candidates.into_iter().map(|e| e.name).collect(),
+        };
+        self.update(scope.clone(), |entries| {
             let mut adopted = Vec::new();
-            for e in entries.iter_mut().filter(|e| {
-                e.kept_until.is_none() && e.lease.is_some_and(|l| !l.expired(now)) && !alive(e)
-            }) {
+            for e in entries
+                .iter_mut()
+                .filter(|e| scope.covers(e) && adoptable(e))
+            {
                 e.owner_pid = owner;
                 e.owner.clone_from(&me);
                 // The user's part of a lease session stays: the machine is still theirs.

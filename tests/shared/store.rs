@@ -554,6 +554,58 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
     assert_eq!(records[2].entries().await.unwrap().len(), 20);
 }
 
+/// A sweep and a sibling's watch that find nothing to claim or adopt lock nothing: with the
+/// record's table locked by another transaction they answer at once, where a lock of the
+/// whole record would wait for it (every process sweeps every few seconds, and a lock of the
+/// whole record holds up every create and delete). One that finds an orphan claims it once
+/// the lock is let go.
+#[tokio::test]
+async fn a_sweep_that_finds_nothing_locks_nothing() {
+    use smol_mcp::process::ephemeral::Record;
+    use std::time::Duration;
+    let db = TestDatabase::new().await;
+    let store = ready_store(&db).await;
+    let Sharing::Hosts { machine_record, .. } = store.sharing() else {
+        panic!("a database is shared by hosts");
+    };
+    let record = Record::in_book(machine_record);
+    let me = store.instance();
+    record
+        .add(machine("mcp-mine", me.as_deref()))
+        .await
+        .unwrap();
+    let mut other = db.client().await;
+    let holder = other.transaction().await.unwrap();
+    holder
+        .batch_execute("LOCK TABLE ephemeral_machines IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let quick = Duration::from_secs(3);
+    let claimed = tokio::time::timeout(quick, record.claim_orphans(FleetKind::Local, "serve-a"))
+        .await
+        .expect("a sweep with nothing to claim waited on the record's lock");
+    assert!(claimed.unwrap().is_empty());
+    let adopted = tokio::time::timeout(quick, record.adopt_leased(1, "s", 0))
+        .await
+        .expect("a watch with nothing to adopt waited on the record's lock");
+    assert!(adopted.unwrap().is_empty());
+    holder.rollback().await.unwrap();
+
+    dead_instance(&db, "i-gone", "elsewhere", 0).await;
+    record
+        .add(machine("mcp-orphan", Some("i-gone")))
+        .await
+        .unwrap();
+    let claimed = record
+        .claim_orphans(FleetKind::Local, "serve-a")
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        ["mcp-orphan"]
+    );
+}
+
 /// A stored job naming no fleet this server knows is refused: not read (get, others) and not
 /// taken over, never read as a local job; one in a state this server does not know, or with a
 /// negative timeout, is not read either. (SQLite: tests/offline/store_sqlite.rs.)
