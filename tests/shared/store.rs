@@ -678,3 +678,94 @@ async fn a_document_waiting_on_the_database_holds_no_thread() {
         Some("{\"after\":1}")
     );
 }
+
+/// Each statement is prepared once on each of the store's connections, however often it runs
+/// (tokio-postgres prepares a statement given as text anew on every use: a round trip more and
+/// the database's parse and plan each time); and a kept statement whose result the schema
+/// changed under it (a newer server's migration) is prepared again, the call answered all the
+/// same.
+#[tokio::test]
+async fn a_statement_is_prepared_once_per_connection_and_again_when_its_result_changes() {
+    use smol_mcp::process::ephemeral::Record;
+    use smol_mcp::store::{Hold, MachineClaim};
+    let db = TestDatabase::new().await;
+    let store = ready_store(&db).await;
+    let Sharing::Hosts {
+        machine_record,
+        machine_setups,
+        ..
+    } = store.sharing()
+    else {
+        panic!("a database is shared by hosts");
+    };
+    let record = Record::in_book(machine_record);
+    let me = store.instance();
+    // What a create and a delete ask of the store, as the server asks it.
+    let round = async |n: usize| {
+        let name = format!("mcp-round-{n}");
+        let hold = || Hold::new(FleetKind::Local, &name, "erin");
+        let claim = store.owners().claim(hold(), 0).await.unwrap();
+        assert!(matches!(claim, MachineClaim::Claimed { .. }), "{name} held");
+        let id = store.runs().begin(new_run()).unwrap();
+        record.add(machine(&name, me.as_deref())).await.unwrap();
+        store.owners().made(hold()).await.unwrap();
+        store.runs().end(RunEnd {
+            id,
+            ended_ms: now_ms(),
+            outcome: RunOutcome::Exited,
+            exit_code: Some(0),
+            timed_out: Some(false),
+            error: None,
+            stdout: None,
+            stderr: None,
+        });
+        assert_eq!(
+            store
+                .owners()
+                .holder(FleetKind::Local, &name)
+                .await
+                .unwrap(),
+            Some("erin".to_owned())
+        );
+        record.remove(FleetKind::Local, &name).await.unwrap();
+        store.owners().release(hold()).await.unwrap();
+        store.flush().await;
+        assert!(
+            !store
+                .runs()
+                .page(None, 5, "")
+                .await
+                .unwrap()
+                .runs
+                .is_empty()
+        );
+        machine_setups
+            .update(&mut |_| Some(format!("{{\"round\":{n}}}")))
+            .await
+            .unwrap();
+        assert!(machine_setups.read().await.unwrap().is_some());
+    };
+    round(0).await;
+    let first = store.statements_prepared();
+    assert!(first > 0, "the store prepared no statement at all");
+    for n in 1..=10 {
+        round(n).await;
+    }
+    assert_eq!(
+        store.statements_prepared(),
+        first,
+        "ten more rounds of the same calls prepared their statements again"
+    );
+
+    db.client()
+        .await
+        .batch_execute("ALTER TABLE documents ALTER COLUMN body TYPE varchar")
+        .await
+        .unwrap();
+    assert_eq!(
+        machine_setups.read().await.unwrap().as_deref(),
+        Some("{\"round\":10}"),
+        "a read whose kept statement's result type changed was refused"
+    );
+    assert!(store.statements_prepared() > first);
+}

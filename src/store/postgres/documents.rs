@@ -6,11 +6,12 @@
 //! instances), which a change of the machine record asks before it is made, and serves that
 //! record's rows (`machines.rs`).
 
-use super::connection::{connect, said};
+use super::connection::{Connection, connection, said};
 use super::instances::{InstanceRow, instances_query, stale_ms};
 use crate::process::shared_file::{SharedDocument, TextChange};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
-use tokio_postgres::Client;
 
 /// How long a caller waits for the database before the document counts as unreadable.
 const WAIT: Duration = Duration::from_secs(15);
@@ -21,27 +22,33 @@ pub(super) struct Documents {
     /// `Err`: the storeUrl did not parse, and every request is answered with why.
     config: Result<tokio_postgres::Config, String>,
     /// Held for the length of one request: requests are served one at a time.
-    client: tokio::sync::Mutex<Option<Client>>,
+    client: tokio::sync::Mutex<Option<Connection>>,
+    /// The store's count of statements prepared.
+    prepared: Arc<AtomicU64>,
 }
 
 impl Documents {
-    pub(super) fn new(config: Result<tokio_postgres::Config, String>) -> Documents {
+    pub(super) fn new(
+        config: Result<tokio_postgres::Config, String>,
+        prepared: Arc<AtomicU64>,
+    ) -> Documents {
         Documents {
             config,
             client: tokio::sync::Mutex::new(None),
+            prepared,
         }
     }
 
     /// Runs `request` on the connection (made again when lost), within [`WAIT`].
     pub(super) async fn on_connection<T>(
         &self,
-        request: impl AsyncFnOnce(&mut Client) -> Result<T, String>,
+        request: impl AsyncFnOnce(&mut Connection) -> Result<T, String>,
     ) -> Result<T, String> {
         let served = async {
             let config = self.config.as_ref().map_err(Clone::clone)?;
             let mut kept = self.client.lock().await;
-            if kept.as_ref().is_none_or(Client::is_closed) {
-                *kept = Some(connect(config).await?);
+            if kept.as_ref().is_none_or(Connection::is_closed) {
+                *kept = Some(connection(config, &self.prepared).await?);
             }
             let Some(client) = kept.as_mut() else {
                 return Err("could not connect to the database".to_owned());
@@ -60,7 +67,8 @@ impl Documents {
 
     pub(super) async fn read(&self, name: &str) -> Result<Option<String>, String> {
         self.on_connection(async |db| {
-            db.query_opt("SELECT body FROM documents WHERE name = $1", &[&name])
+            db.prepared()
+                .query_opt("SELECT body FROM documents WHERE name = $1", &[&name])
                 .await
                 // A row made for a first change that wrote nothing holds ''.
                 .map(|row| row.map(|r| r.get::<_, String>(0)).filter(|b| !b.is_empty()))
@@ -80,7 +88,8 @@ impl Documents {
 
     pub(super) async fn instances(&self) -> Result<Vec<InstanceRow>, String> {
         self.on_connection(async |db| {
-            db.query(&instances_query(""), &[&stale_ms()])
+            db.prepared()
+                .query(&instances_query(""), &[&stale_ms()])
                 .await
                 .map(|rows| rows.iter().map(InstanceRow::of).collect())
                 .map_err(|e| said(&e))
@@ -92,7 +101,7 @@ impl Documents {
 /// One named document, for the process floor.
 #[derive(Debug)]
 pub(super) struct DocumentBook {
-    pub(super) documents: std::sync::Arc<Documents>,
+    pub(super) documents: Arc<Documents>,
     pub(super) name: &'static str,
 }
 
@@ -108,9 +117,14 @@ impl SharedDocument for DocumentBook {
 }
 
 /// `change` on the document's text under its row's lock, written when it answers `Some`.
-async fn update(db: &mut Client, name: &str, change: &mut TextChange<'_>) -> Result<(), String> {
+async fn update(
+    db: &mut Connection,
+    name: &str,
+    change: &mut TextChange<'_>,
+) -> Result<(), String> {
     let failed = |e: tokio_postgres::Error| said(&e);
-    let transaction = db.transaction().await.map_err(failed)?;
+    let began = db.client.transaction().await.map_err(failed)?;
+    let transaction = db.statements.on(&began);
     // The row exists before it is locked: a first change of a document has something to lock.
     transaction
         .execute(
@@ -136,5 +150,5 @@ async fn update(db: &mut Client, name: &str, change: &mut TextChange<'_>) -> Res
             .await
             .map_err(failed)?;
     }
-    transaction.commit().await.map_err(failed)
+    began.commit().await.map_err(failed)
 }

@@ -8,14 +8,13 @@
 //! table's lock first and the names' locks in one order, so neither waits on the other in a
 //! circle.
 
-use super::connection::said;
+use super::connection::{Connection, said};
 use super::documents::Documents;
 use super::instances::{InstanceRow, Me};
 use crate::process::ephemeral::{EntriesChange, Entry, Liveness, RecordBook, RecordError, Scope};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio_postgres::Client;
 use tokio_postgres::types::ToSql;
 
 const TABLE: &str = "ephemeral_machines";
@@ -70,11 +69,13 @@ impl RecordBook for MachineBook {
     async fn entries(&self, scope: &Scope) -> Result<Vec<Entry>, RecordError> {
         self.documents
             .on_connection(async |db| {
+                let db = db.prepared();
                 let rows = match scope {
                     Scope::All => db.query(&select("ORDER BY seq"), &[]).await,
                     Scope::Named { fleet, names } => {
                         let fleet = fleet.map(|f| f.as_str());
-                        db.query(&select(NAMED_IN_ORDER), &[&fleet, names]).await
+                        db.query(&select(&format!("{NAMED} ORDER BY seq")), &[&fleet, names])
+                            .await
                     }
                 };
                 decode(&rows.map_err(|e| said(&e))?)
@@ -111,8 +112,6 @@ impl RecordBook for MachineBook {
 
 /// The rows of the machines called any of `$2` (by name or id), on fleet `$1` or on either.
 const NAMED: &str = "WHERE ($1::text IS NULL OR fleet = $1) AND (name = ANY($2) OR id = ANY($2))";
-const NAMED_IN_ORDER: &str =
-    "WHERE ($1::text IS NULL OR fleet = $1) AND (name = ANY($2) OR id = ANY($2)) ORDER BY seq";
 
 fn select(rest: &str) -> String {
     format!("SELECT fleet, name, body::text FROM {TABLE} {rest}")
@@ -121,16 +120,18 @@ fn select(rest: &str) -> String {
 /// `change` on the rows `scope` covers, in one transaction under the locks the module's
 /// comment names; what it changed, added or removed is written before the commit.
 async fn change_rows(
-    db: &mut Client,
+    db: &mut Connection,
     scope: &Scope,
     change: &mut EntriesChange<'_>,
 ) -> Result<(), String> {
     let failed = |e: tokio_postgres::Error| said(&e);
-    let transaction = db.transaction().await.map_err(failed)?;
+    let began = db.client.transaction().await.map_err(failed)?;
+    let transaction = db.statements.on(&began);
     let rows = match scope {
         Scope::All => {
             let lock_table = format!("LOCK TABLE {TABLE} IN EXCLUSIVE MODE");
             transaction
+                .inner()
                 .batch_execute(&lock_table)
                 .await
                 .map_err(failed)?;
@@ -147,7 +148,7 @@ async fn change_rows(
             let row_params: [&(dyn ToSql + Sync); 2] = [&fleet, names];
             // Sent together (the client pipelines them), run one after the other.
             let (table, named, rows) = futures::join!(
-                transaction.batch_execute(&lock_table),
+                transaction.inner().batch_execute(&lock_table),
                 transaction.execute(
                     "SELECT pg_advisory_xact_lock($1, key) FROM (SELECT DISTINCT hashtext(n) \
                      AS key FROM unnest($2::text[]) AS n ORDER BY key) AS keys",
@@ -195,7 +196,7 @@ async fn change_rows(
             .await
             .map_err(failed)?;
     }
-    transaction.commit().await.map_err(failed)
+    began.commit().await.map_err(failed)
 }
 
 /// Rows to write, column by column.

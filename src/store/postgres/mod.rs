@@ -23,7 +23,7 @@ mod writes;
 use crate::process::config::Secret;
 use crate::process::events::{Events, ServerEvent};
 use crate::store::api::{Backend, Lifecycle, RunRetention, Sharing, StoreResult, StoreUnavailable};
-use connection::{connect, said, shown};
+use connection::{Connection, Prepared, connect, connection, said, shown};
 pub use instances::STALE;
 use instances::{InstanceRow, Me, heartbeat};
 use schema::NOW_MS;
@@ -67,6 +67,8 @@ pub struct PgStore {
     me: Me,
     /// The documents' connection, made when first asked for.
     documents: std::sync::OnceLock<Arc<documents::Documents>>,
+    /// Statements prepared by every connection of this store.
+    prepared: Arc<AtomicU64>,
 }
 
 /// Registers this process as an instance in the lowest slot no live instance holds (one
@@ -136,10 +138,10 @@ struct Opened {
     /// The key every process seals MCP requestStates with (see [`Store::sealing_key`]).
     sealing_key: Vec<u8>,
     me: Me,
-    reader: Mutex<Option<Arc<Client>>>,
+    reader: Mutex<Option<Arc<Connection>>>,
     /// A connection of its own for the claims one user's creates take one at a time: each is a
     /// transaction under an advisory lock, which the shared read connection cannot hold.
-    claimer: tokio::sync::Mutex<Option<Client>>,
+    claimer: tokio::sync::Mutex<Option<Connection>>,
 }
 
 impl PgStore {
@@ -187,13 +189,25 @@ impl PgStore {
                     .unwrap_or_default(),
             },
             documents: std::sync::OnceLock::new(),
+            prepared: Arc::new(AtomicU64::new(0)),
         }
     }
 
     fn documents(&self) -> Arc<documents::Documents> {
         self.documents
-            .get_or_init(|| Arc::new(documents::Documents::new(self.config.clone())))
+            .get_or_init(|| {
+                Arc::new(documents::Documents::new(
+                    self.config.clone(),
+                    self.prepared.clone(),
+                ))
+            })
             .clone()
+    }
+
+    /// How many statements this store's connections have prepared so far: each statement once
+    /// per connection, however often it is run.
+    pub fn statements_prepared(&self) -> u64 {
+        self.prepared.load(Ordering::Relaxed)
     }
 
     /// The instance id this process writes as, once ready.
@@ -269,9 +283,13 @@ impl PgStore {
         });
         let writer = WriterTask {
             config: config.clone(),
-            client: Some(client),
+            client: Some(Connection {
+                client,
+                statements: connection::Statements::counted(&self.prepared),
+            }),
             instance: instance.clone(),
             opened: opened.clone(),
+            prepared: self.prepared.clone(),
             retention: self.retention,
             shown: self.shown.clone(),
         };
@@ -332,7 +350,7 @@ impl PgStore {
     }
 
     /// The read connection, connecting (again) when it has none or lost it.
-    async fn reader(&self) -> StoreResult<Arc<Client>> {
+    async fn reader(&self) -> StoreResult<Arc<Connection>> {
         let opened = match self.opened.get() {
             Some(Ok(opened)) => opened,
             _ => return Err(self.broken().unwrap_or_else(|| self.unusable("unknown"))),
@@ -342,7 +360,11 @@ impl PgStore {
             return Ok(client);
         }
         let config = self.config.clone().map_err(|e| self.unusable(e))?;
-        let client = Arc::new(connect(&config).await.map_err(|e| self.unusable(e))?);
+        let client = Arc::new(
+            connection(&config, &self.prepared)
+                .await
+                .map_err(|e| self.unusable(e))?,
+        );
         if let Ok(mut reader) = opened.reader.lock() {
             *reader = Some(client.clone());
         }
@@ -353,7 +375,9 @@ impl PgStore {
     /// lost), after the writes queued so far are written; committed when it answers.
     async fn in_claim_transaction<T>(
         &self,
-        claim: impl AsyncFnOnce(&tokio_postgres::Transaction<'_>) -> Result<T, tokio_postgres::Error>,
+        claim: impl AsyncFnOnce(
+            &Prepared<'_, tokio_postgres::Transaction<'_>>,
+        ) -> Result<T, tokio_postgres::Error>,
     ) -> StoreResult<T> {
         self.flush_queued().await;
         let opened = match self.opened.get() {
@@ -361,16 +385,20 @@ impl PgStore {
             _ => return Err(self.broken().unwrap_or_else(|| self.unusable("unknown"))),
         };
         let mut kept = opened.claimer.lock().await;
-        if kept.as_ref().is_none_or(Client::is_closed) {
+        if kept.as_ref().is_none_or(Connection::is_closed) {
             let config = self.config.clone().map_err(|e| self.unusable(e))?;
-            *kept = Some(connect(&config).await.map_err(|e| self.unusable(e))?);
+            *kept = Some(
+                connection(&config, &self.prepared)
+                    .await
+                    .map_err(|e| self.unusable(e))?,
+            );
         }
         let Some(client) = kept.as_mut() else {
             return Err(self.unusable("no connection for claims"));
         };
         let answered = async {
-            let transaction = client.transaction().await?;
-            let answer = claim(&transaction).await?;
+            let transaction = client.client.transaction().await?;
+            let answer = claim(&client.statements.on(&transaction)).await?;
             transaction.commit().await?;
             Ok::<T, tokio_postgres::Error>(answer)
         }
@@ -381,11 +409,13 @@ impl PgStore {
     /// Runs `read` on the read connection after the writes queued so far are written.
     async fn read<T>(
         &self,
-        read: impl AsyncFnOnce(&Client) -> Result<T, tokio_postgres::Error>,
+        read: impl AsyncFnOnce(&Prepared<'_, Client>) -> Result<T, tokio_postgres::Error>,
     ) -> StoreResult<T> {
         self.flush_queued().await;
         let client = self.reader().await?;
-        read(&client).await.map_err(|e| self.unusable(said(&e)))
+        read(&client.prepared())
+            .await
+            .map_err(|e| self.unusable(said(&e)))
     }
 
     /// Tells the clients, once, that a run goes unrecorded and why.
@@ -452,9 +482,10 @@ impl Lifecycle for PgStore {
 /// The writer: one connection, the queue read in order.
 struct WriterTask {
     config: tokio_postgres::Config,
-    client: Option<Client>,
+    client: Option<Connection>,
     instance: String,
     opened: Arc<Opened>,
+    prepared: Arc<AtomicU64>,
     retention: RunRetention,
     shown: String,
 }
@@ -500,9 +531,9 @@ impl WriterTask {
         }
     }
 
-    async fn client(&mut self) -> Result<&mut Client, String> {
-        if self.client.as_ref().is_none_or(Client::is_closed) {
-            self.client = Some(connect(&self.config).await?);
+    async fn client(&mut self) -> Result<&mut Connection, String> {
+        if self.client.as_ref().is_none_or(Connection::is_closed) {
+            self.client = Some(connection(&self.config, &self.prepared).await?);
         }
         self.client
             .as_mut()
@@ -518,7 +549,7 @@ impl WriterTask {
 
     async fn write_records(&mut self, records: &[Write]) -> Result<(), String> {
         let instance = self.instance.clone();
-        let client = self.client().await?;
+        let Connection { client, statements } = self.client().await?;
         let mut transaction = client.transaction().await.map_err(|e| said(&e))?;
         let who = Writer {
             instance: &instance,
@@ -531,7 +562,7 @@ impl WriterTask {
             let Ok(savepoint) = savepoint else {
                 return Err("could not open a savepoint".to_owned());
             };
-            match who.record(&savepoint, record).await {
+            match who.record(&statements.on(&savepoint), record).await {
                 Ok(()) => savepoint.commit().await.map_err(|e| said(&e))?,
                 Err(e) => {
                     first_error.get_or_insert(said(&e));
@@ -563,7 +594,9 @@ impl WriterTask {
             Write::TakeOver(served, answer) => {
                 let opened = self.opened.clone();
                 let dead = match self.client().await {
-                    Ok(db) => dead_instances(db, &opened).await.map_err(|e| said(&e)),
+                    Ok(db) => dead_instances(&db.prepared(), &opened)
+                        .await
+                        .map_err(|e| said(&e)),
                     Err(e) => Err(e),
                 };
                 let answered = match dead {
@@ -583,14 +616,14 @@ impl WriterTask {
 
     async fn asked<T>(
         &mut self,
-        ask: impl AsyncFnOnce(&Writer<'_>, &Client) -> Result<T, tokio_postgres::Error>,
+        ask: impl AsyncFnOnce(&Writer<'_>, &Prepared<'_, Client>) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, String> {
         self.client().await?;
         let who = self.who();
         let Some(db) = self.client.as_ref() else {
             return Err("no connection".to_owned());
         };
-        ask(&who, db).await.map_err(|e| said(&e))
+        ask(&who, &db.prepared()).await.map_err(|e| said(&e))
     }
 
     /// Runs past the settings' bounds, and every other table past its own; runs a dead
@@ -599,8 +632,8 @@ impl WriterTask {
     async fn prune(&mut self) -> Result<(), String> {
         let retention = self.retention;
         let opened = self.opened.clone();
-        let db = self.client().await?;
-        let dead = dead_instances(db, &opened).await.map_err(|e| said(&e))?;
+        let db = self.client().await?.prepared();
+        let dead = dead_instances(&db, &opened).await.map_err(|e| said(&e))?;
         let day_ms: i64 = 86_400_000;
         let run_days = i64::try_from(retention.max_days).unwrap_or(i64::MAX / day_ms);
         let keep_runs = i64::try_from(retention.max_runs).unwrap_or(i64::MAX);
@@ -684,7 +717,10 @@ impl WriterTask {
 
 /// The instances other than this one that are dead: not heard from for [`STALE`], or on this
 /// host with their process gone.
-async fn dead_instances(db: &Client, me: &Opened) -> Result<Vec<String>, tokio_postgres::Error> {
+async fn dead_instances(
+    db: &Prepared<'_, Client>,
+    me: &Opened,
+) -> Result<Vec<String>, tokio_postgres::Error> {
     let rows = db
         .query(
             &instances::instances_query("WHERE id <> $2"),

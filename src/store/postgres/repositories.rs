@@ -25,10 +25,11 @@ impl PgStore {
         if id == opened.instance {
             return true;
         }
-        let Ok(db) = self.reader().await else {
+        let Ok(reader) = self.reader().await else {
             return true;
         };
-        let row = db
+        let row = reader
+            .prepared()
             .query_opt(
                 &super::instances::instances_query("WHERE id = $2"),
                 &[&super::instances::stale_ms(), &id],
@@ -259,10 +260,12 @@ impl TaskRepository for PgStore {
     }
 
     async fn cancel_wanted(&self, id: &str) -> bool {
-        let Ok(db) = self.reader().await else {
+        let Ok(reader) = self.reader().await else {
             return false;
         };
-        db.query_opt("SELECT cancel_asked FROM tasks WHERE id = $1", &[&id])
+        reader
+            .prepared()
+            .query_opt("SELECT cancel_asked FROM tasks WHERE id = $1", &[&id])
             .await
             .ok()
             .flatten()
@@ -356,7 +359,8 @@ impl crate::store::RequestStateRepository for PgStore {
     /// from a full table. Processes inserting at the same instant may each pass the count
     /// before the other's row is seen: the bound holds to within the processes sharing it.
     async fn take(&self, nonce: &str, lifetime_ms: i64, user: &str) -> StoreResult<Taken> {
-        let db = self.reader().await?;
+        let reader = self.reader().await?;
+        let db = reader.prepared();
         let now = super::schema::NOW_MS;
         let unusable = |e: tokio_postgres::Error| self.unusable(said(&e));
         db.execute(

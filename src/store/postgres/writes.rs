@@ -3,6 +3,7 @@
 //! mark, the take-over of a dead process's jobs), each its own statement after the records
 //! queued before it, answered once committed.
 
+use super::connection::Prepared;
 use super::schema::NOW_MS;
 use crate::store::{
     EgressGrant, JobEnd, JobRecord, KeyClaim, KeyRecord, NewRun, RunEnd, ServedEngine,
@@ -58,7 +59,7 @@ impl Writer<'_> {
     /// Applies one record inside the batch's transaction.
     pub(super) async fn record(
         &self,
-        db: &impl GenericClient,
+        db: &Prepared<'_, impl GenericClient + Sync>,
         write: &Write,
     ) -> Result<(), tokio_postgres::Error> {
         match write {
@@ -246,7 +247,7 @@ impl Writer<'_> {
     /// inserts nothing, so exactly one is told `Claimed`.
     pub(super) async fn claim_key(
         &self,
-        db: &impl GenericClient,
+        db: &Prepared<'_, impl GenericClient + Sync>,
         claim: &KeyRecord,
     ) -> Result<KeyClaim, tokio_postgres::Error> {
         db.execute(
@@ -292,7 +293,7 @@ impl Writer<'_> {
     /// failed insert is its own statement, so that it sees the row the winner committed.
     pub(super) async fn day_mark(
         &self,
-        db: &impl GenericClient,
+        db: &Prepared<'_, impl GenericClient + Sync>,
         reading: &SpendReading,
     ) -> Result<i64, tokio_postgres::Error> {
         db.execute("DELETE FROM spend_days WHERE day < $1", &[&reading.day])
@@ -318,7 +319,7 @@ impl Writer<'_> {
     /// is taken once however many processes look.
     pub(super) async fn take_over(
         &self,
-        db: &impl GenericClient,
+        db: &Prepared<'_, impl GenericClient + Sync>,
         served: &[ServedEngine],
         dead: &[String],
     ) -> Result<Vec<JobRecord>, tokio_postgres::Error> {
@@ -384,7 +385,7 @@ pub(super) fn job(row: &Row, user_at: usize) -> Option<JobRecord> {
 
 /// A key's record as the database keeps it.
 pub(super) async fn key(
-    db: &impl GenericClient,
+    db: &Prepared<'_, impl GenericClient + Sync>,
     key: &str,
 ) -> Result<Option<KeyRecord>, tokio_postgres::Error> {
     let row = db
