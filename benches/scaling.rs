@@ -149,11 +149,9 @@ impl Cgroups {
         Ok(dir)
     }
 
-    /// Puts `pid` in a new cgroup of its own named `name`.
-    fn hold(&mut self, name: &str, pid: u32) -> PathBuf {
-        let dir = self.make(name).unwrap();
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
-        dir
+    /// A new cgroup of its own named `name`, for a process to start in.
+    fn hold(&mut self, name: &str) -> PathBuf {
+        self.make(name).unwrap()
     }
 
     fn remove_all(&mut self) {
@@ -300,7 +298,14 @@ async fn start_server(
 ) -> Server {
     let runtime = tempfile::tempdir().unwrap();
     let port = real_serve::free_port();
-    let child = Command::new(SERVER)
+    let cgroup = cgroups.hold(name);
+    // Started inside its cgroup, as systemd, a container runtime or Kubernetes starts a
+    // process held to a quota: what the process sees of its CPUs at start (it sizes its
+    // runtime by them) is what it will have.
+    let child = Command::new("/bin/sh")
+        .args(["-c", "echo $$ > \"$0\" && exec \"$1\""])
+        .arg(cgroup.join("cgroup.procs"))
+        .arg(SERVER)
         .env_clear()
         .envs(common::isolated_env(runtime.path()))
         .envs([
@@ -320,7 +325,6 @@ async fn start_server(
         .spawn()
         .unwrap();
     let pid = child.id().unwrap();
-    let cgroup = cgroups.hold(name, pid);
     common::wait_listening(port, Duration::from_secs(30)).await;
     Server {
         child,

@@ -769,3 +769,45 @@ async fn a_statement_is_prepared_once_per_connection_and_again_when_its_result_c
     );
     assert!(store.statements_prepared() > first);
 }
+
+/// A read with no record of its own waiting to be written does not wait for the writer: with
+/// the writer held up (a key's claim waiting on another process's uncommitted claim of that
+/// key), a read answers at once. Every read used to queue a turn of the writer's queue and
+/// wait for it, behind whatever the writer was doing (up to 2 s). A read after a record still
+/// sees it.
+#[tokio::test]
+async fn a_read_with_nothing_to_write_first_does_not_wait_for_the_writer() {
+    use std::time::Duration;
+    let db = TestDatabase::new().await;
+    let store = ready_store(&db).await;
+    let mut other = db.client().await;
+    let holder = other.transaction().await.unwrap();
+    holder
+        .execute(
+            "INSERT INTO idempotency_keys (key, owner, pid, tool, fingerprint, arguments, \
+             started_ms) VALUES ('held', 'i-other', 1, 'create-machine', 'f', '{}', $1)",
+            &[&now_ms()],
+        )
+        .await
+        .unwrap();
+    let claiming = {
+        let store = store.clone();
+        tokio::spawn(async move { store.keys().claim(key_claim("held")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!claiming.is_finished(), "the claim waits for the other's");
+    let read = tokio::time::timeout(Duration::from_secs(1), store.runs().page(None, 5, ""))
+        .await
+        .expect("a read with nothing to write first waited for the writer");
+    assert!(read.unwrap().runs.is_empty());
+    holder.rollback().await.unwrap();
+    assert_eq!(claiming.await.unwrap(), Ok(KeyClaim::Claimed));
+
+    let id = store.runs().begin(new_run()).unwrap();
+    let run = store.runs().get(id, "").await.unwrap();
+    assert_eq!(
+        run.map(|r| r.summary.id),
+        Some(id),
+        "a read missed its own record"
+    );
+}

@@ -69,6 +69,9 @@ pub struct PgStore {
     documents: std::sync::OnceLock<Arc<documents::Documents>>,
     /// Statements prepared by every connection of this store.
     prepared: Arc<AtomicU64>,
+    /// Records queued and not yet written (or given up on): a read waits for the writer only
+    /// when there are some, not a turn of the writer's queue on every read.
+    unwritten: Arc<AtomicU64>,
 }
 
 /// Registers this process as an instance in the lowest slot no live instance holds (one
@@ -190,6 +193,7 @@ impl PgStore {
             },
             documents: std::sync::OnceLock::new(),
             prepared: Arc::new(AtomicU64::new(0)),
+            unwritten: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -290,6 +294,7 @@ impl PgStore {
             instance: instance.clone(),
             opened: opened.clone(),
             prepared: self.prepared.clone(),
+            unwritten: self.unwritten.clone(),
             retention: self.retention,
             shown: self.shown.clone(),
         };
@@ -304,7 +309,15 @@ impl PgStore {
         if let Some(Err(reason)) = self.opened.get() {
             return Err(self.unusable(reason.clone()));
         }
-        match self.queue.try_send(write) {
+        let record = write.is_record();
+        if record {
+            self.unwritten.fetch_add(1, Ordering::AcqRel);
+        }
+        let sent = self.queue.try_send(write);
+        if record && sent.is_err() {
+            self.unwritten.fetch_sub(1, Ordering::AcqRel);
+        }
+        match sent {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -340,7 +353,7 @@ impl PgStore {
     }
 
     async fn flush_queued(&self) {
-        if self.opened().is_none() {
+        if self.opened().is_none() || self.unwritten.load(Ordering::Acquire) == 0 {
             return;
         }
         let (done, flushed) = oneshot::channel();
@@ -486,6 +499,7 @@ struct WriterTask {
     instance: String,
     opened: Arc<Opened>,
     prepared: Arc<AtomicU64>,
+    unwritten: Arc<AtomicU64>,
     retention: RunRetention,
     shown: String,
 }
@@ -512,7 +526,10 @@ impl WriterTask {
             }
             if !records.is_empty() {
                 since_prune += records.len() as u64;
-                if let Err(e) = self.write_records(&records).await {
+                let written = self.write_records(&records).await;
+                self.unwritten
+                    .fetch_sub(records.len() as u64, Ordering::AcqRel);
+                if let Err(e) = written {
                     failures += 1;
                     if failures.is_power_of_two() {
                         tracing::warn!(error = %e, failures, database = %self.shown, "could not write to the store; records lost");
@@ -610,6 +627,7 @@ impl WriterTask {
             }
             record => {
                 let _ = self.write_records(std::slice::from_ref(&record)).await;
+                self.unwritten.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
