@@ -300,8 +300,7 @@ async fn start_server(
     let port = real_serve::free_port();
     let cgroup = cgroups.hold(name);
     // Started inside its cgroup, as systemd, a container runtime or Kubernetes starts a
-    // process held to a quota: what the process sees of its CPUs at start (it sizes its
-    // runtime by them) is what it will have.
+    // process held to a quota: held from its first instruction, not moved in once running.
     let child = Command::new("/bin/sh")
         .args(["-c", "echo $$ > \"$0\" && exec \"$1\""])
         .arg(cgroup.join("cgroup.procs"))

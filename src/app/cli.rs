@@ -109,22 +109,14 @@ impl Visit for MessageIs {
 }
 
 /// Two workers: the servers mostly wait on the engine or the cloud, and an MCP client starts one
-/// process per session, so a worker per core would only multiply idle threads. One when the
-/// process may use less than two cores (a cgroup's CPU quota or an affinity mask, which
-/// `available_parallelism` reads): a process held to part of a core gains nothing from a
-/// second thread but the cost of waking it.
+/// process per session, so a worker per core would only multiply idle threads. Two even in a
+/// process held to part of a core: one there spent more CPU a call, not less (the scaling
+/// benchmark, docs/benchmarks.md).
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let workers = workers(std::thread::available_parallelism().ok());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
-        .build()?;
-    tracing::debug!(workers, "the runtime's worker threads");
-    Ok(runtime)
-}
-
-fn workers(cores: Option<std::num::NonZeroUsize>) -> usize {
-    cores.map_or(2, |n| n.get().min(2))
+        .build()
 }
 
 /// The settings, for the end of `--help`: every environment variable, its file key, what it

@@ -266,45 +266,6 @@ async fn smol_mcp_http_serves_streamable_http_behind_its_token() {
     assert!(stderr.contains("SMOL_MCP_AUTH_TOKEN"), "{stderr}");
 }
 
-/// The server runs a worker thread per core it may use, two at most: one when it may use one
-/// core (an affinity mask here; a cgroup's CPU quota of less than a core likewise, which the
-/// scaling benchmark's processes start under), where a second thread would only be woken.
-#[test]
-fn the_runtime_runs_no_more_workers_than_the_cores_it_may_use() {
-    let workers_under = |pinned: bool| {
-        let runtime = tempfile::tempdir().unwrap();
-        let mut command = if pinned {
-            let mut taskset = std::process::Command::new("taskset");
-            taskset.args(["-c", "0", crate::common::stdio::SERVER]);
-            taskset
-        } else {
-            std::process::Command::new(crate::common::stdio::SERVER)
-        };
-        // Its stdin at end: the stdio server starts, finds no client and ends.
-        let ran = command
-            .env_clear()
-            .envs(crate::common::stdio::server_env(
-                runtime.path(),
-                &[("SMOL_MCP_LOG", "debug")],
-            ))
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&ran.stderr).into_owned();
-        let line = stderr
-            .lines()
-            .find(|l| l.contains("the runtime's worker threads"))
-            .unwrap_or_else(|| panic!("no word of the runtime's workers: {stderr}"));
-        line.split("workers=")
-            .nth(1)
-            .and_then(|n| n.split_whitespace().next()?.parse::<usize>().ok())
-            .unwrap_or_else(|| panic!("{line}"))
-    };
-    assert_eq!(workers_under(true), 1, "pinned to one core");
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(workers_under(false), cores.min(2));
-}
-
 /// The release workflow builds the Linux x86_64 wheel with the script CI runs, checks every
 /// wheel with the install check CI runs, covers the platforms a release promises, and publishes
 /// by trusted publishing only (an OIDC token, never a stored secret).
