@@ -811,3 +811,55 @@ async fn a_read_with_nothing_to_write_first_does_not_wait_for_the_writer() {
         "a read missed its own record"
     );
 }
+
+/// A change of the machine record given up while it waits for a lock (its caller's deadline)
+/// leaves nothing locked: its transaction (BEGIN sent with its first statements) is rolled
+/// back once the lock it waited for is let go, so another process's change of the whole record
+/// goes on, and the process's own next change runs on a connection outside any transaction.
+#[tokio::test]
+async fn a_change_given_up_while_waiting_for_a_lock_leaves_nothing_locked() {
+    use smol_mcp::process::ephemeral::Record;
+    use std::time::Duration;
+    let db = TestDatabase::new().await;
+    let record_of = |store: Arc<PgStore>| match store.sharing() {
+        Sharing::Hosts { machine_record, .. } => Record::in_book(machine_record),
+        Sharing::OneHost => panic!("a database is shared by hosts"),
+    };
+    let first = ready_store(&db).await;
+    let second = ready_store(&db).await;
+    let (mine, theirs) = (record_of(first.clone()), record_of(second.clone()));
+    let me = first.instance();
+    // Its statements prepared: the next change sends its BEGIN with them at once.
+    mine.add(machine("mcp-warm", me.as_deref())).await.unwrap();
+    mine.remove(FleetKind::Local, "mcp-warm").await.unwrap();
+    let mut other = db.client().await;
+    let holder = other.transaction().await.unwrap();
+    holder
+        .batch_execute("LOCK TABLE ephemeral_machines IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        mine.add(machine("mcp-given-up", me.as_deref())),
+    )
+    .await;
+    assert!(given_up.is_err(), "the change did not wait for the lock");
+    holder.rollback().await.unwrap();
+
+    let whole = tokio::time::timeout(
+        Duration::from_secs(5),
+        theirs.keep(FleetKind::Local, |_| true, |_| 1),
+    )
+    .await
+    .expect("a change of the whole record waited on a change given up");
+    assert!(whole.unwrap().is_empty(), "the given-up change was kept");
+    mine.add(machine("mcp-after", me.as_deref())).await.unwrap();
+    let names: Vec<String> = theirs
+        .entries()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["mcp-after"]);
+}

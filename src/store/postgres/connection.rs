@@ -1,8 +1,9 @@
 //! Reaching the database: a connection with a bounded connect time and the server's name, the
 //! statements it has prepared, and the database as messages show it (never its password).
 
+use futures::FutureExt;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
@@ -67,6 +68,22 @@ impl Connection {
         self.client.is_closed()
     }
 
+    /// A transaction on this connection sent in as few round trips as its statements allow.
+    pub(super) fn pipelined(&self) -> Pipelined<'_> {
+        Pipelined {
+            connection: self,
+            open: AtomicBool::new(false),
+        }
+    }
+
+    /// `client`, with no statements prepared (counted in `prepared`).
+    pub(super) fn new(client: Client, prepared: &Arc<AtomicU64>) -> Connection {
+        Connection {
+            client,
+            statements: Statements::counted(prepared),
+        }
+    }
+
     /// The connection's client (or a transaction on it) with its prepared statements.
     pub(super) fn prepared(&self) -> Prepared<'_, Client> {
         self.statements.on(&self.client)
@@ -128,6 +145,72 @@ impl Statements {
     }
 }
 
+/// A transaction whose BEGIN goes out with its first statements and whose COMMIT with its
+/// last: tokio-postgres' `Transaction` waits a round trip for each, and a round trip is a wakeup
+/// of the process and of the database's backend. The statements are sent together (futures
+/// joined, each sending its request when first polled, so in the order joined: the statements
+/// must be prepared before, or a prepare's round trip would reorder them). A statement after
+/// a failed one fails as well and the COMMIT then ends the transaction (PostgreSQL rolls it
+/// back), so the connection is outside a transaction either way. A caller that stops waiting
+/// between the BEGIN and the COMMIT (a deadline, while a statement waits for a lock) sends a
+/// ROLLBACK as it goes, as tokio-postgres' `Transaction` does: queued behind the statements
+/// sent, it ends the transaction once they are done, rather than leaving its locks held on an
+/// idle connection that every other process would wait on.
+pub(super) struct Pipelined<'a> {
+    connection: &'a Connection,
+    open: AtomicBool,
+}
+
+impl Pipelined<'_> {
+    pub(super) fn client(&self) -> &Client {
+        &self.connection.client
+    }
+
+    pub(super) async fn begin(&self) -> Result<(), Error> {
+        self.open.store(true, Ordering::Release);
+        self.connection.client.batch_execute("BEGIN").await
+    }
+
+    /// Commits, or (after a failed statement) ends the transaction rolled back.
+    pub(super) async fn commit(&self) -> Result<(), Error> {
+        self.end("COMMIT").await
+    }
+
+    /// Rolls back a transaction not ended yet (its COMMIT not sent, or not answered).
+    pub(super) async fn rollback(&self) -> Result<(), Error> {
+        if !self.open.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.end("ROLLBACK").await
+    }
+
+    async fn end(&self, how: &str) -> Result<(), Error> {
+        self.connection.client.batch_execute(how).await?;
+        self.open.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// `error`, the kept statements forgotten if it says they no longer hold.
+    pub(super) fn failed(&self, error: Error) -> Error {
+        self.connection.statements.stale_after(&error);
+        error
+    }
+}
+
+impl Drop for Pipelined<'_> {
+    fn drop(&mut self) {
+        if self.open.load(Ordering::Acquire) {
+            // Polled once, the request is sent (tokio-postgres sends on the first poll); its
+            // answer is not waited for.
+            let _ = self
+                .connection
+                .client
+                .batch_execute("ROLLBACK")
+                .now_or_never();
+        }
+    }
+}
+
 /// `sql` prepared (or kept) and run by `method`; prepared again and run once more when the kept
 /// statement no longer held, which succeeds outside a transaction (inside one, the database
 /// has refused the transaction already, and says so). A macro rather than a function taking
@@ -152,12 +235,9 @@ pub(super) struct Prepared<'a, C> {
 }
 
 impl<C: GenericClient + Sync> Prepared<'_, C> {
-    /// The client or transaction itself, for what is not a prepared statement.
-    pub(super) fn inner(&self) -> &C {
-        self.db
-    }
-
-    async fn statement(&self, sql: &str) -> Result<Statement, Error> {
+    /// `sql` prepared, or kept from before: for the statements of a [`Pipelined`] transaction,
+    /// which are prepared before any is sent.
+    pub(super) async fn statement(&self, sql: &str) -> Result<Statement, Error> {
         if let Some(statement) = self.statements.kept(sql) {
             return Ok(statement);
         }
@@ -204,10 +284,7 @@ pub(super) async fn connection(
     config: &tokio_postgres::Config,
     prepared: &Arc<AtomicU64>,
 ) -> Result<Connection, String> {
-    Ok(Connection {
-        client: connect(config).await?,
-        statements: Statements::counted(prepared),
-    })
+    Ok(Connection::new(connect(config).await?, prepared))
 }
 
 pub(super) async fn connect(config: &tokio_postgres::Config) -> Result<Client, String> {

@@ -118,85 +118,114 @@ fn select(rest: &str) -> String {
 }
 
 /// `change` on the rows `scope` covers, in one transaction under the locks the module's
-/// comment names; what it changed, added or removed is written before the commit.
+/// comment names; what it changed, added or removed is written before the commit. Two round
+/// trips: the BEGIN goes with the locks and the read, the COMMIT with the writes.
 async fn change_rows(
-    db: &mut Connection,
+    db: &Connection,
     scope: &Scope,
     change: &mut EntriesChange<'_>,
 ) -> Result<(), String> {
+    let prepared = db.prepared();
     let failed = |e: tokio_postgres::Error| said(&e);
-    let began = db.client.transaction().await.map_err(failed)?;
-    let transaction = db.statements.on(&began);
-    let rows = match scope {
+    let transaction = db.pipelined();
+    let client = transaction.client();
+    let read = match scope {
         Scope::All => {
-            let lock_table = format!("LOCK TABLE {TABLE} IN EXCLUSIVE MODE");
-            transaction
-                .inner()
-                .batch_execute(&lock_table)
+            let all = prepared
+                .statement(&select("ORDER BY seq"))
                 .await
                 .map_err(failed)?;
-            transaction
-                .query(&select("ORDER BY seq"), &[])
-                .await
-                .map_err(failed)?
+            let lock_table = format!("LOCK TABLE {TABLE} IN EXCLUSIVE MODE");
+            let (begun, table, rows) = futures::join!(
+                transaction.begin(),
+                client.batch_execute(&lock_table),
+                client.query(&all, &[]),
+            );
+            begun.and(table).and(rows)
         }
         Scope::Named { fleet, names } => {
             let fleet = fleet.map(|f| f.as_str());
-            let lock_table = format!("LOCK TABLE {TABLE} IN ROW EXCLUSIVE MODE");
-            let lock_rows = select(&format!("{NAMED} ORDER BY fleet, name FOR UPDATE"));
-            let name_params: [&(dyn ToSql + Sync); 2] = [&NAME_LOCK_CLASS, names];
-            let row_params: [&(dyn ToSql + Sync); 2] = [&fleet, names];
-            // Sent together (the client pipelines them), run one after the other.
-            let (table, named, rows) = futures::join!(
-                transaction.inner().batch_execute(&lock_table),
-                transaction.execute(
+            let lock_names = prepared
+                .statement(
                     "SELECT pg_advisory_xact_lock($1, key) FROM (SELECT DISTINCT hashtext(n) \
                      AS key FROM unnest($2::text[]) AS n ORDER BY key) AS keys",
-                    &name_params,
-                ),
-                transaction.query(&lock_rows, &row_params),
+                )
+                .await
+                .map_err(failed)?;
+            let lock_rows = prepared
+                .statement(&select(&format!("{NAMED} ORDER BY fleet, name FOR UPDATE")))
+                .await
+                .map_err(failed)?;
+            let lock_table = format!("LOCK TABLE {TABLE} IN ROW EXCLUSIVE MODE");
+            let name_params: [&(dyn ToSql + Sync); 2] = [&NAME_LOCK_CLASS, names];
+            let row_params: [&(dyn ToSql + Sync); 2] = [&fleet, names];
+            let (begun, table, named, rows) = futures::join!(
+                transaction.begin(),
+                client.batch_execute(&lock_table),
+                client.execute(&lock_names, &name_params),
+                client.query(&lock_rows, &row_params),
             );
-            table.map_err(failed)?;
-            named.map_err(failed)?;
-            rows.map_err(failed)?
+            begun.and(table).and(named).and(rows)
         }
     };
-    let before = decode(&rows)?;
-    let mut after = before.clone();
-    change(&mut after);
-    let Difference { upserts, removed } = difference(&before, &after)?;
-    if !removed.fleets.is_empty() {
-        transaction
-            .execute(
-                &format!(
-                    "DELETE FROM {TABLE} WHERE (fleet, name) IN \
-                     (SELECT * FROM unnest($1::text[], $2::text[]))"
-                ),
-                &[&removed.fleets, &removed.names],
-            )
+    let written = async {
+        let before = decode(&read.map_err(|e| failed(transaction.failed(e)))?)?;
+        let mut after = before.clone();
+        change(&mut after);
+        let Difference { upserts, removed } = difference(&before, &after)?;
+        let delete = prepared
+            .statement(&format!(
+                "DELETE FROM {TABLE} WHERE (fleet, name) IN \
+                 (SELECT * FROM unnest($1::text[], $2::text[]))"
+            ))
             .await
             .map_err(failed)?;
-    }
-    if !upserts.fleets.is_empty() {
-        transaction
-            .execute(
-                &format!(
-                    "INSERT INTO {TABLE} (fleet, name, id, body) \
-                     SELECT f, n, i, b::jsonb FROM unnest($1::text[], $2::text[], $3::text[], \
-                     $4::text[]) AS u(f, n, i, b) \
-                     ON CONFLICT (fleet, name) DO UPDATE SET id = EXCLUDED.id, body = EXCLUDED.body"
-                ),
-                &[
-                    &upserts.fleets,
-                    &upserts.names,
-                    &upserts.ids,
-                    &upserts.bodies,
-                ],
-            )
+        let upsert = prepared
+            .statement(&format!(
+                "INSERT INTO {TABLE} (fleet, name, id, body) \
+                 SELECT f, n, i, b::jsonb FROM unnest($1::text[], $2::text[], $3::text[], \
+                 $4::text[]) AS u(f, n, i, b) \
+                 ON CONFLICT (fleet, name) DO UPDATE SET id = EXCLUDED.id, body = EXCLUDED.body"
+            ))
             .await
             .map_err(failed)?;
+        let removed_params: [&(dyn ToSql + Sync); 2] = [&removed.fleets, &removed.names];
+        let upsert_params: [&(dyn ToSql + Sync); 4] = [
+            &upserts.fleets,
+            &upserts.names,
+            &upserts.ids,
+            &upserts.bodies,
+        ];
+        // Each sends its request when first polled, in this order; an empty one sends none.
+        let (deleted, upserted, committed) = futures::join!(
+            async {
+                match removed.fleets.is_empty() {
+                    true => Ok(0),
+                    false => client.execute(&delete, &removed_params).await,
+                }
+            },
+            async {
+                match upserts.fleets.is_empty() {
+                    true => Ok(0),
+                    false => client.execute(&upsert, &upsert_params).await,
+                }
+            },
+            transaction.commit(),
+        );
+        deleted
+            .and(upserted)
+            .and(committed)
+            .map_err(|e| failed(transaction.failed(e)))
+    };
+    match written.await {
+        Ok(_) => Ok(()),
+        Err(why) => {
+            // Ended already if the COMMIT went out; if not (the read failed or did not decode),
+            // ended here. Not ended, the connection is made again (see `Pipelined`).
+            let _ = transaction.rollback().await;
+            Err(why)
+        }
     }
-    began.commit().await.map_err(failed)
 }
 
 /// Rows to write, column by column.

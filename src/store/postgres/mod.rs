@@ -287,10 +287,7 @@ impl PgStore {
         });
         let writer = WriterTask {
             config: config.clone(),
-            client: Some(Connection {
-                client,
-                statements: connection::Statements::counted(&self.prepared),
-            }),
+            client: Some(Connection::new(client, &self.prepared)),
             instance: instance.clone(),
             opened: opened.clone(),
             prepared: self.prepared.clone(),
@@ -384,13 +381,11 @@ impl PgStore {
         Ok(client)
     }
 
-    /// Runs `claim` in a transaction on the claims' connection (connecting again when it was
-    /// lost), after the writes queued so far are written; committed when it answers.
-    async fn in_claim_transaction<T>(
+    /// Runs `claim` on the claims' connection (made again when it was lost or abandoned),
+    /// after the writes queued so far are written; `claim` makes its own transaction.
+    async fn on_claimer<T>(
         &self,
-        claim: impl AsyncFnOnce(
-            &Prepared<'_, tokio_postgres::Transaction<'_>>,
-        ) -> Result<T, tokio_postgres::Error>,
+        claim: impl AsyncFnOnce(&Connection) -> Result<T, tokio_postgres::Error>,
     ) -> StoreResult<T> {
         self.flush_queued().await;
         let opened = match self.opened.get() {
@@ -406,17 +401,10 @@ impl PgStore {
                     .map_err(|e| self.unusable(e))?,
             );
         }
-        let Some(client) = kept.as_mut() else {
+        let Some(connection) = kept.as_ref() else {
             return Err(self.unusable("no connection for claims"));
         };
-        let answered = async {
-            let transaction = client.client.transaction().await?;
-            let answer = claim(&client.statements.on(&transaction)).await?;
-            transaction.commit().await?;
-            Ok::<T, tokio_postgres::Error>(answer)
-        }
-        .await;
-        answered.map_err(|e| self.unusable(said(&e)))
+        claim(connection).await.map_err(|e| self.unusable(said(&e)))
     }
 
     /// Runs `read` on the read connection after the writes queued so far are written.
@@ -566,7 +554,9 @@ impl WriterTask {
 
     async fn write_records(&mut self, records: &[Write]) -> Result<(), String> {
         let instance = self.instance.clone();
-        let Connection { client, statements } = self.client().await?;
+        let Connection {
+            client, statements, ..
+        } = self.client().await?;
         let mut transaction = client.transaction().await.map_err(|e| said(&e))?;
         let who = Writer {
             instance: &instance,

@@ -411,12 +411,12 @@ impl crate::store::OwnerRepository for PgStore {
     ) -> StoreResult<crate::store::MachineClaim> {
         use crate::store::{HeldName, MachineClaim};
         let Hold { fleet, name, user } = &hold;
-        self.in_claim_transaction(async |db| {
+        self.on_claimer(async |db| {
             // One user's claims one at a time, in every process: the names read below are
             // then all the user held, none committed unseen between the insert and the read.
-            // The four statements go together (the client pipelines them) and run in order,
-            // so the user's lock is held for one round trip, not four: a process that waits
-            // for the CPU holding it would hold up that user's creates in every process.
+            // The transaction goes in one round trip (BEGIN, the four statements in order,
+            // COMMIT), so the user's lock is held for no round trip at all: a process that
+            // waits for the CPU holding it would hold up that user's creates in every process.
             let lock_key = format!("{}/{user}", fleet.as_str());
             let fleet = fleet.as_str();
             let lock: [&(dyn ToSql + Sync); 2] = [&CLAIM_LOCK_CLASS, &lock_key];
@@ -428,29 +428,46 @@ impl crate::store::OwnerRepository for PgStore {
                  VALUES ($1, $2, $2, $3, {NOW_MS}, false) \
                  ON CONFLICT (fleet, name) DO NOTHING RETURNING user_id"
             );
-            let (locked, claimed, holder, theirs) = futures::join!(
-                db.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &lock),
-                db.query(&insert_sql, &insert),
-                db.query(
-                    "SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2",
-                    &holder,
-                ),
-                db.query(
+            let prepared = db.prepared();
+            let lock_sql = prepared
+                .statement("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+                .await?;
+            let insert_sql = prepared.statement(&insert_sql).await?;
+            let holder_sql = prepared
+                .statement("SELECT user_id FROM machine_owners WHERE fleet = $1 AND name = $2")
+                .await?;
+            let theirs_sql = prepared
+                .statement(
                     "SELECT name, made FROM machine_owners WHERE fleet = $1 AND user_id = $2 \
                      AND name = machine AND (made OR made_ms >= $3 OR name = $4)",
-                    &theirs,
-                ),
+                )
+                .await?;
+            let transaction = db.pipelined();
+            let client = transaction.client();
+            let (begun, locked, claimed, holder, theirs, committed) = futures::join!(
+                transaction.begin(),
+                client.execute(&lock_sql, &lock),
+                client.query(&insert_sql, &insert),
+                client.query(&holder_sql, &holder),
+                client.query(&theirs_sql, &theirs),
+                transaction.commit(),
             );
-            locked?;
-            if claimed?.is_empty() {
+            let failed = |e| transaction.failed(e);
+            begun.map_err(failed)?;
+            locked.map_err(failed)?;
+            let claimed = claimed.map_err(failed)?;
+            let holder = holder.map_err(failed)?;
+            let theirs = theirs.map_err(failed)?;
+            committed.map_err(failed)?;
+            if claimed.is_empty() {
                 return Ok(MachineClaim::Held(
-                    holder?
+                    holder
                         .first()
                         .map_or_else(|| user.to_owned(), |row| row.get(0)),
                 ));
             }
             Ok(MachineClaim::Claimed {
-                theirs: theirs?
+                theirs: theirs
                     .iter()
                     .map(|row| HeldName {
                         name: row.get(0),
