@@ -59,6 +59,27 @@ async fn give_jobs_to(db: &TestDatabase, owner: &str) {
         .unwrap();
 }
 
+/// The machine record of `store`'s process.
+fn record_of(store: &PgStore) -> smol_mcp::process::ephemeral::Record {
+    match store.sharing() {
+        Sharing::Hosts { machine_record, .. } => {
+            smol_mcp::process::ephemeral::Record::in_book(machine_record)
+        }
+        Sharing::OneHost => panic!("a database is shared by hosts"),
+    }
+}
+
+/// Another connection holding the machine record's table locked against every change, until
+/// it sends ROLLBACK.
+async fn record_table_locked(db: &TestDatabase) -> tokio_postgres::Client {
+    let other = db.client().await;
+    other
+        .batch_execute("BEGIN; LOCK TABLE ephemeral_machines IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    other
+}
+
 /// A database of its own; each call of the closure opens one more process's store on it.
 async fn database_backing() -> crate::common::store_contract::Backing {
     let db = Arc::new(TestDatabase::new().await);
@@ -78,14 +99,7 @@ async fn record_database_backing() -> crate::common::record_contract::RecordBack
     let db = Arc::new(TestDatabase::new().await);
     Box::new(move || {
         let db = db.clone();
-        Box::pin(async move {
-            match ready_store(&db).await.sharing() {
-                Sharing::Hosts { machine_record, .. } => {
-                    smol_mcp::process::ephemeral::Record::in_book(machine_record)
-                }
-                Sharing::OneHost => panic!("a database is shared by hosts"),
-            }
-        })
+        Box::pin(async move { record_of(&*ready_store(&db).await) })
     })
 }
 
@@ -362,7 +376,6 @@ async fn before_the_record_had_rows(db: &TestDatabase, text: Option<&str>) {
 /// server refuses to start) with the way to reset it, as every change of it was refused before.
 #[tokio::test]
 async fn an_older_machine_record_moves_into_rows_and_a_broken_one_is_refused_with_its_reset() {
-    use smol_mcp::process::ephemeral::Record;
     let db = TestDatabase::new().await;
     ready_store(&db).await;
     let mut cloud = machine("mcp-second", Some("i-elsewhere"));
@@ -376,10 +389,7 @@ async fn an_older_machine_record_moves_into_rows_and_a_broken_one_is_refused_wit
     before_the_record_had_rows(&db, Some(&serde_json::to_string(&written).unwrap())).await;
 
     let store = ready_store(&db).await;
-    let Sharing::Hosts { machine_record, .. } = store.sharing() else {
-        panic!("a database is shared by hosts");
-    };
-    let record = Record::in_book(machine_record);
+    let record = record_of(&store);
     assert_eq!(record.entries().await.unwrap(), written);
     assert_eq!(record.entries_named("mach-9").await.unwrap(), written[1..2]);
     let client = db.client().await;
@@ -415,16 +425,7 @@ async fn an_older_machine_record_moves_into_rows_and_a_broken_one_is_refused_wit
         .await
         .unwrap();
     let store = ready_store(&db).await;
-    let Sharing::Hosts { machine_record, .. } = store.sharing() else {
-        panic!("a database is shared by hosts");
-    };
-    assert!(
-        Record::in_book(machine_record)
-            .entries()
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(record_of(&store).entries().await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -489,13 +490,7 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
         ready_store(&db).await,
         ready_store(&db).await,
     ];
-    let records: Vec<Record> = stores
-        .iter()
-        .map(|s| match s.sharing() {
-            Sharing::Hosts { machine_record, .. } => Record::in_book(machine_record),
-            Sharing::OneHost => panic!("a database is shared by hosts"),
-        })
-        .collect();
+    let records: Vec<Record> = stores.iter().map(|s| record_of(s)).collect();
     dead_instance(&db, "i-dead-owner", &hostname(), 0).await;
     dead_instance(&db, "i-live-owner", "elsewhere", 0).await;
     for i in 0..20 {
@@ -561,25 +556,16 @@ async fn the_machine_record_is_shared_and_a_dead_processs_machines_are_claimed_o
 /// the lock is let go.
 #[tokio::test]
 async fn a_sweep_that_finds_nothing_locks_nothing() {
-    use smol_mcp::process::ephemeral::Record;
     use std::time::Duration;
     let db = TestDatabase::new().await;
     let store = ready_store(&db).await;
-    let Sharing::Hosts { machine_record, .. } = store.sharing() else {
-        panic!("a database is shared by hosts");
-    };
-    let record = Record::in_book(machine_record);
+    let record = record_of(&store);
     let me = store.instance();
     record
         .add(machine("mcp-mine", me.as_deref()))
         .await
         .unwrap();
-    let mut other = db.client().await;
-    let holder = other.transaction().await.unwrap();
-    holder
-        .batch_execute("LOCK TABLE ephemeral_machines IN EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    let holder = record_table_locked(&db).await;
     let quick = Duration::from_secs(3);
     let claimed = tokio::time::timeout(quick, record.claim_orphans(FleetKind::Local, "serve-a"))
         .await
@@ -589,7 +575,7 @@ async fn a_sweep_that_finds_nothing_locks_nothing() {
         .await
         .expect("a watch with nothing to adopt waited on the record's lock");
     assert!(adopted.unwrap().is_empty());
-    holder.rollback().await.unwrap();
+    holder.batch_execute("ROLLBACK").await.unwrap();
 
     dead_instance(&db, "i-gone", "elsewhere", 0).await;
     record
@@ -686,19 +672,13 @@ async fn a_document_waiting_on_the_database_holds_no_thread() {
 /// same.
 #[tokio::test]
 async fn a_statement_is_prepared_once_per_connection_and_again_when_its_result_changes() {
-    use smol_mcp::process::ephemeral::Record;
     use smol_mcp::store::{Hold, MachineClaim};
     let db = TestDatabase::new().await;
     let store = ready_store(&db).await;
-    let Sharing::Hosts {
-        machine_record,
-        machine_setups,
-        ..
-    } = store.sharing()
-    else {
+    let Sharing::Hosts { machine_setups, .. } = store.sharing() else {
         panic!("a database is shared by hosts");
     };
-    let record = Record::in_book(machine_record);
+    let record = record_of(&store);
     let me = store.instance();
     // What a create and a delete ask of the store, as the server asks it.
     let round = async |n: usize| {
@@ -818,33 +798,22 @@ async fn a_read_with_nothing_to_write_first_does_not_wait_for_the_writer() {
 /// goes on, and the process's own next change runs on a connection outside any transaction.
 #[tokio::test]
 async fn a_change_given_up_while_waiting_for_a_lock_leaves_nothing_locked() {
-    use smol_mcp::process::ephemeral::Record;
     use std::time::Duration;
     let db = TestDatabase::new().await;
-    let record_of = |store: Arc<PgStore>| match store.sharing() {
-        Sharing::Hosts { machine_record, .. } => Record::in_book(machine_record),
-        Sharing::OneHost => panic!("a database is shared by hosts"),
-    };
     let first = ready_store(&db).await;
-    let second = ready_store(&db).await;
-    let (mine, theirs) = (record_of(first.clone()), record_of(second.clone()));
+    let (mine, theirs) = (record_of(&first), record_of(&*ready_store(&db).await));
     let me = first.instance();
     // Its statements prepared: the next change sends its BEGIN with them at once.
     mine.add(machine("mcp-warm", me.as_deref())).await.unwrap();
     mine.remove(FleetKind::Local, "mcp-warm").await.unwrap();
-    let mut other = db.client().await;
-    let holder = other.transaction().await.unwrap();
-    holder
-        .batch_execute("LOCK TABLE ephemeral_machines IN EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    let holder = record_table_locked(&db).await;
     let given_up = tokio::time::timeout(
         Duration::from_millis(300),
         mine.add(machine("mcp-given-up", me.as_deref())),
     )
     .await;
     assert!(given_up.is_err(), "the change did not wait for the lock");
-    holder.rollback().await.unwrap();
+    holder.batch_execute("ROLLBACK").await.unwrap();
 
     let whole = tokio::time::timeout(
         Duration::from_secs(5),
